@@ -1,0 +1,29 @@
+#pragma once
+// The pipeline's dependency DAG (DESIGN §2.4), activity on node: one node per instruction, plus
+// a dummy source before every node without predecessors and a dummy sink after every node
+// without successors.
+#include <utility>
+#include <vector>
+
+#include "perseus/pipeline/schedule.hpp"
+
+namespace perseus {
+
+struct PipelineDag {
+  int num_stages = 0;
+  int num_microbatches = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<Instruction> instructions;  // node i < instructions.size() is instructions[i]
+  std::vector<std::vector<int>> stage_nodes;  // per stage, node ids in execution order
+  int source = 0;  // == instructions.size()
+  int sink = 0;    // == instructions.size() + 1
+  std::vector<std::pair<int, int>> edges;  // (from, to), no duplicates
+
+  int num_nodes() const { return static_cast<int>(instructions.size()) + 2; }
+  // Node ids in an order where every edge goes forward.
+  std::vector<int> topological_order() const;
+};
+
+PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches);
+
+}  // namespace perseus

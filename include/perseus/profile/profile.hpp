@@ -1,0 +1,40 @@
+#pragma once
+// A stage profile (DESIGN §2.1): time and energy of one forward or backward of one microbatch,
+// per pipeline stage and SM clock.
+#include <cstddef>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "perseus/profile/instruction_kind.hpp"
+
+namespace perseus {
+
+struct ProfileRow {
+  int stage = 0;
+  InstructionKind kind = InstructionKind::forward;
+  int frequency = 0;   // SM clock, MHz
+  double time = 0;     // seconds, one execution
+  double energy = 0;   // joules, one execution
+  std::size_t line = 0;  // 1-based line in the source file, for error messages
+};
+
+struct Profile {
+  std::string source;  // file name used in error messages
+  std::vector<ProfileRow> rows;
+
+  int max_stage() const;  // -1 when empty
+  std::vector<ProfileRow> rows_for(int stage, InstructionKind kind) const;
+};
+
+// Parses CSV text with header `stage,instruction,frequency,time,energy` (any order, extra columns
+// ignored). Throws InputError naming source, line and field for every malformed value and for
+// duplicate (stage, instruction, frequency) rows.
+Profile parse_profile(const std::string& text, const std::string& source);
+Profile read_profile(const std::filesystem::path& path);
+
+// Checks that stages 0..num_stages-1 each have forward and backward rows and that no row names a
+// stage outside that range. Throws InputError.
+void check_profile_covers(const Profile& profile, int num_stages);
+
+}  // namespace perseus

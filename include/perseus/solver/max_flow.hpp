@@ -1,0 +1,52 @@
+#pragma once
+// Maximum flow with lower and upper bounds on arcs, in integer units.
+// The solver needs, per iteration, a maximum s-t flow that respects lb <= f <= ub on every arc
+// (DESIGN §2.5 step 3). Two implementations: a Dinic solver written for this shape of graph,
+// and Boost.Graph's push-relabel, kept as the test oracle.
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+namespace perseus {
+
+struct BoundedArc {
+  int from = 0;
+  int to = 0;
+  std::int64_t lower = 0;
+  std::int64_t upper = 0;
+};
+
+enum class MaxFlowAlgorithm { dinic, boost_push_relabel };
+
+// Returns the flow on each arc of a maximum s-t flow within the bounds, or nullopt when no flow
+// satisfies every lower bound (first a feasible circulation with an infinite t->s arc, then a
+// maximum flow on its residual, as the reference planner does).
+std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes,
+                                                          const std::vector<BoundedArc>& arcs,
+                                                          int source, int sink,
+                                                          MaxFlowAlgorithm algorithm);
+
+// Plain max flow on a residual network; reusable across calls to avoid reallocations.
+class Dinic {
+ public:
+  void reset(int num_nodes);
+  int add_edge(int from, int to, std::int64_t capacity);  // returns the forward edge id
+  std::int64_t max_flow(int source, int sink, std::int64_t limit);
+  std::int64_t residual(int edge) const { return cap_[edge]; }
+  void set_residual(int edge, std::int64_t value) { cap_[edge] = value; }
+  int num_nodes() const { return num_nodes_; }
+
+ private:
+  void build_adjacency();
+  bool bfs(int source, int sink);
+  std::int64_t dfs(int node, int sink, std::int64_t pushed);
+
+  int num_nodes_ = 0;
+  bool built_ = false;
+  std::vector<int> from_, to_;
+  std::vector<std::int64_t> cap_;
+  std::vector<int> adj_start_, adj_;
+  std::vector<int> level_, iter_, queue_;
+};
+
+}  // namespace perseus

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs the Debian packages perseus builds with (idempotent), then configures and builds it.
+# Usage: scripts/setup.sh [--deps-only] [BUILD_DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+packages=(
+  build-essential g++-12 cmake ninja-build pkg-config
+  libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev
+  libboost-dev libboost-graph-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+[ "${1:-}" = "--deps-only" ] && exit 0
+build_dir="${1:-build}"
+cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release
+cmake --build "$build_dir"

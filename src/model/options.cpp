@@ -1,0 +1,77 @@
+#include "perseus/model/options.hpp"
+
+#include <algorithm>
+#include <set>
+
+#include "perseus/util/error.hpp"
+#include "perseus/util/pyfloat.hpp"
+
+namespace perseus {
+
+OperationOptions::OperationOptions(std::vector<ExecutionOption> options, bool used_noise_factor)
+    : options_(std::move(options)), used_noise_factor_(used_noise_factor) {
+  if (options_.empty()) throw Error("an operation needs at least one execution option");
+}
+
+const ExecutionOption& OperationOptions::option_for(int duration) const {
+  // options_ is sorted by quant_time descending: the first one that fits is the slowest.
+  for (const auto& option : options_) {
+    if (option.quant_time <= duration) return option;
+  }
+  return options_.back();
+}
+
+std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows, double unit_time,
+                                            double noise_factor) {
+  std::vector<ExecutionOption> all;
+  all.reserve(rows.size());
+  for (const auto& row : rows) {
+    ExecutionOption option;
+    option.frequency = row.frequency;
+    option.real_time = row.time;
+    option.energy = row.energy;
+    option.quant_time = static_cast<int>(py_floordiv(row.time, unit_time));
+    all.push_back(option);
+  }
+  // Stable sorts keep the reference planner's tie-breaking among equal keys.
+  std::stable_sort(all.begin(), all.end(),
+                   [](const auto& a, const auto& b) { return a.real_time > b.real_time; });
+  std::vector<ExecutionOption> pareto;
+  for (const auto& option : all) {
+    const double t = option.real_time * noise_factor;
+    const double e = option.energy * noise_factor;
+    const bool dominated = std::any_of(all.begin(), all.end(), [&](const auto& other) {
+      return other.real_time < t && other.energy < e;
+    });
+    if (!dominated) pareto.push_back(option);
+  }
+  // Quantization rounds down, so among equal quant_times the most expensive option is the one
+  // whose real time is closest to its quantized time.
+  std::stable_sort(pareto.begin(), pareto.end(),
+                   [](const auto& a, const auto& b) { return a.energy > b.energy; });
+  std::vector<ExecutionOption> unique;
+  std::set<int> seen;
+  for (const auto& option : pareto) {
+    if (seen.insert(option.quant_time).second) unique.push_back(option);
+  }
+  std::stable_sort(unique.begin(), unique.end(),
+                   [](const auto& a, const auto& b) { return a.quant_time > b.quant_time; });
+  return unique;
+}
+
+OperationOptions build_options(const std::vector<ProfileRow>& rows, const OptionsConfig& config) {
+  auto options = pareto_options(rows, config.unit_time, 1.0);
+  bool used_noise = false;
+  // Few survivors usually means noisy measurements: tolerate noise_factor of slack.
+  if (options.size() <= 3 && config.noise_factor != 1.0) {
+    options = pareto_options(rows, config.unit_time, config.noise_factor);
+    used_noise = true;
+  }
+  for (auto& option : options) {
+    option.effective_energy =
+        option.energy - config.p_block * option.quant_time * config.unit_time;
+  }
+  return OperationOptions(std::move(options), used_noise);
+}
+
+}  // namespace perseus

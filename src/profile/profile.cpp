@@ -1,0 +1,159 @@
+#include "perseus/profile/profile.hpp"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/csv.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+namespace {
+
+constexpr std::array<std::string_view, 5> kRequired = {"stage", "instruction", "frequency", "time",
+                                                       "energy"};
+
+struct Columns {
+  std::array<std::size_t, 5> index{};  // position of each required column
+  std::size_t count = 0;               // number of header fields
+};
+
+Columns parse_header(std::string_view line, const std::string& source) {
+  const auto fields = split_csv_line(line);
+  Columns columns;
+  columns.count = fields.size();
+  for (std::size_t r = 0; r < kRequired.size(); ++r) {
+    std::size_t found = fields.size();
+    for (std::size_t i = 0; i < fields.size(); ++i) {
+      if (fields[i] == kRequired[r]) {
+        if (found != fields.size()) {
+          throw InputError(source, 1, std::string(kRequired[r]), "column appears twice in header");
+        }
+        found = i;
+      }
+    }
+    if (found == fields.size()) {
+      throw InputError(source, 1, std::string(kRequired[r]),
+                       "required column missing from header (need stage,instruction,frequency,"
+                       "time,energy)");
+    }
+    columns.index[r] = found;
+  }
+  return columns;
+}
+
+double positive_finite(std::string_view text, const std::string& source, std::size_t line,
+                       const char* field) {
+  const auto value = parse_double(text);
+  if (!value) throw InputError(source, line, field, fmt::format("'{}' is not a number", text));
+  if (!std::isfinite(*value)) throw InputError(source, line, field, fmt::format("'{}' is not finite", text));
+  if (*value <= 0) throw InputError(source, line, field, fmt::format("{} must be positive", text));
+  return *value;
+}
+
+}  // namespace
+
+int Profile::max_stage() const {
+  int result = -1;
+  for (const auto& row : rows) result = std::max(result, row.stage);
+  return result;
+}
+
+std::vector<ProfileRow> Profile::rows_for(int stage, InstructionKind kind) const {
+  std::vector<ProfileRow> result;
+  for (const auto& row : rows) {
+    if (row.stage == stage && row.kind == kind) result.push_back(row);
+  }
+  return result;
+}
+
+Profile parse_profile(const std::string& text, const std::string& source) {
+  Profile profile;
+  profile.source = source;
+  LineReader reader(text);
+  std::string_view line;
+  if (!reader.next(line) || trim(line).empty()) {
+    throw InputError(source, 1, "", "empty file: expected header stage,instruction,frequency,time,energy");
+  }
+  const Columns columns = parse_header(line, source);
+  std::map<std::tuple<int, int, int>, std::size_t> seen;  // (stage, kind, freq) -> line
+
+  while (reader.next(line)) {
+    const std::size_t n = reader.line_number();
+    if (trim(line).empty()) continue;
+    const auto fields = split_csv_line(line);
+    if (fields.size() != columns.count) {
+      throw InputError(source, n, "",
+                       fmt::format("expected {} fields like the header, found {}", columns.count,
+                                   fields.size()));
+    }
+    ProfileRow row;
+    row.line = n;
+    const auto stage = parse_integer(fields[columns.index[0]]);
+    if (!stage || *stage < 0 || *stage > 100000) {
+      throw InputError(source, n, "stage",
+                       fmt::format("'{}' is not a stage index (a non-negative integer)",
+                                   fields[columns.index[0]]));
+    }
+    row.stage = static_cast<int>(*stage);
+    const auto kind = parse_instruction_kind(fields[columns.index[1]]);
+    if (!kind) {
+      throw InputError(source, n, "instruction",
+                       fmt::format("'{}' is not 'forward' or 'backward'", fields[columns.index[1]]));
+    }
+    row.kind = *kind;
+    const auto freq = parse_integer(fields[columns.index[2]]);
+    if (!freq || *freq <= 0 || *freq > 1000000) {
+      throw InputError(source, n, "frequency",
+                       fmt::format("'{}' is not a positive integer clock in MHz",
+                                   fields[columns.index[2]]));
+    }
+    row.frequency = static_cast<int>(*freq);
+    row.time = positive_finite(fields[columns.index[3]], source, n, "time");
+    row.energy = positive_finite(fields[columns.index[4]], source, n, "energy");
+
+    const auto key = std::make_tuple(row.stage, static_cast<int>(row.kind), row.frequency);
+    if (const auto it = seen.find(key); it != seen.end()) {
+      throw InputError(source, n, "frequency",
+                       fmt::format("duplicate row for stage {} {} at {} MHz (first on line {})",
+                                   row.stage, to_string(row.kind), row.frequency, it->second));
+    }
+    seen.emplace(key, n);
+    profile.rows.push_back(row);
+  }
+  if (profile.rows.empty()) throw InputError(source, 0, "", "no data rows after the header");
+  return profile;
+}
+
+Profile read_profile(const std::filesystem::path& path) {
+  return parse_profile(read_file(path), path.string());
+}
+
+void check_profile_covers(const Profile& profile, int num_stages) {
+  for (const auto& row : profile.rows) {
+    if (row.stage >= num_stages) {
+      throw InputError(profile.source, row.line, "stage",
+                       fmt::format("stage {} is outside 0..{} (the pipeline has {} stages)",
+                                   row.stage, num_stages - 1, num_stages));
+    }
+  }
+  for (int stage = 0; stage < num_stages; ++stage) {
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+      bool found = false;
+      for (const auto& row : profile.rows) found = found || (row.stage == stage && row.kind == kind);
+      if (!found) {
+        throw InputError(profile.source, 0, "stage",
+                         fmt::format("no {} rows for stage {} (every stage 0..{} needs forward "
+                                     "and backward rows)",
+                                     to_string(kind), stage, num_stages - 1));
+      }
+    }
+  }
+}
+
+}  // namespace perseus

@@ -1,0 +1,350 @@
+#include "perseus/solver/phillips_dessouky.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <limits>
+
+#include "perseus/util/error.hpp"
+#include "perseus/util/pyfloat.hpp"
+
+namespace perseus {
+
+namespace {
+
+constexpr double kFpError = 1e-6;  // the reference's flow resolution and cost-change tolerance
+constexpr double kInfiniteCapacity = 10000.0;  // the reference's "infinite" arc capacity (J)
+
+// Per (stage, kind): cost model values and flow bounds in 1e-6 units for every duration.
+struct SpecTable {
+  int min = 0, max = 0;
+  std::vector<double> cost;                // cost[d - min]
+  std::vector<std::int64_t> lower, upper;  // bounds of an arc at duration d
+  double at(int d) const { return cost[d - min]; }
+};
+
+std::int64_t to_units(double joules) { return static_cast<std::int64_t>(py_floordiv(joules, kFpError)); }
+
+SpecTable make_table(const OperationSpec& spec) {
+  SpecTable t;
+  t.min = spec.options.min_quant();
+  t.max = spec.options.max_quant();
+  const CostModel& model = *spec.model;
+  for (int d = t.min; d <= t.max; ++d) t.cost.push_back(model(d));
+  const std::int64_t infinite = to_units(kInfiniteCapacity);
+  for (int d = t.min; d <= t.max; ++d) {
+    double lb, ub;
+    if (t.min == t.max) {
+      lb = 0, ub = kInfiniteCapacity;
+    } else if (d - 1 < t.min) {  // cannot be sped up
+      lb = std::fabs(model(d) - model(d + 1));
+      ub = kInfiniteCapacity;
+    } else if (d + 1 > t.max) {  // cannot be slowed down
+      lb = 0;
+      ub = std::fabs(model(d - 1) - model(d));
+    } else {  // the extra 1e-6 leaves room when the model is almost linear
+      lb = std::fabs(model(d) - model(d + 1));
+      ub = std::fabs(model(d - 1) - model(d)) + kFpError;
+    }
+    const std::int64_t lower = to_units(lb);
+    const std::int64_t upper = ub == kInfiniteCapacity ? infinite : to_units(ub);
+    t.lower.push_back(lower);
+    t.upper.push_back(std::max(upper, lower));  // a non-convex model must not yield ub < lb
+  }
+  return t;
+}
+
+// Activity-on-arc form: AON node i becomes arc left(i)=2i -> right(i)=2i+1; AON edge (u, v)
+// becomes a zero-duration arc right(u) -> left(v).
+struct ArcGraph {
+  int num_nodes = 0;
+  std::vector<int> from, to;
+  std::vector<int> instruction;  // per arc: instruction index, or -1 for dummies
+  std::vector<int> topo;         // node order
+  std::vector<int> in_start, in_arcs, out_start, out_arcs;
+  int source = 0, sink = 0;
+};
+
+ArcGraph make_arc_graph(const PipelineDag& dag) {
+  ArcGraph g;
+  const int n = dag.num_nodes();
+  const int num_instructions = static_cast<int>(dag.instructions.size());
+  g.num_nodes = 2 * n;
+  for (int i = 0; i < n; ++i) {
+    g.from.push_back(2 * i);
+    g.to.push_back(2 * i + 1);
+    g.instruction.push_back(i < num_instructions ? i : -1);
+  }
+  for (const auto& [u, v] : dag.edges) {
+    g.from.push_back(2 * u + 1);
+    g.to.push_back(2 * v);
+    g.instruction.push_back(-1);
+  }
+  for (int node : dag.topological_order()) {
+    g.topo.push_back(2 * node);
+    g.topo.push_back(2 * node + 1);
+  }
+  g.source = 2 * dag.source;
+  g.sink = 2 * dag.sink + 1;
+  const int arcs = static_cast<int>(g.from.size());
+  auto build = [&](const std::vector<int>& key, std::vector<int>& start, std::vector<int>& list) {
+    start.assign(g.num_nodes + 1, 0);
+    for (int a = 0; a < arcs; ++a) ++start[key[a] + 1];
+    for (int v = 0; v < g.num_nodes; ++v) start[v + 1] += start[v];
+    list.resize(arcs);
+    std::vector<int> fill(start.begin(), start.end() - 1);
+    for (int a = 0; a < arcs; ++a) list[fill[key[a]]++] = a;
+  };
+  build(g.to, g.in_start, g.in_arcs);
+  build(g.from, g.out_start, g.out_arcs);
+  return g;
+}
+
+// Whether a residual of `high - low` units counts as unsaturated.
+bool unsaturated(std::int64_t high, std::int64_t low, CutRule rule) {
+  const std::int64_t residual = high - low;
+  if (residual >= 2) return true;
+  if (residual <= 0) return false;
+  if (rule == CutRule::exact) return true;
+  // One unit: decided as the reference decides it, `ub - flow > 1e-6` on values k * 1e-6.
+  return static_cast<double>(high) * kFpError - static_cast<double>(low) * kFpError > kFpError;
+}
+
+class Solver {
+ public:
+  Solver(const PlanningProblem& problem, const SolverOptions& options)
+      : problem_(problem), options_(options), graph_(make_arc_graph(problem.dag)) {
+    for (const auto& spec : problem.specs) tables_.push_back(make_table(spec));
+    const auto& insts = problem.dag.instructions;
+    table_of_.resize(insts.size());
+    for (std::size_t i = 0; i < insts.size(); ++i) {
+      table_of_[i] = PlanningProblem::spec_index(insts[i].stage, insts[i].kind);
+      duration_.push_back(tables_[table_of_[i]].max);
+    }
+    earliest_.resize(graph_.num_nodes);
+    latest_.resize(graph_.num_nodes);
+    in_cut_.resize(graph_.num_nodes);
+  }
+
+  Frontier run() {
+    Frontier frontier;
+    frontier.start_durations = duration_;
+    compute_times();
+    frontier.start_quant_time = earliest_[graph_.sink];
+    frontier.start_effective_cost = total_cost();
+    while (true) {
+      if (options_.stop && options_.stop->load(std::memory_order_relaxed)) {
+        frontier.interrupted = true;
+        frontier.stop_reason = "interrupted";
+        break;
+      }
+      std::string reason;
+      if (!step(frontier, reason)) {
+        frontier.stop_reason = reason;
+        break;
+      }
+      if (options_.on_progress) options_.on_progress(frontier.points.size(), frontier.points.back().quant_time);
+    }
+    return frontier;
+  }
+
+ private:
+  int arc_duration(int arc) const {
+    const int inst = graph_.instruction[arc];
+    return inst < 0 ? 0 : duration_[inst];
+  }
+
+  void compute_times() {
+    for (int v : graph_.topo) {
+      int best = 0;
+      for (int i = graph_.in_start[v]; i < graph_.in_start[v + 1]; ++i) {
+        const int a = graph_.in_arcs[i];
+        best = std::max(best, earliest_[graph_.from[a]] + arc_duration(a));
+      }
+      earliest_[v] = best;
+    }
+    for (auto it = graph_.topo.rbegin(); it != graph_.topo.rend(); ++it) {
+      const int v = *it;
+      int best = std::numeric_limits<int>::max();
+      if (v == graph_.sink) best = earliest_[v];
+      for (int i = graph_.out_start[v]; i < graph_.out_start[v + 1]; ++i) {
+        const int a = graph_.out_arcs[i];
+        best = std::min(best, latest_[graph_.to[a]] - arc_duration(a));
+      }
+      latest_[v] = best;
+    }
+  }
+
+  double total_cost() const {
+    double sum = 0;
+    for (std::size_t i = 0; i < duration_.size(); ++i) sum += tables_[table_of_[i]].at(duration_[i]);
+    return sum;
+  }
+
+  // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
+  bool step(Frontier& frontier, std::string& reason) {
+    critical_.clear();
+    arcs_.clear();
+    const int num_arcs = static_cast<int>(graph_.from.size());
+    for (int a = 0; a < num_arcs; ++a) {
+      if (earliest_[graph_.from[a]] + arc_duration(a) != latest_[graph_.to[a]]) continue;
+      critical_.push_back(a);
+      const int inst = graph_.instruction[a];
+      BoundedArc arc{graph_.from[a], graph_.to[a], 0, 0};
+      if (inst < 0) {
+        arc.upper = tables_.empty() ? 0 : infinite_units();
+      } else {
+        const SpecTable& t = tables_[table_of_[inst]];
+        arc.lower = t.lower[duration_[inst] - t.min];
+        arc.upper = t.upper[duration_[inst] - t.min];
+      }
+      arcs_.push_back(arc);
+    }
+    const auto flow = bounded_max_flow(graph_.num_nodes, arcs_, graph_.source, graph_.sink,
+                                       options_.algorithm);
+    if (!flow) {
+      reason = "no feasible flow on the critical subgraph";
+      return false;
+    }
+    find_source_side(*flow);
+
+    std::vector<int> speed_up, slow_down;
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      const int a = critical_[i];
+      const bool from_in = in_cut_[graph_.from[a]], to_in = in_cut_[graph_.to[a]];
+      if (from_in && !to_in) speed_up.push_back(a);
+      if (!from_in && to_in) slow_down.push_back(a);
+    }
+    if (speed_up.empty()) {
+      reason = "no arc crosses the minimum cut forward";
+      return false;
+    }
+    double cost_change = 0;
+    for (int a : speed_up) {
+      const int inst = graph_.instruction[a];
+      if (inst < 0) {
+        reason = "the minimum cut crosses a fixed dependency: the iteration cannot get shorter";
+        return false;
+      }
+      const SpecTable& t = tables_[table_of_[inst]];
+      const int d = duration_[inst];
+      if (d - 1 < t.min) {
+        reason = fmt::format("instruction {} already runs at its fastest clock", describe(inst));
+        return false;
+      }
+      cost_change += std::fabs(t.at(d - 1) - t.at(d));
+    }
+    for (int a : slow_down) {
+      const int inst = graph_.instruction[a];
+      if (inst < 0) continue;  // dependencies need no slowing down
+      const SpecTable& t = tables_[table_of_[inst]];
+      const int d = duration_[inst];
+      if (d + 1 > t.max) {
+        reason = fmt::format("instruction {} already runs at its slowest clock", describe(inst));
+        return false;
+      }
+      cost_change -= std::fabs(t.at(d) - t.at(d + 1));
+    }
+    if (std::fabs(cost_change) < kFpError) {
+      reason = "shortening further changes the cost by less than 1e-6";
+      return false;
+    }
+
+    FrontierPoint point;
+    point.changes_begin = frontier.changes.size();
+    for (int a : speed_up) {
+      const int inst = graph_.instruction[a];
+      frontier.changes.push_back({inst, --duration_[inst]});
+    }
+    for (int a : slow_down) {
+      const int inst = graph_.instruction[a];
+      if (inst >= 0) frontier.changes.push_back({inst, ++duration_[inst]});
+    }
+    compute_times();
+    point.quant_time = earliest_[graph_.sink];
+    point.cost_change = cost_change;
+    point.effective_cost = total_cost();
+    frontier.points.push_back(point);
+    return true;
+  }
+
+  // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs.
+  void find_source_side(const std::vector<std::int64_t>& flow) {
+    std::fill(in_cut_.begin(), in_cut_.end(), 0);
+    // Adjacency of the critical subgraph, in both directions.
+    adj_start_.assign(graph_.num_nodes + 1, 0);
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      ++adj_start_[arcs_[i].from + 1];
+      ++adj_start_[arcs_[i].to + 1];
+    }
+    for (int v = 0; v < graph_.num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
+    adj_.resize(2 * critical_.size());
+    fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      adj_[fill_[arcs_[i].from]++] = static_cast<int>(i);
+      adj_[fill_[arcs_[i].to]++] = static_cast<int>(i);
+    }
+    stack_.clear();
+    stack_.push_back(graph_.source);
+    in_cut_[graph_.source] = 1;
+    while (!stack_.empty()) {
+      const int u = stack_.back();
+      stack_.pop_back();
+      for (int k = adj_start_[u]; k < adj_start_[u + 1]; ++k) {
+        const int i = adj_[k];
+        const BoundedArc& arc = arcs_[i];
+        int next;
+        bool open;
+        if (arc.from == u) {
+          next = arc.to;
+          open = unsaturated(arc.upper, flow[i], options_.cut_rule);
+        } else {
+          next = arc.from;
+          open = unsaturated(flow[i], arc.lower, options_.cut_rule);
+        }
+        if (open && !in_cut_[next]) {
+          in_cut_[next] = 1;
+          stack_.push_back(next);
+        }
+      }
+    }
+  }
+
+  std::int64_t infinite_units() const { return to_units(kInfiniteCapacity); }
+
+  std::string describe(int inst) const {
+    const auto& i = problem_.dag.instructions[inst];
+    return fmt::format("{}(stage {}, microbatch {})", to_string(i.kind), i.stage, i.microbatch);
+  }
+
+  const PlanningProblem& problem_;
+  const SolverOptions& options_;
+  ArcGraph graph_;
+  std::vector<SpecTable> tables_;
+  std::vector<int> table_of_;
+  std::vector<int> duration_;
+  std::vector<int> earliest_, latest_;
+  std::vector<int> critical_;
+  std::vector<BoundedArc> arcs_;
+  std::vector<char> in_cut_;
+  std::vector<int> adj_start_, adj_, fill_, stack_;
+};
+
+}  // namespace
+
+std::vector<int> Frontier::durations_at(std::size_t point) const {
+  std::vector<int> durations = start_durations;
+  if (point == static_cast<std::size_t>(-1)) return durations;
+  for (std::size_t i = 0; i < changes_end(point); ++i) durations[changes[i].instruction] = changes[i].duration;
+  return durations;
+}
+
+Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& options) {
+  if (problem.specs.size() != static_cast<std::size_t>(2 * problem.dag.num_stages)) {
+    throw Error("planning problem needs forward and backward specs for every stage");
+  }
+  Solver solver(problem, options);
+  return solver.run();
+}
+
+}  // namespace perseus

@@ -1,0 +1,43 @@
+#include "perseus/solver/planning.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+PlanningProblem make_planning_problem(const Profile& profile, const PlanningConfig& config) {
+  if (config.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
+  if (config.num_microbatches < 1) throw Error("--microbatches must be at least 1", kExitUsage);
+  if (!(config.unit_time > 0) || !std::isfinite(config.unit_time)) {
+    throw Error("--unit-time must be a positive number of seconds", kExitUsage);
+  }
+  if (!(config.p_block >= 0) || !std::isfinite(config.p_block)) {
+    throw Error("--p2p-power must be a non-negative number of watts", kExitUsage);
+  }
+  if (!(config.noise_factor > 0 && config.noise_factor <= 1)) {
+    throw Error("--noise-factor must be in (0, 1]", kExitUsage);
+  }
+  check_profile_covers(profile, config.num_stages);
+
+  PlanningProblem problem;
+  problem.unit_time = config.unit_time;
+  problem.p_block = config.p_block;
+  const OptionsConfig options_config{config.unit_time, config.p_block, config.noise_factor};
+  problem.specs.resize(2 * config.num_stages);
+  for (int stage = 0; stage < config.num_stages; ++stage) {
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+      auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
+      spec.options = build_options(profile.rows_for(stage, kind), options_config);
+      const std::string what =
+          fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
+      spec.model = make_cost_model(config.cost_model, spec.options, config.unit_time, what);
+    }
+  }
+  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches);
+  return problem;
+}
+
+}  // namespace perseus
