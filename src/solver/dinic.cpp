@@ -57,20 +57,25 @@ bool Dinic::bfs(int source, int sink) {
   return level_[sink] >= 0;
 }
 
+// Pushes as much as it can from `u` (not just one path), and marks nodes that cannot reach
+// the sink in this phase dead, so that each phase scans every edge only a few times.
 std::int64_t Dinic::dfs(int u, int sink, std::int64_t pushed) {
   if (u == sink) return pushed;
+  std::int64_t total = 0;
   for (int& i = iter_[u]; i < adj_start_[u + 1]; ++i) {
     const int e = adj_[i];
     const int v = to_[e];
     if (cap_[e] <= 0 || level_[v] != level_[u] + 1) continue;
-    const std::int64_t got = dfs(v, sink, std::min(pushed, cap_[e]));
+    const std::int64_t got = dfs(v, sink, std::min(pushed - total, cap_[e]));
     if (got > 0) {
       cap_[e] -= got;
       cap_[e ^ 1] += got;
-      return got;
+      total += got;
+      if (total == pushed) return total;
     }
   }
-  return 0;
+  level_[u] = -1;
+  return total;
 }
 
 std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit) {
@@ -78,11 +83,9 @@ std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit) {
   std::int64_t total = 0;
   while (total < limit && bfs(source, sink)) {
     std::copy(adj_start_.begin(), adj_start_.end() - 1, iter_.begin());
-    while (total < limit) {
-      const std::int64_t got = dfs(source, sink, limit - total);
-      if (got == 0) break;
-      total += got;
-    }
+    const std::int64_t got = dfs(source, sink, limit - total);
+    if (got == 0) break;
+    total += got;
   }
   return total;
 }

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -123,7 +124,8 @@ class Solver {
     }
     earliest_.resize(graph_.num_nodes);
     latest_.resize(graph_.num_nodes);
-    in_cut_.resize(graph_.num_nodes);
+    compact_id_.assign(graph_.num_nodes, -1);
+    previous_flow_.assign(graph_.from.size(), 0);
   }
 
   Frontier run() {
@@ -183,35 +185,23 @@ class Solver {
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, std::string& reason) {
-    critical_.clear();
-    arcs_.clear();
-    const int num_arcs = static_cast<int>(graph_.from.size());
-    for (int a = 0; a < num_arcs; ++a) {
-      if (earliest_[graph_.from[a]] + arc_duration(a) != latest_[graph_.to[a]]) continue;
-      critical_.push_back(a);
-      const int inst = graph_.instruction[a];
-      BoundedArc arc{graph_.from[a], graph_.to[a], 0, 0};
-      if (inst < 0) {
-        arc.upper = tables_.empty() ? 0 : infinite_units();
-      } else {
-        const SpecTable& t = tables_[table_of_[inst]];
-        arc.lower = t.lower[duration_[inst] - t.min];
-        arc.upper = t.upper[duration_[inst] - t.min];
-      }
-      arcs_.push_back(arc);
-    }
-    const auto flow = bounded_max_flow(graph_.num_nodes, arcs_, graph_.source, graph_.sink,
-                                       options_.algorithm);
+    collect_critical_arcs();
+    const auto flow = bounded_max_flow(static_cast<int>(compact_nodes_.size()), arcs_,
+                                       compact_id_[graph_.source], compact_id_[graph_.sink],
+                                       options_.algorithm, &initial_flow_);
     if (!flow) {
       reason = "no feasible flow on the critical subgraph";
       return false;
     }
+    // The next iteration starts from this flow: its critical subgraph is mostly the same.
+    std::fill(previous_flow_.begin(), previous_flow_.end(), 0);
+    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = (*flow)[i];
     find_source_side(*flow);
 
     std::vector<int> speed_up, slow_down;
     for (std::size_t i = 0; i < critical_.size(); ++i) {
       const int a = critical_[i];
-      const bool from_in = in_cut_[graph_.from[a]], to_in = in_cut_[graph_.to[a]];
+      const bool from_in = in_cut_[arcs_[i].from], to_in = in_cut_[arcs_[i].to];
       if (from_in && !to_in) speed_up.push_back(a);
       if (!from_in && to_in) slow_down.push_back(a);
     }
@@ -268,16 +258,50 @@ class Solver {
     return true;
   }
 
+  // Critical arcs (earliest finish == latest finish) with their flow bounds, on nodes renumbered
+  // densely so that the flow and cut work scales with the critical subgraph, not the pipeline.
+  void collect_critical_arcs() {
+    for (int v : compact_nodes_) compact_id_[v] = -1;
+    compact_nodes_.clear();
+    critical_.clear();
+    arcs_.clear();
+    initial_flow_.clear();
+    auto compact = [&](int v) {
+      if (compact_id_[v] < 0) {
+        compact_id_[v] = static_cast<int>(compact_nodes_.size());
+        compact_nodes_.push_back(v);
+      }
+      return compact_id_[v];
+    };
+    compact(graph_.source);
+    compact(graph_.sink);
+    const int num_arcs = static_cast<int>(graph_.from.size());
+    for (int a = 0; a < num_arcs; ++a) {
+      if (earliest_[graph_.from[a]] + arc_duration(a) != latest_[graph_.to[a]]) continue;
+      critical_.push_back(a);
+      const int inst = graph_.instruction[a];
+      BoundedArc arc{compact(graph_.from[a]), compact(graph_.to[a]), 0, infinite_units_};
+      if (inst >= 0) {
+        const SpecTable& t = tables_[table_of_[inst]];
+        arc.lower = t.lower[duration_[inst] - t.min];
+        arc.upper = t.upper[duration_[inst] - t.min];
+      }
+      arcs_.push_back(arc);
+      initial_flow_.push_back(std::clamp(previous_flow_[a], arc.lower, arc.upper));
+    }
+  }
+
   // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs.
   void find_source_side(const std::vector<std::int64_t>& flow) {
-    std::fill(in_cut_.begin(), in_cut_.end(), 0);
+    const int num_nodes = static_cast<int>(compact_nodes_.size());
+    in_cut_.assign(num_nodes, 0);
     // Adjacency of the critical subgraph, in both directions.
-    adj_start_.assign(graph_.num_nodes + 1, 0);
+    adj_start_.assign(num_nodes + 1, 0);
     for (std::size_t i = 0; i < critical_.size(); ++i) {
       ++adj_start_[arcs_[i].from + 1];
       ++adj_start_[arcs_[i].to + 1];
     }
-    for (int v = 0; v < graph_.num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
+    for (int v = 0; v < num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
     adj_.resize(2 * critical_.size());
     fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
     for (std::size_t i = 0; i < critical_.size(); ++i) {
@@ -285,8 +309,9 @@ class Solver {
       adj_[fill_[arcs_[i].to]++] = static_cast<int>(i);
     }
     stack_.clear();
-    stack_.push_back(graph_.source);
-    in_cut_[graph_.source] = 1;
+    const int source = compact_id_[graph_.source];
+    stack_.push_back(source);
+    in_cut_[source] = 1;
     while (!stack_.empty()) {
       const int u = stack_.back();
       stack_.pop_back();
@@ -310,7 +335,6 @@ class Solver {
     }
   }
 
-  std::int64_t infinite_units() const { return to_units(kInfiniteCapacity); }
 
   std::string describe(int inst) const {
     const auto& i = problem_.dag.instructions[inst];
@@ -326,7 +350,10 @@ class Solver {
   std::vector<int> earliest_, latest_;
   std::vector<int> critical_;
   std::vector<BoundedArc> arcs_;
-  std::vector<char> in_cut_;
+  std::vector<std::int64_t> initial_flow_, previous_flow_;
+  std::vector<char> in_cut_;  // per compact node: on the source side of the cut
+  std::vector<int> compact_id_, compact_nodes_;
+  const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);
   std::vector<int> adj_start_, adj_, fill_, stack_;
 };
 

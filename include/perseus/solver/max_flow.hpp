@@ -20,11 +20,12 @@ enum class MaxFlowAlgorithm { dinic, boost_push_relabel };
 
 // Returns the flow on each arc of a maximum s-t flow within the bounds, or nullopt when no flow
 // satisfies every lower bound (first a feasible circulation with an infinite t->s arc, then a
-// maximum flow on its residual, as the reference planner does).
-std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes,
-                                                          const std::vector<BoundedArc>& arcs,
-                                                          int source, int sink,
-                                                          MaxFlowAlgorithm algorithm);
+// maximum flow on its residual, as the reference planner does). `initial`, when given, is a
+// per-arc starting flow within the bounds (a warm start; the Dinic solver uses it, the oracle
+// ignores it).
+std::optional<std::vector<std::int64_t>> bounded_max_flow(
+    int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
+    MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial = nullptr);
 
 // Plain max flow on a residual network; reusable across calls to avoid reallocations.
 class Dinic {
