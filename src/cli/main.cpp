@@ -1,16 +1,43 @@
-// temporary driver
+// perseus: energy-optimal GPU clock plans for pipeline-parallel training.
 #include <fmt/format.h>
+
 #include <cstdio>
-#include "perseus/solver/planning.hpp"
-using namespace perseus;
+#include <vector>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/util/error.hpp"
+
 int main(int argc, char** argv) {
-  auto profile = read_profile(argv[1]);
-  PlanningConfig c; c.num_stages = 8; c.num_microbatches = atoi(argv[2]); c.unit_time = atof(argv[3]); c.p_block = atof(argv[4]);
-  auto p = make_planning_problem(profile, c);
-  for (auto& s : p.specs) fprintf(stderr, "%zu opts %s: %s\n", s.options.options().size(), s.options.used_noise_factor()?"noise":"", s.model->describe().c_str());
-  SolverOptions o; if (argc > 5) o.cut_rule = CutRule::exact;
-  auto f = solve_frontier(p, o);
-  fprintf(stderr, "stop: %s\n", f.stop_reason.c_str());
-  printf("time,energy\n");
-  for (auto& pt : f.points) { double rt = pt.quant_time * c.unit_time; fmt::print("{},{}\n", rt, pt.effective_cost + 8 * rt * c.p_block); }
+  using namespace perseus;
+  CLI::App app{"perseus: removes energy bloat from pipeline-parallel training by planning GPU "
+               "clocks per forward and backward"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "perseus 0.1.0");
+  std::vector<std::pair<CLI::App*, cli::Runner>> commands;
+  auto add = [&](auto adder) {
+    const std::size_t before = app.get_subcommands({}).size();
+    cli::Runner runner = adder(app);
+    commands.emplace_back(app.get_subcommands({})[before], std::move(runner));
+  };
+  add(cli::add_optimize_command);
+  add(cli::add_plans_command);
+  add(cli::add_synth_profile_command);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitUsage;
+  }
+  try {
+    for (auto& [command, runner] : commands) {
+      if (command->parsed()) return runner();
+    }
+  } catch (const Error& e) {
+    std::fprintf(stderr, "perseus: error: %s\n", e.what());
+    return e.exit_code();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "perseus: internal error: %s\n", e.what());
+    return kExitFailure;
+  }
+  return kExitUsage;
 }

@@ -1,0 +1,15 @@
+#pragma once
+// Subcommands of the `perseus` executable. Each registers its options on the app and returns
+// the function that runs it (which returns the process exit code).
+#include <CLI/CLI.hpp>
+#include <functional>
+
+namespace perseus::cli {
+
+using Runner = std::function<int()>;
+
+Runner add_optimize_command(CLI::App& app);
+Runner add_plans_command(CLI::App& app);
+Runner add_synth_profile_command(CLI::App& app);
+
+}  // namespace perseus::cli

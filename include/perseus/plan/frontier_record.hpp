@@ -1,0 +1,80 @@
+#pragma once
+// The planner's output directory (DESIGN §2.6): the frontier, and a compact record of every plan
+// on it (the starting plan plus, per point, the instructions whose clock changed), from which any
+// plan is reconstructed exactly without re-running the solver.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/solver/phillips_dessouky.hpp"
+
+namespace perseus {
+
+struct RecordedPoint {
+  int quant_time = 0;
+  double time = 0;            // quant_time * unit_time, seconds
+  double energy = 0;          // model-predicted: effective_cost + S * time * P_block (reference's)
+  double cost_change = 0;
+  double effective_cost = 0;
+  double profile_energy = 0;  // measured effective energies of the assigned clocks + S*T*P_block
+};
+
+struct SlotChange {
+  int stage = 0;
+  int slot = 0;  // position in the stage's schedule
+  int duration = 0;
+  int frequency = 0;
+};
+
+struct FrontierRecord {
+  std::string profile;
+  int num_stages = 0;
+  int num_microbatches = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  double unit_time = 0;
+  double p_block = 0;
+  std::string cost_model;
+  std::string stop_reason;
+  bool interrupted = false;
+  std::vector<std::vector<int>> start_durations;    // per stage, per slot
+  std::vector<std::vector<int>> start_frequencies;  // per stage, per slot
+  int start_quant_time = 0;
+  std::vector<RecordedPoint> points;              // slowest first
+  std::vector<std::vector<SlotChange>> changes;   // per point
+  std::vector<std::string> model_descriptions;    // per (stage, kind), for the metadata file
+
+  std::vector<std::vector<Instruction>> stage_instructions() const;
+};
+
+// One frequency plan: the clock of every forward and backward of every stage, in schedule order.
+struct Plan {
+  std::optional<std::size_t> index;  // frontier point, when it came from a frontier
+  double time = 0;
+  double energy = 0;
+  int num_stages = 0;
+  int num_microbatches = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<std::vector<int>> frequencies;
+  double cost_change = 0, effective_cost = 0;  // for the artifact's .py comments
+};
+
+struct RecordInfo {
+  std::string profile;
+  std::string cost_model;
+};
+
+FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
+                                    const RecordInfo& info);
+
+// Writes frontier.csv, iteration_time_energy.csv, plans.json and plan_changes.csv into `dir`
+// (created if missing), each atomically.
+void write_frontier_record(const FrontierRecord& record, const std::filesystem::path& dir);
+FrontierRecord read_frontier_record(const std::filesystem::path& dir);
+
+Plan plan_at(const FrontierRecord& record, std::size_t index);
+// The cheapest point whose time is at most `deadline` seconds; nullopt when none is that fast.
+std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline);
+
+}  // namespace perseus

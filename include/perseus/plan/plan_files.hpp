@@ -1,0 +1,30 @@
+#pragma once
+// Plan files: perseus's JSON, and the Perseus artifact's `freqs_pipeline_%05d.py` (a Python list
+// literal of per-stage clock lists plus comment lines). Reading never evaluates code: the .py
+// file is parsed as data, and anything but that literal and comments is an error.
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perseus/plan/frontier_record.hpp"
+
+namespace perseus {
+
+std::string plan_to_json(const Plan& plan);
+std::string plan_to_python(const Plan& plan, std::size_t iteration);
+std::string python_float(double value);  // like Python's repr(float)
+
+// A plan as read back from a file.
+struct PlanFile {
+  std::vector<std::vector<int>> frequencies;  // per stage, in schedule order
+  std::optional<double> cost_change, total_cost, refined_cost;  // .py comment lines, if present
+  std::optional<double> time, energy;                           // JSON only
+};
+
+PlanFile parse_python_plan(const std::string& text, const std::string& source);
+PlanFile parse_json_plan(const std::string& text, const std::string& source);
+// Dispatches on the extension (.py or .json).
+PlanFile read_plan_file(const std::filesystem::path& path);
+
+}  // namespace perseus

@@ -1,0 +1,121 @@
+// `perseus optimize`: profile in, complete time–energy frontier out.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/plan/frontier_record.hpp"
+#include "perseus/solver/planning.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void request_stop(int signal_number) {
+  g_stop.store(true);
+  std::signal(signal_number, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+struct OptimizeArgs {
+  std::string profile;
+  std::string out;
+  PlanningConfig config;
+  std::string schedule = "1f1b";
+  std::string cost_model = "exp";
+  bool quiet = false;
+};
+
+// Points done, current iteration time and rate, redrawn on one terminal line.
+class Progress {
+ public:
+  explicit Progress(double unit_time, bool enabled) : unit_time_(unit_time), enabled_(enabled) {}
+  void update(std::size_t points, int quant_time) {
+    if (!enabled_) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_ < std::chrono::milliseconds(200)) return;
+    last_ = now;
+    const double seconds = std::chrono::duration<double>(now - start_).count();
+    std::fprintf(stderr, "\r  %zu points, iteration time %.4f s, %.0f points/s   ", points,
+                 quant_time * unit_time_, seconds > 0 ? points / seconds : 0.0);
+    std::fflush(stderr);
+    drawn_ = true;
+  }
+  void finish() {
+    if (drawn_) std::fprintf(stderr, "\r%*s\r", 70, "");
+  }
+
+ private:
+  double unit_time_;
+  bool enabled_;
+  bool drawn_ = false;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point last_ = start_;
+};
+
+int run_optimize(OptimizeArgs& args) {
+  const auto schedule = parse_schedule_kind(args.schedule);
+  if (!schedule) throw Error("--schedule must be 1f1b or gpipe", kExitUsage);
+  args.config.schedule = *schedule;
+  args.config.cost_model = args.cost_model == "pwl" ? CostModelKind::piecewise_linear : CostModelKind::exponential;
+
+  const auto started = std::chrono::steady_clock::now();
+  const Profile profile = read_profile(args.profile);
+  const PlanningProblem problem = make_planning_problem(profile, args.config);
+
+  g_stop.store(false);
+  std::signal(SIGINT, request_stop);
+  std::signal(SIGTERM, request_stop);
+  Progress progress(args.config.unit_time, !args.quiet && ::isatty(STDERR_FILENO));
+  SolverOptions options;
+  options.stop = &g_stop;
+  options.on_progress = [&](std::size_t points, int quant_time) { progress.update(points, quant_time); };
+  const Frontier frontier = solve_frontier(problem, options);
+  progress.finish();
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+
+  const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model});
+  write_frontier_record(record, args.out);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (!args.quiet) {
+    std::fprintf(stderr, "%s\n", fmt::format("perseus: {} frontier points in {:.2f} s{}", record.points.size(), seconds,
+                                             frontier.interrupted ? " (interrupted)" : "").c_str());
+    if (!record.points.empty()) {
+      const auto& slow = record.points.front();
+      const auto& fast = record.points.back();
+      std::fprintf(stderr, "%s\n", fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J",
+                                               slow.time, slow.energy, fast.time, fast.energy).c_str());
+    }
+    std::fprintf(stderr, "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
+                 frontier.stop_reason.c_str(), args.out.c_str());
+  }
+  return frontier.interrupted ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace
+
+Runner add_optimize_command(CLI::App& app) {
+  auto args = std::make_shared<OptimizeArgs>();
+  auto* cmd = app.add_subcommand("optimize", "Compute the complete iteration time-energy frontier of a stage profile");
+  cmd->add_option("profile", args->profile, "Stage profile CSV: stage,instruction,frequency,time,energy")->required();
+  cmd->add_option("--stages", args->config.num_stages, "Number of pipeline stages")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(CLI::PositiveNumber);
+  cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args->schedule, "Pipeline schedule")->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe"}));
+  cmd->add_option("--cost-model", args->cost_model, "exp: a*exp(b*q)+c fit (reference); pwl: convex piecewise-linear hull")
+      ->capture_default_str()->check(CLI::IsMember({"exp", "pwl"}));
+  cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
+  cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();
+  cmd->add_flag("--quiet,-q", args->quiet, "No progress display or summary");
+  return [args] { return run_optimize(*args); };
+}
+
+}  // namespace perseus::cli

@@ -1,0 +1,170 @@
+// `perseus plans`: pick, show, export and read back plans from an optimize output directory.
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/plan/plan_files.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+
+namespace {
+
+// How a plan is chosen: exactly one of these may be given.
+struct Selector {
+  std::optional<std::size_t> index;
+  std::optional<double> time;
+  std::optional<double> slowdown;
+};
+
+void add_selector(CLI::App* cmd, Selector& s) {
+  auto* index = cmd->add_option("--index", s.index, "Frontier point (0 = slowest)");
+  auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(CLI::PositiveNumber);
+  auto* slow = cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
+                   ->check(CLI::Range(1.0, 1e6));
+  index->excludes(time)->excludes(slow);
+  time->excludes(slow);
+}
+
+bool has_selection(const Selector& s) { return s.index || s.time || s.slowdown; }
+
+std::size_t select(const FrontierRecord& record, const Selector& s) {
+  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
+  if (s.index) return *s.index;
+  double deadline = record.points.back().time;  // default: the fastest plan
+  if (s.time) deadline = *s.time;
+  if (s.slowdown) deadline = record.points.back().time * *s.slowdown;
+  const auto found = cheapest_within(record, deadline);
+  if (!found) {
+    throw Error(fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline,
+                            record.points.back().time),
+                kExitUsage);
+  }
+  return *found;
+}
+
+void print_plan(const Plan& plan, const FrontierRecord& record) {
+  std::printf("%s", fmt::format("plan {} of {}: iteration time {:.6g} s, energy {:.6g} J\n", *plan.index,
+                                record.points.size(), plan.time, plan.energy).c_str());
+  const auto layout = record.stage_instructions();
+  for (int s = 0; s < plan.num_stages; ++s) {
+    std::string line = fmt::format("stage {}:", s);
+    for (std::size_t k = 0; k < layout[s].size(); ++k) {
+      const auto& inst = layout[s][k];
+      line += fmt::format(" {}{}@{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
+                          plan.frequencies[s][k]);
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+struct ShowArgs {
+  std::string dir;
+  Selector selector;
+  bool json = false;
+};
+
+struct ExportArgs {
+  std::string dir, out, format = "both";
+  Selector selector;
+  std::size_t every = 0;
+};
+
+struct ReadArgs {
+  std::string file;
+};
+
+int run_show(const ShowArgs& args) {
+  const auto record = read_frontier_record(args.dir);
+  const Plan plan = plan_at(record, select(record, args.selector));
+  if (args.json) std::printf("%s", plan_to_json(plan).c_str()); else print_plan(plan, record);
+  return kExitOk;
+}
+
+int run_export(const ExportArgs& args) {
+  const auto record = read_frontier_record(args.dir);
+  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
+  std::vector<std::size_t> indices;
+  if (args.every > 0) {
+    if (has_selection(args.selector)) throw Error("--every cannot be combined with --index/--time/--slowdown", kExitUsage);
+    // Points are one unit time apart, so every N-th point is an equal-time sample; keep the fastest.
+    for (std::size_t i = 0; i < record.points.size(); i += args.every) indices.push_back(i);
+    if (indices.back() != record.points.size() - 1) indices.push_back(record.points.size() - 1);
+  } else {
+    indices.push_back(select(record, args.selector));
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(args.out, ec);
+  if (ec || !std::filesystem::is_directory(args.out)) {
+    throw Error(fmt::format("cannot create output directory '{}'", args.out), kExitCantCreate);
+  }
+  const bool json = args.format != "py", python = args.format != "json";
+  // Replaying changes once, in order, keeps exporting thousands of plans linear.
+  Plan plan = plan_at(record, 0);
+  std::size_t at = 0;
+  for (std::size_t index : indices) {
+    for (; at < index; ++at) {
+      for (const auto& c : record.changes[at + 1]) plan.frequencies[c.stage][c.slot] = c.frequency;
+    }
+    const auto& point = record.points[index];
+    plan.index = index;
+    plan.time = point.time;
+    plan.energy = point.energy;
+    plan.cost_change = point.cost_change;
+    plan.effective_cost = point.effective_cost;
+    const auto base = std::filesystem::path(args.out) / fmt::format("freqs_pipeline_{:05d}", index);
+    if (json) write_file_atomic(base.string() + ".json", plan_to_json(plan));
+    if (python) write_file_atomic(base.string() + ".py", plan_to_python(plan, index));
+  }
+  std::fprintf(stderr, "perseus: exported %zu plan(s) to %s\n", indices.size(), args.out.c_str());
+  return kExitOk;
+}
+
+int run_read(const ReadArgs& args) {
+  const PlanFile plan = read_plan_file(args.file);
+  nlohmann::json out = {{"frequencies", plan.frequencies}};
+  if (plan.cost_change) out["cost_change"] = *plan.cost_change;
+  if (plan.total_cost) out["total_cost"] = *plan.total_cost;
+  if (plan.refined_cost) out["refined_cost"] = *plan.refined_cost;
+  if (plan.time) out["time"] = *plan.time;
+  if (plan.energy) out["energy"] = *plan.energy;
+  std::printf("%s\n", out.dump(1).c_str());
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_plans_command(CLI::App& app) {
+  auto* plans = app.add_subcommand("plans", "Show, export and read frequency plans");
+  plans->require_subcommand(1);
+
+  auto show = std::make_shared<ShowArgs>();
+  auto* show_cmd = plans->add_subcommand("show", "Print one plan of an optimize output directory (default: the fastest)");
+  show_cmd->add_option("dir", show->dir, "Directory written by perseus optimize")->required();
+  add_selector(show_cmd, show->selector);
+  show_cmd->add_flag("--json", show->json, "Print the plan as JSON");
+
+  auto exp = std::make_shared<ExportArgs>();
+  auto* export_cmd = plans->add_subcommand("export", "Write plans as JSON and/or the artifact's freqs_pipeline_%05d.py files");
+  export_cmd->add_option("dir", exp->dir, "Directory written by perseus optimize")->required();
+  export_cmd->add_option("--out", exp->out, "Directory to write the plan files into")->required();
+  export_cmd->add_option("--format", exp->format, "json, py or both")->capture_default_str()->check(CLI::IsMember({"json", "py", "both"}));
+  export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")->check(CLI::PositiveNumber);
+  add_selector(export_cmd, exp->selector);
+
+  auto read = std::make_shared<ReadArgs>();
+  auto* read_cmd = plans->add_subcommand("read", "Parse a plan file (.py from the Perseus artifact, or .json) and print it as JSON");
+  read_cmd->add_option("file", read->file, "Plan file")->required();
+
+  return [show, show_cmd, exp, export_cmd, read] {
+    if (show_cmd->parsed()) return run_show(*show);
+    if (export_cmd->parsed()) return run_export(*exp);
+    return run_read(*read);
+  };
+}
+
+}  // namespace perseus::cli

@@ -1,0 +1,30 @@
+// `perseus synth-profile`: write a stage profile from the documented synthetic GPU model.
+#include <cstdio>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/profile/synthetic.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+
+Runner add_synth_profile_command(CLI::App& app) {
+  auto gpu = std::make_shared<SyntheticGpu>();
+  auto out = std::make_shared<std::string>();
+  auto* cmd = app.add_subcommand("synth-profile", "Generate a stage profile from a small GPU model (for trying perseus without GPUs)");
+  cmd->add_option("--stages", gpu->num_stages, "Pipeline stages")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--forward-time", gpu->forward_time, "Seconds per forward of a middle stage at the top clock")->capture_default_str();
+  cmd->add_option("--top-clock", gpu->top_clock, "Highest SM clock, MHz")->capture_default_str();
+  cmd->add_option("--bottom-clock", gpu->bottom_clock, "Lowest SM clock, MHz")->capture_default_str();
+  cmd->add_option("--clock-step", gpu->clock_step, "Clock step, MHz")->capture_default_str();
+  cmd->add_option("--noise", gpu->noise, "Relative measurement noise (0 = none)")->capture_default_str();
+  cmd->add_option("--seed", gpu->seed, "Noise seed")->capture_default_str();
+  cmd->add_option("--out", *out, "Output CSV (default: standard output)");
+  return [gpu, out] {
+    const std::string csv = synthetic_profile_csv(*gpu);
+    if (out->empty()) std::fputs(csv.c_str(), stdout); else write_file_atomic(*out, csv);
+    return kExitOk;
+  };
+}
+
+}  // namespace perseus::cli

@@ -1,0 +1,310 @@
+#include "perseus/plan/frontier_record.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/csv.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+using nlohmann::json;
+
+std::vector<std::vector<Instruction>> FrontierRecord::stage_instructions() const {
+  std::vector<std::vector<Instruction>> result;
+  for (int s = 0; s < num_stages; ++s) {
+    result.push_back(stage_schedule(schedule, s, num_stages, num_microbatches));
+  }
+  return result;
+}
+
+FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
+                                    const RecordInfo& info) {
+  const auto& dag = problem.dag;
+  FrontierRecord record;
+  record.profile = info.profile;
+  record.cost_model = info.cost_model;
+  record.num_stages = dag.num_stages;
+  record.num_microbatches = dag.num_microbatches;
+  record.schedule = dag.schedule;
+  record.unit_time = problem.unit_time;
+  record.p_block = problem.p_block;
+  record.stop_reason = frontier.stop_reason;
+  record.interrupted = frontier.interrupted;
+  record.start_quant_time = frontier.start_quant_time;
+  for (const auto& spec : problem.specs) record.model_descriptions.push_back(spec.model->name() + ": " + spec.model->describe());
+
+  // (stage, slot) of every instruction node
+  std::vector<std::pair<int, int>> position(dag.instructions.size());
+  for (int s = 0; s < dag.num_stages; ++s) {
+    for (std::size_t k = 0; k < dag.stage_nodes[s].size(); ++k) {
+      position[dag.stage_nodes[s][k]] = {s, static_cast<int>(k)};
+    }
+  }
+  std::vector<int> durations = frontier.start_durations;
+  double option_energy = 0;  // sum of the assigned options' effective energies
+  for (std::size_t i = 0; i < durations.size(); ++i) {
+    option_energy += problem.spec_of(static_cast<int>(i)).options.option_for(durations[i]).effective_energy;
+  }
+  record.start_durations.resize(dag.num_stages);
+  record.start_frequencies.resize(dag.num_stages);
+  for (int s = 0; s < dag.num_stages; ++s) {
+    for (int node : dag.stage_nodes[s]) {
+      record.start_durations[s].push_back(durations[node]);
+      record.start_frequencies[s].push_back(problem.spec_of(node).options.knob_for(durations[node]));
+    }
+  }
+  const double blocking = dag.num_stages * problem.p_block;
+  for (std::size_t p = 0; p < frontier.points.size(); ++p) {
+    const auto& point = frontier.points[p];
+    std::vector<SlotChange> changes;
+    for (std::size_t c = point.changes_begin; c < frontier.changes_end(p); ++c) {
+      const auto& change = frontier.changes[c];
+      const auto& options = problem.spec_of(change.instruction).options;
+      option_energy += options.option_for(change.duration).effective_energy -
+                       options.option_for(durations[change.instruction]).effective_energy;
+      durations[change.instruction] = change.duration;
+      const auto [stage, slot] = position[change.instruction];
+      changes.push_back({stage, slot, change.duration, options.knob_for(change.duration)});
+    }
+    RecordedPoint recorded;
+    recorded.quant_time = point.quant_time;
+    recorded.time = point.quant_time * problem.unit_time;
+    // The reference's "refined cost": cost + num_stages * real_time * p_p2p, in that order.
+    recorded.energy = point.effective_cost + dag.num_stages * recorded.time * problem.p_block;
+    recorded.cost_change = point.cost_change;
+    recorded.effective_cost = point.effective_cost;
+    recorded.profile_energy = option_energy + blocking * recorded.time;
+    record.points.push_back(recorded);
+    record.changes.push_back(std::move(changes));
+  }
+  return record;
+}
+
+namespace {
+
+json nested(const std::vector<std::vector<int>>& values) { return json(values); }
+
+}  // namespace
+
+void write_frontier_record(const FrontierRecord& record, const std::filesystem::path& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec || !std::filesystem::is_directory(dir)) {
+    throw Error(fmt::format("cannot create output directory '{}'", dir.string()), kExitCantCreate);
+  }
+  {
+    AtomicFile file(dir / "frontier.csv");
+    auto& out = file.stream();
+    out << "index,time,energy,quant_time,cost_change,effective_cost,profile_energy\n";
+    for (std::size_t i = 0; i < record.points.size(); ++i) {
+      const auto& p = record.points[i];
+      out << fmt::format("{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
+                         p.effective_cost, p.profile_energy);
+    }
+    file.commit();
+  }
+  {
+    AtomicFile file(dir / "iteration_time_energy.csv");
+    file.stream() << "time,energy\n";
+    for (const auto& p : record.points) file.stream() << fmt::format("{},{}\n", p.time, p.energy);
+    file.commit();
+  }
+  {
+    AtomicFile file(dir / "plan_changes.csv");
+    file.stream() << "point,stage,slot,duration,frequency\n";
+    for (std::size_t i = 0; i < record.changes.size(); ++i) {
+      for (const auto& c : record.changes[i]) {
+        file.stream() << fmt::format("{},{},{},{},{}\n", i, c.stage, c.slot, c.duration, c.frequency);
+      }
+    }
+    file.commit();
+  }
+  json meta = {
+      {"format", "perseus-frontier/1"},
+      {"profile", record.profile},
+      {"num_stages", record.num_stages},
+      {"num_microbatches", record.num_microbatches},
+      {"schedule", to_string(record.schedule)},
+      {"unit_time", record.unit_time},
+      {"p2p_power", record.p_block},
+      {"cost_model", record.cost_model},
+      {"num_points", record.points.size()},
+      {"stop_reason", record.stop_reason},
+      {"interrupted", record.interrupted},
+      {"models", record.model_descriptions},
+      {"start", {{"quant_time", record.start_quant_time},
+                 {"durations", nested(record.start_durations)},
+                 {"frequencies", nested(record.start_frequencies)}}},
+  };
+  write_file_atomic(dir / "plans.json", meta.dump(1) + "\n");
+}
+
+namespace {
+
+template <typename T>
+T field(const json& object, const char* name, const std::string& file) {
+  if (!object.contains(name)) throw InputError(file, 0, name, "missing");
+  try {
+    return object.at(name).get<T>();
+  } catch (const json::exception&) {
+    throw InputError(file, 0, name, "has the wrong type");
+  }
+}
+
+std::vector<std::vector<std::string_view>> read_rows(const std::string& text, const std::string& file,
+                                                     const std::string& header,
+                                                     std::vector<std::size_t>& lines) {
+  LineReader reader(text);
+  std::string_view line;
+  if (!reader.next(line) || trim(line) != header) {
+    throw InputError(file, 1, "", fmt::format("expected header '{}'", header));
+  }
+  const std::size_t columns = split_csv_line(header).size();
+  std::vector<std::vector<std::string_view>> rows;
+  while (reader.next(line)) {
+    if (trim(line).empty()) continue;
+    auto fields = split_csv_line(line);
+    if (fields.size() != columns) {
+      throw InputError(file, reader.line_number(), "", fmt::format("expected {} fields", columns));
+    }
+    rows.push_back(std::move(fields));
+    lines.push_back(reader.line_number());
+  }
+  return rows;
+}
+
+long long int_field(std::string_view text, const std::string& file, std::size_t line, const char* name) {
+  const auto value = parse_integer(text);
+  if (!value) throw InputError(file, line, name, fmt::format("'{}' is not an integer", text));
+  return *value;
+}
+
+double number_field(std::string_view text, const std::string& file, std::size_t line, const char* name) {
+  const auto value = parse_double(text);
+  if (!value || !std::isfinite(*value)) throw InputError(file, line, name, fmt::format("'{}' is not a number", text));
+  return *value;
+}
+
+}  // namespace
+
+FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
+  FrontierRecord record;
+  const std::string meta_file = (dir / "plans.json").string();
+  json meta;
+  try {
+    meta = json::parse(read_file(meta_file));
+  } catch (const json::parse_error& e) {
+    throw InputError(meta_file, 0, "", fmt::format("not valid JSON ({})", e.what()));
+  }
+  record.profile = field<std::string>(meta, "profile", meta_file);
+  record.num_stages = field<int>(meta, "num_stages", meta_file);
+  record.num_microbatches = field<int>(meta, "num_microbatches", meta_file);
+  const auto schedule = parse_schedule_kind(field<std::string>(meta, "schedule", meta_file));
+  if (!schedule) throw InputError(meta_file, 0, "schedule", "must be 1f1b or gpipe");
+  record.schedule = *schedule;
+  record.unit_time = field<double>(meta, "unit_time", meta_file);
+  record.p_block = field<double>(meta, "p2p_power", meta_file);
+  record.cost_model = field<std::string>(meta, "cost_model", meta_file);
+  record.stop_reason = field<std::string>(meta, "stop_reason", meta_file);
+  record.interrupted = field<bool>(meta, "interrupted", meta_file);
+  record.model_descriptions = field<std::vector<std::string>>(meta, "models", meta_file);
+  const json start = field<json>(meta, "start", meta_file);
+  record.start_quant_time = field<int>(start, "quant_time", meta_file);
+  record.start_durations = field<std::vector<std::vector<int>>>(start, "durations", meta_file);
+  record.start_frequencies = field<std::vector<std::vector<int>>>(start, "frequencies", meta_file);
+  if (record.num_stages < 1 || record.num_microbatches < 1) {
+    throw InputError(meta_file, 0, "num_stages", "stages and microbatches must be at least 1");
+  }
+  const auto layout = record.stage_instructions();
+  if (record.start_frequencies.size() != layout.size() || record.start_durations.size() != layout.size()) {
+    throw InputError(meta_file, 0, "start", "needs one list per stage");
+  }
+  for (std::size_t s = 0; s < layout.size(); ++s) {
+    if (record.start_frequencies[s].size() != layout[s].size() || record.start_durations[s].size() != layout[s].size()) {
+      throw InputError(meta_file, 0, "start", fmt::format("stage {} needs {} entries", s, layout[s].size()));
+    }
+  }
+
+  const std::string frontier_file = (dir / "frontier.csv").string();
+  const std::string frontier_text = read_file(frontier_file);
+  std::vector<std::size_t> lines;
+  const auto rows = read_rows(frontier_text, frontier_file,
+                              "index,time,energy,quant_time,cost_change,effective_cost,profile_energy", lines);
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const auto& r = rows[i];
+    if (int_field(r[0], frontier_file, lines[i], "index") != static_cast<long long>(i)) {
+      throw InputError(frontier_file, lines[i], "index", fmt::format("expected {}", i));
+    }
+    RecordedPoint p;
+    p.time = number_field(r[1], frontier_file, lines[i], "time");
+    p.energy = number_field(r[2], frontier_file, lines[i], "energy");
+    p.quant_time = static_cast<int>(int_field(r[3], frontier_file, lines[i], "quant_time"));
+    p.cost_change = number_field(r[4], frontier_file, lines[i], "cost_change");
+    p.effective_cost = number_field(r[5], frontier_file, lines[i], "effective_cost");
+    p.profile_energy = number_field(r[6], frontier_file, lines[i], "profile_energy");
+    record.points.push_back(p);
+  }
+  record.changes.resize(record.points.size());
+
+  const std::string changes_file = (dir / "plan_changes.csv").string();
+  const std::string changes_text = read_file(changes_file);
+  lines.clear();
+  const auto change_rows = read_rows(changes_text, changes_file, "point,stage,slot,duration,frequency", lines);
+  for (std::size_t i = 0; i < change_rows.size(); ++i) {
+    const auto& r = change_rows[i];
+    const auto point = int_field(r[0], changes_file, lines[i], "point");
+    SlotChange c;
+    c.stage = static_cast<int>(int_field(r[1], changes_file, lines[i], "stage"));
+    c.slot = static_cast<int>(int_field(r[2], changes_file, lines[i], "slot"));
+    c.duration = static_cast<int>(int_field(r[3], changes_file, lines[i], "duration"));
+    c.frequency = static_cast<int>(int_field(r[4], changes_file, lines[i], "frequency"));
+    if (point < 0 || point >= static_cast<long long>(record.points.size())) {
+      throw InputError(changes_file, lines[i], "point", "no such frontier point in frontier.csv");
+    }
+    if (c.stage < 0 || c.stage >= record.num_stages || c.slot < 0 ||
+        c.slot >= static_cast<int>(layout[c.stage].size())) {
+      throw InputError(changes_file, lines[i], "slot", "outside the pipeline schedule");
+    }
+    record.changes[point].push_back(c);
+  }
+  return record;
+}
+
+Plan plan_at(const FrontierRecord& record, std::size_t index) {
+  if (index >= record.points.size()) {
+    throw Error(fmt::format("plan index {} is out of range: the frontier has {} points", index,
+                            record.points.size()),
+                kExitUsage);
+  }
+  Plan plan;
+  plan.index = index;
+  plan.num_stages = record.num_stages;
+  plan.num_microbatches = record.num_microbatches;
+  plan.schedule = record.schedule;
+  plan.frequencies = record.start_frequencies;
+  for (std::size_t p = 0; p <= index; ++p) {
+    for (const auto& c : record.changes[p]) plan.frequencies[c.stage][c.slot] = c.frequency;
+  }
+  const auto& point = record.points[index];
+  plan.time = point.time;
+  plan.energy = point.energy;
+  plan.cost_change = point.cost_change;
+  plan.effective_cost = point.effective_cost;
+  return plan;
+}
+
+std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline) {
+  std::optional<std::size_t> best;
+  for (std::size_t i = 0; i < record.points.size(); ++i) {
+    // Times are multiples of unit_time; tolerate the rounding of a deadline given in seconds.
+    if (record.points[i].time > deadline + 1e-9 * std::max(1.0, deadline)) continue;
+    if (!best || record.points[i].energy < record.points[*best].energy) best = i;
+  }
+  return best;
+}
+
+}  // namespace perseus

@@ -1,0 +1,187 @@
+#include "perseus/plan/plan_files.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/csv.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+using nlohmann::json;
+
+std::string python_float(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  std::string text = fmt::format("{}", value);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
+}
+
+std::string plan_to_json(const Plan& plan) {
+  json instructions = json::array();
+  for (int s = 0; s < plan.num_stages; ++s) {
+    json names = json::array();
+    for (const auto& inst : stage_schedule(plan.schedule, s, plan.num_stages, plan.num_microbatches)) {
+      names.push_back(fmt::format("{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch));
+    }
+    instructions.push_back(std::move(names));
+  }
+  json out = {{"format", "perseus-plan/1"},
+              {"time", plan.time},
+              {"energy", plan.energy},
+              {"num_stages", plan.num_stages},
+              {"num_microbatches", plan.num_microbatches},
+              {"schedule", to_string(plan.schedule)},
+              {"frequencies", plan.frequencies},
+              {"instructions", instructions}};
+  if (plan.index) out["index"] = *plan.index;
+  return out.dump(1) + "\n";
+}
+
+std::string plan_to_python(const Plan& plan, std::size_t iteration) {
+  std::string text = "[\n";
+  for (const auto& stage : plan.frequencies) text += fmt::format("[{}],\n", fmt::join(stage, ", "));
+  text += "]\n";
+  const std::string prefix = fmt::format("# Iteration {}: ", iteration);
+  text += prefix + "cost change " + python_float(plan.cost_change) + " \n";
+  text += prefix + "total cost " + python_float(plan.effective_cost) + " \n";
+  text += prefix + "refined cost " + python_float(plan.energy) + " \n";
+  return text;
+}
+
+namespace {
+
+// Recursive-descent reader for `[[int, ...], ...]` with Python's optional trailing commas.
+class ListParser {
+ public:
+  ListParser(const std::string& text, const std::string& source) : text_(text), source_(source) {}
+
+  std::vector<std::vector<int>> parse() {
+    std::vector<std::vector<int>> result;
+    expect('[');
+    skip();
+    while (peek() != ']') {
+      result.push_back(parse_stage());
+      skip();
+      if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' after a stage's list");
+    }
+    ++pos_;
+    skip();
+    if (pos_ != text_.size()) fail("unexpected text after the plan's list");
+    return result;
+  }
+
+ private:
+  std::vector<int> parse_stage() {
+    std::vector<int> stage;
+    expect('[');
+    skip();
+    while (peek() != ']') {
+      const std::size_t start = pos_;
+      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+      if (start == pos_) fail("expected a clock (a positive integer)");
+      const auto value = parse_integer(std::string_view(text_).substr(start, pos_ - start));
+      if (!value || *value <= 0 || *value > 1000000) fail("clock out of range");
+      stage.push_back(static_cast<int>(*value));
+      skip();
+      if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' in a stage's list");
+    }
+    ++pos_;
+    return stage;
+  }
+  // Whitespace and comments (which run to the end of their line) are skipped.
+  void skip() {
+    while (pos_ < text_.size()) {
+      const char c = text_[pos_];
+      if (c == '#') {
+        while (pos_ < text_.size() && text_[pos_] != '\n') ++pos_;
+      } else if (std::isspace(static_cast<unsigned char>(c))) {
+        ++pos_;
+      } else {
+        return;
+      }
+    }
+  }
+  char peek() {
+    if (pos_ >= text_.size()) fail("unexpected end of file");
+    return text_[pos_];
+  }
+  void expect(char c) {
+    skip();
+    if (peek() != c) fail(fmt::format("expected '{}'", c));
+    ++pos_;
+  }
+  [[noreturn]] void fail(const std::string& problem) {
+    const std::size_t line = 1 + static_cast<std::size_t>(std::count(text_.begin(), text_.begin() + std::min(pos_, text_.size()), '\n'));
+    throw InputError(source_, line, "", problem + " (a plan file holds only a list of per-stage clock lists and comments)");
+  }
+
+  const std::string& text_;
+  const std::string& source_;
+  std::size_t pos_ = 0;
+};
+
+std::optional<double> comment_value(const std::string& text, const std::string& key) {
+  LineReader reader(text);
+  std::string_view line;
+  while (reader.next(line)) {
+    line = trim(line);
+    if (line.empty() || line.front() != '#') continue;
+    const auto at = line.find(key);
+    if (at == std::string_view::npos) continue;
+    return parse_double(line.substr(at + key.size()));
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+PlanFile parse_python_plan(const std::string& text, const std::string& source) {
+  PlanFile plan;
+  plan.frequencies = ListParser(text, source).parse();
+  if (plan.frequencies.empty()) throw InputError(source, 1, "", "the plan lists no stages");
+  plan.cost_change = comment_value(text, ": cost change ");
+  plan.total_cost = comment_value(text, ": total cost ");
+  plan.refined_cost = comment_value(text, ": refined cost ");
+  return plan;
+}
+
+PlanFile parse_json_plan(const std::string& text, const std::string& source) {
+  json doc;
+  try {
+    doc = json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw InputError(source, 0, "", fmt::format("not valid JSON ({})", e.what()));
+  }
+  PlanFile plan;
+  if (!doc.is_object() || !doc.contains("frequencies")) throw InputError(source, 0, "frequencies", "missing");
+  try {
+    plan.frequencies = doc.at("frequencies").get<std::vector<std::vector<int>>>();
+  } catch (const json::exception&) {
+    throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
+  }
+  for (const auto& stage : plan.frequencies) {
+    for (int f : stage) {
+      if (f <= 0) throw InputError(source, 0, "frequencies", "clocks must be positive");
+    }
+  }
+  if (plan.frequencies.empty()) throw InputError(source, 0, "frequencies", "lists no stages");
+  if (doc.contains("time") && doc["time"].is_number()) plan.time = doc["time"].get<double>();
+  if (doc.contains("energy") && doc["energy"].is_number()) plan.energy = doc["energy"].get<double>();
+  return plan;
+}
+
+PlanFile read_plan_file(const std::filesystem::path& path) {
+  const std::string text = read_file(path);
+  if (path.extension() == ".json") return parse_json_plan(text, path.string());
+  if (path.extension() == ".py") return parse_python_plan(text, path.string());
+  throw Error(fmt::format("'{}': a plan file must end in .json or .py", path.string()), kExitUsage);
+}
+
+}  // namespace perseus
