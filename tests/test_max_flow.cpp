@@ -1,0 +1,83 @@
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "perseus/solver/max_flow.hpp"
+
+using namespace perseus;
+
+namespace {
+
+// Random DAG on n nodes with bounds; node 0 is the source, n-1 the sink.
+std::vector<BoundedArc> random_arcs(std::mt19937& rng, int n, int extra) {
+  std::vector<BoundedArc> arcs;
+  std::uniform_int_distribution<int> cap(1, 50), low(0, 3);
+  for (int v = 0; v + 1 < n; ++v) arcs.push_back({v, v + 1, 0, cap(rng)});  // a spine keeps all on s-t paths
+  std::uniform_int_distribution<int> node(0, n - 1);
+  for (int i = 0; i < extra; ++i) {
+    int u = node(rng), v = node(rng);
+    if (u == v) continue;
+    if (u > v) std::swap(u, v);
+    const int upper = cap(rng);
+    arcs.push_back({u, v, std::min(upper, low(rng)), upper});
+  }
+  return arcs;
+}
+
+std::int64_t value(const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>& flow, int source) {
+  std::int64_t out = 0;
+  for (std::size_t i = 0; i < arcs.size(); ++i) {
+    if (arcs[i].from == source) out += flow[i];
+    if (arcs[i].to == source) out -= flow[i];
+  }
+  return out;
+}
+
+void expect_valid(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>& flow) {
+  std::vector<std::int64_t> balance(n, 0);
+  for (std::size_t i = 0; i < arcs.size(); ++i) {
+    EXPECT_GE(flow[i], arcs[i].lower);
+    EXPECT_LE(flow[i], arcs[i].upper);
+    balance[arcs[i].to] += flow[i];
+    balance[arcs[i].from] -= flow[i];
+  }
+  for (int v = 1; v + 1 < n; ++v) EXPECT_EQ(balance[v], 0) << "node " << v;
+}
+
+}  // namespace
+
+TEST(MaxFlow, DinicMatchesBoostOnRandomBoundedNetworks) {
+  std::mt19937 rng(7);
+  int feasible = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 3 + trial % 20;
+    const auto arcs = random_arcs(rng, n, 2 * n);
+    const auto mine = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::dinic);
+    const auto oracle = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::boost_push_relabel);
+    ASSERT_EQ(mine.has_value(), oracle.has_value()) << "trial " << trial;
+    if (!mine) continue;
+    ++feasible;
+    expect_valid(n, arcs, *mine);
+    expect_valid(n, arcs, *oracle);
+    EXPECT_EQ(value(arcs, *mine, 0), value(arcs, *oracle, 0)) << "trial " << trial;
+    // A warm start from any feasible flow reaches the same maximum.
+    const auto warm = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::dinic, &*oracle);
+    ASSERT_TRUE(warm);
+    EXPECT_EQ(value(arcs, *warm, 0), value(arcs, *mine, 0));
+  }
+  EXPECT_GT(feasible, 100);
+}
+
+TEST(MaxFlow, InfeasibleLowerBoundsAreReported) {
+  // The second arc demands 5 units that the first can never deliver.
+  const std::vector<BoundedArc> arcs = {{0, 1, 0, 3}, {1, 2, 5, 10}};
+  EXPECT_FALSE(bounded_max_flow(3, arcs, 0, 2, MaxFlowAlgorithm::dinic));
+  EXPECT_FALSE(bounded_max_flow(3, arcs, 0, 2, MaxFlowAlgorithm::boost_push_relabel));
+}
+
+TEST(MaxFlow, SeriesArcsShareTheTightestBounds) {
+  const std::vector<BoundedArc> arcs = {{0, 1, 2, 9}, {1, 2, 4, 6}, {2, 3, 0, 8}};
+  const auto flow = bounded_max_flow(4, arcs, 0, 3, MaxFlowAlgorithm::dinic);
+  ASSERT_TRUE(flow);
+  EXPECT_EQ(*flow, (std::vector<std::int64_t>{6, 6, 6}));
+}

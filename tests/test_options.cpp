@@ -1,0 +1,68 @@
+#include <gtest/gtest.h>
+
+#include "perseus/model/options.hpp"
+#include "perseus/util/pyfloat.hpp"
+
+using namespace perseus;
+
+namespace {
+std::vector<ProfileRow> rows(std::initializer_list<std::tuple<int, double, double>> list) {
+  std::vector<ProfileRow> result;
+  for (const auto& [f, t, e] : list) result.push_back({0, InstructionKind::forward, f, t, e, 0});
+  return result;
+}
+}  // namespace
+
+TEST(PyFloat, FloorDivisionMatchesPython) {
+  // Values checked against CPython: 0.05016166687011708 // 0.001 == 50.0, 0.3 // 0.1 == 2.0.
+  EXPECT_EQ(py_floordiv(0.05016166687011708, 0.001), 50.0);
+  EXPECT_EQ(py_floordiv(0.3, 0.1), 2.0);
+  EXPECT_EQ(py_floordiv(1.0, 0.1), 9.0);  // 1.0 // 0.1 == 9.0 in Python, not 10
+  EXPECT_EQ(py_floordiv(10000.0, 1e-6), 1e10);
+  EXPECT_EQ(py_floordiv(-0.5, 1.0), -1.0);
+}
+
+TEST(Options, ParetoFilterQuantizeDedupeAndSort) {
+  // 1200 is dominated by 1300 (faster and cheaper); 1400/1300 share quant 10, 1100/1000 quant 12.
+  const auto options = pareto_options(rows({{1400, 0.0101, 30}, {1300, 0.0105, 25}, {1200, 0.0110, 26},
+                                            {1100, 0.0121, 21}, {1000, 0.0129, 20}}),
+                                      0.001, 1.0);
+  ASSERT_EQ(options.size(), 2u);
+  EXPECT_EQ(options[0].quant_time, 12);
+  EXPECT_EQ(options[0].frequency, 1100);  // the larger energy wins among equal quant times
+  EXPECT_EQ(options[1].quant_time, 10);
+  EXPECT_EQ(options[1].frequency, 1400);  // quant 10: 1400 (30 J) beats 1300 (25 J)
+}
+
+TEST(Options, NoiseFactorFallbackKeepsNearlyDominatedOptions) {
+  // Strictly, 1300 and 1100 are dominated; within 5% slack they survive.
+  const auto input = rows({{1400, 0.0105, 30}, {1300, 0.0125, 30.5}, {1200, 0.0115, 29}, {1100, 0.0145, 29.2},
+                           {1000, 0.0135, 28}});
+  const auto strict = pareto_options(input, 0.001, 1.0);
+  EXPECT_EQ(strict.size(), 3u);
+  const auto built = build_options(input, {0.001, 0.0, 0.95});
+  EXPECT_TRUE(built.used_noise_factor());
+  EXPECT_EQ(built.options().size(), 5u);
+}
+
+TEST(Options, EffectiveEnergyAndKnobLookup) {
+  const auto built = build_options(rows({{1400, 0.0101, 30}, {1200, 0.0125, 28}, {1000, 0.0152, 27}, {900, 0.0172, 26.5}}),
+                                   {0.001, 100.0, 0.95});
+  ASSERT_EQ(built.options().size(), 4u);
+  EXPECT_FALSE(built.used_noise_factor());
+  EXPECT_DOUBLE_EQ(built.options()[0].effective_energy, 26.5 - 100.0 * 17 * 0.001);
+  EXPECT_EQ(built.max_quant(), 17);
+  EXPECT_EQ(built.min_quant(), 10);
+  EXPECT_EQ(built.knob_for(17), 900);
+  EXPECT_EQ(built.knob_for(16), 1000);  // the slowest option that fits in 16
+  EXPECT_EQ(built.knob_for(12), 1200);
+  EXPECT_EQ(built.knob_for(11), 1400);
+  EXPECT_EQ(built.knob_for(3), 1400);   // below everything: the fastest
+}
+
+TEST(Options, SingleOptionAndAllEqual) {
+  EXPECT_EQ(build_options(rows({{1400, 0.01, 30}}), {}).options().size(), 1u);
+  const auto equal = build_options(rows({{1400, 0.01, 30}, {1300, 0.01, 30}, {1200, 0.01, 30}}), {});
+  ASSERT_EQ(equal.options().size(), 1u);
+  EXPECT_EQ(equal.min_quant(), equal.max_quant());
+}

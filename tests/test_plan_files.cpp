@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "perseus/plan/plan_files.hpp"
+#include "perseus/util/error.hpp"
+#include "solver_fixtures.hpp"
+
+using namespace perseus;
+
+namespace {
+std::filesystem::path temp_dir(const std::string& name) {
+  auto dir = std::filesystem::temp_directory_path() / ("perseus_test_" + name + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  return dir;
+}
+}  // namespace
+
+TEST(FrontierRecord, RoundTripReconstructsEveryPlanExactly) {
+  const auto problem = fixtures::synthetic_problem(3, 5, 0.01, 9);
+  const Frontier frontier = solve_frontier(problem);
+  const auto record = make_frontier_record(problem, frontier, {"synthetic.csv", "exp"});
+  const auto dir = temp_dir("record");
+  write_frontier_record(record, dir);
+  const auto back = read_frontier_record(dir);
+  ASSERT_EQ(back.points.size(), frontier.points.size());
+  for (std::size_t i = 0; i < frontier.points.size(); i += 7) {
+    const auto durations = frontier.durations_at(i);
+    const Plan plan = plan_at(back, i);
+    for (int s = 0; s < problem.dag.num_stages; ++s) {
+      for (std::size_t k = 0; k < problem.dag.stage_nodes[s].size(); ++k) {
+        const int node = problem.dag.stage_nodes[s][k];
+        EXPECT_EQ(plan.frequencies[s][k], problem.spec_of(node).options.knob_for(durations[node]));
+      }
+    }
+    EXPECT_DOUBLE_EQ(plan.time, frontier.points[i].quant_time * 0.001);
+    EXPECT_DOUBLE_EQ(plan.energy, record.points[i].energy);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(FrontierRecord, CheapestWithinDeadline) {
+  FrontierRecord record;
+  for (auto [t, e] : std::vector<std::pair<double, double>>{{3.0, 10}, {2.9, 9.5}, {2.8, 11}, {2.7, 12}}) {
+    RecordedPoint p;
+    p.time = t;
+    p.energy = e;
+    record.points.push_back(p);
+  }
+  EXPECT_EQ(cheapest_within(record, 3.0), 1u);  // 2.9 s is cheaper than 3.0 s
+  EXPECT_EQ(cheapest_within(record, 2.85), 2u);
+  EXPECT_EQ(cheapest_within(record, 2.7), 3u);
+  EXPECT_FALSE(cheapest_within(record, 2.6));
+}
+
+TEST(PlanFiles, PythonPlanRoundTripsWithoutEvaluation) {
+  Plan plan;
+  plan.num_stages = 2;
+  plan.num_microbatches = 1;
+  plan.frequencies = {{1410, 1395}, {1380, 1410}};
+  plan.cost_change = 0.5;
+  plan.effective_cost = 100;
+  plan.energy = 5736.362622327515;
+  const std::string text = plan_to_python(plan, 7);
+  EXPECT_EQ(text,
+            "[\n[1410, 1395],\n[1380, 1410],\n]\n# Iteration 7: cost change 0.5 \n"
+            "# Iteration 7: total cost 100.0 \n# Iteration 7: refined cost 5736.362622327515 \n");
+  const PlanFile back = parse_python_plan(text, "freqs_pipeline_00007.py");
+  EXPECT_EQ(back.frequencies, plan.frequencies);
+  EXPECT_DOUBLE_EQ(*back.refined_cost, plan.energy);
+  EXPECT_DOUBLE_EQ(*back.total_cost, 100.0);
+}
+
+TEST(PlanFiles, PythonCodeIsRejectedNotRun) {
+  for (const std::string text : {"__import__('os').system('touch /tmp/pwned')\n", "[[1410], [1+1]]\n",
+                                 "[[1410]]\nprint(1)\n", "[[1410, -5]]\n", "[[1410]", "[]\n"}) {
+    EXPECT_THROW(parse_python_plan(text, "evil.py"), InputError) << text;
+  }
+  try {
+    parse_python_plan("[\n[1410, 1395],\n[1380, x],\n]\n", "bad.py");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("bad.py:3: expected a clock", 0), 0u) << e.what();
+  }
+}
+
+TEST(PlanFiles, JsonPlanValidation) {
+  EXPECT_EQ(parse_json_plan(R"({"frequencies": [[1410, 900]], "time": 1.5})", "p.json").frequencies,
+            (std::vector<std::vector<int>>{{1410, 900}}));
+  EXPECT_THROW(parse_json_plan("{", "p.json"), InputError);
+  EXPECT_THROW(parse_json_plan(R"({"frequencies": [["fast"]]})", "p.json"), InputError);
+  EXPECT_THROW(parse_json_plan(R"({"time": 1})", "p.json"), InputError);
+}
