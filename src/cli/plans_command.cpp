@@ -103,19 +103,9 @@ int run_export(const ExportArgs& args) {
     throw Error(fmt::format("cannot create output directory '{}'", args.out), kExitCantCreate);
   }
   const bool json = args.format != "py", python = args.format != "json";
-  // Replaying changes once, in order, keeps exporting thousands of plans linear.
-  Plan plan = plan_at(record, 0);
-  std::size_t at = 0;
+  Plan plan = plan_at(record, indices.front());
   for (std::size_t index : indices) {
-    for (; at < index; ++at) {
-      for (const auto& c : record.changes[at + 1]) plan.frequencies[c.stage][c.slot] = c.frequency;
-    }
-    const auto& point = record.points[index];
-    plan.index = index;
-    plan.time = point.time;
-    plan.energy = point.energy;
-    plan.cost_change = point.cost_change;
-    plan.effective_cost = point.effective_cost;
+    advance_plan(record, plan, index);
     const auto base = std::filesystem::path(args.out) / fmt::format("freqs_pipeline_{:05d}", index);
     if (json) write_file_atomic(base.string() + ".json", plan_to_json(plan));
     if (python) write_file_atomic(base.string() + ".py", plan_to_python(plan, index));

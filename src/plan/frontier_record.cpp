@@ -281,20 +281,25 @@ Plan plan_at(const FrontierRecord& record, std::size_t index) {
                 kExitUsage);
   }
   Plan plan;
-  plan.index = index;
   plan.num_stages = record.num_stages;
   plan.num_microbatches = record.num_microbatches;
   plan.schedule = record.schedule;
   plan.frequencies = record.start_frequencies;
-  for (std::size_t p = 0; p <= index; ++p) {
+  advance_plan(record, plan, index);
+  return plan;
+}
+
+void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index) {
+  const std::size_t first = plan.index ? *plan.index + 1 : 0;
+  for (std::size_t p = first; p <= index; ++p) {
     for (const auto& c : record.changes[p]) plan.frequencies[c.stage][c.slot] = c.frequency;
   }
   const auto& point = record.points[index];
+  plan.index = index;
   plan.time = point.time;
   plan.energy = point.energy;
   plan.cost_change = point.cost_change;
   plan.effective_cost = point.effective_cost;
-  return plan;
 }
 
 std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline) {

@@ -74,6 +74,9 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
 FrontierRecord read_frontier_record(const std::filesystem::path& dir);
 
 Plan plan_at(const FrontierRecord& record, std::size_t index);
+// Moves `plan` (currently at a point before `index`) forward to `index` by replaying only the
+// changes in between, so that walking the frontier in order stays linear.
+void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index);
 // The cheapest point whose time is at most `deadline` seconds; nullopt when none is that fast.
 std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline);
 
