@@ -22,6 +22,10 @@ int main(int argc, char** argv) {
   add(cli::add_optimize_command);
   add(cli::add_plans_command);
   add(cli::add_synth_profile_command);
+  add(cli::add_emulate_command);
+  add(cli::add_baseline_command);
+  add(cli::add_whatif_command);
+  add(cli::add_plot_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -8,6 +8,7 @@
 #include <cstdio>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/baselines/envpipe.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/solver/planning.hpp"
 #include "perseus/util/error.hpp"
@@ -29,6 +30,7 @@ struct OptimizeArgs {
   PlanningConfig config;
   std::string schedule = "1f1b";
   std::string cost_model = "exp";
+  int envpipe_memory_cap = -1;
   bool quiet = false;
 };
 
@@ -60,13 +62,22 @@ class Progress {
 };
 
 int run_optimize(OptimizeArgs& args) {
-  const auto schedule = parse_schedule_kind(args.schedule);
-  if (!schedule) throw Error("--schedule must be 1f1b or gpipe", kExitUsage);
+  const bool envpipe = args.schedule == "envpipe";
+  const auto schedule = envpipe ? ScheduleKind::one_f_one_b : parse_schedule_kind(args.schedule);
+  if (!schedule) throw Error("--schedule must be 1f1b, gpipe or envpipe", kExitUsage);
   args.config.schedule = *schedule;
   args.config.cost_model = args.cost_model == "pwl" ? CostModelKind::piecewise_linear : CostModelKind::exponential;
+  if (envpipe && !args.config.extra_forwards.empty()) {
+    throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
+  }
 
   const auto started = std::chrono::steady_clock::now();
   const Profile profile = read_profile(args.profile);
+  if (envpipe) {
+    check_profile_covers(profile, args.config.num_stages);
+    args.config.extra_forwards = envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches,
+                                                        args.envpipe_memory_cap);
+  }
   const PlanningProblem problem = make_planning_problem(profile, args.config);
 
   g_stop.store(false);
@@ -109,7 +120,12 @@ Runner add_optimize_command(CLI::App& app) {
   cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(CLI::NonNegativeNumber);
   cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--schedule", args->schedule, "Pipeline schedule")->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe"}));
+  cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b, gpipe, or envpipe (1F1B with EnvPipe's extra forwards)")
+      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "envpipe"}));
+  cmd->add_option("--extra-forwards", args->config.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
+      ->delimiter(',');
+  cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--cost-model", args->cost_model, "exp: a*exp(b*q)+c fit (reference); pwl: convex piecewise-linear hull")
       ->capture_default_str()->check(CLI::IsMember({"exp", "pwl"}));
   cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();

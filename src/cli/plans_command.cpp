@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/plan_source.hpp"
 #include "perseus/plan/plan_files.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
@@ -14,52 +15,10 @@ namespace perseus::cli {
 
 namespace {
 
-// How a plan is chosen: exactly one of these may be given.
-struct Selector {
-  std::optional<std::size_t> index;
-  std::optional<double> time;
-  std::optional<double> slowdown;
-};
-
-void add_selector(CLI::App* cmd, Selector& s) {
-  auto* index = cmd->add_option("--index", s.index, "Frontier point (0 = slowest)");
-  auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(CLI::PositiveNumber);
-  auto* slow = cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
-                   ->check(CLI::Range(1.0, 1e6));
-  index->excludes(time)->excludes(slow);
-  time->excludes(slow);
-}
-
-bool has_selection(const Selector& s) { return s.index || s.time || s.slowdown; }
-
-std::size_t select(const FrontierRecord& record, const Selector& s) {
-  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
-  if (s.index) return *s.index;
-  double deadline = record.points.back().time;  // default: the fastest plan
-  if (s.time) deadline = *s.time;
-  if (s.slowdown) deadline = record.points.back().time * *s.slowdown;
-  const auto found = cheapest_within(record, deadline);
-  if (!found) {
-    throw Error(fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline,
-                            record.points.back().time),
-                kExitUsage);
-  }
-  return *found;
-}
-
 void print_plan(const Plan& plan, const FrontierRecord& record) {
   std::printf("%s", fmt::format("plan {} of {}: iteration time {:.6g} s, energy {:.6g} J\n", *plan.index,
                                 record.points.size(), plan.time, plan.energy).c_str());
-  const auto layout = record.stage_instructions();
-  for (int s = 0; s < plan.num_stages; ++s) {
-    std::string line = fmt::format("stage {}:", s);
-    for (std::size_t k = 0; k < layout[s].size(); ++k) {
-      const auto& inst = layout[s][k];
-      line += fmt::format(" {}{}@{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
-                          plan.frequencies[s][k]);
-    }
-    std::printf("%s\n", line.c_str());
-  }
+  std::printf("%s", plan_to_text(plan).c_str());
 }
 
 struct ShowArgs {

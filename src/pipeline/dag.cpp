@@ -8,8 +8,11 @@
 
 namespace perseus {
 
-PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches) {
+PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches,
+                               const std::vector<int>& extra_forwards) {
+  check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
   PipelineDag dag;
+  dag.extra_forwards = extra_forwards;
   dag.num_stages = num_stages;
   dag.num_microbatches = num_microbatches;
   dag.schedule = schedule;
@@ -18,7 +21,8 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
   auto backward_id = forward_id;
   for (int s = 0; s < num_stages; ++s) {
     std::vector<int> ids;
-    for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches)) {
+    for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches,
+                                                    extra_forwards.empty() ? 0 : extra_forwards[s])) {
       const int id = static_cast<int>(dag.instructions.size());
       dag.instructions.push_back(inst);
       ids.push_back(id);

@@ -13,12 +13,26 @@ namespace perseus {
 
 using nlohmann::json;
 
-std::vector<std::vector<Instruction>> FrontierRecord::stage_instructions() const {
+namespace {
+
+std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_stages, int num_microbatches,
+                                                const std::vector<int>& extra_forwards) {
   std::vector<std::vector<Instruction>> result;
   for (int s = 0; s < num_stages; ++s) {
-    result.push_back(stage_schedule(schedule, s, num_stages, num_microbatches));
+    result.push_back(stage_schedule(schedule, s, num_stages, num_microbatches,
+                                    extra_forwards.empty() ? 0 : extra_forwards[s]));
   }
   return result;
+}
+
+}  // namespace
+
+std::vector<std::vector<Instruction>> FrontierRecord::stage_instructions() const {
+  return layout_of(schedule, num_stages, num_microbatches, extra_forwards);
+}
+
+std::vector<std::vector<Instruction>> Plan::stage_instructions() const {
+  return layout_of(schedule, num_stages, num_microbatches, extra_forwards);
 }
 
 FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
@@ -30,6 +44,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.num_stages = dag.num_stages;
   record.num_microbatches = dag.num_microbatches;
   record.schedule = dag.schedule;
+  record.extra_forwards = dag.extra_forwards;
   record.unit_time = problem.unit_time;
   record.p_block = problem.p_block;
   record.stop_reason = frontier.stop_reason;
@@ -129,6 +144,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"num_stages", record.num_stages},
       {"num_microbatches", record.num_microbatches},
       {"schedule", to_string(record.schedule)},
+      {"extra_forwards", record.extra_forwards},
       {"unit_time", record.unit_time},
       {"p2p_power", record.p_block},
       {"cost_model", record.cost_model},
@@ -206,6 +222,9 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const auto schedule = parse_schedule_kind(field<std::string>(meta, "schedule", meta_file));
   if (!schedule) throw InputError(meta_file, 0, "schedule", "must be 1f1b or gpipe");
   record.schedule = *schedule;
+  if (meta.contains("extra_forwards")) {
+    record.extra_forwards = field<std::vector<int>>(meta, "extra_forwards", meta_file);
+  }
   record.unit_time = field<double>(meta, "unit_time", meta_file);
   record.p_block = field<double>(meta, "p2p_power", meta_file);
   record.cost_model = field<std::string>(meta, "cost_model", meta_file);
@@ -218,6 +237,11 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   record.start_frequencies = field<std::vector<std::vector<int>>>(start, "frequencies", meta_file);
   if (record.num_stages < 1 || record.num_microbatches < 1) {
     throw InputError(meta_file, 0, "num_stages", "stages and microbatches must be at least 1");
+  }
+  try {
+    check_extra_forwards(record.schedule, record.extra_forwards, record.num_stages, record.num_microbatches);
+  } catch (const Error& e) {
+    throw InputError(meta_file, 0, "extra_forwards", e.what());
   }
   const auto layout = record.stage_instructions();
   if (record.start_frequencies.size() != layout.size() || record.start_durations.size() != layout.size()) {
@@ -284,6 +308,7 @@ Plan plan_at(const FrontierRecord& record, std::size_t index) {
   plan.num_stages = record.num_stages;
   plan.num_microbatches = record.num_microbatches;
   plan.schedule = record.schedule;
+  plan.extra_forwards = record.extra_forwards;
   plan.frequencies = record.start_frequencies;
   advance_plan(record, plan, index);
   return plan;

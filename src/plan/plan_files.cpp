@@ -25,9 +25,10 @@ std::string python_float(double value) {
 
 std::string plan_to_json(const Plan& plan) {
   json instructions = json::array();
+  const auto layout = plan.stage_instructions();
   for (int s = 0; s < plan.num_stages; ++s) {
     json names = json::array();
-    for (const auto& inst : stage_schedule(plan.schedule, s, plan.num_stages, plan.num_microbatches)) {
+    for (const auto& inst : layout[s]) {
       names.push_back(fmt::format("{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch));
     }
     instructions.push_back(std::move(names));
@@ -38,10 +39,26 @@ std::string plan_to_json(const Plan& plan) {
               {"num_stages", plan.num_stages},
               {"num_microbatches", plan.num_microbatches},
               {"schedule", to_string(plan.schedule)},
+              {"extra_forwards", plan.extra_forwards},
               {"frequencies", plan.frequencies},
               {"instructions", instructions}};
   if (plan.index) out["index"] = *plan.index;
   return out.dump(1) + "\n";
+}
+
+std::string plan_to_text(const Plan& plan) {
+  const auto layout = plan.stage_instructions();
+  std::string text;
+  for (std::size_t s = 0; s < layout.size() && s < plan.frequencies.size(); ++s) {
+    text += fmt::format("stage {}:", s);
+    for (std::size_t k = 0; k < layout[s].size() && k < plan.frequencies[s].size(); ++k) {
+      const auto& inst = layout[s][k];
+      text += fmt::format(" {}{}@{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
+                          plan.frequencies[s][k]);
+    }
+    text += "\n";
+  }
+  return text;
 }
 
 std::string plan_to_python(const Plan& plan, std::size_t iteration) {
@@ -174,6 +191,24 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   if (plan.frequencies.empty()) throw InputError(source, 0, "frequencies", "lists no stages");
   if (doc.contains("time") && doc["time"].is_number()) plan.time = doc["time"].get<double>();
   if (doc.contains("energy") && doc["energy"].is_number()) plan.energy = doc["energy"].get<double>();
+  if (doc.contains("schedule")) {
+    const auto kind = doc["schedule"].is_string() ? parse_schedule_kind(doc["schedule"].get<std::string>()) : std::nullopt;
+    if (!kind) throw InputError(source, 0, "schedule", "must be \"1f1b\" or \"gpipe\"");
+    plan.schedule = kind;
+  }
+  if (doc.contains("extra_forwards")) {
+    try {
+      plan.extra_forwards = doc["extra_forwards"].get<std::vector<int>>();
+    } catch (const json::exception&) {
+      throw InputError(source, 0, "extra_forwards", "must be a list of integers, one per stage");
+    }
+  }
+  if (doc.contains("num_microbatches")) {
+    if (!doc["num_microbatches"].is_number_integer() || doc["num_microbatches"].get<int>() < 1) {
+      throw InputError(source, 0, "num_microbatches", "must be a positive integer");
+    }
+    plan.num_microbatches = doc["num_microbatches"].get<int>();
+  }
   return plan;
 }
 

@@ -36,7 +36,8 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
       spec.model = make_cost_model(config.cost_model, spec.options, config.unit_time, what);
     }
   }
-  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches);
+  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
+                                   config.extra_forwards);
   return problem;
 }
 

@@ -11,5 +11,9 @@ using Runner = std::function<int()>;
 Runner add_optimize_command(CLI::App& app);
 Runner add_plans_command(CLI::App& app);
 Runner add_synth_profile_command(CLI::App& app);
+Runner add_emulate_command(CLI::App& app);
+Runner add_baseline_command(CLI::App& app);
+Runner add_whatif_command(CLI::App& app);
+Runner add_plot_command(CLI::App& app);
 
 }  // namespace perseus::cli

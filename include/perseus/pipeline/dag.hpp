@@ -13,6 +13,7 @@ struct PipelineDag {
   int num_stages = 0;
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage (empty: none); see stage_schedule
   std::vector<Instruction> instructions;  // node i < instructions.size() is instructions[i]
   std::vector<std::vector<int>> stage_nodes;  // per stage, node ids in execution order
   int source = 0;  // == instructions.size()
@@ -24,6 +25,7 @@ struct PipelineDag {
   std::vector<int> topological_order() const;
 };
 
-PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches);
+PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches,
+                               const std::vector<int>& extra_forwards = {});
 
 }  // namespace perseus

@@ -33,6 +33,7 @@ struct FrontierRecord {
   int num_stages = 0;
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
   double unit_time = 0;
   double p_block = 0;
   std::string cost_model;
@@ -56,7 +57,11 @@ struct Plan {
   int num_stages = 0;
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
   std::vector<std::vector<int>> frequencies;
+
+  // Instructions of each stage in schedule order, matching `frequencies`.
+  std::vector<std::vector<Instruction>> stage_instructions() const;
   double cost_change = 0, effective_cost = 0;  // for the artifact's .py comments
 };
 

@@ -12,6 +12,8 @@
 namespace perseus {
 
 std::string plan_to_json(const Plan& plan);
+// One line per stage: `stage 0: F0@1410 F1@1395 ...`.
+std::string plan_to_text(const Plan& plan);
 std::string plan_to_python(const Plan& plan, std::size_t iteration);
 std::string python_float(double value);  // like Python's repr(float)
 
@@ -20,6 +22,9 @@ struct PlanFile {
   std::vector<std::vector<int>> frequencies;  // per stage, in schedule order
   std::optional<double> cost_change, total_cost, refined_cost;  // .py comment lines, if present
   std::optional<double> time, energy;                           // JSON only
+  std::optional<ScheduleKind> schedule;                         // JSON only
+  std::vector<int> extra_forwards;                              // JSON only
+  std::optional<int> num_microbatches;                          // JSON only
 };
 
 PlanFile parse_python_plan(const std::string& text, const std::string& source);

@@ -16,6 +16,7 @@ struct PlanningConfig {
   double p_block = 0;
   double noise_factor = 0.95;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage, 1f1b only (EnvPipe's reordered schedule)
   CostModelKind cost_model = CostModelKind::exponential;
 };
 

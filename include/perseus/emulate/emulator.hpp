@@ -1,0 +1,102 @@
+#pragma once
+// The emulator (DESIGN §4): executes a clock plan on the modeled pipeline of a measured profile.
+// Each instruction takes the profile's time and energy at its clock, a GPU with nothing to run
+// draws P_block, and the iteration ends when the last instruction ends. Every plan and baseline
+// is judged by this one meter.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perseus/pipeline/dag.hpp"
+#include "perseus/profile/profile.hpp"
+
+namespace perseus {
+
+struct EmulatorConfig {
+  int num_stages = 0;
+  int num_microbatches = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage, 1f1b only
+  double p_block = 0;               // watts while waiting
+  // When > 0, instruction times are floored to multiples of this (as the planner quantizes
+  // them), so that the emulated energy of a frontier plan equals its profile energy exactly.
+  double quantum = 0;
+};
+
+// Seeded per-instruction multiplicative noise: each instruction's time and energy are scaled by
+// one factor drawn from a log-normal distribution with median 1 (its power is unchanged).
+struct EmulatorNoise {
+  double sigma = 0;
+  std::uint64_t seed = 0;
+};
+
+struct InstructionRun {
+  Instruction instruction;
+  int frequency = 0;
+  double start = 0;
+  double duration = 0;
+  double energy = 0;
+  bool critical = false;  // on the critical path found by the emulator
+};
+
+struct StageRun {
+  double busy_time = 0;
+  double idle_time = 0;  // iteration time - busy time
+  double compute_energy = 0;
+  double idle_energy = 0;  // idle_time * P_block
+};
+
+struct EmulationResult {
+  double iteration_time = 0;
+  double energy = 0;  // compute energy + idle energy of all stages
+  std::vector<StageRun> stages;
+  std::vector<std::vector<InstructionRun>> instructions;  // per stage, schedule order
+};
+
+class Emulator {
+ public:
+  // Validates the configuration and the profile's coverage of the stages. Throws Error/InputError.
+  Emulator(const Profile& profile, EmulatorConfig config);
+
+  const EmulatorConfig& config() const { return config_; }
+  const PipelineDag& dag() const { return dag_; }
+  // Instructions of each stage in schedule order: the shape a plan's clock lists must have.
+  const std::vector<std::vector<Instruction>>& layout() const { return layout_; }
+
+  // Clocks of (stage, kind) the profile has, fastest first.
+  const std::vector<int>& clocks(int stage, InstructionKind kind) const;
+  // Time and energy of one instruction at a clock; nullopt when the profile has no such row.
+  struct Cost {
+    double time = 0, energy = 0;
+  };
+  std::optional<Cost> cost(int stage, InstructionKind kind, int frequency) const;
+
+  // Runs `frequencies` (per stage, per slot of layout()). Throws Error naming the stage, slot
+  // and clock when the plan's shape is wrong or a clock is absent from the profile.
+  EmulationResult run(const std::vector<std::vector<int>>& frequencies,
+                      const std::optional<EmulatorNoise>& noise = std::nullopt) const;
+  // The same without per-instruction detail or critical path: fast enough to judge every point
+  // of a 65,000-point frontier.
+  std::pair<double, double> time_and_energy(const std::vector<std::vector<int>>& frequencies) const;
+
+ private:
+  struct Table {
+    std::vector<int> clocks;  // fastest first
+    std::vector<Cost> costs;  // parallel to clocks
+  };
+  const Table& table(int stage, InstructionKind kind) const;
+  void check_shape(const std::vector<std::vector<int>>& frequencies) const;
+  std::vector<Cost> node_costs(const std::vector<std::vector<int>>& frequencies) const;
+
+  EmulatorConfig config_;
+  std::string source_;
+  PipelineDag dag_;
+  std::vector<std::vector<Instruction>> layout_;
+  std::vector<int> topo_;                     // instruction nodes in topological order
+  std::vector<std::vector<int>> predecessors_;  // per instruction node, instruction nodes only
+  std::vector<std::pair<int, int>> slot_of_;  // node -> (stage, slot)
+  std::vector<Table> tables_;                 // indexed like PlanningProblem::spec_index
+};
+
+}  // namespace perseus

@@ -1,0 +1,108 @@
+#include "perseus/baselines/zeus.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "perseus/baselines/all_max.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+namespace {
+
+void check_options(const ZeusOptions& options) {
+  if (!(options.eta >= 0 && options.eta <= 1)) throw Error("--eta must be in [0, 1]", kExitUsage);
+  if (!(options.max_power >= 0) || !std::isfinite(options.max_power)) {
+    throw Error("--max-power must be a non-negative number of watts", kExitUsage);
+  }
+}
+
+double max_power_of(const ZeusOptions& options, const Profile& profile) {
+  return options.max_power > 0 ? options.max_power : profile_max_power(profile);
+}
+
+// Clocks present in every given clock list, fastest first.
+std::vector<int> common_clocks(const std::vector<const std::vector<int>*>& lists) {
+  std::vector<int> common = *lists.front();
+  for (const auto* list : lists) {
+    std::vector<int> kept;
+    for (int c : common) {
+      if (std::find(list->begin(), list->end(), c) != list->end()) kept.push_back(c);
+    }
+    common = std::move(kept);
+  }
+  return common;
+}
+
+std::vector<std::vector<int>> uniform(const Emulator& emulator, const std::vector<int>& stage_clock) {
+  std::vector<std::vector<int>> f;
+  for (std::size_t s = 0; s < emulator.layout().size(); ++s) {
+    f.emplace_back(emulator.layout()[s].size(), stage_clock[s]);
+  }
+  return f;
+}
+
+}  // namespace
+
+double profile_max_power(const Profile& profile) {
+  double best = 0;
+  for (const auto& row : profile.rows) {
+    if (row.time > 0) best = std::max(best, row.energy / row.time);
+  }
+  return best;
+}
+
+Plan zeus_global_plan(const Emulator& emulator, const Profile& profile, const ZeusOptions& options) {
+  check_options(options);
+  const int S = emulator.config().num_stages;
+  std::vector<const std::vector<int>*> lists;
+  for (int s = 0; s < S; ++s) {
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) lists.push_back(&emulator.clocks(s, kind));
+  }
+  const auto clocks = common_clocks(lists);
+  if (clocks.empty()) throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), kExitDataError);
+  const double max_power = max_power_of(options, profile);
+  double best_cost = std::numeric_limits<double>::infinity();
+  int best = clocks.front();
+  for (int clock : clocks) {
+    const auto [time, energy] = emulator.time_and_energy(uniform(emulator, std::vector<int>(S, clock)));
+    const double cost = options.eta * energy + (1 - options.eta) * S * max_power * time;
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = clock;
+    }
+  }
+  return emulated_plan(emulator, uniform(emulator, std::vector<int>(S, best)));
+}
+
+Plan zeus_stage_plan(const Emulator& emulator, const Profile& profile, const ZeusOptions& options) {
+  check_options(options);
+  const int S = emulator.config().num_stages;
+  const int M = emulator.config().num_microbatches;
+  const double max_power = max_power_of(options, profile);
+  std::vector<int> chosen(S);
+  for (int s = 0; s < S; ++s) {
+    const auto clocks = common_clocks({&emulator.clocks(s, InstructionKind::forward),
+                                       &emulator.clocks(s, InstructionKind::backward)});
+    if (clocks.empty()) {
+      throw Error(fmt::format("{}: stage {} has no clock profiled for both forward and backward", profile.source, s),
+                  kExitDataError);
+    }
+    double best_cost = std::numeric_limits<double>::infinity();
+    for (int clock : clocks) {
+      const auto f = *emulator.cost(s, InstructionKind::forward, clock);
+      const auto b = *emulator.cost(s, InstructionKind::backward, clock);
+      const double cost = M * (options.eta * (f.energy + b.energy) + (1 - options.eta) * max_power * (f.time + b.time));
+      if (cost < best_cost) {
+        best_cost = cost;
+        chosen[s] = clock;
+      }
+    }
+  }
+  return emulated_plan(emulator, uniform(emulator, chosen));
+}
+
+}  // namespace perseus

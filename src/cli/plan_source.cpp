@@ -1,0 +1,157 @@
+#include "perseus/cli/plan_source.hpp"
+
+#include <fmt/format.h>
+
+#include "perseus/baselines/envpipe.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+
+void add_selector(CLI::App* cmd, Selector& s) {
+  auto* index = cmd->add_option("--index", s.index, "Frontier point (0 = slowest)");
+  auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(CLI::PositiveNumber);
+  auto* slow = cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
+                   ->check(CLI::Range(1.0, 1e6));
+  index->excludes(time)->excludes(slow);
+  time->excludes(slow);
+}
+
+bool has_selection(const Selector& s) { return s.index || s.time || s.slowdown; }
+
+std::size_t select(const FrontierRecord& record, const Selector& s) {
+  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
+  if (s.index) {
+    if (*s.index >= record.points.size()) {
+      throw Error(fmt::format("--index {} is out of range: the frontier has {} points", *s.index, record.points.size()),
+                  kExitUsage);
+    }
+    return *s.index;
+  }
+  double deadline = record.points.back().time;  // default: the fastest plan
+  if (s.time) deadline = *s.time;
+  if (s.slowdown) deadline = record.points.back().time * *s.slowdown;
+  const auto found = cheapest_within(record, deadline);
+  if (!found) {
+    throw Error(fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline, record.points.back().time),
+                kExitUsage);
+  }
+  return *found;
+}
+
+void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required) {
+  auto* profile = cmd->add_option("profile", args.profile, "Stage profile CSV: stage,instruction,frequency,time,energy");
+  if (profile_required) profile->required();
+  cmd->add_option("--stages", args.stages, "Number of pipeline stages")->check(CLI::PositiveNumber);
+  cmd->add_option("--microbatches", args.microbatches, "Microbatches per iteration")->check(CLI::PositiveNumber);
+  cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(CLI::PositiveNumber);
+  cmd->add_option("--schedule", args.schedule, "1f1b (default), gpipe, or envpipe (1F1B with EnvPipe's extra forwards)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "envpipe"}));
+  cmd->add_option("--extra-forwards", args.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
+      ->delimiter(',');
+  cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--quantize", args.quantize, "Floor instruction times to the unit time, as the planner does");
+}
+
+Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record, const PlanFile* plan_file) {
+  Pipeline p;
+  std::string profile = args.profile;
+  if (profile.empty() && record) profile = record->profile;
+  if (profile.empty()) throw Error("a stage profile is required", kExitUsage);
+  auto pick = [&](const auto& given, auto from_record, const char* option) {
+    if (given) {
+      if (record && *given != from_record) {
+        throw Error(fmt::format("{} {} differs from the frontier's {}", option, *given, from_record), kExitUsage);
+      }
+      return *given;
+    }
+    if (record) return from_record;
+    throw Error(fmt::format("{} is required (or give --frontier)", option), kExitUsage);
+  };
+  p.config.num_stages = pick(args.stages, record ? record->num_stages : 0, "--stages");
+  p.config.num_microbatches = pick(args.microbatches, record ? record->num_microbatches : 0, "--microbatches");
+  p.config.p_block = pick(args.p_block, record ? record->p_block : 0.0, "--p2p-power");
+  p.unit_time = args.unit_time ? *args.unit_time : (record ? record->unit_time : 0.001);
+  if (plan_file && plan_file->num_microbatches && !args.microbatches && !record) {
+    p.config.num_microbatches = *plan_file->num_microbatches;
+  }
+
+  p.profile = read_profile(profile);
+  if (!args.schedule.empty()) {
+    p.config.schedule = args.schedule == "gpipe" ? ScheduleKind::gpipe : ScheduleKind::one_f_one_b;
+    if (args.schedule == "envpipe") {
+      p.config.extra_forwards = envpipe_extra_forwards(p.profile, p.config.num_stages, p.config.num_microbatches,
+                                                       args.envpipe_memory_cap);
+    }
+  } else if (record) {
+    p.config.schedule = record->schedule;
+    p.config.extra_forwards = record->extra_forwards;
+  } else if (plan_file && plan_file->schedule) {
+    p.config.schedule = *plan_file->schedule;
+    p.config.extra_forwards = plan_file->extra_forwards;
+  }
+  if (!args.extra_forwards.empty()) {
+    if (args.schedule == "envpipe") throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
+    p.config.extra_forwards = args.extra_forwards;
+  }
+  if (record && (p.config.schedule != record->schedule || p.config.extra_forwards != record->extra_forwards)) {
+    throw Error("the schedule differs from the frontier's", kExitUsage);
+  }
+  if (args.quantize) p.config.quantum = p.unit_time;
+  return p;
+}
+
+void add_plan_source_options(CLI::App* cmd, PlanSourceArgs& args) {
+  auto* plan = cmd->add_option("--plan", args.plan_file, "Plan file (.json, or the artifact's freqs_pipeline_*.py)");
+  auto* frontier = cmd->add_option("--frontier", args.frontier_dir, "Directory written by perseus optimize");
+  auto* baseline = cmd->add_option("--baseline", args.baseline, "Baseline planner")->check(CLI::IsMember(baseline_names()));
+  plan->excludes(frontier)->excludes(baseline);
+  frontier->excludes(baseline);
+  add_selector(cmd, args.selector);
+  add_zeus_options(cmd, args.baseline_options.zeus);
+}
+
+void add_zeus_options(CLI::App* cmd, ZeusOptions& options) {
+  cmd->add_option("--eta", options.eta, "Zeus baselines: weight of energy in eta*E + (1-eta)*MaxPower*T")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--max-power", options.max_power, "Zeus baselines: MaxPower per GPU in watts (default: the profile's highest)")
+      ->check(CLI::NonNegativeNumber);
+}
+
+LoadedSource load_source(const PlanSourceArgs& args) {
+  const int given = !args.plan_file.empty() + !args.frontier_dir.empty() + !args.baseline.empty();
+  if (given != 1) throw Error("give exactly one of --plan, --frontier and --baseline", kExitUsage);
+  if (has_selection(args.selector) && args.frontier_dir.empty()) {
+    throw Error("--index/--time/--slowdown select a point of --frontier", kExitUsage);
+  }
+  LoadedSource source;
+  if (!args.frontier_dir.empty()) source.record = read_frontier_record(args.frontier_dir);
+  if (!args.plan_file.empty()) source.plan_file = read_plan_file(args.plan_file);
+  return source;
+}
+
+ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source, const Pipeline& pipeline,
+                          const Emulator& emulator) {
+  ResolvedPlan resolved;
+  if (source.record) {
+    const Plan plan = plan_at(*source.record, select(*source.record, args.selector));
+    resolved.label = fmt::format("frontier point {} of {}", *plan.index, source.record->points.size());
+    resolved.frequencies = plan.frequencies;
+    resolved.model_time = plan.time;
+    resolved.model_energy = plan.energy;
+  } else if (source.plan_file) {
+    resolved.label = args.plan_file;
+    resolved.frequencies = source.plan_file->frequencies;
+    resolved.model_time = source.plan_file->time;
+    resolved.model_energy = source.plan_file->energy;
+  } else {
+    auto result = run_baseline(args.baseline, pipeline.profile, emulator, args.baseline_options);
+    resolved.label = args.baseline;
+    resolved.frequencies = std::move(result.plan.frequencies);
+    resolved.note = result.note;
+  }
+  return resolved;
+}
+
+}  // namespace perseus::cli

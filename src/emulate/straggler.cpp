@@ -1,0 +1,108 @@
+#include "perseus/emulate/straggler.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+namespace {
+
+// Relative slack when comparing emulated times with a deadline, so that a plan exactly as fast
+// as all-max is not rejected over the last bit of a floating-point sum.
+constexpr double kTimeSlack = 1e-9;
+
+}  // namespace
+
+int cheapest_by_deadline(const std::vector<PlanCost>& candidates, double deadline, int num_stages, double p_block) {
+  int best = -1;
+  double best_energy = 0;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const auto& c = candidates[i];
+    if (c.time > deadline * (1 + kTimeSlack)) continue;
+    const double energy = c.energy + num_stages * std::max(0.0, deadline - c.time) * p_block;
+    if (best < 0 || energy < best_energy) {
+      best = static_cast<int>(i);
+      best_energy = energy;
+    }
+  }
+  return best;
+}
+
+std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
+                                           const std::vector<std::pair<std::string, PlanCost>>& fixed,
+                                           const std::vector<PlanCost>& frontier, const StragglerConfig& config,
+                                           const std::vector<std::vector<PlanCost>>& fitted) {
+  if (config.pipelines < 1) throw Error("the number of pipelines must be at least 1", kExitUsage);
+  if (!fitted.empty() && fitted.size() != config.slowdowns.size()) {
+    throw Error("fitted candidates must be given per slowdown", kExitUsage);
+  }
+  for (double f : config.slowdowns) {
+    if (!(f >= 1) || !std::isfinite(f)) throw Error(fmt::format("slowdown {} must be a number >= 1", f), kExitUsage);
+  }
+  const int S = config.num_stages;
+  const double P = config.p_block;
+  const int others = config.pipelines - 1;
+  std::vector<PlanCost> candidates = frontier;
+  candidates.push_back(all_max);
+
+  std::vector<StragglerRow> rows;
+  for (std::size_t k = 0; k < config.slowdowns.size(); ++k) {
+    const double factor = config.slowdowns[k];
+    const double deadline = factor * all_max.time;
+    const double straggler_energy = all_max.energy * factor;
+    auto row_for = [&](const std::string& method, const PlanCost& plan) {
+      StragglerRow row;
+      row.slowdown = factor;
+      row.method = method;
+      row.plan_time = plan.time;
+      row.plan_energy = plan.energy;
+      row.iteration_time = std::max(deadline, plan.time);
+      const double other_energy = plan.energy + S * (row.iteration_time - plan.time) * P;
+      const double straggler = straggler_energy + S * (row.iteration_time - deadline) * P;
+      row.energy = straggler + others * other_energy;
+      return row;
+    };
+    const std::size_t first = rows.size();
+    rows.push_back(row_for("all-max", all_max));
+    for (const auto& [name, plan] : fixed) rows.push_back(row_for(name, plan));
+    auto pool = candidates;
+    if (!fitted.empty()) pool.insert(pool.end(), fitted[k].begin(), fitted[k].end());
+    const int chosen = cheapest_by_deadline(pool, deadline, S, P);
+    rows.push_back(row_for("perseus", pool[chosen]));  // all-max always qualifies
+    const auto& base = rows[first];
+    const double base_others = base.energy - (all_max.energy * factor);
+    for (std::size_t i = first; i < rows.size(); ++i) {
+      auto& row = rows[i];
+      row.saving = base.energy > 0 ? (base.energy - row.energy) / base.energy : 0;
+      const double straggler = straggler_energy + S * (row.iteration_time - deadline) * P;
+      const double row_others = row.energy - straggler;
+      row.saving_non_straggler = base_others > 0 ? (base_others - row_others) / base_others : 0;
+    }
+  }
+  return rows;
+}
+
+std::string straggler_csv(const std::vector<StragglerRow>& rows) {
+  std::string out = "slowdown,method,plan_time,plan_energy,iteration_time,energy,saving,saving_non_straggler\n";
+  for (const auto& r : rows) {
+    out += fmt::format("{},{},{:.9g},{:.9g},{:.9g},{:.9g},{:.6f},{:.6f}\n", r.slowdown, r.method, r.plan_time,
+                       r.plan_energy, r.iteration_time, r.energy, r.saving, r.saving_non_straggler);
+  }
+  return out;
+}
+
+std::string straggler_table(const std::vector<StragglerRow>& rows) {
+  std::string out = fmt::format("{:>8}  {:<18} {:>10} {:>10} {:>16} {:>8} {:>12}\n", "T'/T", "method", "plan T(s)",
+                                "iter T(s)", "energy (J)", "saving", "non-strag.");
+  for (const auto& r : rows) {
+    out += fmt::format("{:>8.3f}  {:<18} {:>10.4f} {:>10.4f} {:>16.1f} {:>7.2f}% {:>11.2f}%\n", r.slowdown, r.method,
+                       r.plan_time, r.iteration_time, r.energy, 100 * r.saving, 100 * r.saving_non_straggler);
+  }
+  return out;
+}
+
+}  // namespace perseus
