@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <nlohmann/json.hpp>
 
 #include "perseus/util/atomic_file.hpp"
 
@@ -97,4 +98,73 @@ TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
   EXPECT_NE(r.output.find("use --cost-model pwl"), std::string::npos) << r.output;
   r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model pwl --quiet --out " + (dir_ / "y").string());
   EXPECT_EQ(r.code, 0) << r.output;
+}
+
+TEST_F(Cli, EmulateBaselineWhatIfAndPlots) {
+  const std::string out = (dir_ / "out").string();
+  ASSERT_EQ(run("optimize " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --out " + out + " -q").code, 0);
+  // A frontier names its profile and pipeline: nothing else is needed.
+  auto r = run("emulate --frontier " + out + " --slowdown 1.1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto j = nlohmann::json::parse(r.output);
+  EXPECT_GT(j["iteration_time"].get<double>(), 0);
+  EXPECT_EQ(j["stages"].size(), 4u);
+  r = run("emulate --frontier " + out + " --all-points --out " + out + "/judged.csv");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("judged "), std::string::npos);
+  EXPECT_EQ(perseus::read_file(out + "/judged.csv").rfind("index,model_time,model_energy,emulated_time", 0), 0u);
+
+  const std::string pipe = example_ + " --stages 4 --microbatches 6 --p2p-power 75";
+  r = run("baseline envpipe-balanced " + pipe + " --out " + out + "/envpipe.json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("emulate " + pipe + " --plan " + out + "/envpipe.json --noise 0.05 --repeat 5 --seed 3");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("over 5 runs"), std::string::npos) << r.output;
+  r = run("baseline zeus-global " + pipe + " --eta 0.8 --out " + out + "/zeus.py");
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("emulate " + pipe + " --plan " + out + "/zeus.py");
+  ASSERT_EQ(r.code, 0) << r.output;
+
+  r = run("whatif " + pipe + " --pipelines 4 --slowdowns 1,1.2 --out " + out + "/whatif.csv");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string csv = perseus::read_file(out + "/whatif.csv");
+  EXPECT_EQ(csv.rfind("slowdown,method,", 0), 0u);
+  EXPECT_NE(csv.find(",perseus,"), std::string::npos);
+  EXPECT_NE(csv.find(",envpipe-balanced,"), std::string::npos);
+
+  r = run("plot timeline --frontier " + out + " --index 0 --color power --out " + out + "/t.svg");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(perseus::read_file(out + "/t.svg").find("class=\"critical-path\""), std::string::npos);
+  r = run("plot frontier " + out + " " + out + " --names a,b --slowdown 1.1 --out " + out + "/f.svg");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string svg = perseus::read_file(out + "/f.svg");
+  EXPECT_NE(svg.find("data-name=\"envpipe-balanced\""), std::string::npos);
+  EXPECT_NE(svg.find("data-name=\"b\""), std::string::npos);
+}
+
+TEST_F(Cli, EmulateBadInputs) {
+  const std::string pipe = example_ + " --stages 4 --microbatches 6 --p2p-power 75";
+  // A clock the profile lacks: data error naming the clock.
+  const std::string plan = write("bad.py", "[[1410, 1410], [1410]]\n");
+  auto r = run("emulate " + pipe + " --plan " + plan);
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("bad.py: the plan has clocks for 2 stages, the pipeline has 4"), std::string::npos) << r.output;
+  std::string rows;
+  for (int s = 0; s < 4; ++s) {
+    rows.append("[").append(s == 2 ? "1234" : "1410");
+    for (int k = 1; k < 12; ++k) rows.append(", 1410");
+    rows.append("],\n");
+  }
+  r = run("emulate " + pipe + " --plan " + write("clock.py", "[\n" + rows + "]\n"));
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("1234 MHz"), std::string::npos) << r.output;
+  // No plan source, or two.
+  EXPECT_EQ(run("emulate " + pipe).code, 64);
+  EXPECT_EQ(run("emulate " + pipe + " --baseline all-max --plan " + plan).code, 64);
+  EXPECT_EQ(run("emulate " + pipe + " --baseline nope").code, 64);
+  EXPECT_EQ(run("emulate " + pipe + " --baseline all-max --index 3").code, 64);
+  // Pipeline options are required without a frontier.
+  EXPECT_EQ(run("emulate " + example_ + " --baseline all-max").code, 64);
+  EXPECT_EQ(run("whatif " + pipe + " --global-batch 100").code, 64);  // not a multiple of 6
+  EXPECT_EQ(run("baseline all-max " + pipe + " --out " + (dir_ / "x.txt").string()).code, 64);
 }

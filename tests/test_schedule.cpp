@@ -3,13 +3,14 @@
 #include <set>
 
 #include "perseus/pipeline/dag.hpp"
+#include "perseus/util/error.hpp"
 
 using namespace perseus;
 
 namespace {
-std::string order(ScheduleKind kind, int stage, int S, int M) {
+std::string order(ScheduleKind kind, int stage, int S, int M, int extra = 0) {
   std::string text;
-  for (const auto& inst : stage_schedule(kind, stage, S, M)) {
+  for (const auto& inst : stage_schedule(kind, stage, S, M, extra)) {
     text.push_back(inst.kind == InstructionKind::forward ? 'F' : 'B');
     text.append(std::to_string(inst.microbatch));
     text.push_back(' ');
@@ -81,4 +82,21 @@ TEST(PipelineDag, EdgesFollowDataDependencies) {
       {"0F0", "1F0"}, {"0F1", "1F1"}, {"1B0", "0B0"}, {"1B1", "0B1"},
       {"src", "0F0"}, {"0B1", "snk"}};
   EXPECT_EQ(edges, expected);
+}
+
+TEST(Schedule, EnvPipeExtraForwardsPullForwardsAhead) {
+  EXPECT_EQ(order(ScheduleKind::one_f_one_b, 0, 4, 6, 2), "F0 F1 F2 F3 F4 F5 B0 B1 B2 B3 B4 B5 ");
+  EXPECT_EQ(order(ScheduleKind::one_f_one_b, 2, 4, 6, 1), "F0 F1 F2 B0 F3 B1 F4 B2 F5 B3 B4 B5 ");
+  const auto dag = build_pipeline_dag(ScheduleKind::one_f_one_b, 4, 6, {2, 1, 1, 0});  // throws on a cycle
+  EXPECT_EQ(dag.extra_forwards, (std::vector<int>{2, 1, 1, 0}));
+}
+
+TEST(Schedule, ExtraForwardsAreChecked) {
+  EXPECT_THROW(check_extra_forwards(ScheduleKind::gpipe, {1, 0}, 2, 4), perseus::Error);
+  EXPECT_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {1, 0, 0}, 2, 4), perseus::Error);  // size
+  EXPECT_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {0, 1}, 2, 4), perseus::Error);     // last stage
+  EXPECT_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {1, 2, 0}, 3, 8), perseus::Error);  // increases
+  EXPECT_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {3, 0}, 2, 4), perseus::Error);     // > M - (S - s)
+  EXPECT_NO_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {2, 0}, 2, 4));
+  EXPECT_NO_THROW(check_extra_forwards(ScheduleKind::gpipe, {}, 2, 4));
 }

@@ -143,6 +143,11 @@ ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source
   } else if (source.plan_file) {
     resolved.label = args.plan_file;
     resolved.frequencies = source.plan_file->frequencies;
+    try {  // shape and clocks checked here, so that the error names the file
+      emulator.time_and_energy(resolved.frequencies);
+    } catch (const Error& e) {
+      throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.exit_code());
+    }
     resolved.model_time = source.plan_file->time;
     resolved.model_energy = source.plan_file->energy;
   } else {
