@@ -161,7 +161,7 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
 
 std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::vector<PlotMarker>& markers,
                          const std::string& title) {
-  const double left = 80, right = 170, top = 40, bottom = 50, plot_w = 700, plot_h = 450;
+  const double left = 80, right = 260, top = 40, bottom = 50, plot_w = 700, plot_h = 450;
   const double width = left + plot_w + right, height = top + plot_h + bottom;
   double tx0 = std::numeric_limits<double>::infinity(), tx1 = -tx0, ey0 = tx0, ey1 = -tx0;
   auto include = [&](double t, double e) {
@@ -220,9 +220,13 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
   for (std::size_t k = 0; k < markers.size(); ++k) {
     const auto& m = markers[k];
     const char* colour = marker_colours[k % marker_colours.size()];
-    svg += fmt::format("<circle class=\"marker\" data-name=\"{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"5\" fill=\"{}\" "
+    // Later markers are smaller, so plans that coincide (e.g. all-max and a Zeus clock at the top)
+    // show as nested rings instead of hiding each other.
+    const double radius = std::max(2.5, 8 - 1.5 * static_cast<double>(k));
+    svg += fmt::format("<circle class=\"marker\" data-name=\"{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"{:.1f}\" fill=\"{}\" "
                        "stroke=\"#000\"><title>{}: {:.4f} s, {:.1f} J</title></circle>\n",
-                       xml_escape(m.name), x_of(m.time), y_of(m.energy), colour, xml_escape(m.name), m.time, m.energy);
+                       xml_escape(m.name), x_of(m.time), y_of(m.energy), radius, colour, xml_escape(m.name), m.time,
+                       m.energy);
     svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\" stroke=\"#000\"/>"
                        "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
                        left + plot_w + 20, legend_y, colour, left + plot_w + 36, legend_y + 4, xml_escape(m.name));
