@@ -1,13 +1,10 @@
 #include "perseus/baselines/envpipe.hpp"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "perseus/baselines/all_max.hpp"
-#include "perseus/util/error.hpp"
+#include "perseus/emulate/clock_steps.hpp"
 
 namespace perseus {
 
@@ -47,46 +44,30 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
   const auto envelope = envpipe_envelope(emulator);
   const int S = emulator.config().num_stages;
   // Clock of each unit as an index into its fastest-first clock list (0 = top clock).
-  std::vector<std::vector<std::size_t>> level(S);
+  std::vector<std::vector<int>> frequencies(S);
   for (int s = 0; s < S; ++s) {
     for (std::size_t k = 0; k < layout[s].size(); ++k) {
-      level[s].push_back(envelope[s][k] ? 0 : energy_optimal_index(emulator, s, layout[s][k].kind));
+      const auto& clocks = emulator.clocks(s, layout[s][k].kind);
+      frequencies[s].push_back(envelope[s][k] ? clocks.front()
+                                              : clocks[energy_optimal_index(emulator, s, layout[s][k].kind)]);
     }
   }
-  auto frequencies_of = [&] {
-    std::vector<std::vector<int>> f(S);
-    for (int s = 0; s < S; ++s) {
-      for (std::size_t k = 0; k < layout[s].size(); ++k) {
-        f[s].push_back(emulator.clocks(s, layout[s][k].kind)[level[s][k]]);
-      }
-    }
-    return f;
-  };
+  const auto off_envelope = [&](int s, std::size_t k) { return !envelope[s][k]; };
 
   EnvPipeResult result;
   for (;;) {
-    const auto run = emulator.run(frequencies_of());
-    // Off-envelope units on the critical path that can still be raised, latest start first.
-    struct Unit {
-      int stage;
-      std::size_t slot;
-      double start;
-      int clock;
-    };
-    std::vector<Unit> raisable;
-    bool off_envelope = false;
+    const auto run = emulator.run(frequencies);
+    bool path_leaves_envelope = false;
     for (int s = 0; s < S; ++s) {
       for (std::size_t k = 0; k < layout[s].size(); ++k) {
-        const auto& unit = run.instructions[s][k];
-        if (!unit.critical || envelope[s][k]) continue;
-        off_envelope = true;
-        if (level[s][k] > 0) raisable.push_back({s, k, unit.start, unit.frequency});
+        path_leaves_envelope |= run.instructions[s][k].critical && off_envelope(s, k);
       }
     }
-    if (!off_envelope) {
+    if (!path_leaves_envelope) {
       result.stop_reason = "the critical path lies on the envelope";
       break;
     }
+    const auto raisable = raisable_on_critical_path(emulator, run, off_envelope);
     if (raisable.empty()) {
       result.guard = true;
       result.stop_reason =
@@ -96,18 +77,15 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
     }
     if (policy == EnvPipePolicy::greedy) {
       const auto latest = std::max_element(raisable.begin(), raisable.end(),
-                                           [](const Unit& a, const Unit& b) { return a.start < b.start; });
-      --level[latest->stage][latest->slot];
+                                           [](const auto& a, const auto& b) { return a.start < b.start; });
+      auto& clock = frequencies[latest->stage][latest->slot];
+      clock = next_faster_clock(emulator, latest->stage, layout[latest->stage][latest->slot].kind, clock);
     } else {
-      int lowest = std::numeric_limits<int>::max();
-      for (const auto& u : raisable) lowest = std::min(lowest, u.clock);
-      for (const auto& u : raisable) {
-        if (u.clock == lowest) --level[u.stage][u.slot];
-      }
+      raise_lowest(emulator, raisable, frequencies);
     }
     ++result.steps;
   }
-  result.plan = emulated_plan(emulator, frequencies_of());
+  result.plan = emulated_plan(emulator, std::move(frequencies));
   return result;
 }
 

@@ -73,8 +73,7 @@ int run_optimize(OptimizeArgs& args) {
 
   const auto started = std::chrono::steady_clock::now();
   const Profile profile = read_profile(args.profile);
-  if (envpipe) {
-    check_profile_covers(profile, args.config.num_stages);
+  if (envpipe) {  // checks the profile's coverage of the stages itself
     args.config.extra_forwards = envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches,
                                                         args.envpipe_memory_cap);
   }

@@ -144,7 +144,7 @@ ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source
     resolved.label = args.plan_file;
     resolved.frequencies = source.plan_file->frequencies;
     try {  // shape and clocks checked here, so that the error names the file
-      emulator.time_and_energy(resolved.frequencies);
+      emulator.check_plan(resolved.frequencies);
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.exit_code());
     }

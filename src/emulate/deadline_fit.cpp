@@ -1,7 +1,6 @@
 #include "perseus/emulate/deadline_fit.hpp"
 
-#include <algorithm>
-#include <limits>
+#include "perseus/emulate/clock_steps.hpp"
 
 namespace perseus {
 
@@ -16,23 +15,9 @@ std::optional<DeadlineFit> fit_to_deadline(const Emulator& emulator, std::vector
       fit.frequencies = std::move(frequencies);
       return fit;
     }
-    int lowest = std::numeric_limits<int>::max();
-    for (const auto& stage : run.instructions) {
-      for (const auto& unit : stage) {
-        const int top = emulator.clocks(unit.instruction.stage, unit.instruction.kind).front();
-        if (unit.critical && unit.frequency < top) lowest = std::min(lowest, unit.frequency);
-      }
-    }
-    if (lowest == std::numeric_limits<int>::max()) return std::nullopt;  // the path is at top clocks
-    for (std::size_t s = 0; s < run.instructions.size(); ++s) {
-      for (std::size_t k = 0; k < run.instructions[s].size(); ++k) {
-        const auto& unit = run.instructions[s][k];
-        if (!unit.critical || unit.frequency != lowest) continue;
-        const auto& clocks = emulator.clocks(unit.instruction.stage, unit.instruction.kind);  // fastest first
-        const auto it = std::find(clocks.begin(), clocks.end(), unit.frequency);
-        frequencies[s][k] = *(it - 1);
-      }
-    }
+    const auto units = raisable_on_critical_path(emulator, run, [](int, std::size_t) { return true; });
+    if (units.empty()) return std::nullopt;  // the path is at top clocks
+    raise_lowest(emulator, units, frequencies);
     ++fit.steps;
   }
 }

@@ -13,10 +13,6 @@ namespace perseus {
 
 namespace {
 
-int table_index(int stage, InstructionKind kind) {
-  return 2 * stage + (kind == InstructionKind::backward ? 1 : 0);
-}
-
 std::string instruction_name(const Instruction& inst) {
   return fmt::format("{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch);
 }
@@ -42,7 +38,7 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       auto rows = profile.rows_for(s, kind);
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
-      auto& t = tables_[table_index(s, kind)];
+      auto& t = tables_[operation_index(s, kind)];
       for (const auto& row : rows) {
         double time = row.time;
         if (config_.quantum > 0) time = py_floordiv(row.time, config_.quantum) * config_.quantum;
@@ -73,7 +69,7 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
 }
 
 const Emulator::Table& Emulator::table(int stage, InstructionKind kind) const {
-  return tables_[table_index(stage, kind)];
+  return tables_[operation_index(stage, kind)];
 }
 
 const std::vector<int>& Emulator::clocks(int stage, InstructionKind kind) const {
@@ -122,17 +118,27 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
   return costs;
 }
 
+int Emulator::schedule(const std::vector<Cost>& costs, std::vector<double>& start, std::vector<double>& end) const {
+  start.assign(costs.size(), 0);
+  end.assign(costs.size(), 0);
+  int last = -1;
+  for (int node : topo_) {
+    for (int p : predecessors_[node]) start[node] = std::max(start[node], end[p]);
+    end[node] = start[node] + costs[node].time;
+    if (last < 0 || end[node] > end[last]) last = node;
+  }
+  return last;
+}
+
 std::pair<double, double> Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
   const auto costs = node_costs(frequencies);
-  std::vector<double> end(costs.size(), 0);
-  double iteration = 0, busy = 0, compute = 0;
-  for (int node : topo_) {
-    double start = 0;
-    for (int p : predecessors_[node]) start = std::max(start, end[p]);
-    end[node] = start + costs[node].time;
-    iteration = std::max(iteration, end[node]);
-    busy += costs[node].time;
-    compute += costs[node].energy;
+  std::vector<double> start, end;
+  const int last = schedule(costs, start, end);
+  const double iteration = last < 0 ? 0 : end[last];
+  double busy = 0, compute = 0;
+  for (const auto& c : costs) {
+    busy += c.time;
+    compute += c.energy;
   }
   return {iteration, compute + (config_.num_stages * iteration - busy) * config_.p_block};
 }
@@ -149,14 +155,8 @@ EmulationResult Emulator::run(const std::vector<std::vector<int>>& frequencies,
       c.energy *= f;
     }
   }
-  const int n = static_cast<int>(costs.size());
-  std::vector<double> start(n, 0), end(n, 0);
-  int last = -1;
-  for (int node : topo_) {
-    for (int p : predecessors_[node]) start[node] = std::max(start[node], end[p]);
-    end[node] = start[node] + costs[node].time;
-    if (last < 0 || end[node] > end[last]) last = node;
-  }
+  std::vector<double> start, end;
+  const int last = schedule(costs, start, end);
 
   EmulationResult result;
   result.iteration_time = last < 0 ? 0 : end[last];

@@ -53,7 +53,8 @@ std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
   for (std::size_t k = 0; k < config.slowdowns.size(); ++k) {
     const double factor = config.slowdowns[k];
     const double deadline = factor * all_max.time;
-    const double straggler_energy = all_max.energy * factor;
+    // The straggler's energy when the cluster's iteration takes `iteration` seconds.
+    auto straggler_at = [&](double iteration) { return all_max.energy * factor + S * (iteration - deadline) * P; };
     auto row_for = [&](const std::string& method, const PlanCost& plan) {
       StragglerRow row;
       row.slowdown = factor;
@@ -62,8 +63,7 @@ std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
       row.plan_energy = plan.energy;
       row.iteration_time = std::max(deadline, plan.time);
       const double other_energy = plan.energy + S * (row.iteration_time - plan.time) * P;
-      const double straggler = straggler_energy + S * (row.iteration_time - deadline) * P;
-      row.energy = straggler + others * other_energy;
+      row.energy = straggler_at(row.iteration_time) + others * other_energy;
       return row;
     };
     const std::size_t first = rows.size();
@@ -74,12 +74,11 @@ std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
     const int chosen = cheapest_by_deadline(pool, deadline, S, P);
     rows.push_back(row_for("perseus", pool[chosen]));  // all-max always qualifies
     const auto& base = rows[first];
-    const double base_others = base.energy - (all_max.energy * factor);
+    const double base_others = base.energy - straggler_at(base.iteration_time);
     for (std::size_t i = first; i < rows.size(); ++i) {
       auto& row = rows[i];
       row.saving = base.energy > 0 ? (base.energy - row.energy) / base.energy : 0;
-      const double straggler = straggler_energy + S * (row.iteration_time - deadline) * P;
-      const double row_others = row.energy - straggler;
+      const double row_others = row.energy - straggler_at(row.iteration_time);
       row.saving_non_straggler = base_others > 0 ? (base_others - row_others) / base_others : 0;
     }
   }

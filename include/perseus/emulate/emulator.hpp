@@ -19,8 +19,8 @@ struct EmulatorConfig {
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage, 1f1b only
   double p_block = 0;               // watts while waiting
-  // When > 0, instruction times are floored to multiples of this (as the planner quantizes
-  // them), so that the emulated energy of a frontier plan equals its profile energy exactly.
+  // When > 0, instruction times are floored to multiples of this, as the planner quantizes
+  // them, so that frontier plans are judged in the planner's own time units.
   double quantum = 0;
 };
 
@@ -60,7 +60,6 @@ class Emulator {
   Emulator(const Profile& profile, EmulatorConfig config);
 
   const EmulatorConfig& config() const { return config_; }
-  const PipelineDag& dag() const { return dag_; }
   // Instructions of each stage in schedule order: the shape a plan's clock lists must have.
   const std::vector<std::vector<Instruction>>& layout() const { return layout_; }
 
@@ -79,6 +78,8 @@ class Emulator {
   // The same without per-instruction detail or critical path: fast enough to judge every point
   // of a 65,000-point frontier.
   std::pair<double, double> time_and_energy(const std::vector<std::vector<int>>& frequencies) const;
+  // Only the checks of run(): throws the same errors for a wrong shape or an unprofiled clock.
+  void check_plan(const std::vector<std::vector<int>>& frequencies) const { node_costs(frequencies); }
 
  private:
   struct Table {
@@ -88,6 +89,9 @@ class Emulator {
   const Table& table(int stage, InstructionKind kind) const;
   void check_shape(const std::vector<std::vector<int>>& frequencies) const;
   std::vector<Cost> node_costs(const std::vector<std::vector<int>>& frequencies) const;
+  // Earliest start and end of every instruction node (the longest-path pass); returns the node
+  // that ends last, -1 when there is none.
+  int schedule(const std::vector<Cost>& costs, std::vector<double>& start, std::vector<double>& end) const;
 
   EmulatorConfig config_;
   std::string source_;
@@ -96,7 +100,7 @@ class Emulator {
   std::vector<int> topo_;                     // instruction nodes in topological order
   std::vector<std::vector<int>> predecessors_;  // per instruction node, instruction nodes only
   std::vector<std::pair<int, int>> slot_of_;  // node -> (stage, slot)
-  std::vector<Table> tables_;                 // indexed like PlanningProblem::spec_index
+  std::vector<Table> tables_;                 // indexed by operation_index(stage, kind)
 };
 
 }  // namespace perseus

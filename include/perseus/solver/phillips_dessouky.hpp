@@ -28,9 +28,7 @@ struct PlanningProblem {
   double unit_time = 0.001;
   double p_block = 0;
 
-  static int spec_index(int stage, InstructionKind kind) {
-    return 2 * stage + (kind == InstructionKind::backward ? 1 : 0);
-  }
+  static int spec_index(int stage, InstructionKind kind) { return operation_index(stage, kind); }
   const OperationSpec& spec_of(int instruction) const {
     const auto& inst = dag.instructions[instruction];
     return specs[spec_index(inst.stage, inst.kind)];
