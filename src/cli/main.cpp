@@ -26,6 +26,8 @@ int main(int argc, char** argv) {
   add(cli::add_baseline_command);
   add(cli::add_whatif_command);
   add(cli::add_plot_command);
+  add(cli::add_serve_command);
+  add(cli::add_gpu_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,5 +15,7 @@ Runner add_emulate_command(CLI::App& app);
 Runner add_baseline_command(CLI::App& app);
 Runner add_whatif_command(CLI::App& app);
 Runner add_plot_command(CLI::App& app);
+Runner add_serve_command(CLI::App& app);
+Runner add_gpu_command(CLI::App& app);
 
 }  // namespace perseus::cli

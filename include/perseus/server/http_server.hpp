@@ -1,0 +1,37 @@
+#pragma once
+// The HTTP/1.1 front of the job manager, on Boost.Beast: one I/O thread, asynchronous sessions
+// (a request waiting at the schedule barrier holds no thread), keep-alive, JSON in and out, and
+// errors as {"detail": "..."} with the status the artifact server uses.
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "perseus/server/job_manager.hpp"
+
+namespace perseus::server {
+
+struct HttpResponse {
+  int status = 200;
+  std::string body;  // JSON text
+};
+
+// Routes one request: method, target (path and query) and body. `respond` is called exactly
+// once, now or later (a schedule request waits for its round).
+void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
+                   std::function<void(HttpResponse)> respond);
+
+class HttpServer {
+ public:
+  // Binds and listens at once; throws perseus::Error when the address cannot be used.
+  HttpServer(boost::asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port);
+  ~HttpServer();
+  std::uint16_t port() const;  // the bound port (useful with port 0)
+  void stop();                 // stops accepting; open sessions finish their current exchange
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace perseus::server

@@ -1,0 +1,70 @@
+#pragma once
+// Every job's state and its round loop (DESIGN §3.1): ask the scheduler for the next schedules,
+// wait until every rank asked, answer each, wait for one result per rank, record, let the
+// scheduler observe, repeat. All methods run on the server's one I/O thread, so a job needs no
+// locks; a waiting schedule request is a stored reply, not a thread.
+//
+// Well-defined behaviour at the edges (each refused request gets RequestError / a reply):
+// - unknown job, or a rank outside 0..world_size-1: 404;
+// - registering a rank twice: the same information again is accepted (a retry), different
+//   information is 409; two ranks with the same (dp, pp, tp) coordinates: 409;
+// - asking for a schedule before every rank registered: the request waits like any other;
+// - asking twice in one round: the newer request replaces the older, which gets 409;
+// - asking for the next schedule before reporting this round's result: 409;
+// - a result from a rank with no schedule running, or a second result in a round: 409;
+// - a round that does not complete within round_timeout_s fails the job: every waiting and
+//   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
+// - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...".
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "perseus/server/models.hpp"
+#include "perseus/server/scheduler.hpp"
+#include "perseus/server/settings.hpp"
+
+namespace perseus::server {
+
+class JobManager {
+ public:
+  // status, JSON body. Called exactly once per schedule request, now or later.
+  using Reply = std::function<void(int, const nlohmann::json&)>;
+
+  JobManager(boost::asio::io_context& io, ServerSettings settings, SchedulerFactory factory);
+  ~JobManager();
+  JobManager(const JobManager&) = delete;
+  JobManager& operator=(const JobManager&) = delete;
+
+  const ServerSettings& settings() const { return settings_; }
+
+  std::string register_job(JobInfo info);
+  void register_rank(const std::string& job_id, RankInfo info);
+  void request_schedule(const std::string& job_id, int rank, Reply reply);
+  void report_result(const std::string& job_id, ProfilingResult result);
+
+  // Answers every waiting request with 503 and `why`; used when the server stops.
+  void shutdown(const std::string& why);
+
+  std::size_t job_count() const { return jobs_.size(); }
+
+ private:
+  struct Job;
+  Job& find(const std::string& job_id);
+  void check_rank(const Job& job, int rank) const;
+  void advance(Job& job);
+  void start_rounds(Job& job);
+  void send_schedules(Job& job);
+  void finish_round(Job& job);
+  void end(Job& job, const std::string& detail);
+  void arm_timer(Job& job, const std::string& waiting_for);
+  void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
+
+  boost::asio::io_context& io_;
+  ServerSettings settings_;
+  SchedulerFactory factory_;
+  std::map<std::string, std::unique_ptr<Job>> jobs_;
+};
+
+}  // namespace perseus::server

@@ -1,0 +1,77 @@
+#pragma once
+// The messages of the HTTP API (DESIGN §3.1), field for field as the Perseus artifact server
+// sends and accepts them, with the validation that turns a bad request into a 422 naming the
+// field.
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace perseus::server {
+
+// A request the server refuses: the HTTP status and the `detail` it answers with.
+class RequestError : public std::runtime_error {
+ public:
+  RequestError(int status, const std::string& detail) : std::runtime_error(detail), status_(status) {}
+  int status() const { return status_; }
+
+ private:
+  int status_;
+};
+
+// Instruction names a rank's pipe schedule may use (the artifact's PipeInstruction).
+const std::vector<std::string>& pipe_instruction_names();
+bool is_compute_instruction(const std::string& name);  // forward or backward
+
+struct JobInfo {
+  std::string job_id;
+  int pp_degree = 1, dp_degree = 1, tp_degree = 1, world_size = 1;
+  std::string framework, model_name, partition_method;
+  int microbatch_size = 1, num_microbatches = 1;
+};
+
+struct RankInfo {
+  std::string job_id;
+  int rank = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;
+  std::vector<std::string> pipe_schedule;
+  std::vector<int> power_state_range;  // unique, sorted descending
+  bool operator==(const RankInfo&) const = default;
+};
+
+struct PowerStateSchedule {
+  int rank = 0;
+  std::vector<int> power_states;  // one per entry of the rank's pipe_schedule
+};
+
+using Breakdown = std::map<std::string, std::vector<std::vector<double>>>;
+
+struct ProfilingResult {
+  int rank = 0;
+  std::vector<double> iter_time;    // seconds, per iteration
+  std::vector<double> iter_energy;  // joules, per iteration
+  Breakdown time_breakdown;         // instruction -> per iteration -> per occurrence, seconds
+  Breakdown energy_breakdown;       // same shape, joules
+};
+
+// Parsing checks every field and throws RequestError(422) naming it. `what` prefixes the
+// field, e.g. "body".
+JobInfo job_info_from_json(const nlohmann::json& body);
+RankInfo rank_info_from_json(const nlohmann::json& body);
+ProfilingResult profiling_result_from_json(const nlohmann::json& body);
+PowerStateSchedule schedule_from_json(const nlohmann::json& body);
+
+nlohmann::json to_json(const JobInfo& info);
+nlohmann::json to_json(const RankInfo& info);
+nlohmann::json to_json(const PowerStateSchedule& schedule);
+nlohmann::json to_json(const ProfilingResult& result);
+
+// `YYYY-MM-DD-HH-MM-SS+framework+model+partition+dpD+ppP+tpT+mbsB+nmbN+Scheduler`, local time.
+std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
+                        std::chrono::system_clock::time_point when);
+
+// Parses JSON text; throws RequestError(422) saying where it is malformed.
+nlohmann::json parse_body(const std::string& text);
+
+}  // namespace perseus::server

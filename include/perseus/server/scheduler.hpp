@@ -1,0 +1,59 @@
+#pragma once
+// Schedulers decide each round's power states (DESIGN §3.1). A scheduler is one class behind
+// this interface plus one entry in the registry (scheduler_registry.cpp).
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "perseus/server/models.hpp"
+#include "perseus/server/settings.hpp"
+
+namespace perseus::server {
+
+// Thrown by next_schedule() when the scheduler has nothing more to run; training should stop.
+// The server answers every schedule request with 500 and "[profiling-done] <message>".
+class SchedulerDone : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct SchedulerContext {
+  JobInfo job;
+  std::vector<RankInfo> ranks;  // sorted by rank, one per rank of the job
+  ServerSettings settings;
+  std::filesystem::path job_dir;  // <dump_dir>/<job_id>, for outputs such as the profile CSV
+};
+
+class Scheduler {
+ public:
+  virtual ~Scheduler() = default;
+  // The next round's schedules, one per rank (any order). Throws SchedulerDone when finished,
+  // anything else when it fails.
+  virtual std::vector<PowerStateSchedule> next_schedule() = 0;
+  // The results of the round just run, one per rank, sorted by rank.
+  virtual void observe(const std::vector<ProfilingResult>& results) = 0;
+};
+
+using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerContext&)>;
+
+// Checks a scheduler name and its arguments when the server starts, so that mistakes show up
+// before any job registers. Throws perseus::Error (usage) naming the argument.
+SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args);
+std::vector<std::string> scheduler_names();
+
+// Per-stage clocks for forward and backward -> one power state per pipe_schedule entry: other
+// instructions inherit the clock of the preceding forward/backward (before the first, the
+// first one's). Throws std::runtime_error when the counts differ.
+std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_schedule,
+                                       const std::vector<int>& compute_clocks, const std::string& who);
+
+// Wraps a scheduler written for pure pipeline parallelism: it sees one rank per stage (the
+// dp 0, tp 0 rank, renumbered to its pp_rank), results folded per stage (time: max, energy:
+// sum), and its schedules are copied to every rank of the stage.
+SchedulerFactory make_3d_parallel(SchedulerFactory inner);
+
+}  // namespace perseus::server

@@ -1,0 +1,23 @@
+#pragma once
+// `perseus serve` settings: flags first, then the artifact's environment variables
+// (PERSEUS_SCHEDULER, PERSEUS_SCHEDULER_ARGS, PERSEUS_MODE, PERSEUS_DUMP_DATA, PERSEUS_DUMP_DIR,
+// PERSEUS_LOG_LEVEL), then these defaults.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace perseus::server {
+
+struct ServerSettings {
+  std::string scheduler = "AllMaxFrequency";
+  nlohmann::json scheduler_args = nlohmann::json::object();
+  std::string log_level = "INFO";
+  std::string mode = "frequency";  // or "power limit"
+  bool dump_data = true;
+  std::string dump_dir = "./dump";
+  double round_timeout_s = 1800;  // a round (all ranks ask, then all report) must finish in this; 0: never
+};
+
+// The body of GET /info.
+nlohmann::json info_json(const ServerSettings& settings);
+
+}  // namespace perseus::server

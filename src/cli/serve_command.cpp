@@ -1,0 +1,132 @@
+// `perseus serve`: the control plane training ranks talk to (DESIGN §3.1).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/server/http_server.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+namespace {
+
+struct ServeArgs {
+  std::string host = "127.0.0.1";
+  int port = 7787;
+  std::string scheduler = "AllMaxFrequency";
+  std::string scheduler_args = "{}";
+  std::string mode = "frequency";
+  std::string dump_dir = "./dump";
+  bool no_dump = false;
+  std::string log_level = "INFO";
+  double round_timeout = 1800;
+};
+
+bool env_bool(const char* name, bool fallback) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return fallback;
+  std::string v(value);
+  std::transform(v.begin(), v.end(), v.begin(), ::tolower);
+  if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
+  if (v == "0" || v == "false" || v == "no" || v == "off") return false;
+  throw Error(fmt::format("{}='{}' is not a boolean (true/false)", name, value), kExitUsage);
+}
+
+spdlog::level::level_enum parse_level(std::string text) {
+  std::transform(text.begin(), text.end(), text.begin(), ::tolower);
+  if (text == "warning") text = "warn";
+  if (text == "error") text = "err";
+  if (text == "fatal") text = "critical";
+  auto level = spdlog::level::from_str(text);
+  if (level == spdlog::level::off && text != "off")
+    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, critical, off", text), kExitUsage);
+  return level;
+}
+
+int serve(const ServeArgs& args, const CLI::App& cmd) {
+  server::ServerSettings settings;
+  settings.scheduler = args.scheduler;
+  try {
+    settings.scheduler_args = nlohmann::json::parse(args.scheduler_args);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args), kExitUsage);
+  }
+  if (args.mode != "frequency" && args.mode != "power limit")
+    throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
+  settings.mode = args.mode;
+  settings.dump_dir = args.dump_dir;
+  settings.dump_data = cmd.count("--no-dump") ? false : env_bool("PERSEUS_DUMP_DATA", true);
+  settings.log_level = args.log_level;
+  settings.round_timeout_s = args.round_timeout;
+  if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
+  spdlog::set_level(parse_level(args.log_level));
+  auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+
+  boost::asio::io_context io(1);
+  server::JobManager jobs(io, settings, factory);
+  server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port));
+
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM);
+  boost::asio::steady_timer grace(io);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("signal {}: stopping", signal);
+    http.stop();
+    jobs.shutdown("the perseus server is stopping");
+    // Let the answers to waiting requests go out, then stop.
+    grace.expires_after(std::chrono::milliseconds(200));
+    grace.async_wait([&](const boost::system::error_code&) { io.stop(); });
+  });
+
+  std::printf("perseus serve: listening on http://%s:%u (scheduler %s, mode %s, %s)\n", args.host.c_str(),
+              static_cast<unsigned>(http.port()), settings.scheduler.c_str(), settings.mode.c_str(),
+              settings.dump_data ? fmt::format("records in {}", settings.dump_dir).c_str() : "no records");
+  std::fflush(stdout);
+  io.run();
+  spdlog::info("stopped");
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_serve_command(CLI::App& app) {
+  auto args = std::make_shared<ServeArgs>();
+  auto* cmd = app.add_subcommand("serve", "Run the server that hands clock schedules to training ranks and records "
+                                          "what they measured");
+  cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->capture_default_str();
+  cmd->add_option("--scheduler", args->scheduler,
+                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, or one of those + '3D'")
+      ->envname("PERSEUS_SCHEDULER")
+      ->capture_default_str();
+  cmd->add_option("--scheduler-args", args->scheduler_args, "The scheduler's arguments as a JSON object")
+      ->envname("PERSEUS_SCHEDULER_ARGS")
+      ->capture_default_str();
+  cmd->add_option("--mode", args->mode, "What power states mean to clients: 'frequency' or 'power limit'")
+      ->envname("PERSEUS_MODE")
+      ->capture_default_str();
+  cmd->add_option("--dump-dir", args->dump_dir, "Where each job's records go (<dir>/<job_id>/)")
+      ->envname("PERSEUS_DUMP_DIR")
+      ->capture_default_str();
+  cmd->add_flag("--no-dump", args->no_dump, "Keep no records (else PERSEUS_DUMP_DATA, default true)");
+  cmd->add_option("--log-level", args->log_level, "debug, info, warning, error, critical or off")
+      ->envname("PERSEUS_LOG_LEVEL")
+      ->capture_default_str();
+  cmd->add_option("--round-timeout", args->round_timeout,
+                  "Seconds a round may take before the job fails with a reason every rank receives (0: never)")
+      ->envname("PERSEUS_ROUND_TIMEOUT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  return [args, cmd] { return serve(*args, *cmd); };
+}
+
+}  // namespace perseus::cli

@@ -1,0 +1,325 @@
+// A fake libnvidia-ml for tests and demos: simulated GPUs that export the NVML functions perseus
+// uses. Every call is appended to $PERSEUS_FAKE_NVML_LOG (one line: nanoseconds since load,
+// function, device, arguments, result), and the energy counter advances with wall time at a
+// power that depends on the locked clock, so tests can check which clocks were set when and
+// what was measured.
+//
+// Settings (environment, read at nvmlInit):
+//   PERSEUS_FAKE_NVML_GPUS        number of GPUs (default 1)
+//   PERSEUS_FAKE_NVML_LOG         call log path; "%p" becomes the process id
+//   PERSEUS_FAKE_NVML_DENY        1: every set/reset call fails with NO_PERMISSION
+//   PERSEUS_FAKE_NVML_LATENCY_US  sleep this long in every set/reset call, like a real driver
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unistd.h>
+#include <vector>
+
+#include "perseus/gpu/nvml_api.hpp"
+
+namespace {
+
+namespace nv = perseus::gpu::nvml;
+using Clock = std::chrono::steady_clock;
+
+constexpr unsigned kMaxGraphics = 1410, kMinGraphics = 210, kGraphicsStep = 15;
+constexpr unsigned kMemoryClocks[] = {1593, 1215};
+constexpr unsigned kMinLimit = 150000, kMaxLimit = 400000;
+
+struct FakeGpu {
+  unsigned locked_graphics = 0;  // 0: not locked, runs at the top clock
+  unsigned locked_memory = 0;
+  unsigned power_limit = kMaxLimit;
+  double energy_mj = 0;
+  Clock::time_point last = Clock::now();
+
+  unsigned graphics() const { return locked_graphics ? locked_graphics : kMaxGraphics; }
+  // Static power plus a cubic dynamic part, capped by the power limit.
+  double power_w() const {
+    double ratio = double(graphics()) / kMaxGraphics;
+    return std::min(60.0 + 240.0 * ratio * ratio * ratio, power_limit / 1000.0);
+  }
+  void advance() {
+    auto now = Clock::now();
+    energy_mj += power_w() * std::chrono::duration<double>(now - last).count() * 1000.0;
+    last = now;
+  }
+};
+
+struct State {
+  std::mutex mutex;
+  bool initialized = false;
+  int init_count = 0;
+  std::vector<FakeGpu> gpus;
+  std::FILE* log = nullptr;
+  bool deny = false;
+  long latency_us = 0;
+  Clock::time_point start = Clock::now();
+};
+
+State& state() {
+  static State s;
+  return s;
+}
+
+std::string log_path(const char* pattern) {
+  std::string out(pattern);
+  auto at = out.find("%p");
+  if (at != std::string::npos) out.replace(at, 2, std::to_string(getpid()));
+  return out;
+}
+
+void record(State& s, const char* fn, long device, const std::string& args, nvmlReturn_t result) {
+  if (s.log == nullptr) return;
+  auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - s.start).count();
+  std::fprintf(s.log, "%lld %s %ld %s -> %d\n", static_cast<long long>(ns), fn, device,
+               args.empty() ? "-" : args.c_str(), result);
+  std::fflush(s.log);
+}
+
+// Looks up the device; nullptr (and INVALID_ARGUMENT) for a bad handle.
+FakeGpu* gpu_of(State& s, nvmlDevice_t device, long* index) {
+  auto raw = reinterpret_cast<std::uintptr_t>(device);
+  if (raw == 0 || raw > s.gpus.size()) return nullptr;
+  *index = static_cast<long>(raw - 1);
+  return &s.gpus[raw - 1];
+}
+
+bool valid_graphics(unsigned mhz) {
+  return mhz >= kMinGraphics && mhz <= kMaxGraphics && (kMaxGraphics - mhz) % kGraphicsStep == 0;
+}
+
+// Runs a setter: checks init, device and permission, sleeps the configured latency, logs.
+template <typename Body>
+nvmlReturn_t setter(const char* fn, nvmlDevice_t device, const std::string& args, Body body) {
+  State& s = state();
+  long latency = 0;
+  {
+    std::lock_guard lock(s.mutex);
+    latency = s.latency_us;
+  }
+  if (latency > 0) std::this_thread::sleep_for(std::chrono::microseconds(latency));
+  std::lock_guard lock(s.mutex);
+  long index = -1;
+  nvmlReturn_t result = nv::kSuccess;
+  FakeGpu* gpu = s.initialized ? gpu_of(s, device, &index) : nullptr;
+  if (!s.initialized) result = nv::kUninitialized;
+  else if (gpu == nullptr) result = nv::kInvalidArgument;
+  else if (s.deny) result = nv::kNoPermission;
+  else {
+    gpu->advance();
+    result = body(*gpu);
+  }
+  record(s, fn, index, args, result);
+  return result;
+}
+
+template <typename Body>
+nvmlReturn_t getter(const char* fn, nvmlDevice_t device, Body body, bool log_it = false) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  long index = -1;
+  FakeGpu* gpu = s.initialized ? gpu_of(s, device, &index) : nullptr;
+  nvmlReturn_t result = !s.initialized ? nv::kUninitialized : gpu == nullptr ? nv::kInvalidArgument : nv::kSuccess;
+  std::string args;
+  if (result == nv::kSuccess) {
+    gpu->advance();
+    result = body(*gpu, args);
+  }
+  if (log_it) record(s, fn, index, args, result);
+  return result;
+}
+
+nvmlReturn_t copy_list(const std::vector<unsigned>& values, unsigned* count, unsigned* out) {
+  if (count == nullptr) return nv::kInvalidArgument;
+  if (*count < values.size() || out == nullptr) {
+    *count = static_cast<unsigned>(values.size());
+    return nv::kInsufficientSize;
+  }
+  std::copy(values.begin(), values.end(), out);
+  *count = static_cast<unsigned>(values.size());
+  return nv::kSuccess;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (s.init_count++ == 0) {
+    const char* n = std::getenv("PERSEUS_FAKE_NVML_GPUS");
+    int count = n != nullptr ? std::atoi(n) : 1;
+    s.gpus.assign(static_cast<std::size_t>(std::max(count, 0)), FakeGpu{});
+    const char* path = std::getenv("PERSEUS_FAKE_NVML_LOG");
+    if (path != nullptr && *path != '\0' && s.log == nullptr) s.log = std::fopen(log_path(path).c_str(), "a");
+    const char* deny = std::getenv("PERSEUS_FAKE_NVML_DENY");
+    s.deny = deny != nullptr && std::strcmp(deny, "1") == 0;
+    const char* latency = std::getenv("PERSEUS_FAKE_NVML_LATENCY_US");
+    s.latency_us = latency != nullptr ? std::atol(latency) : 0;
+    s.initialized = true;
+  }
+  record(s, "nvmlInit", -1, "", nv::kSuccess);
+  return nv::kSuccess;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.initialized) return nv::kUninitialized;
+  record(s, "nvmlShutdown", -1, "", nv::kSuccess);
+  if (--s.init_count == 0) s.initialized = false;
+  return nv::kSuccess;
+}
+
+__attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t result) {
+  switch (result) {
+    case nv::kSuccess: return "Success";
+    case nv::kUninitialized: return "Uninitialized";
+    case nv::kInvalidArgument: return "Invalid Argument";
+    case nv::kNotSupported: return "Not Supported";
+    case nv::kNoPermission: return "Insufficient Permissions";
+    case nv::kNotFound: return "Not Found";
+    case nv::kInsufficientSize: return "Insufficient Size";
+    default: return "Unknown Error";
+  }
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsigned* count) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.initialized) return nv::kUninitialized;
+  if (count == nullptr) return nv::kInvalidArgument;
+  *count = static_cast<unsigned>(s.gpus.size());
+  return nv::kSuccess;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  if (!s.initialized) return nv::kUninitialized;
+  if (device == nullptr || index >= s.gpus.size()) return nv::kInvalidArgument;
+  *device = reinterpret_cast<nvmlDevice_t>(static_cast<std::uintptr_t>(index) + 1);
+  return nv::kSuccess;
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
+  return getter("nvmlDeviceGetName", device, [&](FakeGpu&, std::string&) {
+    const char* text = "Perseus Simulated GPU";
+    if (name == nullptr || length <= std::strlen(text)) return nv::kInsufficientSize;
+    std::strcpy(name, text);
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned* count,
+                                                                    unsigned* clocks) {
+  return getter("nvmlDeviceGetSupportedMemoryClocks", device, [&](FakeGpu&, std::string&) {
+    return copy_list(std::vector<unsigned>(std::begin(kMemoryClocks), std::end(kMemoryClocks)), count, clocks);
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned memory,
+                                                                      unsigned* count, unsigned* clocks) {
+  return getter("nvmlDeviceGetSupportedGraphicsClocks", device, [&](FakeGpu&, std::string&) {
+    if (std::find(std::begin(kMemoryClocks), std::end(kMemoryClocks), memory) == std::end(kMemoryClocks))
+      return nv::kNotFound;
+    std::vector<unsigned> values;
+    for (unsigned f = kMaxGraphics; f >= kMinGraphics; f -= kGraphicsStep) values.push_back(f);
+    return copy_list(values, count, clocks);
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned min_mhz, unsigned max_mhz) {
+  return setter("nvmlDeviceSetGpuLockedClocks", device, std::to_string(min_mhz) + " " + std::to_string(max_mhz),
+                [&](FakeGpu& gpu) {
+                  if (min_mhz != max_mhz || !valid_graphics(max_mhz)) return nv::kInvalidArgument;
+                  gpu.locked_graphics = max_mhz;
+                  return nv::kSuccess;
+                });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
+  return setter("nvmlDeviceResetGpuLockedClocks", device, "", [](FakeGpu& gpu) {
+    gpu.locked_graphics = 0;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned min_mhz, unsigned max_mhz) {
+  return setter("nvmlDeviceSetMemoryLockedClocks", device, std::to_string(min_mhz) + " " + std::to_string(max_mhz),
+                [&](FakeGpu& gpu) {
+                  if (std::find(std::begin(kMemoryClocks), std::end(kMemoryClocks), max_mhz) == std::end(kMemoryClocks))
+                    return nv::kInvalidArgument;
+                  gpu.locked_memory = max_mhz;
+                  return nv::kSuccess;
+                });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceResetMemoryLockedClocks(nvmlDevice_t device) {
+  return setter("nvmlDeviceResetMemoryLockedClocks", device, "", [](FakeGpu& gpu) {
+    gpu.locked_memory = 0;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned* limit) {
+  return getter("nvmlDeviceGetPowerManagementLimit", device, [&](FakeGpu& gpu, std::string&) {
+    if (limit == nullptr) return nv::kInvalidArgument;
+    *limit = gpu.power_limit;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned* min_limit,
+                                                                              unsigned* max_limit) {
+  return getter("nvmlDeviceGetPowerManagementLimitConstraints", device, [&](FakeGpu&, std::string&) {
+    if (min_limit == nullptr || max_limit == nullptr) return nv::kInvalidArgument;
+    *min_limit = kMinLimit;
+    *max_limit = kMaxLimit;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned limit) {
+  return setter("nvmlDeviceSetPowerManagementLimit", device, std::to_string(limit), [&](FakeGpu& gpu) {
+    if (limit < kMinLimit || limit > kMaxLimit) return nv::kInvalidArgument;
+    gpu.power_limit = limit;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy) {
+  return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string&) {
+    if (energy == nullptr) return nv::kInvalidArgument;
+    *energy = static_cast<unsigned long long>(gpu.energy_mj);
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* power) {
+  return getter("nvmlDeviceGetPowerUsage", device, [&](FakeGpu& gpu, std::string&) {
+    if (power == nullptr) return nv::kInvalidArgument;
+    *power = static_cast<unsigned>(gpu.power_w() * 1000.0);
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned* clock) {
+  return getter("nvmlDeviceGetClockInfo", device, [&](FakeGpu& gpu, std::string&) {
+    if (clock == nullptr) return nv::kInvalidArgument;
+    if (type == nv::kClockMem) *clock = gpu.locked_memory ? gpu.locked_memory : kMemoryClocks[0];
+    else *clock = gpu.graphics();
+    return nv::kSuccess;
+  });
+}
+
+}  // extern "C"

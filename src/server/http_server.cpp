@@ -1,0 +1,144 @@
+#include "perseus/server/http_server.hpp"
+
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <optional>
+
+#include "perseus/util/error.hpp"
+
+namespace perseus::server {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+
+namespace {
+
+constexpr std::size_t kBodyLimit = 64u << 20;          // a result of many iterations of a long schedule
+constexpr auto kIdleTimeout = std::chrono::seconds(300);  // between requests on a kept-alive connection
+
+class Session : public std::enable_shared_from_this<Session> {
+ public:
+  Session(tcp::socket socket, JobManager& jobs) : stream_(std::move(socket)), jobs_(jobs) {}
+
+  void start() { read(); }
+
+ private:
+  void read() {
+    parser_.emplace();
+    parser_->body_limit(kBodyLimit);
+    stream_.expires_after(kIdleTimeout);
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+  }
+
+  void on_read(beast::error_code ec) {
+    if (ec == http::error::end_of_stream) return close();
+    if (ec == http::error::body_limit) return reply_and_close(413, "request body too large");
+    if (ec) {
+      if (ec != beast::error::timeout && ec != asio::error::operation_aborted && ec != asio::error::connection_reset)
+        spdlog::debug("read: {}", ec.message());
+      if (ec.category() == beast::error_code(http::error::bad_method).category())
+        return reply_and_close(400, "malformed HTTP request");
+      return close();
+    }
+    request_ = parser_->release();
+    stream_.expires_never();  // a schedule request may wait a whole round
+    std::string method(request_.method_string());
+    std::string target(request_.target());
+    route_request(jobs_, method, target, request_.body(),
+                  [self = shared_from_this()](HttpResponse response) { self->write(std::move(response)); });
+  }
+
+  void write(HttpResponse response) {
+    response_ = {};
+    response_.version(request_.version());
+    response_.result(static_cast<http::status>(response.status));
+    response_.set(http::field::server, "perseus");
+    response_.set(http::field::content_type, "application/json");
+    response_.keep_alive(keep_alive_ && request_.keep_alive());
+    response_.body() = std::move(response.body);
+    response_.prepare_payload();
+    stream_.expires_after(kIdleTimeout);
+    http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (ec || !self->response_.keep_alive()) return self->close();
+      self->read();
+    });
+  }
+
+  void reply_and_close(int status, const std::string& detail) {
+    keep_alive_ = false;
+    request_ = {};
+    request_.version(11);
+    write({status, nlohmann::json{{"detail", detail}}.dump()});
+  }
+
+  void close() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    stream_.close();
+  }
+
+  beast::tcp_stream stream_;
+  JobManager& jobs_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  http::request<http::string_body> request_;
+  http::response<http::string_body> response_;
+  bool keep_alive_ = true;
+};
+
+}  // namespace
+
+struct HttpServer::Impl {
+  Impl(asio::io_context& io, JobManager& jobs) : acceptor(io), jobs(jobs) {}
+
+  void accept() {
+    acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+      if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
+      if (!ec) {
+        beast::error_code ignored;
+        socket.set_option(tcp::no_delay(true), ignored);
+        std::make_shared<Session>(std::move(socket), jobs)->start();
+      } else {
+        spdlog::warn("accept: {}", ec.message());
+      }
+      accept();
+    });
+  }
+
+  tcp::acceptor acceptor;
+  JobManager& jobs;
+};
+
+HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port)
+    : impl_(std::make_unique<Impl>(io, jobs)) {
+  beast::error_code ec;
+  auto address = asio::ip::make_address(host, ec);
+  if (ec) throw Error(fmt::format("--host '{}' is not an IP address: {}", host, ec.message()), kExitUsage);
+  tcp::endpoint endpoint(address, port);
+  auto& a = impl_->acceptor;
+  a.open(endpoint.protocol(), ec);
+  if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
+  if (!ec) a.bind(endpoint, ec);
+  if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), kExitFailure);
+  impl_->accept();
+}
+
+HttpServer::~HttpServer() = default;
+
+std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void HttpServer::stop() {
+  beast::error_code ignored;
+  impl_->acceptor.close(ignored);
+}
+
+}  // namespace perseus::server

@@ -1,0 +1,296 @@
+#include "perseus/server/job_manager.hpp"
+
+#include <boost/asio/steady_timer.hpp>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <optional>
+
+#include "perseus/util/atomic_file.hpp"
+
+namespace perseus::server {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+enum class Phase { registering, asking, running, ended };
+
+struct JobManager::Job {
+  Job(boost::asio::io_context& io, JobInfo job_info)
+      : info(std::move(job_info)),
+        ranks(static_cast<std::size_t>(info.world_size)),
+        waiting(ranks.size()),
+        results(ranks.size()),
+        timer(io) {}
+
+  JobInfo info;
+  fs::path dir;
+  std::vector<std::optional<RankInfo>> ranks;
+  int registered = 0;
+  std::unique_ptr<Scheduler> scheduler;
+  Phase phase = Phase::registering;
+  int round = 0;
+  std::vector<Reply> waiting;  // schedule requests not yet answered, per rank
+  int asked = 0;
+  std::vector<std::optional<ProfilingResult>> results;  // this round's, per rank
+  int reported = 0;
+  std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
+  std::string end_detail;
+  boost::asio::steady_timer timer;
+};
+
+JobManager::JobManager(boost::asio::io_context& io, ServerSettings settings, SchedulerFactory factory)
+    : io_(io), settings_(std::move(settings)), factory_(std::move(factory)) {}
+
+JobManager::~JobManager() = default;
+
+JobManager::Job& JobManager::find(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
+  return *it->second;
+}
+
+void JobManager::check_rank(const Job& job, int rank) const {
+  if (rank < 0 || rank >= job.info.world_size)
+    throw RequestError(404, fmt::format("rank {} is out of range for job '{}' (world size {})", rank, job.info.job_id,
+                                        job.info.world_size));
+}
+
+std::string JobManager::register_job(JobInfo info) {
+  std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
+  std::string id = base;
+  for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
+  info.job_id = id;
+  auto job = std::make_unique<Job>(io_, info);
+  job->dir = fs::path(settings_.dump_dir) / id;
+  Job& ref = *job;
+  jobs_.emplace(id, std::move(job));
+  spdlog::info("job {} registered: world size {}", id, info.world_size);
+  dump(ref, "perseus.json", {{"server", info_json(settings_)}, {"job", to_json(info)}});
+  arm_timer(ref, "register");
+  return id;
+}
+
+void JobManager::register_rank(const std::string& job_id, RankInfo info) {
+  Job& job = find(job_id);
+  check_rank(job, info.rank);
+  const JobInfo& j = job.info;
+  if (info.dp_rank >= j.dp_degree) throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
+  if (info.pp_rank >= j.pp_degree) throw RequestError(422, fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
+  if (info.tp_rank >= j.tp_degree) throw RequestError(422, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
+  if (info.pipe_schedule.empty()) throw RequestError(422, "field 'pipe_schedule': must not be empty");
+  info.job_id = job_id;
+  auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
+  if (slot) {
+    if (*slot == info) return;  // a retry
+    throw RequestError(409, fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
+  }
+  for (const auto& other : job.ranks)
+    if (other && other->dp_rank == info.dp_rank && other->pp_rank == info.pp_rank && other->tp_rank == info.tp_rank)
+      throw RequestError(409, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank, info.dp_rank,
+                                          info.pp_rank, info.tp_rank));
+  slot = std::move(info);
+  ++job.registered;
+  spdlog::debug("job {}: rank {} registered ({}/{})", job_id, slot->rank, job.registered, j.world_size);
+  advance(job);
+}
+
+void JobManager::request_schedule(const std::string& job_id, int rank, Reply reply) {
+  Job& job = find(job_id);
+  check_rank(job, rank);
+  auto r = static_cast<std::size_t>(rank);
+  if (job.phase == Phase::ended) return reply(500, {{"detail", job.end_detail}});
+  if (!job.ranks[r])
+    throw RequestError(404, fmt::format("rank {} has not registered in job '{}'", rank, job_id));
+  if (job.phase == Phase::running && !job.results[r])
+    throw RequestError(409, fmt::format("rank {} asked for the next schedule before reporting the result of round {}",
+                                        rank, job.round));
+  if (job.waiting[r]) {
+    job.waiting[r](409, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
+  } else {
+    ++job.asked;
+  }
+  job.waiting[r] = std::move(reply);
+  advance(job);
+}
+
+void JobManager::report_result(const std::string& job_id, ProfilingResult result) {
+  Job& job = find(job_id);
+  check_rank(job, result.rank);
+  auto r = static_cast<std::size_t>(result.rank);
+  if (job.phase == Phase::ended) return;  // nobody waits on it any more
+  if (job.phase != Phase::running)
+    throw RequestError(409, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
+                                        "started)", result.rank, job.round));
+  if (job.results[r])
+    throw RequestError(409, fmt::format("rank {} already reported its result for round {}", result.rank, job.round));
+  job.results[r] = std::move(result);
+  ++job.reported;
+  advance(job);
+}
+
+void JobManager::advance(Job& job) {
+  // Each step may make the next one possible (results complete and every rank already asked).
+  for (;;) {
+    if (job.phase == Phase::registering && job.registered == job.info.world_size) {
+      start_rounds(job);
+    } else if (job.phase == Phase::asking && job.asked == job.info.world_size) {
+      send_schedules(job);
+    } else if (job.phase == Phase::running && job.reported == job.info.world_size) {
+      finish_round(job);
+    } else {
+      return;
+    }
+  }
+}
+
+void JobManager::start_rounds(Job& job) {
+  SchedulerContext context{job.info, {}, settings_, job.dir};
+  for (auto& r : job.ranks) context.ranks.push_back(*r);
+  json ranks = json::array();
+  for (const auto& r : context.ranks) ranks.push_back(to_json(r));
+  dump(job, "ranks.json", ranks);
+  try {
+    job.scheduler = factory_(context);
+  } catch (const std::exception& e) {
+    return end(job, fmt::format("[job-failed] scheduler {} could not start: {}", settings_.scheduler, e.what()));
+  }
+  job.phase = Phase::asking;
+  arm_timer(job, "ask for the schedule");
+}
+
+void JobManager::send_schedules(Job& job) {
+  std::vector<PowerStateSchedule> schedules;
+  try {
+    schedules = job.scheduler->next_schedule();
+  } catch (const SchedulerDone& e) {
+    return end(job, fmt::format("[profiling-done] {}", e.what()));
+  } catch (const std::exception& e) {
+    return end(job, fmt::format("[job-failed] scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what()));
+  }
+  // A scheduler bug must not reach a GPU: one schedule per rank, one supported state per entry.
+  std::vector<std::optional<PowerStateSchedule>> by_rank(job.ranks.size());
+  for (auto& s : schedules) {
+    if (s.rank < 0 || s.rank >= job.info.world_size || by_rank[static_cast<std::size_t>(s.rank)])
+      return end(job, fmt::format("[job-failed] scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank));
+    const RankInfo& info = *job.ranks[static_cast<std::size_t>(s.rank)];
+    if (s.power_states.size() != info.pipe_schedule.size())
+      return end(job, fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
+                                  settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
+    for (int state : s.power_states)
+      if (std::find(info.power_state_range.begin(), info.power_state_range.end(), state) == info.power_state_range.end())
+        return end(job, fmt::format("[job-failed] scheduler {} gave rank {} power state {}, which its GPU does not support",
+                                    settings_.scheduler, s.rank, state));
+    by_rank[static_cast<std::size_t>(s.rank)] = std::move(s);
+  }
+  job.current.clear();
+  for (auto& s : by_rank) {
+    if (!s) return end(job, fmt::format("[job-failed] scheduler {} gave no schedule for some rank", settings_.scheduler));
+    job.current.push_back(std::move(*s));
+  }
+  job.phase = Phase::running;
+  job.asked = 0;
+  for (auto& r : job.results) r.reset();
+  job.reported = 0;
+  arm_timer(job, "report results");
+  for (std::size_t r = 0; r < job.waiting.size(); ++r) {
+    Reply reply = std::move(job.waiting[r]);
+    job.waiting[r] = nullptr;
+    reply(200, to_json(job.current[r]));
+  }
+  spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
+}
+
+void JobManager::finish_round(Job& job) {
+  std::vector<ProfilingResult> results;
+  for (auto& r : job.results) results.push_back(std::move(*r));
+  if (settings_.dump_data) {
+    json sched = json::array(), prof = json::array();
+    for (const auto& s : job.current) sched.push_back(to_json(s));
+    for (const auto& r : results) prof.push_back(to_json(r));
+    dump(job, fmt::format("{}.sched.json", job.round), sched);
+    dump(job, fmt::format("{}.prof.json", job.round), prof);
+  }
+  spdlog::info("job {}: round {} done", job.info.job_id, job.round);
+  ++job.round;
+  job.phase = Phase::asking;
+  for (auto& r : job.results) r.reset();
+  job.reported = 0;
+  try {
+    job.scheduler->observe(results);
+  } catch (const SchedulerDone& e) {
+    return end(job, fmt::format("[profiling-done] {}", e.what()));
+  } catch (const std::exception& e) {
+    return end(job, fmt::format("[job-failed] scheduler {} failed observing round {}: {}", settings_.scheduler,
+                                job.round - 1, e.what()));
+  }
+  arm_timer(job, "ask for the schedule");
+}
+
+void JobManager::end(Job& job, const std::string& detail) {
+  job.phase = Phase::ended;
+  job.end_detail = detail;
+  job.timer.cancel();
+  job.scheduler.reset();
+  if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
+  else spdlog::error("job {}: {}", job.info.job_id, detail);
+  for (auto& reply : job.waiting) {
+    if (!reply) continue;
+    Reply r = std::move(reply);
+    reply = nullptr;
+    r(500, {{"detail", detail}});
+  }
+  job.asked = 0;
+}
+
+void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
+  job.timer.cancel();
+  if (settings_.round_timeout_s <= 0) return;
+  job.timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(settings_.round_timeout_s)));
+  std::string id = job.info.job_id;
+  int round = job.round;
+  job.timer.async_wait([this, id, round, waiting_for](const boost::system::error_code& ec) {
+    if (ec) return;  // cancelled: the job moved on
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->phase == Phase::ended) return;
+    Job& job = *it->second;
+    std::vector<int> missing;
+    for (int r = 0; r < job.info.world_size; ++r) {
+      auto i = static_cast<std::size_t>(r);
+      bool done = job.phase == Phase::registering ? job.ranks[i].has_value()
+                  : job.phase == Phase::asking    ? static_cast<bool>(job.waiting[i])
+                                                  : job.results[i].has_value();
+      if (!done) missing.push_back(r);
+    }
+    end(job, fmt::format("[job-failed] round {} timed out after {} s: ranks [{}] did not {}", round,
+                         settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for));
+  });
+}
+
+void JobManager::dump(const Job& job, const std::string& name, const json& content) const {
+  if (!settings_.dump_data) return;
+  try {
+    fs::create_directories(job.dir);
+    write_file_atomic(job.dir / name, content.dump() + "\n");
+  } catch (const std::exception& e) {
+    // Losing a record must not stop training; say so loudly.
+    spdlog::error("job {}: could not write {}: {}", job.info.job_id, (job.dir / name).string(), e.what());
+  }
+}
+
+void JobManager::shutdown(const std::string& why) {
+  for (auto& [id, job] : jobs_) {
+    job->timer.cancel();
+    for (auto& reply : job->waiting) {
+      if (!reply) continue;
+      Reply r = std::move(reply);
+      reply = nullptr;
+      r(503, {{"detail", why}});
+    }
+  }
+}
+
+}  // namespace perseus::server

@@ -1,0 +1,245 @@
+#include "perseus/server/models.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fmt/format.h>
+#include <set>
+
+namespace perseus::server {
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& field, const std::string& problem) {
+  throw RequestError(422, fmt::format("field '{}': {}", field, problem));
+}
+
+const char* type_name(const json& value) {
+  if (value.is_boolean()) return "a boolean";
+  if (value.is_number_integer() || value.is_number_unsigned()) return "an integer";
+  if (value.is_number()) return "a number";
+  if (value.is_string()) return "a string";
+  if (value.is_array()) return "a list";
+  if (value.is_object()) return "an object";
+  return "null";
+}
+
+void require_object(const json& body) {
+  if (!body.is_object()) bad("body", fmt::format("expected a JSON object, got {}", type_name(body)));
+}
+
+const json& field(const json& body, const std::string& name) {
+  auto it = body.find(name);
+  if (it == body.end()) bad(name, "missing");
+  return *it;
+}
+
+int as_int(const json& value, const std::string& name) {
+  if (value.is_number_integer() || value.is_number_unsigned()) {
+    auto v = value.get<long long>();
+    if (v < -2147483648LL || v > 2147483647LL) bad(name, "out of range");
+    return static_cast<int>(v);
+  }
+  // Integral floats such as 4.0 are what a Python client may send; accept those, nothing else.
+  if (value.is_number_float()) {
+    double v = value.get<double>();
+    if (v == static_cast<double>(static_cast<long long>(v)) && std::abs(v) < 2147483648.0) return static_cast<int>(v);
+  }
+  bad(name, fmt::format("expected an integer, got {}", type_name(value)));
+}
+
+int int_field(const json& body, const std::string& name, int minimum) {
+  int v = as_int(field(body, name), name);
+  if (v < minimum) bad(name, fmt::format("must be at least {}, got {}", minimum, v));
+  return v;
+}
+
+double as_number(const json& value, const std::string& name) {
+  if (!value.is_number() || value.is_boolean()) bad(name, fmt::format("expected a number, got {}", type_name(value)));
+  double v = value.get<double>();
+  if (!std::isfinite(v)) bad(name, "must be finite");
+  return v;
+}
+
+// Strings that become part of a job id, and so of a directory name.
+std::string id_part(const json& body, const std::string& name) {
+  const json& value = field(body, name);
+  if (!value.is_string()) bad(name, fmt::format("expected a string, got {}", type_name(value)));
+  auto text = value.get<std::string>();
+  if (text.empty()) bad(name, "must not be empty");
+  for (char c : text)
+    if (c == '/' || c == '\\' || c == '+' || static_cast<unsigned char>(c) < 0x20)
+      bad(name, fmt::format("'{}' may not contain '/', '\\', '+' or control characters", text));
+  if (text == "." || text == "..") bad(name, "may not be '.' or '..'");
+  return text;
+}
+
+std::vector<double> number_list(const json& value, const std::string& name) {
+  if (!value.is_array()) bad(name, fmt::format("expected a list, got {}", type_name(value)));
+  std::vector<double> out;
+  out.reserve(value.size());
+  for (std::size_t i = 0; i < value.size(); ++i) out.push_back(as_number(value[i], fmt::format("{}[{}]", name, i)));
+  return out;
+}
+
+Breakdown breakdown(const json& body, const std::string& name) {
+  Breakdown out;
+  auto it = body.find(name);
+  if (it == body.end()) return out;  // optional, as in the artifact
+  if (!it->is_object()) bad(name, fmt::format("expected an object, got {}", type_name(*it)));
+  for (auto& [key, iterations] : it->items()) {
+    std::string where = fmt::format("{}.{}", name, key);
+    if (!iterations.is_array()) bad(where, fmt::format("expected a list of lists, got {}", type_name(iterations)));
+    auto& rows = out[key];
+    for (std::size_t i = 0; i < iterations.size(); ++i)
+      rows.push_back(number_list(iterations[i], fmt::format("{}[{}]", where, i)));
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<std::string>& pipe_instruction_names() {
+  static const std::vector<std::string> names = {"load", "forward", "backward", "p2p",   "cc",
+                                                 "step", "low",     "high",     "other", "pure_backward"};
+  return names;
+}
+
+bool is_compute_instruction(const std::string& name) { return name == "forward" || name == "backward"; }
+
+json parse_body(const std::string& text) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    throw RequestError(422, fmt::format("field 'body': malformed JSON at byte {}", e.byte));
+  }
+}
+
+JobInfo job_info_from_json(const json& body) {
+  require_object(body);
+  JobInfo info;
+  if (auto it = body.find("job_id"); it != body.end()) {
+    if (!it->is_string()) bad("job_id", fmt::format("expected a string, got {}", type_name(*it)));
+    if (!it->get<std::string>().empty()) bad("job_id", "must be empty: the server assigns it");
+  }
+  info.pp_degree = int_field(body, "pp_degree", 1);
+  info.dp_degree = int_field(body, "dp_degree", 1);
+  info.tp_degree = int_field(body, "tp_degree", 1);
+  info.world_size = int_field(body, "world_size", 1);
+  if (static_cast<long long>(info.pp_degree) * info.dp_degree * info.tp_degree != info.world_size)
+    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}",
+                                  static_cast<long long>(info.pp_degree) * info.dp_degree * info.tp_degree,
+                                  info.world_size));
+  info.framework = id_part(body, "framework");
+  info.model_name = id_part(body, "model_name");
+  info.partition_method = id_part(body, "partition_method");
+  info.microbatch_size = int_field(body, "microbatch_size", 1);
+  info.num_microbatches = int_field(body, "num_microbatches", 1);
+  return info;
+}
+
+RankInfo rank_info_from_json(const json& body) {
+  require_object(body);
+  RankInfo info;
+  if (auto it = body.find("job_id"); it != body.end()) {
+    if (!it->is_string()) bad("job_id", fmt::format("expected a string, got {}", type_name(*it)));
+    info.job_id = it->get<std::string>();
+  }
+  info.rank = int_field(body, "rank", 0);
+  info.dp_rank = int_field(body, "dp_rank", 0);
+  info.pp_rank = int_field(body, "pp_rank", 0);
+  info.tp_rank = int_field(body, "tp_rank", 0);
+  const json& schedule = field(body, "pipe_schedule");
+  if (!schedule.is_array()) bad("pipe_schedule", fmt::format("expected a list, got {}", type_name(schedule)));
+  const auto& names = pipe_instruction_names();
+  for (std::size_t i = 0; i < schedule.size(); ++i) {
+    std::string where = fmt::format("pipe_schedule[{}]", i);
+    if (!schedule[i].is_string()) bad(where, fmt::format("expected a string, got {}", type_name(schedule[i])));
+    auto name = schedule[i].get<std::string>();
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      bad(where, fmt::format("unknown instruction '{}' (one of: {})", name, fmt::join(names, ", ")));
+    info.pipe_schedule.push_back(name);
+  }
+  const json& states = field(body, "power_state_range");
+  if (!states.is_array()) bad("power_state_range", fmt::format("expected a list, got {}", type_name(states)));
+  if (states.empty()) bad("power_state_range", "must not be empty");
+  std::set<int> seen;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    std::string where = fmt::format("power_state_range[{}]", i);
+    int v = as_int(states[i], where);
+    if (v <= 0) bad(where, fmt::format("must be positive, got {}", v));
+    if (!seen.insert(v).second) bad(where, fmt::format("{} appears twice", v));
+    info.power_state_range.push_back(v);
+  }
+  std::sort(info.power_state_range.rbegin(), info.power_state_range.rend());
+  return info;
+}
+
+ProfilingResult profiling_result_from_json(const json& body) {
+  require_object(body);
+  ProfilingResult result;
+  result.rank = int_field(body, "rank", 0);
+  result.iter_time = number_list(field(body, "iter_time"), "iter_time");
+  result.iter_energy = number_list(field(body, "iter_energy"), "iter_energy");
+  result.time_breakdown = breakdown(body, "time_breakdown");
+  result.energy_breakdown = breakdown(body, "energy_breakdown");
+  return result;
+}
+
+PowerStateSchedule schedule_from_json(const json& body) {
+  require_object(body);
+  PowerStateSchedule schedule;
+  schedule.rank = int_field(body, "rank", 0);
+  const json& states = field(body, "power_states");
+  if (!states.is_array()) bad("power_states", fmt::format("expected a list, got {}", type_name(states)));
+  for (std::size_t i = 0; i < states.size(); ++i)
+    schedule.power_states.push_back(as_int(states[i], fmt::format("power_states[{}]", i)));
+  return schedule;
+}
+
+json to_json(const JobInfo& info) {
+  return {{"job_id", info.job_id},
+          {"pp_degree", info.pp_degree},
+          {"dp_degree", info.dp_degree},
+          {"tp_degree", info.tp_degree},
+          {"world_size", info.world_size},
+          {"framework", info.framework},
+          {"model_name", info.model_name},
+          {"partition_method", info.partition_method},
+          {"microbatch_size", info.microbatch_size},
+          {"num_microbatches", info.num_microbatches}};
+}
+
+json to_json(const RankInfo& info) {
+  return {{"job_id", info.job_id},   {"rank", info.rank},
+          {"dp_rank", info.dp_rank}, {"pp_rank", info.pp_rank},
+          {"tp_rank", info.tp_rank}, {"pipe_schedule", info.pipe_schedule},
+          {"power_state_range", info.power_state_range}};
+}
+
+json to_json(const PowerStateSchedule& schedule) {
+  return {{"rank", schedule.rank}, {"power_states", schedule.power_states}};
+}
+
+json to_json(const ProfilingResult& result) {
+  return {{"rank", result.rank},
+          {"iter_time", result.iter_time},
+          {"iter_energy", result.iter_energy},
+          {"time_breakdown", result.time_breakdown},
+          {"energy_breakdown", result.energy_breakdown}};
+}
+
+std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
+                        std::chrono::system_clock::time_point when) {
+  std::time_t t = std::chrono::system_clock::to_time_t(when);
+  std::tm local{};
+  localtime_r(&t, &local);
+  char stamp[32];
+  std::strftime(stamp, sizeof stamp, "%Y-%m-%d-%H-%M-%S", &local);
+  return fmt::format("{}+{}+{}+{}+dp{}+pp{}+tp{}+mbs{}+nmb{}+{}", stamp, info.framework, info.model_name,
+                     info.partition_method, info.dp_degree, info.pp_degree, info.tp_degree, info.microbatch_size,
+                     info.num_microbatches, scheduler_name);
+}
+
+}  // namespace perseus::server

@@ -1,0 +1,122 @@
+// The routes of DESIGN §3.1, mapped onto the job manager. Paths are percent-decoded; job ids
+// contain '+', which clients may send as is or as %2B.
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <charconv>
+#include <optional>
+
+#include "perseus/server/http_server.hpp"
+
+namespace perseus::server {
+namespace {
+
+using nlohmann::json;
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      int value = 0;
+      auto [ptr, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+      if (ec == std::errc() && ptr == text.data() + i + 3) {
+        out.push_back(static_cast<char>(value));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+// The value of `key` in the query string, decoded ('+' in a query means space).
+std::optional<std::string> query_value(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == key) {
+      std::string value = eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1));
+      for (auto& c : value)
+        if (c == '+') c = ' ';
+      return percent_decode(value);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+int rank_parameter(std::string_view query) {
+  auto value = query_value(query, "rank");
+  if (!value) throw RequestError(422, "query parameter 'rank': missing");
+  int rank = 0;
+  auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), rank);
+  if (ec != std::errc() || ptr != value->data() + value->size() || value->empty())
+    throw RequestError(422, fmt::format("query parameter 'rank': expected an integer, got '{}'", *value));
+  return rank;
+}
+
+HttpResponse ok(const json& body) { return {200, body.dump()}; }
+
+}  // namespace
+
+void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
+                   std::function<void(HttpResponse)> respond) {
+  auto question = target.find('?');
+  std::string path = percent_decode(std::string_view(target).substr(0, question));
+  std::string_view query = question == std::string::npos ? std::string_view() : std::string_view(target).substr(question + 1);
+  auto fail = [&](int status, const std::string& detail) { respond({status, json{{"detail", detail}}.dump()}); };
+  auto under = [&](std::string_view prefix) { return path.size() > prefix.size() && path.rfind(prefix, 0) == 0; };
+  try {
+    if (path == "/info") {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      return respond(ok(info_json(jobs.settings())));
+    }
+    if (path == "/register_job") {
+      if (method != "POST") return fail(405, "Method Not Allowed");
+      JobInfo info = job_info_from_json(parse_body(body));
+      return respond(ok(jobs.register_job(std::move(info))));
+    }
+    if (path == "/register_rank" || under("/register_rank/")) {
+      if (method != "POST") return fail(405, "Method Not Allowed");
+      RankInfo info = rank_info_from_json(parse_body(body));
+      if (path != "/register_rank") {
+        std::string from_path = path.substr(std::string("/register_rank/").size());
+        if (!info.job_id.empty() && info.job_id != from_path)
+          throw RequestError(422, "field 'job_id': differs from the job id in the path");
+        info.job_id = from_path;
+      }
+      if (info.job_id.empty()) throw RequestError(422, "field 'job_id': missing");
+      std::string id = info.job_id;
+      jobs.register_rank(id, std::move(info));
+      return respond(ok(nullptr));
+    }
+    if (under("/schedule/")) {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      std::string id = path.substr(std::string("/schedule/").size());
+      int rank = rank_parameter(query);
+      return jobs.request_schedule(id, rank, [respond](int status, const json& reply) {
+        respond({status, reply.dump()});
+      });
+    }
+    if (under("/result/")) {
+      if (method != "POST") return fail(405, "Method Not Allowed");
+      std::string id = path.substr(std::string("/result/").size());
+      ProfilingResult result = profiling_result_from_json(parse_body(body));
+      jobs.report_result(id, std::move(result));
+      return respond(ok(nullptr));
+    }
+    return fail(404, "Not Found");
+  } catch (const RequestError& e) {
+    spdlog::debug("{} {} -> {} {}", method, target, e.status(), e.what());
+    return fail(e.status(), e.what());
+  } catch (const std::exception& e) {
+    spdlog::error("{} {}: {}", method, target, e.what());
+    return fail(500, fmt::format("internal error: {}", e.what()));
+  }
+}
+
+}  // namespace perseus::server

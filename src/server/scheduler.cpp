@@ -1,0 +1,148 @@
+// The pieces every scheduler shares: expanding per-stage forward/backward clocks to a rank's
+// whole pipe schedule, and the 3D-parallel wrapper.
+#include "perseus/server/scheduler.hpp"
+
+#include <algorithm>
+#include <fmt/format.h>
+#include <map>
+
+#include "schedulers/schedulers.hpp"
+
+namespace perseus::server {
+
+std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_schedule,
+                                       const std::vector<int>& compute_clocks, const std::string& who) {
+  auto computes = std::count_if(pipe_schedule.begin(), pipe_schedule.end(), is_compute_instruction);
+  if (static_cast<std::size_t>(computes) != compute_clocks.size())
+    throw std::runtime_error(fmt::format("{}: the plan has {} forward/backward clocks but the pipe schedule has {} "
+                                         "forwards and backwards",
+                                         who, compute_clocks.size(), computes));
+  std::vector<int> out;
+  out.reserve(pipe_schedule.size());
+  if (compute_clocks.empty()) return std::vector<int>(pipe_schedule.size(), 0);
+  std::size_t next = 0;
+  int current = compute_clocks.front();
+  for (const auto& name : pipe_schedule) {
+    if (is_compute_instruction(name)) current = compute_clocks[next++];
+    out.push_back(current);
+  }
+  return out;
+}
+
+void require_pure_pipeline(const SchedulerContext& context, const char* scheduler) {
+  if (context.job.world_size != context.job.pp_degree)
+    throw std::runtime_error(fmt::format("{} schedules pure pipeline parallelism, but this job has dp {} and tp {}; "
+                                         "use {}3D",
+                                         scheduler, context.job.dp_degree, context.job.tp_degree, scheduler));
+}
+
+namespace {
+
+template <typename Fold>
+std::vector<double> fold_lists(const std::vector<const std::vector<double>*>& lists, Fold fold) {
+  std::size_t n = lists.empty() ? 0 : lists.front()->size();
+  for (const auto* l : lists) n = std::min(n, l->size());
+  std::vector<double> out(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    out[i] = (*lists.front())[i];
+    for (std::size_t k = 1; k < lists.size(); ++k) out[i] = fold(out[i], (*lists[k])[i]);
+  }
+  return out;
+}
+
+template <typename Fold>
+Breakdown fold_breakdowns(const std::vector<const Breakdown*>& all, Fold fold) {
+  Breakdown out;
+  for (const auto& [key, first] : *all.front()) {
+    std::vector<const std::vector<std::vector<double>>*> per_rank;
+    for (const auto* b : all) {
+      auto it = b->find(key);
+      if (it == b->end()) throw std::runtime_error(fmt::format("a rank reported no '{}' breakdown", key));
+      per_rank.push_back(&it->second);
+    }
+    std::size_t iterations = first.size();
+    for (const auto* r : per_rank) iterations = std::min(iterations, r->size());
+    auto& rows = out[key];
+    for (std::size_t i = 0; i < iterations; ++i) {
+      std::vector<const std::vector<double>*> lists;
+      for (const auto* r : per_rank) lists.push_back(&(*r)[i]);
+      rows.push_back(fold_lists(lists, fold));
+    }
+  }
+  return out;
+}
+
+class ThreeDParallel final : public Scheduler {
+ public:
+  ThreeDParallel(const SchedulerContext& context, const SchedulerFactory& inner) : ranks_(context.ranks) {
+    SchedulerContext staged = context;
+    staged.job.dp_degree = 1;
+    staged.job.tp_degree = 1;
+    staged.job.world_size = context.job.pp_degree;
+    staged.ranks.clear();
+    for (const auto& r : context.ranks) {
+      if (r.dp_rank == 0 && r.tp_rank == 0) {
+        RankInfo stage = r;
+        stage.rank = r.pp_rank;
+        staged.ranks.push_back(stage);
+      }
+    }
+    std::sort(staged.ranks.begin(), staged.ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+    inner_ = inner(staged);
+  }
+
+  std::vector<PowerStateSchedule> next_schedule() override {
+    auto staged = inner_->next_schedule();
+    std::map<int, const PowerStateSchedule*> by_stage;
+    for (const auto& s : staged) by_stage[s.rank] = &s;
+    std::vector<PowerStateSchedule> out;
+    for (const auto& r : ranks_) {
+      auto it = by_stage.find(r.pp_rank);
+      if (it == by_stage.end()) throw std::runtime_error(fmt::format("no schedule for stage {}", r.pp_rank));
+      out.push_back({r.rank, it->second->power_states});
+    }
+    return out;
+  }
+
+  void observe(const std::vector<ProfilingResult>& results) override {
+    std::map<int, std::vector<const ProfilingResult*>> by_stage;
+    std::map<int, int> stage_of;
+    for (const auto& r : ranks_) stage_of[r.rank] = r.pp_rank;
+    for (const auto& result : results) by_stage[stage_of.at(result.rank)].push_back(&result);
+    std::vector<ProfilingResult> folded;
+    for (auto& [stage, group] : by_stage) {
+      ProfilingResult f;
+      f.rank = stage;
+      std::vector<const std::vector<double>*> times, energies;
+      std::vector<const Breakdown*> time_b, energy_b;
+      for (const auto* g : group) {
+        times.push_back(&g->iter_time);
+        energies.push_back(&g->iter_energy);
+        time_b.push_back(&g->time_breakdown);
+        energy_b.push_back(&g->energy_breakdown);
+      }
+      auto max = [](double a, double b) { return std::max(a, b); };
+      auto sum = [](double a, double b) { return a + b; };
+      f.iter_time = fold_lists(times, max);
+      f.iter_energy = fold_lists(energies, sum);
+      f.time_breakdown = fold_breakdowns(time_b, max);
+      f.energy_breakdown = fold_breakdowns(energy_b, sum);
+      folded.push_back(std::move(f));
+    }
+    inner_->observe(folded);
+  }
+
+ private:
+  std::vector<RankInfo> ranks_;
+  std::unique_ptr<Scheduler> inner_;
+};
+
+}  // namespace
+
+SchedulerFactory make_3d_parallel(SchedulerFactory inner) {
+  return [inner](const SchedulerContext& context) -> std::unique_ptr<Scheduler> {
+    return std::make_unique<ThreeDParallel>(context, inner);
+  };
+}
+
+}  // namespace perseus::server

@@ -1,0 +1,19 @@
+#pragma once
+// Each scheduler's configure function: reads its arguments at server start and returns the
+// factory the job manager calls once all ranks of a job registered.
+#include <nlohmann/json.hpp>
+
+#include "perseus/server/scheduler.hpp"
+
+namespace perseus::server {
+
+SchedulerFactory configure_all_max_frequency(const nlohmann::json& args);
+SchedulerFactory configure_two_frequencies(const nlohmann::json& args);
+SchedulerFactory configure_instruction_profiler(const nlohmann::json& args);
+SchedulerFactory configure_point_solution(const nlohmann::json& args);
+
+// Stage-based schedulers see one rank per stage; they refuse jobs with dp or tp > 1 and point
+// at their 3D-parallel version.
+void require_pure_pipeline(const SchedulerContext& context, const char* scheduler);
+
+}  // namespace perseus::server

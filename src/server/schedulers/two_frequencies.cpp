@@ -1,0 +1,50 @@
+// Forwards at one clock and backwards at another on every rank, forever; the other
+// instructions inherit the preceding forward's or backward's clock.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "scheduler_args.hpp"
+#include "schedulers.hpp"
+
+namespace perseus::server {
+namespace {
+
+class TwoFrequencies final : public Scheduler {
+ public:
+  TwoFrequencies(const SchedulerContext& context, int forward, int backward) {
+    for (const auto& r : context.ranks) {
+      for (int clock : {forward, backward}) {
+        if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clock) == r.power_state_range.end())
+          throw std::runtime_error(fmt::format("TwoFrequencies: rank {}'s GPU does not support {} MHz", r.rank, clock));
+      }
+      std::vector<int> compute;
+      for (const auto& name : r.pipe_schedule)
+        if (is_compute_instruction(name)) compute.push_back(name == "forward" ? forward : backward);
+      schedule_.push_back(
+          {r.rank, expand_compute_clocks(r.pipe_schedule, compute, fmt::format("TwoFrequencies, rank {}", r.rank))});
+    }
+  }
+  std::vector<PowerStateSchedule> next_schedule() override { return schedule_; }
+  void observe(const std::vector<ProfilingResult>&) override {}
+
+ private:
+  std::vector<PowerStateSchedule> schedule_;
+};
+
+}  // namespace
+
+SchedulerFactory configure_two_frequencies(const nlohmann::json& args) {
+  SchedulerArgs checked("TwoFrequencies", args, {"forward_freq", "backward_freq"});
+  auto forward = checked.integer("forward_freq");
+  auto backward = checked.integer("backward_freq");
+  if (!forward) checked.fail("forward_freq", "is required");
+  if (!backward) checked.fail("backward_freq", "is required");
+  if (*forward <= 0) checked.fail("forward_freq", "must be positive");
+  if (*backward <= 0) checked.fail("backward_freq", "must be positive");
+  return [f = *forward, b = *backward](const SchedulerContext& context) {
+    return std::make_unique<TwoFrequencies>(context, f, b);
+  };
+}
+
+}  // namespace perseus::server

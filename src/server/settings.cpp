@@ -1,0 +1,11 @@
+#include "perseus/server/settings.hpp"
+
+namespace perseus::server {
+
+nlohmann::json info_json(const ServerSettings& s) {
+  return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", s.log_level},
+          {"mode", s.mode},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
+          {"round_timeout_s", s.round_timeout_s}};
+}
+
+}  // namespace perseus::server
