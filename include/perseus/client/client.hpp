@@ -1,0 +1,92 @@
+#pragma once
+// The training-side client (DESIGN §3.2). Construct one per rank; rank 0 registers the job and
+// the job id reaches the other ranks through `broadcast_job_id`; every rank registers with its
+// pipe schedule and its GPU's clocks. Then, in the training loop:
+//
+//   client.on_step_begin();
+//   client.on_instruction_begin("forward");  ... forward ...  client.on_instruction_end("forward");
+//   client.on_instruction_begin("backward"); ... backward ... client.on_instruction_end("backward");
+//   client.on_step_end();
+//
+// The hooks only enqueue: a controller thread owns the GPU library, locks the clock the
+// schedule gives the instruction, and reads the GPU's energy counter at instruction boundaries.
+// Every `report_every` iterations, on_step_end reports the round's measurements to the server
+// and fetches the next schedule, which takes effect at the next on_step_begin.
+//
+// Never hurting training: with fail_open (the default) a server or GPU problem disables
+// perseus for this process, with a warning, and training goes on at the GPU's default clocks.
+// Clocks are reset when the client is destroyed, at normal exit and on fatal signals.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::client {
+
+// The server says this job has nothing more to run ([profiling-done]): training should stop.
+class ProfilingDone : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct ClientOptions {
+  int rank = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;
+  int dp_degree = 1, pp_degree = 1, tp_degree = 1, world_size = 1;
+  unsigned device = 0;  // GPU index as NVML numbers it
+  std::string server_url = "http://127.0.0.1:7787";
+  // Job metadata: part of the job id.
+  std::string framework = "perseus", model_name = "model", partition_method = "uniform";
+  int microbatch_size = 1, num_microbatches = 1;
+  // This rank's instructions in order; empty: DeepSpeed's 1F1B forwards and backwards.
+  std::vector<std::string> pipe_schedule;
+  int report_every = 5;  // iterations per round
+  // Rank 0 calls it with the new job id; the others call it with "" and get the id back. May be
+  // empty when world_size is 1 or job_id is given.
+  std::function<std::string(const std::string&)> broadcast_job_id;
+  std::string job_id;  // join an already registered job (skips registration and the broadcast)
+  std::string nvml_library;            // "" -> $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1
+  std::shared_ptr<gpu::GpuLibrary> gpu;  // use this instead of loading NVML
+  std::chrono::milliseconds request_timeout{30000};  // for everything but the schedule barrier
+  bool fail_open = true;
+  bool stop_on_done = true;  // throw ProfilingDone from on_step_end when the server says so
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void on_step_begin();
+  void on_step_end();
+  void on_instruction_begin(std::string_view name);
+  void on_instruction_end(std::string_view name);
+
+  bool enabled() const;                     // false once perseus gave up (fail_open)
+  const std::string& job_id() const;
+  int round() const;                        // rounds completed
+  std::vector<int> schedule() const;        // power state per pipe_schedule entry, this round
+  const std::vector<std::string>& pipe_schedule() const;
+  std::string mode() const;                 // "frequency" or "power limit", from the server
+
+  // Stops the controller thread and resets the clocks now; the hooks do nothing afterwards.
+  void close();
+
+  // Waits until the controller thread applied everything enqueued so far (for tests).
+  void flush();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// DeepSpeed's 1F1B order of one stage's forwards and backwards, as pipe_schedule names.
+std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches);
+
+}  // namespace perseus::client

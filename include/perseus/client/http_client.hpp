@@ -1,0 +1,35 @@
+#pragma once
+// A small blocking HTTP/1.1 client (Boost.Beast) for talking to `perseus serve`: one request
+// per call on a kept-alive connection, reconnecting when the server closed it.
+#include <chrono>
+#include <memory>
+#include <string>
+
+namespace perseus::client {
+
+struct HttpReply {
+  int status = 0;
+  std::string body;
+};
+
+class HttpClient {
+ public:
+  // `url`: http://host:port (a trailing path is ignored). Throws perseus::Error on a bad URL.
+  explicit HttpClient(const std::string& url);
+  ~HttpClient();
+  // Throws perseus::Error when the server cannot be reached or does not answer within `timeout`
+  // (zero: wait as long as it takes, for the schedule barrier).
+  HttpReply request(const std::string& method, const std::string& target, const std::string& body,
+                    std::chrono::milliseconds timeout);
+  const std::string& url() const { return url_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string url_;
+};
+
+// Percent-encodes a job id for use in a path ('+' and anything unusual).
+std::string encode_path_segment(const std::string& text);
+
+}  // namespace perseus::client

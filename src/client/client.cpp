@@ -1,0 +1,392 @@
+#include "perseus/client/client.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "clock_reset.hpp"
+#include "perseus/client/http_client.hpp"
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::client {
+
+using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
+
+std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches) {
+  std::vector<std::string> out;
+  for (const auto& i : stage_schedule(ScheduleKind::one_f_one_b, pp_rank, pp_degree, num_microbatches))
+    out.push_back(i.kind == InstructionKind::forward ? "forward" : "backward");
+  return out;
+}
+
+namespace {
+
+struct Event {
+  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush } kind;
+  int state = -1;  // power state to apply before measuring; -1: keep
+  std::string name;
+  SteadyClock::time_point time;
+};
+
+// What one round measured: per iteration, per instruction name, per occurrence.
+struct RoundData {
+  std::vector<double> iter_time, iter_energy;
+  std::map<std::string, std::vector<std::vector<double>>> time, energy;
+};
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  std::shared_ptr<gpu::GpuLibrary> gpu;
+  std::unique_ptr<HttpClient> http;
+  std::string job_id;
+  std::string mode = "frequency";
+  bool enabled = false;
+  bool registered_reset = false;
+
+  // Training thread only.
+  std::vector<int> schedule;
+  std::size_t cursor = 0;
+  int iterations = 0;
+  int round = 0;
+
+  // Shared with the controller thread.
+  std::mutex mutex;
+  std::condition_variable wake, drained;
+  std::deque<Event> queue;
+  std::uint64_t enqueued = 0, processed = 0;
+  bool stopping = false;
+  RoundData round_data;
+  std::thread controller;
+
+  // Controller thread only.
+  int applied = -1;
+  bool apply_failed = false;
+  struct Open {
+    SteadyClock::time_point time;
+    double energy;
+  };
+  std::map<std::string, Open> open;
+  std::optional<Open> step_open;
+  std::map<std::string, std::vector<double>> step_time, step_energy;
+
+  void push(Event event) {
+    {
+      std::lock_guard lock(mutex);
+      queue.push_back(std::move(event));
+      ++enqueued;
+    }
+    wake.notify_one();
+  }
+
+  double energy_j() { return static_cast<double>(gpu->total_energy_mj(options.device)) / 1000.0; }
+
+  void apply(int state) {
+    if (state < 0 || state == applied) return;
+    try {
+      if (mode == "power limit") gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
+      else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
+      applied = state;
+    } catch (const std::exception& e) {
+      if (!apply_failed) spdlog::warn("perseus: rank {}: cannot apply power state {}: {}", options.rank, state, e.what());
+      apply_failed = true;
+    }
+  }
+
+  void handle(const Event& e) {
+    try {
+      switch (e.kind) {
+        case Event::step_begin:
+          step_time.clear();
+          step_energy.clear();
+          step_open = Open{e.time, energy_j()};
+          break;
+        case Event::begin:
+          apply(e.state);
+          open[e.name] = Open{e.time, energy_j()};
+          break;
+        case Event::end: {
+          auto it = open.find(e.name);
+          if (it == open.end()) break;  // an end without a begin: nothing to measure
+          step_time[e.name].push_back(std::chrono::duration<double>(e.time - it->second.time).count());
+          step_energy[e.name].push_back(energy_j() - it->second.energy);
+          open.erase(it);
+          break;
+        }
+        case Event::step_end: {
+          if (!step_open) break;
+          double energy = energy_j() - step_open->energy;
+          double time = std::chrono::duration<double>(e.time - step_open->time).count();
+          std::lock_guard lock(mutex);
+          round_data.iter_time.push_back(time);
+          round_data.iter_energy.push_back(energy);
+          // Every instruction seen this round gets a row per iteration, empty where it did not run.
+          for (auto& [name, values] : step_time) round_data.time[name];
+          for (auto& [name, rows] : round_data.time) {
+            rows.resize(round_data.iter_time.size() - 1);
+            rows.push_back(step_time.count(name) ? step_time[name] : std::vector<double>{});
+          }
+          for (auto& [name, values] : step_energy) round_data.energy[name];
+          for (auto& [name, rows] : round_data.energy) {
+            rows.resize(round_data.iter_energy.size() - 1);
+            rows.push_back(step_energy.count(name) ? step_energy[name] : std::vector<double>{});
+          }
+          step_open.reset();
+          break;
+        }
+        case Event::flush: break;
+      }
+    } catch (const std::exception& ex) {
+      if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
+      apply_failed = true;
+    }
+  }
+
+  void run_controller() {
+    std::unique_lock lock(mutex);
+    for (;;) {
+      wake.wait(lock, [&] { return stopping || !queue.empty(); });
+      if (queue.empty() && stopping) break;
+      Event e = std::move(queue.front());
+      queue.pop_front();
+      lock.unlock();
+      handle(e);
+      lock.lock();
+      ++processed;
+      if (processed == enqueued) drained.notify_all();
+    }
+    lock.unlock();
+    reset_clocks();
+  }
+
+  void reset_clocks() {
+    try {
+      if (mode == "power limit") {
+        gpu->set_power_limit_mw(options.device, gpu->power_limit_range(options.device).max_mw);
+      } else {
+        gpu->reset_graphics_clock(options.device);
+        gpu->reset_memory_clock(options.device);
+      }
+    } catch (const std::exception& e) {
+      spdlog::warn("perseus: rank {}: could not reset clocks: {}", options.rank, e.what());
+    }
+    applied = -1;
+  }
+
+  void wait_drained() {
+    std::unique_lock lock(mutex);
+    drained.wait(lock, [&] { return processed == enqueued; });
+  }
+
+  // JSON from the server; 500 "[profiling-done]" becomes ProfilingDone, any other failure Error.
+  json call(const std::string& method, const std::string& target, const json& body, bool barrier) {
+    auto reply = http->request(method, target, body.is_null() ? "" : body.dump(),
+                               barrier ? std::chrono::milliseconds(0) : options.request_timeout);
+    json parsed;
+    try {
+      parsed = json::parse(reply.body);
+    } catch (const json::parse_error&) {
+      throw Error(fmt::format("{} {}: the server answered {} with a body that is not JSON", method, target, reply.status));
+    }
+    if (reply.status != 200) {
+      std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
+                               ? parsed["detail"].get<std::string>()
+                               : reply.body;
+      if (detail.find("[profiling-done]") != std::string::npos) throw ProfilingDone(detail);
+      throw Error(fmt::format("{} {}: HTTP {}: {}", method, target, reply.status, detail));
+    }
+    return parsed;
+  }
+
+  void fetch_schedule() {
+    json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr, true);
+    auto states = reply.at("power_states").get<std::vector<int>>();
+    if (states.size() != options.pipe_schedule.size())
+      throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
+    schedule = std::move(states);
+  }
+
+  void report() {
+    RoundData data;
+    {
+      std::lock_guard lock(mutex);
+      data = std::move(round_data);
+      round_data = {};
+    }
+    json body = {{"rank", options.rank},
+                 {"iter_time", data.iter_time},
+                 {"iter_energy", data.iter_energy},
+                 {"time_breakdown", data.time},
+                 {"energy_breakdown", data.energy}};
+    call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), body, false);
+  }
+
+  void start() {
+    const auto& o = options;
+    if (o.pipe_schedule.empty()) options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
+    http = std::make_unique<HttpClient>(o.server_url);
+    json info = call("GET", "/info", nullptr, false);
+    mode = info.value("mode", std::string("frequency"));
+    gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpu::load_nvml(o.nvml_library));
+
+    std::vector<int> states;
+    if (mode == "power limit") {
+      auto range = gpu->power_limit_range(o.device);
+      for (unsigned w = range.max_mw / 1000; w >= (range.min_mw + 999) / 1000 && w > 0; w -= std::min(w, 25u))
+        states.push_back(static_cast<int>(w));
+    } else {
+      auto memory = gpu->supported_memory_clocks(o.device);
+      if (memory.empty()) throw Error(fmt::format("GPU {} lists no memory clocks", o.device));
+      unsigned top_memory = *std::max_element(memory.begin(), memory.end());
+      for (unsigned c : gpu->supported_graphics_clocks(o.device, top_memory)) states.push_back(static_cast<int>(c));
+      register_clock_reset(gpu.get(), o.device);
+      registered_reset = true;
+      gpu->lock_memory_clock(o.device, top_memory, top_memory);
+    }
+
+    if (!o.job_id.empty()) {
+      job_id = o.job_id;
+    } else if (o.rank == 0) {
+      json job = {{"job_id", ""},
+                  {"pp_degree", o.pp_degree},
+                  {"dp_degree", o.dp_degree},
+                  {"tp_degree", o.tp_degree},
+                  {"world_size", o.world_size},
+                  {"framework", o.framework},
+                  {"model_name", o.model_name},
+                  {"partition_method", o.partition_method},
+                  {"microbatch_size", o.microbatch_size},
+                  {"num_microbatches", o.num_microbatches}};
+      job_id = call("POST", "/register_job", job, false).get<std::string>();
+      if (o.broadcast_job_id) o.broadcast_job_id(job_id);
+    } else {
+      if (!o.broadcast_job_id) throw Error("ranks other than 0 need broadcast_job_id (or job_id) to learn the job id");
+      job_id = o.broadcast_job_id("");
+    }
+    json rank = {{"job_id", job_id},          {"rank", o.rank},
+                 {"dp_rank", o.dp_rank},      {"pp_rank", o.pp_rank},
+                 {"tp_rank", o.tp_rank},      {"pipe_schedule", options.pipe_schedule},
+                 {"power_state_range", states}};
+    call("POST", "/register_rank", rank, false);
+    controller = std::thread([this] { run_controller(); });
+    fetch_schedule();
+  }
+
+  void disable(const std::string& why) {
+    spdlog::warn("perseus: rank {}: disabled, training continues at default clocks: {}", options.rank, why);
+    enabled = false;
+    stop_controller();
+  }
+
+  void stop_controller() {
+    if (controller.joinable()) {
+      {
+        std::lock_guard lock(mutex);
+        stopping = true;
+      }
+      wake.notify_one();
+      controller.join();
+    } else if (gpu && registered_reset) {
+      reset_clocks();
+    }
+    if (registered_reset) unregister_clock_reset(gpu.get(), options.device);
+    registered_reset = false;
+  }
+};
+
+Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
+  impl_->options = std::move(options);
+  try {
+    impl_->start();
+    impl_->enabled = true;
+  } catch (const ProfilingDone&) {
+    impl_->stop_controller();
+    throw;
+  } catch (const std::exception& e) {
+    if (!impl_->options.fail_open) {
+      impl_->stop_controller();
+      throw;
+    }
+    impl_->disable(e.what());
+  }
+}
+
+Client::~Client() { impl_->stop_controller(); }
+
+void Client::on_step_begin() {
+  if (!impl_->enabled) return;
+  impl_->cursor = 0;
+  impl_->push({Event::step_begin, -1, {}, SteadyClock::now()});
+}
+
+void Client::on_instruction_begin(std::string_view name) {
+  if (!impl_->enabled) return;
+  auto& im = *impl_;
+  const auto& names = im.options.pipe_schedule;
+  int state = -1;
+  for (std::size_t i = im.cursor; i < names.size(); ++i) {
+    if (names[i] == name) {
+      state = im.schedule[i];
+      im.cursor = i + 1;
+      break;
+    }
+  }
+  im.push({Event::begin, state, std::string(name), SteadyClock::now()});
+}
+
+void Client::on_instruction_end(std::string_view name) {
+  if (!impl_->enabled) return;
+  impl_->push({Event::end, -1, std::string(name), SteadyClock::now()});
+}
+
+void Client::on_step_end() {
+  if (!impl_->enabled) return;
+  auto& im = *impl_;
+  im.push({Event::step_end, -1, {}, SteadyClock::now()});
+  if (++im.iterations < im.options.report_every) return;
+  im.iterations = 0;
+  try {
+    im.wait_drained();
+    im.report();
+    im.fetch_schedule();
+    ++im.round;
+  } catch (const ProfilingDone& e) {
+    spdlog::info("perseus: rank {}: the server says training is done: {}", im.options.rank, e.what());
+    im.enabled = false;
+    im.stop_controller();
+    if (im.options.stop_on_done) throw;
+  } catch (const std::exception& e) {
+    if (!im.options.fail_open) throw;
+    im.disable(e.what());
+  }
+}
+
+bool Client::enabled() const { return impl_->enabled; }
+const std::string& Client::job_id() const { return impl_->job_id; }
+int Client::round() const { return impl_->round; }
+std::vector<int> Client::schedule() const { return impl_->schedule; }
+const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }
+std::string Client::mode() const { return impl_->mode; }
+
+void Client::close() {
+  impl_->enabled = false;
+  impl_->stop_controller();
+}
+
+void Client::flush() {
+  if (!impl_->enabled) return;
+  impl_->push({Event::flush, -1, {}, SteadyClock::now()});
+  impl_->wait_drained();
+}
+
+}  // namespace perseus::client

@@ -1,0 +1,86 @@
+// A pretend training rank for the end-to-end tests: runs 1F1B iterations through
+// perseus::client::Client on the fake NVML. Each forward/backward does a fixed amount of
+// "work" whose speed follows the fake GPU's current clock, so lower clocks take longer, as on
+// a real GPU. Ranks learn the job id through a file that rank 0 writes (the test's stand-in
+// for torch.distributed's broadcast).
+//
+// fake_trainer --server URL --rank R --stages S --microbatches M --iterations N
+//              --report-every K --job-id-file PATH [--forward-ms F] [--backward-ms B]
+// Exit: 0 after N iterations, 3 when the server said [profiling-done], 1 on error.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "perseus/client/client.hpp"
+#include "perseus/util/atomic_file.hpp"
+
+namespace {
+
+std::string arg(int argc, char** argv, const std::string& name, const std::string& fallback) {
+  for (int i = 1; i + 1 < argc; ++i)
+    if (argv[i] == name) return argv[i + 1];
+  return fallback;
+}
+
+// Busy "work" of `ms` milliseconds at the top clock, stretched by top/current clock.
+void work(perseus::gpu::GpuLibrary& gpu, double ms) {
+  double remaining = ms / 1000.0;
+  const double slice = 0.0005;
+  while (remaining > 0) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(slice));
+    remaining -= slice * gpu.current_graphics_clock(0) / 1410.0;
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace perseus::client;
+  try {
+    ClientOptions o;
+    o.server_url = arg(argc, argv, "--server", "http://127.0.0.1:7787");
+    o.rank = o.pp_rank = std::stoi(arg(argc, argv, "--rank", "0"));
+    o.pp_degree = o.world_size = std::stoi(arg(argc, argv, "--stages", "2"));
+    o.num_microbatches = std::stoi(arg(argc, argv, "--microbatches", "4"));
+    o.report_every = std::stoi(arg(argc, argv, "--report-every", "2"));
+    o.framework = "fake";
+    o.model_name = "trainer";
+    o.fail_open = false;
+    int iterations = std::stoi(arg(argc, argv, "--iterations", "4"));
+    double forward_ms = std::stod(arg(argc, argv, "--forward-ms", "2")) * (1.0 + 0.5 * o.rank);
+    double backward_ms = std::stod(arg(argc, argv, "--backward-ms", "4")) * (1.0 + 0.5 * o.rank);
+    std::filesystem::path id_file = arg(argc, argv, "--job-id-file", "job_id.txt");
+    o.broadcast_job_id = [id_file](const std::string& id) {
+      if (!id.empty()) {
+        perseus::write_file_atomic(id_file, id);
+        return id;
+      }
+      for (int i = 0; i < 2000 && !std::filesystem::exists(id_file); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      return perseus::read_file(id_file);
+    };
+    std::shared_ptr<perseus::gpu::GpuLibrary> gpu = perseus::gpu::load_nvml();
+    o.gpu = gpu;
+    Client client(o);
+    for (int it = 0; it < iterations; ++it) {
+      client.on_step_begin();
+      for (const auto& name : client.pipe_schedule()) {
+        client.on_instruction_begin(name);
+        work(*gpu, name == "forward" ? forward_ms : backward_ms);
+        client.on_instruction_end(name);
+      }
+      client.on_step_end();
+    }
+    return 0;
+  } catch (const ProfilingDone& e) {
+    std::printf("profiling done: %s\n", e.what());
+    return 3;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "fake_trainer: %s\n", e.what());
+    return 1;
+  }
+}
