@@ -1,0 +1,176 @@
+// Schedulers on their own: clock expansion, each scheduler's rounds, the 3D fold, and argument
+// checking at server start.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include "perseus/profile/profile.hpp"
+#include "perseus/server/scheduler.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::server {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+RankInfo rank(int r, int pp, std::vector<std::string> schedule, int dp = 0) {
+  RankInfo info;
+  info.rank = r;
+  info.pp_rank = pp;
+  info.dp_rank = dp;
+  info.pipe_schedule = std::move(schedule);
+  info.power_state_range = {1410, 1300, 1200, 1100, 1000};
+  return info;
+}
+
+SchedulerContext context(int pp, int dp = 1) {
+  SchedulerContext c;
+  c.job.pp_degree = pp;
+  c.job.dp_degree = dp;
+  c.job.world_size = pp * dp;
+  c.job.num_microbatches = 2;
+  for (int d = 0; d < dp; ++d)
+    for (int s = 0; s < pp; ++s) c.ranks.push_back(rank(d * pp + s, s, {"load", "forward", "p2p", "forward", "backward", "step", "backward"}, d));
+  std::sort(c.ranks.begin(), c.ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
+  return c;
+}
+
+ProfilingResult result(int r, double time, double energy, double f_time, double f_energy) {
+  ProfilingResult p;
+  p.rank = r;
+  p.iter_time = {time, time};
+  p.iter_energy = {energy, energy};
+  p.time_breakdown = {{"forward", {{f_time, f_time}, {f_time, f_time}}}, {"backward", {{2 * f_time, 2 * f_time}, {2 * f_time, 2 * f_time}}}};
+  p.energy_breakdown = {{"forward", {{f_energy, f_energy}, {f_energy, f_energy}}},
+                        {"backward", {{2 * f_energy, 2 * f_energy}, {2 * f_energy, 2 * f_energy}}}};
+  return p;
+}
+
+TEST(ExpandComputeClocks, OtherInstructionsInheritThePrecedingClock) {
+  std::vector<std::string> schedule = {"load", "forward", "p2p", "forward", "backward", "step"};
+  EXPECT_EQ(expand_compute_clocks(schedule, {1200, 1100, 1000}, "t"),
+            (std::vector<int>{1200, 1200, 1200, 1100, 1000, 1000}));
+  EXPECT_THROW(expand_compute_clocks(schedule, {1200}, "t"), std::runtime_error);
+}
+
+TEST(Schedulers, AllMaxAndTwoFrequencies) {
+  auto ctx = context(2);
+  auto all_max = configure_scheduler("AllMaxFrequency", json::object())(ctx);
+  auto s = all_max->next_schedule();
+  ASSERT_EQ(s.size(), 2u);
+  EXPECT_EQ(s[1].power_states, std::vector<int>(7, 1410));
+  auto two = configure_scheduler("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}})(ctx);
+  EXPECT_EQ(two->next_schedule()[0].power_states, (std::vector<int>{1200, 1200, 1200, 1200, 1000, 1000, 1000}));
+  EXPECT_THROW(configure_scheduler("TwoFrequencies", {{"forward_freq", 1205}, {"backward_freq", 1000}})(ctx),
+               std::runtime_error);  // not a clock the GPUs support
+}
+
+TEST(Schedulers, ArgumentsAreCheckedAtStart) {
+  EXPECT_THROW(configure_scheduler("Nope", json::object()), Error);
+  EXPECT_THROW(configure_scheduler("AllMaxFrequency", {{"x", 1}}), Error);
+  EXPECT_THROW(configure_scheduler("TwoFrequencies", {{"forward_freq", 1200}}), Error);
+  EXPECT_THROW(configure_scheduler("InstructionProfiler", {{"warmup_step_ratio", 1.5}}), Error);
+  EXPECT_THROW(configure_scheduler("PointSolution", json::object()), Error);
+  EXPECT_THROW(configure_scheduler("PointSolution", {{"solution_path", "/no/such/plan.py"}}), Error);
+  try {
+    configure_scheduler("InstructionProfiler", {{"minimum_power_state", "high"}});
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("minimum_power_state"), std::string::npos);
+  }
+}
+
+TEST(Schedulers, InstructionProfilerWritesAProfileOptimizeReads) {
+  fs::path dir = fs::temp_directory_path() / ("perseus-profiler-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto ctx = context(2);
+  ctx.job_dir = dir;
+  auto profiler = configure_scheduler("InstructionProfiler", {{"minimum_power_state", 1200}, {"warmup_step_ratio", 0.5}})(ctx);
+  // Two warm-up rounds at 1410, then 1410, 1300, 1200.
+  std::vector<int> seen;
+  for (;;) {
+    std::vector<PowerStateSchedule> s;
+    try {
+      s = profiler->next_schedule();
+    } catch (const SchedulerDone& done) {
+      EXPECT_NE(std::string(done.what()).find("profile.csv"), std::string::npos);
+      break;
+    }
+    int clock = s[0].power_states[0];
+    seen.push_back(clock);
+    double slow = 1410.0 / clock;
+    profiler->observe({result(0, 1.0 * slow, 100, 0.1 * slow, 10), result(1, 1.0 * slow, 100, 0.2 * slow, 20)});
+  }
+  EXPECT_EQ(seen, (std::vector<int>{1410, 1410, 1410, 1300, 1200}));
+  Profile profile = read_profile(dir / "profile.csv");
+  EXPECT_EQ(profile.rows.size(), 2u * 2u * 3u);
+  auto forwards = profile.rows_for(1, InstructionKind::forward);
+  ASSERT_EQ(forwards.size(), 3u);
+  for (const auto& row : forwards) {
+    EXPECT_NEAR(row.time, 0.2 * 1410.0 / row.frequency, 1e-12);
+    EXPECT_NEAR(row.energy, 20, 1e-12);
+  }
+  json info = json::parse(read_file(dir / "profile_info.json"));
+  // Stage 0: 1 s per iteration, 0.2 + 0.4 s of it computing with 20 + 40 J; stage 1: 0.4 + 0.8 s
+  // is more than the iteration, so only stage 0's 0.4 s idle with 40 J counts.
+  EXPECT_NEAR(info["p_block_watts"].get<double>(), 100.0, 1e-9);
+  fs::remove_all(dir);
+}
+
+TEST(Schedulers, StageSchedulersNeedTheir3DVersionWithDataParallelism) {
+  auto ctx = context(2, 2);
+  fs::path dir = fs::temp_directory_path() / ("perseus-3d-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  write_file_atomic(dir / "plan.py", "[[1300, 1200, 1100, 1100], [1000, 1100, 1200, 1200]]\n");
+  json args = {{"solution_path", (dir / "plan.py").string()}, {"warmup_iters", 0}};
+  EXPECT_THROW(configure_scheduler("PointSolution", args)(ctx), std::runtime_error);
+  auto three_d = configure_scheduler("PointSolution3D", args)(ctx);
+  auto s = three_d->next_schedule();
+  ASSERT_EQ(s.size(), 4u);
+  std::vector<int> stage1 = {1000, 1000, 1000, 1100, 1200, 1200, 1200};
+  for (const auto& one : s) {
+    int pp = ctx.ranks[static_cast<std::size_t>(one.rank)].pp_rank;
+    EXPECT_EQ(one.power_states, pp == 1 ? stage1 : std::vector<int>({1300, 1300, 1300, 1200, 1100, 1100, 1100}));
+  }
+  fs::remove_all(dir);
+}
+
+// A scheduler that records what it observed, to check the 3D fold.
+struct Recorder : Scheduler {
+  std::vector<ProfilingResult>* seen;
+  int stages;
+  explicit Recorder(std::vector<ProfilingResult>* out, int s) : seen(out), stages(s) {}
+  std::vector<PowerStateSchedule> next_schedule() override {
+    std::vector<PowerStateSchedule> out;
+    for (int s = 0; s < stages; ++s) out.push_back({s, std::vector<int>(7, 1100 + 100 * s)});
+    return out;
+  }
+  void observe(const std::vector<ProfilingResult>& results) override { *seen = results; }
+};
+
+TEST(Schedulers, ThreeDFoldsTimeByMaxAndEnergyBySum) {
+  auto ctx = context(2, 2);
+  std::vector<ProfilingResult> seen;
+  SchedulerContext inner_ctx;
+  auto wrapped = make_3d_parallel([&](const SchedulerContext& c) {
+    inner_ctx = c;
+    return std::make_unique<Recorder>(&seen, c.job.pp_degree);
+  })(ctx);
+  EXPECT_EQ(inner_ctx.job.world_size, 2);
+  EXPECT_EQ(inner_ctx.ranks.size(), 2u);
+  auto s = wrapped->next_schedule();
+  ASSERT_EQ(s.size(), 4u);
+  EXPECT_EQ(s[3].power_states[0], 1200);  // rank 3 is stage 1
+  wrapped->observe({result(0, 1.0, 100, 0.1, 10), result(1, 2.0, 50, 0.3, 5), result(2, 1.5, 100, 0.2, 10),
+                    result(3, 1.0, 50, 0.1, 5)});
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_DOUBLE_EQ(seen[0].iter_time[0], 1.5);
+  EXPECT_DOUBLE_EQ(seen[0].iter_energy[0], 200);
+  EXPECT_DOUBLE_EQ(seen[1].time_breakdown["forward"][0][0], 0.3);
+  EXPECT_DOUBLE_EQ(seen[1].energy_breakdown["backward"][1][1], 20);
+}
+
+}  // namespace
+}  // namespace perseus::server

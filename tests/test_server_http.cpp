@@ -1,0 +1,241 @@
+// The HTTP API of `perseus serve`: every route, the round barrier, records, and every error the
+// job manager documents.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <regex>
+
+#include "perseus/util/atomic_file.hpp"
+#include "server_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+const std::vector<std::string> kTwoMicrobatches = {"forward", "forward", "backward", "backward"};
+
+struct ServerTest : ::testing::Test {
+  fs::path dir = fs::temp_directory_path() / ("perseus-http-" + std::to_string(::getpid()) + "-" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { fs::remove_all(dir); }
+  void TearDown() override { fs::remove_all(dir); }
+  server::ServerSettings settings(const std::string& scheduler = "AllMaxFrequency", json args = json::object()) {
+    server::ServerSettings s;
+    s.scheduler = scheduler;
+    s.scheduler_args = args;
+    s.dump_dir = dir.string();
+    return s;
+  }
+  // Registers a pp-stage job with every rank; returns the job id.
+  std::string start_job(TestServer& server, int pp) {
+    auto reply = server.post("/register_job", job_body(pp));
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    std::string id = json::parse(reply.body).get<std::string>();
+    for (int r = 0; r < pp; ++r) EXPECT_EQ(server.post("/register_rank", rank_body(id, r, r, kTwoMicrobatches)).status, 200);
+    return id;
+  }
+};
+
+std::string detail(const client::HttpReply& reply) { return json::parse(reply.body).at("detail").get<std::string>(); }
+
+TEST_F(ServerTest, InfoReportsTheSettings) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1410}}));
+  auto reply = server.call("GET", "/info");
+  ASSERT_EQ(reply.status, 200);
+  json info = json::parse(reply.body);
+  EXPECT_EQ(info["scheduler"], "TwoFrequencies");
+  EXPECT_EQ(info["scheduler_args"]["forward_freq"], 1200);
+  EXPECT_EQ(info["mode"], "frequency");
+  EXPECT_EQ(info["dump_data"], true);
+  EXPECT_EQ(info["dump_dir"], dir.string());
+  EXPECT_EQ(info["log_level"], "INFO");
+}
+
+TEST_F(ServerTest, JobIdFollowsTheArtifactFormat) {
+  TestServer server(settings());
+  auto reply = server.post("/register_job", job_body(4, 2, 1, 8));
+  ASSERT_EQ(reply.status, 200);
+  std::string id = json::parse(reply.body).get<std::string>();
+  EXPECT_TRUE(std::regex_match(
+      id, std::regex(R"(\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d\+merak\+gpt3\+uniform\+dp2\+pp4\+tp1\+mbs4\+nmb8\+AllMaxFrequency)")))
+      << id;
+  // A second job in the same second still gets its own id.
+  std::string second = json::parse(server.post("/register_job", job_body(4, 2, 1, 8)).body).get<std::string>();
+  EXPECT_NE(id, second);
+}
+
+TEST_F(ServerTest, BadRequestsGet422NamingTheField) {
+  TestServer server(settings());
+  auto malformed = server.call("POST", "/register_job", "{\"pp_degree\": 2,");
+  EXPECT_EQ(malformed.status, 422);
+  EXPECT_NE(detail(malformed).find("'body'"), std::string::npos);
+
+  json wrong_type = job_body(2);
+  wrong_type["pp_degree"] = "two";
+  auto reply = server.post("/register_job", wrong_type);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'pp_degree'"), std::string::npos) << detail(reply);
+
+  json bad_world = job_body(2);
+  bad_world["world_size"] = 3;
+  reply = server.post("/register_job", bad_world);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'world_size'"), std::string::npos);
+
+  json missing = job_body(2);
+  missing.erase("num_microbatches");
+  reply = server.post("/register_job", missing);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'num_microbatches': missing"), std::string::npos);
+
+  std::string id = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
+  reply = server.post("/register_rank", rank_body(id, 0, 0, {"forward", "jump"}));
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'pipe_schedule[1]'"), std::string::npos);
+  reply = server.post("/register_rank", rank_body(id, 0, 0, kTwoMicrobatches, {1410, 1410}));
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'power_state_range[1]'"), std::string::npos);
+  reply = server.post("/register_rank", rank_body(id, 0, 5, kTwoMicrobatches));
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'pp_rank'"), std::string::npos);
+
+  reply = server.call("GET", "/schedule/" + id);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'rank'"), std::string::npos);
+  reply = server.call("GET", "/schedule/" + id + "?rank=abc");
+  EXPECT_EQ(reply.status, 422);
+
+  json bad_result = result_body(0);
+  bad_result["iter_energy"] = {1.0, "x"};
+  reply = server.post("/result/" + id, bad_result);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("'iter_energy[1]'"), std::string::npos);
+}
+
+TEST_F(ServerTest, UnknownJobRankAndRouteGet404) {
+  TestServer server(settings());
+  std::string id = start_job(server, 2);
+  EXPECT_EQ(server.call("GET", "/schedule/nope?rank=0").status, 404);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=2").status, 404);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=-1").status, 404);
+  EXPECT_EQ(server.post("/result/" + id, result_body(7)).status, 404);
+  EXPECT_EQ(server.post("/register_rank", rank_body("nope", 0, 0, kTwoMicrobatches)).status, 404);
+  EXPECT_EQ(server.call("GET", "/nothing").status, 404);
+  EXPECT_EQ(server.call("POST", "/info").status, 405);
+}
+
+TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}}));
+  std::string id = start_job(server, 2);
+  // '+' may come percent-encoded, as some HTTP libraries send it.
+  auto first = server.get_async("/schedule/" + client::encode_path_segment(id) + "?rank=0");
+  EXPECT_EQ(first.wait_for(300ms), std::future_status::timeout) << "rank 0 must wait for rank 1";
+  auto second = server.call("GET", "/schedule/" + id + "?rank=1");
+  ASSERT_EQ(second.status, 200) << second.body;
+  auto reply0 = first.get();
+  ASSERT_EQ(reply0.status, 200);
+  json schedule = json::parse(reply0.body);
+  EXPECT_EQ(schedule["rank"], 0);
+  EXPECT_EQ(schedule["power_states"], json({1200, 1200, 1000, 1000}));
+
+  // Asking again before reporting is refused; results return at once; a second one is refused.
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=0").status, 409);
+  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
+  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 409);
+  auto next0 = server.get_async("/schedule/" + id + "?rank=0");  // early asker for round 1
+  EXPECT_EQ(server.post("/result/" + id, result_body(1, 2.0, 50.0)).status, 200);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);
+  EXPECT_EQ(next0.get().status, 200);
+
+  fs::path job_dir = dir / id;
+  json ranks = json::parse(read_file(job_dir / "ranks.json"));
+  ASSERT_EQ(ranks.size(), 2u);
+  EXPECT_EQ(ranks[0]["power_state_range"], json({1410, 1200, 1000}));
+  json prof = json::parse(read_file(job_dir / "0.prof.json"));
+  ASSERT_EQ(prof.size(), 2u);
+  EXPECT_EQ(prof[1]["iter_time"], json({2.0, 2.0}));
+  json sched = json::parse(read_file(job_dir / "0.sched.json"));
+  EXPECT_EQ(sched[1]["power_states"], json({1200, 1200, 1000, 1000}));
+  json meta = json::parse(read_file(job_dir / "perseus.json"));
+  EXPECT_EQ(meta["server"]["scheduler"], "TwoFrequencies");
+  EXPECT_EQ(meta["job"]["job_id"], id);
+  EXPECT_FALSE(fs::exists(job_dir / "1.prof.json"));
+}
+
+TEST_F(ServerTest, RegistrationRetriesAreIdempotentAndConflictsRefused) {
+  TestServer server(settings());
+  std::string id = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
+  EXPECT_EQ(server.post("/register_rank", rank_body(id, 0, 0, kTwoMicrobatches)).status, 200);
+  EXPECT_EQ(server.post("/register_rank", rank_body(id, 0, 0, kTwoMicrobatches)).status, 200);
+  EXPECT_EQ(server.post("/register_rank", rank_body(id, 0, 0, {"forward", "backward"})).status, 409);
+  EXPECT_EQ(server.post("/register_rank", rank_body(id, 1, 0, kTwoMicrobatches)).status, 409);  // same coordinates
+  // The artifact's path form of the route works too.
+  json body = rank_body("", 1, 1, kTwoMicrobatches);
+  body.erase("job_id");
+  EXPECT_EQ(server.post("/register_rank/" + id, body).status, 200);
+}
+
+TEST_F(ServerTest, ScheduleRequestBeforeAllRanksRegisteredWaits) {
+  TestServer server(settings());
+  std::string id = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
+  ASSERT_EQ(server.post("/register_rank", rank_body(id, 0, 0, kTwoMicrobatches)).status, 200);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 404);  // not registered yet
+  auto waiting = server.get_async("/schedule/" + id + "?rank=0");
+  EXPECT_EQ(waiting.wait_for(200ms), std::future_status::timeout);
+  ASSERT_EQ(server.post("/register_rank", rank_body(id, 1, 1, kTwoMicrobatches)).status, 200);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);
+  auto reply = waiting.get();
+  EXPECT_EQ(json::parse(reply.body)["power_states"], json({1410, 1410, 1410, 1410}));
+}
+
+TEST_F(ServerTest, ARankThatNeverAsksFailsTheJobWithAReason) {
+  auto s = settings();
+  s.round_timeout_s = 0.5;
+  TestServer server(s);
+  std::string stuck = start_job(server, 2);
+  std::string healthy = start_job(server, 2);
+  auto waiting = server.get_async("/schedule/" + stuck + "?rank=0");
+  // The other job runs its round meanwhile.
+  auto h0 = server.get_async("/schedule/" + healthy + "?rank=0");
+  EXPECT_EQ(server.call("GET", "/schedule/" + healthy + "?rank=1").status, 200);
+  EXPECT_EQ(h0.get().status, 200);
+  auto reply = waiting.get();
+  EXPECT_EQ(reply.status, 500);
+  EXPECT_NE(detail(reply).find("[job-failed]"), std::string::npos);
+  EXPECT_NE(detail(reply).find("ranks [1] did not ask for the schedule"), std::string::npos) << detail(reply);
+  // Later requests get the same answer.
+  EXPECT_EQ(detail(server.call("GET", "/schedule/" + stuck + "?rank=1")), detail(reply));
+  EXPECT_EQ(server.call("GET", "/info").status, 200);
+}
+
+TEST_F(ServerTest, FinishedSchedulerAnswersProfilingDone) {
+  fs::create_directories(dir / "plans");
+  write_file_atomic(dir / "plans" / "freqs_pipeline_00001.py", "[[1200, 1200, 1000, 1000], [1000, 1000, 1200, 1200]]\n");
+  TestServer server(settings("PointSolution", {{"solution_path", (dir / "plans").string()}, {"warmup_iters", 1}}));
+  std::string id = start_job(server, 2);
+  auto round = [&](int expected_first) {
+    auto r0 = server.get_async("/schedule/" + id + "?rank=0");
+    auto r1 = server.call("GET", "/schedule/" + id + "?rank=1");
+    auto first = r0.get();
+    EXPECT_EQ(first.status, 200) << first.body;
+    if (first.status == 200) {
+      EXPECT_EQ(json::parse(first.body)["power_states"][0], expected_first);
+    }
+    server.post("/result/" + id, result_body(0));
+    server.post("/result/" + id, result_body(1));
+  };
+  round(1410);  // warm-up at the top clock
+  round(1200);  // the plan: stage 0 forwards at 1200, backwards at 1000
+  auto r0 = server.get_async("/schedule/" + id + "?rank=0");
+  auto r1 = server.call("GET", "/schedule/" + id + "?rank=1");
+  auto done = r0.get();
+  EXPECT_EQ(done.status, 500);
+  EXPECT_EQ(detail(done).rfind("[profiling-done]", 0), 0u) << detail(done);
+  EXPECT_EQ(r1.status, 500);
+}
+
+}  // namespace
+}  // namespace perseus::testing
