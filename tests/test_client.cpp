@@ -1,0 +1,110 @@
+// The training-side client against an in-process server and the fake NVML: which clock each
+// instruction gets, what is measured and reported, and that problems never stop training.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "perseus/client/client.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/error.hpp"
+#include "server_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct ClientTest : ::testing::Test {
+  fs::path dir = fs::temp_directory_path() / ("perseus-client-" + std::to_string(::getpid()) + "-" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { fs::remove_all(dir); }
+  void TearDown() override { fs::remove_all(dir); }
+  server::ServerSettings settings(const std::string& scheduler, json args) {
+    server::ServerSettings s;
+    s.scheduler = scheduler;
+    s.scheduler_args = std::move(args);
+    s.dump_dir = dir.string();
+    return s;
+  }
+  client::ClientOptions options(const std::string& url, std::shared_ptr<gpu::GpuLibrary> gpu) {
+    client::ClientOptions o;
+    o.server_url = url;
+    o.num_microbatches = 2;
+    o.report_every = 2;
+    o.gpu = std::move(gpu);
+    o.fail_open = false;
+    return o;
+  }
+};
+
+TEST_F(ClientTest, EachInstructionRunsAtItsScheduledClock) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  {
+    client::Client c(options(server.url, gpu));
+    EXPECT_EQ(c.pipe_schedule(), (std::vector<std::string>{"forward", "backward", "forward", "backward"}));  // 1F1B, one stage
+    EXPECT_EQ(gpu->current_memory_clock(0), 1593u);  // memory clock locked at its top
+    for (int step = 0; step < 2; ++step) {
+      c.on_step_begin();
+      for (const auto& name : c.pipe_schedule()) {
+        c.on_instruction_begin(name);
+        c.flush();
+        EXPECT_EQ(gpu->current_graphics_clock(0), name == "forward" ? 1200u : 1005u) << name;
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        c.on_instruction_end(name);
+      }
+      c.on_step_end();
+    }
+    EXPECT_EQ(c.round(), 1);
+  }
+  // Clocks are reset when the client goes away.
+  EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
+
+  fs::path prof;
+  for (const auto& entry : fs::recursive_directory_iterator(dir))
+    if (entry.path().filename() == "0.prof.json") prof = entry.path();
+  ASSERT_FALSE(prof.empty());
+  json result = json::parse(read_file(prof))[0];
+  ASSERT_EQ(result["iter_time"].size(), 2u);
+  ASSERT_EQ(result["time_breakdown"]["forward"].size(), 2u);
+  ASSERT_EQ(result["time_breakdown"]["forward"][0].size(), 2u);
+  double forward_time = result["time_breakdown"]["forward"][1][0].get<double>();
+  double forward_energy = result["energy_breakdown"]["forward"][1][0].get<double>();
+  EXPECT_GE(forward_time, 0.004);
+  EXPECT_GT(forward_energy, 0.0);
+  EXPECT_LT(forward_energy / forward_time, 300.0 * 1.5);  // below the fake's top power, with rounding slack
+  EXPECT_GE(result["iter_time"][0].get<double>(), 4 * 0.005);
+}
+
+TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  auto o = options("http://127.0.0.1:1", gpu);
+  o.fail_open = true;
+  client::Client c(o);
+  EXPECT_FALSE(c.enabled());
+  c.on_step_begin();  // the hooks do nothing
+  c.on_instruction_begin("forward");
+  c.on_instruction_end("forward");
+  c.on_step_end();
+  o.fail_open = false;
+  EXPECT_THROW(client::Client strict(o), Error);
+}
+
+TEST_F(ClientTest, ProfilingDoneStopsTraining) {
+  fs::create_directories(dir / "plans");
+  write_file_atomic(dir / "plans" / "a.py", "[[1200, 1200, 1005, 1005]]\n");
+  TestServer server(settings("PointSolution", {{"solution_path", (dir / "plans").string()}, {"warmup_iters", 0}}));
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  client::Client c(options(server.url, gpu));
+  EXPECT_EQ(c.schedule(), (std::vector<int>{1200, 1200, 1005, 1005}));
+  c.on_step_begin();
+  c.on_step_end();
+  c.on_step_begin();
+  EXPECT_THROW(c.on_step_end(), client::ProfilingDone);
+  EXPECT_FALSE(c.enabled());
+  EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
+}
+
+}  // namespace
+}  // namespace perseus::testing

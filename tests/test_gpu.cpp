@@ -1,0 +1,79 @@
+// The NVML layer against the project's fake NVML: clocks, locking, energy, and the errors for
+// a missing library, a refused call and an unsupported clock.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <thread>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::gpu {
+namespace {
+
+TEST(Gpu, FakeNvmlListsClocksAndLocks) {
+  auto nvml = load_nvml(PERSEUS_FAKE_NVML);
+  ASSERT_EQ(nvml->device_count(), 1u);
+  EXPECT_EQ(nvml->name(0), "Perseus Simulated GPU");
+  auto memory = nvml->supported_memory_clocks(0);
+  ASSERT_EQ(memory.front(), 1593u);
+  auto clocks = nvml->supported_graphics_clocks(0, memory.front());
+  ASSERT_EQ(clocks.size(), 81u);
+  EXPECT_EQ(clocks.front(), 1410u);
+  EXPECT_EQ(clocks.back(), 210u);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+  unsigned top_power = nvml->power_usage_mw(0);
+  nvml->lock_graphics_clock(0, 1005, 1005);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u);
+  EXPECT_LT(nvml->power_usage_mw(0), top_power);
+  nvml->reset_graphics_clock(0);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+}
+
+TEST(Gpu, EnergyCounterFollowsThePowerModel) {
+  auto nvml = load_nvml(PERSEUS_FAKE_NVML);
+  auto before = nvml->total_energy_mj(0);
+  double watts = nvml->power_usage_mw(0) / 1000.0;
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  double joules = (nvml->total_energy_mj(0) - before) / 1000.0;
+  EXPECT_GT(joules, watts * 0.09);
+  EXPECT_LT(joules, watts * 0.5);  // generous: a loaded CI machine may oversleep
+}
+
+TEST(Gpu, ErrorsSayWhatWentWrong) {
+  try {
+    load_nvml("/no/such/libnvidia-ml.so.1");
+    FAIL();
+  } catch (const GpuError& e) {
+    EXPECT_EQ(e.kind(), GpuErrorKind::library_missing);
+    EXPECT_NE(std::string(e.what()).find("/no/such/libnvidia-ml.so.1"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("PERSEUS_NVML_LIBRARY"), std::string::npos);
+  }
+  auto nvml = load_nvml(PERSEUS_FAKE_NVML);
+  try {
+    nvml->lock_graphics_clock(0, 1207, 1207);
+    FAIL();
+  } catch (const GpuError& e) {
+    EXPECT_EQ(e.kind(), GpuErrorKind::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("nvmlDeviceSetGpuLockedClocks on GPU 0"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(nvml->name(3), GpuError);
+}
+
+TEST(Gpu, RefusedLockingNamesThePermission) {
+  ::setenv("PERSEUS_FAKE_NVML_DENY", "1", 1);
+  {
+    auto nvml = load_nvml(PERSEUS_FAKE_NVML);  // the fake reads its settings at nvmlInit
+    try {
+      nvml->lock_graphics_clock(0, 1410, 1410);
+      FAIL();
+    } catch (const GpuError& e) {
+      EXPECT_EQ(e.kind(), GpuErrorKind::no_permission);
+      EXPECT_NE(std::string(e.what()).find("CAP_SYS_ADMIN"), std::string::npos);
+    }
+    EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);  // reading still works
+  }
+  ::unsetenv("PERSEUS_FAKE_NVML_DENY");
+}
+
+}  // namespace
+}  // namespace perseus::gpu
