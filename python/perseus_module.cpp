@@ -48,7 +48,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
 
 PYBIND11_MODULE(perseus, m) {
   m.doc() = "perseus: per-instruction GPU clock plans for pipeline-parallel training";
-  static py::exception<perseus::client::ProfilingDone> profiling_done(m, "ProfilingDone", PyExc_RuntimeError);
+  py::register_exception<perseus::client::ProfilingDone>(m, "ProfilingDone", PyExc_RuntimeError);
 
   py::class_<Client>(m, "Client", "One per training rank; see the README for the training-loop hooks.")
       .def(py::init(&make_client), py::arg("rank"), py::arg("dp_rank") = 0, py::arg("pp_rank") = 0,

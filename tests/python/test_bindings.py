@@ -1,0 +1,103 @@
+"""The Python module (`import perseus`) against a real `perseus serve` and the fake NVML."""
+import os
+import re
+import subprocess
+import time
+
+import pytest
+
+FAKE_NVML = os.environ["PERSEUS_FAKE_NVML"]
+BINARY = os.environ["PERSEUS_BINARY"]
+
+# The fake NVML reads its settings when first initialised: set the call log before import.
+LOG_DIR = os.environ.setdefault("PERSEUS_TEST_TMP", "/tmp")
+os.environ["PERSEUS_FAKE_NVML_LOG"] = os.path.join(LOG_DIR, "pytest-fake-nvml-%p.log")
+
+import perseus  # noqa: E402
+
+
+@pytest.fixture
+def serve(tmp_path):
+    """Starts `perseus serve` with the given scheduler; yields its URL."""
+    procs = []
+
+    def start(scheduler, args="{}"):
+        proc = subprocess.Popen(
+            [BINARY, "serve", "--port", "0", "--dump-dir", str(tmp_path / "dump"), "--scheduler", scheduler,
+             "--scheduler-args", args],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        procs.append(proc)
+        line = proc.stdout.readline()
+        port = re.search(r"127\.0\.0\.1:(\d+)", line)
+        assert port, f"no ready line: {line!r}"
+        return f"http://127.0.0.1:{port.group(1)}"
+
+    yield start
+    for proc in procs:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def locked_clocks():
+    path = os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid()))
+    clocks = []
+    with open(path) as log:
+        for line in log:
+            fields = line.split()
+            if fields[1] == "nvmlDeviceSetGpuLockedClocks":
+                clocks.append(int(fields[4]))
+    return clocks
+
+
+def test_hooks_apply_the_schedule(serve):
+    url = serve("TwoFrequencies", '{"forward_freq": 1200, "backward_freq": 1005}')
+    seen = []
+    client = perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
+                            broadcast_job_id=lambda job_id: seen.append(job_id) or job_id, fail_open=False)
+    assert seen == [client.job_id]
+    assert re.match(r"\d{4}(-\d\d){5}\+perseus\+model\+uniform\+dp1\+pp1\+tp1\+mbs1\+nmb2\+TwoFrequencies$",
+                    client.job_id)
+    assert client.pipe_schedule == ["forward", "backward", "forward", "backward"]
+    assert client.schedule == [1200, 1005, 1200, 1005]
+    before = len(locked_clocks())
+    client.on_step_begin()
+    for name in client.pipe_schedule:
+        client.on_instruction_begin(name)
+        time.sleep(0.002)
+        client.on_instruction_end(name)
+    client.on_step_end()
+    assert client.round == 1
+    assert locked_clocks()[before:] == [1200, 1005, 1200, 1005]
+    client.close()
+    assert not client.enabled
+
+
+def test_profiling_done_is_a_python_exception(serve, tmp_path):
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "freqs_pipeline_00000.py").write_text("[[1200, 1200, 1005, 1005]]\n")
+    url = serve("PointSolution", f'{{"solution_path": "{plans}", "warmup_iters": 0}}')
+    with perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
+                        fail_open=False) as client:
+        client.on_step_begin()
+        with pytest.raises(perseus.ProfilingDone, match=r"\[profiling-done\]"):
+            client.on_step_end()
+        assert issubclass(perseus.ProfilingDone, RuntimeError)
+
+
+def test_unreachable_server_leaves_training_alone():
+    client = perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML)
+    assert not client.enabled
+    client.on_step_begin()
+    client.on_instruction_begin("forward")
+    client.on_instruction_end("forward")
+    client.on_step_end()
+    with pytest.raises(RuntimeError):
+        perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML, fail_open=False)
+
+
+def test_default_schedule_and_clock_listing():
+    assert perseus.default_pipe_schedule(0, 2, 3) == ["forward", "forward", "backward", "forward", "backward",
+                                                      "backward"]
+    clocks = perseus.gpu_clocks(0, FAKE_NVML)
+    assert clocks[0] == 1410 and clocks[-1] == 210
