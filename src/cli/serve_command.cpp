@@ -6,6 +6,8 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -70,6 +72,13 @@ int serve(const ServeArgs& args, const CLI::App& cmd) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));
   auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+
+  // Every waiting rank holds a connection: allow as many as the hard limit permits.
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
 
   boost::asio::io_context io(1);
   server::JobManager jobs(io, settings, factory);

@@ -65,7 +65,6 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.keep_alive(keep_alive_ && request_.keep_alive());
     response_.body() = std::move(response.body);
     response_.prepare_payload();
-    stream_.expires_after(kIdleTimeout);
     http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
       if (ec || !self->response_.keep_alive()) return self->close();
       self->read();

@@ -75,11 +75,16 @@ std::string id_part(const json& body, const std::string& name) {
   return text;
 }
 
+// Results carry thousands of numbers: name an element only when it is bad.
 std::vector<double> number_list(const json& value, const std::string& name) {
   if (!value.is_array()) bad(name, fmt::format("expected a list, got {}", type_name(value)));
   std::vector<double> out;
   out.reserve(value.size());
-  for (std::size_t i = 0; i < value.size(); ++i) out.push_back(as_number(value[i], fmt::format("{}[{}]", name, i)));
+  for (std::size_t i = 0; i < value.size(); ++i) {
+    const json& v = value[i];
+    if (v.is_number() && !v.is_boolean() && std::isfinite(v.get<double>())) out.push_back(v.get<double>());
+    else out.push_back(as_number(v, fmt::format("{}[{}]", name, i)));
+  }
   return out;
 }
 

@@ -1,0 +1,215 @@
+// Load benchmark of `perseus serve`: N simulated ranks on loopback (default 1,024), each on its
+// own kept-alive connection, register, then run R rounds of GET /schedule (the barrier) and
+// POST /result. The server runs in-process on its own I/O thread exactly as `perseus serve`
+// runs it; the ranks are asynchronous clients on a second thread.
+//
+// A round's latency runs from the first schedule request of the round to the last result
+// acknowledged. Prints rounds per second and p50/p99/max round latency.
+//
+//   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--iterations I]
+//                             [--microbatches M] [--dump DIR]
+// Each result carries I iterations of M forward and M backward times and energies.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <spdlog/spdlog.h>
+#include <thread>
+
+#include "perseus/client/http_client.hpp"
+#include "perseus/server/http_server.hpp"
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+struct Round {
+  Clock::time_point start = Clock::time_point::max(), end = Clock::time_point::min();
+  int acked = 0;
+};
+
+struct Load {
+  int ranks = 1024, rounds = 200;
+  std::string job_id;
+  std::vector<Round> round_stats;
+  int finished = 0;
+};
+
+class Rank : public std::enable_shared_from_this<Rank> {
+ public:
+  Rank(asio::io_context& io, int rank, Load& load, std::string result)
+      : stream_(io), rank_(rank), load_(load), result_(std::move(result)) {}
+
+  void start(const tcp::endpoint& server) {
+    stream_.async_connect(server, [self = shared_from_this()](beast::error_code ec) {
+      if (ec) return self->fail("connect", ec);
+      self->stream_.socket().set_option(tcp::no_delay(true));
+      self->ask();
+    });
+  }
+
+ private:
+  void ask() {
+    if (round_ == load_.rounds) {
+      ++load_.finished;
+      return;
+    }
+    auto& stats = load_.round_stats[static_cast<std::size_t>(round_)];
+    stats.start = std::min(stats.start, Clock::now());
+    send(http::verb::get, "/schedule/" + load_.job_id + "?rank=" + std::to_string(rank_), "", [this] { report(); });
+  }
+
+  void report() {
+    send(http::verb::post, "/result/" + load_.job_id, result_, [this] {
+      auto& stats = load_.round_stats[static_cast<std::size_t>(round_)];
+      stats.end = std::max(stats.end, Clock::now());
+      ++stats.acked;
+      ++round_;
+      ask();
+    });
+  }
+
+  template <typename Next>
+  void send(http::verb verb, std::string target, std::string body, Next next) {
+    req_ = {verb, target, 11};
+    req_.set(http::field::host, "127.0.0.1");
+    req_.keep_alive(true);
+    req_.body() = std::move(body);
+    req_.prepare_payload();
+    http::async_write(stream_, req_, [self = shared_from_this(), next](beast::error_code ec, std::size_t) {
+      if (ec) return self->fail("write", ec);
+      self->res_ = {};
+      http::async_read(self->stream_, self->buffer_, self->res_, [self, next](beast::error_code ec2, std::size_t) {
+        if (ec2) return self->fail("read", ec2);
+        if (self->res_.result_int() != 200) {
+          std::fprintf(stderr, "rank %d: HTTP %u %s\n", self->rank_, self->res_.result_int(), self->res_.body().c_str());
+          std::exit(1);
+        }
+        next();
+      });
+    });
+  }
+
+  void fail(const char* what, beast::error_code ec) {
+    std::fprintf(stderr, "rank %d: %s: %s\n", rank_, what, ec.message().c_str());
+    std::exit(1);
+  }
+
+  beast::tcp_stream stream_;
+  int rank_;
+  Load& load_;
+  std::string result_;
+  int round_ = 0;
+  beast::flat_buffer buffer_;
+  http::request<http::string_body> req_;
+  http::response<http::string_body> res_;
+};
+
+double percentile(std::vector<double> values, double p) {
+  std::sort(values.begin(), values.end());
+  std::size_t index = static_cast<std::size_t>(p * double(values.size() - 1) + 0.5);
+  return values[std::min(index, values.size() - 1)];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Load load;
+  int stages = 8;
+  int iterations = 5, microbatches = 16;  // per reported result
+  std::string dump;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--ranks")) load.ranks = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--rounds")) load.rounds = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--stages")) stages = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--dump")) dump = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--microbatches")) microbatches = std::atoi(argv[i + 1]);
+  }
+  if (load.ranks % stages != 0) stages = 1;
+  // Two sockets per rank in this process (server and client side).
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+
+  perseus::server::ServerSettings settings;
+  settings.dump_data = !dump.empty();
+  settings.dump_dir = dump.empty() ? "." : dump;
+  settings.log_level = "warning";
+  spdlog::set_level(spdlog::level::warn);
+  asio::io_context server_io(1);
+  perseus::server::JobManager jobs(server_io, settings, perseus::server::configure_scheduler("AllMaxFrequency3D", json::object()));
+  perseus::server::HttpServer http_server(server_io, jobs, "127.0.0.1", 0);
+  std::thread server_thread([&] { server_io.run(); });
+  std::string url = "http://127.0.0.1:" + std::to_string(http_server.port());
+
+  // Register the job and its ranks (not timed): dp = ranks / stages.
+  perseus::client::HttpClient setup(url);
+  int dp = load.ranks / stages;
+  json job = {{"job_id", ""},          {"pp_degree", stages},          {"dp_degree", dp},
+              {"tp_degree", 1},        {"world_size", load.ranks},     {"framework", "bench"},
+              {"model_name", "load"},  {"partition_method", "uniform"}, {"microbatch_size", 1},
+              {"num_microbatches", 16}};
+  load.job_id = json::parse(setup.request("POST", "/register_job", job.dump(), std::chrono::seconds(10)).body).get<std::string>();
+  std::vector<std::string> schedule;
+  for (int m = 0; m < 16; ++m) schedule.insert(schedule.end(), {"forward", "backward"});
+  std::vector<int> clocks;
+  for (int c = 1410; c >= 210; c -= 15) clocks.push_back(c);
+  auto t0 = Clock::now();
+  for (int r = 0; r < load.ranks; ++r) {
+    json rank = {{"job_id", load.job_id}, {"rank", r}, {"dp_rank", r / stages}, {"pp_rank", r % stages}, {"tp_rank", 0},
+                 {"pipe_schedule", schedule}, {"power_state_range", clocks}};
+    auto reply = setup.request("POST", "/register_rank", rank.dump(), std::chrono::seconds(10));
+    if (reply.status != 200) {
+      std::fprintf(stderr, "register_rank %d: %s\n", r, reply.body.c_str());
+      return 1;
+    }
+  }
+  double register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  load.job_id = perseus::client::encode_path_segment(load.job_id);
+
+  // A realistic result: per iteration, one time per forward and backward.
+  auto n = static_cast<std::size_t>(iterations), m = static_cast<std::size_t>(microbatches);
+  json result = {{"rank", 0}, {"iter_time", std::vector<double>(n, 1.25)}, {"iter_energy", std::vector<double>(n, 310.5)}};
+  result["time_breakdown"]["forward"] = std::vector<std::vector<double>>(n, std::vector<double>(m, 0.0123456789));
+  result["time_breakdown"]["backward"] = std::vector<std::vector<double>>(n, std::vector<double>(m, 0.0234567891));
+  result["energy_breakdown"] = result["time_breakdown"];
+
+  load.round_stats.resize(static_cast<std::size_t>(load.rounds));
+  asio::io_context client_io(1);
+  tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), http_server.port());
+  for (int r = 0; r < load.ranks; ++r) {
+    result["rank"] = r;
+    std::make_shared<Rank>(client_io, r, load, result.dump())->start(endpoint);
+  }
+  auto start = Clock::now();
+  client_io.run();
+  double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+
+  std::vector<double> latencies_ms;
+  for (const auto& r : load.round_stats) latencies_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.start).count());
+  asio::post(server_io, [&] { http_server.stop(); });
+  server_io.stop();
+  server_thread.join();
+  std::printf("ranks %d (pp %d x dp %d), rounds %d, result body %zu bytes, registration %.2f s\n", load.ranks, stages, dp,
+              load.rounds, result.dump().size(), register_s);
+  std::printf("rounds/s %.1f   round latency ms: p50 %.2f  p99 %.2f  max %.2f\n", load.rounds / total_s,
+              percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
+              *std::max_element(latencies_ms.begin(), latencies_ms.end()));
+  return load.finished == load.ranks ? 0 : 1;
+}
