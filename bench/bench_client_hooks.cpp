@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <boost/asio/strand.hpp>
 #include <thread>
 
 #include "perseus/client/client.hpp"
@@ -23,7 +24,7 @@ struct Fixture {
     settings.scheduler = "TwoFrequencies";
     settings.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
     settings.dump_data = false;
-    jobs = std::make_unique<server::JobManager>(io, settings,
+    jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings,
                                                 server::configure_scheduler(settings.scheduler, settings.scheduler_args));
     http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0);
     thread = std::thread([this] { io.run(); });

@@ -3,11 +3,13 @@
 // POST /result. The server runs in-process on its own I/O thread exactly as `perseus serve`
 // runs it; the ranks are asynchronous clients on a second thread.
 //
-// A round's latency runs from the first schedule request of the round to the last result
-// acknowledged. Prints rounds per second and p50/p99/max round latency.
+// Two latencies per round: the cycle, from the first schedule request of the round to the last
+// result acknowledged (rounds overlap: a rank asks for round r+1 as soon as its round-r result
+// is acknowledged), and the server's part of it, from the last rank's schedule request (when the
+// barrier can open) to the last result acknowledged. Prints rounds per second and p50/p99/max.
 //
 //   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--iterations I]
-//                             [--microbatches M] [--dump DIR]
+//                             [--microbatches M] [--threads T] [--dump DIR]
 // Each result carries I iterations of M forward and M backward times and energies.
 #include <sys/resource.h>
 
@@ -16,6 +18,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <chrono>
@@ -39,6 +42,7 @@ namespace {
 
 struct Round {
   Clock::time_point start = Clock::time_point::max(), end = Clock::time_point::min();
+  Clock::time_point last_ask = Clock::time_point::min();  // when the barrier could open
   int acked = 0;
 };
 
@@ -70,6 +74,7 @@ class Rank : public std::enable_shared_from_this<Rank> {
     }
     auto& stats = load_.round_stats[static_cast<std::size_t>(round_)];
     stats.start = std::min(stats.start, Clock::now());
+    stats.last_ask = std::max(stats.last_ask, Clock::now());
     send(http::verb::get, "/schedule/" + load_.job_id + "?rank=" + std::to_string(rank_), "", [this] { report(); });
   }
 
@@ -131,6 +136,7 @@ int main(int argc, char** argv) {
   Load load;
   int stages = 8;
   int iterations = 5, microbatches = 16;  // per reported result
+  int server_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string dump;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--ranks")) load.ranks = std::atoi(argv[i + 1]);
@@ -139,6 +145,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--dump")) dump = argv[i + 1];
     else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--microbatches")) microbatches = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--threads")) server_threads = std::max(1, std::atoi(argv[i + 1]));
   }
   if (load.ranks % stages != 0) stages = 1;
   // Two sockets per rank in this process (server and client side).
@@ -152,10 +159,12 @@ int main(int argc, char** argv) {
   settings.dump_dir = dump.empty() ? "." : dump;
   settings.log_level = "warning";
   spdlog::set_level(spdlog::level::warn);
-  asio::io_context server_io(1);
-  perseus::server::JobManager jobs(server_io, settings, perseus::server::configure_scheduler("AllMaxFrequency3D", json::object()));
+  asio::io_context server_io(server_threads);
+  perseus::server::JobManager jobs(asio::make_strand(server_io), settings,
+                                   perseus::server::configure_scheduler("AllMaxFrequency3D", json::object()));
   perseus::server::HttpServer http_server(server_io, jobs, "127.0.0.1", 0);
-  std::thread server_thread([&] { server_io.run(); });
+  std::vector<std::thread> server_pool;
+  for (int t = 0; t < server_threads; ++t) server_pool.emplace_back([&] { server_io.run(); });
   std::string url = "http://127.0.0.1:" + std::to_string(http_server.port());
 
   // Register the job and its ranks (not timed): dp = ranks / stages.
@@ -201,15 +210,22 @@ int main(int argc, char** argv) {
   client_io.run();
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
 
-  std::vector<double> latencies_ms;
-  for (const auto& r : load.round_stats) latencies_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.start).count());
+  std::vector<double> latencies_ms, barrier_ms;
+  for (const auto& r : load.round_stats) {
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.start).count());
+    barrier_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.last_ask).count());
+  }
   asio::post(server_io, [&] { http_server.stop(); });
   server_io.stop();
-  server_thread.join();
-  std::printf("ranks %d (pp %d x dp %d), rounds %d, result body %zu bytes, registration %.2f s\n", load.ranks, stages, dp,
-              load.rounds, result.dump().size(), register_s);
-  std::printf("rounds/s %.1f   round latency ms: p50 %.2f  p99 %.2f  max %.2f\n", load.rounds / total_s,
+  for (auto& t : server_pool) t.join();
+  std::printf("ranks %d (pp %d x dp %d), rounds %d, result body %zu bytes, server threads %d, registration %.2f s\n",
+              load.ranks, stages, dp, load.rounds, result.dump().size(), server_threads, register_s);
+  std::printf("rounds/s %.1f\n", load.rounds / total_s);
+  std::printf("round cycle ms (first ask .. last result):     p50 %.2f  p99 %.2f  max %.2f\n",
               percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
               *std::max_element(latencies_ms.begin(), latencies_ms.end()));
+  std::printf("round from barrier ms (last ask .. last result): p50 %.2f  p99 %.2f  max %.2f\n",
+              percentile(barrier_ms, 0.5), percentile(barrier_ms, 0.99),
+              *std::max_element(barrier_ms.begin(), barrier_ms.end()));
   return load.finished == load.ranks ? 0 : 1;
 }

@@ -7,6 +7,7 @@
 // fake_trainer --server URL --rank R --stages S --microbatches M --iterations N
 //              --report-every K --job-id-file PATH [--forward-ms F] [--backward-ms B]
 // Exit: 0 after N iterations, 3 when the server said [profiling-done], 1 on error.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -26,13 +27,16 @@ std::string arg(int argc, char** argv, const std::string& name, const std::strin
   return fallback;
 }
 
-// Busy "work" of `ms` milliseconds at the top clock, stretched by top/current clock.
+// "Work" of `ms` milliseconds at the top clock, stretched by top/current clock. Progress counts
+// the time that actually passed (a loaded machine oversleeps), so the stretch stays exact.
 void work(perseus::gpu::GpuLibrary& gpu, double ms) {
   double remaining = ms / 1000.0;
-  const double slice = 0.0005;
+  auto last = std::chrono::steady_clock::now();
   while (remaining > 0) {
-    std::this_thread::sleep_for(std::chrono::duration<double>(slice));
-    remaining -= slice * gpu.current_graphics_clock(0) / 1410.0;
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::min(remaining, 0.0002)));
+    auto now = std::chrono::steady_clock::now();
+    remaining -= std::chrono::duration<double>(now - last).count() * gpu.current_graphics_clock(0) / 1410.0;
+    last = now;
   }
 }
 

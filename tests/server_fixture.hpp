@@ -3,6 +3,7 @@
 // call it the way a training rank would.
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <filesystem>
 #include <future>
 #include <nlohmann/json.hpp>
@@ -17,19 +18,18 @@ namespace perseus::testing {
 struct TestServer {
   explicit TestServer(server::ServerSettings settings) {
     auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
-    jobs = std::make_unique<server::JobManager>(io, settings, factory);
+    jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings, factory);
     http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0);
     url = "http://127.0.0.1:" + std::to_string(http->port());
-    thread = std::thread([this] { io.run(); });
+    // Two I/O threads, as on a two-core machine, so the tests exercise the strands.
+    for (auto& t : threads) t = std::thread([this] { io.run(); });
   }
   ~TestServer() {
-    boost::asio::post(io, [this] {
-      http->stop();
-      jobs->shutdown("test over");
-    });
+    http->stop();
+    boost::asio::post(jobs->executor(), [this] { jobs->shutdown("test over"); });
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     io.stop();
-    thread.join();
+    for (auto& t : threads) t.join();
   }
 
   client::HttpReply call(const std::string& method, const std::string& target, const std::string& body = "") {
@@ -45,7 +45,7 @@ struct TestServer {
   std::unique_ptr<server::JobManager> jobs;
   std::unique_ptr<server::HttpServer> http;
   std::string url;
-  std::thread thread;
+  std::thread threads[2];
 };
 
 inline nlohmann::json job_body(int pp, int dp = 1, int tp = 1, int microbatches = 2) {

@@ -2,6 +2,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <fmt/format.h>
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
@@ -11,6 +13,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
+#include <vector>
 
 #include "perseus/cli/commands.hpp"
 #include "perseus/server/http_server.hpp"
@@ -29,6 +33,7 @@ struct ServeArgs {
   bool no_dump = false;
   std::string log_level = "INFO";
   double round_timeout = 1800;
+  unsigned threads = 0;  // 0: one per CPU core
 };
 
 bool env_bool(const char* name, bool fallback) {
@@ -80,8 +85,9 @@ int serve(const ServeArgs& args, const CLI::App& cmd) {
     setrlimit(RLIMIT_NOFILE, &files);
   }
 
-  boost::asio::io_context io(1);
-  server::JobManager jobs(io, settings, factory);
+  unsigned threads = args.threads != 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
+  boost::asio::io_context io(static_cast<int>(threads));
+  server::JobManager jobs(boost::asio::make_strand(io), settings, factory);
   server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port));
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -90,7 +96,7 @@ int serve(const ServeArgs& args, const CLI::App& cmd) {
     if (ec) return;
     spdlog::info("signal {}: stopping", signal);
     http.stop();
-    jobs.shutdown("the perseus server is stopping");
+    boost::asio::post(jobs.executor(), [&] { jobs.shutdown("the perseus server is stopping"); });
     // Let the answers to waiting requests go out, then stop.
     grace.expires_after(std::chrono::milliseconds(200));
     grace.async_wait([&](const boost::system::error_code&) { io.stop(); });
@@ -100,7 +106,10 @@ int serve(const ServeArgs& args, const CLI::App& cmd) {
               static_cast<unsigned>(http.port()), settings.scheduler.c_str(), settings.mode.c_str(),
               settings.dump_data ? fmt::format("records in {}", settings.dump_dir).c_str() : "no records");
   std::fflush(stdout);
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back([&] { io.run(); });
   io.run();
+  for (auto& t : pool) t.join();
   spdlog::info("stopped");
   return kExitOk;
 }
@@ -134,6 +143,9 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds a round may take before the job fails with a reason every rank receives (0: never)")
       ->envname("PERSEUS_ROUND_TIMEOUT")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
+                                              "handled one request at a time regardless")
       ->capture_default_str();
   return [args, cmd] { return serve(*args, *cmd); };
 }

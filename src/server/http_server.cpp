@@ -1,6 +1,8 @@
 #include "perseus/server/http_server.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
@@ -52,8 +54,11 @@ class Session : public std::enable_shared_from_this<Session> {
     stream_.expires_never();  // a schedule request may wait a whole round
     std::string method(request_.method_string());
     std::string target(request_.target());
-    route_request(jobs_, method, target, request_.body(),
-                  [self = shared_from_this()](HttpResponse response) { self->write(std::move(response)); });
+    route_request(jobs_, method, target, request_.body(), [self = shared_from_this()](HttpResponse response) {
+      // The answer may come from the job manager's strand: write on this session's.
+      asio::post(self->stream_.get_executor(),
+                 [self, response = std::move(response)]() mutable { self->write(std::move(response)); });
+    });
   }
 
   void write(HttpResponse response) {
@@ -96,10 +101,10 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(asio::io_context& io, JobManager& jobs) : acceptor(io), jobs(jobs) {}
+  Impl(asio::io_context& io, JobManager& jobs) : io(io), acceptor(asio::make_strand(io)), jobs(jobs) {}
 
   void accept() {
-    acceptor.async_accept([this](beast::error_code ec, tcp::socket socket) {
+    acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
       if (!ec) {
         beast::error_code ignored;
@@ -112,7 +117,9 @@ struct HttpServer::Impl {
     });
   }
 
+  asio::io_context& io;
   tcp::acceptor acceptor;
+  std::uint16_t port = 0;
   JobManager& jobs;
 };
 
@@ -128,16 +135,19 @@ HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string
   if (!ec) a.bind(endpoint, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
   if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), kExitFailure);
+  impl_->port = a.local_endpoint().port();
   impl_->accept();
 }
 
 HttpServer::~HttpServer() = default;
 
-std::uint16_t HttpServer::port() const { return impl_->acceptor.local_endpoint().port(); }
+std::uint16_t HttpServer::port() const { return impl_->port; }
 
 void HttpServer::stop() {
-  beast::error_code ignored;
-  impl_->acceptor.close(ignored);
+  asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+  });
 }
 
 }  // namespace perseus::server

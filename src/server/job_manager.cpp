@@ -18,12 +18,12 @@ using nlohmann::json;
 enum class Phase { registering, asking, running, ended };
 
 struct JobManager::Job {
-  Job(boost::asio::io_context& io, JobInfo job_info)
+  Job(const boost::asio::any_io_executor& executor, JobInfo job_info)
       : info(std::move(job_info)),
         ranks(static_cast<std::size_t>(info.world_size)),
         waiting(ranks.size()),
         results(ranks.size()),
-        timer(io) {}
+        timer(executor) {}
 
   JobInfo info;
   fs::path dir;
@@ -41,8 +41,8 @@ struct JobManager::Job {
   boost::asio::steady_timer timer;
 };
 
-JobManager::JobManager(boost::asio::io_context& io, ServerSettings settings, SchedulerFactory factory)
-    : io_(io), settings_(std::move(settings)), factory_(std::move(factory)) {}
+JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
+    : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {}
 
 JobManager::~JobManager() = default;
 
@@ -63,7 +63,7 @@ std::string JobManager::register_job(JobInfo info) {
   std::string id = base;
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
   info.job_id = id;
-  auto job = std::make_unique<Job>(io_, info);
+  auto job = std::make_unique<Job>(executor_, info);
   job->dir = fs::path(settings_.dump_dir) / id;
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));

@@ -1,8 +1,10 @@
-// The routes of DESIGN §3.1, mapped onto the job manager. Paths are percent-decoded; job ids
+// The routes of DESIGN §3.1, mapped onto the job manager: requests are parsed and checked on
+// whichever I/O thread read them, then handed to the job manager's strand. Paths are percent-decoded; job ids
 // contain '+', which clients may send as is or as %2B.
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <boost/asio/post.hpp>
 #include <charconv>
 #include <optional>
 
@@ -61,6 +63,24 @@ int rank_parameter(std::string_view query) {
 
 HttpResponse ok(const json& body) { return {200, body.dump()}; }
 
+HttpResponse error_response(int status, const std::string& detail) { return {status, json{{"detail", detail}}.dump()}; }
+
+// Runs `work(respond)` on the job manager's strand: parsing happened on this I/O thread, job state
+// changes happen one at a time there.
+template <typename Work>
+void on_jobs(JobManager& jobs, std::function<void(HttpResponse)> respond, Work work) {
+  boost::asio::post(jobs.executor(), [respond = std::move(respond), work = std::move(work)]() mutable {
+    try {
+      work(respond);
+    } catch (const RequestError& e) {
+      respond(error_response(e.status(), e.what()));
+    } catch (const std::exception& e) {
+      spdlog::error("job manager: {}", e.what());
+      respond(error_response(500, fmt::format("internal error: {}", e.what())));
+    }
+  });
+}
+
 }  // namespace
 
 void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
@@ -78,7 +98,9 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (path == "/register_job") {
       if (method != "POST") return fail(405, "Method Not Allowed");
       JobInfo info = job_info_from_json(parse_body(body));
-      return respond(ok(jobs.register_job(std::move(info))));
+      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info)](auto& reply) mutable {
+        reply(ok(jobs.register_job(std::move(info))));
+      });
     }
     if (path == "/register_rank" || under("/register_rank/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
@@ -90,24 +112,28 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         info.job_id = from_path;
       }
       if (info.job_id.empty()) throw RequestError(422, "field 'job_id': missing");
-      std::string id = info.job_id;
-      jobs.register_rank(id, std::move(info));
-      return respond(ok(nullptr));
+      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info)](auto& reply) mutable {
+        std::string id = info.job_id;
+        jobs.register_rank(id, std::move(info));
+        reply(ok(nullptr));
+      });
     }
     if (under("/schedule/")) {
       if (method != "GET") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/schedule/").size());
       int rank = rank_parameter(query);
-      return jobs.request_schedule(id, rank, [respond](int status, const json& reply) {
-        respond({status, reply.dump()});
+      return on_jobs(jobs, std::move(respond), [&jobs, id, rank](auto& reply) {
+        jobs.request_schedule(id, rank, [reply](int status, const json& body) { reply({status, body.dump()}); });
       });
     }
     if (under("/result/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/result/").size());
       ProfilingResult result = profiling_result_from_json(parse_body(body));
-      jobs.report_result(id, std::move(result));
-      return respond(ok(nullptr));
+      return on_jobs(jobs, std::move(respond), [&jobs, id, result = std::move(result)](auto& reply) mutable {
+        jobs.report_result(id, std::move(result));
+        reply(ok(nullptr));
+      });
     }
     return fail(404, "Not Found");
   } catch (const RequestError& e) {

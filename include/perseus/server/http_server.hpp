@@ -1,7 +1,8 @@
 #pragma once
-// The HTTP/1.1 front of the job manager, on Boost.Beast: one I/O thread, asynchronous sessions
-// (a request waiting at the schedule barrier holds no thread), keep-alive, JSON in and out, and
-// errors as {"detail": "..."} with the status the artifact server uses.
+// The HTTP/1.1 front of the job manager, on Boost.Beast: asynchronous sessions, each on its own
+// strand, so any number of threads may run the io_context (a request waiting at the schedule
+// barrier holds no thread), keep-alive, JSON in and out, and errors as {"detail": "..."} with the
+// status the artifact server uses.
 #include <boost/asio/io_context.hpp>
 #include <cstdint>
 #include <memory>
@@ -17,7 +18,7 @@ struct HttpResponse {
 };
 
 // Routes one request: method, target (path and query) and body. `respond` is called exactly
-// once, now or later (a schedule request waits for its round).
+// once, now or later (a schedule request waits for its round), possibly on another thread.
 void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
                    std::function<void(HttpResponse)> respond);
 

@@ -1,8 +1,9 @@
 #pragma once
 // Every job's state and its round loop (DESIGN §3.1): ask the scheduler for the next schedules,
 // wait until every rank asked, answer each, wait for one result per rank, record, let the
-// scheduler observe, repeat. All methods run on the server's one I/O thread, so a job needs no
-// locks; a waiting schedule request is a stored reply, not a thread.
+// scheduler observe, repeat. Every method must be called on executor(), a strand, so job state
+// needs no locks while the HTTP sessions (parsing included) run on all I/O threads; a waiting
+// schedule request is a stored reply, not a thread.
 //
 // Well-defined behaviour at the edges (each refused request gets RequestError / a reply):
 // - unknown job, or a rank outside 0..world_size-1: 404;
@@ -15,7 +16,7 @@
 // - a round that does not complete within round_timeout_s fails the job: every waiting and
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
 // - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...".
-#include <boost/asio/io_context.hpp>
+#include <boost/asio/any_io_executor.hpp>
 #include <functional>
 #include <map>
 #include <memory>
@@ -32,12 +33,14 @@ class JobManager {
   // status, JSON body. Called exactly once per schedule request, now or later.
   using Reply = std::function<void(int, const nlohmann::json&)>;
 
-  JobManager(boost::asio::io_context& io, ServerSettings settings, SchedulerFactory factory);
+  // `executor` must serialize its handlers (a strand, or a single-threaded io_context's executor).
+  JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory);
   ~JobManager();
   JobManager(const JobManager&) = delete;
   JobManager& operator=(const JobManager&) = delete;
 
   const ServerSettings& settings() const { return settings_; }
+  const boost::asio::any_io_executor& executor() const { return executor_; }
 
   std::string register_job(JobInfo info);
   void register_rank(const std::string& job_id, RankInfo info);
@@ -61,7 +64,7 @@ class JobManager {
   void arm_timer(Job& job, const std::string& waiting_for);
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
 
-  boost::asio::io_context& io_;
+  boost::asio::any_io_executor executor_;
   ServerSettings settings_;
   SchedulerFactory factory_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
