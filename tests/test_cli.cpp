@@ -168,3 +168,35 @@ TEST_F(Cli, EmulateBadInputs) {
   EXPECT_EQ(run("whatif " + pipe + " --global-batch 100").code, 64);  // not a multiple of 6
   EXPECT_EQ(run("baseline all-max " + pipe + " --out " + (dir_ / "x.txt").string()).code, 64);
 }
+
+namespace {
+
+TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
+  auto unknown = run("serve --scheduler Nope");
+  EXPECT_EQ(unknown.code, 64);
+  EXPECT_NE(unknown.output.find("unknown scheduler 'Nope'"), std::string::npos);
+  auto bad_json = run("serve --scheduler-args '{bad'");
+  EXPECT_EQ(bad_json.code, 64);
+  EXPECT_NE(bad_json.output.find("--scheduler-args"), std::string::npos);
+  auto bad_arg = run("serve --scheduler TwoFrequencies --scheduler-args '{\"forward_freq\": 1200}'");
+  EXPECT_EQ(bad_arg.code, 64);
+  EXPECT_NE(bad_arg.output.find("backward_freq"), std::string::npos);
+  EXPECT_EQ(run("serve --mode watts").code, 64);
+  auto env = run("serve --scheduler-args '{}' --port 0 --dump-dir x --log-level loud");
+  EXPECT_EQ(env.code, 64);
+  EXPECT_NE(env.output.find("--log-level"), std::string::npos);
+  // Environment fallback: PERSEUS_SCHEDULER is read when --scheduler is not given.
+  const fs::path log = dir_ / "env.log";
+  const std::string command = "PERSEUS_SCHEDULER=Nope " + std::string(PERSEUS_BINARY) + " serve > " + log.string() + " 2>&1";
+  EXPECT_NE(std::system(command.c_str()), 0);
+  EXPECT_NE(perseus::read_file(log).find("unknown scheduler 'Nope'"), std::string::npos);
+
+  auto missing = run("gpu --nvml /no/such/libnvidia-ml.so.1");
+  EXPECT_EQ(missing.code, 66);
+  EXPECT_NE(missing.output.find("/no/such/libnvidia-ml.so.1"), std::string::npos);
+  auto fake = run(std::string("gpu --nvml ") + PERSEUS_FAKE_NVML);
+  EXPECT_EQ(fake.code, 0);
+  EXPECT_NE(fake.output.find("81 values, 1410 .. 210 MHz"), std::string::npos) << fake.output;
+}
+
+}  // namespace
