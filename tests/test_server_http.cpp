@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <regex>
+#include <cctype>
 
 #include "perseus/util/atomic_file.hpp"
 #include "server_fixture.hpp"
@@ -39,6 +39,16 @@ struct ServerTest : ::testing::Test {
   }
 };
 
+// YYYY-MM-DD-HH-MM-SS (std::regex trips a GCC 12 warning under the sanitizers).
+bool is_timestamp(const std::string& text) {
+  if (text.size() != 19) return false;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    bool dash = i == 4 || i == 7 || i == 10 || i == 13 || i == 16;
+    if (dash ? text[i] != '-' : !std::isdigit(static_cast<unsigned char>(text[i]))) return false;
+  }
+  return true;
+}
+
 std::string detail(const client::HttpReply& reply) { return json::parse(reply.body).at("detail").get<std::string>(); }
 
 TEST_F(ServerTest, InfoReportsTheSettings) {
@@ -59,9 +69,8 @@ TEST_F(ServerTest, JobIdFollowsTheArtifactFormat) {
   auto reply = server.post("/register_job", job_body(4, 2, 1, 8));
   ASSERT_EQ(reply.status, 200);
   std::string id = json::parse(reply.body).get<std::string>();
-  EXPECT_TRUE(std::regex_match(
-      id, std::regex(R"(\d{4}-\d\d-\d\d-\d\d-\d\d-\d\d\+merak\+gpt3\+uniform\+dp2\+pp4\+tp1\+mbs4\+nmb8\+AllMaxFrequency)")))
-      << id;
+  EXPECT_TRUE(is_timestamp(id.substr(0, 19))) << id;
+  EXPECT_EQ(id.substr(19), "+merak+gpt3+uniform+dp2+pp4+tp1+mbs4+nmb8+AllMaxFrequency");
   // A second job in the same second still gets its own id.
   std::string second = json::parse(server.post("/register_job", job_body(4, 2, 1, 8)).body).get<std::string>();
   EXPECT_NE(id, second);
