@@ -1,6 +1,9 @@
 #pragma once
 // An in-process `perseus serve` on a free loopback port, run on its own thread, plus helpers to
 // call it the way a training rank would.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/strand.hpp>
@@ -46,6 +49,25 @@ struct TestServer {
   std::unique_ptr<server::HttpServer> http;
   std::string url;
   std::thread threads[2];
+};
+
+// A test with its own records directory (removed before and after) and server settings that
+// write there.
+struct ServerDirTest : ::testing::Test {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("perseus-server-" + std::to_string(::getpid()) + "-" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->test_suite_name() + "-" +
+                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  void SetUp() override { std::filesystem::remove_all(dir); }
+  void TearDown() override { std::filesystem::remove_all(dir); }
+  server::ServerSettings settings(const std::string& scheduler = "AllMaxFrequency",
+                                  nlohmann::json args = nlohmann::json::object()) {
+    server::ServerSettings s;
+    s.scheduler = scheduler;
+    s.scheduler_args = std::move(args);
+    s.dump_dir = dir.string();
+    return s;
+  }
 };
 
 inline nlohmann::json job_body(int pp, int dp = 1, int tp = 1, int microbatches = 2) {

@@ -15,18 +15,7 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
-struct ClientTest : ::testing::Test {
-  fs::path dir = fs::temp_directory_path() / ("perseus-client-" + std::to_string(::getpid()) + "-" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  void SetUp() override { fs::remove_all(dir); }
-  void TearDown() override { fs::remove_all(dir); }
-  server::ServerSettings settings(const std::string& scheduler, json args) {
-    server::ServerSettings s;
-    s.scheduler = scheduler;
-    s.scheduler_args = std::move(args);
-    s.dump_dir = dir.string();
-    return s;
-  }
+struct ClientTest : ServerDirTest {
   client::ClientOptions options(const std::string& url, std::shared_ptr<gpu::GpuLibrary> gpu) {
     client::ClientOptions o;
     o.server_url = url;

@@ -17,18 +17,7 @@ using namespace std::chrono_literals;
 
 const std::vector<std::string> kTwoMicrobatches = {"forward", "forward", "backward", "backward"};
 
-struct ServerTest : ::testing::Test {
-  fs::path dir = fs::temp_directory_path() / ("perseus-http-" + std::to_string(::getpid()) + "-" +
-                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  void SetUp() override { fs::remove_all(dir); }
-  void TearDown() override { fs::remove_all(dir); }
-  server::ServerSettings settings(const std::string& scheduler = "AllMaxFrequency", json args = json::object()) {
-    server::ServerSettings s;
-    s.scheduler = scheduler;
-    s.scheduler_args = args;
-    s.dump_dir = dir.string();
-    return s;
-  }
+struct ServerTest : ServerDirTest {
   // Registers a pp-stage job with every rank; returns the job id.
   std::string start_job(TestServer& server, int pp) {
     auto reply = server.post("/register_job", job_body(pp));

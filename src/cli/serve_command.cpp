@@ -23,16 +23,19 @@
 namespace perseus::cli {
 namespace {
 
+// Defaults come from ServerSettings, so that the flags and the library agree.
+const server::ServerSettings kDefaults;
+
 struct ServeArgs {
   std::string host = "127.0.0.1";
   int port = 7787;
-  std::string scheduler = "AllMaxFrequency";
-  std::string scheduler_args = "{}";
-  std::string mode = "frequency";
-  std::string dump_dir = "./dump";
-  bool no_dump = false;
-  std::string log_level = "INFO";
-  double round_timeout = 1800;
+  std::string scheduler = kDefaults.scheduler;
+  std::string scheduler_args = kDefaults.scheduler_args.dump();
+  std::string mode = kDefaults.mode;
+  std::string dump_dir = kDefaults.dump_dir;
+  bool no_dump = !kDefaults.dump_data;
+  std::string log_level = kDefaults.log_level;
+  double round_timeout = kDefaults.round_timeout_s;
   unsigned threads = 0;  // 0: one per CPU core
 };
 
@@ -57,7 +60,7 @@ spdlog::level::level_enum parse_level(std::string text) {
   return level;
 }
 
-int serve(const ServeArgs& args, const CLI::App& cmd) {
+int serve(const ServeArgs& args) {
   server::ServerSettings settings;
   settings.scheduler = args.scheduler;
   try {
@@ -69,7 +72,7 @@ int serve(const ServeArgs& args, const CLI::App& cmd) {
     throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
   settings.mode = args.mode;
   settings.dump_dir = args.dump_dir;
-  settings.dump_data = cmd.count("--no-dump") ? false : env_bool("PERSEUS_DUMP_DATA", true);
+  settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", true);
   settings.log_level = args.log_level;
   settings.round_timeout_s = args.round_timeout;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
@@ -147,7 +150,7 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
                                               "handled one request at a time regardless")
       ->capture_default_str();
-  return [args, cmd] { return serve(*args, *cmd); };
+  return [args] { return serve(*args); };
 }
 
 }  // namespace perseus::cli

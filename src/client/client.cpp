@@ -14,6 +14,7 @@
 #include "clock_reset.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/pipeline/schedule.hpp"
+#include "perseus/server/models.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::client {
@@ -37,11 +38,17 @@ struct Event {
   SteadyClock::time_point time;
 };
 
-// What one round measured: per iteration, per instruction name, per occurrence.
-struct RoundData {
-  std::vector<double> iter_time, iter_energy;
-  std::map<std::string, std::vector<std::vector<double>>> time, energy;
-};
+// Appends one iteration's values per instruction name to a round's breakdown: every name seen in
+// the round gets a row per iteration, empty where it did not run.
+void append_iteration(server::Breakdown& rounds, const std::map<std::string, std::vector<double>>& step,
+                      std::size_t iterations_before) {
+  for (const auto& [name, values] : step) rounds[name];
+  for (auto& [name, rows] : rounds) {
+    rows.resize(iterations_before);
+    auto it = step.find(name);
+    rows.push_back(it != step.end() ? it->second : std::vector<double>{});
+  }
+}
 
 }  // namespace
 
@@ -66,7 +73,7 @@ struct Client::Impl {
   std::deque<Event> queue;
   std::uint64_t enqueued = 0, processed = 0;
   bool stopping = false;
-  RoundData round_data;
+  server::ProfilingResult round_data;  // this round's measurements so far
   std::thread controller;
 
   // Controller thread only.
@@ -128,19 +135,10 @@ struct Client::Impl {
           double energy = energy_j() - step_open->energy;
           double time = std::chrono::duration<double>(e.time - step_open->time).count();
           std::lock_guard lock(mutex);
+          append_iteration(round_data.time_breakdown, step_time, round_data.iter_time.size());
+          append_iteration(round_data.energy_breakdown, step_energy, round_data.iter_time.size());
           round_data.iter_time.push_back(time);
           round_data.iter_energy.push_back(energy);
-          // Every instruction seen this round gets a row per iteration, empty where it did not run.
-          for (auto& [name, values] : step_time) round_data.time[name];
-          for (auto& [name, rows] : round_data.time) {
-            rows.resize(round_data.iter_time.size() - 1);
-            rows.push_back(step_time.count(name) ? step_time[name] : std::vector<double>{});
-          }
-          for (auto& [name, values] : step_energy) round_data.energy[name];
-          for (auto& [name, rows] : round_data.energy) {
-            rows.resize(round_data.iter_energy.size() - 1);
-            rows.push_back(step_energy.count(name) ? step_energy[name] : std::vector<double>{});
-          }
           step_open.reset();
           break;
         }
@@ -210,25 +208,21 @@ struct Client::Impl {
 
   void fetch_schedule() {
     json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr, true);
-    auto states = reply.at("power_states").get<std::vector<int>>();
+    auto states = server::schedule_from_json(reply).power_states;
     if (states.size() != options.pipe_schedule.size())
       throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
     schedule = std::move(states);
   }
 
   void report() {
-    RoundData data;
+    server::ProfilingResult data;
     {
       std::lock_guard lock(mutex);
       data = std::move(round_data);
       round_data = {};
     }
-    json body = {{"rank", options.rank},
-                 {"iter_time", data.iter_time},
-                 {"iter_energy", data.iter_energy},
-                 {"time_breakdown", data.time},
-                 {"energy_breakdown", data.energy}};
-    call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), body, false);
+    data.rank = options.rank;
+    call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), server::to_json(data), false);
   }
 
   void start() {
@@ -257,27 +251,16 @@ struct Client::Impl {
     if (!o.job_id.empty()) {
       job_id = o.job_id;
     } else if (o.rank == 0) {
-      json job = {{"job_id", ""},
-                  {"pp_degree", o.pp_degree},
-                  {"dp_degree", o.dp_degree},
-                  {"tp_degree", o.tp_degree},
-                  {"world_size", o.world_size},
-                  {"framework", o.framework},
-                  {"model_name", o.model_name},
-                  {"partition_method", o.partition_method},
-                  {"microbatch_size", o.microbatch_size},
-                  {"num_microbatches", o.num_microbatches}};
-      job_id = call("POST", "/register_job", job, false).get<std::string>();
+      server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
+                          o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
+      job_id = call("POST", "/register_job", server::to_json(job), false).get<std::string>();
       if (o.broadcast_job_id) o.broadcast_job_id(job_id);
     } else {
       if (!o.broadcast_job_id) throw Error("ranks other than 0 need broadcast_job_id (or job_id) to learn the job id");
       job_id = o.broadcast_job_id("");
     }
-    json rank = {{"job_id", job_id},          {"rank", o.rank},
-                 {"dp_rank", o.dp_rank},      {"pp_rank", o.pp_rank},
-                 {"tp_rank", o.tp_rank},      {"pipe_schedule", options.pipe_schedule},
-                 {"power_state_range", states}};
-    call("POST", "/register_rank", rank, false);
+    server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
+    call("POST", "/register_rank", server::to_json(rank), false);
     controller = std::thread([this] { run_controller(); });
     fetch_schedule();
   }

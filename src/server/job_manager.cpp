@@ -236,13 +236,7 @@ void JobManager::end(Job& job, const std::string& detail) {
   job.scheduler.reset();
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
-  for (auto& reply : job.waiting) {
-    if (!reply) continue;
-    Reply r = std::move(reply);
-    reply = nullptr;
-    r(500, {{"detail", detail}});
-  }
-  job.asked = 0;
+  answer_waiting(job, 500, detail);
 }
 
 void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
@@ -281,15 +275,20 @@ void JobManager::dump(const Job& job, const std::string& name, const json& conte
   }
 }
 
+void JobManager::answer_waiting(Job& job, int status, const std::string& detail) {
+  for (auto& reply : job.waiting) {
+    if (!reply) continue;
+    Reply r = std::move(reply);
+    reply = nullptr;
+    r(status, {{"detail", detail}});
+  }
+  job.asked = 0;
+}
+
 void JobManager::shutdown(const std::string& why) {
   for (auto& [id, job] : jobs_) {
     job->timer.cancel();
-    for (auto& reply : job->waiting) {
-      if (!reply) continue;
-      Reply r = std::move(reply);
-      reply = nullptr;
-      r(503, {{"detail", why}});
-    }
+    answer_waiting(*job, 503, why);
   }
 }
 

@@ -88,7 +88,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
   auto question = target.find('?');
   std::string path = percent_decode(std::string_view(target).substr(0, question));
   std::string_view query = question == std::string::npos ? std::string_view() : std::string_view(target).substr(question + 1);
-  auto fail = [&](int status, const std::string& detail) { respond({status, json{{"detail", detail}}.dump()}); };
+  auto fail = [&](int status, const std::string& detail) { respond(error_response(status, detail)); };
   auto under = [&](std::string_view prefix) { return path.size() > prefix.size() && path.rfind(prefix, 0) == 0; };
   try {
     if (path == "/info") {

@@ -36,6 +36,12 @@ void require_pure_pipeline(const SchedulerContext& context, const char* schedule
                                          scheduler, context.job.dp_degree, context.job.tp_degree, scheduler));
 }
 
+std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>& ranks) {
+  std::vector<PowerStateSchedule> out;
+  for (const auto& r : ranks) out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), r.power_state_range.front())});
+  return out;
+}
+
 namespace {
 
 template <typename Fold>

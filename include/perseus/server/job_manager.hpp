@@ -61,6 +61,7 @@ class JobManager {
   void send_schedules(Job& job);
   void finish_round(Job& job);
   void end(Job& job, const std::string& detail);
+  void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
 

@@ -7,10 +7,7 @@ namespace {
 
 class AllMaxFrequency final : public Scheduler {
  public:
-  explicit AllMaxFrequency(const SchedulerContext& context) {
-    for (const auto& r : context.ranks)
-      schedule_.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), r.power_state_range.front())});
-  }
+  explicit AllMaxFrequency(const SchedulerContext& context) : schedule_(top_clock_schedules(context.ranks)) {}
   std::vector<PowerStateSchedule> next_schedule() override { return schedule_; }
   void observe(const std::vector<ProfilingResult>&) override {}
 

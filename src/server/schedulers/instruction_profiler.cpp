@@ -56,11 +56,10 @@ class InstructionProfiler final : public Scheduler {
     if (round_ >= config_.warmup_rounds + static_cast<int>(clocks_.size()))
       throw SchedulerDone(fmt::format("InstructionProfiler profiled {} clocks and wrote {}", clocks_.size(),
                                       path_.string()));
+    if (round_ < config_.warmup_rounds) return top_clock_schedules(context_.ranks);
+    int clock = clocks_[round_ - config_.warmup_rounds];
     std::vector<PowerStateSchedule> out;
-    for (const auto& r : context_.ranks) {
-      int clock = round_ < config_.warmup_rounds ? r.power_state_range.front() : clocks_[round_ - config_.warmup_rounds];
-      out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), clock)});
-    }
+    for (const auto& r : context_.ranks) out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), clock)});
     return out;
   }
 

@@ -48,12 +48,7 @@ class PointSolution final : public Scheduler {
   }
 
   std::vector<PowerStateSchedule> next_schedule() override {
-    if (round_ < config_.warmup_rounds) {
-      std::vector<PowerStateSchedule> out;
-      for (const auto& r : context_.ranks)
-        out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), r.power_state_range.front())});
-      return out;
-    }
+    if (round_ < config_.warmup_rounds) return top_clock_schedules(context_.ranks);
     std::size_t index = static_cast<std::size_t>(round_ - config_.warmup_rounds);
     if (index >= schedules_.size()) {
       if (config_.stop_when_done)

@@ -16,4 +16,7 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args);
 // at their 3D-parallel version.
 void require_pure_pipeline(const SchedulerContext& context, const char* scheduler);
 
+// Every instruction of every rank at the rank's highest power state (all-max and warm-up rounds).
+std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>& ranks);
+
 }  // namespace perseus::server
