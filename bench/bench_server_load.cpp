@@ -11,7 +11,9 @@
 //   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--iterations I]
 //                             [--microbatches M] [--threads T] [--dump DIR]
 // Each result carries I iterations of M forward and M backward times and energies.
+#include <pthread.h>
 #include <sys/resource.h>
+#include <time.h>
 
 #include <algorithm>
 #include <boost/asio/connect.hpp>
@@ -56,7 +58,9 @@ struct Load {
 class Rank : public std::enable_shared_from_this<Rank> {
  public:
   Rank(asio::io_context& io, int rank, Load& load, std::string result)
-      : stream_(io), rank_(rank), load_(load), result_(std::move(result)) {}
+      : stream_(io), rank_(rank), load_(load), result_(std::move(result)) {
+    buffer_.reserve(16u << 10);
+  }
 
   void start(const tcp::endpoint& server) {
     stream_.async_connect(server, [self = shared_from_this()](beast::error_code ec) {
@@ -123,6 +127,22 @@ class Rank : public std::enable_shared_from_this<Rank> {
   http::request<http::string_body> req_;
   http::response<http::string_body> res_;
 };
+
+// CPU seconds a thread has used so far (server threads by handle, the calling thread by itself).
+double cpu_seconds(clockid_t clock) {
+  timespec t{};
+  clock_gettime(clock, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
+}
+
+double server_cpu_seconds(std::vector<std::thread>& pool) {
+  double total = 0;
+  for (auto& t : pool) {
+    clockid_t clock{};
+    if (pthread_getcpuclockid(t.native_handle(), &clock) == 0) total += cpu_seconds(clock);
+  }
+  return total;
+}
 
 double percentile(std::vector<double> values, double p) {
   std::sort(values.begin(), values.end());
@@ -207,8 +227,11 @@ int main(int argc, char** argv) {
     std::make_shared<Rank>(client_io, r, load, result.dump())->start(endpoint);
   }
   auto start = Clock::now();
+  double server_cpu0 = server_cpu_seconds(server_pool), client_cpu0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
   client_io.run();
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
+  double server_cpu_ms = (server_cpu_seconds(server_pool) - server_cpu0) * 1e3 / load.rounds;
+  double client_cpu_ms = (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - client_cpu0) * 1e3 / load.rounds;
 
   std::vector<double> latencies_ms, barrier_ms;
   for (const auto& r : load.round_stats) {
@@ -221,6 +244,7 @@ int main(int argc, char** argv) {
   std::printf("ranks %d (pp %d x dp %d), rounds %d, result body %zu bytes, server threads %d, registration %.2f s\n",
               load.ranks, stages, dp, load.rounds, result.dump().size(), server_threads, register_s);
   std::printf("rounds/s %.1f\n", load.rounds / total_s);
+  std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
   std::printf("round cycle ms (first ask .. last result):     p50 %.2f  p99 %.2f  max %.2f\n",
               percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
               *std::max_element(latencies_ms.begin(), latencies_ms.end()));

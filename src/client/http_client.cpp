@@ -21,6 +21,7 @@ using tcp = asio::ip::tcp;
 struct HttpClient::Impl {
   asio::io_context io;
   std::optional<beast::tcp_stream> stream;
+  beast::flat_buffer buffer;  // kept: Beast reads max(512, free capacity) bytes per call
   std::string host, port;
 };
 
@@ -45,6 +46,8 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
     try {
       if (!impl_->stream) {
         impl_->stream.emplace(impl_->io);
+        impl_->buffer.clear();
+        impl_->buffer.reserve(16u << 10);
         tcp::resolver resolver(impl_->io);
         impl_->stream->expires_after(timeout.count() > 0 ? timeout : std::chrono::milliseconds(30000));
         impl_->stream->connect(resolver.resolve(impl_->host, impl_->port));
@@ -61,7 +64,7 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       // Synchronous calls ignore tcp_stream's timer, so run them on the io_context.
       beast::error_code ec;
       http::response<http::string_body> res;
-      beast::flat_buffer buffer;
+      auto& buffer = impl_->buffer;
       bool done = false;
       http::async_write(*impl_->stream, req, [&](beast::error_code e, std::size_t) {
         if (e) {

@@ -55,13 +55,6 @@ int int_field(const json& body, const std::string& name, int minimum) {
   return v;
 }
 
-double as_number(const json& value, const std::string& name) {
-  if (!value.is_number() || value.is_boolean()) bad(name, fmt::format("expected a number, got {}", type_name(value)));
-  double v = value.get<double>();
-  if (!std::isfinite(v)) bad(name, "must be finite");
-  return v;
-}
-
 // Strings that become part of a job id, and so of a directory name.
 std::string id_part(const json& body, const std::string& name) {
   const json& value = field(body, name);
@@ -73,34 +66,6 @@ std::string id_part(const json& body, const std::string& name) {
       bad(name, fmt::format("'{}' may not contain '/', '\\', '+' or control characters", text));
   if (text == "." || text == "..") bad(name, "may not be '.' or '..'");
   return text;
-}
-
-// Results carry thousands of numbers: name an element only when it is bad.
-std::vector<double> number_list(const json& value, const std::string& name) {
-  if (!value.is_array()) bad(name, fmt::format("expected a list, got {}", type_name(value)));
-  std::vector<double> out;
-  out.reserve(value.size());
-  for (std::size_t i = 0; i < value.size(); ++i) {
-    const json& v = value[i];
-    if (v.is_number() && !v.is_boolean() && std::isfinite(v.get<double>())) out.push_back(v.get<double>());
-    else out.push_back(as_number(v, fmt::format("{}[{}]", name, i)));
-  }
-  return out;
-}
-
-Breakdown breakdown(const json& body, const std::string& name) {
-  Breakdown out;
-  auto it = body.find(name);
-  if (it == body.end()) return out;  // optional, as in the artifact
-  if (!it->is_object()) bad(name, fmt::format("expected an object, got {}", type_name(*it)));
-  for (auto& [key, iterations] : it->items()) {
-    std::string where = fmt::format("{}.{}", name, key);
-    if (!iterations.is_array()) bad(where, fmt::format("expected a list of lists, got {}", type_name(iterations)));
-    auto& rows = out[key];
-    for (std::size_t i = 0; i < iterations.size(); ++i)
-      rows.push_back(number_list(iterations[i], fmt::format("{}[{}]", where, i)));
-  }
-  return out;
 }
 
 }  // namespace
@@ -118,6 +83,8 @@ json parse_body(const std::string& text) {
     return json::parse(text);
   } catch (const json::parse_error& e) {
     throw RequestError(422, fmt::format("field 'body': malformed JSON at byte {}", e.byte));
+  } catch (const json::exception& e) {  // e.g. 406: a number too large for a double
+    throw RequestError(422, fmt::format("field 'body': {}", e.what()));
   }
 }
 
@@ -179,17 +146,6 @@ RankInfo rank_info_from_json(const json& body) {
   }
   std::sort(info.power_state_range.rbegin(), info.power_state_range.rend());
   return info;
-}
-
-ProfilingResult profiling_result_from_json(const json& body) {
-  require_object(body);
-  ProfilingResult result;
-  result.rank = int_field(body, "rank", 0);
-  result.iter_time = number_list(field(body, "iter_time"), "iter_time");
-  result.iter_energy = number_list(field(body, "iter_energy"), "iter_energy");
-  result.time_breakdown = breakdown(body, "time_breakdown");
-  result.energy_breakdown = breakdown(body, "energy_breakdown");
-  return result;
 }
 
 PowerStateSchedule schedule_from_json(const json& body) {

@@ -129,7 +129,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (under("/result/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/result/").size());
-      ProfilingResult result = profiling_result_from_json(parse_body(body));
+      ProfilingResult result = profiling_result_from_text(body);
       return on_jobs(jobs, std::move(respond), [&jobs, id, result = std::move(result)](auto& reply) mutable {
         jobs.report_result(id, std::move(result));
         reply(ok(nullptr));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace perseus::server {
@@ -59,8 +60,9 @@ struct ProfilingResult {
 // field, e.g. "body".
 JobInfo job_info_from_json(const nlohmann::json& body);
 RankInfo rank_info_from_json(const nlohmann::json& body);
-ProfilingResult profiling_result_from_json(const nlohmann::json& body);
 PowerStateSchedule schedule_from_json(const nlohmann::json& body);
+// POST /result's body, decoded with simdjson (the hot path); same checks and messages.
+ProfilingResult profiling_result_from_text(std::string_view body);
 
 nlohmann::json to_json(const JobInfo& info);
 nlohmann::json to_json(const RankInfo& info);
