@@ -182,6 +182,9 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   EXPECT_EQ(bad_arg.code, 64);
   EXPECT_NE(bad_arg.output.find("backward_freq"), std::string::npos);
   EXPECT_EQ(run("serve --mode watts").code, 64);
+  auto retention = run("serve --job-retention -1");
+  EXPECT_EQ(retention.code, 64);
+  EXPECT_NE(retention.output.find("--job-retention"), std::string::npos) << retention.output;
   auto env = run("serve --scheduler-args '{}' --port 0 --dump-dir x --log-level loud");
   EXPECT_EQ(env.code, 64);
   EXPECT_NE(env.output.find("--log-level"), std::string::npos);

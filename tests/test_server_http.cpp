@@ -2,8 +2,9 @@
 // job manager documents.
 #include <gtest/gtest.h>
 
-#include <chrono>
 #include <cctype>
+#include <chrono>
+#include <thread>
 
 #include "perseus/util/atomic_file.hpp"
 #include "server_fixture.hpp"
@@ -207,6 +208,26 @@ TEST_F(ServerTest, ARankThatNeverAsksFailsTheJobWithAReason) {
   // Later requests get the same answer.
   EXPECT_EQ(detail(server.call("GET", "/schedule/" + stuck + "?rank=1")), detail(reply));
   EXPECT_EQ(server.call("GET", "/info").status, 200);
+}
+
+TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
+  auto s = settings();
+  s.round_timeout_s = 0.2;
+  s.job_retention_s = 2;
+  TestServer server(s);
+  std::string id = start_job(server, 2);
+  auto failed = server.call("GET", "/schedule/" + id + "?rank=0");  // rank 1 never asks
+  ASSERT_EQ(failed.status, 500);
+  EXPECT_NE(detail(failed).find("[job-failed]"), std::string::npos);
+  EXPECT_EQ(detail(server.call("GET", "/schedule/" + id + "?rank=1")), detail(failed));  // kept for late ranks
+  int status = 500;
+  for (auto deadline = std::chrono::steady_clock::now() + 20s; status == 500 && std::chrono::steady_clock::now() < deadline;) {
+    std::this_thread::sleep_for(100ms);
+    status = server.call("GET", "/schedule/" + id + "?rank=1").status;
+  }
+  EXPECT_EQ(status, 404);
+  EXPECT_TRUE(fs::exists(dir / id / "perseus.json"));
+  EXPECT_EQ(json::parse(server.call("GET", "/info").body)["job_retention_s"], 2.0);
 }
 
 TEST_F(ServerTest, FinishedSchedulerAnswersProfilingDone) {

@@ -36,6 +36,7 @@ struct ServeArgs {
   bool no_dump = !kDefaults.dump_data;
   std::string log_level = kDefaults.log_level;
   double round_timeout = kDefaults.round_timeout_s;
+  double job_retention = kDefaults.job_retention_s;
   unsigned threads = 0;  // 0: one per CPU core
 };
 
@@ -75,6 +76,7 @@ int serve(const ServeArgs& args) {
   settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", true);
   settings.log_level = args.log_level;
   settings.round_timeout_s = args.round_timeout;
+  settings.job_retention_s = args.job_retention;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
@@ -145,6 +147,12 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--round-timeout", args->round_timeout,
                   "Seconds a round may take before the job fails with a reason every rank receives (0: never)")
       ->envname("PERSEUS_ROUND_TIMEOUT")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--job-retention", args->job_retention,
+                  "Seconds an ended job is kept (late ranks get its end detail) before it is forgotten (0: kept "
+                  "until exit); its records stay on disk")
+      ->envname("PERSEUS_JOB_RETENTION")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "

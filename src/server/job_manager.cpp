@@ -237,6 +237,19 @@ void JobManager::end(Job& job, const std::string& detail) {
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
   answer_waiting(job, 500, detail);
+  forget_later(job);
+}
+
+void JobManager::forget_later(Job& job) {
+  // Late ranks still get the job's end detail for a while; then its memory goes (records stay on disk).
+  if (settings_.job_retention_s <= 0) return;
+  job.timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(settings_.job_retention_s)));
+  job.timer.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
+    if (ec) return;  // the server is stopping
+    jobs_.erase(id);
+    spdlog::debug("job {}: forgotten", id);
+  });
 }
 
 void JobManager::arm_timer(Job& job, const std::string& waiting_for) {

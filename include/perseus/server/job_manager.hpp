@@ -15,7 +15,8 @@
 // - a result from a rank with no schedule running, or a second result in a round: 409;
 // - a round that does not complete within round_timeout_s fails the job: every waiting and
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
-// - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...".
+// - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...";
+// - an ended job is kept job_retention_s (late ranks get its end detail), then forgotten: 404.
 #include <boost/asio/any_io_executor.hpp>
 #include <functional>
 #include <map>
@@ -61,6 +62,7 @@ class JobManager {
   void send_schedules(Job& job);
   void finish_round(Job& job);
   void end(Job& job, const std::string& detail);
+  void forget_later(Job& job);
   void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;

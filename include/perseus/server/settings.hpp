@@ -15,6 +15,7 @@ struct ServerSettings {
   bool dump_data = true;
   std::string dump_dir = "./dump";
   double round_timeout_s = 1800;  // a round (all ranks ask, then all report) must finish in this; 0: never
+  double job_retention_s = 3600;  // an ended job is forgotten this long after it ended; 0: kept until exit
 };
 
 // The body of GET /info.
