@@ -44,6 +44,24 @@ std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>&
 
 namespace {
 
+class FixedSchedules final : public Scheduler {
+ public:
+  explicit FixedSchedules(std::vector<PowerStateSchedule> schedules) : schedules_(std::move(schedules)) {}
+  std::vector<PowerStateSchedule> next_schedule() override { return schedules_; }
+  void observe(const std::vector<ProfilingResult>&) override {}
+
+ private:
+  std::vector<PowerStateSchedule> schedules_;
+};
+
+}  // namespace
+
+std::unique_ptr<Scheduler> fixed_schedules(std::vector<PowerStateSchedule> schedules) {
+  return std::make_unique<FixedSchedules>(std::move(schedules));
+}
+
+namespace {
+
 template <typename Fold>
 std::vector<double> fold_lists(const std::vector<const std::vector<double>*>& lists, Fold fold) {
   std::size_t n = lists.empty() ? 0 : lists.front()->size();

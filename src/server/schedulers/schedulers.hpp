@@ -1,6 +1,7 @@
 #pragma once
 // Each scheduler's configure function: reads its arguments at server start and returns the
 // factory the job manager calls once all ranks of a job registered.
+#include <memory>
 #include <nlohmann/json.hpp>
 
 #include "perseus/server/scheduler.hpp"
@@ -18,5 +19,8 @@ void require_pure_pipeline(const SchedulerContext& context, const char* schedule
 
 // Every instruction of every rank at the rank's highest power state (all-max and warm-up rounds).
 std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>& ranks);
+
+// A scheduler that hands out the same schedules every round and ignores what was measured.
+std::unique_ptr<Scheduler> fixed_schedules(std::vector<PowerStateSchedule> schedules);
 
 }  // namespace perseus::server

@@ -10,27 +10,21 @@
 namespace perseus::server {
 namespace {
 
-class TwoFrequencies final : public Scheduler {
- public:
-  TwoFrequencies(const SchedulerContext& context, int forward, int backward) {
-    for (const auto& r : context.ranks) {
-      for (int clock : {forward, backward}) {
-        if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clock) == r.power_state_range.end())
-          throw std::runtime_error(fmt::format("TwoFrequencies: rank {}'s GPU does not support {} MHz", r.rank, clock));
-      }
-      std::vector<int> compute;
-      for (const auto& name : r.pipe_schedule)
-        if (is_compute_instruction(name)) compute.push_back(name == "forward" ? forward : backward);
-      schedule_.push_back(
-          {r.rank, expand_compute_clocks(r.pipe_schedule, compute, fmt::format("TwoFrequencies, rank {}", r.rank))});
+std::vector<PowerStateSchedule> two_frequency_schedules(const SchedulerContext& context, int forward, int backward) {
+  std::vector<PowerStateSchedule> schedules;
+  for (const auto& r : context.ranks) {
+    for (int clock : {forward, backward}) {
+      if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clock) == r.power_state_range.end())
+        throw std::runtime_error(fmt::format("TwoFrequencies: rank {}'s GPU does not support {} MHz", r.rank, clock));
     }
+    std::vector<int> compute;
+    for (const auto& name : r.pipe_schedule)
+      if (is_compute_instruction(name)) compute.push_back(name == "forward" ? forward : backward);
+    schedules.push_back(
+        {r.rank, expand_compute_clocks(r.pipe_schedule, compute, fmt::format("TwoFrequencies, rank {}", r.rank))});
   }
-  std::vector<PowerStateSchedule> next_schedule() override { return schedule_; }
-  void observe(const std::vector<ProfilingResult>&) override {}
-
- private:
-  std::vector<PowerStateSchedule> schedule_;
-};
+  return schedules;
+}
 
 }  // namespace
 
@@ -43,7 +37,7 @@ SchedulerFactory configure_two_frequencies(const nlohmann::json& args) {
   if (*forward <= 0) checked.fail("forward_freq", "must be positive");
   if (*backward <= 0) checked.fail("backward_freq", "must be positive");
   return [f = *forward, b = *backward](const SchedulerContext& context) {
-    return std::make_unique<TwoFrequencies>(context, f, b);
+    return fixed_schedules(two_frequency_schedules(context, f, b));
   };
 }
 
