@@ -6,14 +6,30 @@
 #include <fmt/format.h>
 #include <set>
 
+#include "field_checks.hpp"
+
 namespace perseus::server {
+
+void bad_field(const std::string& field, const std::string& problem) {
+  throw RequestError(422, fmt::format("field '{}': {}", field, problem));
+}
+
+int int_from_integer(long long value, const std::string& field) {
+  if (value < -2147483648LL || value > 2147483647LL) bad_field(field, "out of range");
+  return static_cast<int>(value);
+}
+
+std::optional<int> int_from_float(double value) {
+  // Range first: casting a double beyond long long is undefined.
+  if (!(std::abs(value) < 2147483648.0) || value != static_cast<double>(static_cast<long long>(value))) return {};
+  return static_cast<int>(value);
+}
+
 namespace {
 
 using nlohmann::json;
 
-[[noreturn]] void bad(const std::string& field, const std::string& problem) {
-  throw RequestError(422, fmt::format("field '{}': {}", field, problem));
-}
+[[noreturn]] void bad(const std::string& field, const std::string& problem) { bad_field(field, problem); }
 
 const char* type_name(const json& value) {
   if (value.is_boolean()) return "a boolean";
@@ -36,16 +52,9 @@ const json& field(const json& body, const std::string& name) {
 }
 
 int as_int(const json& value, const std::string& name) {
-  if (value.is_number_integer() || value.is_number_unsigned()) {
-    auto v = value.get<long long>();
-    if (v < -2147483648LL || v > 2147483647LL) bad(name, "out of range");
-    return static_cast<int>(v);
-  }
-  // Integral floats such as 4.0 are what a Python client may send; accept those, nothing else.
-  if (value.is_number_float()) {
-    double v = value.get<double>();
-    if (v == static_cast<double>(static_cast<long long>(v)) && std::abs(v) < 2147483648.0) return static_cast<int>(v);
-  }
+  if (value.is_number_integer() || value.is_number_unsigned()) return int_from_integer(value.get<long long>(), name);
+  if (value.is_number_float())
+    if (auto v = int_from_float(value.get<double>())) return *v;
   bad(name, fmt::format("expected an integer, got {}", type_name(value)));
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fmt/format.h>
 
+#include "field_checks.hpp"
 #include "perseus/server/models.hpp"
 
 namespace perseus::server {
@@ -15,9 +16,7 @@ namespace {
 namespace dom = simdjson::dom;
 using Type = dom::element_type;
 
-[[noreturn]] void bad(const std::string& field, const std::string& problem) {
-  throw RequestError(422, fmt::format("field '{}': {}", field, problem));
-}
+[[noreturn]] void bad(const std::string& field, const std::string& problem) { bad_field(field, problem); }
 
 const char* type_name(dom::element value) {
   switch (value.type()) {
@@ -44,13 +43,11 @@ double as_number(dom::element value, const std::string& name) {
 int as_int(dom::element value, const std::string& name) {
   std::int64_t i = 0;
   if (value.type() == Type::INT64 || value.type() == Type::UINT64) {
-    if (value.get_int64().get(i) || i < -2147483648LL || i > 2147483647LL) bad(name, "out of range");
-    return static_cast<int>(i);
+    if (value.get_int64().get(i)) bad(name, "out of range");  // a uint64 above int64's range
+    return int_from_integer(i, name);
   }
-  if (value.type() == Type::DOUBLE) {
-    double v = value.get_double().value_unsafe();
-    if (v == static_cast<double>(static_cast<long long>(v)) && std::abs(v) < 2147483648.0) return static_cast<int>(v);
-  }
+  if (value.type() == Type::DOUBLE)
+    if (auto v = int_from_float(value.get_double().value_unsafe())) return *v;
   bad(name, fmt::format("expected an integer, got {}", type_name(value)));
 }
 
