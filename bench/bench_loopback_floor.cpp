@@ -5,10 +5,6 @@
 // as in the load benchmark. The cycle latency here is a floor under perseus serve's.
 //
 //   perseus_bench_loopback_floor [--ranks N] [--rounds R] [--request BYTES] [--response BYTES]
-#include <pthread.h>
-#include <sys/resource.h>
-#include <time.h>
-
 #include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -23,9 +19,12 @@
 #include <thread>
 #include <vector>
 
+#include "loopback_bench.hpp"
+
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
+using namespace perseus::bench;
 
 namespace {
 
@@ -108,17 +107,6 @@ class Rank : public std::enable_shared_from_this<Rank> {
   bool asking_ = false;
 };
 
-double thread_cpu_seconds(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
-}
-
-double percentile(std::vector<double> values, double p) {
-  std::sort(values.begin(), values.end());
-  return values[std::min(values.size() - 1, static_cast<std::size_t>(p * double(values.size() - 1) + 0.5))];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -130,10 +118,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--request")) setup.request = static_cast<std::size_t>(value);
     else if (!std::strcmp(argv[i], "--response")) setup.response = static_cast<std::size_t>(value);
   }
-  rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = limit.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &limit);
+  raise_open_file_limit();
 
   asio::io_context server_io(1), client_io(1);
   tcp::acceptor acceptor(server_io, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
@@ -148,7 +133,8 @@ int main(int argc, char** argv) {
   };
   accept();
   auto work = asio::make_work_guard(server_io);
-  std::thread server([&] { server_io.run(); });
+  std::vector<std::thread> server;
+  server.emplace_back([&] { server_io.run(); });
 
   std::vector<Round> rounds(static_cast<std::size_t>(setup.rounds));
   std::vector<std::shared_ptr<Rank>> ranks;
@@ -157,18 +143,16 @@ int main(int argc, char** argv) {
     ranks.back()->socket().connect(acceptor.local_endpoint());
     ranks.back()->socket().set_option(tcp::no_delay(true));
   }
-  clockid_t server_clock{};
-  pthread_getcpuclockid(server.native_handle(), &server_clock);
-  double server_cpu0 = thread_cpu_seconds(server_clock), client_cpu0 = thread_cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+  double server_cpu0 = cpu_seconds(server), client_cpu0 = this_thread_cpu_seconds();
   auto start = Clock::now();
   for (auto& rank : ranks) rank->step();
   client_io.run();
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
-  double server_ms = (thread_cpu_seconds(server_clock) - server_cpu0) * 1e3 / setup.rounds;
-  double client_ms = (thread_cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - client_cpu0) * 1e3 / setup.rounds;
+  double server_ms = (cpu_seconds(server) - server_cpu0) * 1e3 / setup.rounds;
+  double client_ms = (this_thread_cpu_seconds() - client_cpu0) * 1e3 / setup.rounds;
   work.reset();
   server_io.stop();
-  server.join();
+  server.front().join();
 
   std::vector<double> cycle_ms;
   for (const auto& r : rounds) cycle_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.start).count());

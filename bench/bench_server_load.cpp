@@ -12,10 +12,6 @@
 //   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--iterations I]
 //                             [--microbatches M] [--threads T] [--dump DIR]
 // Each result carries I iterations of M forward and M backward times and energies.
-#include <pthread.h>
-#include <sys/resource.h>
-#include <time.h>
-
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -32,6 +28,7 @@
 #include <spdlog/spdlog.h>
 #include <thread>
 
+#include "loopback_bench.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/server/http_server.hpp"
 
@@ -41,6 +38,7 @@ namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
+using namespace perseus::bench;
 
 namespace {
 
@@ -135,28 +133,6 @@ class Rank : public std::enable_shared_from_this<Rank> {
   http::response<http::string_body> res_;
 };
 
-// CPU seconds a thread has used so far (server threads by handle, the calling thread by itself).
-double cpu_seconds(clockid_t clock) {
-  timespec t{};
-  clock_gettime(clock, &t);
-  return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
-}
-
-double server_cpu_seconds(std::vector<std::thread>& pool) {
-  double total = 0;
-  for (auto& t : pool) {
-    clockid_t clock{};
-    if (pthread_getcpuclockid(t.native_handle(), &clock) == 0) total += cpu_seconds(clock);
-  }
-  return total;
-}
-
-double percentile(std::vector<double> values, double p) {
-  std::sort(values.begin(), values.end());
-  std::size_t index = static_cast<std::size_t>(p * double(values.size() - 1) + 0.5);
-  return values[std::min(index, values.size() - 1)];
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,11 +151,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--threads")) server_threads = std::max(1, std::atoi(argv[i + 1]));
   }
   if (load.ranks % stages != 0) stages = 1;
-  // Two sockets per rank in this process (server and client side).
-  rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = limit.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &limit);
+  raise_open_file_limit();
 
   perseus::server::ServerSettings settings;
   settings.dump_data = !dump.empty();
@@ -251,11 +223,11 @@ int main(int argc, char** argv) {
     std::make_shared<Rank>(client_io, r, load, result_of(r))->start(endpoint);
   }
   auto start = Clock::now();
-  double server_cpu0 = server_cpu_seconds(server_pool), client_cpu0 = cpu_seconds(CLOCK_THREAD_CPUTIME_ID);
+  double server_cpu0 = cpu_seconds(server_pool), client_cpu0 = this_thread_cpu_seconds();
   client_io.run();
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
-  double server_cpu_ms = (server_cpu_seconds(server_pool) - server_cpu0) * 1e3 / load.rounds;
-  double client_cpu_ms = (cpu_seconds(CLOCK_THREAD_CPUTIME_ID) - client_cpu0) * 1e3 / load.rounds;
+  double server_cpu_ms = (cpu_seconds(server_pool) - server_cpu0) * 1e3 / load.rounds;
+  double client_cpu_ms = (this_thread_cpu_seconds() - client_cpu0) * 1e3 / load.rounds;
 
   std::vector<double> latencies_ms, release_ms;
   for (const auto& r : load.round_stats) {
