@@ -1,12 +1,16 @@
-// `import perseus`: the training-side client for Python training loops (PyTorch, Megatron,
-// DeepSpeed). The hooks release the GIL wherever they may block (registration, the round
-// barrier), so other Python threads keep running.
+// `perseus._perseus`: the compiled half of the `perseus` Python package (python/perseus/ holds the
+// rest). The training-side client for Python training loops (PyTorch, Megatron, DeepSpeed). The
+// hooks release the GIL wherever they may block (registration, the round barrier), so other
+// Python threads keep running. Every argument has its real name and every docstring an Args
+// section: `help(perseus.Client)` is the reference users read first.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
 #include "perseus/client/client.hpp"
 #include "perseus/gpu/gpu.hpp"
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/util/error.hpp"
 
 namespace py = pybind11;
 using perseus::client::Client;
@@ -44,14 +48,66 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   return std::make_unique<Client>(std::move(o));
 }
 
+perseus::ScheduleKind schedule_kind(const std::string& name) {
+  auto kind = perseus::parse_schedule_kind(name);
+  if (!kind) throw py::value_error("schedule must be '1f1b' or 'gpipe', not '" + name + "'");
+  return *kind;
+}
+
+constexpr const char* kClientDoc = R"(The perseus client of one training rank.
+
+Construct one per rank (rank 0 registers the job with `perseus serve`; the job id reaches the
+other ranks through `broadcast_job_id`), then call the hooks in the training loop:
+`on_step_begin()`, `on_instruction_begin(name)` / `on_instruction_end(name)` around every forward
+and backward, `on_step_end()`. The hooks only enqueue; a controller thread locks the GPU clock the
+server's schedule gives each instruction and reads the GPU's energy counter. With `fail_open`
+(the default) any server or GPU failure disables perseus with one warning and training goes on
+at the GPU's default clocks. `close()` (or leaving a `with` block) resets the clocks.)";
+
+constexpr const char* kInitDoc = R"(Registers this rank (and, on rank 0, the job) with the server.
+
+Args:
+    rank: global rank of this process (0 registers the job).
+    dp_rank: data-parallel rank (which pipeline replica).
+    pp_rank: pipeline-parallel rank (the stage).
+    tp_rank: tensor-parallel rank within the stage.
+    dp_degree: number of data-parallel pipelines.
+    pp_degree: number of pipeline stages.
+    tp_degree: tensor-parallel ranks per stage.
+    world_size: total ranks; must equal dp_degree * pp_degree * tp_degree.
+    device: the GPU's NVML index (not the CUDA index when CUDA_VISIBLE_DEVICES is set;
+        perseus.torch.Client maps it for you).
+    server_url: URL of `perseus serve`.
+    framework: job metadata, part of the job id.
+    model_name: job metadata, part of the job id.
+    partition_method: job metadata, part of the job id.
+    microbatch_size: job metadata, part of the job id.
+    num_microbatches: microbatches per iteration; with the default pipe_schedule it sets the
+        number of forwards and backwards.
+    pipe_schedule: this rank's instruction names in execution order; empty: the 1F1B order
+        `default_pipe_schedule(pp_rank, pp_degree, num_microbatches)`.
+    report_every: iterations per round: every report_every iterations on_step_end reports
+        the measurements and waits at the server's barrier for the next schedule.
+    broadcast_job_id: callable(str) -> str: rank 0 calls it with the new job id, the other
+        ranks call it with "" and get the id back (a collective: every rank calls it once).
+        Not needed when world_size is 1 or job_id is given.
+    job_id: join this already registered job (no registration, no broadcast).
+    nvml_library: path of libnvidia-ml; "" means $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1.
+    request_timeout: seconds every request but the schedule barrier may take.
+    fail_open: True: failures disable perseus with a warning and training continues;
+        False: they raise RuntimeError.)";
+
 }  // namespace
 
-PYBIND11_MODULE(perseus, m) {
-  m.doc() = "perseus: per-instruction GPU clock plans for pipeline-parallel training";
+PYBIND11_MODULE(_perseus, m) {
+  m.doc() = "perseus: per-instruction GPU clock plans for pipeline-parallel training (compiled part).";
+  m.attr("__version__") = PERSEUS_VERSION;
   py::register_exception<perseus::client::ProfilingDone>(m, "ProfilingDone", PyExc_RuntimeError);
+  m.attr("ProfilingDone").attr("__doc__") =
+      "The server says this job has nothing more to run (e.g. profiling finished): training should stop.";
 
-  py::class_<Client>(m, "Client", "One per training rank; see the README for the training-loop hooks.")
-      .def(py::init(&make_client), py::arg("rank"), py::arg("dp_rank") = 0, py::arg("pp_rank") = 0,
+  py::class_<Client>(m, "Client", kClientDoc)
+      .def(py::init(&make_client), kInitDoc, py::arg("rank"), py::arg("dp_rank") = 0, py::arg("pp_rank") = 0,
            py::arg("tp_rank") = 0, py::arg("dp_degree") = 1, py::arg("pp_degree") = 1, py::arg("tp_degree") = 1,
            py::arg("world_size") = 1, py::arg("device") = 0, py::arg("server_url") = "http://127.0.0.1:7787",
            py::arg("framework") = "perseus", py::arg("model_name") = "model", py::arg("partition_method") = "uniform",
@@ -59,30 +115,61 @@ PYBIND11_MODULE(perseus, m) {
            py::arg("pipe_schedule") = std::vector<std::string>{}, py::arg("report_every") = 5,
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
            py::arg("request_timeout") = 30.0, py::arg("fail_open") = true)
-      .def("on_step_begin", &Client::on_step_begin)
+      .def("on_step_begin", &Client::on_step_begin,
+           "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),
            "Ends an iteration; every report_every iterations reports and fetches the next schedule (blocks at the "
            "round barrier). Raises ProfilingDone when the server says training should stop.")
-      .def("on_instruction_begin", [](Client& c, const std::string& name) { c.on_instruction_begin(name); })
-      .def("on_instruction_end", [](Client& c, const std::string& name) { c.on_instruction_end(name); })
-      .def("flush", &Client::flush, py::call_guard<py::gil_scoped_release>())
-      .def_property_readonly("enabled", &Client::enabled)
-      .def_property_readonly("job_id", &Client::job_id)
-      .def_property_readonly("round", &Client::round)
-      .def_property_readonly("schedule", &Client::schedule)
-      .def_property_readonly("pipe_schedule", &Client::pipe_schedule)
-      .def_property_readonly("mode", &Client::mode)
+      .def(
+          "on_instruction_begin", [](Client& c, const std::string& name) { c.on_instruction_begin(name); },
+          py::arg("name"),
+          "Marks the start of an instruction; its scheduled clock is locked before it is measured.\n\n"
+          "Args:\n    name: the instruction, e.g. 'forward' or 'backward'; it matches the next entry of that name "
+          "in pipe_schedule (other names keep the current clock).")
+      .def(
+          "on_instruction_end", [](Client& c, const std::string& name) { c.on_instruction_end(name); },
+          py::arg("name"),
+          "Marks the end of an instruction; its time and energy are measured up to here.\n\n"
+          "Args:\n    name: the same name as the matching on_instruction_begin.")
+      .def("flush", &Client::flush, py::call_guard<py::gil_scoped_release>(),
+           "Waits until the controller thread has applied every clock change and measurement enqueued so far.")
+      .def_property_readonly("enabled", &Client::enabled, "False once perseus gave up (fail_open) or was closed.")
+      .def_property_readonly("job_id", &Client::job_id, "The job's id on the server.")
+      .def_property_readonly("round", &Client::round, "Rounds (of report_every iterations) completed.")
+      .def_property_readonly("schedule", &Client::schedule,
+                             "Power state (clock in MHz, or power limit in W) per pipe_schedule entry, this round.")
+      .def_property_readonly("pipe_schedule", &Client::pipe_schedule,
+                             "This rank's instruction names in execution order, as registered.")
+      .def_property_readonly("mode", &Client::mode, "'frequency' or 'power limit', from the server.")
       .def("close", &Client::close, py::call_guard<py::gil_scoped_release>(),
            "Stops the controller thread and resets the GPU's clocks; the hooks do nothing afterwards.")
-      .def("__enter__", [](py::object self) { return self; })
-      .def("__exit__", [](Client& c, py::object, py::object, py::object) {
-        py::gil_scoped_release release;
-        c.close();
-        return false;
-      });
+      .def(
+          "__enter__", [](py::object self) { return self; }, "Returns the client itself.")
+      .def(
+          "__exit__",
+          [](Client& c, py::object, py::object, py::object) {
+            py::gil_scoped_release release;
+            c.close();
+            return false;
+          },
+          py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"),
+          "Closes the client (resets the clocks); exceptions propagate.");
 
-  m.def("default_pipe_schedule", &perseus::client::default_pipe_schedule, py::arg("pp_rank"), py::arg("pp_degree"),
-        py::arg("num_microbatches"), "DeepSpeed's 1F1B order of one stage's forwards and backwards.");
+  m.def(
+      "default_pipe_schedule",
+      [](int pp_rank, int pp_degree, int num_microbatches, const std::string& schedule) {
+        try {
+          return perseus::client::default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule_kind(schedule));
+        } catch (const perseus::Error& e) {
+          throw py::value_error(e.what());
+        }
+      },
+      py::arg("pp_rank"), py::arg("pp_degree"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
+      "One stage's forwards and backwards in the order its schedule runs them.\n\n"
+      "Args:\n    pp_rank: the stage, 0 <= pp_rank < pp_degree.\n    pp_degree: number of stages.\n"
+      "    num_microbatches: microbatches per iteration.\n"
+      "    schedule: '1f1b' (DeepSpeed's TrainSchedule; Megatron-LM's non-interleaved 1F1B runs the same order) "
+      "or 'gpipe' (all forwards, then all backwards).");
 
   m.def(
       "gpu_clocks",
@@ -91,5 +178,7 @@ PYBIND11_MODULE(perseus, m) {
         auto memory = gpu->supported_memory_clocks(device);
         return gpu->supported_graphics_clocks(device, memory.front());
       },
-      py::arg("device") = 0, py::arg("nvml_library") = "", "Supported graphics clocks of a GPU (read-only).");
+      py::arg("device") = 0, py::arg("nvml_library") = "",
+      "Supported graphics clocks (MHz, highest first) of a GPU at its top memory clock; read-only.\n\n"
+      "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
 }

@@ -12,7 +12,7 @@ int main(int argc, char** argv) {
   CLI::App app{"perseus: removes energy bloat from pipeline-parallel training by planning GPU "
                "clocks per forward and backward"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "perseus 0.1.0");
+  app.set_version_flag("--version", "perseus " PERSEUS_VERSION);
   std::vector<std::pair<CLI::App*, cli::Runner>> commands;
   auto add = [&](auto adder) {
     const std::size_t before = app.get_subcommands({}).size();

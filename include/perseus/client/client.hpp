@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "perseus/gpu/gpu.hpp"
+#include "perseus/pipeline/schedule.hpp"
 
 namespace perseus::client {
 
@@ -86,7 +87,9 @@ class Client {
   std::unique_ptr<Impl> impl_;
 };
 
-// DeepSpeed's 1F1B order of one stage's forwards and backwards, as pipe_schedule names.
-std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches);
+// One stage's forwards and backwards as pipe_schedule names, in the order the schedule runs them:
+// 1f1b is DeepSpeed's TrainSchedule (Megatron-LM's non-interleaved 1F1B runs the same order).
+std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches,
+                                               ScheduleKind kind = ScheduleKind::one_f_one_b);
 
 }  // namespace perseus::client

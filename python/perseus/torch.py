@@ -1,0 +1,121 @@
+"""perseus for PyTorch: a :class:`Client` that takes what ``torch.distributed`` and CUDA know.
+
+``import perseus.torch`` does not import torch; creating a client does. ::
+
+    import perseus.torch
+    client = perseus.torch.Client(pp_rank=stage, pp_degree=stages, num_microbatches=8,
+                                  server_url="http://perseus-host:7787")
+    with client:
+        for batch in loader:
+            with client.step():
+                for kind, run in schedule:            # forward / backward in schedule order
+                    with client.instruction(kind):    # synchronises CUDA around the energy reading
+                        run()
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Optional, Sequence
+
+import perseus
+
+__all__ = ["Client", "broadcast_job_id", "nvml_device_index"]
+
+
+def broadcast_job_id(job_id: str) -> str:
+    """The job-id broadcast over ``torch.distributed`` (rank 0 sends, every other rank receives).
+
+    A collective: every rank of the default process group must call it once, as the client's
+    constructor does on every rank.
+
+    Args:
+        job_id: the new job id on rank 0, ``""`` elsewhere.
+
+    Returns:
+        The job id, on every rank.
+    """
+    import torch.distributed as dist
+
+    box = [job_id]
+    dist.broadcast_object_list(box, src=0)
+    return str(box[0])
+
+
+_broadcast_over_torch = broadcast_job_id  # the constructor's argument of the same name hides it
+
+
+def nvml_device_index(cuda_index: int, visible: Optional[str] = None) -> int:
+    """The NVML index of CUDA device ``cuda_index``.
+
+    CUDA numbers only the GPUs in ``CUDA_VISIBLE_DEVICES``, NVML numbers every GPU: with
+    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA device 0 is NVML device 2.
+
+    Args:
+        cuda_index: the CUDA device index (e.g. ``torch.cuda.current_device()``).
+        visible: the ``CUDA_VISIBLE_DEVICES`` value; ``None`` reads the environment.
+
+    Raises:
+        ValueError: the list names GPUs by UUID or is shorter than ``cuda_index``; pass
+            ``device=`` (the NVML index) to the client instead.
+    """
+    if visible is None:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None or visible.strip() == "":
+        return cuda_index
+    entries = [entry.strip() for entry in visible.split(",")]
+    if cuda_index >= len(entries) or not entries[cuda_index].isdigit():
+        raise ValueError(f"perseus: cannot map CUDA device {cuda_index} to an NVML index with "
+                         f"CUDA_VISIBLE_DEVICES={visible!r}; pass device= (the NVML index) explicitly")
+    return int(entries[cuda_index])
+
+
+def _distributed() -> Any:
+    """``torch.distributed`` when it is available and initialised, else None."""
+    import torch.distributed as dist
+
+    return dist if dist.is_available() and dist.is_initialized() else None
+
+
+class Client(perseus.Client):
+    """A :class:`perseus.Client` whose arguments default to what PyTorch knows.
+
+    - ``rank`` and ``world_size``: from ``torch.distributed`` when it is initialised (else 0 and
+      ``dp_degree * pp_degree * tp_degree``).
+    - ``broadcast_job_id``: :func:`broadcast_job_id` over ``torch.distributed`` when it is
+      initialised and the world has more than one rank.
+    - ``device``: the NVML index of ``torch.cuda.current_device()`` where CUDA is available
+      (mapped through ``CUDA_VISIBLE_DEVICES``), else 0.
+    - ``synchronize``: the current CUDA stream's ``synchronize`` where CUDA is available, so
+      :meth:`instruction` measures the instruction's kernels, not just their launch.
+
+    Every other argument is :class:`perseus.Client`'s; all are keyword arguments.
+    """
+
+    def __init__(self, *, rank: Optional[int] = None, world_size: Optional[int] = None,
+                 device: Optional[int] = None, broadcast_job_id: Optional[Callable[[str], str]] = None,
+                 synchronize: Optional[Callable[[], None]] = None, pipe_schedule: Sequence[str] = (),
+                 **options: Any) -> None:
+        import torch
+
+        dist = _distributed()
+        if rank is None:
+            rank = dist.get_rank() if dist is not None else 0
+        if world_size is None:
+            world_size = (dist.get_world_size() if dist is not None else
+                          options.get("dp_degree", 1) * options.get("pp_degree", 1) * options.get("tp_degree", 1))
+        if broadcast_job_id is None and dist is not None and world_size > 1 and not options.get("job_id"):
+            broadcast_job_id = _broadcast_over_torch
+        cuda = torch.cuda.is_available()
+        if device is None:
+            device = nvml_device_index(torch.cuda.current_device()) if cuda else 0
+        if synchronize is None and cuda:
+            synchronize = _cuda_synchronize
+        super().__init__(rank=rank, world_size=world_size, device=device, broadcast_job_id=broadcast_job_id,
+                         pipe_schedule=list(pipe_schedule), **options)
+        self.synchronize = synchronize
+
+
+def _cuda_synchronize() -> None:
+    import torch
+
+    torch.cuda.current_stream().synchronize()
