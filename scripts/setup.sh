@@ -9,6 +9,7 @@ packages=(
   libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev
   libboost-dev libboost-graph-dev
   pybind11-dev python3-dev python3-pytest
+  python3-pip python3-venv python3-setuptools python3-wheel python3-mypy python3-torch
   libgtest-dev libgmock-dev libbenchmark-dev libtinyxml2-dev
 )
 

@@ -37,7 +37,7 @@ def broadcast_job_id(job_id: str) -> str:
     import torch.distributed as dist
 
     box = [job_id]
-    dist.broadcast_object_list(box, src=0)
+    dist.broadcast_object_list(box, src=0)  # type: ignore[no-untyped-call]
     return str(box[0])
 
 
@@ -118,4 +118,4 @@ class Client(perseus.Client):
 def _cuda_synchronize() -> None:
     import torch
 
-    torch.cuda.current_stream().synchronize()
+    torch.cuda.current_stream().synchronize()  # type: ignore[no-untyped-call]

@@ -1,52 +1,12 @@
 """The Python module (`import perseus`) against a real `perseus serve` and the fake NVML."""
-import os
 import re
-import subprocess
 import time
 
 import pytest
 
-FAKE_NVML = os.environ["PERSEUS_FAKE_NVML"]
-BINARY = os.environ["PERSEUS_BINARY"]
+from fakegpu import FAKE_NVML, locked_clocks
 
-# The fake NVML reads its settings when first initialised: set the call log before import.
-LOG_DIR = os.environ.setdefault("PERSEUS_TEST_TMP", "/tmp")
-os.environ["PERSEUS_FAKE_NVML_LOG"] = os.path.join(LOG_DIR, "pytest-fake-nvml-%p.log")
-
-import perseus  # noqa: E402
-
-
-@pytest.fixture
-def serve(tmp_path):
-    """Starts `perseus serve` with the given scheduler; yields its URL."""
-    procs = []
-
-    def start(scheduler, args="{}"):
-        proc = subprocess.Popen(
-            [BINARY, "serve", "--port", "0", "--dump-dir", str(tmp_path / "dump"), "--scheduler", scheduler,
-             "--scheduler-args", args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        procs.append(proc)
-        line = proc.stdout.readline()
-        port = re.search(r"127\.0\.0\.1:(\d+)", line)
-        assert port, f"no ready line: {line!r}"
-        return f"http://127.0.0.1:{port.group(1)}"
-
-    yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def locked_clocks():
-    path = os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid()))
-    clocks = []
-    with open(path) as log:
-        for line in log:
-            fields = line.split()
-            if fields[1] == "nvmlDeviceSetGpuLockedClocks":
-                clocks.append(int(fields[4]))
-    return clocks
+import perseus
 
 
 def test_hooks_apply_the_schedule(serve):

@@ -48,7 +48,7 @@ def attach(client: perseus.Client, schedules: Optional[Any] = None) -> Attachmen
         TypeError: the module lacks ``forward_step``, ``backward_step`` or every schedule function.
     """
     if schedules is None:
-        from megatron.core.pipeline_parallel import schedules as megatron_schedules
+        from megatron.core.pipeline_parallel import schedules as megatron_schedules  # type: ignore[import]
 
         schedules = megatron_schedules
     present = [name for name in SCHEDULE_FUNCTIONS if callable(getattr(schedules, name, None))]

@@ -9,6 +9,8 @@
 //   PERSEUS_FAKE_NVML_LOG         call log path; "%p" becomes the process id
 //   PERSEUS_FAKE_NVML_DENY        1: every set/reset call fails with NO_PERMISSION
 //   PERSEUS_FAKE_NVML_LATENCY_US  sleep this long in every set/reset call, like a real driver
+//   PERSEUS_FAKE_NVML_LOG_READS   1: log energy-counter reads too (value in mJ), so a test can tell
+//                                 which clock every measured instruction ran at
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -61,6 +63,7 @@ struct State {
   std::FILE* log = nullptr;
   bool deny = false;
   long latency_us = 0;
+  bool log_reads = false;
   Clock::time_point start = Clock::now();
 };
 
@@ -125,6 +128,7 @@ template <typename Body>
 nvmlReturn_t getter(const char* fn, nvmlDevice_t device, Body body, bool log_it = false) {
   State& s = state();
   std::lock_guard lock(s.mutex);
+  log_it = log_it || (s.log_reads && std::strcmp(fn, "nvmlDeviceGetTotalEnergyConsumption") == 0);
   long index = -1;
   FakeGpu* gpu = s.initialized ? gpu_of(s, device, &index) : nullptr;
   nvmlReturn_t result = !s.initialized ? nv::kUninitialized : gpu == nullptr ? nv::kInvalidArgument : nv::kSuccess;
@@ -163,6 +167,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
     if (path != nullptr && *path != '\0' && s.log == nullptr) s.log = std::fopen(log_path(path).c_str(), "a");
     const char* deny = std::getenv("PERSEUS_FAKE_NVML_DENY");
     s.deny = deny != nullptr && std::strcmp(deny, "1") == 0;
+    const char* log_reads = std::getenv("PERSEUS_FAKE_NVML_LOG_READS");
+    s.log_reads = log_reads != nullptr && std::strcmp(log_reads, "1") == 0;
     const char* latency = std::getenv("PERSEUS_FAKE_NVML_LATENCY_US");
     s.latency_us = latency != nullptr ? std::atol(latency) : 0;
     s.initialized = true;
@@ -298,9 +304,10 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetPowerManagement
 }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy) {
-  return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string&) {
+  return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string& args) {
     if (energy == nullptr) return nv::kInvalidArgument;
     *energy = static_cast<unsigned long long>(gpu.energy_mj);
+    args = std::to_string(*energy);
     return nv::kSuccess;
   });
 }

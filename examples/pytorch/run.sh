@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Runs examples/pytorch/pipeline_train.py on 4 ranks (4 pipeline stages, gloo on CPU) against
+# `perseus serve` on the fake NVML, twice:
+#   1. allmax: AllMaxFrequency, every instruction at the top clock (today's training);
+#   2. plan:   PointSolution with the plan `perseus optimize` made for a 4-stage, 4-microbatch
+#              pipeline from the shipped example profile (within 10% of the fastest time),
+#              after one warm-up round at the top clock.
+# Usage: examples/pytorch/run.sh [OUT_DIR]        (default out/pytorch-example)
+# Environment: ITERATIONS (default 12), PYTHON (default python3), PERSEUS (the perseus command;
+# default "$PYTHON -m perseus", the one in the Python package), PERSEUS_NVML_LIBRARY (default the
+# package's fake NVML). Every rank's fake-GPU call log lands in OUT_DIR/PHASE/gpuR.log, its output
+# in OUT_DIR/PHASE/rankR.out, the server's records in OUT_DIR/PHASE/dump/.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+out=$(mkdir -p "${1:-out/pytorch-example}" && cd "${1:-out/pytorch-example}" && pwd)
+python=${PYTHON:-python3}
+read -r -a perseus <<<"${PERSEUS:-$python -m perseus}"
+iterations=${ITERATIONS:-12}
+stages=4 microbatches=4
+export PERSEUS_NVML_LIBRARY=${PERSEUS_NVML_LIBRARY:-$("$python" -c 'import perseus; print(perseus.fake_nvml_library())')}
+export PERSEUS_FAKE_NVML_LOG_READS=1  # energy reads in the call log: the test checks every instruction's clock
+
+server_pid=""
+rank_pids=()
+cleanup() {
+  for pid in "${rank_pids[@]}" $server_pid; do kill "$pid" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+
+free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# run PHASE SCHEDULER ARGS: one server, four ranks, wait for the ranks, stop the server.
+run() {
+  local phase=$1 scheduler=$2 scheduler_args=$3 dir="$out/$1"
+  rm -rf "$dir" && mkdir -p "$dir"
+  "${perseus[@]}" serve --port 0 --dump-dir "$dir/dump" --log-level warning --scheduler "$scheduler" \
+    --scheduler-args "$scheduler_args" >"$dir/serve.out" 2>&1 &
+  server_pid=$!
+  local url=""
+  for _ in $(seq 100); do
+    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$dir/serve.out" || true)
+    [ -n "$url" ] && break
+    kill -0 "$server_pid" 2>/dev/null || { cat "$dir/serve.out" >&2; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$url" ] || { echo "run.sh: perseus serve did not start" >&2; exit 1; }
+  local master_port
+  master_port=$(free_port)
+  rank_pids=()
+  for ((rank = 0; rank < stages; ++rank)); do
+    RANK=$rank WORLD_SIZE=$stages MASTER_ADDR=127.0.0.1 MASTER_PORT=$master_port \
+      PERSEUS_FAKE_NVML_LOG="$dir/gpu$rank.log" \
+      "$python" "$here/pipeline_train.py" --iterations "$iterations" --microbatches "$microbatches" \
+      --server "$url" >"$dir/rank$rank.out" 2>&1 &
+    rank_pids+=($!)
+  done
+  local failed=0
+  for pid in "${rank_pids[@]}"; do wait "$pid" || failed=1; done  # the ranks only, not the server
+  rank_pids=()
+  kill "$server_pid" && wait "$server_pid" || true
+  server_pid=""
+  if ((failed)); then
+    tail -n 20 "$dir"/rank*.out >&2
+    echo "run.sh: a rank of phase $phase failed" >&2
+    exit 1
+  fi
+  echo "== $phase ($scheduler): last stage's loss, first and last iteration"
+  grep '^iteration' "$dir/rank$((stages - 1)).out" | sed -n '1p;$p'
+}
+
+run allmax AllMaxFrequency '{}'
+
+"${perseus[@]}" optimize "$here/../synthetic-4stage.csv" --stages "$stages" --microbatches "$microbatches" \
+  --p2p-power 75 --out "$out/frontier" --quiet
+run plan PointSolution "{\"solution_path\": \"$out/frontier\", \"slowdown\": 1.1, \"warmup_iters\": 1}"
+echo "records, fake-GPU call logs and rank outputs: $out"

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Builds the wheel as a user would (pip wheel --no-build-isolation), installs it into a fresh
+# virtual environment, and checks the installed package from outside the checkout: the pytest
+# suite (the PyTorch example included), mypy on the example against the installed stubs, the
+# `perseus` command on PATH, and that `import perseus` from the checkout's parent folder still
+# finds the installed package. Run by CTest (test python_package) after the build.
+# Usage: scripts/test_python_package.sh BUILD_DIR   (reuses BUILD_DIR's CMake build; Debian's python3)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=$(cd "${1:?usage: scripts/test_python_package.sh BUILD_DIR}" && pwd)
+python=${PYTHON:-/usr/bin/python3}
+work="$build/python-package-test"
+rm -rf "$work" && mkdir -p "$work/outside"
+
+echo "== pip wheel"
+(cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$python" -m pip wheel --no-build-isolation --no-deps -q \
+  -w "$work/wheel" .)
+wheel=$(ls "$work"/wheel/perseus-*.whl)
+echo "built $(basename "$wheel")"
+
+echo "== install into a fresh virtual environment"
+"$python" -m venv --system-site-packages "$work/venv"
+"$work/venv/bin/pip" install -q --no-index --no-deps "$wheel"
+venv_python="$work/venv/bin/python"
+
+cd "$work/outside"
+installed=$("$venv_python" -c 'import perseus; print(perseus.__file__)')
+case "$installed" in
+  "$work/venv/"*) echo "import perseus -> $installed" ;;
+  *) echo "import perseus found $installed, not the installed package" >&2; exit 1 ;;
+esac
+"$work/venv/bin/perseus" --version
+# A checkout named like the package, seen from its parent folder, must not shadow the package.
+ln -s "$root" perseus
+(PATH="$work/venv/bin:$PATH" python -c 'import perseus; assert perseus.__version__, perseus.__path__')
+rm perseus
+
+echo "== pytest against the installed package (from $work/outside)"
+env -u PYTHONPATH -u PERSEUS_BINARY -u PERSEUS_FAKE_NVML PATH="$work/venv/bin:$PATH" PERSEUS_REQUIRE_TORCH=1 \
+  PERSEUS_TEST_TMP="$work" "$venv_python" -m pytest -q -p no:cacheprovider "$root/tests/python"
+
+echo "== mypy on the examples against the installed package"
+"$venv_python" -m mypy --strict --cache-dir "$build/mypy-cache" "$root/examples/pytorch/pipeline_train.py"

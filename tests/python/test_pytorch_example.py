@@ -1,0 +1,86 @@
+"""examples/pytorch/run.sh: a real 4-stage PyTorch pipeline (gloo, CPU) on the fake NVML, first at
+all-max, then on the planner's plan. Every rank's clock is checked instruction by instruction
+from the fake NVML's call log, and the training loss must go down."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakegpu import TOP_CLOCK, clocks_at_energy_reads, ends_at_default_clocks
+
+if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing torch is a failure
+    pytest.importorskip("torch")
+
+import perseus  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch"
+STAGES, MICROBATCHES, REPORT_EVERY, ITERATIONS = 4, 4, 2, 12
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pytorch-example")
+    env = dict(os.environ, PYTHON=sys.executable, ITERATIONS=str(ITERATIONS))
+    env.pop("PERSEUS_FAKE_NVML_LOG", None)
+    done = subprocess.run(["bash", str(EXAMPLE / "run.sh"), str(out)], env=env, capture_output=True, text=True,
+                          timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return out
+
+
+def instruction_clocks(log):
+    """Per iteration, the clock each instruction began and ended at: an iteration reads the
+    energy counter at its start, at each instruction's begin and end, and at its end."""
+    reads = clocks_at_energy_reads(log)
+    per_iteration = 2 + 2 * 2 * MICROBATCHES
+    assert len(reads) == ITERATIONS * per_iteration, f"{log}: {len(reads)} energy reads"
+    iterations = [reads[i * per_iteration:(i + 1) * per_iteration] for i in range(ITERATIONS)]
+    return [(iteration[1:-1:2], iteration[2:-1:2]) for iteration in iterations]
+
+
+def losses(out_file):
+    return [float(line.split()[3]) for line in out_file.read_text().splitlines() if line.startswith("iteration")]
+
+
+@pytest.mark.parametrize("phase", ["allmax", "plan"])
+def test_training_learns(run, phase):
+    loss = losses(run / phase / f"rank{STAGES - 1}.out")
+    assert len(loss) == ITERATIONS
+    # The data set has 4 batches seen in turn: compare whole passes over it.
+    assert sum(loss[-4:]) < 0.7 * sum(loss[:4]), loss
+
+
+def test_all_max_runs_every_instruction_at_the_top_clock(run):
+    for rank in range(STAGES):
+        log = run / "allmax" / f"gpu{rank}.log"
+        for begin, end in instruction_clocks(log):
+            assert begin == end == [TOP_CLOCK] * 2 * MICROBATCHES
+        assert ends_at_default_clocks(log)
+
+
+def test_every_rank_follows_the_plan_instruction_by_instruction(run):
+    plan = json.loads(subprocess.run(
+        [sys.executable, "-m", "perseus", "plans", "show", str(run / "frontier"), "--slowdown", "1.1", "--json"],
+        capture_output=True, text=True, check=True).stdout)
+    assert len(set(map(tuple, plan["frequencies"]))) > 1, "a plan with one clock everywhere proves little"
+    for rank in range(STAGES):
+        order = perseus.default_pipe_schedule(rank, STAGES, MICROBATCHES)
+        assert [name[0] for name in plan["instructions"][rank]] == [name[0].upper() for name in order]
+        log = run / "plan" / f"gpu{rank}.log"
+        for iteration, (begin, end) in enumerate(instruction_clocks(log)):
+            warmup = iteration < REPORT_EVERY  # PointSolution's one warm-up round at the top clock
+            expected = [TOP_CLOCK] * len(order) if warmup else plan["frequencies"][rank]
+            assert begin == end == expected, f"rank {rank}, iteration {iteration}"
+        assert ends_at_default_clocks(log)
+
+
+def test_the_server_recorded_every_round(run):
+    (job,) = (run / "plan" / "dump").iterdir()
+    assert job.name.endswith(f"+torch+mlp+uniform+dp1+pp{STAGES}+tp1+mbs16+nmb{MICROBATCHES}+PointSolution")
+    rounds = ITERATIONS // REPORT_EVERY
+    for r in range(rounds):
+        results = json.loads((job / f"{r}.prof.json").read_text())
+        assert sorted(result["rank"] for result in results) == list(range(STAGES))

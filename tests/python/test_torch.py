@@ -1,0 +1,53 @@
+"""perseus.torch: the client's defaults from torch.distributed and CUDA."""
+import os
+import socket
+
+import pytest
+
+from fakegpu import FAKE_NVML
+
+if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing torch is a failure
+    pytest.importorskip("torch")
+import torch.distributed as dist  # noqa: E402
+
+import perseus.torch  # noqa: E402
+
+
+@pytest.mark.parametrize("visible,cuda_index,expected", [
+    (None, 1, 1), ("", 0, 0), ("2,3", 0, 2), ("2, 3", 1, 3), ("7", 0, 7),
+], ids=["unset", "empty", "first-of-two", "spaces", "single"])
+def test_nvml_index_follows_cuda_visible_devices(visible, cuda_index, expected, monkeypatch):
+    if visible is None:
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    else:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    assert perseus.torch.nvml_device_index(cuda_index) == expected
+
+
+@pytest.mark.parametrize("visible,cuda_index", [("GPU-8c1d-44", 0), ("2,3", 2)], ids=["uuid", "out-of-range"])
+def test_nvml_index_refuses_what_it_cannot_map(visible, cuda_index):
+    with pytest.raises(ValueError, match="pass device="):
+        perseus.torch.nvml_device_index(cuda_index, visible)
+
+
+def test_defaults_without_torch_distributed(serve):
+    url = serve("AllMaxFrequency")
+    with perseus.torch.Client(server_url=url, pp_degree=1, nvml_library=FAKE_NVML, fail_open=False) as client:
+        assert client.enabled and client.synchronize is None  # no CUDA here
+        assert client.job_id.endswith("+dp1+pp1+tp1+mbs1+nmb1+AllMaxFrequency")
+
+
+def test_rank_and_world_come_from_torch_distributed(serve, tmp_path):
+    url = serve("AllMaxFrequency")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        with perseus.torch.Client(server_url=url, nvml_library=FAKE_NVML, fail_open=False,
+                                  num_microbatches=2) as client:
+            assert client.enabled
+            assert client.pipe_schedule == ["forward", "backward", "forward", "backward"]
+        assert perseus.torch.broadcast_job_id("job-7") == "job-7"  # the collective, on a world of one
+    finally:
+        dist.destroy_process_group()
