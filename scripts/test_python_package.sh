@@ -3,7 +3,8 @@
 # virtual environment, and checks the installed package from outside the checkout: the pytest
 # suite (the PyTorch example included), mypy on the example against the installed stubs, the
 # `perseus` command on PATH, and that `import perseus` from the checkout's parent folder still
-# finds the installed package. Run by CTest (test python_package) after the build.
+# finds the installed package; then the README's install command (pip install . into a venv) and
+# `cmake --install`. Run by CTest (test python_package) after the build.
 # Usage: scripts/test_python_package.sh BUILD_DIR   (reuses BUILD_DIR's CMake build; Debian's python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -41,3 +42,16 @@ env -u PYTHONPATH -u PERSEUS_BINARY -u PERSEUS_FAKE_NVML PATH="$work/venv/bin:$P
 
 echo "== mypy on the examples against the installed package"
 "$venv_python" -m mypy --strict --cache-dir "$build/mypy-cache" "$root/examples/pytorch/pipeline_train.py"
+
+echo "== the README's command: pip install --no-build-isolation . into a venv"
+"$python" -m venv --system-site-packages "$work/venv-readme"
+(cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-readme/bin/pip" install -q --no-build-isolation .)
+"$work/venv-readme/bin/python" -c 'import perseus, perseus.torch; print("pip install . ->", perseus.__version__)'
+
+echo "== cmake --install"
+cmake --install "$build" --prefix "$work/prefix" >/dev/null
+"$work/prefix/bin/perseus" --version
+site=$(cd "$work/prefix" && ls -d lib/python3*/*-packages)
+PYTHONPATH="$work/prefix/$site" "$python" -c 'import perseus; print("cmake --install ->", perseus.__file__)' |
+  grep -q "$work/prefix/$site/perseus/__init__.py"
+echo "python package: all checks passed"
