@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <future>
+#include <optional>
+#include <thread>
 
 #include "perseus/client/client.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -78,6 +81,40 @@ TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
   c.on_step_end();
   o.fail_open = false;
   EXPECT_THROW(client::Client strict(o), Error);
+}
+
+// A rank that cannot start perseus (here: rank 0 cannot reach the server) must still take part in
+// the job-id broadcast, or the other ranks wait in it forever. The broadcast below gives up after
+// 10 s so that the test fails instead of hanging when that is broken.
+TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
+  TestServer server(settings("AllMaxFrequency"));
+  std::promise<std::string> sent;
+  std::shared_future<std::string> received = sent.get_future().share();
+  std::optional<std::string> rank1_got;
+  auto o = options(server.url, gpu::load_nvml(PERSEUS_FAKE_NVML));
+  o.fail_open = true;
+  o.world_size = o.pp_degree = 2;
+  auto rank0 = o, rank1 = o;
+  rank0.server_url = "http://127.0.0.1:1";
+  rank0.broadcast_job_id = [&](const std::string& id) {
+    sent.set_value(id);
+    return id;
+  };
+  rank1.rank = rank1.pp_rank = 1;
+  rank1.broadcast_job_id = [&](const std::string&) {
+    if (received.wait_for(std::chrono::seconds(10)) != std::future_status::ready) return std::string("timed-out");
+    rank1_got = received.get();
+    return *rank1_got;
+  };
+  std::thread other([&] {
+    client::Client c(rank1);
+    EXPECT_FALSE(c.enabled());  // no job to join: perseus off, training on
+  });
+  client::Client c(rank0);
+  other.join();
+  EXPECT_FALSE(c.enabled());
+  ASSERT_TRUE(rank1_got.has_value()) << "rank 1 waited in the broadcast for a rank 0 that never sent";
+  EXPECT_EQ(*rank1_got, "");
 }
 
 TEST_F(ClientTest, ProfilingDoneStopsTraining) {

@@ -60,6 +60,7 @@ struct Client::Impl {
   std::string mode = "frequency";
   bool enabled = false;
   bool registered_reset = false;
+  bool joined_broadcast = false;  // took part in the job-id broadcast (a collective of all ranks)
 
   // Training thread only.
   std::vector<int> schedule;
@@ -254,15 +255,31 @@ struct Client::Impl {
       server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
       job_id = call("POST", "/register_job", server::to_json(job), false).get<std::string>();
+      joined_broadcast = true;
       if (o.broadcast_job_id) o.broadcast_job_id(job_id);
     } else {
       if (!o.broadcast_job_id) throw Error("ranks other than 0 need broadcast_job_id (or job_id) to learn the job id");
+      joined_broadcast = true;
       job_id = o.broadcast_job_id("");
+      if (job_id.empty()) throw Error("rank 0 could not start perseus, so there is no job to join");
     }
     server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     call("POST", "/register_rank", server::to_json(rank), false);
     controller = std::thread([this] { run_controller(); });
     fetch_schedule();
+  }
+
+  // A rank that fails before the job-id broadcast still takes part in it, or every other rank
+  // would wait in it forever: rank 0 sends "" (no job), the others receive and drop what comes.
+  void join_broadcast_after_failure() {
+    const auto& o = options;
+    if (joined_broadcast || !o.job_id.empty() || !o.broadcast_job_id) return;
+    joined_broadcast = true;
+    try {
+      o.broadcast_job_id("");
+    } catch (const std::exception& e) {
+      spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
+    }
   }
 
   void disable(const std::string& why) {
@@ -296,6 +313,7 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
     impl_->stop_controller();
     throw;
   } catch (const std::exception& e) {
+    impl_->join_broadcast_after_failure();
     if (!impl_->options.fail_open) {
       impl_->stop_controller();
       throw;
