@@ -31,6 +31,19 @@ def project_version() -> str:
     return match.group(1)
 
 
+def check_reused_interpreter(build_dir: Path) -> None:
+    """A reused build must already be for this interpreter (a virtual environment's python counts as
+    its base interpreter): it is never reconfigured behind its owner's back."""
+    cache = build_dir / "CMakeCache.txt"
+    if not cache.exists():
+        raise RuntimeError(f"setup.py: PERSEUS_CMAKE_BUILD_DIR={build_dir} is not a configured CMake build")
+    match = re.search(r"^Python3_EXECUTABLE:[A-Z]+=(.*)$", cache.read_text(), re.MULTILINE)
+    built_for = os.path.realpath(match.group(1)) if match else None
+    if built_for != os.path.realpath(sys.executable):
+        raise RuntimeError(f"setup.py: {build_dir} builds the module for {built_for}, but pip runs "
+                           f"{os.path.realpath(sys.executable)}; unset PERSEUS_CMAKE_BUILD_DIR to build for it")
+
+
 class CMakeBuild(build_ext):
     """Runs CMake instead of compiling sources itself."""
 
@@ -38,8 +51,11 @@ class CMakeBuild(build_ext):
         reuse = os.environ.get("PERSEUS_CMAKE_BUILD_DIR")
         tag = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
         build_dir = Path(reuse).resolve() if reuse else ROOT / "build" / "pip" / tag
-        configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir), f"-DPython3_EXECUTABLE={sys.executable}"]
-        if not reuse:
+        configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir)]
+        if reuse:
+            check_reused_interpreter(build_dir)
+        else:
+            configure.append(f"-DPython3_EXECUTABLE={sys.executable}")
             configure += ["-DCMAKE_BUILD_TYPE=Release", "-DPERSEUS_BUILD_TESTS=OFF", "-DPERSEUS_BUILD_BENCH=OFF"]
             if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
                 configure += ["-G", "Ninja"]
