@@ -37,7 +37,10 @@ def check_reused_interpreter(build_dir: Path) -> None:
     cache = build_dir / "CMakeCache.txt"
     if not cache.exists():
         raise RuntimeError(f"setup.py: PERSEUS_CMAKE_BUILD_DIR={build_dir} is not a configured CMake build")
-    match = re.search(r"^Python3_EXECUTABLE:[A-Z]+=(.*)$", cache.read_text(), re.MULTILINE)
+    # What FindPython3 settled on (an internal entry); Python3_EXECUTABLE is cached only when given.
+    text = cache.read_text()
+    match = re.search(r"^_Python3_EXECUTABLE:INTERNAL=(.*)$", text, re.MULTILINE) or \
+        re.search(r"^Python3_EXECUTABLE:[A-Z]+=(.*)$", text, re.MULTILINE)
     built_for = os.path.realpath(match.group(1)) if match else None
     if built_for != os.path.realpath(sys.executable):
         raise RuntimeError(f"setup.py: {build_dir} builds the module for {built_for}, but pip runs "
