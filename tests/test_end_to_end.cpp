@@ -18,6 +18,7 @@
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/util/atomic_file.hpp"
+#include "process_fixture.hpp"
 
 namespace perseus {
 namespace {
@@ -27,29 +28,7 @@ using nlohmann::json;
 
 constexpr int kStages = 2, kMicrobatches = 4;
 
-struct Serve {
-  Serve(const fs::path& dir, const std::string& scheduler, const std::string& args) : dir(dir) {
-    std::string command = fmt::format(
-        "cd '{}' && {} serve --port 0 --dump-dir dump --scheduler {} --scheduler-args '{}' > serve.out 2> serve.err & "
-        "echo $! > '{}/serve.pid'",
-        dir.string(), PERSEUS_BINARY, scheduler, args, dir.string());
-    EXPECT_EQ(std::system(command.c_str()), 0);
-    for (int i = 0; i < 500 && port == 0; ++i) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      std::string out = fs::exists(dir / "serve.out") ? read_file(dir / "serve.out") : "";
-      auto colon = out.find("127.0.0.1:");
-      if (colon != std::string::npos) port = std::stoi(out.substr(colon + 10));
-    }
-    EXPECT_NE(port, 0) << "the server printed no ready line";
-  }
-  ~Serve() {
-    pid_t pid = std::stoi(read_file(dir / "serve.pid"));
-    ::kill(pid, SIGTERM);
-    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  fs::path dir;
-  int port = 0;
-};
+using Serve = testing::ServeProcess;
 
 // Runs both ranks at once; returns their exit codes.
 std::vector<int> train(const fs::path& dir, int port, int iterations, const std::string& tag) {

@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "perseus/util/atomic_file.hpp"
+#include "perseus/util/error.hpp"
 #include "server_fixture.hpp"
 
 namespace perseus::testing {
@@ -140,8 +141,11 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(schedule["rank"], 0);
   EXPECT_EQ(schedule["power_states"], json({1200, 1200, 1000, 1000}));
 
-  // Asking again before reporting is refused; results return at once; a second one is refused.
-  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=0").status, 409);
+  // Asking again before reporting is a retry and gets the same schedule; results return at once; a
+  // second one is refused.
+  auto again = server.call("GET", "/schedule/" + id + "?rank=0");
+  EXPECT_EQ(again.status, 200);
+  EXPECT_EQ(json::parse(again.body), schedule);
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 409);
   auto next0 = server.get_async("/schedule/" + id + "?rank=0");  // early asker for round 1
@@ -175,6 +179,45 @@ TEST_F(ServerTest, RegistrationRetriesAreIdempotentAndConflictsRefused) {
   json body = rank_body("", 1, 1, kTwoMicrobatches);
   body.erase("job_id");
   EXPECT_EQ(server.post("/register_rank/" + id, body).status, 200);
+}
+
+// Fault 5 of issue 11: a client whose schedule request timed out retries; the first answer went to
+// the connection it closed. The retry must get the round's schedule (it used to get 409 forever).
+TEST_F(ServerTest, AScheduleRequestTheClientGaveUpOnIsAnsweredAgainOnRetry) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}}));
+  std::string id = start_job(server, 2);
+  {
+    client::HttpClient impatient(server.url);
+    EXPECT_THROW(impatient.request("GET", "/schedule/" + id + "?rank=0", "", 100ms), Error);
+  }
+  ASSERT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);  // the round starts
+  auto retry = server.call("GET", "/schedule/" + id + "?rank=0");
+  ASSERT_EQ(retry.status, 200) << retry.body;
+  EXPECT_EQ(json::parse(retry.body)["power_states"], json({1200, 1200, 1000, 1000}));
+  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
+  EXPECT_EQ(server.post("/result/" + id, result_body(1)).status, 200);
+  auto next0 = server.get_async("/schedule/" + id + "?rank=0");
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);
+  EXPECT_EQ(next0.get().status, 200);
+}
+
+TEST_F(ServerTest, WorldSizeAboveTheLimitIsRefusedWith422) {
+  auto s = settings();
+  s.max_world_size = 64;
+  TestServer server(s);
+  auto body = job_body(8, 8, 2);  // 128 ranks
+  auto reply = server.post("/register_job", body);
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(detail(reply).find("field 'world_size': 128 is above this server's limit of 64"), std::string::npos)
+      << reply.body;
+  EXPECT_EQ(server.post("/register_job", job_body(8, 8, 1)).status, 200);  // 64 is fine
+  EXPECT_EQ(server.jobs->job_count(), 1u);
+  // 2^31-1 with a matching product is refused before anything is allocated (it used to be a 500).
+  json huge = job_body(1);
+  huge["pp_degree"] = 2147483647;
+  huge["world_size"] = 2147483647;
+  reply = server.post("/register_job", huge);
+  EXPECT_EQ(reply.status, 422) << reply.body;
 }
 
 TEST_F(ServerTest, ScheduleRequestBeforeAllRanksRegisteredWaits) {

@@ -37,6 +37,7 @@ struct ServeArgs {
   std::string log_level = kDefaults.log_level;
   double round_timeout = kDefaults.round_timeout_s;
   double job_retention = kDefaults.job_retention_s;
+  int max_world_size = kDefaults.max_world_size;
   unsigned threads = 0;  // 0: one per CPU core
 };
 
@@ -77,6 +78,7 @@ int serve(const ServeArgs& args) {
   settings.log_level = args.log_level;
   settings.round_timeout_s = args.round_timeout;
   settings.job_retention_s = args.job_retention;
+  settings.max_world_size = args.max_world_size;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
@@ -154,6 +156,12 @@ Runner add_serve_command(CLI::App& app) {
                   "until exit); its records stay on disk")
       ->envname("PERSEUS_JOB_RETENTION")
       ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-world-size", args->max_world_size,
+                  "Most ranks one job may have: a register_job above it gets 422 (bounds what one request can make "
+                  "the server allocate)")
+      ->envname("PERSEUS_MAX_WORLD_SIZE")
+      ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
   cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
                                               "handled one request at a time regardless")

@@ -2,12 +2,15 @@
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/strand.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <optional>
 
@@ -105,24 +108,46 @@ class Session : public std::enable_shared_from_this<Session> {
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(asio::io_context& io, JobManager& jobs) : io(io), acceptor(asio::make_strand(io)), jobs(jobs) {}
+  Impl(asio::io_context& io, JobManager& jobs) : io(io), acceptor(asio::make_strand(io)), retry(acceptor.get_executor()), jobs(jobs) {}
 
   void accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
       if (ec == asio::error::operation_aborted || !acceptor.is_open()) return;
-      if (!ec) {
-        beast::error_code ignored;
-        socket.set_option(tcp::no_delay(true), ignored);
-        std::make_shared<Session>(std::move(socket), jobs)->start();
-      } else {
-        spdlog::warn("accept: {}", ec.message());
-      }
+      if (ec) return accept_failed(ec);
+      if (failures > 0) spdlog::warn("accept works again after {} failed attempts", failures);
+      failures = 0;
+      beast::error_code ignored;
+      socket.set_option(tcp::no_delay(true), ignored);
+      std::make_shared<Session>(std::move(socket), jobs)->start();
       accept();
     });
   }
 
+  // Out of descriptors (or memory), the pending connection stays queued and accept fails again at
+  // once: retrying at once would spin a core and flood the log. Wait, doubling up to a second,
+  // and say so once per outage.
+  void accept_failed(const beast::error_code& ec) {
+    bool resources = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                     ec == asio::error::no_memory || ec.value() == ENFILE;
+    if (!resources) {
+      spdlog::debug("accept: {}", ec.message());  // a connection reset before it was accepted
+      return accept();
+    }
+    if (failures++ == 0)
+      spdlog::error("accept: {}; new connections wait until one closes (retrying up to every {} ms; raise the "
+                    "open-file limit, ulimit -n, for more ranks)", ec.message(), kMaxAcceptDelay.count());
+    auto delay = std::min(kMaxAcceptDelay, std::chrono::milliseconds(5) * (1 << std::min(failures, 8)));
+    retry.expires_after(delay);
+    retry.async_wait([this](const beast::error_code& wait_ec) {
+      if (!wait_ec && acceptor.is_open()) accept();
+    });
+  }
+
+  static constexpr std::chrono::milliseconds kMaxAcceptDelay{1000};
   asio::io_context& io;
   tcp::acceptor acceptor;
+  asio::steady_timer retry;
+  int failures = 0;
   std::uint16_t port = 0;
   JobManager& jobs;
 };
@@ -150,6 +175,7 @@ std::uint16_t HttpServer::port() const { return impl_->port; }
 void HttpServer::stop() {
   asio::post(impl_->acceptor.get_executor(), [impl = impl_.get()] {
     beast::error_code ignored;
+    impl->retry.cancel();
     impl->acceptor.close(ignored);
   });
 }

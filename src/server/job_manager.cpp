@@ -59,6 +59,9 @@ void JobManager::check_rank(const Job& job, int rank) const {
 }
 
 std::string JobManager::register_job(JobInfo info) {
+  if (info.world_size > settings_.max_world_size)
+    throw RequestError(422, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
+                                        "(perseus serve --max-world-size)", info.world_size, settings_.max_world_size));
   std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
   std::string id = base;
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
@@ -104,9 +107,12 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
   if (job.phase == Phase::ended) return reply(500, {{"detail", job.end_detail}});
   if (!job.ranks[r])
     throw RequestError(404, fmt::format("rank {} has not registered in job '{}'", rank, job_id));
-  if (job.phase == Phase::running && !job.results[r])
-    throw RequestError(409, fmt::format("rank {} asked for the next schedule before reporting the result of round {}",
-                                        rank, job.round));
+  // Asking again before reporting this round's result is a retry: the answer to the first request
+  // went to a connection the client had given up on. It gets the same schedule again.
+  if (job.phase == Phase::running && !job.results[r]) {
+    spdlog::debug("job {}: rank {} asked again for round {}'s schedule", job_id, rank, job.round);
+    return reply(200, to_json(job.current[r]));
+  }
   if (job.waiting[r]) {
     job.waiting[r](409, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
   } else {

@@ -11,7 +11,9 @@
 //   information is 409; two ranks with the same (dp, pp, tp) coordinates: 409;
 // - asking for a schedule before every rank registered: the request waits like any other;
 // - asking twice in one round: the newer request replaces the older, which gets 409;
-// - asking for the next schedule before reporting this round's result: 409;
+// - asking again for a schedule before reporting this round's result: the round's schedule again
+//   (the client gave up on the first answer, which may have gone to a closed connection);
+// - a job with more than settings.max_world_size ranks: 422;
 // - a result from a rank with no schedule running, or a second result in a round: 409;
 // - a round that does not complete within round_timeout_s fails the job: every waiting and
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";

@@ -16,6 +16,9 @@ struct ServerSettings {
   std::string dump_dir = "./dump";
   double round_timeout_s = 1800;  // a round (all ranks ask, then all report) must finish in this; 0: never
   double job_retention_s = 3600;  // an ended job is forgotten this long after it ended; 0: kept until exit
+  // A job's memory grows with its ranks (~300 bytes each before any round): a bound on what one
+  // register_job may make the server allocate. The largest training jobs today are ~100k GPUs.
+  int max_world_size = 131072;
 };
 
 // The body of GET /info.

@@ -1,0 +1,59 @@
+#pragma once
+// `perseus serve` as a separate process, for tests that need real process boundaries (signals,
+// resource limits, restarts): started through the shell in `dir`, its ready line read for the port,
+// stopped with SIGTERM (or killed) when the test is done with it.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "perseus/util/atomic_file.hpp"
+
+namespace perseus::testing {
+
+struct ServeProcess {
+  // `flags`: extra `perseus serve` flags; `prefix`: shell commands run first (e.g. "ulimit -n 64;").
+  ServeProcess(const std::filesystem::path& dir, const std::string& scheduler, const std::string& args,
+               const std::string& flags = "", const std::string& prefix = "", int port_wanted = 0)
+      : dir(dir) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::remove(dir / "serve.out");
+    std::string command = fmt::format(
+        "cd '{}' && ({} exec {} serve --port {} --dump-dir dump --scheduler {} --scheduler-args '{}' {} > serve.out "
+        "2>> serve.err) & echo $! > '{}/serve.pid'",
+        dir.string(), prefix, PERSEUS_BINARY, port_wanted, scheduler, args, flags, dir.string());
+    EXPECT_EQ(std::system(command.c_str()), 0);
+    pid = std::stoi(read_file(dir / "serve.pid"));
+    for (int i = 0; i < 500 && port == 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      std::string out = std::filesystem::exists(dir / "serve.out") ? read_file(dir / "serve.out") : "";
+      auto colon = out.find("127.0.0.1:");
+      if (colon != std::string::npos) port = std::stoi(out.substr(colon + 10));
+    }
+    EXPECT_NE(port, 0) << "the server printed no ready line";
+  }
+  ~ServeProcess() { stop(SIGTERM); }
+
+  // Sends `signal` and waits (up to 2 s) for the process to go.
+  void stop(int signal) {
+    if (pid <= 0) return;
+    ::kill(pid, signal);
+    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    pid = -1;
+  }
+
+  std::string url() const { return fmt::format("http://127.0.0.1:{}", port); }
+  std::string log() const { return read_file(dir / "serve.err"); }
+
+  std::filesystem::path dir;
+  pid_t pid = -1;
+  int port = 0;
+};
+
+}  // namespace perseus::testing
