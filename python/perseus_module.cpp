@@ -23,7 +23,8 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     std::string framework, std::string model_name, std::string partition_method,
                                     int microbatch_size, int num_microbatches, std::vector<std::string> pipe_schedule,
                                     int report_every, py::object broadcast_job_id, std::string job_id,
-                                    std::string nvml_library, double request_timeout, bool fail_open) {
+                                    std::string nvml_library, double request_timeout, bool fail_open,
+                                    bool strict_schedule) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
@@ -37,6 +38,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   o.nvml_library = std::move(nvml_library);
   o.request_timeout = std::chrono::milliseconds(static_cast<long>(request_timeout * 1000));
   o.fail_open = fail_open;
+  o.strict_schedule = strict_schedule;
   if (!broadcast_job_id.is_none()) {
     // Called from this thread with the GIL released; take it back for the Python callable.
     o.broadcast_job_id = [broadcast_job_id](const std::string& id) {
@@ -95,7 +97,12 @@ Args:
     nvml_library: path of libnvidia-ml; "" means $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1.
     request_timeout: seconds every request but the schedule barrier may take.
     fail_open: True: failures disable perseus with a warning and training continues;
-        False: they raise RuntimeError.)";
+        False: they raise RuntimeError.
+    strict_schedule: what happens when the instructions an iteration runs do not follow
+        pipe_schedule (names out of order, another count), so that the plan's clocks would land
+        on the wrong instructions. False: one warning, and this rank stays at default clocks
+        while still taking part in every round; True: the hook that noticed raises
+        ScheduleMismatch and perseus is off for this process.)";
 
 }  // namespace
 
@@ -106,6 +113,10 @@ PYBIND11_MODULE(_perseus, m) {
   m.attr("ProfilingDone").attr("__doc__") =
       "The server says this job has nothing more to run (e.g. profiling finished): training should stop.";
 
+  py::register_exception<perseus::client::ScheduleMismatch>(m, "ScheduleMismatch", PyExc_RuntimeError);
+  m.attr("ScheduleMismatch").attr("__doc__") =
+      "The instructions an iteration ran do not follow the registered pipe_schedule (with strict_schedule=True).";
+
   py::class_<Client>(m, "Client", kClientDoc)
       .def(py::init(&make_client), kInitDoc, py::arg("rank"), py::arg("dp_rank") = 0, py::arg("pp_rank") = 0,
            py::arg("tp_rank") = 0, py::arg("dp_degree") = 1, py::arg("pp_degree") = 1, py::arg("tp_degree") = 1,
@@ -114,7 +125,8 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("microbatch_size") = 1, py::arg("num_microbatches") = 1,
            py::arg("pipe_schedule") = std::vector<std::string>{}, py::arg("report_every") = 5,
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
-           py::arg("request_timeout") = 30.0, py::arg("fail_open") = true)
+           py::arg("request_timeout") = 30.0, py::arg("fail_open") = true,
+           py::arg("strict_schedule") = false)
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),
@@ -124,8 +136,9 @@ PYBIND11_MODULE(_perseus, m) {
           "on_instruction_begin", [](Client& c, const std::string& name) { c.on_instruction_begin(name); },
           py::arg("name"),
           "Marks the start of an instruction; its scheduled clock is locked before it is measured.\n\n"
-          "Args:\n    name: the instruction, e.g. 'forward' or 'backward'; it matches the next entry of that name "
-          "in pipe_schedule (other names keep the current clock).")
+          "Args:\n    name: the instruction, e.g. 'forward' or 'backward'; it must be the next entry of "
+          "pipe_schedule (names not in pipe_schedule are measured and keep the current clock).\n\n"
+          "Raises:\n    ScheduleMismatch: with strict_schedule, when name is not the next registered instruction.")
       .def(
           "on_instruction_end", [](Client& c, const std::string& name) { c.on_instruction_end(name); },
           py::arg("name"),

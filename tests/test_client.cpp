@@ -117,6 +117,79 @@ TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
   EXPECT_EQ(*rank1_got, "");
 }
 
+// Runs one iteration of `names`, returning the GPU clock each instruction ran at.
+std::vector<unsigned> run_iteration(client::Client& c, gpu::GpuLibrary& gpu, const std::vector<std::string>& names) {
+  std::vector<unsigned> clocks;
+  c.on_step_begin();
+  for (const auto& name : names) {
+    c.on_instruction_begin(name);
+    c.flush();
+    clocks.push_back(gpu.current_graphics_clock(0));
+    c.on_instruction_end(name);
+  }
+  c.on_step_end();
+  return clocks;
+}
+
+// Issue 11, fault 4: an order other than the registered one used to get other instructions'
+// clocks silently (here F,F,B,B against F,B,F,B ran the second forward at the backward's slot's
+// clock list position). Now the rank warns once and stays at default clocks, still in every round.
+TEST_F(ClientTest, AnOrderOtherThanThePipeScheduleKeepsTheRankAtDefaultClocks) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  client::Client c(options(server.url, gpu));
+  ASSERT_EQ(c.pipe_schedule(), (std::vector<std::string>{"forward", "backward", "forward", "backward"}));
+  EXPECT_EQ(run_iteration(c, *gpu, {"forward", "forward", "backward", "backward"}),
+            (std::vector<unsigned>{1200, 1410, 1410, 1410}));
+  // The right order again: still default clocks (one warning, no flip-flopping), and the rank
+  // keeps taking part in rounds.
+  EXPECT_EQ(run_iteration(c, *gpu, {"forward", "backward", "forward", "backward"}),
+            (std::vector<unsigned>{1410, 1410, 1410, 1410}));
+  EXPECT_TRUE(c.enabled());
+  EXPECT_EQ(c.round(), 1);
+}
+
+TEST_F(ClientTest, FewerOrMoreInstructionsThanRegisteredAreAMismatchToo) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  {
+    auto o = options(server.url, gpu);
+    o.strict_schedule = true;
+    client::Client c(o);
+    c.on_step_begin();
+    c.on_instruction_begin("forward");
+    c.on_instruction_end("forward");
+    try {
+      c.on_step_end();
+      ADD_FAILURE() << "an iteration of 1 of 4 instructions must be refused in strict mode";
+    } catch (const client::ScheduleMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("it ran 1 of the 4 registered instructions"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(c.enabled());
+    EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
+  }
+  {
+    auto o = options(server.url, gpu);
+    o.strict_schedule = true;
+    client::Client c(o);
+    c.on_step_begin();
+    for (const auto& name : c.pipe_schedule()) {
+      c.on_instruction_begin(name);
+      c.on_instruction_end(name);
+    }
+    c.on_instruction_begin("optimizer_step");  // not in pipe_schedule: measured, clock untouched
+    c.on_instruction_end("optimizer_step");
+    try {
+      c.on_instruction_begin("forward");
+      ADD_FAILURE() << "a fifth instruction must be refused in strict mode";
+    } catch (const client::ScheduleMismatch& e) {
+      EXPECT_NE(std::string(e.what()).find("instruction 5 is 'forward', past the 4 registered"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("registered: forward,backward,forward,backward"), std::string::npos);
+    }
+  }
+}
+
 TEST_F(ClientTest, ProfilingDoneStopsTraining) {
   fs::create_directories(dir / "plans");
   write_file_atomic(dir / "plans" / "a.py", "[[1200, 1200, 1005, 1005]]\n");
@@ -124,10 +197,8 @@ TEST_F(ClientTest, ProfilingDoneStopsTraining) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   client::Client c(options(server.url, gpu));
   EXPECT_EQ(c.schedule(), (std::vector<int>{1200, 1200, 1005, 1005}));
-  c.on_step_begin();
-  c.on_step_end();
-  c.on_step_begin();
-  EXPECT_THROW(c.on_step_end(), client::ProfilingDone);
+  EXPECT_EQ(run_iteration(c, *gpu, c.pipe_schedule()), (std::vector<unsigned>{1200, 1200, 1005, 1005}));
+  EXPECT_THROW(run_iteration(c, *gpu, c.pipe_schedule()), client::ProfilingDone);
   EXPECT_FALSE(c.enabled());
   EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
 }

@@ -94,9 +94,17 @@ TEST(EndToEnd, ProfileOptimizeAndDeployAPlan) {
   ASSERT_EQ(profile.rows.size(), std::size_t(kStages * 2 * 15));
   for (int s = 0; s < kStages; ++s) {
     auto rows = profile.rows_for(s, InstructionKind::backward);
-    auto fastest = *std::max_element(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.frequency < b.frequency; });
-    auto slowest = *std::min_element(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.frequency < b.frequency; });
-    EXPECT_GT(slowest.time, fastest.time) << "stage " << s << ": a lower clock must be measured slower";
+    // The four lowest clocks against the four highest (~15% apart): one round per clock is noisy on
+    // a loaded 2-core machine, a mean of four is not.
+    std::sort(rows.begin(), rows.end(), [](auto& a, auto& b) { return a.frequency < b.frequency; });
+    ASSERT_GE(rows.size(), 8u);
+    auto mean_time = [](auto first, auto last) {
+      double sum = 0;
+      for (auto it = first; it != last; ++it) sum += it->time;
+      return sum / static_cast<double>(last - first);
+    };
+    EXPECT_GT(mean_time(rows.begin(), rows.begin() + 4), mean_time(rows.end() - 4, rows.end()))
+        << "stage " << s << ": lower clocks must be measured slower";
   }
   EXPECT_TRUE(fs::exists(job / "16.prof.json"));
 

@@ -16,11 +16,12 @@ from types import TracebackType
 from typing import Callable, Optional, Type
 
 from ._perseus import Client as _CompiledClient
-from ._perseus import ProfilingDone, __version__, default_pipe_schedule, gpu_clocks
+from ._perseus import ProfilingDone, ScheduleMismatch, __version__, default_pipe_schedule, gpu_clocks
 
 __all__ = [
     "Client",
     "ProfilingDone",
+    "ScheduleMismatch",
     "__version__",
     "default_pipe_schedule",
     "fake_nvml_library",

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -32,7 +33,7 @@ std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int n
 namespace {
 
 struct Event {
-  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush } kind;
+  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush, reset } kind;
   int state = -1;  // power state to apply before measuring; -1: keep
   std::string name;
   SteadyClock::time_point time;
@@ -64,7 +65,9 @@ struct Client::Impl {
 
   // Training thread only.
   std::vector<int> schedule;
+  std::vector<std::string> known_names;  // distinct names in pipe_schedule
   std::size_t cursor = 0;
+  bool mismatched = false;  // the order differed once: default clocks from then on
   int iterations = 0;
   int round = 0;
 
@@ -144,6 +147,7 @@ struct Client::Impl {
           break;
         }
         case Event::flush: break;
+        case Event::reset: reset_clocks(); break;
       }
     } catch (const std::exception& ex) {
       if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
@@ -263,6 +267,8 @@ struct Client::Impl {
       job_id = o.broadcast_job_id("");
       if (job_id.empty()) throw Error("rank 0 could not start perseus, so there is no job to join");
     }
+    for (const auto& name : options.pipe_schedule)
+      if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
     server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     call("POST", "/register_rank", server::to_json(rank), false);
     controller = std::thread([this] { run_controller(); });
@@ -280,6 +286,28 @@ struct Client::Impl {
     } catch (const std::exception& e) {
       spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
     }
+  }
+
+  // The rank ran something other than its registered schedule; `what` says where.
+  void schedule_mismatch(const std::string& what) {
+    const auto& names = options.pipe_schedule;
+    std::size_t shown = std::min<std::size_t>(names.size(), 16);
+    std::string message = fmt::format(
+        "rank {}: iteration {} does not follow the registered pipe_schedule: {} (registered: {}{}). Its clocks would "
+        "land on the wrong instructions; pass the order your framework runs as pipe_schedule (see "
+        "default_pipe_schedule)",
+        options.rank, round * options.report_every + iterations + 1, what,
+        fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ","),
+        shown < names.size() ? ",..." : "");
+    mismatched = true;
+    if (options.strict_schedule) {
+      enabled = false;
+      stop_controller();
+      throw ScheduleMismatch(message);
+    }
+    spdlog::warn("perseus: {}. This rank stays at default clocks and keeps taking part in every round "
+                 "(strict_schedule makes this an error)", message);
+    push({Event::reset, -1, {}, SteadyClock::now()});
   }
 
   void disable(const std::string& why) {
@@ -335,12 +363,16 @@ void Client::on_instruction_begin(std::string_view name) {
   auto& im = *impl_;
   const auto& names = im.options.pipe_schedule;
   int state = -1;
-  for (std::size_t i = im.cursor; i < names.size(); ++i) {
-    if (names[i] == name) {
-      state = im.schedule[i];
-      im.cursor = i + 1;
-      break;
-    }
+  if (im.cursor < names.size() && names[im.cursor] == name) {
+    if (!im.mismatched) state = im.schedule[im.cursor];
+    ++im.cursor;
+  } else if (!im.mismatched &&
+             std::find(im.known_names.begin(), im.known_names.end(), name) != im.known_names.end()) {
+    im.schedule_mismatch(im.cursor < names.size()
+                             ? fmt::format("instruction {} is '{}' where '{}' was registered", im.cursor + 1, name,
+                                           names[im.cursor])
+                             : fmt::format("instruction {} is '{}', past the {} registered", im.cursor + 1, name,
+                                           names.size()));
   }
   im.push({Event::begin, state, std::string(name), SteadyClock::now()});
 }
@@ -353,6 +385,9 @@ void Client::on_instruction_end(std::string_view name) {
 void Client::on_step_end() {
   if (!impl_->enabled) return;
   auto& im = *impl_;
+  if (im.cursor != im.options.pipe_schedule.size() && !im.mismatched)
+    im.schedule_mismatch(fmt::format("it ran {} of the {} registered instructions", im.cursor,
+                                     im.options.pipe_schedule.size()));
   im.push({Event::step_end, -1, {}, SteadyClock::now()});
   if (++im.iterations < im.options.report_every) return;
   im.iterations = 0;

@@ -45,6 +45,19 @@ def test_profiling_done_is_a_python_exception(serve, tmp_path):
         assert issubclass(perseus.ProfilingDone, RuntimeError)
 
 
+def test_strict_schedule_raises_schedule_mismatch(serve):
+    url = serve("TwoFrequencies", '{"forward_freq": 1200, "backward_freq": 1005}')
+    with perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
+                        fail_open=False, strict_schedule=True) as client:
+        client.on_step_begin()
+        client.on_instruction_begin("forward")
+        client.on_instruction_end("forward")
+        with pytest.raises(perseus.ScheduleMismatch, match="instruction 2 is 'forward' where 'backward' was"):
+            client.on_instruction_begin("forward")
+        assert not client.enabled
+        assert issubclass(perseus.ScheduleMismatch, RuntimeError)
+
+
 def test_unreachable_server_leaves_training_alone():
     client = perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML)
     assert not client.enabled

@@ -13,6 +13,10 @@
 // Every `report_every` iterations, on_step_end reports the round's measurements to the server
 // and fetches the next schedule, which takes effect at the next on_step_begin.
 //
+// Each iteration must run pipe_schedule's names in order (names not in it are measured and leave the
+// clock alone); a rank that does not is kept at default clocks with one warning (strict_schedule:
+// an error), since the plan's clocks would land on the wrong instructions.
+//
 // Never hurting training: with fail_open (the default) a server or GPU problem disables
 // perseus for this process, with a warning, and training goes on at the GPU's default clocks.
 // Clocks are reset when the client is destroyed, at normal exit and on fatal signals.
@@ -31,6 +35,13 @@ namespace perseus::client {
 
 // The server says this job has nothing more to run ([profiling-done]): training should stop.
 class ProfilingDone : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// The instructions a rank ran do not follow its registered pipe_schedule, and strict_schedule is
+// set. Thrown from the hook that noticed; perseus is off for this process afterwards.
+class ScheduleMismatch : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
@@ -55,6 +66,10 @@ struct ClientOptions {
   std::chrono::milliseconds request_timeout{30000};  // for everything but the schedule barrier
   bool fail_open = true;
   bool stop_on_done = true;  // throw ProfilingDone from on_step_end when the server says so
+  // Instructions that do not follow pipe_schedule (names out of order, a different count per
+  // iteration) would get other instructions' clocks. false: warn once and keep this rank at
+  // default clocks, still taking part in every round; true: throw ScheduleMismatch.
+  bool strict_schedule = false;
 };
 
 class Client {
