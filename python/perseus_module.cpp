@@ -24,7 +24,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     int microbatch_size, int num_microbatches, std::vector<std::string> pipe_schedule,
                                     int report_every, py::object broadcast_job_id, std::string job_id,
                                     std::string nvml_library, double request_timeout, bool fail_open,
-                                    bool strict_schedule) {
+                                    bool strict_schedule, std::string gpud_socket) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
@@ -39,6 +39,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   o.request_timeout = std::chrono::milliseconds(static_cast<long>(request_timeout * 1000));
   o.fail_open = fail_open;
   o.strict_schedule = strict_schedule;
+  o.gpud_socket = std::move(gpud_socket);
   if (!broadcast_job_id.is_none()) {
     // Called from this thread with the GIL released; take it back for the Python callable.
     o.broadcast_job_id = [broadcast_job_id](const std::string& id) {
@@ -102,7 +103,10 @@ Args:
         pipe_schedule (names out of order, another count), so that the plan's clocks would land
         on the wrong instructions. False: one warning, and this rank stays at default clocks
         while still taking part in every round; True: the hook that noticed raises
-        ScheduleMismatch and perseus is off for this process.)";
+        ScheduleMismatch and perseus is off for this process.
+    gpud_socket: the node's `perseus gpud` socket; "" means $PERSEUS_GPUD_SOCKET, and NVML
+        directly when that is unset. Through the daemon this process needs no privileges and
+        its clocks are reset the moment it exits, however it exits.)";
 
 }  // namespace
 
@@ -126,7 +130,7 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("pipe_schedule") = std::vector<std::string>{}, py::arg("report_every") = 5,
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
            py::arg("request_timeout") = 30.0, py::arg("fail_open") = true,
-           py::arg("strict_schedule") = false)
+           py::arg("strict_schedule") = false, py::arg("gpud_socket") = "")
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "perseus/client/client.hpp"
+#include "perseus/gpud/client.hpp"
 #include "perseus/util/atomic_file.hpp"
 
 namespace {
@@ -67,7 +68,7 @@ int main(int argc, char** argv) {
         std::this_thread::sleep_for(std::chrono::milliseconds(5));
       return perseus::read_file(id_file);
     };
-    std::shared_ptr<perseus::gpu::GpuLibrary> gpu = perseus::gpu::load_nvml();
+    std::shared_ptr<perseus::gpu::GpuLibrary> gpu = perseus::gpud::open_gpu_library();  // $PERSEUS_GPUD_SOCKET
     o.gpu = gpu;
     Client client(o);
     for (int it = 0; it < iterations; ++it) {

@@ -17,6 +17,10 @@
 
 namespace perseus::testing {
 
+inline std::string read_if_exists(const std::filesystem::path& path) {
+  return std::filesystem::exists(path) ? read_file(path) : std::string();
+}
+
 struct ServeProcess {
   // `flags`: extra `perseus serve` flags; `prefix`: shell commands run first (e.g. "ulimit -n 64;").
   ServeProcess(const std::filesystem::path& dir, const std::string& scheduler, const std::string& args,
@@ -44,8 +48,15 @@ struct ServeProcess {
   void stop(int signal) {
     if (pid <= 0) return;
     ::kill(pid, signal);
-    for (int i = 0; i < 200 && ::kill(pid, 0) == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 200 && alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     pid = -1;
+  }
+
+  // Running, not a zombie (the shell that started it is gone, so nobody here reaps it).
+  static bool alive(pid_t pid) {
+    std::string stat = read_if_exists(fmt::format("/proc/{}/stat", pid));
+    auto paren = stat.rfind(')');
+    return paren != std::string::npos && paren + 2 < stat.size() && stat[paren + 2] != 'Z';
   }
 
   std::string url() const { return fmt::format("http://127.0.0.1:{}", port); }
@@ -55,5 +66,25 @@ struct ServeProcess {
   pid_t pid = -1;
   int port = 0;
 };
+
+// Starts `command` in the background through the shell, in `dir`; returns its pid (exec'd, so
+// signals reach the program itself).
+inline pid_t spawn(const std::filesystem::path& dir, const std::string& command, const std::string& name) {
+  std::string line = fmt::format("cd '{}' && (exec {}) > {}.out 2> {}.err & echo $! > '{}/{}.pid'", dir.string(), command,
+                                 name, name, dir.string(), name);
+  EXPECT_EQ(std::system(line.c_str()), 0);
+  return std::stoi(read_file(dir / (name + ".pid")));
+}
+
+// Waits up to `limit` for `done()`; returns whether it happened.
+template <typename Done>
+bool eventually(Done done, std::chrono::milliseconds limit = std::chrono::seconds(10)) {
+  auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return true;
+}
 
 }  // namespace perseus::testing

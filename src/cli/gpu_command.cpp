@@ -1,10 +1,12 @@
-// `perseus gpu`: what NVML says about this machine's GPUs. Read-only: it changes nothing.
+// `perseus gpu`: what NVML says about this machine's GPUs (read-only), directly or through
+// `perseus gpud`; `perseus gpu reset` puts clocks and power limits back to their defaults.
 #include <fmt/format.h>
 
 #include <cstdio>
 
 #include "perseus/cli/commands.hpp"
 #include "perseus/gpu/gpu.hpp"
+#include "perseus/gpud/client.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::cli {
@@ -24,25 +26,69 @@ std::string clock_list(const std::vector<unsigned>& clocks) {
   return fmt::format("{} values, {} .. {} MHz", clocks.size(), clocks.front(), clocks.back());
 }
 
+// The library to use, as an Error with exit 66 when there is none.
+std::unique_ptr<gpu::GpuLibrary> open_library(const std::string& socket, const std::string& nvml) {
+  try {
+    return gpud::open_gpu_library(socket, nvml);
+  } catch (const gpu::GpuError& e) {
+    throw Error(e.what(), kExitNoInput);
+  }
+}
+
+int reset_gpus(gpu::GpuLibrary& library, int device) {
+  unsigned count = library.device_count();
+  if (device >= 0 && static_cast<unsigned>(device) >= count)
+    throw Error(fmt::format("--device {}: this node has {} GPU{}", device, count, count == 1 ? "" : "s"), kExitUsage);
+  int failures = 0;
+  for (unsigned d = 0; d < count; ++d) {
+    if (device >= 0 && d != static_cast<unsigned>(device)) continue;
+    std::vector<std::string> failed;
+    auto attempt = [&](const char* what, auto action) {
+      try {
+        action();
+      } catch (const gpu::GpuError& e) {
+        failed.push_back(fmt::format("{}: {}", what, e.what()));
+      }
+    };
+    attempt("graphics clock", [&] { library.reset_graphics_clock(d); });
+    attempt("memory clock", [&] { library.reset_memory_clock(d); });
+    attempt("power limit", [&] { library.set_power_limit_mw(d, library.power_limit_range(d).max_mw); });
+    if (failed.empty()) {
+      std::printf("GPU %u: clocks and power limit reset\n", d);
+    } else {
+      ++failures;
+      std::fprintf(stderr, "GPU %u: %s\n", d, fmt::format("{}", fmt::join(failed, "; ")).c_str());
+    }
+  }
+  return failures == 0 ? kExitOk : kExitFailure;
+}
+
 }  // namespace
 
 Runner add_gpu_command(CLI::App& app) {
   auto library = std::make_shared<std::string>();
+  auto socket = std::make_shared<std::string>();
   auto all_clocks = std::make_shared<bool>(false);
+  auto device = std::make_shared<int>(-1);
   auto* cmd = app.add_subcommand("gpu", "List GPUs, their supported clocks, current clocks, power limit and energy "
-                                        "counter (read-only)");
+                                        "counter (read-only); `gpu reset` resets clocks and power limits");
   cmd->add_option("--nvml", *library, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--gpud", *socket, "Go through the perseus gpud listening on this socket (default: "
+                                     "$PERSEUS_GPUD_SOCKET when set, else NVML directly)");
   cmd->add_flag("--all-clocks", *all_clocks, "Print every supported graphics clock");
-  return [library, all_clocks] {
-    std::unique_ptr<gpu::GpuLibrary> nvml;
-    try {
-      nvml = gpu::load_nvml(*library);
-    } catch (const gpu::GpuError& e) {
-      throw Error(e.what(), kExitNoInput);
-    }
+  auto* reset = cmd->add_subcommand("reset", "Reset GPUs' graphics and memory clocks and power limits to their "
+                                             "defaults (needs root, or the gpud socket; a GPU a live rank owns through "
+                                             "gpud is refused)");
+  reset->fallthrough();  // --gpud / --nvml after `reset` too
+  reset->add_option("--device", *device, "Only this GPU (NVML index); default: all")->check(CLI::NonNegativeNumber);
+  return [library, socket, all_clocks, device, reset]() -> int {
+    std::unique_ptr<gpu::GpuLibrary> nvml = open_library(*socket, *library);
+    if (reset->parsed()) return reset_gpus(*nvml, *device);
+    std::string through = gpud::gpud_socket_from(*socket);
     unsigned count = nvml->device_count();
-    std::printf("%u GPU%s (NVML: %s)\n", count, count == 1 ? "" : "s",
-                library->empty() ? gpu::default_nvml_path().c_str() : library->c_str());
+    std::printf("%u GPU%s (%s)\n", count, count == 1 ? "" : "s",
+                !through.empty() ? fmt::format("through perseus gpud at {}", through).c_str()
+                                 : fmt::format("NVML: {}", library->empty() ? gpu::default_nvml_path() : *library).c_str());
     for (unsigned d = 0; d < count; ++d) {
       std::printf("GPU %u: %s\n", d, or_reason([&] { return nvml->name(d); }).c_str());
       std::vector<unsigned> memory;

@@ -14,6 +14,7 @@
 
 #include "clock_reset.hpp"
 #include "perseus/client/http_client.hpp"
+#include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/server/models.hpp"
 #include "perseus/util/error.hpp"
@@ -236,7 +237,7 @@ struct Client::Impl {
     http = std::make_unique<HttpClient>(o.server_url);
     json info = call("GET", "/info", nullptr, false);
     mode = info.value("mode", std::string("frequency"));
-    gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpu::load_nvml(o.nvml_library));
+    gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
 
     std::vector<int> states;
     if (mode == "power limit") {

@@ -62,6 +62,9 @@ struct ClientOptions {
   std::function<std::string(const std::string&)> broadcast_job_id;
   std::string job_id;  // join an already registered job (skips registration and the broadcast)
   std::string nvml_library;            // "" -> $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1
+  // The node's `perseus gpud` socket ("" -> $PERSEUS_GPUD_SOCKET; unset: NVML directly). Through
+  // the daemon the rank needs no privileges and a killed rank's clocks are reset at once.
+  std::string gpud_socket;
   std::shared_ptr<gpu::GpuLibrary> gpu;  // use this instead of loading NVML
   std::chrono::milliseconds request_timeout{30000};  // for everything but the schedule barrier
   bool fail_open = true;

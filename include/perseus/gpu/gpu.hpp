@@ -11,7 +11,8 @@
 namespace perseus::gpu {
 
 // What went wrong, so callers can tell "no GPU here" from "not allowed" from "not supported".
-enum class GpuErrorKind { library_missing, no_permission, not_supported, invalid_argument, other };
+// busy: another process owns the GPU (through perseus gpud).
+enum class GpuErrorKind { library_missing, no_permission, not_supported, invalid_argument, busy, other };
 
 class GpuError : public std::runtime_error {
  public:

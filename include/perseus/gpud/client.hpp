@@ -1,0 +1,27 @@
+#pragma once
+// The GPU library a training rank uses when the node runs `perseus gpud`: every call is one
+// request over the daemon's Unix socket, so the rank needs no privileges, and whatever it sets is
+// reset by the daemon when the rank's connection closes, however the rank ends.
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::gpud {
+
+// Connects to the daemon at `socket_path`; throws GpuError (library_missing) naming the socket
+// and what to do when no daemon answers there. Calls fail with GpuError; one that gets no answer
+// within `timeout` (a hung daemon) fails too, and so does every later call.
+std::unique_ptr<gpu::GpuLibrary> connect(const std::string& socket_path,
+                                         std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// The GPU library a process should use: the daemon at `gpud_socket` when it is given (or
+// $PERSEUS_GPUD_SOCKET is set), NVML loaded from `nvml_library` (load_nvml's rules) otherwise.
+std::unique_ptr<gpu::GpuLibrary> open_gpu_library(const std::string& gpud_socket = "",
+                                                  const std::string& nvml_library = "");
+
+// The socket open_gpu_library would use: gpud_socket, else $PERSEUS_GPUD_SOCKET, else "".
+std::string gpud_socket_from(const std::string& gpud_socket);
+
+}  // namespace perseus::gpud

@@ -1,0 +1,42 @@
+#pragma once
+// `perseus gpud`: the one privileged process per node that owns NVML (DESIGN §6). Training ranks
+// talk to it over a Unix socket (protocol.hpp) and need no root. A connection that changes a GPU
+// owns it until the connection closes; a second connection trying to change it is refused (busy).
+// When a connection closes, for any reason — exit, exception, SIGKILL, OOM kill — the daemon
+// resets at once what that connection set: the NVIDIA driver keeps locked clocks after the
+// process that locked them is gone, so only something that outlives the rank can undo them.
+// Every GPU is reset when the daemon starts and when it stops.
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <string>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::gpud {
+
+struct DaemonOptions {
+  std::string socket_path;
+  unsigned socket_mode = 0660;  // who may connect: the owner and socket_group
+  std::string socket_group;     // "" keeps the daemon's group
+};
+
+class Daemon {
+ public:
+  // Resets every GPU, then listens on options.socket_path (a stale socket file is replaced; a live
+  // daemon on it is an error). Serves on `io`, which must run on one thread.
+  Daemon(boost::asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Closes every connection (resetting what each set), resets every GPU and removes the socket
+  // file. Call on io's thread (or with io stopped); the destructor calls it too.
+  void stop();
+
+ private:
+  friend class Connection;  // one client's connection (daemon.cpp)
+  struct Impl;
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace perseus::gpud

@@ -1,0 +1,23 @@
+#pragma once
+// The wire format between `perseus gpud` and its clients (DESIGN §6): one JSON object per line
+// over a Unix stream socket. A request names an operation and its arguments,
+//   {"op": "lock_graphics_clock", "device": 0, "min": 1200, "max": 1200}
+// and gets one reply line, {"ok": true, "value": ...} or {"ok": false, "kind": "busy", "error": "..."},
+// where kind is a GpuErrorKind's name, so the client raises the same GpuError NVML would have.
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::gpud {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr std::size_t kMaxLineBytes = 4096;  // every request is far smaller
+inline constexpr const char* kDefaultSocket = "/run/perseus/gpud.sock";
+inline constexpr const char* kSocketEnv = "PERSEUS_GPUD_SOCKET";
+
+std::string_view error_kind_name(gpu::GpuErrorKind kind);
+std::optional<gpu::GpuErrorKind> error_kind_from_name(std::string_view name);
+
+}  // namespace perseus::gpud

@@ -1,0 +1,80 @@
+// `perseus gpud`: the per-node privileged daemon that owns NVML (DESIGN §6, gpud/daemon.hpp).
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <fmt/format.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include <cstdio>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/gpud/daemon.hpp"
+#include "perseus/gpud/protocol.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+namespace {
+
+struct GpudArgs {
+  std::string socket = gpud::kDefaultSocket;
+  std::string socket_mode = "0660";
+  std::string socket_group;
+  std::string nvml;
+  std::string log_level = "info";
+};
+
+int run_gpud(const GpudArgs& args) {
+  unsigned mode = 0;
+  try {
+    std::size_t used = 0;
+    mode = static_cast<unsigned>(std::stoul(args.socket_mode, &used, 8));
+    if (used != args.socket_mode.size() || mode > 0777) throw std::invalid_argument("range");
+  } catch (const std::exception&) {
+    throw Error(fmt::format("--socket-mode '{}' is not an octal file mode such as 0660", args.socket_mode), kExitUsage);
+  }
+  spdlog::set_default_logger(spdlog::stderr_color_mt("perseus-gpud"));
+  auto level = spdlog::level::from_str(args.log_level);
+  if (level == spdlog::level::off && args.log_level != "off")
+    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, off", args.log_level), kExitUsage);
+  spdlog::set_level(level);
+
+  std::shared_ptr<gpu::GpuLibrary> library;
+  try {
+    library = gpu::load_nvml(args.nvml);
+  } catch (const gpu::GpuError& e) {
+    throw Error(e.what(), kExitNoInput);
+  }
+  boost::asio::io_context io(1);
+  gpud::Daemon daemon(io, library, {args.socket, mode, args.socket_group});
+  boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
+  signals.async_wait([&](const boost::system::error_code& ec, int signal) {
+    if (ec) return;
+    spdlog::info("signal {}: stopping", signal);
+    daemon.stop();
+    io.stop();
+  });
+  std::printf("perseus gpud: listening on %s (%u GPU%s, mode %04o%s)\n", args.socket.c_str(), library->device_count(),
+              library->device_count() == 1 ? "" : "s", mode,
+              args.socket_group.empty() ? "" : fmt::format(", group {}", args.socket_group).c_str());
+  std::fflush(stdout);
+  io.run();
+  return kExitOk;
+}
+
+}  // namespace
+
+Runner add_gpud_command(CLI::App& app) {
+  auto args = std::make_shared<GpudArgs>();
+  auto* cmd = app.add_subcommand(
+      "gpud", "Run the per-node GPU daemon: owns NVML, serves training ranks over a Unix socket so they need no "
+              "privileges, and resets what a rank set the moment its connection closes (even when it was killed)");
+  cmd->add_option("--socket", args->socket, "Unix socket to listen on")->capture_default_str();
+  cmd->add_option("--socket-mode", args->socket_mode, "The socket's file mode (octal): who may connect")
+      ->capture_default_str();
+  cmd->add_option("--socket-group", args->socket_group, "Group that owns the socket (with mode 0660: who may connect)");
+  cmd->add_option("--nvml", args->nvml, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--log-level", args->log_level, "debug, info, warning, error or off")->capture_default_str();
+  return [args] { return run_gpud(*args); };
+}
+
+}  // namespace perseus::cli

@@ -1,0 +1,379 @@
+#include "perseus/gpud/daemon.hpp"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/local/stream_protocol.hpp>
+#include <boost/asio/read_until.hpp>
+#include <boost/asio/streambuf.hpp>
+#include <boost/asio/write.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <istream>
+#include <map>
+#include <vector>
+
+#include "perseus/gpud/protocol.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::gpud {
+
+namespace asio = boost::asio;
+using local = asio::local::stream_protocol;
+using nlohmann::json;
+using gpu::GpuError;
+using gpu::GpuErrorKind;
+
+namespace {
+
+// What one connection changed on one GPU it owns: what closing the connection must undo.
+struct Touched {
+  bool graphics = false, memory = false, power_limit = false;
+};
+
+GpuError bad(const std::string& message) { return GpuError(GpuErrorKind::invalid_argument, message); }
+
+unsigned unsigned_arg(const json& request, const char* name) {
+  auto it = request.find(name);
+  if (it == request.end()) throw bad(fmt::format("field '{}': missing", name));
+  if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 0xffffffffu)
+    throw bad(fmt::format("field '{}': expected a non-negative integer, got {}", name, it->dump()));
+  return it->get<unsigned>();
+}
+
+}  // namespace
+
+class Connection;
+
+struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
+  Impl(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options)
+      : io(io), acceptor(io), gpu(std::move(gpu)), options(std::move(options)) {}
+
+  void listen();
+  void accept();
+  void reset_all(const char* why);
+  // Undoes `touched` on `device`; returns what failed ("" when nothing did).
+  std::string reset(unsigned device, const Touched& touched);
+  json handle(Connection& connection, const json& request);
+  void check_device(unsigned device) const {
+    if (device >= device_count)
+      throw bad(fmt::format("field 'device': GPU {} does not exist (this node has {})", device, device_count));
+  }
+  void claim(Connection& connection, unsigned device);
+  void release(Connection& connection);
+  const std::vector<unsigned>& graphics_clocks(unsigned device);
+
+  asio::io_context& io;
+  local::acceptor acceptor;
+  std::shared_ptr<gpu::GpuLibrary> gpu;
+  DaemonOptions options;
+  unsigned device_count = 0;
+  std::vector<Connection*> owner;                    // per GPU: the connection that owns it
+  std::map<unsigned, std::vector<unsigned>> clocks;  // supported graphics clocks at the top memory clock
+  std::vector<std::weak_ptr<Connection>> connections;
+  bool stopped = false;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  Connection(local::socket socket, std::shared_ptr<Daemon::Impl> daemon)
+      : socket_(std::move(socket)), buffer_(kMaxLineBytes), daemon_(std::move(daemon)) {
+    ucred cred{};
+    socklen_t length = sizeof cred;
+    if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) {
+      pid = cred.pid;
+      uid = cred.uid;
+    }
+  }
+
+  void start() {
+    spdlog::debug("connection from pid {} (uid {})", pid, uid);
+    read();
+  }
+
+  // Closes the connection and undoes what it set.
+  void close() {
+    if (closed_) return;
+    closed_ = true;
+    boost::system::error_code ignored;
+    socket_.close(ignored);
+    daemon_->release(*this);
+  }
+
+  std::map<unsigned, Touched> owned;  // GPUs this connection owns, and what it changed on each
+  pid_t pid = 0;
+  uid_t uid = 0;
+
+ private:
+  void read() {
+    asio::async_read_until(socket_, buffer_, '\n', [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
+      self->on_read(ec, n);
+    });
+  }
+
+  void on_read(boost::system::error_code ec, std::size_t n) {
+    if (ec == asio::error::not_found) {  // a line longer than any request: not a perseus client
+      return write(json{{"ok", false}, {"kind", "invalid_argument"},
+                        {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}.dump() + "\n", true);
+    }
+    if (ec) return close();
+    std::string line(asio::buffers_begin(buffer_.data()), asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(n));
+    buffer_.consume(n);
+    json reply;
+    try {
+      json request = json::parse(line);
+      if (!request.is_object()) throw bad("a request is a JSON object");
+      reply = {{"ok", true}, {"value", daemon_->handle(*this, request)}};
+    } catch (const GpuError& e) {
+      reply = {{"ok", false}, {"kind", error_kind_name(e.kind())}, {"error", e.what()}};
+    } catch (const json::exception& e) {
+      reply = {{"ok", false}, {"kind", "invalid_argument"}, {"error", fmt::format("malformed request: {}", e.what())}};
+    }
+    write(reply.dump() + "\n", false);
+  }
+
+  void write(std::string text, bool then_close) {
+    out_ = std::move(text);
+    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this(), then_close](boost::system::error_code ec, std::size_t) {
+      if (ec || then_close) return self->close();
+      self->read();
+    });
+  }
+
+  local::socket socket_;
+  asio::streambuf buffer_;
+  std::string out_;
+  std::shared_ptr<Daemon::Impl> daemon_;
+  bool closed_ = false;
+};
+
+void Daemon::Impl::listen() {
+  namespace fs = std::filesystem;
+  const std::string& path = options.socket_path;
+  if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
+    throw Error(fmt::format("--socket '{}': a Unix socket path must have 1 to {} characters", path,
+                            sizeof(sockaddr_un::sun_path) - 1),
+                kExitUsage);
+  std::error_code fs_error;
+  if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent, fs_error);
+  if (fs::exists(fs::symlink_status(path))) {
+    local::socket probe(io);
+    boost::system::error_code ec;
+    probe.connect(local::endpoint(path), ec);
+    if (!ec) throw Error(fmt::format("another perseus gpud is already listening on {}", path), kExitFailure);
+    fs::remove(path, fs_error);  // a stale socket from a daemon that died
+  }
+  boost::system::error_code ec;
+  acceptor.open(local(), ec);
+  if (!ec) acceptor.bind(local::endpoint(path), ec);
+  if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) throw Error(fmt::format("cannot listen on {}: {}", path, ec.message()), kExitFailure);
+  if (::chmod(path.c_str(), options.socket_mode) != 0)
+    throw Error(fmt::format("cannot set the mode of {} to {:o}: {}", path, options.socket_mode, std::strerror(errno)),
+                kExitFailure);
+  if (!options.socket_group.empty()) {
+    const group* g = ::getgrnam(options.socket_group.c_str());
+    if (g == nullptr) throw Error(fmt::format("--socket-group '{}': no such group", options.socket_group), kExitUsage);
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0)
+      throw Error(fmt::format("cannot give {} to group {}: {}", path, options.socket_group, std::strerror(errno)),
+                  kExitFailure);
+  }
+}
+
+void Daemon::Impl::accept() {
+  acceptor.async_accept([self = shared_from_this()](boost::system::error_code ec, local::socket socket) {
+    if (self->stopped || ec == asio::error::operation_aborted) return;
+    if (!ec) {
+      auto connection = std::make_shared<Connection>(std::move(socket), self);
+      std::erase_if(self->connections, [](const auto& c) { return c.expired(); });
+      self->connections.push_back(connection);
+      connection->start();
+    } else {
+      spdlog::warn("accept: {}", ec.message());
+    }
+    self->accept();
+  });
+}
+
+std::string Daemon::Impl::reset(unsigned device, const Touched& touched) {
+  std::vector<std::string> failed;
+  auto attempt = [&](bool needed, const char* what, auto action) {
+    if (!needed) return;
+    try {
+      action();
+    } catch (const std::exception& e) {
+      failed.push_back(fmt::format("{}: {}", what, e.what()));
+    }
+  };
+  attempt(touched.graphics, "graphics clock", [&] { gpu->reset_graphics_clock(device); });
+  attempt(touched.memory, "memory clock", [&] { gpu->reset_memory_clock(device); });
+  attempt(touched.power_limit, "power limit", [&] { gpu->set_power_limit_mw(device, gpu->power_limit_range(device).max_mw); });
+  return fmt::format("{}", fmt::join(failed, "; "));
+}
+
+void Daemon::Impl::reset_all(const char* why) {
+  for (unsigned d = 0; d < device_count; ++d) {
+    std::string failed = reset(d, Touched{true, true, true});
+    if (failed.empty()) spdlog::info("GPU {}: clocks and power limit reset ({})", d, why);
+    else spdlog::warn("GPU {}: could not reset everything ({}): {}", d, why, failed);
+  }
+}
+
+const std::vector<unsigned>& Daemon::Impl::graphics_clocks(unsigned device) {
+  auto it = clocks.find(device);
+  if (it != clocks.end()) return it->second;
+  auto memory = gpu->supported_memory_clocks(device);
+  std::vector<unsigned> list;
+  if (!memory.empty()) list = gpu->supported_graphics_clocks(device, *std::max_element(memory.begin(), memory.end()));
+  return clocks.emplace(device, std::move(list)).first->second;
+}
+
+void Daemon::Impl::claim(Connection& connection, unsigned device) {
+  Connection* current = owner[device];
+  if (current == &connection) return;
+  if (current != nullptr)
+    throw GpuError(GpuErrorKind::busy, fmt::format("GPU {} is owned by another process (pid {}, uid {}) until it "
+                                                   "disconnects: one rank per GPU",
+                                                   device, current->pid, current->uid));
+  owner[device] = &connection;
+  connection.owned.emplace(device, Touched{});
+  spdlog::info("GPU {}: owned by pid {} (uid {})", device, connection.pid, connection.uid);
+}
+
+void Daemon::Impl::release(Connection& connection) {
+  for (const auto& [device, touched] : connection.owned) {
+    auto start = std::chrono::steady_clock::now();
+    std::string failed = reset(device, touched);
+    auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
+    if (failed.empty())
+      spdlog::info("GPU {}: pid {} disconnected; what it set is reset ({} µs)", device, connection.pid, took.count());
+    else
+      spdlog::error("GPU {}: pid {} disconnected; reset failed: {}", device, connection.pid, failed);
+    if (owner[device] == &connection) owner[device] = nullptr;
+  }
+  connection.owned.clear();
+}
+
+json Daemon::Impl::handle(Connection& connection, const json& request) {
+  auto op_it = request.find("op");
+  if (op_it == request.end() || !op_it->is_string()) throw bad("field 'op': missing");
+  const std::string& op = op_it->get_ref<const std::string&>();
+  if (op == "hello") return {{"version", kProtocolVersion}, {"devices", device_count}, {"pid", ::getpid()}};
+  if (op == "device_count") return device_count;
+
+  unsigned device = unsigned_arg(request, "device");
+  check_device(device);
+  if (op == "name") return gpu->name(device);
+  if (op == "supported_memory_clocks") return gpu->supported_memory_clocks(device);
+  if (op == "supported_graphics_clocks") return gpu->supported_graphics_clocks(device, unsigned_arg(request, "memory"));
+  if (op == "current_graphics_clock") return gpu->current_graphics_clock(device);
+  if (op == "current_memory_clock") return gpu->current_memory_clock(device);
+  if (op == "power_limit") return gpu->power_limit_mw(device);
+  if (op == "power_limit_range") {
+    auto range = gpu->power_limit_range(device);
+    return {{"min_mw", range.min_mw}, {"max_mw", range.max_mw}};
+  }
+  if (op == "total_energy") return gpu->total_energy_mj(device);
+  if (op == "power_usage") return gpu->power_usage_mw(device);
+
+  // Everything below changes the GPU: the connection must own it.
+  if (op == "claim") {
+    claim(connection, device);
+    return nullptr;
+  }
+  if (op == "release") {
+    if (owner[device] != &connection) throw bad(fmt::format("GPU {} is not owned by this connection", device));
+    Touched touched = connection.owned[device];
+    connection.owned.erase(device);
+    owner[device] = nullptr;
+    std::string failed = reset(device, touched);
+    if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
+    return nullptr;
+  }
+  bool lock_graphics = op == "lock_graphics_clock", lock_memory = op == "lock_memory_clock";
+  // Validate before claiming: a refused request changes nothing, ownership included.
+  if (lock_graphics || lock_memory) {
+    unsigned low = unsigned_arg(request, "min"), high = unsigned_arg(request, "max");
+    if (low > high) throw bad(fmt::format("field 'min': {} MHz is above 'max' {} MHz", low, high));
+    std::vector<unsigned> memory;
+    const auto& supported = lock_graphics ? graphics_clocks(device) : (memory = gpu->supported_memory_clocks(device));
+    for (unsigned c : {low, high})
+      if (std::find(supported.begin(), supported.end(), c) == supported.end())
+        throw bad(fmt::format("GPU {} does not support a {} clock of {} MHz", device, lock_graphics ? "graphics" : "memory", c));
+    claim(connection, device);
+    Touched& touched = connection.owned[device];
+    if (lock_graphics) {
+      touched.graphics = true;  // before the call: a partial failure must still be undone
+      gpu->lock_graphics_clock(device, low, high);
+    } else {
+      touched.memory = true;
+      gpu->lock_memory_clock(device, low, high);
+    }
+    return nullptr;
+  }
+  if (op == "set_power_limit") {
+    unsigned limit = unsigned_arg(request, "mw");
+    auto range = gpu->power_limit_range(device);
+    if (limit < range.min_mw || limit > range.max_mw)
+      throw bad(fmt::format("GPU {}: a power limit of {} mW is outside its range {} .. {} mW", device, limit,
+                            range.min_mw, range.max_mw));
+    claim(connection, device);
+    connection.owned[device].power_limit = true;
+    gpu->set_power_limit_mw(device, limit);
+    return nullptr;
+  }
+  if (op == "reset_graphics_clock" || op == "reset_memory_clock") {
+    claim(connection, device);
+    Touched& touched = connection.owned[device];
+    if (op == "reset_graphics_clock") {
+      gpu->reset_graphics_clock(device);  // errors keep NVML's kind (no_permission, ...)
+      touched.graphics = false;
+    } else {
+      gpu->reset_memory_clock(device);
+      touched.memory = false;
+    }
+    return nullptr;
+  }
+  if (op == "reset") {  // everything, whoever set it (perseus gpu reset)
+    claim(connection, device);
+    connection.owned[device] = Touched{};
+    std::string failed = reset(device, Touched{true, true, true});
+    if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
+    return nullptr;
+  }
+  throw bad(fmt::format("field 'op': unknown operation '{}'", op));
+}
+
+Daemon::Daemon(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options)
+    : impl_(std::make_shared<Impl>(io, std::move(gpu), std::move(options))) {
+  impl_->device_count = impl_->gpu->device_count();
+  impl_->owner.assign(impl_->device_count, nullptr);
+  impl_->listen();
+  impl_->reset_all("gpud started");
+  impl_->accept();
+}
+
+Daemon::~Daemon() { stop(); }
+
+void Daemon::stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  boost::system::error_code ignored;
+  impl_->acceptor.close(ignored);
+  for (auto& weak : impl_->connections)
+    if (auto connection = weak.lock()) connection->close();
+  impl_->connections.clear();
+  impl_->reset_all("gpud stopping");
+  std::error_code fs_error;
+  std::filesystem::remove(impl_->options.socket_path, fs_error);
+}
+
+}  // namespace perseus::gpud

@@ -1,0 +1,97 @@
+// Faults on the training side, each with real processes: a rank killed with SIGKILL, with and
+// without `perseus gpud`, and what happened to its GPU's clocks (from the fake NVML call log).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
+
+#include "process_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+fs::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto dir = fs::temp_directory_path() /
+             fmt::format("perseus-faults-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+// The last line of the call log that sets or resets the graphics clock.
+std::string last_graphics_call(const std::string& log) {
+  std::string last;
+  std::size_t at = 0;
+  while ((at = log.find("nvmlDevice", at)) != std::string::npos) {
+    auto end = log.find('\n', at);
+    std::string line = log.substr(at, end - at);
+    if (line.rfind("nvmlDeviceSetGpuLockedClocks", 0) == 0 || line.rfind("nvmlDeviceResetGpuLockedClocks", 0) == 0)
+      last = line;
+    at = end == std::string::npos ? log.size() : end;
+  }
+  return last;
+}
+
+std::string trainer(const ServeProcess& serve, const std::string& env) {
+  return fmt::format("env {} '{}' --server {} --rank 0 --stages 1 --microbatches 4 --iterations 100000 --report-every 2",
+                     env, PERSEUS_FAKE_TRAINER, serve.url());
+}
+
+const char* kTwoClocks = R"({"forward_freq": 1200, "backward_freq": 1005})";
+
+// The fault as issue 11 found it: the driver keeps locked clocks after the process is gone, and
+// nothing outlives the rank to undo them. (With the real driver the GPU then stays slow until
+// someone resets it by hand; the fake NVML's log shows the last call was a lock.)
+TEST(RankFaults, WithoutGpudNothingResetsASigkilledRanksClock) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  pid_t rank = spawn(dir, trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={}/rank.log",
+                                                     PERSEUS_FAKE_NVML, dir.string())),
+                     "rank");
+  ASSERT_TRUE(eventually([&] { return read_if_exists(dir / "rank.log").find("SetGpuLockedClocks 0 1005") != std::string::npos; }));
+  ::kill(rank, SIGKILL);
+  std::this_thread::sleep_for(300ms);
+  std::string last = last_graphics_call(read_file(dir / "rank.log"));
+  EXPECT_EQ(last.rfind("nvmlDeviceSetGpuLockedClocks", 0), 0u) << "last clock call: " << last;
+  fs::remove_all(dir);
+}
+
+// With the node's gpud, the same kill resets the GPU within a second (the daemon notices the
+// connection close at once).
+TEST(RankFaults, WithGpudASigkilledRanksGpuIsResetWithinASecond) {
+  auto dir = test_dir();
+  spawn(dir, fmt::format("env PERSEUS_FAKE_NVML_LOG={}/gpud.log {} gpud --socket {}/gpud.sock --nvml {}", dir.string(),
+                         PERSEUS_BINARY, dir.string(), PERSEUS_FAKE_NVML),
+        "gpud");
+  ASSERT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.out").find("listening on") != std::string::npos; }));
+  ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  pid_t rank = spawn(dir, trainer(serve, fmt::format("PERSEUS_GPUD_SOCKET={}/gpud.sock", dir.string())), "rank");
+  auto locked = [&] {
+    std::string last = last_graphics_call(read_if_exists(dir / "gpud.log"));
+    return last.rfind("nvmlDeviceSetGpuLockedClocks", 0) == 0;
+  };
+  ASSERT_TRUE(eventually(locked)) << read_if_exists(dir / "rank.err");
+  ::kill(rank, SIGKILL);  // mid-iteration: the trainer locks a clock per instruction
+  auto killed = std::chrono::steady_clock::now();
+  bool reset = eventually([&] { return !locked(); }, 1s);
+  auto took = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - killed);
+  EXPECT_TRUE(reset) << "the GPU was not reset within 1 s of the kill";
+  EXPECT_NE(read_file(dir / "gpud.err").find(fmt::format("pid {} disconnected; what it set is reset", rank)),
+            std::string::npos)
+      << read_file(dir / "gpud.err");
+  std::printf("reset %lld ms after SIGKILL\n", static_cast<long long>(took.count()));
+  ::kill(std::stoi(read_file(dir / "gpud.pid")), SIGTERM);
+  EXPECT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.err").find("gpud stopping") != std::string::npos; }, 5s));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace perseus::testing

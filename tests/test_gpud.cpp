@@ -1,0 +1,223 @@
+// `perseus gpud` in-process on the fake NVML: requests are validated, a GPU has one owner at a
+// time, and whatever a connection set is reset when it closes.
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "perseus/client/client.hpp"
+#include "perseus/gpud/client.hpp"
+#include "perseus/gpud/daemon.hpp"
+#include "perseus/util/error.hpp"
+#include "server_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using gpu::GpuError;
+using gpu::GpuErrorKind;
+
+struct GpudTest : ::testing::Test {
+  fs::path dir = fs::temp_directory_path() /
+                 ("perseus-gpud-" + std::to_string(::getpid()) + "-" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  std::string socket = (dir / "gpud.sock").string();
+  std::shared_ptr<gpu::GpuLibrary> nvml = gpu::load_nvml(PERSEUS_FAKE_NVML);  // the same simulated GPU the daemon drives
+  boost::asio::io_context io;
+  std::unique_ptr<gpud::Daemon> daemon;
+  std::thread thread;
+
+  void SetUp() override {
+    fs::remove_all(dir);
+    daemon = std::make_unique<gpud::Daemon>(io, nvml, gpud::DaemonOptions{socket, 0660, ""});
+    thread = std::thread([this] { io.run(); });
+  }
+  void TearDown() override {
+    boost::asio::post(io, [this] {
+      daemon->stop();
+      io.stop();
+    });
+    thread.join();
+    daemon.reset();
+    fs::remove_all(dir);
+  }
+
+  // Waits (up to 2 s) for the daemon to have handled a disconnect.
+  unsigned graphics_clock_soon(unsigned expected) {
+    unsigned clock = 0;
+    for (int i = 0; i < 200 && (clock = nvml->current_graphics_clock(0)) != expected; ++i) std::this_thread::sleep_for(10ms);
+    return clock;
+  }
+
+  // Sends raw bytes on a fresh connection and returns the first reply line ("" when it closed).
+  std::string raw_exchange(const std::string& bytes) {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strcpy(address.sun_path, socket.c_str());
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
+    std::string reply;
+    char c = 0;
+    while (::recv(fd, &c, 1, 0) == 1 && c != '\n') reply.push_back(c);
+    ::close(fd);
+    return reply;
+  }
+};
+
+GpuErrorKind kind_of(const std::function<void()>& call) {
+  try {
+    call();
+  } catch (const GpuError& e) {
+    return e.kind();
+  }
+  ADD_FAILURE() << "expected a GpuError";
+  return GpuErrorKind::other;
+}
+
+TEST_F(GpudTest, ReadsAndChangesTheGpuThroughTheSocket) {
+  auto g = gpud::connect(socket);
+  EXPECT_EQ(g->device_count(), 1u);
+  EXPECT_EQ(g->name(0), nvml->name(0));
+  EXPECT_EQ(g->supported_memory_clocks(0), (std::vector<unsigned>{1593, 1215}));
+  EXPECT_EQ(g->supported_graphics_clocks(0, 1593).front(), 1410u);
+  g->lock_graphics_clock(0, 1200, 1200);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1200u);
+  EXPECT_EQ(g->current_graphics_clock(0), 1200u);
+  g->set_power_limit_mw(0, 300000);
+  EXPECT_EQ(g->power_limit_mw(0), 300000u);
+  EXPECT_EQ(g->power_limit_range(0).max_mw, 400000u);
+  auto before = g->total_energy_mj(0);
+  std::this_thread::sleep_for(5ms);
+  EXPECT_GT(g->total_energy_mj(0), before);
+  g->reset_graphics_clock(0);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+}
+
+TEST_F(GpudTest, RequestsAreValidated) {
+  auto g = gpud::connect(socket);
+  EXPECT_EQ(kind_of([&] { g->lock_graphics_clock(0, 1201, 1201); }), GpuErrorKind::invalid_argument);  // not a step
+  EXPECT_EQ(kind_of([&] { g->lock_graphics_clock(0, 1410, 1200); }), GpuErrorKind::invalid_argument);  // min > max
+  EXPECT_EQ(kind_of([&] { g->lock_memory_clock(0, 1000, 1000); }), GpuErrorKind::invalid_argument);
+  EXPECT_EQ(kind_of([&] { g->set_power_limit_mw(0, 500000); }), GpuErrorKind::invalid_argument);
+  EXPECT_EQ(kind_of([&] { g->current_graphics_clock(3); }), GpuErrorKind::invalid_argument);
+  try {
+    g->lock_graphics_clock(0, 1201, 1201);
+  } catch (const GpuError& e) {
+    EXPECT_NE(std::string(e.what()).find("does not support a graphics clock of 1201 MHz"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u) << "a refused request changes nothing";
+  // Not a perseus client: a clear error, and the daemon keeps serving.
+  EXPECT_NE(raw_exchange("hello\n").find("malformed request"), std::string::npos);
+  EXPECT_NE(raw_exchange("{\"op\": \"format_disk\", \"device\": 0}\n").find("unknown operation 'format_disk'"),
+            std::string::npos);
+  EXPECT_NE(raw_exchange("{\"op\": \"name\", \"device\": -1}\n").find("field 'device'"), std::string::npos);
+  EXPECT_NE(raw_exchange(std::string(10000, 'x')).find("longer than 4096 bytes"), std::string::npos);
+  EXPECT_EQ(g->device_count(), 1u);
+}
+
+TEST_F(GpudTest, AGpuHasOneOwnerUntilItsConnectionCloses) {
+  auto first = gpud::connect(socket);
+  auto second = gpud::connect(socket);
+  first->lock_graphics_clock(0, 1200, 1200);
+  try {
+    second->lock_graphics_clock(0, 1005, 1005);
+    ADD_FAILURE() << "a second owner must be refused";
+  } catch (const GpuError& e) {
+    EXPECT_EQ(e.kind(), GpuErrorKind::busy);
+    EXPECT_NE(std::string(e.what()).find(fmt::format("owned by another process (pid {}", ::getpid())), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(second->current_graphics_clock(0), 1200u) << "reading is free for all";
+  first.reset();  // the owner goes away: what it set is undone, and the GPU is free
+  EXPECT_EQ(graphics_clock_soon(1410), 1410u);
+  second->lock_graphics_clock(0, 1005, 1005);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u);
+}
+
+TEST_F(GpudTest, EverythingAConnectionSetIsResetWhenItCloses) {
+  {
+    auto g = gpud::connect(socket);
+    g->lock_graphics_clock(0, 1005, 1005);
+    g->lock_memory_clock(0, 1215, 1215);
+    g->set_power_limit_mw(0, 200000);
+  }
+  EXPECT_EQ(graphics_clock_soon(1410), 1410u);
+  unsigned memory = 0;
+  for (int i = 0; i < 200 && (memory = nvml->current_memory_clock(0)) != 1593; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(memory, 1593u);
+  EXPECT_EQ(nvml->power_limit_mw(0), 400000u);
+}
+
+TEST_F(GpudTest, ALiveDaemonOnTheSocketIsNotReplaced) {
+  boost::asio::io_context other;
+  try {
+    gpud::Daemon second(other, nvml, gpud::DaemonOptions{socket, 0660, ""});
+    ADD_FAILURE() << "a second daemon on a live socket must refuse to start";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("already listening"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(gpud::connect(socket)->device_count(), 1u) << "the first daemon still serves";
+}
+
+TEST_F(GpudTest, NoDaemonIsAClearError) {
+  try {
+    gpud::connect((dir / "nothing.sock").string());
+    ADD_FAILURE();
+  } catch (const GpuError& e) {
+    EXPECT_EQ(e.kind(), GpuErrorKind::library_missing);
+    EXPECT_NE(std::string(e.what()).find("is `perseus gpud` running on this node?"), std::string::npos);
+  }
+}
+
+// The training client through the daemon: the schedule's clocks reach the GPU, and a second rank
+// pointed at the same GPU is refused at start (perseus off for it, with the reason), not silently
+// fighting over the clock.
+TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
+  server::ServerSettings s;
+  s.scheduler = "TwoFrequencies";
+  s.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
+  s.dump_data = false;
+  TestServer server(s);
+  client::ClientOptions o;
+  o.server_url = server.url;
+  o.num_microbatches = 1;
+  o.report_every = 1;
+  o.gpud_socket = socket;
+  o.fail_open = false;
+  client::Client c(o);
+  c.on_step_begin();
+  c.on_instruction_begin("forward");
+  c.flush();
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1200u);
+  c.on_instruction_end("forward");
+  c.on_instruction_begin("backward");
+  c.flush();
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u);
+  c.on_instruction_end("backward");
+  c.on_step_end();
+
+  auto second = o;
+  try {
+    client::Client other(second);
+    ADD_FAILURE() << "a second client on the same GPU must be refused";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("owned by another process"), std::string::npos) << e.what();
+  }
+  c.close();
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+}
+
+}  // namespace
+}  // namespace perseus::testing
