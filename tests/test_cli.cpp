@@ -19,9 +19,10 @@ struct Result {
   std::string output;  // stdout and stderr together
 };
 
-Result run(const std::string& args) {
+// `env`: NAME=value assignments for the command.
+Result run(const std::string& args, const std::string& env = "") {
   const fs::path log = fs::temp_directory_path() / ("perseus_cli_" + std::to_string(::getpid()) + ".log");
-  const std::string command = std::string(PERSEUS_BINARY) + " " + args + " > " + log.string() + " 2>&1";
+  const std::string command = env + " " + std::string(PERSEUS_BINARY) + " " + args + " > " + log.string() + " 2>&1";
   const int status = std::system(command.c_str());
   Result result{WIFEXITED(status) ? WEXITSTATUS(status) : -1, perseus::read_file(log)};
   fs::remove(log);
@@ -200,6 +201,22 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   auto fake = run(std::string("gpu --nvml ") + PERSEUS_FAKE_NVML);
   EXPECT_EQ(fake.code, 0);
   EXPECT_NE(fake.output.find("81 values, 1410 .. 210 MHz"), std::string::npos) << fake.output;
+
+  // gpu reset: every GPU, one GPU, a GPU that does not exist, a driver that refuses.
+  auto reset = run(std::string("gpu reset --nvml ") + PERSEUS_FAKE_NVML);
+  EXPECT_EQ(reset.code, 0) << reset.output;
+  EXPECT_NE(reset.output.find("GPU 0: clocks and power limit reset"), std::string::npos) << reset.output;
+  EXPECT_EQ(run(std::string("gpu reset --device 0 --nvml ") + PERSEUS_FAKE_NVML).code, 0);
+  auto no_device = run(std::string("gpu reset --device 3 --nvml ") + PERSEUS_FAKE_NVML);
+  EXPECT_EQ(no_device.code, 64);
+  EXPECT_NE(no_device.output.find("--device 3: this node has 1 GPU"), std::string::npos) << no_device.output;
+  auto denied = run(std::string("gpu reset --nvml ") + PERSEUS_FAKE_NVML, "PERSEUS_FAKE_NVML_DENY=1");
+  EXPECT_EQ(denied.code, 1);
+  EXPECT_NE(denied.output.find("GPU 0: graphics clock:"), std::string::npos) << denied.output;
+  auto no_daemon = run("gpu --gpud /no/such/gpud.sock");
+  EXPECT_EQ(no_daemon.code, 66);
+  EXPECT_NE(no_daemon.output.find("is `perseus gpud` running on this node?"), std::string::npos) << no_daemon.output;
+  EXPECT_EQ(run("gpud --socket-mode 999 --socket x.sock").code, 64);
 }
 
 }  // namespace
