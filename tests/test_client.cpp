@@ -190,6 +190,32 @@ TEST_F(ClientTest, FewerOrMoreInstructionsThanRegisteredAreAMismatchToo) {
   }
 }
 
+// Issue 11, fault 3: a server that goes away used to disable perseus at the first refused
+// connection. Now training continues at the current schedule while the client retries for
+// retry_for, and only then gives up (here: raises, since fail_open is off).
+TEST_F(ClientTest, AServerThatGoesAwayIsRetriedForAWhileAndTrainingContinues) {
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  auto server = std::make_unique<TestServer>(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  auto o = options(server->url, gpu);
+  o.report_every = 1;
+  o.retry_for = std::chrono::minutes(10);
+  client::Client patient(o);
+  o.retry_for = std::chrono::milliseconds(0);
+  client::Client impatient(o);  // a second job on the same fake GPU: fine for this test
+  server.reset();
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(run_iteration(patient, *gpu, patient.pipe_schedule()), (std::vector<unsigned>{1200, 1005, 1200, 1005}))
+        << "the schedule it had keeps running";
+  EXPECT_TRUE(patient.enabled());
+  try {
+    run_iteration(impatient, *gpu, impatient.pipe_schedule());
+    ADD_FAILURE() << "with retry_for 0 the first unreachable round boundary gives up";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("the server was unreachable"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(impatient.enabled());
+}
+
 TEST_F(ClientTest, ProfilingDoneStopsTraining) {
   fs::create_directories(dir / "plans");
   write_file_atomic(dir / "plans" / "a.py", "[[1200, 1200, 1005, 1005]]\n");

@@ -49,7 +49,8 @@ std::vector<int> train(const fs::path& dir, int port, int iterations, const std:
 
 fs::path only_job(const fs::path& dump) {
   std::vector<fs::path> jobs;
-  for (const auto& e : fs::directory_iterator(dump)) jobs.push_back(e.path());
+  for (const auto& e : fs::directory_iterator(dump))
+    if (e.is_directory()) jobs.push_back(e.path());  // the job store (.perseus.db) lies beside the jobs
   EXPECT_EQ(jobs.size(), 1u);
   return jobs.empty() ? fs::path() : jobs.front();
 }

@@ -69,6 +69,9 @@ struct Client::Impl {
   std::vector<std::string> known_names;  // distinct names in pipe_schedule
   std::size_t cursor = 0;
   bool mismatched = false;  // the order differed once: default clocks from then on
+  std::optional<SteadyClock::time_point> outage_since;  // the server has been unreachable since
+  SteadyClock::time_point next_attempt;
+  std::chrono::milliseconds retry_delay{1000};
   int iterations = 0;
   int round = 0;
 
@@ -202,6 +205,8 @@ struct Client::Impl {
     } catch (const json::parse_error&) {
       throw Error(fmt::format("{} {}: the server answered {} with a body that is not JSON", method, target, reply.status));
     }
+    if (reply.status == 503)  // the server is stopping: it may be back soon
+      throw ServerUnreachable(fmt::format("{} {}: HTTP 503: {}", method, target, reply.body));
     if (reply.status != 200) {
       std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                                ? parsed["detail"].get<std::string>()
@@ -287,6 +292,29 @@ struct Client::Impl {
     } catch (const std::exception& e) {
       spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
     }
+  }
+
+  // The server could not be reached at a round boundary: keep training on the current schedule
+  // and try again later, until retry_for has passed. Returns false when it is time to give up.
+  bool server_unreachable(const std::exception& e) {
+    auto now = SteadyClock::now();
+    if (!outage_since && options.retry_for.count() <= 0) return false;
+    if (!outage_since) {
+      outage_since = now;
+      retry_delay = std::chrono::milliseconds(1000);
+      spdlog::warn("perseus: rank {}: the server is unreachable ({}); training continues at this round's clocks, "
+                   "retrying for up to {} s", options.rank, e.what(),
+                   std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
+    }
+    if (now - *outage_since >= options.retry_for) return false;
+    next_attempt = now + retry_delay;
+    retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(30000));
+    return true;
+  }
+
+  void drop_round_data() {
+    std::lock_guard lock(mutex);
+    round_data = {};
   }
 
   // The rank ran something other than its registered schedule; `what` says where.
@@ -392,16 +420,36 @@ void Client::on_step_end() {
   im.push({Event::step_end, -1, {}, SteadyClock::now()});
   if (++im.iterations < im.options.report_every) return;
   im.iterations = 0;
+  if (im.outage_since && SteadyClock::now() < im.next_attempt) {
+    im.wait_drained();
+    im.drop_round_data();  // nobody to report it to; the restarted server reruns the round
+    return;
+  }
   try {
     im.wait_drained();
     im.report();
     im.fetch_schedule();
     ++im.round;
+    if (im.outage_since) {
+      spdlog::info("perseus: rank {}: the server is back after {:.1f} s", im.options.rank,
+                   std::chrono::duration<double>(SteadyClock::now() - *im.outage_since).count());
+      im.outage_since.reset();
+    }
   } catch (const ProfilingDone& e) {
     spdlog::info("perseus: rank {}: the server says training is done: {}", im.options.rank, e.what());
     im.enabled = false;
     im.stop_controller();
     if (im.options.stop_on_done) throw;
+  } catch (const ServerUnreachable& e) {
+    if (im.server_unreachable(e)) return;
+    std::string why = fmt::format("the server was unreachable for {} s: {}",
+                                  std::chrono::duration_cast<std::chrono::seconds>(im.options.retry_for).count(), e.what());
+    if (!im.options.fail_open) {
+      im.enabled = false;
+      im.stop_controller();
+      throw Error(why);
+    }
+    im.disable(why);
   } catch (const std::exception& e) {
     if (!im.options.fail_open) throw;
     im.disable(e.what());

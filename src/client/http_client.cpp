@@ -87,7 +87,7 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       bool stale = e.code() == http::error::end_of_stream || e.code() == asio::error::connection_reset ||
                    e.code() == asio::error::broken_pipe;
       if (attempt == 0 && stale) continue;
-      throw Error(fmt::format("{} {}{}: {}", method, url_, target,
+      throw ServerUnreachable(fmt::format("{} {}{}: {}", method, url_, target,
                               e.code() == beast::error::timeout ? "no answer in time" : e.code().message()));
     }
   }

@@ -38,11 +38,66 @@ struct JobManager::Job {
   int reported = 0;
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
   std::string end_detail;
+  bool restored = false;  // restored from the store and the interrupted round has not restarted yet
   boost::asio::steady_timer timer;
 };
 
+template <typename Write>
+void JobManager::persist(const Job& job, Write write) {
+  if (!store_) return;
+  try {
+    write(*store_);
+  } catch (const std::exception& e) {
+    // Training goes on; only a restart would lose this job's progress. Say so loudly.
+    spdlog::error("job {}: could not save its state in {}: {}", job.info.job_id, store_->file().string(), e.what());
+  }
+}
+
 JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
-    : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {}
+    : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {
+  if (!settings_.dump_data) return;
+  store_ = std::make_unique<JobStore>(fs::path(settings_.dump_dir) / ".perseus.db");  // hidden from dump/* globs
+  for (auto& stored : store_->load()) restore(std::move(stored));
+}
+
+void JobManager::restore(StoredJob stored) {
+  std::string id = stored.info.job_id;
+  auto job = std::make_unique<Job>(executor_, stored.info);
+  job->dir = fs::path(settings_.dump_dir) / id;
+  Job& ref = *job;
+  jobs_.emplace(id, std::move(job));
+  ++restored_;
+  for (auto& rank : stored.ranks) {
+    if (rank.rank < 0 || rank.rank >= ref.info.world_size) continue;
+    ref.ranks[static_cast<std::size_t>(rank.rank)] = std::move(rank);
+    ++ref.registered;
+  }
+  if (stored.ended) {
+    ref.phase = Phase::ended;
+    ref.end_detail = stored.end_detail;
+    spdlog::info("job {} restored (ended: {})", id, stored.end_detail);
+    return forget_later(ref);
+  }
+  if (ref.registered < ref.info.world_size) {
+    spdlog::info("job {} restored: {}/{} ranks registered", id, ref.registered, ref.info.world_size);
+    return arm_timer(ref, "register");
+  }
+  start_rounds(ref);
+  if (ref.phase == Phase::ended) return;
+  // Replay the completed rounds into the new scheduler: its progress comes back as it was.
+  try {
+    for (int r = 0; r < stored.rounds; ++r) {
+      (void)ref.scheduler->next_schedule();
+      ref.scheduler->observe(stored.results[static_cast<std::size_t>(r)].value_or(std::vector<ProfilingResult>{}));
+    }
+  } catch (const std::exception& e) {
+    return end(ref, fmt::format("[job-failed] could not resume after a server restart (replaying round {}): {}",
+                                ref.round, e.what()));
+  }
+  ref.round = stored.rounds;
+  ref.restored = true;
+  spdlog::info("job {} restored at round {}", id, ref.round);
+}
 
 JobManager::~JobManager() = default;
 
@@ -72,6 +127,7 @@ std::string JobManager::register_job(JobInfo info) {
   jobs_.emplace(id, std::move(job));
   spdlog::info("job {} registered: world size {}", id, info.world_size);
   dump(ref, "perseus.json", {{"server", info_json(settings_)}, {"job", to_json(info)}});
+  persist(ref, [&](JobStore& store) { store.add_job(ref.info); });
   arm_timer(ref, "register");
   return id;
 }
@@ -96,6 +152,7 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
                                           info.pp_rank, info.tp_rank));
   slot = std::move(info);
   ++job.registered;
+  persist(job, [&](JobStore& store) { store.add_rank(job_id, *slot); });
   spdlog::debug("job {}: rank {} registered ({}/{})", job_id, slot->rank, job.registered, j.world_size);
   advance(job);
 }
@@ -127,6 +184,11 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
   check_rank(job, result.rank);
   auto r = static_cast<std::size_t>(result.rank);
   if (job.phase == Phase::ended) return;  // nobody waits on it any more
+  if (job.restored && job.phase == Phase::asking) {
+    spdlog::info("job {}: dropped rank {}'s result of round {}, which the restart interrupted (it runs again)", job_id,
+                 result.rank, job.round);
+    return;
+  }
   if (job.phase != Phase::running)
     throw RequestError(409, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
                                         "started)", result.rank, job.round));
@@ -197,6 +259,7 @@ void JobManager::send_schedules(Job& job) {
     job.current.push_back(std::move(*s));
   }
   job.phase = Phase::running;
+  job.restored = false;
   job.asked = 0;
   for (auto& r : job.results) r.reset();
   job.reported = 0;
@@ -220,6 +283,9 @@ void JobManager::finish_round(Job& job) {
     dump(job, fmt::format("{}.prof.json", job.round), prof);
   }
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
+  persist(job, [&](JobStore& store) {
+    store.add_round(job.info.job_id, job.round, job.scheduler->observes_results() ? &results : nullptr);
+  });
   ++job.round;
   job.phase = Phase::asking;
   for (auto& r : job.results) r.reset();
@@ -240,6 +306,7 @@ void JobManager::end(Job& job, const std::string& detail) {
   job.end_detail = detail;
   job.timer.cancel();
   job.scheduler.reset();
+  persist(job, [&](JobStore& store) { store.end_job(job.info.job_id, detail); });
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
   answer_waiting(job, 500, detail);
@@ -253,6 +320,13 @@ void JobManager::forget_later(Job& job) {
       std::chrono::duration<double>(settings_.job_retention_s)));
   job.timer.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
     if (ec) return;  // the server is stopping
+    if (store_) {
+      try {
+        store_->forget_job(id);
+      } catch (const std::exception& e) {
+        spdlog::error("job {}: could not remove it from {}: {}", id, store_->file().string(), e.what());
+      }
+    }
     jobs_.erase(id);
     spdlog::debug("job {}: forgotten", id);
   });

@@ -49,6 +49,7 @@ class FixedSchedules final : public Scheduler {
   explicit FixedSchedules(std::vector<PowerStateSchedule> schedules) : schedules_(std::move(schedules)) {}
   std::vector<PowerStateSchedule> next_schedule() override { return schedules_; }
   void observe(const std::vector<ProfilingResult>&) override {}
+  bool observes_results() const override { return false; }
 
  private:
   std::vector<PowerStateSchedule> schedules_;
@@ -127,6 +128,8 @@ class ThreeDParallel final : public Scheduler {
     }
     return out;
   }
+
+  bool observes_results() const override { return inner_->observes_results(); }
 
   void observe(const std::vector<ProfilingResult>& results) override {
     std::map<int, std::vector<const ProfilingResult*>> by_stage;

@@ -67,6 +67,10 @@ struct ClientOptions {
   std::string gpud_socket;
   std::shared_ptr<gpu::GpuLibrary> gpu;  // use this instead of loading NVML
   std::chrono::milliseconds request_timeout{30000};  // for everything but the schedule barrier
+  // When the server goes away mid-training (restart, network), training continues at the current
+  // schedule and the client tries again at round boundaries (1 s apart at first, doubling to
+  // 30 s) for this long, then gives up as fail_open says. A restarted server resumes the job.
+  std::chrono::milliseconds retry_for{std::chrono::minutes(5)};
   bool fail_open = true;
   bool stop_on_done = true;  // throw ProfilingDone from on_step_end when the server says so
   // Instructions that do not follow pipe_schedule (names out of order, a different count per

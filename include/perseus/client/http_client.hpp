@@ -5,7 +5,16 @@
 #include <memory>
 #include <string>
 
+#include "perseus/util/error.hpp"
+
 namespace perseus::client {
+
+// The server could not be reached, or stopped answering (connection refused or reset, no answer
+// in time): unlike an HTTP error, this may pass when the server is back.
+class ServerUnreachable : public Error {
+ public:
+  using Error::Error;
+};
 
 struct HttpReply {
   int status = 0;
@@ -17,7 +26,7 @@ class HttpClient {
   // `url`: http://host:port (a trailing path is ignored). Throws perseus::Error on a bad URL.
   explicit HttpClient(const std::string& url);
   ~HttpClient();
-  // Throws perseus::Error when the server cannot be reached or does not answer within `timeout`
+  // Throws ServerUnreachable when the server cannot be reached or does not answer within `timeout`
   // (zero: wait as long as it takes, for the schedule barrier).
   HttpReply request(const std::string& method, const std::string& target, const std::string& body,
                     std::chrono::milliseconds timeout);

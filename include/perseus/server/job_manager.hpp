@@ -19,12 +19,18 @@
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
 // - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...";
 // - an ended job is kept job_retention_s (late ranks get its end detail), then forgotten: 404.
+//
+// With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
+// restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
+// when the server went away. That round runs again; a result reported for it after the restart is
+// accepted and dropped (it may be incomplete), so no measurement is taken twice or half.
 #include <boost/asio/any_io_executor.hpp>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "perseus/server/job_store.hpp"
 #include "perseus/server/models.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
@@ -54,6 +60,7 @@ class JobManager {
   void shutdown(const std::string& why);
 
   std::size_t job_count() const { return jobs_.size(); }
+  std::size_t restored_count() const { return restored_; }
 
  private:
   struct Job;
@@ -68,11 +75,16 @@ class JobManager {
   void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
+  void restore(StoredJob stored);
+  template <typename Write>
+  void persist(const Job& job, Write write);  // a store write that must not stop the job if it fails
 
   boost::asio::any_io_executor executor_;
   ServerSettings settings_;
   SchedulerFactory factory_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
+  std::unique_ptr<JobStore> store_;
+  std::size_t restored_ = 0;
 };
 
 }  // namespace perseus::server

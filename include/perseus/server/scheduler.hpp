@@ -36,6 +36,9 @@ class Scheduler {
   virtual std::vector<PowerStateSchedule> next_schedule() = 0;
   // The results of the round just run, one per rank, sorted by rank.
   virtual void observe(const std::vector<ProfilingResult>& results) = 0;
+  // Whether observe() depends on the results' values (a restarted server replays every round
+  // into a new scheduler: with false, it keeps only the round count, not the measurements).
+  virtual bool observes_results() const { return true; }
 };
 
 using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerContext&)>;

@@ -59,6 +59,7 @@ class PointSolution final : public Scheduler {
   }
 
   void observe(const std::vector<ProfilingResult>&) override { ++round_; }
+  bool observes_results() const override { return false; }
 
  private:
   std::vector<PowerStateSchedule> check_and_expand(const LoadedPlan& plan) const {
