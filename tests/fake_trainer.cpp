@@ -6,6 +6,8 @@
 //
 // fake_trainer --server URL --rank R --stages S --microbatches M --iterations N
 //              --report-every K --job-id-file PATH [--forward-ms F] [--backward-ms B]
+//              [--fail-open 0|1] [--heartbeat-ms MS] [--hang-at-iteration I]
+//              (through perseus gpud when $PERSEUS_GPUD_SOCKET is set)
 // Exit: 0 after N iterations, 3 when the server said [profiling-done], 1 on error.
 #include <algorithm>
 #include <chrono>
@@ -54,7 +56,8 @@ int main(int argc, char** argv) {
     o.report_every = std::stoi(arg(argc, argv, "--report-every", "2"));
     o.framework = "fake";
     o.model_name = "trainer";
-    o.fail_open = false;
+    o.fail_open = arg(argc, argv, "--fail-open", "0") == "1";
+    o.heartbeat_interval = std::chrono::milliseconds(std::stoi(arg(argc, argv, "--heartbeat-ms", "5000")));
     int iterations = std::stoi(arg(argc, argv, "--iterations", "4"));
     double forward_ms = std::stod(arg(argc, argv, "--forward-ms", "2")) * (1.0 + 0.5 * o.rank);
     double backward_ms = std::stod(arg(argc, argv, "--backward-ms", "4")) * (1.0 + 0.5 * o.rank);
@@ -71,7 +74,9 @@ int main(int argc, char** argv) {
     std::shared_ptr<perseus::gpu::GpuLibrary> gpu = perseus::gpud::open_gpu_library();  // $PERSEUS_GPUD_SOCKET
     o.gpu = gpu;
     Client client(o);
+    int hang_at = std::stoi(arg(argc, argv, "--hang-at-iteration", "-1"));  // fault injection: a stuck training thread
     for (int it = 0; it < iterations; ++it) {
+      while (it == hang_at) std::this_thread::sleep_for(std::chrono::seconds(1));
       client.on_step_begin();
       for (const auto& name : client.pipe_schedule()) {
         client.on_instruction_begin(name);

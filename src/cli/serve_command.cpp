@@ -38,6 +38,7 @@ struct ServeArgs {
   double round_timeout = kDefaults.round_timeout_s;
   double job_retention = kDefaults.job_retention_s;
   int max_world_size = kDefaults.max_world_size;
+  double dead_rank_timeout = kDefaults.dead_rank_timeout_s;
   unsigned threads = 0;  // 0: one per CPU core
 };
 
@@ -79,6 +80,7 @@ int serve(const ServeArgs& args) {
   settings.round_timeout_s = args.round_timeout;
   settings.job_retention_s = args.job_retention;
   settings.max_world_size = args.max_world_size;
+  settings.dead_rank_timeout_s = args.dead_rank_timeout;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
@@ -155,6 +157,13 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds an ended job is kept (late ranks get its end detail) before it is forgotten (0: kept "
                   "until exit); its records stay on disk")
       ->envname("PERSEUS_JOB_RETENTION")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--dead-rank-timeout", args->dead_rank_timeout,
+                  "Seconds (at least; 3x the job's typical round time if longer) after which a rank that stopped "
+                  "sending heartbeats, or stopped progressing while others wait for it, fails its job naming it "
+                  "(0: off; then only --round-timeout)")
+      ->envname("PERSEUS_DEAD_RANK_TIMEOUT")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--max-world-size", args->max_world_size,

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -69,6 +70,11 @@ struct Client::Impl {
   std::vector<std::string> known_names;  // distinct names in pipe_schedule
   std::size_t cursor = 0;
   bool mismatched = false;  // the order differed once: default clocks from then on
+  std::atomic<std::uint64_t> progress{0};  // hooks called: the heartbeat's sign of life
+  std::thread heartbeat;
+  std::mutex heartbeat_mutex;
+  std::condition_variable heartbeat_wake;
+  bool heartbeat_stop = false;
   std::optional<SteadyClock::time_point> outage_since;  // the server has been unreachable since
   SteadyClock::time_point next_attempt;
   std::chrono::milliseconds retry_delay{1000};
@@ -278,6 +284,7 @@ struct Client::Impl {
     server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     call("POST", "/register_rank", server::to_json(rank), false);
     controller = std::thread([this] { run_controller(); });
+    start_heartbeat();
     fetch_schedule();
   }
 
@@ -339,6 +346,35 @@ struct Client::Impl {
     push({Event::reset, -1, {}, SteadyClock::now()});
   }
 
+  void start_heartbeat() {
+    if (options.heartbeat_interval.count() <= 0) return;
+    heartbeat = std::thread([this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
+      HttpClient beat_http(url);
+      std::unique_lock lock(heartbeat_mutex);
+      for (;;) {
+        json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
+        lock.unlock();
+        try {
+          beat_http.request("POST", target, body.dump(), std::min(options.request_timeout, options.heartbeat_interval * 2));
+        } catch (const std::exception& e) {
+          spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank, e.what());  // the round boundary handles outages
+        }
+        lock.lock();
+        if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
+      }
+    });
+  }
+
+  void stop_heartbeat() {
+    if (!heartbeat.joinable()) return;
+    {
+      std::lock_guard lock(heartbeat_mutex);
+      heartbeat_stop = true;
+    }
+    heartbeat_wake.notify_all();
+    heartbeat.join();
+  }
+
   void disable(const std::string& why) {
     spdlog::warn("perseus: rank {}: disabled, training continues at default clocks: {}", options.rank, why);
     enabled = false;
@@ -346,6 +382,7 @@ struct Client::Impl {
   }
 
   void stop_controller() {
+    stop_heartbeat();  // a rank without perseus is not part of the job any more
     if (controller.joinable()) {
       {
         std::lock_guard lock(mutex);
@@ -383,6 +420,7 @@ Client::~Client() { impl_->stop_controller(); }
 
 void Client::on_step_begin() {
   if (!impl_->enabled) return;
+  impl_->progress.fetch_add(1, std::memory_order_relaxed);
   impl_->cursor = 0;
   impl_->push({Event::step_begin, -1, {}, SteadyClock::now()});
 }
@@ -390,6 +428,7 @@ void Client::on_step_begin() {
 void Client::on_instruction_begin(std::string_view name) {
   if (!impl_->enabled) return;
   auto& im = *impl_;
+  im.progress.fetch_add(1, std::memory_order_relaxed);
   const auto& names = im.options.pipe_schedule;
   int state = -1;
   if (im.cursor < names.size() && names[im.cursor] == name) {

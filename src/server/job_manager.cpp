@@ -14,6 +14,7 @@ namespace perseus::server {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using SteadyClock = std::chrono::steady_clock;
 
 enum class Phase { registering, asking, running, ended };
 
@@ -23,7 +24,9 @@ struct JobManager::Job {
         ranks(static_cast<std::size_t>(info.world_size)),
         waiting(ranks.size()),
         results(ranks.size()),
-        timer(executor) {}
+        beats(ranks.size()),
+        timer(executor),
+        watchdog(executor) {}
 
   JobInfo info;
   fs::path dir;
@@ -39,7 +42,17 @@ struct JobManager::Job {
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
   std::string end_detail;
   bool restored = false;  // restored from the store and the interrupted round has not restarted yet
+  struct Beat {
+    bool seen = false;  // this rank sends heartbeats (the artifact's client does not)
+    std::uint64_t progress = 0;
+    SteadyClock::time_point last, progressed;
+  };
+  std::vector<Beat> beats;
+  bool watchdog_armed = false;
+  std::optional<SteadyClock::time_point> round_started;
+  double typical_round_s = 0;  // moving average of the time between round starts
   boost::asio::steady_timer timer;
+  boost::asio::steady_timer watchdog;
 };
 
 template <typename Write>
@@ -170,6 +183,7 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
     spdlog::debug("job {}: rank {} asked again for round {}'s schedule", job_id, rank, job.round);
     return reply(200, to_json(job.current[r]));
   }
+  job.beats[r].progressed = SteadyClock::now();
   if (job.waiting[r]) {
     job.waiting[r](409, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
   } else {
@@ -197,6 +211,58 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
   job.results[r] = std::move(result);
   ++job.reported;
   advance(job);
+}
+
+void JobManager::heartbeat(const std::string& job_id, const Heartbeat& beat) {
+  Job& job = find(job_id);
+  check_rank(job, beat.rank);
+  if (job.phase == Phase::ended) throw RequestError(500, job.end_detail);
+  if (!job.ranks[static_cast<std::size_t>(beat.rank)])
+    throw RequestError(404, fmt::format("rank {} has not registered in job '{}'", beat.rank, job_id));
+  auto& b = job.beats[static_cast<std::size_t>(beat.rank)];
+  auto now = SteadyClock::now();
+  if (!b.seen || beat.progress != b.progress) b.progressed = now;
+  b.seen = true;
+  b.progress = beat.progress;
+  b.last = now;
+  if (settings_.dead_rank_timeout_s > 0 && !job.watchdog_armed) arm_watchdog(job);
+}
+
+void JobManager::arm_watchdog(Job& job) {
+  job.watchdog_armed = true;
+  double period = std::clamp(settings_.dead_rank_timeout_s / 4, 0.05, 5.0);
+  job.watchdog.expires_after(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(period)));
+  job.watchdog.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
+    if (ec) return;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || it->second->phase == Phase::ended) return;
+    check_ranks_alive(*it->second);
+    if (it->second->phase != Phase::ended) arm_watchdog(*it->second);
+  });
+}
+
+void JobManager::check_ranks_alive(Job& job) {
+  double bound = std::max(settings_.dead_rank_timeout_s, 3 * job.typical_round_s);
+  auto now = SteadyClock::now();
+  auto seconds = [&](SteadyClock::time_point since) { return std::chrono::duration<double>(now - since).count(); };
+  std::vector<int> waiting;
+  for (std::size_t r = 0; r < job.waiting.size(); ++r)
+    if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
+  for (std::size_t r = 0; r < job.beats.size(); ++r) {
+    const auto& b = job.beats[r];
+    if (!b.seen || !job.ranks[r]) continue;
+    const RankInfo& info = *job.ranks[r];
+    std::string who = fmt::format("rank {} (dp {}, pp {}, tp {})", r, info.dp_rank, info.pp_rank, info.tp_rank);
+    if (seconds(b.last) > bound)
+      return end(job, fmt::format("[job-failed] {} stopped: no heartbeat for {:.0f} s (the process is gone or "
+                                  "unreachable); the other ranks continue without perseus",
+                                  who, seconds(b.last)));
+    bool others_wait = !waiting.empty() && !job.waiting[r];
+    if (others_wait && seconds(b.progressed) > bound)
+      return end(job, fmt::format("[job-failed] {} made no progress for {:.0f} s while ranks [{}] wait for it at "
+                                  "the round barrier (hung?); the other ranks continue without perseus",
+                                  who, seconds(b.progressed), fmt::join(waiting, ", ")));
+  }
 }
 
 void JobManager::advance(Job& job) {
@@ -258,6 +324,13 @@ void JobManager::send_schedules(Job& job) {
     if (!s) return end(job, fmt::format("[job-failed] scheduler {} gave no schedule for some rank", settings_.scheduler));
     job.current.push_back(std::move(*s));
   }
+  auto now = SteadyClock::now();
+  if (job.round_started) {
+    double took = std::chrono::duration<double>(now - *job.round_started).count();
+    job.typical_round_s = job.typical_round_s == 0 ? took : 0.8 * job.typical_round_s + 0.2 * took;
+  }
+  job.round_started = now;
+  for (auto& b : job.beats) b.progressed = now;  // waiting at the barrier was not a stall
   job.phase = Phase::running;
   job.restored = false;
   job.asked = 0;
@@ -305,6 +378,7 @@ void JobManager::end(Job& job, const std::string& detail) {
   job.phase = Phase::ended;
   job.end_detail = detail;
   job.timer.cancel();
+  job.watchdog.cancel();
   job.scheduler.reset();
   persist(job, [&](JobStore& store) { store.end_job(job.info.job_id, detail); });
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
@@ -381,6 +455,7 @@ void JobManager::answer_waiting(Job& job, int status, const std::string& detail)
 void JobManager::shutdown(const std::string& why) {
   for (auto& [id, job] : jobs_) {
     job->timer.cancel();
+    job->watchdog.cancel();
     answer_waiting(*job, 503, why);
   }
 }

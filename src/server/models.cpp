@@ -97,6 +97,17 @@ json parse_body(const std::string& text) {
   }
 }
 
+Heartbeat heartbeat_from_json(const json& body) {
+  if (!body.is_object()) bad("body", fmt::format("expected an object, got {}", type_name(body)));
+  Heartbeat beat;
+  beat.rank = int_field(body, "rank", 0);
+  const json& progress = field(body, "progress");
+  if (progress.is_number_unsigned()) beat.progress = progress.get<std::uint64_t>();
+  else if (progress.is_number_integer() && progress.get<long long>() >= 0) beat.progress = progress.get<std::uint64_t>();
+  else bad("progress", fmt::format("expected a non-negative integer, got {}", progress.dump()));
+  return beat;
+}
+
 JobInfo job_info_from_json(const json& body) {
   require_object(body);
   JobInfo info;

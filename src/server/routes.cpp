@@ -135,6 +135,15 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         reply(ok(nullptr));
       });
     }
+    if (under("/heartbeat/")) {
+      if (method != "POST") return fail(405, "Method Not Allowed");
+      std::string id = path.substr(std::string("/heartbeat/").size());
+      Heartbeat beat = heartbeat_from_json(parse_body(body));
+      return on_jobs(jobs, std::move(respond), [&jobs, id, beat](auto& reply) {
+        jobs.heartbeat(id, beat);
+        reply(ok(nullptr));
+      });
+    }
     return fail(404, "Not Found");
   } catch (const RequestError& e) {
     spdlog::debug("{} {} -> {} {}", method, target, e.status(), e.what());

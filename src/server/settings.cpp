@@ -6,7 +6,7 @@ nlohmann::json info_json(const ServerSettings& s) {
   return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", s.log_level},
           {"mode", s.mode},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
           {"round_timeout_s", s.round_timeout_s}, {"job_retention_s", s.job_retention_s},
-          {"max_world_size", s.max_world_size}};
+          {"max_world_size", s.max_world_size}, {"dead_rank_timeout_s", s.dead_rank_timeout_s}};
 }
 
 }  // namespace perseus::server

@@ -71,6 +71,10 @@ struct ClientOptions {
   // schedule and the client tries again at round boundaries (1 s apart at first, doubling to
   // 30 s) for this long, then gives up as fail_open says. A restarted server resumes the job.
   std::chrono::milliseconds retry_for{std::chrono::minutes(5)};
+  // A background thread tells the server this rank is alive, and how far training got, this often,
+  // so that a killed or hung rank is named within seconds (perseus serve --dead-rank-timeout)
+  // instead of holding the other ranks at the barrier. 0: no heartbeat.
+  std::chrono::milliseconds heartbeat_interval{5000};
   bool fail_open = true;
   bool stop_on_done = true;  // throw ProfilingDone from on_step_end when the server says so
   // Instructions that do not follow pipe_schedule (names out of order, a different count per

@@ -18,7 +18,11 @@
 // - a round that does not complete within round_timeout_s fails the job: every waiting and
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
 // - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...";
-// - an ended job is kept job_retention_s (late ranks get its end detail), then forgotten: 404.
+// - an ended job is kept job_retention_s (late ranks get its end detail), then forgotten: 404;
+// - a rank that has sent heartbeats and stops (none for the bound), or whose progress stalls while
+//   other ranks wait for it at the barrier, fails the job naming it within
+//   max(dead_rank_timeout_s, 3 x the typical round time). Ranks that never send heartbeats (the
+//   artifact's client) are only subject to round_timeout_s.
 //
 // With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
 // restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
@@ -55,6 +59,7 @@ class JobManager {
   void register_rank(const std::string& job_id, RankInfo info);
   void request_schedule(const std::string& job_id, int rank, Reply reply);
   void report_result(const std::string& job_id, ProfilingResult result);
+  void heartbeat(const std::string& job_id, const Heartbeat& beat);
 
   // Answers every waiting request with 503 and `why`; used when the server stops.
   void shutdown(const std::string& why);
@@ -74,6 +79,8 @@ class JobManager {
   void forget_later(Job& job);
   void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
+  void arm_watchdog(Job& job);
+  void check_ranks_alive(Job& job);
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
   void restore(StoredJob stored);
   template <typename Write>

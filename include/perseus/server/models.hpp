@@ -46,6 +46,13 @@ struct PowerStateSchedule {
   std::vector<int> power_states;  // one per entry of the rank's pipe_schedule
 };
 
+// POST /heartbeat/{job_id}: a rank is alive, and how far its training thread got (hooks called),
+// so that a rank that stopped — killed or hung — is told apart from one waiting at the barrier.
+struct Heartbeat {
+  int rank = 0;
+  std::uint64_t progress = 0;
+};
+
 using Breakdown = std::map<std::string, std::vector<std::vector<double>>>;
 
 struct ProfilingResult {
@@ -61,6 +68,7 @@ struct ProfilingResult {
 JobInfo job_info_from_json(const nlohmann::json& body);
 RankInfo rank_info_from_json(const nlohmann::json& body);
 PowerStateSchedule schedule_from_json(const nlohmann::json& body);
+Heartbeat heartbeat_from_json(const nlohmann::json& body);
 // POST /result's body, decoded with simdjson (the hot path); same checks and messages.
 ProfilingResult profiling_result_from_text(std::string_view body);
 

@@ -19,6 +19,10 @@ struct ServerSettings {
   // A job's memory grows with its ranks (~300 bytes each before any round): a bound on what one
   // register_job may make the server allocate. The largest training jobs today are ~100k GPUs.
   int max_world_size = 131072;
+  // A rank that sends heartbeats and then stops (killed: no heartbeat; hung: no progress while
+  // others wait for it at the barrier) fails its job after max(this, 3 x the job's typical round
+  // time), naming it, instead of holding every rank at the barrier until round_timeout_s. 0: off.
+  double dead_rank_timeout_s = 30;
 };
 
 // The body of GET /info.
