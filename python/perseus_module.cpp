@@ -24,7 +24,8 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     int microbatch_size, int num_microbatches, std::vector<std::string> pipe_schedule,
                                     int report_every, py::object broadcast_job_id, std::string job_id,
                                     std::string nvml_library, double request_timeout, bool fail_open,
-                                    bool strict_schedule, std::string gpud_socket) {
+                                    bool strict_schedule, std::string gpud_socket, std::string token,
+                                    double retry_for, double heartbeat_interval) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
@@ -40,6 +41,9 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   o.fail_open = fail_open;
   o.strict_schedule = strict_schedule;
   o.gpud_socket = std::move(gpud_socket);
+  o.token = std::move(token);
+  o.retry_for = std::chrono::milliseconds(static_cast<long>(retry_for * 1000));
+  o.heartbeat_interval = std::chrono::milliseconds(static_cast<long>(heartbeat_interval * 1000));
   if (!broadcast_job_id.is_none()) {
     // Called from this thread with the GIL released; take it back for the Python callable.
     o.broadcast_job_id = [broadcast_job_id](const std::string& id) {
@@ -106,7 +110,13 @@ Args:
         ScheduleMismatch and perseus is off for this process.
     gpud_socket: the node's `perseus gpud` socket; "" means $PERSEUS_GPUD_SOCKET, and NVML
         directly when that is unset. Through the daemon this process needs no privileges and
-        its clocks are reset the moment it exits, however it exits.)";
+        its clocks are reset the moment it exits, however it exits.
+    token: the server's bearer token (perseus serve --token-file); "" means $PERSEUS_TOKEN.
+    retry_for: seconds to keep retrying a server that went away (restart, network) at round
+        boundaries while training continues at the current clocks; then give up as fail_open
+        says. A restarted server resumes the job.
+    heartbeat_interval: seconds between heartbeats that tell the server this rank is alive and
+        progressing, so a killed or hung rank is named within seconds; 0: none.)";
 
 }  // namespace
 
@@ -130,7 +140,8 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("pipe_schedule") = std::vector<std::string>{}, py::arg("report_every") = 5,
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
            py::arg("request_timeout") = 30.0, py::arg("fail_open") = true,
-           py::arg("strict_schedule") = false, py::arg("gpud_socket") = "")
+           py::arg("strict_schedule") = false, py::arg("gpud_socket") = "", py::arg("token") = "",
+           py::arg("retry_for") = 300.0, py::arg("heartbeat_interval") = 5.0)
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),

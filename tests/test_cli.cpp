@@ -217,6 +217,18 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   EXPECT_EQ(no_daemon.code, 66);
   EXPECT_NE(no_daemon.output.find("is `perseus gpud` running on this node?"), std::string::npos) << no_daemon.output;
   EXPECT_EQ(run("gpud --socket-mode 999 --socket x.sock").code, 64);
+
+  // serve --token-file: unreadable 66, too short 64; a public address without one warns.
+  EXPECT_EQ(run("serve --token-file /no/such/token").code, 66);
+  auto short_token = run("serve --token-file " + write("short.token", "abc\n"));
+  EXPECT_EQ(short_token.code, 64);
+  EXPECT_NE(short_token.output.find("at least 16 characters"), std::string::npos) << short_token.output;
+  const fs::path open_log = dir_ / "open.log";
+  const std::string open_server = std::string(PERSEUS_BINARY) + " serve --host 0.0.0.0 --port 0 --no-dump > " +
+                                  open_log.string() + " 2>&1 & for i in $(seq 200); do grep -q listening " +
+                                  open_log.string() + " && break; sleep 0.05; done; kill $!; wait";
+  EXPECT_EQ(std::system(open_server.c_str()), 0);
+  EXPECT_NE(perseus::read_file(open_log).find("without --token-file"), std::string::npos) << perseus::read_file(open_log);
 }
 
 }  // namespace

@@ -216,6 +216,31 @@ TEST_F(ClientTest, AServerThatGoesAwayIsRetriedForAWhileAndTrainingContinues) {
   EXPECT_FALSE(impatient.enabled());
 }
 
+TEST_F(ClientTest, TheTokenOptionOrPerseusTokenReachesAServerThatRequiresOne) {
+  const std::string token = "0123456789abcdef-token";
+  TestServer server(settings("AllMaxFrequency"), token);
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  auto o = options(server.url, gpu);
+  try {
+    client::Client c(o);
+    ADD_FAILURE() << "without the token the server must refuse";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HTTP 401"), std::string::npos) << e.what();
+  }
+  o.token = token;
+  {
+    client::Client c(o);
+    EXPECT_TRUE(c.enabled());
+  }
+  o.token = "";
+  ::setenv("PERSEUS_TOKEN", token.c_str(), 1);
+  {
+    client::Client c(o);
+    EXPECT_TRUE(c.enabled());
+  }
+  ::unsetenv("PERSEUS_TOKEN");
+}
+
 TEST_F(ClientTest, ProfilingDoneStopsTraining) {
   fs::create_directories(dir / "plans");
   write_file_atomic(dir / "plans" / "a.py", "[[1200, 1200, 1005, 1005]]\n");

@@ -201,6 +201,34 @@ TEST_F(ServerTest, AScheduleRequestTheClientGaveUpOnIsAnsweredAgainOnRetry) {
   EXPECT_EQ(next0.get().status, 200);
 }
 
+TEST(ConstantTimeEqual, ComparesWholeStrings) {
+  EXPECT_TRUE(server::constant_time_equal("s3cret-token-123", "s3cret-token-123"));
+  EXPECT_FALSE(server::constant_time_equal("s3cret-token-123", "s3cret-token-124"));
+  EXPECT_FALSE(server::constant_time_equal("s3cret-token-12", "s3cret-token-123"));
+  EXPECT_FALSE(server::constant_time_equal("s3cret-token-1234", "s3cret-token-123"));
+  EXPECT_FALSE(server::constant_time_equal("", "s3cret-token-123"));
+  EXPECT_FALSE(server::constant_time_equal("x", ""));
+  EXPECT_TRUE(server::constant_time_equal("", ""));
+}
+
+TEST_F(ServerTest, WithATokenEveryRouteNeedsTheBearerToken) {
+  const std::string token = "0123456789abcdef-token";
+  TestServer server(settings(), token);
+  for (const auto& [method, target] : std::vector<std::pair<std::string, std::string>>{
+           {"GET", "/info"}, {"POST", "/register_job"}, {"GET", "/schedule/x?rank=0"}, {"POST", "/heartbeat/x"}}) {
+    auto reply = server.call(method, target, "{}");
+    EXPECT_EQ(reply.status, 401) << method << " " << target;
+    EXPECT_NE(detail(reply).find("bearer token"), std::string::npos);
+    client::HttpClient wrong(server.url, token + "x");
+    EXPECT_EQ(wrong.request(method, target, "{}", 5s).status, 401) << method << " " << target;
+  }
+  client::HttpClient right(server.url, token);
+  EXPECT_EQ(right.request("GET", "/info", "", 5s).status, 200);
+  auto job = right.request("POST", "/register_job", job_body(1).dump(), 5s);
+  EXPECT_EQ(job.status, 200) << job.body;
+  EXPECT_EQ(json::parse(right.request("GET", "/info", "", 5s).body).count("token"), 0u) << "the token is never shown";
+}
+
 TEST_F(ServerTest, WorldSizeAboveTheLimitIsRefusedWith422) {
   auto s = settings();
   s.max_world_size = 64;

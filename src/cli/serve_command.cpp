@@ -1,5 +1,6 @@
 // `perseus serve`: the control plane training ranks talk to (DESIGN §3.1).
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/post.hpp>
@@ -11,6 +12,9 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <cstdio>
 #include <cstdlib>
 #include <thread>
@@ -40,7 +44,30 @@ struct ServeArgs {
   int max_world_size = kDefaults.max_world_size;
   double dead_rank_timeout = kDefaults.dead_rank_timeout_s;
   unsigned threads = 0;  // 0: one per CPU core
+  std::string token_file;
 };
+
+// The bearer token: the file's first line, surrounding whitespace removed.
+std::string read_token(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  if (!in) throw Error(fmt::format("--token-file '{}': cannot read it: {}", path, std::strerror(errno)), kExitNoInput);
+  std::string token;
+  std::getline(in, token);
+  auto first = token.find_first_not_of(" \t\r");
+  auto last = token.find_last_not_of(" \t\r");
+  token = first == std::string::npos ? "" : token.substr(first, last - first + 1);
+  if (token.size() < 16)
+    throw Error(fmt::format("--token-file '{}': the token (its first line) must have at least 16 characters", path),
+                kExitUsage);
+  return token;
+}
+
+bool is_loopback(const std::string& host) {
+  boost::system::error_code ec;
+  auto address = boost::asio::ip::make_address(host, ec);
+  return !ec && address.is_loopback();
+}
 
 bool env_bool(const char* name, bool fallback) {
   const char* value = std::getenv(name);
@@ -97,7 +124,11 @@ int serve(const ServeArgs& args) {
   unsigned threads = args.threads != 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
   boost::asio::io_context io(static_cast<int>(threads));
   server::JobManager jobs(boost::asio::make_strand(io), settings, factory);
-  server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port));
+  std::string token = read_token(args.token_file);
+  if (token.empty() && !is_loopback(args.host))
+    spdlog::warn("listening on {} without --token-file: anyone who can reach this port can register jobs and read "
+                 "their schedules", args.host);
+  server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port), token);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   boost::asio::steady_timer grace(io);
@@ -172,6 +203,10 @@ Runner add_serve_command(CLI::App& app) {
       ->envname("PERSEUS_MAX_WORLD_SIZE")
       ->check(CLI::Range(1, 1 << 30))
       ->capture_default_str();
+  cmd->add_option("--token-file", args->token_file,
+                  "File whose first line is a bearer token (at least 16 characters): every request must then send "
+                  "'Authorization: Bearer <token>' (401 otherwise); clients: the token option or PERSEUS_TOKEN")
+      ->envname("PERSEUS_TOKEN_FILE");
   cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
                                               "handled one request at a time regardless")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -245,7 +246,9 @@ struct Client::Impl {
   void start() {
     const auto& o = options;
     if (o.pipe_schedule.empty()) options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
-    http = std::make_unique<HttpClient>(o.server_url);
+    if (options.token.empty())
+      if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
+    http = std::make_unique<HttpClient>(o.server_url, options.token);
     json info = call("GET", "/info", nullptr, false);
     mode = info.value("mode", std::string("frequency"));
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
@@ -349,7 +352,7 @@ struct Client::Impl {
   void start_heartbeat() {
     if (options.heartbeat_interval.count() <= 0) return;
     heartbeat = std::thread([this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
-      HttpClient beat_http(url);
+      HttpClient beat_http(url, options.token);
       std::unique_lock lock(heartbeat_mutex);
       for (;;) {
         json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};

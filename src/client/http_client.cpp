@@ -23,9 +23,11 @@ struct HttpClient::Impl {
   std::optional<beast::tcp_stream> stream;
   beast::flat_buffer buffer;  // kept: Beast reads max(512, free capacity) bytes per call
   std::string host, port;
+  std::string token;
 };
 
-HttpClient::HttpClient(const std::string& url) : impl_(std::make_unique<Impl>()), url_(url) {
+HttpClient::HttpClient(const std::string& url, std::string token) : impl_(std::make_unique<Impl>()), url_(url) {
+  impl_->token = std::move(token);
   std::string rest = url;
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
   else if (rest.find("://") != std::string::npos)
@@ -56,6 +58,7 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       http::request<http::string_body> req(http::string_to_verb(method), target, 11);
       req.set(http::field::host, impl_->host);
       req.set(http::field::content_type, "application/json");
+      if (!impl_->token.empty()) req.set(http::field::authorization, "Bearer " + impl_->token);
       req.keep_alive(true);
       req.body() = body;
       req.prepare_payload();

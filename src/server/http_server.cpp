@@ -31,7 +31,8 @@ constexpr auto kIdleTimeout = std::chrono::seconds(300);  // between requests on
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, JobManager& jobs) : stream_(std::move(socket)), jobs_(jobs) {
+  Session(tcp::socket socket, JobManager& jobs, const std::string& token)
+      : stream_(std::move(socket)), jobs_(jobs), token_(token) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
   }
@@ -58,6 +59,11 @@ class Session : public std::enable_shared_from_this<Session> {
       return close();
     }
     request_ = parser_->release();
+    if (!token_.empty() && !authorized()) {
+      unauthorized_ = true;
+      return write({401, nlohmann::json{{"detail", "missing or wrong bearer token (Authorization: Bearer <token>; "
+                                                   "the client's token option or PERSEUS_TOKEN)"}}.dump()});
+    }
     stream_.expires_never();  // a schedule request may wait a whole round
     std::string method(request_.method_string());
     std::string target(request_.target());
@@ -74,6 +80,8 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.result(static_cast<http::status>(response.status));
     response_.set(http::field::server, "perseus");
     response_.set(http::field::content_type, "application/json");
+    if (unauthorized_) response_.set(http::field::www_authenticate, "Bearer");
+    unauthorized_ = false;
     response_.keep_alive(keep_alive_ && request_.keep_alive());
     response_.body() = std::move(response.body);
     response_.prepare_payload();
@@ -81,6 +89,17 @@ class Session : public std::enable_shared_from_this<Session> {
       if (ec || !self->response_.keep_alive()) return self->close();
       self->read();
     });
+  }
+
+  bool authorized() const {
+    auto it = request_.find(http::field::authorization);
+    if (it == request_.end()) return false;
+    std::string_view value(it->value().data(), it->value().size());
+    constexpr std::string_view kScheme = "Bearer ";
+    if (value.size() < kScheme.size() ||
+        !beast::iequals(beast::string_view(value.data(), kScheme.size()), beast::string_view(kScheme.data(), kScheme.size())))
+      return false;
+    return constant_time_equal(value.substr(kScheme.size()), token_);
   }
 
   void reply_and_close(int status, const std::string& detail) {
@@ -98,6 +117,8 @@ class Session : public std::enable_shared_from_this<Session> {
 
   beast::tcp_stream stream_;
   JobManager& jobs_;
+  std::string token_;  // empty: no authorization required
+  bool unauthorized_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
@@ -118,7 +139,7 @@ struct HttpServer::Impl {
       failures = 0;
       beast::error_code ignored;
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), jobs)->start();
+      std::make_shared<Session>(std::move(socket), jobs, token)->start();
       accept();
     });
   }
@@ -150,10 +171,19 @@ struct HttpServer::Impl {
   int failures = 0;
   std::uint16_t port = 0;
   JobManager& jobs;
+  std::string token;
 };
 
-HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port)
+bool constant_time_equal(std::string_view a, std::string_view b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (b.empty() ? 0 : b[i % b.size()]));
+  return diff == 0;
+}
+
+HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port,
+                       std::string token)
     : impl_(std::make_unique<Impl>(io, jobs)) {
+  impl_->token = std::move(token);
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);
   if (ec) throw Error(fmt::format("--host '{}' is not an IP address: {}", host, ec.message()), kExitUsage);

@@ -51,6 +51,7 @@ struct ClientOptions {
   int dp_degree = 1, pp_degree = 1, tp_degree = 1, world_size = 1;
   unsigned device = 0;  // GPU index as NVML numbers it
   std::string server_url = "http://127.0.0.1:7787";
+  std::string token;  // the server's bearer token (perseus serve --token-file); "" -> $PERSEUS_TOKEN
   // Job metadata: part of the job id.
   std::string framework = "perseus", model_name = "model", partition_method = "uniform";
   int microbatch_size = 1, num_microbatches = 1;

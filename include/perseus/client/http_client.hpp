@@ -24,7 +24,8 @@ struct HttpReply {
 class HttpClient {
  public:
   // `url`: http://host:port (a trailing path is ignored). Throws perseus::Error on a bad URL.
-  explicit HttpClient(const std::string& url);
+  // `token`: sent as `Authorization: Bearer <token>` (perseus serve --token-file).
+  explicit HttpClient(const std::string& url, std::string token = "");
   ~HttpClient();
   // Throws ServerUnreachable when the server cannot be reached or does not answer within `timeout`
   // (zero: wait as long as it takes, for the schedule barrier).

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "perseus/server/job_manager.hpp"
 
@@ -22,10 +23,16 @@ struct HttpResponse {
 void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
                    std::function<void(HttpResponse)> respond);
 
+// Compares in time that depends only on the lengths, not on where the texts differ: a token
+// check must not tell an attacker how many leading characters were right.
+bool constant_time_equal(std::string_view a, std::string_view b);
+
 class HttpServer {
  public:
-  // Binds and listens at once; throws perseus::Error when the address cannot be used.
-  HttpServer(boost::asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port);
+  // Binds and listens at once; throws perseus::Error when the address cannot be used. With a
+  // `token`, every request must carry `Authorization: Bearer <token>` (401 otherwise).
+  HttpServer(boost::asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port,
+             std::string token = "");
   ~HttpServer();
   std::uint16_t port() const;  // the bound port (useful with port 0)
   void stop();                 // stops accepting; open sessions finish their current exchange
