@@ -91,3 +91,26 @@ TEST(PlanFiles, JsonPlanValidation) {
   EXPECT_THROW(parse_json_plan(R"({"frequencies": [["fast"]]})", "p.json"), InputError);
   EXPECT_THROW(parse_json_plan(R"({"time": 1})", "p.json"), InputError);
 }
+
+// Found by fuzz_plan_json and in issue 13: each is a clear error naming the file and field.
+TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_json_plan(text, "p.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message(R"({"frequencies": [[1410]], "energy": 405.96E620})").find("p.json"), std::string::npos)
+      << "a number too large for a double used to escape as an internal error";
+  EXPECT_NE(message(R"({"frequencies": [[900.5]]})").find("frequencies[0][0]"), std::string::npos)
+      << "900.5 used to become 900";
+  EXPECT_NE(message(R"({"frequencies": [[]]})").find("frequencies[0]"), std::string::npos);
+  EXPECT_NE(message(R"({"frequencies": [[1410]], "format": 7})").find("format"), std::string::npos);
+  EXPECT_NE(message(R"({"frequencies": [[99999999999]]})").find("positive whole number"), std::string::npos);
+  EXPECT_NE(message(R"({"frequencies": [[1410]], "num_microbatches": 4294967297})").find("num_microbatches"),
+            std::string::npos);
+  EXPECT_NE(message(R"({"frequencies": [[1410]], "extra_forwards": {"a": 1}})").find("extra_forwards"), std::string::npos);
+  EXPECT_EQ(message(R"({"format": "perseus-plan/1", "frequencies": [[1410, 1395]]})"), "accepted");
+}

@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
+#include <limits>
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -175,18 +178,31 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
     doc = json::parse(text);
   } catch (const json::parse_error& e) {
     throw InputError(source, 0, "", fmt::format("not valid JSON ({})", e.what()));
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzz_plan_json)
+    throw InputError(source, 0, "", fmt::format("not usable JSON ({})", e.what()));
   }
   PlanFile plan;
   if (!doc.is_object() || !doc.contains("frequencies")) throw InputError(source, 0, "frequencies", "missing");
-  try {
-    plan.frequencies = doc.at("frequencies").get<std::vector<std::vector<int>>>();
-  } catch (const json::exception&) {
-    throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
-  }
-  for (const auto& stage : plan.frequencies) {
-    for (int f : stage) {
-      if (f <= 0) throw InputError(source, 0, "frequencies", "clocks must be positive");
+  if (doc.contains("format") && doc["format"] != "perseus-plan/1")
+    throw InputError(source, 0, "format", fmt::format("expected \"perseus-plan/1\", got {}", doc["format"].dump()));
+  // Every clock a positive whole number of MHz that fits an int: 900.5 is an error, not 900.
+  const json& stages = doc["frequencies"];
+  if (!stages.is_array()) throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::string where = fmt::format("frequencies[{}]", s);
+    if (!stages[s].is_array() || stages[s].empty())
+      throw InputError(source, 0, where, "must be a non-empty list of integer clocks");
+    std::vector<int> clocks;
+    for (std::size_t i = 0; i < stages[s].size(); ++i) {
+      const json& c = stages[s][i];
+      bool whole = c.is_number_unsigned() ? c.get<std::uint64_t>() <= 1000000u
+                                          : c.is_number_integer() && c.get<std::int64_t>() > 0 && c.get<std::int64_t>() <= 1000000;
+      if (!whole || c.get<std::int64_t>() <= 0)
+        throw InputError(source, 0, fmt::format("{}[{}]", where, i),
+                         fmt::format("a clock must be a positive whole number of MHz, got {}", c.dump()));
+      clocks.push_back(c.get<int>());
     }
+    plan.frequencies.push_back(std::move(clocks));
   }
   if (plan.frequencies.empty()) throw InputError(source, 0, "frequencies", "lists no stages");
   if (doc.contains("time") && doc["time"].is_number()) plan.time = doc["time"].get<double>();
@@ -197,14 +213,18 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
     plan.schedule = kind;
   }
   if (doc.contains("extra_forwards")) {
-    try {
-      plan.extra_forwards = doc["extra_forwards"].get<std::vector<int>>();
-    } catch (const json::exception&) {
-      throw InputError(source, 0, "extra_forwards", "must be a list of integers, one per stage");
+    const json& extra = doc["extra_forwards"];
+    auto bad_extra = [&] { return InputError(source, 0, "extra_forwards", "must be a list of integers, one per stage"); };
+    if (!extra.is_array()) throw bad_extra();
+    for (const auto& e : extra) {
+      if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || e.get<std::int64_t>() > std::numeric_limits<int>::max())
+        throw bad_extra();
+      plan.extra_forwards.push_back(e.get<int>());
     }
   }
   if (doc.contains("num_microbatches")) {
-    if (!doc["num_microbatches"].is_number_integer() || doc["num_microbatches"].get<int>() < 1) {
+    const json& m = doc["num_microbatches"];
+    if (!m.is_number_integer() || m.get<std::int64_t>() < 1 || m.get<std::int64_t>() > std::numeric_limits<int>::max()) {
       throw InputError(source, 0, "num_microbatches", "must be a positive integer");
     }
     plan.num_microbatches = doc["num_microbatches"].get<int>();
