@@ -281,6 +281,29 @@ TEST_F(ServerTest, ARankThatNeverAsksFailsTheJobWithAReason) {
   EXPECT_EQ(server.call("GET", "/info").status, 200);
 }
 
+TEST_F(ServerTest, ARankThatLeavesReleasesTheRanksWaitingAtTheBarrier) {
+  TestServer server(settings());
+  std::string id = start_job(server, 2);
+  auto waiting = server.get_async("/schedule/" + id + "?rank=0");
+  EXPECT_EQ(waiting.wait_for(100ms), std::future_status::timeout);
+  EXPECT_EQ(server.post("/leave/" + id, json{{"rank", 1}, {"reason", 7}}).status, 422);
+  EXPECT_EQ(server.post("/leave/" + id, json{{"reason", "x"}}).status, 422);
+  EXPECT_EQ(server.post("/leave/" + id, json{{"rank", 2}}).status, 404);
+  EXPECT_EQ(server.post("/leave/nope", json{{"rank", 0}}).status, 404);
+  EXPECT_EQ(server.call("GET", "/leave/" + id).status, 405);
+  // A long reason is cut at a character boundary, never inside the 2-byte 'é'.
+  std::string reason = "NVML: insufficient permissions " + std::string(968, '.') + "\u00e9";  // bytes 999-1000
+  ASSERT_EQ(server.post("/leave/" + id, json{{"rank", 1}, {"reason", reason}}).status, 200);
+  auto reply = waiting.get();
+  EXPECT_EQ(reply.status, 500);
+  std::string text = detail(reply);
+  EXPECT_NE(text.find("[job-failed] rank 1 cannot take part: NVML: insufficient permissions"), std::string::npos) << text;
+  EXPECT_EQ(text.find("\xc3"), std::string::npos) << "cut before the character, not inside it";
+  EXPECT_NE(text.find(std::string(968, '.')), std::string::npos);
+  EXPECT_EQ(server.post("/leave/" + id, json{{"rank", 0}}).status, 200) << "leaving an ended job is harmless";
+  EXPECT_EQ(detail(server.call("GET", "/schedule/" + id + "?rank=1")), text);
+}
+
 TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
   auto s = settings();
   s.round_timeout_s = 0.2;

@@ -298,7 +298,8 @@ struct Client::Impl {
     if (joined_broadcast || !o.job_id.empty() || !o.broadcast_job_id) return;
     joined_broadcast = true;
     try {
-      o.broadcast_job_id("");
+      std::string id = o.broadcast_job_id("");
+      if (o.rank != 0 && job_id.empty()) job_id = id;  // so that this rank can tell the job it is out
     } catch (const std::exception& e) {
       spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
     }
@@ -378,10 +379,25 @@ struct Client::Impl {
     heartbeat.join();
   }
 
-  void disable(const std::string& why) {
+  void disable(const std::string& why, bool tell_server = true) {
     spdlog::warn("perseus: rank {}: disabled, training continues at default clocks: {}", options.rank, why);
     enabled = false;
     stop_controller();
+    if (tell_server) leave(why);
+  }
+
+  // Tells the server this rank is out, so that the others are not held at the barrier waiting for
+  // it (the job ends and every rank goes on without perseus). Best effort, briefly.
+  void leave(const std::string& why) {
+    if (job_id.empty() || options.server_url.empty()) return;
+    try {
+      HttpClient once(options.server_url, options.token);
+      json body = {{"rank", options.rank}, {"reason", why.substr(0, 500)}};
+      once.request("POST", fmt::format("/leave/{}", encode_path_segment(job_id)), body.dump(),
+                   std::min(options.request_timeout, std::chrono::milliseconds(5000)));
+    } catch (const std::exception& e) {
+      spdlog::debug("perseus: rank {}: could not tell the server it left: {}", options.rank, e.what());
+    }
   }
 
   void stop_controller() {
@@ -413,6 +429,7 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
     impl_->join_broadcast_after_failure();
     if (!impl_->options.fail_open) {
       impl_->stop_controller();
+      impl_->leave(e.what());
       throw;
     }
     impl_->disable(e.what());
@@ -491,7 +508,7 @@ void Client::on_step_end() {
       im.stop_controller();
       throw Error(why);
     }
-    im.disable(why);
+    im.disable(why, false);  // nobody to tell
   } catch (const std::exception& e) {
     if (!im.options.fail_open) throw;
     im.disable(e.what());

@@ -228,6 +228,14 @@ void JobManager::heartbeat(const std::string& job_id, const Heartbeat& beat) {
   if (settings_.dead_rank_timeout_s > 0 && !job.watchdog_armed) arm_watchdog(job);
 }
 
+void JobManager::leave(const std::string& job_id, const Leave& leave) {
+  Job& job = find(job_id);
+  check_rank(job, leave.rank);
+  if (job.phase == Phase::ended) return;
+  end(job, fmt::format("[job-failed] rank {} cannot take part{}{}; every rank continues without perseus", leave.rank,
+                       leave.reason.empty() ? "" : ": ", leave.reason));
+}
+
 void JobManager::arm_watchdog(Job& job) {
   job.watchdog_armed = true;
   double period = std::clamp(settings_.dead_rank_timeout_s / 4, 0.05, 5.0);

@@ -108,6 +108,22 @@ Heartbeat heartbeat_from_json(const json& body) {
   return beat;
 }
 
+Leave leave_from_json(const json& body) {
+  if (!body.is_object()) bad("body", fmt::format("expected an object, got {}", type_name(body)));
+  Leave leave;
+  leave.rank = int_field(body, "rank", 0);
+  if (body.contains("reason")) {
+    if (!body["reason"].is_string()) bad("reason", fmt::format("expected a string, got {}", type_name(body["reason"])));
+    leave.reason = body["reason"].get<std::string>();
+    if (leave.reason.size() > 1000) {  // it goes into every rank's log; cut at a UTF-8 character boundary
+      std::size_t cut = 1000;
+      while (cut > 0 && (static_cast<unsigned char>(leave.reason[cut]) & 0xC0) == 0x80) --cut;
+      leave.reason.resize(cut);
+    }
+  }
+  return leave;
+}
+
 JobInfo job_info_from_json(const json& body) {
   require_object(body);
   JobInfo info;

@@ -144,6 +144,15 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         reply(ok(nullptr));
       });
     }
+    if (under("/leave/")) {
+      if (method != "POST") return fail(405, "Method Not Allowed");
+      std::string id = path.substr(std::string("/leave/").size());
+      Leave leave = leave_from_json(parse_body(body));
+      return on_jobs(jobs, std::move(respond), [&jobs, id, leave](auto& reply) {
+        jobs.leave(id, leave);
+        reply(ok(nullptr));
+      });
+    }
     return fail(404, "Not Found");
   } catch (const RequestError& e) {
     spdlog::debug("{} {} -> {} {}", method, target, e.status(), e.what());

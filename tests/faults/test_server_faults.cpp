@@ -80,12 +80,13 @@ TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 
 // Starts a fake training rank in the background (`flags` added); its exit code lands in
 // rank<R>.rc, its fake GPU's call log in gpu<R>.log; returns its pid.
-pid_t start_rank(const fs::path& dir, int port, int rank, int stages, const std::string& flags = "--iterations 100000") {
+pid_t start_rank(const fs::path& dir, int port, int rank, int stages, const std::string& flags = "--iterations 100000",
+                 const std::string& env = "") {
   std::string command = fmt::format(
-      "cd '{}' && (PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} --rank {} "
+      "cd '{}' && ({} PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} --rank {} "
       "--stages {} --microbatches 4 --report-every 2 --job-id-file job_id.txt {} > rank{}.out 2>&1 & echo $! > rank{}.pid; "
       "wait $!; echo $? > rank{}.rc) &",
-      dir.string(), PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank);
+      dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank);
   EXPECT_EQ(std::system(command.c_str()), 0);
   EXPECT_TRUE(eventually([&] { return !read_if_exists(dir / fmt::format("rank{}.pid", rank)).empty(); }));
   return std::stoi(read_file(dir / fmt::format("rank{}.pid", rank)));
@@ -106,11 +107,34 @@ bool round_recorded(const fs::path& dir, int round) {
   return false;
 }
 
-// The last graphics-clock call in a fake GPU's log is a reset.
+// No graphics or memory clock lock in a fake GPU's log after the last reset of it.
 bool ends_at_default_clock(const fs::path& log) {
   std::string text = read_if_exists(log);
-  return text.rfind("nvmlDeviceResetGpuLockedClocks") != std::string::npos &&
-         text.rfind("nvmlDeviceResetGpuLockedClocks") > text.rfind("nvmlDeviceSetGpuLockedClocks");
+  for (const char* what : {"GpuLockedClocks", "MemoryLockedClocks"}) {
+    auto set = text.rfind(std::string("nvmlDeviceSet") + what), reset = text.rfind(std::string("nvmlDeviceReset") + what);
+    if (set != std::string::npos && (reset == std::string::npos || reset < set)) return false;
+  }
+  return true;
+}
+
+// Issue 11, fault 1, with processes: one rank's GPU refuses clock changes (no permission). It
+// cannot use perseus, but it still takes part in the job-id broadcast and tells the server it is
+// out, so rank 0 is not held at the barrier: both train all their iterations.
+TEST(ServerFaults, ARankWhoseGpuRefusesLeavesAndNobodyWaitsForIt) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "TwoFrequencies", R"({"forward_freq": 1200, "backward_freq": 1005})");
+  ASSERT_NE(serve.port, 0);
+  const std::string flags = "--iterations 20 --fail-open 1";
+  start_rank(dir, serve.port, 0, 2, flags);
+  start_rank(dir, serve.port, 1, 2, flags, "PERSEUS_FAKE_NVML_DENY=1");
+  ASSERT_TRUE(eventually([&] { return fs::exists(dir / "rank0.rc") && fs::exists(dir / "rank1.rc"); }, 60s))
+      << "a rank is stuck: " << read_if_exists(dir / "rank0.out") << read_if_exists(dir / "rank1.out");
+  EXPECT_EQ(read_file(dir / "rank0.rc"), "0\n") << read_file(dir / "rank0.out");
+  EXPECT_EQ(read_file(dir / "rank1.rc"), "0\n") << read_file(dir / "rank1.out");
+  EXPECT_NE(serve.log().find("[job-failed] rank 1 cannot take part"), std::string::npos) << serve.log();
+  EXPECT_NE(read_file(dir / "rank1.out").find("disabled, training continues at default clocks"), std::string::npos);
+  EXPECT_TRUE(ends_at_default_clock(dir / "gpu0.log"));
+  fs::remove_all(dir);
 }
 
 // Issue 11: a rank that dies used to hold every other rank at the barrier for --round-timeout

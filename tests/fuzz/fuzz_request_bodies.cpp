@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "perseus/server/models.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
@@ -11,12 +13,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   using namespace perseus::server;
   try {
-    switch (data[0] % 5) {
+    switch (data[0] % 6) {
       case 0: job_info_from_json(parse_body(body)); break;       // POST /register_job
       case 1: rank_info_from_json(parse_body(body)); break;      // POST /register_rank
       case 2: profiling_result_from_text(body); break;           // POST /result (simdjson)
       case 3: heartbeat_from_json(parse_body(body)); break;      // POST /heartbeat
       case 4: schedule_from_json(parse_body(body)); break;       // the client reading GET /schedule
+      case 5: {                                                  // POST /leave: the reason is echoed as JSON
+        Leave leave = leave_from_json(parse_body(body));
+        (void)nlohmann::json(leave.reason).dump();
+        break;
+      }
     }
   } catch (const RequestError&) {
   }

@@ -60,6 +60,8 @@ class JobManager {
   void request_schedule(const std::string& job_id, int rank, Reply reply);
   void report_result(const std::string& job_id, ProfilingResult result);
   void heartbeat(const std::string& job_id, const Heartbeat& beat);
+  // A rank cannot take part: the job ends ([job-failed], naming it) and every rank goes on without perseus.
+  void leave(const std::string& job_id, const Leave& leave);
 
   // Answers every waiting request with 503 and `why`; used when the server stops.
   void shutdown(const std::string& why);

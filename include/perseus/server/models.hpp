@@ -53,6 +53,13 @@ struct Heartbeat {
   std::uint64_t progress = 0;
 };
 
+// POST /leave/{job_id}: a rank cannot take part any more (its GPU refused, perseus failed on
+// it); the job ends so that no rank waits for it at the barrier.
+struct Leave {
+  int rank = 0;
+  std::string reason;
+};
+
 using Breakdown = std::map<std::string, std::vector<std::vector<double>>>;
 
 struct ProfilingResult {
@@ -69,6 +76,7 @@ JobInfo job_info_from_json(const nlohmann::json& body);
 RankInfo rank_info_from_json(const nlohmann::json& body);
 PowerStateSchedule schedule_from_json(const nlohmann::json& body);
 Heartbeat heartbeat_from_json(const nlohmann::json& body);
+Leave leave_from_json(const nlohmann::json& body);
 // POST /result's body, decoded with simdjson (the hot path); same checks and messages.
 ProfilingResult profiling_result_from_text(std::string_view body);
 
