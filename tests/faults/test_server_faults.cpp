@@ -58,7 +58,12 @@ std::size_t count_lines_with(const std::string& text, const std::string& needle)
 // lines. Now it logs once, backs off, and serves again once descriptors free up.
 TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
   auto dir = test_dir();
-  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1", "ulimit -n 32;");
+  // Under the sanitizers, UBSan's vptr check needs two free descriptors (it probes memory through a
+  // pipe) and reports "invalid vptr" without them; that check is off for this one process.
+  write_file_atomic(dir / "ubsan.supp", "vptr_check:*\n");
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1",
+                     fmt::format("ulimit -n 32; export UBSAN_OPTIONS=\"$UBSAN_OPTIONS:suppressions={}\";",
+                                 (dir / "ubsan.supp").string()));
   ASSERT_NE(serve.port, 0);
   std::vector<int> connections;
   for (int i = 0; i < 60; ++i) {
