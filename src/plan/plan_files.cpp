@@ -75,45 +75,97 @@ std::string plan_to_python(const Plan& plan, std::size_t iteration) {
   return text;
 }
 
+std::string plan_to_zeus(const Plan& plan, std::size_t iteration) {
+  const auto layout = plan.stage_instructions();
+  std::string text = "[\n";
+  for (std::size_t s = 0; s < plan.frequencies.size(); ++s) {
+    std::vector<std::string> pairs;
+    for (std::size_t k = 0; k < plan.frequencies[s].size() && s < layout.size() && k < layout[s].size(); ++k)
+      pairs.push_back(fmt::format("('{}', {})", layout[s][k].kind == InstructionKind::forward ? "forward" : "backward",
+                                  plan.frequencies[s][k]));
+    text += fmt::format("[{}],\n", fmt::join(pairs, ", "));
+  }
+  text += "]\n";
+  const std::string prefix = fmt::format("# Iteration {} ", iteration);
+  text += prefix + "cost change: " + python_float(plan.cost_change) + "\n";
+  text += prefix + "total cost: " + python_float(plan.effective_cost) + "\n";
+  text += prefix + "total cost with P2P: " + python_float(plan.energy) + "\n";
+  return text;
+}
+
 namespace {
 
-// Recursive-descent reader for `[[int, ...], ...]` with Python's optional trailing commas.
+// Recursive-descent reader for `[[int, ...], ...]` (the artifact's) and `[[('forward', int), ...],
+// ...]` (Zeus's), with Python's optional trailing commas and either quote.
 class ListParser {
  public:
   ListParser(const std::string& text, const std::string& source) : text_(text), source_(source) {}
 
-  std::vector<std::vector<int>> parse() {
-    std::vector<std::vector<int>> result;
+  void parse(PlanFile& plan) {
     expect('[');
     skip();
     while (peek() != ']') {
-      result.push_back(parse_stage());
+      parse_stage(plan);
       skip();
       if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' after a stage's list");
     }
     ++pos_;
     skip();
     if (pos_ != text_.size()) fail("unexpected text after the plan's list");
-    return result;
+    if (!plan.instructions.empty() && plan.instructions.size() != plan.frequencies.size())
+      fail("every stage must list (instruction, clock) tuples, or every stage plain clocks");
   }
 
  private:
-  std::vector<int> parse_stage() {
-    std::vector<int> stage;
+  void parse_stage(PlanFile& plan) {
+    std::vector<int> clocks;
+    std::vector<std::string> names;
     expect('[');
     skip();
     while (peek() != ']') {
-      const std::size_t start = pos_;
-      while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
-      if (start == pos_) fail("expected a clock (a positive integer)");
-      const auto value = parse_integer(std::string_view(text_).substr(start, pos_ - start));
-      if (!value || *value <= 0 || *value > 1000000) fail("clock out of range");
-      stage.push_back(static_cast<int>(*value));
+      if (peek() == '(') {
+        ++pos_;
+        skip();
+        names.push_back(parse_name());
+        expect(',');
+        skip();
+        clocks.push_back(parse_clock());
+        skip();
+        if (peek() == ',') { ++pos_; skip(); }
+        expect(')');
+      } else {
+        clocks.push_back(parse_clock());
+      }
+      if (!names.empty() && names.size() != clocks.size()) fail("a stage mixes plain clocks and (instruction, clock) tuples");
       skip();
       if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' in a stage's list");
     }
     ++pos_;
-    return stage;
+    if (!names.empty()) {
+      if (plan.instructions.size() != plan.frequencies.size())
+        fail("every stage must list (instruction, clock) tuples, or every stage plain clocks");
+      plan.instructions.push_back(std::move(names));
+    }
+    plan.frequencies.push_back(std::move(clocks));
+  }
+  int parse_clock() {
+    const std::size_t start = pos_;
+    while (pos_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[pos_]))) ++pos_;
+    if (start == pos_) fail("expected a clock (a positive integer)");
+    const auto value = parse_integer(std::string_view(text_).substr(start, pos_ - start));
+    if (!value || *value <= 0 || *value > 1000000) fail("clock out of range");
+    return static_cast<int>(*value);
+  }
+  std::string parse_name() {
+    const char quote = peek();
+    if (quote != '\'' && quote != '"') fail("expected 'forward' or 'backward'");
+    const std::size_t start = ++pos_;
+    while (pos_ < text_.size() && text_[pos_] != quote && text_[pos_] != '\n') ++pos_;
+    std::string name = text_.substr(start, pos_ - start);
+    if (pos_ >= text_.size() || text_[pos_] != quote) fail("unterminated string");
+    ++pos_;
+    if (name != "forward" && name != "backward") fail(fmt::format("instruction '{}' is not 'forward' or 'backward'", name));
+    return name;
   }
   // Whitespace and comments (which run to the end of their line) are skipped.
   void skip() {
@@ -139,7 +191,9 @@ class ListParser {
   }
   [[noreturn]] void fail(const std::string& problem) {
     const std::size_t line = 1 + static_cast<std::size_t>(std::count(text_.begin(), text_.begin() + std::min(pos_, text_.size()), '\n'));
-    throw InputError(source_, line, "", problem + " (a plan file holds only a list of per-stage clock lists and comments)");
+    throw InputError(source_, line, "",
+                     problem + " (a plan file holds only a list of per-stage lists of clocks or of "
+                               "(instruction, clock) tuples, and comments)");
   }
 
   const std::string& text_;
@@ -164,11 +218,17 @@ std::optional<double> comment_value(const std::string& text, const std::string& 
 
 PlanFile parse_python_plan(const std::string& text, const std::string& source) {
   PlanFile plan;
-  plan.frequencies = ListParser(text, source).parse();
+  ListParser(text, source).parse(plan);
   if (plan.frequencies.empty()) throw InputError(source, 1, "", "the plan lists no stages");
-  plan.cost_change = comment_value(text, ": cost change ");
-  plan.total_cost = comment_value(text, ": total cost ");
-  plan.refined_cost = comment_value(text, ": refined cost ");
+  if (plan.instructions.empty()) {  // the artifact's comments: "# Iteration N: cost change X "
+    plan.cost_change = comment_value(text, ": cost change ");
+    plan.total_cost = comment_value(text, ": total cost ");
+    plan.refined_cost = comment_value(text, ": refined cost ");
+  } else {  // Zeus's: "# Iteration N cost change: X"
+    plan.cost_change = comment_value(text, " cost change: ");
+    plan.total_cost = comment_value(text, " total cost: ");
+    plan.energy = comment_value(text, " total cost with P2P: ");
+  }
   return plan;
 }
 

@@ -152,7 +152,8 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
   if (info.dp_rank >= j.dp_degree) throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
   if (info.pp_rank >= j.pp_degree) throw RequestError(422, fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
   if (info.tp_rank >= j.tp_degree) throw RequestError(422, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
-  if (info.pipe_schedule.empty()) throw RequestError(422, "field 'pipe_schedule': must not be empty");
+  if (info.dialect == Dialect::perseus && info.pipe_schedule.empty())
+    throw RequestError(422, "field 'pipe_schedule': must not be empty");
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
   if (slot) {
@@ -181,7 +182,7 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
   // went to a connection the client had given up on. It gets the same schedule again.
   if (job.phase == Phase::running && !job.results[r]) {
     spdlog::debug("job {}: rank {} asked again for round {}'s schedule", job_id, rank, job.round);
-    return reply(200, to_json(job.current[r]));
+    return reply(200, answer(job, r));
   }
   job.beats[r].progressed = SteadyClock::now();
   if (job.waiting[r]) {
@@ -303,6 +304,12 @@ void JobManager::start_rounds(Job& job) {
   arm_timer(job, "ask for the schedule");
 }
 
+json JobManager::answer(const Job& job, std::size_t rank) const {
+  const auto& schedule = job.current[rank];
+  if (job.ranks[rank] && job.ranks[rank]->dialect == Dialect::zeus) return to_zeus_json(schedule);
+  return to_json(schedule);
+}
+
 void JobManager::send_schedules(Job& job) {
   std::vector<PowerStateSchedule> schedules;
   try {
@@ -318,7 +325,14 @@ void JobManager::send_schedules(Job& job) {
     if (s.rank < 0 || s.rank >= job.info.world_size || by_rank[static_cast<std::size_t>(s.rank)])
       return end(job, fmt::format("[job-failed] scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank));
     const RankInfo& info = *job.ranks[static_cast<std::size_t>(s.rank)];
-    if (s.power_states.size() != info.pipe_schedule.size())
+    if (info.pipe_schedule.empty()) {  // Zeus's client: the scheduler names each instruction
+      bool named = !s.power_states.empty() && s.instructions.size() == s.power_states.size() &&
+                   std::all_of(s.instructions.begin(), s.instructions.end(), is_compute_instruction);
+      if (!named)
+        return end(job, fmt::format("[job-failed] scheduler {} cannot serve rank {}: Zeus's client does not send its "
+                                    "instruction order, so only a scheduler that takes it from a plan can "
+                                    "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank));
+    } else if (s.power_states.size() != info.pipe_schedule.size())
       return end(job, fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
                                   settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
     for (int state : s.power_states)
@@ -344,11 +358,13 @@ void JobManager::send_schedules(Job& job) {
   job.asked = 0;
   for (auto& r : job.results) r.reset();
   job.reported = 0;
-  arm_timer(job, "report results");
+  // Zeus's client asks once and never reports: its job is deployed, not waiting for results.
+  bool zeus = std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r && r->dialect == Dialect::zeus; });
+  if (!zeus) arm_timer(job, "report results");
   for (std::size_t r = 0; r < job.waiting.size(); ++r) {
     Reply reply = std::move(job.waiting[r]);
     job.waiting[r] = nullptr;
-    reply(200, to_json(job.current[r]));
+    reply(200, answer(job, r));
   }
   spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
 }
@@ -358,7 +374,7 @@ void JobManager::finish_round(Job& job) {
   for (auto& r : job.results) results.push_back(std::move(*r));
   if (settings_.dump_data) {
     json sched = json::array(), prof = json::array();
-    for (const auto& s : job.current) sched.push_back(to_json(s));
+    for (std::size_t r = 0; r < job.current.size(); ++r) sched.push_back(answer(job, r));
     for (const auto& r : results) prof.push_back(to_json(r));
     dump(job, fmt::format("{}.sched.json", job.round), sched);
     dump(job, fmt::format("{}.prof.json", job.round), prof);

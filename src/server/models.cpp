@@ -77,6 +77,35 @@ std::string id_part(const json& body, const std::string& name) {
   return text;
 }
 
+// Zeus's optional job_metadata ends the job id, so it becomes a directory name and part of
+// every URL Zeus's client builds without escaping.
+std::string job_metadata(const json& body) {
+  auto it = body.find("job_metadata");
+  if (it == body.end() || it->is_null()) return "";
+  if (!it->is_string()) bad("job_metadata", fmt::format("expected a string or null, got {}", type_name(*it)));
+  auto text = it->get<std::string>();
+  if (text.size() > 200) bad("job_metadata", fmt::format("at most 200 bytes, got {}", text.size()));
+  for (char c : text)
+    if (c == '/' || c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
+      bad("job_metadata", fmt::format("'{}' may not contain '/', '\\', '?', '#', '%' or control characters", text));
+  return text;
+}
+
+// Zeus's RankInfo.available_frequencies: stored like power_state_range (unique, descending).
+std::vector<int> available_frequencies(const json& body) {
+  const json& freqs = field(body, "available_frequencies");
+  if (!freqs.is_array()) bad("available_frequencies", fmt::format("expected a list, got {}", type_name(freqs)));
+  if (freqs.empty()) bad("available_frequencies", "must not be empty");
+  std::set<int> unique;
+  for (std::size_t i = 0; i < freqs.size(); ++i) {
+    std::string where = fmt::format("available_frequencies[{}]", i);
+    int v = as_int(freqs[i], where);
+    if (v <= 0) bad(where, fmt::format("must be positive, got {}", v));
+    unique.insert(v);
+  }
+  return {unique.rbegin(), unique.rend()};
+}
+
 }  // namespace
 
 const std::vector<std::string>& pipe_instruction_names() {
@@ -139,6 +168,16 @@ JobInfo job_info_from_json(const json& body) {
     bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}",
                                   static_cast<long long>(info.pp_degree) * info.dp_degree * info.tp_degree,
                                   info.world_size));
+  // Any of the artifact's model fields makes it the Perseus dialect (then all are required);
+  // none of them is Zeus's JobInfo.
+  bool perseus = false;
+  for (const char* name : {"framework", "model_name", "partition_method", "microbatch_size", "num_microbatches"})
+    perseus = perseus || body.contains(name);
+  if (!perseus) {
+    info.dialect = Dialect::zeus;
+    info.job_metadata = job_metadata(body);
+    return info;
+  }
   info.framework = id_part(body, "framework");
   info.model_name = id_part(body, "model_name");
   info.partition_method = id_part(body, "partition_method");
@@ -158,6 +197,11 @@ RankInfo rank_info_from_json(const json& body) {
   info.dp_rank = int_field(body, "dp_rank", 0);
   info.pp_rank = int_field(body, "pp_rank", 0);
   info.tp_rank = int_field(body, "tp_rank", 0);
+  if (body.contains("available_frequencies") && !body.contains("pipe_schedule")) {
+    info.dialect = Dialect::zeus;
+    info.power_state_range = available_frequencies(body);
+    return info;
+  }
   const json& schedule = field(body, "pipe_schedule");
   if (!schedule.is_array()) bad("pipe_schedule", fmt::format("expected a list, got {}", type_name(schedule)));
   const auto& names = pipe_instruction_names();
@@ -196,6 +240,12 @@ PowerStateSchedule schedule_from_json(const json& body) {
 }
 
 json to_json(const JobInfo& info) {
+  if (info.dialect == Dialect::zeus) {
+    json out = {{"job_id", info.job_id},       {"pp_degree", info.pp_degree},   {"dp_degree", info.dp_degree},
+                {"tp_degree", info.tp_degree}, {"world_size", info.world_size}, {"job_metadata", nullptr}};
+    if (!info.job_metadata.empty()) out["job_metadata"] = info.job_metadata;
+    return out;
+  }
   return {{"job_id", info.job_id},
           {"pp_degree", info.pp_degree},
           {"dp_degree", info.dp_degree},
@@ -209,6 +259,9 @@ json to_json(const JobInfo& info) {
 }
 
 json to_json(const RankInfo& info) {
+  if (info.dialect == Dialect::zeus)
+    return {{"job_id", info.job_id},   {"rank", info.rank},       {"dp_rank", info.dp_rank},
+            {"pp_rank", info.pp_rank}, {"tp_rank", info.tp_rank}, {"available_frequencies", info.power_state_range}};
   return {{"job_id", info.job_id},   {"rank", info.rank},
           {"dp_rank", info.dp_rank}, {"pp_rank", info.pp_rank},
           {"tp_rank", info.tp_rank}, {"pipe_schedule", info.pipe_schedule},
@@ -217,6 +270,13 @@ json to_json(const RankInfo& info) {
 
 json to_json(const PowerStateSchedule& schedule) {
   return {{"rank", schedule.rank}, {"power_states", schedule.power_states}};
+}
+
+json to_zeus_json(const PowerStateSchedule& schedule) {
+  json pairs = json::array();
+  for (std::size_t i = 0; i < schedule.power_states.size() && i < schedule.instructions.size(); ++i)
+    pairs.push_back(json::array({schedule.instructions[i], schedule.power_states[i]}));
+  return {{"rank", schedule.rank}, {"frequencies", std::move(pairs)}};
 }
 
 json to_json(const ProfilingResult& result) {
@@ -234,6 +294,9 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
   localtime_r(&t, &local);
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d-%H-%M-%S", &local);
+  if (info.dialect == Dialect::zeus)
+    return fmt::format("{}+dp{}+pp{}+tp{}+{}{}{}", stamp, info.dp_degree, info.pp_degree, info.tp_degree, scheduler_name,
+                       info.job_metadata.empty() ? "" : "+", info.job_metadata);
   return fmt::format("{}+{}+{}+{}+dp{}+pp{}+tp{}+mbs{}+nmb{}+{}", stamp, info.framework, info.model_name,
                      info.partition_method, info.dp_degree, info.pp_degree, info.tp_degree, info.microbatch_size,
                      info.num_microbatches, scheduler_name);

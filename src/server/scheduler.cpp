@@ -124,7 +124,7 @@ class ThreeDParallel final : public Scheduler {
     for (const auto& r : ranks_) {
       auto it = by_stage.find(r.pp_rank);
       if (it == by_stage.end()) throw std::runtime_error(fmt::format("no schedule for stage {}", r.pp_rank));
-      out.push_back({r.rank, it->second->power_states});
+      out.push_back({r.rank, it->second->power_states, it->second->instructions});
     }
     return out;
   }

@@ -77,6 +77,7 @@ class JobManager {
   void start_rounds(Job& job);
   void send_schedules(Job& job);
   void finish_round(Job& job);
+  nlohmann::json answer(const Job& job, std::size_t rank) const;  // the rank's schedule, in its dialect
   void end(Job& job, const std::string& detail);
   void forget_later(Job& job);
   void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request

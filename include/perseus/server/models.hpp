@@ -26,24 +26,38 @@ class RequestError : public std::runtime_error {
 const std::vector<std::string>& pipe_instruction_names();
 bool is_compute_instruction(const std::string& name);  // forward or backward
 
+// The server speaks two dialects, told apart by the request bodies (DESIGN §7): the Perseus
+// artifact's (pipe_schedule, power_state_range, power_states) and Zeus master's
+// pipeline-frequency optimizer's (available_frequencies, frequencies as [instruction, MHz]).
+enum class Dialect { perseus, zeus };
+
 struct JobInfo {
   std::string job_id;
   int pp_degree = 1, dp_degree = 1, tp_degree = 1, world_size = 1;
+  // Perseus dialect only.
   std::string framework, model_name, partition_method;
   int microbatch_size = 1, num_microbatches = 1;
+  Dialect dialect = Dialect::perseus;
+  // Zeus dialect only: appended to the job id when not empty.
+  std::string job_metadata = {};
 };
 
 struct RankInfo {
   std::string job_id;
   int rank = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;
+  // Empty for Zeus's client, which does not send its instruction order: schedulers that serve it
+  // take the order from their plan and say it in PowerStateSchedule::instructions.
   std::vector<std::string> pipe_schedule;
-  std::vector<int> power_state_range;  // unique, sorted descending
+  std::vector<int> power_state_range;  // unique, sorted descending (Zeus: available_frequencies)
+  Dialect dialect = Dialect::perseus;
   bool operator==(const RankInfo&) const = default;
 };
 
 struct PowerStateSchedule {
   int rank = 0;
   std::vector<int> power_states;  // one per entry of the rank's pipe_schedule
+  // The instruction of each power state, for a rank registered without a pipe_schedule.
+  std::vector<std::string> instructions = {};
 };
 
 // POST /heartbeat/{job_id}: a rank is alive, and how far its training thread got (hooks called),
@@ -83,9 +97,12 @@ ProfilingResult profiling_result_from_text(std::string_view body);
 nlohmann::json to_json(const JobInfo& info);
 nlohmann::json to_json(const RankInfo& info);
 nlohmann::json to_json(const PowerStateSchedule& schedule);
+// Zeus's FrequencySchedule: {rank, frequencies: [[instruction, MHz], ...]} from `instructions`.
+nlohmann::json to_zeus_json(const PowerStateSchedule& schedule);
 nlohmann::json to_json(const ProfilingResult& result);
 
-// `YYYY-MM-DD-HH-MM-SS+framework+model+partition+dpD+ppP+tpT+mbsB+nmbN+Scheduler`, local time.
+// `YYYY-MM-DD-HH-MM-SS+framework+model+partition+dpD+ppP+tpT+mbsB+nmbN+Scheduler`, local time;
+// Zeus dialect: `YYYY-MM-DD-HH-MM-SS+dpD+ppP+tpT+Scheduler[+job_metadata]`.
 std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
                         std::chrono::system_clock::time_point when);
 

@@ -1,8 +1,9 @@
 // Runs given plans: `warmup_iters` rounds at the top clock, then each plan for one round.
 // solution_path is a plan file (.json or the artifact's .py), a frontier directory (plans.json;
 // pick a point with index, time or slowdown, else the fastest), or a folder of plan files run in
-// sorted order. A single plan then keeps running (deployment); a folder ends with
-// [profiling-done] after its last plan, as the artifact does. stop_when_done overrides both.
+// sorted order (reverse: the other way round). A single plan then keeps running (deployment); a
+// folder ends with [profiling-done] after its last plan, as the artifact does. stop_when_done
+// overrides both. A rank of Zeus's client gets the plan with each clock's instruction named.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -27,6 +28,7 @@ struct LoadedPlan {
   std::optional<ScheduleKind> schedule;
   std::vector<int> extra_forwards;
   std::optional<int> num_microbatches;
+  std::vector<std::vector<std::string>> instructions = {};  // per stage, when the file names them (Zeus's format)
 };
 
 struct PointConfig {
@@ -37,7 +39,27 @@ struct PointConfig {
 
 LoadedPlan from_file(const fs::path& path) {
   PlanFile file = read_plan_file(path);
-  return {path.filename().string(), file.frequencies, file.schedule, file.extra_forwards, file.num_microbatches};
+  return {path.filename().string(), file.frequencies, file.schedule, file.extra_forwards, file.num_microbatches,
+          file.instructions};
+}
+
+const char* name_of(InstructionKind kind) { return kind == InstructionKind::forward ? "forward" : "backward"; }
+
+// The forward/backward order of one stage of a plan: named by the file, from the schedule it was
+// made for, or else 1F1B with half the clocks as microbatches (the artifact's and lowtime's plans).
+std::vector<std::string> plan_order(const LoadedPlan& plan, int stage, int stages, const std::string& who) {
+  const auto& clocks = plan.frequencies[static_cast<std::size_t>(stage)];
+  if (!plan.instructions.empty()) return plan.instructions[static_cast<std::size_t>(stage)];
+  ScheduleKind kind = plan.schedule.value_or(ScheduleKind::one_f_one_b);
+  int extra = plan.extra_forwards.empty() ? 0 : plan.extra_forwards[static_cast<std::size_t>(stage)];
+  int microbatches = plan.num_microbatches.value_or(static_cast<int>(clocks.size() / 2));
+  if (!plan.num_microbatches && clocks.size() % 2 != 0)
+    throw std::runtime_error(fmt::format("{}: {} clocks is not a forward and a backward per microbatch", who, clocks.size()));
+  std::vector<std::string> names;
+  for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra)) names.emplace_back(name_of(inst.kind));
+  if (names.size() != clocks.size())
+    throw std::runtime_error(fmt::format("{}: {} clocks for {} forwards and backwards", who, clocks.size(), names.size()));
+  return names;
 }
 
 class PointSolution final : public Scheduler {
@@ -45,6 +67,9 @@ class PointSolution final : public Scheduler {
   PointSolution(const SchedulerContext& context, const PointConfig& config) : context_(context), config_(config) {
     require_pure_pipeline(context, "PointSolution");
     for (const auto& plan : config_.plans) schedules_.push_back(check_and_expand(plan));
+    // Zeus's client asks for one schedule and keeps it: it gets the plan at once, as from Zeus's server.
+    for (const auto& r : context_.ranks)
+      if (r.pipe_schedule.empty()) config_.warmup_rounds = 0;
   }
 
   std::vector<PowerStateSchedule> next_schedule() override {
@@ -78,7 +103,11 @@ class PointSolution final : public Scheduler {
         if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clocks[slot]) == r.power_state_range.end())
           throw std::runtime_error(
               fmt::format("{}: slot {} asks for {} MHz, which rank {}'s GPU does not support", who, slot, clocks[slot], r.rank));
-      if (plan.schedule) check_order(plan, r, who);
+      if (r.pipe_schedule.empty()) {  // Zeus's client: the plan names the order
+        out.push_back({r.rank, clocks, plan_order(plan, r.pp_rank, context_.job.pp_degree, who)});
+        continue;
+      }
+      if (plan.schedule || !plan.instructions.empty()) check_order(plan, r, who);
       out.push_back({r.rank, expand_compute_clocks(r.pipe_schedule, clocks, who)});
     }
     return out;
@@ -86,17 +115,18 @@ class PointSolution final : public Scheduler {
 
   // The rank's forwards and backwards must come in the order the plan was made for.
   void check_order(const LoadedPlan& plan, const RankInfo& rank, const std::string& who) const {
-    int extra = plan.extra_forwards.empty() ? 0 : plan.extra_forwards[static_cast<std::size_t>(rank.pp_rank)];
-    auto expected = stage_schedule(*plan.schedule, rank.pp_rank, context_.job.pp_degree, context_.job.num_microbatches, extra);
+    LoadedPlan sized = plan;
+    if (!sized.num_microbatches) sized.num_microbatches = context_.job.num_microbatches;
+    auto expected = plan_order(sized, rank.pp_rank, context_.job.pp_degree, who);
     std::size_t k = 0;
     for (std::size_t i = 0; i < rank.pipe_schedule.size(); ++i) {
       const auto& name = rank.pipe_schedule[i];
       if (!is_compute_instruction(name)) continue;
       if (k >= expected.size()) break;  // the count check reports this
-      const char* want = expected[k].kind == InstructionKind::forward ? "forward" : "backward";
-      if (name != want)
-        throw std::runtime_error(fmt::format("{}: pipe_schedule[{}] is {} but the plan ({} schedule) has a {} there",
-                                             who, i, name, to_string(*plan.schedule), want));
+      if (name != expected[k])
+        throw std::runtime_error(fmt::format("{}: pipe_schedule[{}] is {} but the plan{} has a {} there", who, i, name,
+                                             plan.schedule ? fmt::format(" ({} schedule)", to_string(*plan.schedule)) : "",
+                                             expected[k]));
       ++k;
     }
   }
@@ -111,7 +141,7 @@ class PointSolution final : public Scheduler {
 
 SchedulerFactory configure_point_solution(const nlohmann::json& args) {
   SchedulerArgs checked("PointSolution", args,
-                        {"solution_path", "warmup_iters", "index", "time", "slowdown", "stop_when_done"});
+                        {"solution_path", "warmup_iters", "index", "time", "slowdown", "stop_when_done", "reverse"});
   auto path_arg = checked.string("solution_path");
   if (!path_arg) checked.fail("solution_path", "is required: a plan file, a frontier directory or a folder of plans");
   fs::path path(*path_arg);
@@ -152,6 +182,7 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
         if (entry.is_regular_file() && (ext == ".py" || ext == ".json")) files.push_back(entry.path());
       }
       std::sort(files.begin(), files.end());
+      if (checked.boolean("reverse").value_or(false)) std::reverse(files.begin(), files.end());  // the artifact's
       if (files.empty()) checked.fail("solution_path", fmt::format("{} holds no .py or .json plan files", path.string()));
       for (const auto& f : files) config.plans.push_back(from_file(f));
     } else if (fs::exists(path)) {
