@@ -76,6 +76,71 @@ TEST_F(Cli, OptimizeShowExportAndReadBack) {
   EXPECT_NE(r.output.find("no plan finishes within"), std::string::npos);
 }
 
+// Plans move to Zeus and back: exported in Zeus's format, read back, emulated like the original.
+TEST_F(Cli, ZeusPlansExportReadAndEmulate) {
+  const std::string out = (dir_ / "out").string();
+  auto r = run("optimize " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --out " + out + " --quiet");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string zeus_dir = (dir_ / "zeus").string(), py_dir = (dir_ / "py").string();
+  ASSERT_EQ(run("plans export " + out + " --out " + zeus_dir + " --index 3 --format zeus").code, 0);
+  ASSERT_EQ(run("plans export " + out + " --out " + py_dir + " --index 3 --format py").code, 0);
+  const std::string zeus_plan = zeus_dir + "/freqs_pipeline_00003.py";
+  EXPECT_EQ(perseus::read_file(zeus_plan).rfind("[\n[('forward', ", 0), 0u) << perseus::read_file(zeus_plan);
+  r = run("plans read " + zeus_plan);
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto zeus = nlohmann::json::parse(r.output);
+  auto artifact = nlohmann::json::parse(run("plans read " + py_dir + "/freqs_pipeline_00003.py").output);
+  EXPECT_EQ(zeus["format"], "zeus");
+  EXPECT_EQ(artifact["format"], "perseus-py");
+  EXPECT_EQ(zeus["frequencies"], artifact["frequencies"]);
+  EXPECT_EQ(zeus["instructions"][3][0], "forward");
+  // --microbatches comes from the plan's forwards.
+  auto emulated_zeus = run("emulate " + example_ + " --stages 4 --p2p-power 75 --plan " + zeus_plan);
+  auto emulated_py = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --plan " + py_dir + "/freqs_pipeline_00003.py");
+  ASSERT_EQ(emulated_zeus.code, 0) << emulated_zeus.output;
+  auto numbers = [](const std::string& text) { return text.substr(text.find("iteration time")); };
+  EXPECT_EQ(numbers(emulated_zeus.output), numbers(emulated_py.output));
+  // A plan that names another order than the emulated schedule's is refused, naming the slot.
+  r = run("emulate " + example_ + " --stages 4 --p2p-power 75 --schedule gpipe --plan " + zeus_plan);
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("the plan names a backward where the gpipe schedule runs a forward"), std::string::npos) << r.output;
+}
+
+// Zeus's server settings (ZEUS_PFO_*) configure `perseus serve` when neither a flag nor
+// PERSEUS_* does, so that the commands in Zeus's docs work as written.
+TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
+  auto zeus = run("serve", "ZEUS_PFO_SCHEDULER=Nope");
+  EXPECT_EQ(zeus.code, 64);
+  EXPECT_NE(zeus.output.find("unknown scheduler 'Nope'"), std::string::npos) << zeus.output;
+  EXPECT_NE(run("serve", "ZEUS_PFO_SCHEDULER=Nope PERSEUS_SCHEDULER=Mine").output.find("'Mine'"), std::string::npos);
+  EXPECT_NE(run("serve --scheduler Flag", "ZEUS_PFO_SCHEDULER=Nope").output.find("'Flag'"), std::string::npos);
+  EXPECT_EQ(run("serve", "ZEUS_PFO_MAX_JOB_IDLE_TIME=soon").code, 64);
+  EXPECT_EQ(run("serve", "ZEUS_PFO_DUMP_DATA=maybe").code, 64);
+
+  // The docs' command, its placeholder taken literally: a usage error that explains it.
+  auto docs = run("serve --scheduler PointSolution --port 7787",
+                  "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"path/to/freqs_pipeline_%05d.py\"}'");
+  EXPECT_EQ(docs.code, 64) << docs.output;
+  EXPECT_NE(docs.output.find("'%05d' in Zeus's docs stands for a plan's number"), std::string::npos) << docs.output;
+  // A malformed plan stops the server at start with a usage error naming the file and line.
+  const std::string bad = write("freqs_pipeline_00001.py", "[\n[('forward', 1410)],\n[('forward', x)],\n]\n");
+  auto malformed = run("serve --scheduler PointSolution --port 0",
+                       "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + bad + "\"}'");
+  EXPECT_EQ(malformed.code, 64) << malformed.output;
+  EXPECT_NE(malformed.output.find("freqs_pipeline_00001.py:3: expected a clock"), std::string::npos) << malformed.output;
+
+  // With a real plan the server starts with Zeus's settings.
+  const std::string good = write("freqs_pipeline_00002.py", "[\n[('forward', 1410), ('backward', 1410)],\n]\n");
+  const std::string records = (dir_ / "zeus-dump").string();
+  auto started = run("serve --scheduler PointSolution --port 0",
+                     "timeout -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + good +
+                         "\"}' ZEUS_PFO_DUMP_DIR=" + records + " ZEUS_PFO_LOG_LEVEL=DEBUG");
+  EXPECT_NE(started.output.find("scheduler PointSolution, mode frequency, records in " + records), std::string::npos)
+      << started.output;
+  auto no_records = run("serve --port 0", "timeout -s INT 1 env ZEUS_PFO_DUMP_DATA=false");
+  EXPECT_NE(no_records.output.find("no records"), std::string::npos) << no_records.output;
+}
+
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
   auto r = run("optimize /nonexistent.csv --stages 2 --microbatches 2 --p2p-power 70 --out " + (dir_ / "x").string());
   EXPECT_EQ(r.code, 66);

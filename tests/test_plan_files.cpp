@@ -114,3 +114,48 @@ TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
   EXPECT_NE(message(R"({"frequencies": [[1410]], "extra_forwards": {"a": 1}})").find("extra_forwards"), std::string::npos);
   EXPECT_EQ(message(R"({"format": "perseus-plan/1", "frequencies": [[1410, 1395]]})"), "accepted");
 }
+
+// Zeus's run_optimization.py writes per stage ("forward"|"backward", clock) tuples and its own
+// comment lines; they are read as data, and written back the same way.
+TEST(PlanFiles, ZeusTuplePlansRoundTrip) {
+  Plan plan;
+  plan.num_stages = 2;
+  plan.num_microbatches = 1;
+  plan.frequencies = {{1410, 1395}, {1380, 1410}};
+  plan.cost_change = -0.25;
+  plan.effective_cost = 100;
+  plan.energy = 120.5;
+  const std::string text = plan_to_zeus(plan, 12);
+  EXPECT_EQ(text,
+            "[\n[('forward', 1410), ('backward', 1395)],\n[('forward', 1380), ('backward', 1410)],\n]\n"
+            "# Iteration 12 cost change: -0.25\n# Iteration 12 total cost: 100.0\n"
+            "# Iteration 12 total cost with P2P: 120.5\n");
+  const PlanFile back = parse_python_plan(text, "freqs_pipeline_00012.py");
+  EXPECT_EQ(back.frequencies, plan.frequencies);
+  EXPECT_EQ(back.instructions, (std::vector<std::vector<std::string>>{{"forward", "backward"}, {"forward", "backward"}}));
+  EXPECT_DOUBLE_EQ(*back.cost_change, -0.25);
+  EXPECT_DOUBLE_EQ(*back.total_cost, 100.0);
+  EXPECT_DOUBLE_EQ(*back.energy, 120.5);
+  // Double quotes and trailing commas inside tuples are Python too.
+  const PlanFile quoted = parse_python_plan("[[(\"forward\", 1410,), (\"backward\", 1200)]]", "q.py");
+  EXPECT_EQ(quoted.instructions.front().back(), "backward");
+}
+
+TEST(PlanFiles, MalformedZeusPlansAreErrorsNamingTheLine) {
+  auto message = [](const std::string& text) {
+    try {
+      parse_python_plan(text, "z.py");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message("[\n[('forward', 1410)],\n[('jump', 1410)],\n]").find("z.py:3: instruction 'jump' is not"), std::string::npos);
+  EXPECT_NE(message("[[('forward', 1410), 1395]]").find("mixes plain clocks"), std::string::npos);
+  EXPECT_NE(message("[[1410], [('forward', 1410)]]").find("every stage must list"), std::string::npos);
+  EXPECT_NE(message("[[('forward', 1410)], [1410]]").find("every stage must list"), std::string::npos);
+  EXPECT_NE(message("[[('forward, 1410)]]").find("unterminated string"), std::string::npos);
+  EXPECT_NE(message("[[('forward' 1410)]]").find("expected ','"), std::string::npos);
+  EXPECT_NE(message("[[('forward', -1)]]").find("expected a clock"), std::string::npos);
+  EXPECT_NE(message("[[('forward', __import__('os'))]]").find("expected a clock"), std::string::npos);
+}

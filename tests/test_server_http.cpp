@@ -162,7 +162,11 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(prof[1]["iter_time"], json({2.0, 2.0}));
   json sched = json::parse(read_file(job_dir / "0.sched.json"));
   EXPECT_EQ(sched[1]["power_states"], json({1200, 1200, 1000, 1000}));
-  json meta = json::parse(read_file(job_dir / "perseus.json"));
+  // perseus.json is the artifact's ServerInfo, exactly the fields its load_info() reads.
+  json info = json::parse(read_file(job_dir / "perseus.json"));
+  EXPECT_EQ(info, json({{"scheduler", "TwoFrequencies"}, {"scheduler_args", {{"forward_freq", 1200}, {"backward_freq", 1000}}},
+                        {"log_level", "INFO"}, {"mode", "frequency"}, {"dump_data", true}, {"dump_dir", dir.string()}}));
+  json meta = json::parse(read_file(job_dir / "job.json"));
   EXPECT_EQ(meta["server"]["scheduler"], "TwoFrequencies");
   EXPECT_EQ(meta["job"]["job_id"], id);
   EXPECT_FALSE(fs::exists(job_dir / "1.prof.json"));

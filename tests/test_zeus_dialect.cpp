@@ -3,6 +3,8 @@
 // (FrequencySchedule), written out by hand.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "perseus/util/atomic_file.hpp"
 #include "server_fixture.hpp"
 
@@ -169,6 +171,23 @@ TEST_F(ZeusDialect, ZeusBodiesAreValidatedAsZeusValidatesThem) {
   EXPECT_EQ(server.post("/register_rank/nope", zeus_rank(0, 0)).status, 404);
   EXPECT_EQ(server.post("/register_rank/" + id, zeus_rank(0, 0)).status, 200);
   EXPECT_EQ(server.post("/register_rank/" + id, zeus_rank(0, 0)).status, 200) << "a retry";
+}
+
+// Zeus's client never reports results: its job is deployed, not failed by --round-timeout, and
+// is forgotten after --max-job-idle-time (ZEUS_PFO_MAX_JOB_IDLE_TIME).
+TEST_F(ZeusDialect, AZeusJobIsForgottenAfterTheIdleTimeNotFailed) {
+  auto plan = write_plan("freqs_pipeline_00003.py", kZeusPlan);
+  auto s = settings("PointSolution", {{"solution_path", plan.string()}});
+  s.round_timeout_s = 0.1;
+  s.max_job_idle_s = 0.6;
+  TestServer server(s);
+  std::string id = start(server, 2);
+  ask_all(server, id, 2);
+  std::this_thread::sleep_for(300ms);  // past the round timeout
+  auto again = server.call("GET", "/schedule/" + id + "?rank=1");
+  EXPECT_EQ(again.status, 200) << "asking again gets the same plan, the job did not fail: " << again.body;
+  std::this_thread::sleep_for(600ms);
+  EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 404);
 }
 
 TEST_F(ZeusDialect, AZeusJobSurvivesARestart) {

@@ -2,7 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "perseus/baselines/envpipe.hpp"
+#include "perseus/pipeline/schedule.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::cli {
@@ -70,12 +73,15 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     throw Error(fmt::format("{} is required (or give --frontier)", option), kExitUsage);
   };
   p.config.num_stages = pick(args.stages, record ? record->num_stages : 0, "--stages");
-  p.config.num_microbatches = pick(args.microbatches, record ? record->num_microbatches : 0, "--microbatches");
+  auto microbatches = args.microbatches;  // else from a plan file that says (JSON) or names its forwards (Zeus's)
+  if (!microbatches && !record && plan_file && plan_file->num_microbatches) microbatches = plan_file->num_microbatches;
+  if (!microbatches && !record && plan_file && !plan_file->instructions.empty()) {
+    const auto& first = plan_file->instructions.front();
+    microbatches = static_cast<int>(std::count(first.begin(), first.end(), "forward"));
+  }
+  p.config.num_microbatches = pick(microbatches, record ? record->num_microbatches : 0, "--microbatches");
   p.config.p_block = pick(args.p_block, record ? record->p_block : 0.0, "--p2p-power");
   p.unit_time = args.unit_time ? *args.unit_time : (record ? record->unit_time : 0.001);
-  if (plan_file && plan_file->num_microbatches && !args.microbatches && !record) {
-    p.config.num_microbatches = *plan_file->num_microbatches;
-  }
 
   p.profile = read_profile(profile);
   if (!args.schedule.empty()) {
@@ -131,6 +137,26 @@ LoadedSource load_source(const PlanSourceArgs& args) {
   return source;
 }
 
+namespace {
+
+// A plan that names its instructions (Zeus's format) must name them in the emulated schedule's order.
+void check_plan_order(const PlanFile& plan, const Pipeline& pipeline) {
+  const auto& c = pipeline.config;
+  for (std::size_t s = 0; s < plan.instructions.size(); ++s) {
+    int extra = c.extra_forwards.empty() ? 0 : c.extra_forwards[s];
+    auto order = stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra);
+    for (std::size_t k = 0; k < order.size() && k < plan.instructions[s].size(); ++k) {
+      const char* want = order[k].kind == InstructionKind::forward ? "forward" : "backward";
+      if (plan.instructions[s][k] != want)
+        throw Error(fmt::format("stage {}, slot {}: the plan names a {} where the {} schedule runs a {}", s, k,
+                                plan.instructions[s][k], to_string(c.schedule), want),
+                    kExitDataError);
+    }
+  }
+}
+
+}  // namespace
+
 ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source, const Pipeline& pipeline,
                           const Emulator& emulator) {
   ResolvedPlan resolved;
@@ -143,8 +169,9 @@ ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source
   } else if (source.plan_file) {
     resolved.label = args.plan_file;
     resolved.frequencies = source.plan_file->frequencies;
-    try {  // shape and clocks checked here, so that the error names the file
+    try {  // shape, clocks and (Zeus's format) instruction names checked here, so that the error names the file
       emulator.check_plan(resolved.frequencies);
+      check_plan_order(*source.plan_file, pipeline);
     } catch (const Error& e) {
       throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.exit_code());
     }

@@ -61,13 +61,15 @@ int run_export(const ExportArgs& args) {
   if (ec || !std::filesystem::is_directory(args.out)) {
     throw Error(fmt::format("cannot create output directory '{}'", args.out), kExitCantCreate);
   }
-  const bool json = args.format != "py", python = args.format != "json";
+  const bool json = args.format == "json" || args.format == "both", python = args.format == "py" || args.format == "both";
+  const bool zeus = args.format == "zeus";
   Plan plan = plan_at(record, indices.front());
   for (std::size_t index : indices) {
     advance_plan(record, plan, index);
     const auto base = std::filesystem::path(args.out) / fmt::format("freqs_pipeline_{:05d}", index);
     if (json) write_file_atomic(base.string() + ".json", plan_to_json(plan));
     if (python) write_file_atomic(base.string() + ".py", plan_to_python(plan, index));
+    if (zeus) write_file_atomic(base.string() + ".py", plan_to_zeus(plan, index));
   }
   std::fprintf(stderr, "perseus: exported %zu plan(s) to %s\n", indices.size(), args.out.c_str());
   return kExitOk;
@@ -75,7 +77,9 @@ int run_export(const ExportArgs& args) {
 
 int run_read(const ReadArgs& args) {
   const PlanFile plan = read_plan_file(args.file);
-  nlohmann::json out = {{"frequencies", plan.frequencies}};
+  nlohmann::json out = {{"format", plan.instructions.empty() ? (std::filesystem::path(args.file).extension() == ".json" ? "json" : "perseus-py") : "zeus"},
+                         {"frequencies", plan.frequencies}};
+  if (!plan.instructions.empty()) out["instructions"] = plan.instructions;
   if (plan.cost_change) out["cost_change"] = *plan.cost_change;
   if (plan.total_cost) out["total_cost"] = *plan.total_cost;
   if (plan.refined_cost) out["refined_cost"] = *plan.refined_cost;
@@ -98,15 +102,16 @@ Runner add_plans_command(CLI::App& app) {
   show_cmd->add_flag("--json", show->json, "Print the plan as JSON");
 
   auto exp = std::make_shared<ExportArgs>();
-  auto* export_cmd = plans->add_subcommand("export", "Write plans as JSON and/or the artifact's freqs_pipeline_%05d.py files");
+  auto* export_cmd = plans->add_subcommand("export", "Write plans as JSON, the artifact's or Zeus's freqs_pipeline_%05d.py files");
   export_cmd->add_option("dir", exp->dir, "Directory written by perseus optimize")->required();
   export_cmd->add_option("--out", exp->out, "Directory to write the plan files into")->required();
-  export_cmd->add_option("--format", exp->format, "json, py or both")->capture_default_str()->check(CLI::IsMember({"json", "py", "both"}));
+  export_cmd->add_option("--format", exp->format, "json, py (the Perseus artifact's), both, or zeus (Zeus's (instruction, clock) tuples)")
+      ->capture_default_str()->check(CLI::IsMember({"json", "py", "both", "zeus"}));
   export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")->check(CLI::PositiveNumber);
   add_selector(export_cmd, exp->selector);
 
   auto read = std::make_shared<ReadArgs>();
-  auto* read_cmd = plans->add_subcommand("read", "Parse a plan file (.py from the Perseus artifact, or .json) and print it as JSON");
+  auto* read_cmd = plans->add_subcommand("read", "Parse a plan file (.json, or a .py from the Perseus artifact or Zeus) and print it as JSON");
   read_cmd->add_option("file", read->file, "Plan file")->required();
 
   return [show, show_cmd, exp, export_cmd, read] {

@@ -22,6 +22,7 @@
 
 #include "perseus/cli/commands.hpp"
 #include "perseus/server/http_server.hpp"
+#include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::cli {
@@ -43,9 +44,33 @@ struct ServeArgs {
   double job_retention = kDefaults.job_retention_s;
   int max_world_size = kDefaults.max_world_size;
   double dead_rank_timeout = kDefaults.dead_rank_timeout_s;
+  double max_job_idle = kDefaults.max_job_idle_s;
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
+  // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
+  CLI::Option *scheduler_opt = nullptr, *scheduler_args_opt = nullptr, *log_level_opt = nullptr,
+              *dump_dir_opt = nullptr, *max_job_idle_opt = nullptr;
 };
+
+const char* zeus_env(const CLI::Option* given, const char* name) {
+  if (given != nullptr && given->count() > 0) return nullptr;
+  const char* value = std::getenv(name);
+  return value != nullptr && *value != '\0' ? value : nullptr;
+}
+
+// Zeus's pipeline-frequency server settings (ZEUS_PFO_*), so that Zeus's documented commands work
+// as written; the flags and PERSEUS_* come first.
+void apply_zeus_env(ServeArgs& args) {
+  if (const char* v = zeus_env(args.scheduler_opt, "ZEUS_PFO_SCHEDULER")) args.scheduler = v;
+  if (const char* v = zeus_env(args.scheduler_args_opt, "ZEUS_PFO_SCHEDULER_ARGS")) args.scheduler_args = v;
+  if (const char* v = zeus_env(args.log_level_opt, "ZEUS_PFO_LOG_LEVEL")) args.log_level = v;
+  if (const char* v = zeus_env(args.dump_dir_opt, "ZEUS_PFO_DUMP_DIR")) args.dump_dir = v;
+  if (const char* v = zeus_env(args.max_job_idle_opt, "ZEUS_PFO_MAX_JOB_IDLE_TIME")) {
+    auto seconds = parse_double(v);
+    if (!seconds || *seconds < 0) throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
+    args.max_job_idle = *seconds;
+  }
+}
 
 // The bearer token: the file's first line, surrounding whitespace removed.
 std::string read_token(const std::string& path) {
@@ -90,7 +115,8 @@ spdlog::level::level_enum parse_level(std::string text) {
   return level;
 }
 
-int serve(const ServeArgs& args) {
+int serve(ServeArgs args) {
+  apply_zeus_env(args);
   server::ServerSettings settings;
   settings.scheduler = args.scheduler;
   try {
@@ -102,12 +128,13 @@ int serve(const ServeArgs& args) {
     throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
   settings.mode = args.mode;
   settings.dump_dir = args.dump_dir;
-  settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", true);
+  settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", env_bool("ZEUS_PFO_DUMP_DATA", true));
   settings.log_level = args.log_level;
   settings.round_timeout_s = args.round_timeout;
   settings.job_retention_s = args.job_retention;
   settings.max_world_size = args.max_world_size;
   settings.dead_rank_timeout_s = args.dead_rank_timeout;
+  settings.max_job_idle_s = args.max_job_idle;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
@@ -162,21 +189,25 @@ Runner add_serve_command(CLI::App& app) {
                                           "what they measured");
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->capture_default_str();
-  cmd->add_option("--scheduler", args->scheduler,
-                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, or one of those + '3D'")
+  args->scheduler_opt = cmd->add_option("--scheduler", args->scheduler,
+                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, or one of those + '3D' "
+                  "(else PERSEUS_SCHEDULER, then ZEUS_PFO_SCHEDULER)")
       ->envname("PERSEUS_SCHEDULER")
       ->capture_default_str();
-  cmd->add_option("--scheduler-args", args->scheduler_args, "The scheduler's arguments as a JSON object")
+  args->scheduler_args_opt = cmd->add_option("--scheduler-args", args->scheduler_args,
+                  "The scheduler's arguments as a JSON object (else PERSEUS_SCHEDULER_ARGS, then ZEUS_PFO_SCHEDULER_ARGS)")
       ->envname("PERSEUS_SCHEDULER_ARGS")
       ->capture_default_str();
   cmd->add_option("--mode", args->mode, "What power states mean to clients: 'frequency' or 'power limit'")
       ->envname("PERSEUS_MODE")
       ->capture_default_str();
-  cmd->add_option("--dump-dir", args->dump_dir, "Where each job's records go (<dir>/<job_id>/)")
+  args->dump_dir_opt = cmd->add_option("--dump-dir", args->dump_dir,
+                  "Where each job's records go (<dir>/<job_id>/) (else PERSEUS_DUMP_DIR, then ZEUS_PFO_DUMP_DIR)")
       ->envname("PERSEUS_DUMP_DIR")
       ->capture_default_str();
-  cmd->add_flag("--no-dump", args->no_dump, "Keep no records (else PERSEUS_DUMP_DATA, default true)");
-  cmd->add_option("--log-level", args->log_level, "debug, info, warning, error, critical or off")
+  cmd->add_flag("--no-dump", args->no_dump, "Keep no records (else PERSEUS_DUMP_DATA, then ZEUS_PFO_DUMP_DATA, default true)");
+  args->log_level_opt = cmd->add_option("--log-level", args->log_level,
+                  "debug, info, warning, error, critical or off (else PERSEUS_LOG_LEVEL, then ZEUS_PFO_LOG_LEVEL)")
       ->envname("PERSEUS_LOG_LEVEL")
       ->capture_default_str();
   cmd->add_option("--round-timeout", args->round_timeout,
@@ -202,6 +233,12 @@ Runner add_serve_command(CLI::App& app) {
                   "the server allocate)")
       ->envname("PERSEUS_MAX_WORLD_SIZE")
       ->check(CLI::Range(1, 1 << 30))
+      ->capture_default_str();
+  args->max_job_idle_opt = cmd->add_option("--max-job-idle-time", args->max_job_idle,
+                  "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
+                  "out (else PERSEUS_MAX_JOB_IDLE_TIME, then ZEUS_PFO_MAX_JOB_IDLE_TIME; 0: kept until exit)")
+      ->envname("PERSEUS_MAX_JOB_IDLE_TIME")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "

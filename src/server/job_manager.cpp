@@ -139,7 +139,8 @@ std::string JobManager::register_job(JobInfo info) {
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));
   spdlog::info("job {} registered: world size {}", id, info.world_size);
-  dump(ref, "perseus.json", {{"server", info_json(settings_)}, {"job", to_json(info)}});
+  dump(ref, "perseus.json", artifact_server_info(settings_));  // what the artifact's load_info() reads
+  dump(ref, "job.json", {{"server", info_json(settings_)}, {"job", to_json(info)}});
   persist(ref, [&](JobStore& store) { store.add_job(ref.info); });
   arm_timer(ref, "register");
   return id;
@@ -360,7 +361,8 @@ void JobManager::send_schedules(Job& job) {
   job.reported = 0;
   // Zeus's client asks once and never reports: its job is deployed, not waiting for results.
   bool zeus = std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r && r->dialect == Dialect::zeus; });
-  if (!zeus) arm_timer(job, "report results");
+  if (zeus) forget_after(job, settings_.max_job_idle_s);
+  else arm_timer(job, "report results");
   for (std::size_t r = 0; r < job.waiting.size(); ++r) {
     Reply reply = std::move(job.waiting[r]);
     job.waiting[r] = nullptr;
@@ -413,9 +415,14 @@ void JobManager::end(Job& job, const std::string& detail) {
 
 void JobManager::forget_later(Job& job) {
   // Late ranks still get the job's end detail for a while; then its memory goes (records stay on disk).
-  if (settings_.job_retention_s <= 0) return;
+  forget_after(job, settings_.job_retention_s);
+}
+
+void JobManager::forget_after(Job& job, double seconds) {
+  job.timer.cancel();
+  if (seconds <= 0) return;
   job.timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(settings_.job_retention_s)));
+      std::chrono::duration<double>(seconds)));
   job.timer.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
     if (ec) return;  // the server is stopping
     if (store_) {

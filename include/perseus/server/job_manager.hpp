@@ -80,6 +80,7 @@ class JobManager {
   nlohmann::json answer(const Job& job, std::size_t rank) const;  // the rank's schedule, in its dialect
   void end(Job& job, const std::string& detail);
   void forget_later(Job& job);
+  void forget_after(Job& job, double seconds);  // 0: never
   void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void arm_watchdog(Job& job);

@@ -23,9 +23,15 @@ struct ServerSettings {
   // others wait for it at the barrier) fails its job after max(this, 3 x the job's typical round
   // time), naming it, instead of holding every rank at the barrier until round_timeout_s. 0: off.
   double dead_rank_timeout_s = 30;
+  // A job of Zeus's client (which asks for one schedule and never reports) is forgotten this long
+  // after its schedule went out (Zeus's max_job_idle_time; its records stay on disk). 0: kept.
+  double max_job_idle_s = 7 * 24 * 3600;
 };
 
 // The body of GET /info.
 nlohmann::json info_json(const ServerSettings& settings);
+// The artifact's ServerInfo, field for field, as its load_info() reads <job dir>/perseus.json:
+// {scheduler, scheduler_args, log_level (upper case), mode, dump_data, dump_dir}.
+nlohmann::json artifact_server_info(const ServerSettings& settings);
 
 }  // namespace perseus::server

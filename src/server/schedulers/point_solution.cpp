@@ -13,6 +13,7 @@
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/plan/plan_files.hpp"
+#include "perseus/util/error.hpp"
 #include "scheduler_args.hpp"
 #include "schedulers.hpp"
 
@@ -155,7 +156,7 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
   if ((index || time || slowdown) && !frontier) checked.fail(index ? "index" : time ? "time" : "slowdown", "needs solution_path to be a frontier directory (with plans.json)");
   if (int(bool(index)) + int(bool(time)) + int(bool(slowdown)) > 1) checked.fail("index", "give at most one of index, time, slowdown");
   bool folder = false;
-  {  // plan files are read now, so that a bad one stops the server at start
+  try {  // plan files are read now, so that a bad one stops the server at start (a usage error, exit 64)
     if (frontier) {
       FrontierRecord record = read_frontier_record(path);
       if (record.points.empty()) checked.fail("solution_path", fmt::format("{} has no frontier points", path.string()));
@@ -188,8 +189,13 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
     } else if (fs::exists(path)) {
       config.plans.push_back(from_file(path));
     } else {
-      checked.fail("solution_path", fmt::format("{} does not exist", path.string()));
+      std::string hint = path.string().find('%') != std::string::npos
+                             ? " ('%05d' in Zeus's docs stands for a plan's number, e.g. freqs_pipeline_00042.py)"
+                             : "";
+      checked.fail("solution_path", fmt::format("{} does not exist{}", path.string(), hint));
     }
+  } catch (const InputError& e) {
+    checked.fail("solution_path", e.what());
   }
   config.stop_when_done = checked.boolean("stop_when_done").value_or(folder);
   return [config](const SchedulerContext& context) { return std::make_unique<PointSolution>(context, config); };
