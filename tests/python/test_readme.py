@@ -60,3 +60,17 @@ def test_trying_it_without_a_gpu_ends_with_a_profile(scratch):
     (info,) = scratch.glob("dump/*/profile_info.json")
     assert json.loads(info.read_text())["p_block_watts"] > 0
     assert (scratch / "gpu0.log").exists() and (scratch / "gpu1.log").exists()
+
+
+def test_zeus_docs_server_command_runs_as_written(scratch):
+    """The README's line for Zeus users (Zeus's documented command with perseus serve), as written,
+    with a Zeus-format plan at the path it names."""
+    text = (ROOT / "README.md").read_text()
+    (command,) = [line for line in text.splitlines() if line.startswith("ZEUS_PFO_SCHEDULER_ARGS=")]
+    plan = scratch / "path" / "to" / "freqs_pipeline_00042.py"
+    plan.parent.mkdir(parents=True)
+    plan.write_text("[\n[('forward', 1410), ('backward', 1395)],\n]\n# Iteration 42 cost change: 0.0\n")
+    path = f"{Path(BINARY).resolve().parent}:{os.environ['PATH']}"
+    code, output = run_snippet(f"export PATH='{path}'\n{command}", scratch, timeout=3)
+    assert code is None, f"the server stopped (exit {code}):\n{output}"
+    assert "listening on http://127.0.0.1:7787 (scheduler PointSolution" in output, output
