@@ -141,6 +141,19 @@ TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
   EXPECT_NE(no_records.output.find("no records"), std::string::npos) << no_records.output;
 }
 
+// Power-limit schedulers set the mode; a --mode that contradicts them is a usage error.
+TEST_F(Cli, PowerLimitSchedulersSetTheMode) {
+  auto contradiction = run("serve --scheduler ZeusGlobalPowerLimit --mode frequency");
+  EXPECT_EQ(contradiction.code, 64);
+  EXPECT_NE(contradiction.output.find("contradicts scheduler ZeusGlobalPowerLimit, which sets power limits"),
+            std::string::npos) << contradiction.output;
+  EXPECT_EQ(run("serve --scheduler AllMaxFrequency", "PERSEUS_MODE='power limit'").code, 64);
+  auto started = run("serve --scheduler AllMaxPowerLimit3D --port 0 --no-dump", "timeout -s INT 1");
+  EXPECT_NE(started.output.find("scheduler AllMaxPowerLimit3D, mode power limit"), std::string::npos) << started.output;
+  auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump", "timeout -s INT 1");
+  EXPECT_NE(either.output.find("mode power limit"), std::string::npos) << either.output;
+}
+
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
   auto r = run("optimize /nonexistent.csv --stages 2 --microbatches 2 --p2p-power 70 --out " + (dir_ / "x").string());
   EXPECT_EQ(r.code, 66);

@@ -29,6 +29,28 @@ TEST(Gpu, FakeNvmlListsClocksAndLocks) {
   EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
 }
 
+// A power limit caps the SM clock at the highest clock whose power (60 W + 240 W x (f/1410)^3)
+// fits, so time and energy respond to limits as on a real GPU.
+TEST(Gpu, FakePowerLimitCapsTheClock) {
+  auto nvml = load_nvml(PERSEUS_FAKE_NVML);
+  auto range = nvml->power_limit_range(0);
+  EXPECT_EQ(range.max_mw, 400000u);
+  EXPECT_EQ(range.min_mw, 150000u);
+  nvml->set_power_limit_mw(0, 300000);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u) << "300 W is the top clock's power";
+  nvml->set_power_limit_mw(0, 275000);  // 240 (f/1410)^3 <= 215 -> f <= 1359.4 -> 1350
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1350u);
+  EXPECT_LE(nvml->power_usage_mw(0), 275000u);
+  nvml->lock_graphics_clock(0, 1005, 1005);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u) << "a lower lock stays below the cap";
+  nvml->set_power_limit_mw(0, 150000);  // 240 (f/1410)^3 <= 90 -> f <= 1017.5 -> 1005 still fits
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u);
+  nvml->reset_graphics_clock(0);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1005u) << "unlocked, the 150 W cap holds it";
+  nvml->set_power_limit_mw(0, range.max_mw);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+}
+
 TEST(Gpu, EnergyCounterFollowsThePowerModel) {
   auto nvml = load_nvml(PERSEUS_FAKE_NVML);
   auto before = nvml->total_energy_mj(0);

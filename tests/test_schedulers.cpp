@@ -174,3 +174,66 @@ TEST(Schedulers, ThreeDFoldsTimeByMaxAndEnergyBySum) {
 
 }  // namespace
 }  // namespace perseus::server
+
+namespace perseus::server {
+namespace {
+
+// Two ranks, power limits 300..225 W (the artifact never profiles the lowest). Per iteration,
+// after the dropped first one:   300 W   275 W   250 W
+//   time (s), the slower rank     1.0     1.1     1.4
+//   energy (J), both ranks        500     440     420
+// MaxPower = 300 W x 2 ranks = 600 W; cost = eta E + (1 - eta) 600 T.
+TEST(Schedulers, ZeusGlobalPowerLimitProfilesEachLimitAndKeepsTheCheapest) {
+  fs::path dir = fs::temp_directory_path() / ("perseus-zeus-global-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  SchedulerContext ctx = context(2);
+  for (auto& r : ctx.ranks) r.power_state_range = {300, 275, 250, 225};
+  ctx.job_dir = dir;
+  auto scheduler = configure_scheduler("ZeusGlobalPowerLimit", {{"eta_knob", 0.5}})(ctx);
+  auto round = [&](double t0, double t1, double e0, double e1) {
+    auto schedules = scheduler->next_schedule();
+    int limit = schedules.front().power_states.front();
+    for (const auto& s : schedules)
+      EXPECT_EQ(s.power_states, std::vector<int>(ctx.ranks[0].pipe_schedule.size(), limit)) << "one limit for every GPU";
+    auto result = [](int r, double t, double e) {  // the first iteration is dropped (warmup_step_ratio 0.1 -> 1)
+      ProfilingResult p;
+      p.rank = r;
+      p.iter_time = {99.0, t, t};
+      p.iter_energy = {9999.0, e, e};
+      return p;
+    };
+    scheduler->observe({result(0, t0, e0), result(1, t1, e1)});
+    return limit;
+  };
+  EXPECT_EQ(round(1, 1, 1, 1), 300) << "warm-up at the highest limit";
+  EXPECT_EQ(round(1.0, 0.9, 250, 250), 300);  // T 1.0, E 500: cost 250 + 300 x 1.0 = 550
+  EXPECT_EQ(round(1.1, 1.0, 220, 220), 275);  // T 1.1, E 440: cost 220 + 330 = 550 (a tie keeps the higher limit)
+  EXPECT_EQ(round(1.4, 1.2, 210, 210), 250);  // T 1.4, E 420: cost 210 + 420 = 630
+  EXPECT_EQ(round(1, 1, 1, 1), 300) << "the cheapest, kept";
+  EXPECT_EQ(round(1, 1, 1, 1), 300);
+  json dumped = json::parse(read_file(dir / "ZeusGlobalPowerLimit.json"));
+  EXPECT_EQ(dumped["optimal_power_limit"], 300);
+  EXPECT_DOUBLE_EQ(dumped["profiling_results"]["250"]["cost"].get<double>(), 630.0);
+  EXPECT_FALSE(dumped["profiling_results"].contains("225"));
+
+  // With energy weighted more, the slower, cheaper limit wins: eta 0.9 -> 0.9 E + 0.1 x 600 T.
+  auto energy_first = configure_scheduler("ZeusGlobalPowerLimit", {{"eta_knob", 0.9}})(ctx);
+  scheduler = std::move(energy_first);
+  round(1, 1, 1, 1);
+  round(1.0, 0.9, 250, 250);  // 450 + 60 = 510
+  round(1.1, 1.0, 220, 220);  // 396 + 66 = 462
+  round(1.4, 1.2, 210, 210);  // 378 + 84 = 462: a tie, the higher limit stays
+  EXPECT_EQ(round(1, 1, 1, 1), 275);
+  fs::remove_all(dir);
+
+  EXPECT_THROW(configure_scheduler("ZeusGlobalPowerLimit", {{"eta_knob", 1.5}}), Error);
+  EXPECT_THROW(configure_scheduler("ZeusGlobalPowerLimit", {{"warmup_step_ratio", 1.0}}), Error);
+  EXPECT_EQ(scheduler_mode("ZeusGlobalPowerLimit3D"), "power limit");
+  EXPECT_EQ(scheduler_mode("AllMaxPowerLimit"), "power limit");
+  EXPECT_EQ(scheduler_mode("PointSolution"), "frequency");
+  EXPECT_FALSE(scheduler_mode("InstructionProfiler"));
+}
+
+}  // namespace
+}  // namespace perseus::server

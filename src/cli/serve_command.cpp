@@ -49,7 +49,7 @@ struct ServeArgs {
   std::string token_file;
   // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
   CLI::Option *scheduler_opt = nullptr, *scheduler_args_opt = nullptr, *log_level_opt = nullptr,
-              *dump_dir_opt = nullptr, *max_job_idle_opt = nullptr;
+              *dump_dir_opt = nullptr, *max_job_idle_opt = nullptr, *mode_opt = nullptr;
 };
 
 const char* zeus_env(const CLI::Option* given, const char* name) {
@@ -126,7 +126,12 @@ int serve(ServeArgs args) {
   }
   if (args.mode != "frequency" && args.mode != "power limit")
     throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
-  settings.mode = args.mode;
+  // A scheduler made for one mode sets it; a --mode (or PERSEUS_MODE) that contradicts it is refused.
+  auto own_mode = server::scheduler_mode(args.scheduler);
+  if (own_mode && args.mode_opt->count() > 0 && *own_mode != args.mode)
+    throw Error(fmt::format("--mode '{}' contradicts scheduler {}, which sets {}s", args.mode, args.scheduler, *own_mode),
+                kExitUsage);
+  settings.mode = own_mode.value_or(args.mode);
   settings.dump_dir = args.dump_dir;
   settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", env_bool("ZEUS_PFO_DUMP_DATA", true));
   settings.log_level = args.log_level;
@@ -190,7 +195,8 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->capture_default_str();
   args->scheduler_opt = cmd->add_option("--scheduler", args->scheduler,
-                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, or one of those + '3D' "
+                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, AllMaxPowerLimit, "
+                  "ZeusGlobalPowerLimit, or one of those + '3D' "
                   "(else PERSEUS_SCHEDULER, then ZEUS_PFO_SCHEDULER)")
       ->envname("PERSEUS_SCHEDULER")
       ->capture_default_str();
@@ -198,7 +204,8 @@ Runner add_serve_command(CLI::App& app) {
                   "The scheduler's arguments as a JSON object (else PERSEUS_SCHEDULER_ARGS, then ZEUS_PFO_SCHEDULER_ARGS)")
       ->envname("PERSEUS_SCHEDULER_ARGS")
       ->capture_default_str();
-  cmd->add_option("--mode", args->mode, "What power states mean to clients: 'frequency' or 'power limit'")
+  args->mode_opt = cmd->add_option("--mode", args->mode, "What power states mean to clients: 'frequency' or 'power limit' "
+                                                       "(set by a scheduler made for one; InstructionProfiler takes either)")
       ->envname("PERSEUS_MODE")
       ->capture_default_str();
   args->dump_dir_opt = cmd->add_option("--dump-dir", args->dump_dir,

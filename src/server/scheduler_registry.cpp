@@ -12,14 +12,23 @@ namespace {
 struct Entry {
   const char* name;
   SchedulerFactory (*configure)(const nlohmann::json&);
+  const char* mode;  // what its power states are: "frequency", "power limit", or nullptr for either
 };
 
 constexpr Entry kSchedulers[] = {
-    {"AllMaxFrequency", configure_all_max_frequency},
-    {"TwoFrequencies", configure_two_frequencies},
-    {"InstructionProfiler", configure_instruction_profiler},
-    {"PointSolution", configure_point_solution},
+    {"AllMaxFrequency", configure_all_max_frequency, "frequency"},
+    {"TwoFrequencies", configure_two_frequencies, "frequency"},
+    {"InstructionProfiler", configure_instruction_profiler, nullptr},
+    {"PointSolution", configure_point_solution, "frequency"},
+    {"AllMaxPowerLimit", configure_all_max_power_limit, "power limit"},
+    {"ZeusGlobalPowerLimit", configure_zeus_global_power_limit, "power limit"},
 };
+
+const Entry* find_entry(const std::string& name) {
+  for (const auto& e : kSchedulers)
+    if (name == e.name || name == std::string(e.name) + "3D") return &e;
+  return nullptr;
+}
 
 }  // namespace
 
@@ -30,6 +39,12 @@ std::vector<std::string> scheduler_names() {
     names.push_back(std::string(e.name) + "3D");
   }
   return names;
+}
+
+std::optional<std::string> scheduler_mode(const std::string& name) {
+  const Entry* e = find_entry(name);
+  if (e == nullptr || e->mode == nullptr) return std::nullopt;
+  return std::string(e->mode);
 }
 
 SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args) {

@@ -42,12 +42,19 @@ struct FakeGpu {
   double energy_mj = 0;
   Clock::time_point last = Clock::now();
 
-  unsigned graphics() const { return locked_graphics ? locked_graphics : kMaxGraphics; }
-  // Static power plus a cubic dynamic part, capped by the power limit.
-  double power_w() const {
-    double ratio = double(graphics()) / kMaxGraphics;
-    return std::min(60.0 + 240.0 * ratio * ratio * ratio, power_limit / 1000.0);
+  // Static power plus a cubic dynamic part: 300 W at the top clock.
+  static double power_at(unsigned clock) {
+    double ratio = double(clock) / kMaxGraphics;
+    return 60.0 + 240.0 * ratio * ratio * ratio;
   }
+  // The SM clock runs at its lock (or the top), capped by the power limit at the highest clock
+  // whose power fits, as the driver's power capping does: time and energy respond to limits.
+  unsigned graphics() const {
+    unsigned clock = locked_graphics ? locked_graphics : kMaxGraphics;
+    while (clock > kMinGraphics && power_at(clock) > power_limit / 1000.0) clock -= kGraphicsStep;
+    return clock;
+  }
+  double power_w() const { return power_at(graphics()); }
   void advance() {
     auto now = Clock::now();
     energy_mj += power_w() * std::chrono::duration<double>(now - last).count() * 1000.0;
