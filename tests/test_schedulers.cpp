@@ -237,3 +237,57 @@ TEST(Schedulers, ZeusGlobalPowerLimitProfilesEachLimitAndKeepsTheCheapest) {
 
 }  // namespace
 }  // namespace perseus::server
+
+namespace perseus::server {
+namespace {
+
+// Zeus+ on a model: stage s's forward takes base_s x 1410 / state ms (stage 0 heavier), an
+// iteration 3 x the slower forward, and a rank draws (state / 1410)^2 x 100 J per iteration.
+TEST(Schedulers, ZeusLocalPowerStateBalancesEachLevelAndKeepsTheCheapest) {
+  SchedulerContext ctx = context(2);
+  ctx.settings.dump_data = false;
+  const double base[] = {10.0, 9.0};
+  auto scheduler = configure_scheduler("ZeusLocalPowerState", {{"eta_knob", 0.5}})(ctx);
+  std::vector<std::vector<int>> seen;
+  for (int round = 0; round < 20; ++round) {
+    auto schedules = scheduler->next_schedule();
+    std::vector<int> states = {schedules[0].power_states.front(), schedules[1].power_states.front()};
+    seen.push_back(states);
+    double t0 = base[0] * 1410 / states[0], t1 = base[1] * 1410 / states[1], iteration = 3 * std::max(t0, t1) / 1000;
+    std::vector<ProfilingResult> results;
+    for (int r = 0; r < 2; ++r) {
+      double t = r == 0 ? t0 : t1, energy = 100.0 * (states[r] / 1410.0) * (states[r] / 1410.0);
+      ProfilingResult p;
+      p.rank = r;
+      p.iter_time = {iteration, iteration, iteration};
+      p.iter_energy = {energy, energy, energy};
+      p.time_breakdown = {{"forward", {{t / 1000}, {t / 1000}, {t / 1000}}}};
+      results.push_back(p);
+    }
+    scheduler->observe(results);
+  }
+  const std::vector<std::vector<int>> expected = {
+      {1410, 1410},                                              // warm-up
+      {1410, 1410}, {1410, 1300}, {1410, 1200}, {1410, 1300},    // stage 1 overshoots 1200, settles at 1300
+      {1300, 1300}, {1300, 1200}, {1300, 1100}, {1300, 1200},    // heaviest one state lower
+      {1200, 1200}, {1200, 1100}, {1200, 1000}, {1200, 1100},
+      {1100, 1100}, {1100, 1000}, {1100, 1000},                  // stage 1 reaches the lowest state: the last level
+  };
+  ASSERT_GE(seen.size(), expected.size() + 1);
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(seen[i], expected[i]) << "round " << i;
+  // Cost per balanced configuration: (0.5 P + 0.5 x 1410 x 2) x T, P = sum of E / T.
+  std::map<int, double> cost;
+  for (auto [s0, s1] : std::vector<std::pair<int, int>>{{1410, 1300}, {1300, 1200}, {1200, 1100}, {1100, 1000}}) {
+    double t = 3 * std::max(base[0] * 1410 / s0, base[1] * 1410 / s1) / 1000;
+    double energy = 100.0 * (s0 / 1410.0) * (s0 / 1410.0) + 100.0 * (s1 / 1410.0) * (s1 / 1410.0);
+    cost[s0] = (0.5 * energy / t + 0.5 * 1410 * 2) * t;
+  }
+  int best = std::min_element(cost.begin(), cost.end(), [](auto& a, auto& b) { return a.second < b.second; })->first;
+  EXPECT_EQ(seen.back()[0], best);
+  EXPECT_EQ(seen.back(), seen[seen.size() - 2]) << "the cheapest configuration is kept";
+  EXPECT_FALSE(scheduler_mode("ZeusLocalPowerState")) << "clocks or power limits";
+  EXPECT_THROW(configure_scheduler("ZeusLocalPowerState", {{"balanced_phase", "sideways"}}), Error);
+}
+
+}  // namespace
+}  // namespace perseus::server

@@ -22,6 +22,7 @@ constexpr Entry kSchedulers[] = {
     {"PointSolution", configure_point_solution, "frequency"},
     {"AllMaxPowerLimit", configure_all_max_power_limit, "power limit"},
     {"ZeusGlobalPowerLimit", configure_zeus_global_power_limit, "power limit"},
+    {"ZeusLocalPowerState", configure_zeus_local_power_state, nullptr},
 };
 
 const Entry* find_entry(const std::string& name) {

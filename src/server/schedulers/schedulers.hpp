@@ -14,6 +14,7 @@ SchedulerFactory configure_instruction_profiler(const nlohmann::json& args);
 SchedulerFactory configure_point_solution(const nlohmann::json& args);
 SchedulerFactory configure_all_max_power_limit(const nlohmann::json& args);
 SchedulerFactory configure_zeus_global_power_limit(const nlohmann::json& args);
+SchedulerFactory configure_zeus_local_power_state(const nlohmann::json& args);
 
 // Stage-based schedulers see one rank per stage; they refuse jobs with dp or tp > 1 and point
 // at their 3D-parallel version.
