@@ -120,6 +120,8 @@ Args:
 
 }  // namespace
 
+void bind_power_limit(py::module_& m);  // power_limit_bindings.cpp
+
 PYBIND11_MODULE(_perseus, m) {
   m.doc() = "perseus: per-instruction GPU clock plans for pipeline-parallel training (compiled part).";
   m.attr("__version__") = PERSEUS_VERSION;
@@ -209,4 +211,6 @@ PYBIND11_MODULE(_perseus, m) {
       py::arg("device") = 0, py::arg("nvml_library") = "",
       "Supported graphics clocks (MHz, highest first) of a GPU at its top memory clock; read-only.\n\n"
       "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+
+  bind_power_limit(m);
 }

@@ -7,6 +7,8 @@ GPU clock the server's plan gives each forward and backward, and measures what e
   over ``torch.distributed``, the CUDA device) and synchronises CUDA around each instruction.
 - :mod:`perseus.integrations.deepspeed` and :mod:`perseus.integrations.megatron` attach a client to
   those frameworks' pipeline engines without touching the training script's loop.
+- :class:`GlobalPowerLimitOptimizer` and :class:`EnergyMonitor` are Zeus's power-limit optimizer and
+  energy monitor; :mod:`perseus.zeus` gives them Zeus's names.
 - The ``perseus`` command (planner, server, emulator) is installed with the package.
 """
 from __future__ import annotations
@@ -17,9 +19,31 @@ from typing import Callable, Optional, Type
 
 from ._perseus import Client as _CompiledClient
 from ._perseus import ProfilingDone, ScheduleMismatch, __version__, default_pipe_schedule, gpu_clocks
+from .power_limit import (
+    Energy,
+    EnergyMonitor,
+    GlobalPowerLimitOptimizer,
+    HFGlobalPowerLimitOptimizer,
+    MaxSlowdownConstraint,
+    Measurement,
+    OptimumSelector,
+    PowerLimitMeasurement,
+    Time,
+    ZeusCost,
+)
 
 __all__ = [
     "Client",
+    "Energy",
+    "EnergyMonitor",
+    "GlobalPowerLimitOptimizer",
+    "HFGlobalPowerLimitOptimizer",
+    "MaxSlowdownConstraint",
+    "Measurement",
+    "OptimumSelector",
+    "PowerLimitMeasurement",
+    "Time",
+    "ZeusCost",
     "ProfilingDone",
     "ScheduleMismatch",
     "__version__",

@@ -103,8 +103,11 @@ GlobalPowerLimitOptimizer::GlobalPowerLimitOptimizer(EnergyMonitor& monitor, Pow
   }
 }
 
-GlobalPowerLimitOptimizer::~GlobalPowerLimitOptimizer() {
+GlobalPowerLimitOptimizer::~GlobalPowerLimitOptimizer() { close(); }
+
+void GlobalPowerLimitOptimizer::close() {
   if (!enabled_ || limits_w_.empty()) return;
+  enabled_ = false;
   try {
     set_limit(limits_w_.front());
   } catch (const std::exception& e) {

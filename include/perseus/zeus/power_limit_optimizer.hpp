@@ -91,6 +91,8 @@ class GlobalPowerLimitOptimizer {
   void on_step_begin();
   void on_step_end() {}
   void on_epoch_end();
+  // Restores the highest limit and stops (the destructor does it too); later hooks do nothing.
+  void close();
 
   PowerLimitState state() const { return state_; }
   int current_power_limit() const { return current_w_; }  // watts; 0 before the first is set
