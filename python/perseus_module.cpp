@@ -212,5 +212,12 @@ PYBIND11_MODULE(_perseus, m) {
       "Supported graphics clocks (MHz, highest first) of a GPU at its top memory clock; read-only.\n\n"
       "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
 
+  m.def(
+      "current_gpu_clock",
+      [](unsigned device, const std::string& library) { return perseus::gpu::load_nvml(library)->current_graphics_clock(device); },
+      py::arg("device") = 0, py::arg("nvml_library") = "",
+      "The SM clock (MHz) a GPU runs at now (a power limit may hold it below its lock); read-only.\n\n"
+      "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+
   bind_power_limit(m);
 }

@@ -18,7 +18,7 @@ from types import TracebackType
 from typing import Callable, Optional, Type
 
 from ._perseus import Client as _CompiledClient
-from ._perseus import ProfilingDone, ScheduleMismatch, __version__, default_pipe_schedule, gpu_clocks
+from ._perseus import ProfilingDone, ScheduleMismatch, __version__, current_gpu_clock, default_pipe_schedule, gpu_clocks
 from .power_limit import (
     Energy,
     EnergyMonitor,
@@ -47,6 +47,7 @@ __all__ = [
     "ProfilingDone",
     "ScheduleMismatch",
     "__version__",
+    "current_gpu_clock",
     "default_pipe_schedule",
     "fake_nvml_library",
     "gpu_clocks",

@@ -162,3 +162,21 @@ def test_two_data_parallel_ranks_end_at_the_same_limit(tmp_path):
         limits = [int(f[3]) // 1000 for f in log_lines(str(tmp_path / f"gpu{rank}.log"))
                   if f[1] == "nvmlDeviceSetPowerManagementLimit"]
         assert limits[-1] == 400 and results[rank]["optimal"] in limits
+
+
+def test_the_example_finds_a_limit_and_reuses_its_profile(tmp_path):
+    pytest.importorskip("torch")
+    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "power_limit", "train.py")
+    profile = tmp_path / "plo.json"
+    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_LOG=str(tmp_path / "gpu.log"))
+    first = subprocess.run([sys.executable, example, "--epochs", "2", "--profile", str(profile)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "epoch 1: " in first.stdout and "Done at" in first.stdout, first.stdout
+    chosen = int(first.stdout.split("optimal power limit: ")[1].split(" W")[0])
+    measured = json.loads(profile.read_text())["measurements"]
+    assert [m["power_limit"] for m in measured] == [400, 350, 300, 250, 200, 150]
+    assert chosen in (m["power_limit"] for m in measured)
+    again = subprocess.run([sys.executable, example, "--epochs", "1", "--profile", str(profile)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    assert f"epoch 0: loss" in again.stdout and f"Done at {chosen} W" in again.stdout, again.stdout

@@ -1,0 +1,64 @@
+"""Zeus's power-limit optimizer on perseus: a small model trained on CPU with
+perseus.GlobalPowerLimitOptimizer finding, during training, the power limit that minimises
+Zeus's time-energy cost, then keeping it.
+
+The integration is Zeus's: a monitor, the optimizer, `on_step_begin()` before each step and
+`on_epoch_end()` after each epoch (with `from perseus.zeus import ...` Zeus's own names work).
+Without a GPU it runs on perseus's fake NVML, whose power limits cap the SM clock.
+
+    python3 examples/power_limit/train.py --epochs 3 --steps-per-epoch 40 [--profile plo.json]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+import torch
+from torch import nn
+
+import perseus
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--steps-per-epoch", type=int, default=40)
+    parser.add_argument("--warmup-steps", type=int, default=2)
+    parser.add_argument("--profile-steps", type=int, default=4)
+    parser.add_argument("--pl-step", type=int, default=50, help="watts between the power limits explored")
+    parser.add_argument("--profile", default=None, help="Zeus-format profile: loaded if it exists, else written")
+    args = parser.parse_args()
+    os.environ.setdefault("PERSEUS_NVML_LIBRARY", perseus.fake_nvml_library())  # a real GPU: unset to use the driver
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    inputs, targets = torch.randn(512, 64), torch.randn(512, 1)
+
+    monitor = perseus.EnergyMonitor()
+    plo = perseus.GlobalPowerLimitOptimizer(monitor, perseus.ZeusCost(eta_knob=0.5), warmup_steps=args.warmup_steps,
+                                            profile_steps=args.profile_steps, pl_step=args.pl_step,
+                                            profile_path=args.profile)
+    monitor.begin_window("training")
+    for epoch in range(args.epochs):
+        for step in range(args.steps_per_epoch):
+            plo.on_step_begin()
+            batch = slice((step * 32) % 512, (step * 32) % 512 + 32)
+            loss = nn.functional.mse_loss(model(inputs[batch]), targets[batch])
+            optimizer.zero_grad()
+            torch.autograd.backward(loss)
+            optimizer.step()
+            # The GPU's share of a step (here simulated): slower where a power limit holds the clock down.
+            time.sleep(0.004 * 1410 / perseus.current_gpu_clock())
+            plo.on_step_end()
+        plo.on_epoch_end()
+        print(f"epoch {epoch}: loss {loss.item():.4f}, power limit optimizer {plo.state} at {plo.current_power_limit} W")
+    total = monitor.end_window("training")
+    print(f"optimal power limit: {plo.optimal_power_limit} W; training took {total.time:.2f} s and "
+          f"{total.total_energy:.1f} J")
+    plo.close()
+
+
+if __name__ == "__main__":
+    main()
