@@ -169,10 +169,10 @@ def test_the_example_finds_a_limit_and_reuses_its_profile(tmp_path):
     example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "power_limit", "train.py")
     profile = tmp_path / "plo.json"
     env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_LOG=str(tmp_path / "gpu.log"))
-    first = subprocess.run([sys.executable, example, "--epochs", "2", "--profile", str(profile)], env=env,
+    first = subprocess.run([sys.executable, example, "--epochs", "3", "--profile", str(profile)], env=env,
                            capture_output=True, text=True, timeout=120)
     assert first.returncode == 0, first.stderr[-2000:]
-    assert "epoch 1: " in first.stdout and "Done at" in first.stdout, first.stdout
+    assert "epoch 2: " in first.stdout and "Done at" in first.stdout, first.stdout
     chosen = int(first.stdout.split("optimal power limit: ")[1].split(" W")[0])
     measured = json.loads(profile.read_text())["measurements"]
     assert [m["power_limit"] for m in measured] == [400, 350, 300, 250, 200, 150]
@@ -180,3 +180,34 @@ def test_the_example_finds_a_limit_and_reuses_its_profile(tmp_path):
     again = subprocess.run([sys.executable, example, "--epochs", "1", "--profile", str(profile)], env=env,
                            capture_output=True, text=True, timeout=120)
     assert f"epoch 0: loss" in again.stdout and f"Done at {chosen} W" in again.stdout, again.stdout
+
+
+def test_zeus_pipeline_frequency_optimizer_learns_its_order_and_follows_the_server(serve, tmp_path, monkeypatch):
+    """Zeus's PipelineFrequencyOptimizer, constructed as Zeus's docs show, over perseus's client."""
+    dist = pytest.importorskip("torch.distributed")
+    url = serve("TwoFrequencies", '{"forward_freq": 1200, "backward_freq": 1005}')
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    start = len(log_lines())
+    try:
+        pfo = perseus.zeus.PipelineFrequencyOptimizer(
+            rank=0, dp_rank=0, pp_rank=0, tp_rank=0, device_id=0, dp_degree=1, pp_degree=1, tp_degree=1,
+            world_size=1, server_url=url, job_metadata="gpt3/xl", nvml_library=FAKE_NVML, report_every=2,
+            fail_open=False)
+        for _ in range(4):
+            pfo.on_step_begin()
+            for name in ("forward", "forward", "backward", "backward"):
+                pfo.on_instruction_begin(name)
+                pfo.on_instruction_end(name)
+            pfo.on_step_end()
+        client = pfo.client
+        assert client is not None and client.enabled
+        assert client.pipe_schedule == ["forward", "forward", "backward", "backward"]
+        assert "+zeus+gpt3-xl+" in client.job_id and "+nmb2+TwoFrequencies" in client.job_id
+        client.close()
+    finally:
+        dist.destroy_process_group()
+    locked = [int(f[3]) for f in log_lines()[start:] if f[1] == "nvmlDeviceSetGpuLockedClocks"]
+    assert 1200 in locked and 1005 in locked, "the server's clocks from the second iteration on"
