@@ -55,20 +55,25 @@ fs::path only_job(const fs::path& dump) {
   return jobs.empty() ? fs::path() : jobs.front();
 }
 
-// The clocks a fake GPU was locked to, in order.
-std::vector<int> locked_clocks(const fs::path& log) {
+// The last argument of every call of `function` in a fake GPU's log, in order: the clocks it was
+// locked to (nvmlDeviceSetGpuLockedClocks) or the power limits set (in W).
+std::vector<int> calls(const fs::path& log, const std::string& function = "nvmlDeviceSetGpuLockedClocks") {
   std::istringstream in(read_file(log));
   std::vector<int> out;
   std::string line;
   while (std::getline(in, line)) {
     std::istringstream fields(line);
     std::string time, fn, device;
-    int low = 0, high = 0;
+    long first = 0, second = 0;
     fields >> time >> fn >> device;
-    if (fn == "nvmlDeviceSetGpuLockedClocks" && fields >> low >> high) out.push_back(high);
+    if (fn != function || !(fields >> first)) continue;
+    if (function == "nvmlDeviceSetPowerManagementLimit") out.push_back(static_cast<int>(first / 1000));
+    else if (fields >> second) out.push_back(static_cast<int>(second));
   }
   return out;
 }
+
+std::vector<int> locked_clocks(const fs::path& log) { return calls(log); }
 
 std::vector<int> without_repeats(const std::vector<int>& clocks) {
   std::vector<int> out;
@@ -148,6 +153,39 @@ TEST(EndToEnd, ProfileOptimizeAndDeployAPlan) {
     EXPECT_NE(text.find("nvmlDeviceSetMemoryLockedClocks 0 1593 1593"), std::string::npos);
     EXPECT_NE(text.rfind("nvmlDeviceResetGpuLockedClocks"), std::string::npos);
     EXPECT_GT(text.rfind("nvmlDeviceResetGpuLockedClocks"), text.rfind("nvmlDeviceSetGpuLockedClocks"));
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace perseus
+
+namespace perseus {
+namespace {
+
+// The artifact's power-limit baseline on fake GPUs whose limits cap the clock: every rank gets
+// every limit from 400 W down to 175 W (the lowest, 150 W, left out as the artifact does), one
+// round each, then the chosen one, and its maximum back when it closes.
+TEST(EndToEnd, ZeusGlobalPowerLimitHandsEveryRankEachLimitThenTheChosenOne) {
+  fs::path dir = fs::temp_directory_path() / ("perseus-e2e-power-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  Serve serve(dir, "ZeusGlobalPowerLimit", "{}");
+  ASSERT_NE(serve.port, 0) << serve.log();
+  auto codes = train(dir, serve.port, 2 * 13, "power");
+  EXPECT_EQ(codes, std::vector<int>({0, 0}));
+  json chosen = json::parse(read_file(only_job(dir / "dump") / "ZeusGlobalPowerLimit.json"));
+  int optimal = chosen["optimal_power_limit"].get<int>();
+  std::vector<int> profiled = {400, 375, 350, 325, 300, 275, 250, 225, 200, 175};
+  EXPECT_EQ(chosen["profiling_results"].size(), profiled.size());
+  for (int r = 0; r < kStages; ++r) {
+    auto limits = without_repeats(calls(dir / fmt::format("power-gpu{}.log", r), "nvmlDeviceSetPowerManagementLimit"));
+    // The warm-up at 400 W, each profiled limit, the chosen one, 400 W again when the client closed
+    // (repeats merged: the log shows changes).
+    std::vector<int> expected = profiled;
+    expected.push_back(optimal);
+    expected.push_back(400);
+    EXPECT_EQ(limits, without_repeats(expected)) << "rank " << r;
   }
   fs::remove_all(dir);
 }
