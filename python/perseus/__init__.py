@@ -19,31 +19,11 @@ from typing import Callable, Optional, Type
 
 from ._perseus import Client as _CompiledClient
 from ._perseus import ProfilingDone, ScheduleMismatch, __version__, current_gpu_clock, default_pipe_schedule, gpu_clocks
-from .power_limit import (
-    Energy,
-    EnergyMonitor,
-    GlobalPowerLimitOptimizer,
-    HFGlobalPowerLimitOptimizer,
-    MaxSlowdownConstraint,
-    Measurement,
-    OptimumSelector,
-    PowerLimitMeasurement,
-    Time,
-    ZeusCost,
-)
+from . import power_limit as _power_limit
+from .power_limit import *  # noqa: F401,F403  Zeus's power-limit optimizer and energy monitor
 
 __all__ = [
     "Client",
-    "Energy",
-    "EnergyMonitor",
-    "GlobalPowerLimitOptimizer",
-    "HFGlobalPowerLimitOptimizer",
-    "MaxSlowdownConstraint",
-    "Measurement",
-    "OptimumSelector",
-    "PowerLimitMeasurement",
-    "Time",
-    "ZeusCost",
     "ProfilingDone",
     "ScheduleMismatch",
     "__version__",
@@ -52,6 +32,7 @@ __all__ = [
     "fake_nvml_library",
     "gpu_clocks",
 ]
+__all__ += _power_limit.__all__
 
 
 class _Instruction:

@@ -5,32 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any, List, Optional
 
-from .power_limit import (
-    Energy,
-    EnergyMonitor as ZeusMonitor,
-    GlobalPowerLimitOptimizer,
-    HFGlobalPowerLimitOptimizer,
-    MaxSlowdownConstraint,
-    Measurement,
-    OptimumSelector,
-    PowerLimitMeasurement,
-    Time,
-    ZeusCost,
-)
+from . import power_limit as _power_limit
+from .power_limit import *  # noqa: F401,F403
+from .power_limit import EnergyMonitor as ZeusMonitor
 
-__all__ = [
-    "Energy",
-    "GlobalPowerLimitOptimizer",
-    "HFGlobalPowerLimitOptimizer",
-    "MaxSlowdownConstraint",
-    "Measurement",
-    "OptimumSelector",
-    "PipelineFrequencyOptimizer",
-    "PowerLimitMeasurement",
-    "Time",
-    "ZeusCost",
-    "ZeusMonitor",
-]
+__all__ = ["PipelineFrequencyOptimizer", "ZeusMonitor"]
+__all__ += _power_limit.__all__
 
 
 class PipelineFrequencyOptimizer:

@@ -64,33 +64,42 @@ std::string plan_to_text(const Plan& plan) {
   return text;
 }
 
-std::string plan_to_python(const Plan& plan, std::size_t iteration) {
+namespace {
+
+// A Python list literal, one stage's items per line, then comment lines.
+template <typename StageItems>
+std::string python_plan_file(std::size_t stages, StageItems items, const std::vector<std::string>& comments) {
   std::string text = "[\n";
-  for (const auto& stage : plan.frequencies) text += fmt::format("[{}],\n", fmt::join(stage, ", "));
+  for (std::size_t s = 0; s < stages; ++s) text += fmt::format("[{}],\n", fmt::join(items(s), ", "));
   text += "]\n";
-  const std::string prefix = fmt::format("# Iteration {}: ", iteration);
-  text += prefix + "cost change " + python_float(plan.cost_change) + " \n";
-  text += prefix + "total cost " + python_float(plan.effective_cost) + " \n";
-  text += prefix + "refined cost " + python_float(plan.energy) + " \n";
+  for (const auto& line : comments) text += line + "\n";
   return text;
+}
+
+}  // namespace
+
+std::string plan_to_python(const Plan& plan, std::size_t iteration) {
+  const std::string prefix = fmt::format("# Iteration {}: ", iteration);
+  return python_plan_file(plan.frequencies.size(), [&](std::size_t s) { return plan.frequencies[s]; },
+                          {prefix + "cost change " + python_float(plan.cost_change) + " ",
+                           prefix + "total cost " + python_float(plan.effective_cost) + " ",
+                           prefix + "refined cost " + python_float(plan.energy) + " "});
 }
 
 std::string plan_to_zeus(const Plan& plan, std::size_t iteration) {
   const auto layout = plan.stage_instructions();
-  std::string text = "[\n";
-  for (std::size_t s = 0; s < plan.frequencies.size(); ++s) {
-    std::vector<std::string> pairs;
+  auto pairs = [&](std::size_t s) {
+    std::vector<std::string> out;
     for (std::size_t k = 0; k < plan.frequencies[s].size() && s < layout.size() && k < layout[s].size(); ++k)
-      pairs.push_back(fmt::format("('{}', {})", layout[s][k].kind == InstructionKind::forward ? "forward" : "backward",
-                                  plan.frequencies[s][k]));
-    text += fmt::format("[{}],\n", fmt::join(pairs, ", "));
-  }
-  text += "]\n";
+      out.push_back(fmt::format("('{}', {})", layout[s][k].kind == InstructionKind::forward ? "forward" : "backward",
+                                plan.frequencies[s][k]));
+    return out;
+  };
   const std::string prefix = fmt::format("# Iteration {} ", iteration);
-  text += prefix + "cost change: " + python_float(plan.cost_change) + "\n";
-  text += prefix + "total cost: " + python_float(plan.effective_cost) + "\n";
-  text += prefix + "total cost with P2P: " + python_float(plan.energy) + "\n";
-  return text;
+  return python_plan_file(plan.frequencies.size(), pairs,
+                          {prefix + "cost change: " + python_float(plan.cost_change),
+                           prefix + "total cost: " + python_float(plan.effective_cost),
+                           prefix + "total cost with P2P: " + python_float(plan.energy)});
 }
 
 namespace {

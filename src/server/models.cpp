@@ -91,17 +91,18 @@ std::string job_metadata(const json& body) {
   return text;
 }
 
-// Zeus's RankInfo.available_frequencies: stored like power_state_range (unique, descending).
-std::vector<int> available_frequencies(const json& body) {
-  const json& freqs = field(body, "available_frequencies");
-  if (!freqs.is_array()) bad("available_frequencies", fmt::format("expected a list, got {}", type_name(freqs)));
-  if (freqs.empty()) bad("available_frequencies", "must not be empty");
+// A list of power states (power_state_range; Zeus's available_frequencies, where repeats are
+// allowed as Zeus allows them): positive, stored unique and descending.
+std::vector<int> power_states(const json& body, const std::string& name, bool repeats_allowed) {
+  const json& states = field(body, name);
+  if (!states.is_array()) bad(name, fmt::format("expected a list, got {}", type_name(states)));
+  if (states.empty()) bad(name, "must not be empty");
   std::set<int> unique;
-  for (std::size_t i = 0; i < freqs.size(); ++i) {
-    std::string where = fmt::format("available_frequencies[{}]", i);
-    int v = as_int(freqs[i], where);
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    std::string where = fmt::format("{}[{}]", name, i);
+    int v = as_int(states[i], where);
     if (v <= 0) bad(where, fmt::format("must be positive, got {}", v));
-    unique.insert(v);
+    if (!unique.insert(v).second && !repeats_allowed) bad(where, fmt::format("{} appears twice", v));
   }
   return {unique.rbegin(), unique.rend()};
 }
@@ -199,7 +200,7 @@ RankInfo rank_info_from_json(const json& body) {
   info.tp_rank = int_field(body, "tp_rank", 0);
   if (body.contains("available_frequencies") && !body.contains("pipe_schedule")) {
     info.dialect = Dialect::zeus;
-    info.power_state_range = available_frequencies(body);
+    info.power_state_range = power_states(body, "available_frequencies", true);
     return info;
   }
   const json& schedule = field(body, "pipe_schedule");
@@ -213,18 +214,7 @@ RankInfo rank_info_from_json(const json& body) {
       bad(where, fmt::format("unknown instruction '{}' (one of: {})", name, fmt::join(names, ", ")));
     info.pipe_schedule.push_back(name);
   }
-  const json& states = field(body, "power_state_range");
-  if (!states.is_array()) bad("power_state_range", fmt::format("expected a list, got {}", type_name(states)));
-  if (states.empty()) bad("power_state_range", "must not be empty");
-  std::set<int> seen;
-  for (std::size_t i = 0; i < states.size(); ++i) {
-    std::string where = fmt::format("power_state_range[{}]", i);
-    int v = as_int(states[i], where);
-    if (v <= 0) bad(where, fmt::format("must be positive, got {}", v));
-    if (!seen.insert(v).second) bad(where, fmt::format("{} appears twice", v));
-    info.power_state_range.push_back(v);
-  }
-  std::sort(info.power_state_range.rbegin(), info.power_state_range.rend());
+  info.power_state_range = power_states(body, "power_state_range", false);
   return info;
 }
 
