@@ -14,6 +14,17 @@ std::filesystem::path temp_dir(const std::string& name) {
   std::filesystem::remove_all(dir);
   return dir;
 }
+
+// The InputError a parser throws on `text`, or "accepted".
+std::string error_of(PlanFile (*parse)(const std::string&, const std::string&), const std::string& text,
+                     const std::string& source) {
+  try {
+    parse(text, source);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "accepted";
+}
 }  // namespace
 
 TEST(FrontierRecord, RoundTripReconstructsEveryPlanExactly) {
@@ -94,14 +105,7 @@ TEST(PlanFiles, JsonPlanValidation) {
 
 // Found by fuzz_plan_json and in issue 13: each is a clear error naming the file and field.
 TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
-  auto message = [](const std::string& text) {
-    try {
-      parse_json_plan(text, "p.json");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
+  auto message = [](const std::string& text) { return error_of(parse_json_plan, text, "p.json"); };
   EXPECT_NE(message(R"({"frequencies": [[1410]], "energy": 405.96E620})").find("p.json"), std::string::npos)
       << "a number too large for a double used to escape as an internal error";
   EXPECT_NE(message(R"({"frequencies": [[900.5]]})").find("frequencies[0][0]"), std::string::npos)
@@ -142,14 +146,7 @@ TEST(PlanFiles, ZeusTuplePlansRoundTrip) {
 }
 
 TEST(PlanFiles, MalformedZeusPlansAreErrorsNamingTheLine) {
-  auto message = [](const std::string& text) {
-    try {
-      parse_python_plan(text, "z.py");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  auto message = [](const std::string& text) { return error_of(parse_python_plan, text, "z.py"); };
   EXPECT_NE(message("[\n[('forward', 1410)],\n[('jump', 1410)],\n]").find("z.py:3: instruction 'jump' is not"), std::string::npos);
   EXPECT_NE(message("[[('forward', 1410), 1395]]").find("mixes plain clocks"), std::string::npos);
   EXPECT_NE(message("[[1410], [('forward', 1410)]]").find("every stage must list"), std::string::npos);
