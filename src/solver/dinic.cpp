@@ -57,25 +57,52 @@ bool Dinic::bfs(int source, int sink) {
   return level_[sink] >= 0;
 }
 
-// Pushes as much as it can from `u` (not just one path), and marks nodes that cannot reach
-// the sink in this phase dead, so that each phase scans every edge only a few times.
-std::int64_t Dinic::dfs(int u, int sink, std::int64_t pushed) {
-  if (u == sink) return pushed;
-  std::int64_t total = 0;
-  for (int& i = iter_[u]; i < adj_start_[u + 1]; ++i) {
-    const int e = adj_[i];
-    const int v = to_[e];
-    if (cap_[e] <= 0 || level_[v] != level_[u] + 1) continue;
-    const std::int64_t got = dfs(v, sink, std::min(pushed - total, cap_[e]));
-    if (got > 0) {
-      cap_[e] -= got;
-      cap_[e ^ 1] += got;
-      total += got;
-      if (total == pushed) return total;
+// Pushes as much as it can from the source (not just one path), and marks nodes that cannot
+// reach the sink in this phase dead, so that each phase scans every edge only a few times. The
+// recursive form, unrolled onto an explicit stack (a path is as long as the pipeline's critical
+// path: 10^5 instructions overflowed the call stack), taking exactly the same steps.
+std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
+  frames_.clear();
+  frames_.push_back({source, -1, limit, 0});
+  for (;;) {
+    std::int64_t result = 0;
+    {
+      Frame& f = frames_.back();
+      if (f.node == sink) {
+        result = f.budget;
+      } else {
+        const int end = adj_start_[f.node + 1];
+        int& i = iter_[f.node];
+        while (i < end && !(cap_[adj_[i]] > 0 && level_[to_[adj_[i]]] == level_[f.node] + 1)) ++i;
+        if (i < end) {  // descend along the next admissible edge
+          const int e = adj_[i];
+          const Frame child{to_[e], e, std::min(f.budget - f.total, cap_[e]), 0};
+          frames_.push_back(child);
+          continue;
+        }
+        level_[f.node] = -1;  // dead for this phase
+        result = f.total;
+      }
+    }
+    // Return `result` to the parent through the edge it came by, as many levels as return at once.
+    for (;;) {
+      const int via = frames_.back().via;
+      frames_.pop_back();
+      if (frames_.empty()) return result;
+      Frame& parent = frames_.back();
+      if (result > 0) {
+        cap_[via] -= result;
+        cap_[via ^ 1] += result;
+        parent.total += result;
+        if (parent.total == parent.budget) {  // the parent is full: it returns too, its edge kept
+          result = parent.total;
+          continue;
+        }
+      }
+      ++iter_[parent.node];
+      break;
     }
   }
-  level_[u] = -1;
-  return total;
 }
 
 std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit) {

@@ -40,7 +40,12 @@ class Dinic {
  private:
   void build_adjacency();
   bool bfs(int source, int sink);
-  std::int64_t dfs(int node, int sink, std::int64_t pushed);
+  std::int64_t dfs(int source, int sink, std::int64_t limit);
+
+  struct Frame {
+    int node, via;  // via: the edge it was reached by (-1 for the source)
+    std::int64_t budget, total;
+  };
 
   int num_nodes_ = 0;
   bool built_ = false;
@@ -48,6 +53,7 @@ class Dinic {
   std::vector<std::int64_t> cap_;
   std::vector<int> adj_start_, adj_;
   std::vector<int> level_, iter_, queue_;
+  std::vector<Frame> frames_;
 };
 
 }  // namespace perseus
