@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "perseus/util/atomic_file.hpp"
@@ -152,6 +153,37 @@ TEST_F(Cli, PowerLimitSchedulersSetTheMode) {
   EXPECT_NE(started.output.find("scheduler AllMaxPowerLimit3D, mode power limit"), std::string::npos) << started.output;
   auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump", "timeout -s INT 1");
   EXPECT_NE(either.output.find("mode power limit"), std::string::npos) << either.output;
+}
+
+// Issue 13, inputs that broke the planner: each is now a clear error naming the limit, or works.
+TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
+  const std::string base = example_ + " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o").string();
+  auto tiny_unit = run("optimize " + base + " --unit-time 1e-12");  // durations became -2147483648
+  EXPECT_EQ(tiny_unit.code, 64) << tiny_unit.output;
+  EXPECT_NE(tiny_unit.output.find("beyond the planner's 2^31-1 time units; use a larger --unit-time"), std::string::npos);
+  auto huge = run("optimize " + example_ + " --stages 4 --microbatches 2147483647 --p2p-power 75 --quiet --out " +
+                  (dir_ / "o2").string());  // was std::bad_alloc
+  EXPECT_EQ(huge.code, 64);
+  EXPECT_NE(huge.output.find("the planner handles at most 2000000"), std::string::npos) << huge.output;
+  std::string slow = "stage,instruction,frequency,time,energy\n";
+  for (const char* kind : {"forward", "backward"})
+    for (auto [mhz, seconds] : std::vector<std::pair<int, double>>{{1410, 1e6}, {1200, 1.2e6}, {1000, 1.5e6}})
+      slow += fmt::format("0,{},{},{},{}\n", kind, mhz, seconds, 1e12 / seconds);
+  auto hang = run("optimize " + write("slow.csv", slow) + " --stages 1 --microbatches 1 --p2p-power 75 --quiet --out " +
+                  (dir_ / "o3").string());  // used to run for ever
+  EXPECT_EQ(hang.code, 64);
+  EXPECT_NE(hang.output.find("its clocks span 500000000 units, so a frontier could have that many points"), std::string::npos) << hang.output;
+  // A UTF-8 byte-order mark, as spreadsheets write, is accepted as pandas accepts it.
+  auto bom = run("optimize " + write("bom.csv", "\xEF\xBB\xBF" + perseus::read_file(example_)) +
+                 " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o4").string());
+  EXPECT_EQ(bom.code, 0) << bom.output;
+  // A 10 MB field is not echoed whole.
+  auto long_field = run("optimize " + write("long.csv", "stage,instruction,frequency,time,energy\n0,forward,1410," +
+                                                             std::string(10'000'000, 'x') + ",1\n") +
+                        " --stages 1 --microbatches 1 --p2p-power 75 --out " + (dir_ / "o5").string());
+  EXPECT_EQ(long_field.code, 65);
+  EXPECT_LT(long_field.output.size(), 1000u);
+  EXPECT_NE(long_field.output.find(" bytes in all)"), std::string::npos) << long_field.output;
 }
 
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {

@@ -1,5 +1,7 @@
 #include "perseus/model/options.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <set>
 
@@ -30,7 +32,13 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
     option.frequency = row.frequency;
     option.real_time = row.time;
     option.energy = row.energy;
-    option.quant_time = static_cast<int>(py_floordiv(row.time, unit_time));
+    const double units = py_floordiv(row.time, unit_time);
+    if (!(units < 2147483647.0))  // checked before the cast, which would be undefined
+      throw Error(fmt::format("stage {} {} at {} MHz takes {} s, {:.4g} units of --unit-time {} s: beyond the "
+                              "planner's 2^31-1 time units; use a larger --unit-time",
+                              row.stage, to_string(row.kind), row.frequency, row.time, units, unit_time),
+                  kExitUsage);
+    option.quant_time = static_cast<int>(units);
     all.push_back(option);
   }
   // Stable sorts keep the reference planner's tie-breaking among equal keys.

@@ -75,7 +75,9 @@ std::vector<ProfileRow> Profile::rows_for(int stage, InstructionKind kind) const
 Profile parse_profile(const std::string& text, const std::string& source) {
   Profile profile;
   profile.source = source;
-  LineReader reader(text);
+  std::string_view body = text;
+  if (body.substr(0, 3) == "\xEF\xBB\xBF") body.remove_prefix(3);  // a UTF-8 byte-order mark, as pandas accepts
+  LineReader reader(body);
   std::string_view line;
   if (!reader.next(line) || trim(line).empty()) {
     throw InputError(source, 1, "", "empty file: expected header stage,instruction,frequency,time,energy");

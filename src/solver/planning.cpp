@@ -20,6 +20,14 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   if (!(config.noise_factor > 0 && config.noise_factor <= 1)) {
     throw Error("--noise-factor must be in (0, 1]", kExitUsage);
   }
+  // Bounds on what one run may make the planner allocate and compute (issue 13): a plan has two
+  // instructions per (stage, microbatch), and path lengths are summed in 32-bit time units.
+  constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
+  const long long instructions = 2LL * config.num_stages * config.num_microbatches;
+  if (instructions > kMaxInstructions)
+    throw Error(fmt::format("--stages {} x --microbatches {} is {} instructions; the planner handles at most {}",
+                            config.num_stages, config.num_microbatches, instructions, kMaxInstructions),
+                kExitUsage);
   check_profile_covers(profile, config.num_stages);
 
   PlanningProblem problem;
@@ -33,6 +41,17 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
       spec.options = build_options(profile.rows_for(stage, kind), options_config);
       const std::string what =
           fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
+      const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
+      const long long span = slowest.quant_time - spec.options.options().back().quant_time;
+      if (span > kMaxUnitsPerInstruction || instructions * slowest.quant_time > 2147483647LL)
+        throw Error(fmt::format("{} at {} MHz takes {} s, {} units of --unit-time {} s: {}; use a larger --unit-time", what,
+                                slowest.frequency, slowest.real_time, slowest.quant_time, config.unit_time,
+                                span > kMaxUnitsPerInstruction
+                                    ? fmt::format("its clocks span {} units, so a frontier could have that many points "
+                                                  "(at most {})", span, kMaxUnitsPerInstruction)
+                                    : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
+                                                  instructions * slowest.quant_time)),
+                    kExitUsage);
       spec.model = make_cost_model(config.cost_model, spec.options, config.unit_time, what);
     }
   }

@@ -5,12 +5,22 @@
 namespace perseus {
 
 namespace {
+
+// A problem quotes what it read; a 10 MB field must not become a 10 MB message.
+std::string cut(const std::string& text) {
+  constexpr std::size_t kMost = 300;
+  if (text.size() <= kMost) return text;
+  std::size_t end = kMost;
+  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // a whole UTF-8 character
+  return fmt::format("{}... ({} bytes in all)", text.substr(0, end), text.size());
+}
+
 std::string describe(const std::string& file, std::size_t line, const std::string& field,
                      const std::string& problem) {
   std::string where = file;
   if (line > 0) where += fmt::format(":{}", line);
-  if (!field.empty()) return fmt::format("{}: field '{}': {}", where, field, problem);
-  return fmt::format("{}: {}", where, problem);
+  if (!field.empty()) return fmt::format("{}: field '{}': {}", where, cut(field), cut(problem));
+  return fmt::format("{}: {}", where, cut(problem));
 }
 }  // namespace
 
