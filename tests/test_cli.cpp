@@ -204,9 +204,18 @@ TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
                                 "stage,instruction,frequency,time,energy\n"
                                 "0,forward,1400,0.010,30\n0,forward,1200,0.012,28\n0,forward,1000,0.015,27\n"
                                 "0,backward,1400,0.020,60\n0,backward,1200,0.024,56\n0,backward,1000,0.030,54\n");
-  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --out " + (dir_ / "y").string());
+  // Three Pareto clocks cannot fix an exponential: the strict reference mode refuses, the default
+  // (auto) falls back to piecewise-linear there, says so and records it.
+  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model exp --out " + (dir_ / "y").string());
   EXPECT_EQ(r.code, 65);
-  EXPECT_NE(r.output.find("use --cost-model pwl"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("use --cost-model auto or pwl"), std::string::npos) << r.output;
+  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --out " + (dir_ / "y").string());
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("piecewise-linear where the exponential fit failed (stage 0 forward, stage 0 backward)"),
+            std::string::npos) << r.output;
+  auto plans = nlohmann::json::parse(perseus::read_file(dir_ / "y" / "plans.json"));
+  EXPECT_EQ(plans["cost_model"], "auto");
+  EXPECT_EQ(plans["cost_models"][1], nlohmann::json({{"stage", 0}, {"instruction", "backward"}, {"model", "pwl"}}));
   r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model pwl --quiet --out " + (dir_ / "y").string());
   EXPECT_EQ(r.code, 0) << r.output;
 }

@@ -32,7 +32,7 @@ TEST(ExponentialModel, RecoversExactExponentialData) {
   EXPECT_LT(model->mean_squared_error(points(data)), 1e-12);
 }
 
-TEST(ExponentialModel, TooFewOptionsFailWithAHintForPwl) {
+TEST(ExponentialModel, TooFewOptionsFailStrictlyAndFallBackToPwlInAuto) {
   const OperationOptions three(points({{30, 10}, {25, 11}, {20, 13}}));
   EXPECT_EQ(fit_exponential(three.options(), 0.001), nullptr);
   try {
@@ -40,10 +40,15 @@ TEST(ExponentialModel, TooFewOptionsFailWithAHintForPwl) {
     FAIL() << "expected the fit to fail";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), kExitDataError);
-    EXPECT_NE(std::string(e.what()).find("--cost-model pwl"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("use --cost-model auto or pwl"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("stage 0 forward"), std::string::npos);
   }
   EXPECT_EQ(make_cost_model(CostModelKind::piecewise_linear, three, 0.001, "x")->name(), "pwl");
+  EXPECT_EQ(make_cost_model(CostModelKind::automatic, three, 0.001, "x")->name(), "pwl");
+  const OperationOptions four(points({{30, 10}, {25, 11}, {20, 13}, {15, 17}}));
+  EXPECT_EQ(make_cost_model(CostModelKind::automatic, four, 0.001, "x")->name(), "exp") << "exp where it fits";
+  EXPECT_EQ(parse_cost_model_kind("auto"), CostModelKind::automatic);
+  EXPECT_FALSE(parse_cost_model_kind("linear"));
 }
 
 TEST(ExponentialModel, SingleOptionIsConstant) {

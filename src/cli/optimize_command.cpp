@@ -29,7 +29,7 @@ struct OptimizeArgs {
   std::string out;
   PlanningConfig config;
   std::string schedule = "1f1b";
-  std::string cost_model = "exp";
+  std::string cost_model = "auto";
   int envpipe_memory_cap = -1;
   bool quiet = false;
 };
@@ -66,7 +66,7 @@ int run_optimize(OptimizeArgs& args) {
   const auto schedule = envpipe ? ScheduleKind::one_f_one_b : parse_schedule_kind(args.schedule);
   if (!schedule) throw Error("--schedule must be 1f1b, gpipe or envpipe", kExitUsage);
   args.config.schedule = *schedule;
-  args.config.cost_model = args.cost_model == "pwl" ? CostModelKind::piecewise_linear : CostModelKind::exponential;
+  args.config.cost_model = *parse_cost_model_kind(args.cost_model);  // CLI checked the name
   if (envpipe && !args.config.extra_forwards.empty()) {
     throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
   }
@@ -103,6 +103,15 @@ int run_optimize(OptimizeArgs& args) {
       std::fprintf(stderr, "%s\n", fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J",
                                                slow.time, slow.energy, fast.time, fast.energy).c_str());
     }
+    std::vector<std::string> fallbacks;  // with auto: where the exponential fit failed
+    for (int stage = 0; stage < args.config.num_stages; ++stage)
+      for (auto kind : {InstructionKind::forward, InstructionKind::backward})
+        if (args.config.cost_model == CostModelKind::automatic &&
+            problem.specs[PlanningProblem::spec_index(stage, kind)].model->name() == "pwl")
+          fallbacks.push_back(fmt::format("stage {} {}", stage, to_string(kind)));
+    if (!fallbacks.empty())
+      std::fprintf(stderr, "%s\n", fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
+                                               "exponential elsewhere", fmt::join(fallbacks, ", ")).c_str());
     std::fprintf(stderr, "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
                  frontier.stop_reason.c_str(), args.out.c_str());
   }
@@ -125,8 +134,10 @@ Runner add_optimize_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
       ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--cost-model", args->cost_model, "exp: a*exp(b*q)+c fit (reference); pwl: convex piecewise-linear hull")
-      ->capture_default_str()->check(CLI::IsMember({"exp", "pwl"}));
+  cmd->add_option("--cost-model", args->cost_model,
+                  "auto: exp where it fits, pwl where not; exp: a*exp(b*q)+c fit (the reference, strict); "
+                  "pwl: convex piecewise-linear hull")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
   cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
   cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();
   cmd->add_flag("--quiet,-q", args->quiet, "No progress display or summary");

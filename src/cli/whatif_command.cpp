@@ -21,7 +21,7 @@ namespace {
 struct WhatIfArgs {
   PipelineArgs pipeline;
   std::string frontier_dir;
-  std::string cost_model = "exp";
+  std::string cost_model = "auto";
   int global_batch = 1536;
   int pipelines = 0;
   std::vector<double> slowdowns{1.0, 1.05, 1.1, 1.2, 1.5};
@@ -39,7 +39,7 @@ FrontierRecord plan_frontier(const Pipeline& pipeline, const std::string& cost_m
   config.p_block = pipeline.config.p_block;
   config.schedule = pipeline.config.schedule;
   config.extra_forwards = pipeline.config.extra_forwards;
-  config.cost_model = cost_model == "pwl" ? CostModelKind::piecewise_linear : CostModelKind::exponential;
+  config.cost_model = *parse_cost_model_kind(cost_model);  // CLI checked the name
   const auto problem = make_planning_problem(pipeline.profile, config);
   return make_frontier_record(problem, solve_frontier(problem), {profile, cost_model});
 }
@@ -108,8 +108,8 @@ Runner add_whatif_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("whatif", "Straggler what-if: energy of all-max, baselines and perseus over D data-parallel pipelines");
   add_pipeline_options(cmd, args->pipeline, false);
   cmd->add_option("--frontier", args->frontier_dir, "Use this optimize output instead of planning in-process");
-  cmd->add_option("--cost-model", args->cost_model, "Cost model when planning in-process")->capture_default_str()
-      ->check(CLI::IsMember({"exp", "pwl"}));
+  cmd->add_option("--cost-model", args->cost_model, "Cost model when planning in-process: auto, exp or pwl (as optimize)")
+      ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
   cmd->add_option("--global-batch", args->global_batch, "Microbatches per global batch; D = global batch / microbatches")
       ->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--pipelines", args->pipelines, "Data-parallel pipelines D (overrides --global-batch)")->check(CLI::PositiveNumber);

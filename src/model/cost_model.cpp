@@ -13,7 +13,18 @@
 namespace perseus {
 
 std::string to_string(CostModelKind kind) {
-  return kind == CostModelKind::exponential ? "exp" : "pwl";
+  switch (kind) {
+    case CostModelKind::exponential: return "exp";
+    case CostModelKind::piecewise_linear: return "pwl";
+    case CostModelKind::automatic: return "auto";
+  }
+  return "?";
+}
+
+std::optional<CostModelKind> parse_cost_model_kind(std::string_view text) {
+  for (auto kind : {CostModelKind::exponential, CostModelKind::piecewise_linear, CostModelKind::automatic})
+    if (text == to_string(kind)) return kind;
+  return std::nullopt;
 }
 
 double ExponentialModel::operator()(int quant_time) const {
@@ -158,14 +169,13 @@ std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOp
   if (list.size() == 1) return std::make_unique<ConstantModel>(list.front().effective_energy);
   if (kind == CostModelKind::piecewise_linear) return std::make_unique<PiecewiseLinearModel>(list);
   auto model = fit_exponential(list, unit_time);
-  if (!model) {
-    throw Error(fmt::format("{}: the exponential cost model could not be fitted to its {} Pareto "
-                            "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
-                            "fits); use --cost-model pwl",
-                            what, list.size()),
-                kExitDataError);
-  }
-  return model;
+  if (model) return model;
+  if (kind == CostModelKind::automatic) return std::make_unique<PiecewiseLinearModel>(list);
+  throw Error(fmt::format("{}: the exponential cost model could not be fitted to its {} Pareto "
+                          "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
+                          "fits); use --cost-model auto or pwl",
+                          what, list.size()),
+              kExitDataError);
 }
 
 }  // namespace perseus

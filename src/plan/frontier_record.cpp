@@ -101,6 +101,21 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
 
 namespace {
 
+// Which model each (stage, instruction) got, from the descriptions ("exp: ...", in spec order).
+json per_operation_models(const FrontierRecord& record) {
+  json out = json::array();
+  for (std::size_t i = 0; i < record.model_descriptions.size(); ++i) {
+    const auto& text = record.model_descriptions[i];
+    out.push_back({{"stage", i / 2}, {"instruction", i % 2 == 0 ? "forward" : "backward"},
+                   {"model", text.substr(0, text.find(':'))}});
+  }
+  return out;
+}
+
+}  // namespace
+
+namespace {
+
 json nested(const std::vector<std::vector<int>>& values) { return json(values); }
 
 }  // namespace
@@ -152,6 +167,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"stop_reason", record.stop_reason},
       {"interrupted", record.interrupted},
       {"models", record.model_descriptions},
+      {"cost_models", per_operation_models(record)},
       {"start", {{"quant_time", record.start_quant_time},
                  {"durations", nested(record.start_durations)},
                  {"frequencies", nested(record.start_frequencies)}}},

@@ -2,6 +2,8 @@
 // Cost models (DESIGN §2.3): effective energy as a function of the quantized duration, defined
 // for every integer between an operation's fastest and slowest option.
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <string>
 #include <vector>
 
@@ -9,9 +11,12 @@
 
 namespace perseus {
 
-enum class CostModelKind { exponential, piecewise_linear };
+// automatic: exponential where it fits, piecewise-linear where it does not (the default);
+// exponential is the strict reference mode.
+enum class CostModelKind { exponential, piecewise_linear, automatic };
 
-std::string to_string(CostModelKind kind);
+std::string to_string(CostModelKind kind);                                   // "exp", "pwl", "auto"
+std::optional<CostModelKind> parse_cost_model_kind(std::string_view text);  // the same names
 
 class CostModel {
  public:
@@ -70,8 +75,9 @@ class ConstantModel : public CostModel {
 std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options,
                                                   double unit_time);
 
-// Builds the requested model for one operation. A single option gives a ConstantModel. Throws
-// Error (kExitDataError) naming `what` when the exponential fit fails, suggesting pwl.
+// Builds the requested model for one operation. A single option gives a ConstantModel. With
+// `exponential`, throws Error (kExitDataError) naming `what` when the fit fails, suggesting pwl or
+// auto; `automatic` then builds the piecewise-linear model (its name() says which was built).
 std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options,
                                            double unit_time, const std::string& what);
 

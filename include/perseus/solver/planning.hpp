@@ -17,7 +17,7 @@ struct PlanningConfig {
   double noise_factor = 0.95;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage, 1f1b only (EnvPipe's reordered schedule)
-  CostModelKind cost_model = CostModelKind::exponential;
+  CostModelKind cost_model = CostModelKind::automatic;
 };
 
 // Validates the configuration (throws Error with kExitUsage) and the profile's coverage (throws
