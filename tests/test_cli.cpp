@@ -9,6 +9,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "perseus/client/http_client.hpp"
+#include "process_fixture.hpp"
+
 #include "perseus/util/atomic_file.hpp"
 
 namespace fs = std::filesystem;
@@ -184,6 +187,32 @@ TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
   EXPECT_EQ(long_field.code, 65);
   EXPECT_LT(long_field.output.size(), 1000u);
   EXPECT_NE(long_field.output.find(" bytes in all)"), std::string::npos) << long_field.output;
+}
+
+TEST_F(Cli, StatusShowsTheJobsOfARunningServer) {
+  perseus::testing::ServeProcess serve(dir_ / "serve", "AllMaxFrequency", "{}", "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  const std::string url = serve.url();
+  perseus::client::HttpClient http(url);
+  auto registered = http.request("POST", "/register_job",
+                                 R"({"pp_degree": 2, "dp_degree": 1, "tp_degree": 1, "world_size": 2, "job_metadata": "demo"})",
+                                 std::chrono::seconds(5));
+  ASSERT_EQ(registered.status, 200) << registered.body;
+  const std::string id = nlohmann::json::parse(registered.body).get<std::string>();
+  auto all = run("status --server " + url);
+  EXPECT_EQ(all.code, 0) << all.output;
+  EXPECT_NE(all.output.find("job " + id), std::string::npos) << all.output;
+  EXPECT_NE(all.output.find("scheduler AllMaxFrequency (zeus client), registering, round 0, 0/2 ranks registered"),
+            std::string::npos) << all.output;
+  auto one = run("status --server " + url + " '" + id + "' --json");
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_EQ(nlohmann::json::parse(one.output)["phase"], "registering");
+  auto unknown = run("status --server " + url + " nope");
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.output.find("404"), std::string::npos) << unknown.output;
+  auto gone = run("status --server http://127.0.0.1:1");
+  EXPECT_EQ(gone.code, 66) << gone.output;
+  EXPECT_NE(gone.output.find("is `perseus serve` running there?"), std::string::npos) << gone.output;
 }
 
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {

@@ -308,6 +308,44 @@ TEST_F(ServerTest, ARankThatLeavesReleasesTheRanksWaitingAtTheBarrier) {
   EXPECT_EQ(detail(server.call("GET", "/schedule/" + id + "?rank=1")), text);
 }
 
+TEST_F(ServerTest, JobsAndJobStatusSayWhatEachJobIsDoing) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}}));
+  auto job = job_body(2, 2);  // 2 stages x 2 pipelines
+  std::string id = json::parse(server.post("/register_job", job).body).get<std::string>();
+  for (int r = 0; r < 4; ++r)
+    ASSERT_EQ(server.post("/register_rank", rank_body(id, r, r % 2, kTwoMicrobatches, {1410, 1200, 1000}, r / 2)).status, 200);
+  std::string waiting = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
+
+  json all = json::parse(server.call("GET", "/jobs").body);
+  ASSERT_EQ(all.size(), 2u);
+  for (const auto& summary : all) {
+    EXPECT_EQ(summary["scheduler"], "TwoFrequencies");
+    EXPECT_EQ(summary["phase"], summary["job_id"] == id ? "running" : "registering");
+  }
+  std::vector<std::future<client::HttpReply>> asks;
+  for (int r = 0; r < 4; ++r) asks.push_back(server.get_async("/schedule/" + id + "?rank=" + std::to_string(r)));
+  for (auto& a : asks) ASSERT_EQ(a.get().status, 200);
+  // Pipeline dp 1 is slower; the first 2 iterations of a round are dropped, as the artifact's analysis does.
+  for (int r = 0; r < 4; ++r) {
+    json result = result_body(r);
+    double t = r / 2 == 0 ? 1.0 : 1.5;
+    result["iter_time"] = {9.0, 9.0, t, t};
+    result["iter_energy"] = {999.0, 999.0, 100.0 + r, 100.0 + r};
+    ASSERT_EQ(server.post("/result/" + id, result).status, 200);
+  }
+  json status = json::parse(server.call("GET", "/jobs/" + id).body);
+  EXPECT_EQ(status["phase"], "running");
+  EXPECT_EQ(status["round"], 1);
+  EXPECT_EQ(status["registered"], 4);
+  EXPECT_EQ(status["measured"], json({{"round", 0}, {"iteration_time", 1.5}, {"energy", 406.0}}));
+  EXPECT_EQ(status["pipelines"], json::parse(R"([{"dp_rank": 0, "iteration_time": 1.0, "energy": 201.0},
+                                                 {"dp_rank": 1, "iteration_time": 1.5, "energy": 205.0}])"));
+  EXPECT_TRUE(status["plan"].is_null() && status["straggler"].is_null()) << "the turnkey scheduler's, not this one's";
+  EXPECT_EQ(server.call("GET", "/jobs/nope").status, 404);
+  EXPECT_EQ(server.call("POST", "/jobs").status, 405);
+  EXPECT_EQ(json::parse(server.call("GET", "/jobs/" + waiting).body)["measured"], nullptr);
+}
+
 TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
   auto s = settings();
   s.round_timeout_s = 0.2;

@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   add(cli::add_serve_command);
   add(cli::add_gpu_command);
   add(cli::add_gpud_command);
+  add(cli::add_status_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <map>
 #include <chrono>
 #include <optional>
 
@@ -51,6 +52,8 @@ struct JobManager::Job {
   bool watchdog_armed = false;
   std::optional<SteadyClock::time_point> round_started;
   double typical_round_s = 0;  // moving average of the time between round starts
+  json measured = nullptr;     // the last finished round, per iteration: {iteration_time, energy}
+  json pipelines = json::array();  // the same per data-parallel pipeline
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
 };
@@ -305,6 +308,43 @@ void JobManager::start_rounds(Job& job) {
   arm_timer(job, "ask for the schedule");
 }
 
+json JobManager::summary(const Job& job) const {
+  const char* phase = job.phase == Phase::registering ? "registering"
+                      : job.phase != Phase::ended     ? "running"
+                      : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
+                                                                         : "failed";
+  return {{"job_id", job.info.job_id},
+          {"scheduler", settings_.scheduler},
+          {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
+          {"phase", phase},
+          {"round", job.round},
+          {"world_size", job.info.world_size},
+          {"registered", job.registered}};
+}
+
+json JobManager::jobs_summary() const {
+  json out = json::array();
+  for (const auto& [id, job] : jobs_) out.push_back(summary(*job));
+  return out;
+}
+
+json JobManager::job_status(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
+  const Job& job = *it->second;
+  json out = summary(job);
+  out["job"] = to_json(job.info);
+  out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
+  out["reported"] = job.phase == Phase::running ? job.reported : 0;
+  out["typical_round_s"] = job.typical_round_s;
+  out["end_detail"] = job.phase == Phase::ended ? json(job.end_detail) : json(nullptr);
+  out["measured"] = job.measured;
+  out["pipelines"] = job.pipelines;
+  // What the turnkey scheduler reports; other schedulers have none of it.
+  for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
+  return out;
+}
+
 json JobManager::answer(const Job& job, std::size_t rank) const {
   const auto& schedule = job.current[rank];
   if (job.ranks[rank] && job.ranks[rank]->dialect == Dialect::zeus) return to_zeus_json(schedule);
@@ -371,9 +411,34 @@ void JobManager::send_schedules(Job& job) {
   spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
 }
 
+namespace {
+
+// Mean of a round's iterations after its first 2 (as the artifact's analysis), or of all if fewer.
+double round_mean(const std::vector<double>& values) {
+  std::size_t skip = values.size() > 2 ? 2 : 0;
+  if (values.size() == skip) return 0;
+  double sum = 0;
+  for (std::size_t i = skip; i < values.size(); ++i) sum += values[i];
+  return sum / double(values.size() - skip);
+}
+
+}  // namespace
+
 void JobManager::finish_round(Job& job) {
   std::vector<ProfilingResult> results;
   for (auto& r : job.results) results.push_back(std::move(*r));
+  // What the round measured: time the slowest rank's, energy every rank's; the same per pipeline.
+  std::map<int, std::pair<double, double>> by_pipeline;
+  double time = 0, energy = 0;
+  for (const auto& r : results) {
+    double t = round_mean(r.iter_time), e = round_mean(r.iter_energy);
+    auto& p = by_pipeline[job.ranks[static_cast<std::size_t>(r.rank)]->dp_rank];
+    p.first = std::max(p.first, t), p.second += e;
+    time = std::max(time, t), energy += e;
+  }
+  job.measured = {{"round", job.round}, {"iteration_time", time}, {"energy", energy}};
+  job.pipelines = json::array();
+  for (const auto& [dp, p] : by_pipeline) job.pipelines.push_back({{"dp_rank", dp}, {"iteration_time", p.first}, {"energy", p.second}});
   if (settings_.dump_data) {
     json sched = json::array(), prof = json::array();
     for (std::size_t r = 0; r < job.current.size(); ++r) sched.push_back(answer(job, r));

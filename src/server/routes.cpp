@@ -144,6 +144,13 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         reply(ok(nullptr));
       });
     }
+    if (path == "/jobs" || under("/jobs/")) {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      std::string id = path == "/jobs" ? "" : path.substr(std::string("/jobs/").size());
+      return on_jobs(jobs, std::move(respond), [&jobs, id](auto& reply) {
+        reply(ok(id.empty() ? jobs.jobs_summary() : jobs.job_status(id)));
+      });
+    }
     if (under("/leave/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/leave/").size());

@@ -63,6 +63,10 @@ class JobManager {
   // A rank cannot take part: the job ends ([job-failed], naming it) and every rank goes on without perseus.
   void leave(const std::string& job_id, const Leave& leave);
 
+  // GET /jobs: one summary per job; GET /jobs/{id}: one job in detail (404 when unknown).
+  nlohmann::json jobs_summary() const;
+  nlohmann::json job_status(const std::string& job_id) const;
+
   // Answers every waiting request with 503 and `why`; used when the server stops.
   void shutdown(const std::string& why);
 
@@ -73,6 +77,7 @@ class JobManager {
   struct Job;
   Job& find(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
+  nlohmann::json summary(const Job& job) const;
   void advance(Job& job);
   void start_rounds(Job& job);
   void send_schedules(Job& job);
