@@ -158,6 +158,18 @@ TEST_F(GpudTest, EverythingAConnectionSetIsResetWhenItCloses) {
   for (int i = 0; i < 200 && (memory = nvml->current_memory_clock(0)) != 1593; ++i) std::this_thread::sleep_for(10ms);
   EXPECT_EQ(memory, 1593u);
   EXPECT_EQ(nvml->power_limit_mw(0), 400000u);
+
+  // A limit an administrator set before is what comes back, not the maximum.
+  nvml->set_power_limit_mw(0, 350000);
+  {
+    auto g = gpud::connect(socket);
+    g->set_power_limit_mw(0, 200000);
+    g->set_power_limit_mw(0, 250000);
+  }
+  unsigned limit = 0;
+  for (int i = 0; i < 200 && (limit = nvml->power_limit_mw(0)) != 350000; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(limit, 350000u);
+  nvml->set_power_limit_mw(0, 400000);
 }
 
 TEST_F(GpudTest, ALiveDaemonOnTheSocketIsNotReplaced) {

@@ -62,6 +62,7 @@ struct Client::Impl {
   std::unique_ptr<HttpClient> http;
   std::string job_id;
   std::string mode = "frequency";
+  unsigned limit_before_mw = 0;  // power-limit mode: what close() restores
   bool enabled = false;
   bool registered_reset = false;
   bool joined_broadcast = false;  // took part in the job-id broadcast (a collective of all ranks)
@@ -185,8 +186,9 @@ struct Client::Impl {
 
   void reset_clocks() {
     try {
-      if (mode == "power limit") {
-        gpu->set_power_limit_mw(options.device, gpu->power_limit_range(options.device).max_mw);
+      if (mode == "power limit") {  // back to the limit the GPU had before (an admin's cap stays)
+        gpu->set_power_limit_mw(options.device, limit_before_mw != 0 ? limit_before_mw
+                                                                     : gpu->power_limit_range(options.device).max_mw);
       } else {
         gpu->reset_graphics_clock(options.device);
         gpu->reset_memory_clock(options.device);
@@ -255,6 +257,7 @@ struct Client::Impl {
 
     std::vector<int> states;
     if (mode == "power limit") {
+      limit_before_mw = gpu->power_limit_mw(o.device);
       auto range = gpu->power_limit_range(o.device);
       for (unsigned w = range.max_mw / 1000; w >= (range.min_mw + 999) / 1000 && w > 0; w -= std::min(w, 25u))
         states.push_back(static_cast<int>(w));

@@ -37,6 +37,7 @@ namespace {
 // What one connection changed on one GPU it owns: what closing the connection must undo.
 struct Touched {
   bool graphics = false, memory = false, power_limit = false;
+  unsigned limit_before_mw = 0;  // the power limit before this connection first set one: what it gets back
 };
 
 GpuError bad(const std::string& message) { return GpuError(GpuErrorKind::invalid_argument, message); }
@@ -215,7 +216,9 @@ std::string Daemon::Impl::reset(unsigned device, const Touched& touched) {
   };
   attempt(touched.graphics, "graphics clock", [&] { gpu->reset_graphics_clock(device); });
   attempt(touched.memory, "memory clock", [&] { gpu->reset_memory_clock(device); });
-  attempt(touched.power_limit, "power limit", [&] { gpu->set_power_limit_mw(device, gpu->power_limit_range(device).max_mw); });
+  attempt(touched.power_limit, "power limit", [&] {
+    gpu->set_power_limit_mw(device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).max_mw);
+  });
   return fmt::format("{}", fmt::join(failed, "; "));
 }
 
@@ -326,7 +329,9 @@ json Daemon::Impl::handle(Connection& connection, const json& request) {
       throw bad(fmt::format("GPU {}: a power limit of {} mW is outside its range {} .. {} mW", device, limit,
                             range.min_mw, range.max_mw));
     claim(connection, device);
-    connection.owned[device].power_limit = true;
+    Touched& touched = connection.owned[device];
+    if (!touched.power_limit) touched.limit_before_mw = gpu->power_limit_mw(device);
+    touched.power_limit = true;
     gpu->set_power_limit_mw(device, limit);
     return nullptr;
   }
