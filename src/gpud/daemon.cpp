@@ -42,14 +42,6 @@ struct Touched {
 
 GpuError bad(const std::string& message) { return GpuError(GpuErrorKind::invalid_argument, message); }
 
-unsigned unsigned_arg(const json& request, const char* name) {
-  auto it = request.find(name);
-  if (it == request.end()) throw bad(fmt::format("field '{}': missing", name));
-  if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 0xffffffffu)
-    throw bad(fmt::format("field '{}': expected a non-negative integer, got {}", name, it->dump()));
-  return it->get<unsigned>();
-}
-
 }  // namespace
 
 class Connection;
@@ -63,7 +55,7 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   void reset_all(const char* why);
   // Undoes `touched` on `device`; returns what failed ("" when nothing did).
   std::string reset(unsigned device, const Touched& touched);
-  json handle(Connection& connection, const json& request);
+  json handle(Connection& connection, const Request& request);
   void check_device(unsigned device) const {
     if (device >= device_count)
       throw bad(fmt::format("field 'device': GPU {} does not exist (this node has {})", device, device_count));
@@ -130,13 +122,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     buffer_.consume(n);
     json reply;
     try {
-      json request = json::parse(line);
-      if (!request.is_object()) throw bad("a request is a JSON object");
-      reply = {{"ok", true}, {"value", daemon_->handle(*this, request)}};
+      reply = {{"ok", true}, {"value", daemon_->handle(*this, parse_request(line))}};
     } catch (const GpuError& e) {
       reply = {{"ok", false}, {"kind", error_kind_name(e.kind())}, {"error", e.what()}};
-    } catch (const json::exception& e) {
-      reply = {{"ok", false}, {"kind", "invalid_argument"}, {"error", fmt::format("malformed request: {}", e.what())}};
     }
     write(reply.dump() + "\n", false);
   }
@@ -265,18 +253,16 @@ void Daemon::Impl::release(Connection& connection) {
   connection.owned.clear();
 }
 
-json Daemon::Impl::handle(Connection& connection, const json& request) {
-  auto op_it = request.find("op");
-  if (op_it == request.end() || !op_it->is_string()) throw bad("field 'op': missing");
-  const std::string& op = op_it->get_ref<const std::string&>();
+json Daemon::Impl::handle(Connection& connection, const Request& request) {
+  const std::string& op = request.op;
   if (op == "hello") return {{"version", kProtocolVersion}, {"devices", device_count}, {"pid", ::getpid()}};
   if (op == "device_count") return device_count;
 
-  unsigned device = unsigned_arg(request, "device");
+  const unsigned device = request.device;
   check_device(device);
   if (op == "name") return gpu->name(device);
   if (op == "supported_memory_clocks") return gpu->supported_memory_clocks(device);
-  if (op == "supported_graphics_clocks") return gpu->supported_graphics_clocks(device, unsigned_arg(request, "memory"));
+  if (op == "supported_graphics_clocks") return gpu->supported_graphics_clocks(device, request.memory);
   if (op == "current_graphics_clock") return gpu->current_graphics_clock(device);
   if (op == "current_memory_clock") return gpu->current_memory_clock(device);
   if (op == "power_limit") return gpu->power_limit_mw(device);
@@ -304,7 +290,7 @@ json Daemon::Impl::handle(Connection& connection, const json& request) {
   bool lock_graphics = op == "lock_graphics_clock", lock_memory = op == "lock_memory_clock";
   // Validate before claiming: a refused request changes nothing, ownership included.
   if (lock_graphics || lock_memory) {
-    unsigned low = unsigned_arg(request, "min"), high = unsigned_arg(request, "max");
+    unsigned low = request.min, high = request.max;
     if (low > high) throw bad(fmt::format("field 'min': {} MHz is above 'max' {} MHz", low, high));
     std::vector<unsigned> memory;
     const auto& supported = lock_graphics ? graphics_clocks(device) : (memory = gpu->supported_memory_clocks(device));
@@ -323,7 +309,7 @@ json Daemon::Impl::handle(Connection& connection, const json& request) {
     return nullptr;
   }
   if (op == "set_power_limit") {
-    unsigned limit = unsigned_arg(request, "mw");
+    unsigned limit = request.mw;
     auto range = gpu->power_limit_range(device);
     if (limit < range.min_mw || limit > range.max_mw)
       throw bad(fmt::format("GPU {}: a power limit of {} mW is outside its range {} .. {} mW", device, limit,
@@ -354,7 +340,7 @@ json Daemon::Impl::handle(Connection& connection, const json& request) {
     if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
     return nullptr;
   }
-  throw bad(fmt::format("field 'op': unknown operation '{}'", op));
+  throw bad(fmt::format("field 'op': unknown operation '{}'", op));  // parse_request knows no other
 }
 
 Daemon::Daemon(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options)

@@ -17,6 +17,15 @@ inline constexpr std::size_t kMaxLineBytes = 4096;  // every request is far smal
 inline constexpr const char* kDefaultSocket = "/run/perseus/gpud.sock";
 inline constexpr const char* kSocketEnv = "PERSEUS_GPUD_SOCKET";
 
+// One request line, decoded and checked for shape: the operation is known and every argument it
+// needs is there as a 32-bit unsigned integer. (The daemon then checks the values against its GPUs.)
+// Throws GpuError(invalid_argument) naming the field; this is what the fuzzer drives.
+struct Request {
+  std::string op;
+  unsigned device = 0, memory = 0, min = 0, max = 0, mw = 0;
+};
+Request parse_request(std::string_view line);
+
 std::string_view error_kind_name(gpu::GpuErrorKind kind);
 std::optional<gpu::GpuErrorKind> error_kind_from_name(std::string_view name);
 
