@@ -123,6 +123,20 @@ TEST_F(ZeusDialect, AZeusPlanServesArtifactRanksAndChecksTheirOrder) {
   EXPECT_EQ(bad0.get().status, 500);
 }
 
+TEST_F(ZeusDialect, PointSolution3DServesEveryDataParallelRankItsStagesPlan) {
+  auto plan = write_plan("freqs_pipeline_00003.py", kZeusPlan);
+  TestServer server(settings("PointSolution3D", {{"solution_path", plan.string()}}));
+  std::string id = json::parse(server.post("/register_job", zeus_job(2, 2)).body).get<std::string>();
+  for (int r = 0; r < 4; ++r) ASSERT_EQ(server.post("/register_rank/" + id, zeus_rank(r, r % 2, r / 2)).status, 200);
+  auto replies = ask_all(server, id, 4);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(replies[r].status, 200) << replies[r].body;
+    json got = json::parse(replies[r].body);
+    EXPECT_EQ(got["rank"], r);
+    EXPECT_EQ(got["frequencies"][1], r % 2 == 0 ? json::parse(R"(["forward", 1380])") : json::parse(R"(["backward", 1410])"));
+  }
+}
+
 TEST_F(ZeusDialect, ASchedulerThatNeedsTheInstructionOrderSaysSo) {
   TestServer server(settings("AllMaxFrequency"));
   std::string id = start(server, 2);
