@@ -163,14 +163,19 @@ TEST(GlobalPowerLimitOptimizer, WalksTheStateMachineAndKeepsTheSelectedLimit) {
   std::filesystem::remove(path);
 }
 
-TEST(GlobalPowerLimitOptimizer, AnEpochEndStartsTheLimitOverAtTheMaximum) {
-  Node node;
+// No waiting; warm-up, profiling and the step between limits as given.
+PowerLimitOptimizerOptions steps(int warmup, int profile, int pl_step) {
   PowerLimitOptimizerOptions options;
   options.wait_steps = 0;
-  options.warmup_steps = 1;
-  options.profile_steps = 4;
-  options.pl_step = 100;  // 300, 200
-  GlobalPowerLimitOptimizer plo(*node.monitor, options);
+  options.warmup_steps = warmup;
+  options.profile_steps = profile;
+  options.pl_step = pl_step;
+  return options;
+}
+
+TEST(GlobalPowerLimitOptimizer, AnEpochEndStartsTheLimitOverAtTheMaximum) {
+  Node node;
+  GlobalPowerLimitOptimizer plo(*node.monitor, steps(1, 4, 100));  // 300, 200 W
   for (int i = 0; i < 3; ++i) plo.on_step_begin();  // ready -> warmup -> profiling 300 -> (1 step in)
   ASSERT_EQ(plo.state(), PowerLimitState::profiling);
   plo.on_epoch_end();
@@ -214,11 +219,7 @@ TEST(GlobalPowerLimitOptimizer, AGpuThatRefusesLimitsNeverStopsTraining) {
 
 TEST(GlobalPowerLimitOptimizer, DataParallelMeasurementsAreCombined) {
   Node node;
-  PowerLimitOptimizerOptions options;
-  options.wait_steps = 0;
-  options.warmup_steps = 0;
-  options.profile_steps = 1;
-  options.pl_step = 150;  // 300, 150
+  PowerLimitOptimizerOptions options = steps(0, 1, 150);  // 300, 150 W
   options.selector = std::make_shared<EnergySelector>();
   options.combine = [](double& energy, double& time) {  // as if a second rank measured twice the time and energy
     energy *= 2;
