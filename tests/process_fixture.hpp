@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -16,6 +17,16 @@
 #include "perseus/util/atomic_file.hpp"
 
 namespace perseus::testing {
+
+// A fresh folder for the running test: <tmp>/perseus-faults-<pid>-<suite>-<test>.
+inline std::filesystem::path test_dir() {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  auto dir = std::filesystem::temp_directory_path() /
+             fmt::format("perseus-faults-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
 
 inline std::string read_if_exists(const std::filesystem::path& path) {
   return std::filesystem::exists(path) ? read_file(path) : std::string();

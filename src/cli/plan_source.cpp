@@ -146,7 +146,7 @@ void check_plan_order(const PlanFile& plan, const Pipeline& pipeline) {
     int extra = c.extra_forwards.empty() ? 0 : c.extra_forwards[s];
     auto order = stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra);
     for (std::size_t k = 0; k < order.size() && k < plan.instructions[s].size(); ++k) {
-      const char* want = order[k].kind == InstructionKind::forward ? "forward" : "backward";
+      const std::string_view want = to_string(order[k].kind);
       if (plan.instructions[s][k] != want)
         throw Error(fmt::format("stage {}, slot {}: the plan names a {} where the {} schedule runs a {}", s, k,
                                 plan.instructions[s][k], to_string(c.schedule), want),

@@ -106,7 +106,7 @@ json per_operation_models(const FrontierRecord& record) {
   json out = json::array();
   for (std::size_t i = 0; i < record.model_descriptions.size(); ++i) {
     const auto& text = record.model_descriptions[i];
-    out.push_back({{"stage", i / 2}, {"instruction", i % 2 == 0 ? "forward" : "backward"},
+    out.push_back({{"stage", i / 2}, {"instruction", to_string(i % 2 == 0 ? InstructionKind::forward : InstructionKind::backward)},
                    {"model", text.substr(0, text.find(':'))}});
   }
   return out;

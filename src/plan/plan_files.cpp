@@ -91,8 +91,7 @@ std::string plan_to_zeus(const Plan& plan, std::size_t iteration) {
   auto pairs = [&](std::size_t s) {
     std::vector<std::string> out;
     for (std::size_t k = 0; k < plan.frequencies[s].size() && s < layout.size() && k < layout[s].size(); ++k)
-      out.push_back(fmt::format("('{}', {})", layout[s][k].kind == InstructionKind::forward ? "forward" : "backward",
-                                plan.frequencies[s][k]));
+      out.push_back(fmt::format("('{}', {})", to_string(layout[s][k].kind), plan.frequencies[s][k]));
     return out;
   };
   const std::string prefix = fmt::format("# Iteration {} ", iteration);

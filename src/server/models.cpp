@@ -7,6 +7,7 @@
 #include <set>
 
 #include "field_checks.hpp"
+#include "perseus/util/csv.hpp"
 
 namespace perseus::server {
 
@@ -144,12 +145,7 @@ Leave leave_from_json(const json& body) {
   leave.rank = int_field(body, "rank", 0);
   if (body.contains("reason")) {
     if (!body["reason"].is_string()) bad("reason", fmt::format("expected a string, got {}", type_name(body["reason"])));
-    leave.reason = body["reason"].get<std::string>();
-    if (leave.reason.size() > 1000) {  // it goes into every rank's log; cut at a UTF-8 character boundary
-      std::size_t cut = 1000;
-      while (cut > 0 && (static_cast<unsigned char>(leave.reason[cut]) & 0xC0) == 0x80) --cut;
-      leave.reason.resize(cut);
-    }
+    leave.reason = std::string(utf8_prefix(body["reason"].get_ref<const std::string&>(), 1000));  // into every rank's log
   }
   return leave;
 }

@@ -42,6 +42,28 @@ std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>&
   return out;
 }
 
+RoundMeans measure_round(const std::vector<ProfilingResult>& results, double warmup_step_ratio, const char* scheduler) {
+  RoundMeans m;
+  for (const auto& r : results) {
+    const std::size_t n = std::min(r.iter_time.size(), r.iter_energy.size());
+    const std::size_t skip = std::max<std::size_t>(static_cast<std::size_t>(double(n) * warmup_step_ratio), 1);
+    if (n <= skip)
+      throw std::runtime_error(fmt::format("rank {} reported {} iterations: {} drops the first {} of each round "
+                                           "(report more per round)", r.rank, n, scheduler, skip));
+    double time = 0, energy = 0, power = 0;
+    for (std::size_t i = skip; i < n; ++i) {
+      time += r.iter_time[i];
+      energy += r.iter_energy[i];
+      power += r.iter_time[i] > 0 ? r.iter_energy[i] / r.iter_time[i] : 0;
+    }
+    const double k = double(n - skip);
+    m.time = std::max(m.time, time / k);
+    m.energy += energy / k;
+    m.power += power / k;
+  }
+  return m;
+}
+
 namespace {
 
 class FixedSchedules final : public Scheduler {

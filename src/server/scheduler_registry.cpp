@@ -49,10 +49,7 @@ std::optional<std::string> scheduler_mode(const std::string& name) {
 }
 
 SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args) {
-  for (const auto& e : kSchedulers) {
-    if (name == e.name) return e.configure(args);
-    if (name == std::string(e.name) + "3D") return make_3d_parallel(e.configure(args));
-  }
+  if (const Entry* e = find_entry(name)) return name == e->name ? e->configure(args) : make_3d_parallel(e->configure(args));
   throw Error(fmt::format("unknown scheduler '{}' (one of: {})", name, fmt::join(scheduler_names(), ", ")), kExitUsage);
 }
 

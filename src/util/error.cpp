@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include "perseus/util/csv.hpp"
+
 namespace perseus {
 
 namespace {
@@ -10,9 +12,7 @@ namespace {
 std::string cut(const std::string& text) {
   constexpr std::size_t kMost = 300;
   if (text.size() <= kMost) return text;
-  std::size_t end = kMost;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;  // a whole UTF-8 character
-  return fmt::format("{}... ({} bytes in all)", text.substr(0, end), text.size());
+  return fmt::format("{}... ({} bytes in all)", utf8_prefix(text, kMost), text.size());
 }
 
 std::string describe(const std::string& file, std::size_t line, const std::string& field,

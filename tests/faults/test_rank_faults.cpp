@@ -15,15 +15,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-fs::path test_dir() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  auto dir = fs::temp_directory_path() /
-             fmt::format("perseus-faults-{}-{}-{}", ::getpid(), info->test_suite_name(), info->name());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
 // The last line of the call log that sets or resets the graphics clock.
 std::string last_graphics_call(const std::string& log) {
   std::string last;

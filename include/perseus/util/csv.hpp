@@ -13,6 +13,8 @@ std::string_view trim(std::string_view text);
 // Strict number parsing: the whole field must be the number (after trimming).
 std::optional<double> parse_double(std::string_view text);
 std::optional<long long> parse_integer(std::string_view text);
+// The longest prefix of at most `max_bytes` that does not cut a UTF-8 character in two.
+std::string_view utf8_prefix(std::string_view text, std::size_t max_bytes);
 
 // Iterates the lines of a text, numbering them from 1 and stripping a trailing '\r'.
 class LineReader {

@@ -44,8 +44,6 @@ LoadedPlan from_file(const fs::path& path) {
           file.instructions};
 }
 
-const char* name_of(InstructionKind kind) { return kind == InstructionKind::forward ? "forward" : "backward"; }
-
 // The forward/backward order of one stage of a plan: named by the file, from the schedule it was
 // made for, or else 1F1B with half the clocks as microbatches (the artifact's and lowtime's plans).
 std::vector<std::string> plan_order(const LoadedPlan& plan, int stage, int stages, const std::string& who) {
@@ -57,7 +55,7 @@ std::vector<std::string> plan_order(const LoadedPlan& plan, int stage, int stage
   if (!plan.num_microbatches && clocks.size() % 2 != 0)
     throw std::runtime_error(fmt::format("{}: {} clocks is not a forward and a backward per microbatch", who, clocks.size()));
   std::vector<std::string> names;
-  for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra)) names.emplace_back(name_of(inst.kind));
+  for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra)) names.emplace_back(to_string(inst.kind));
   if (names.size() != clocks.size())
     throw std::runtime_error(fmt::format("{}: {} clocks for {} forwards and backwards", who, clocks.size(), names.size()));
   return names;

@@ -23,6 +23,15 @@ void require_pure_pipeline(const SchedulerContext& context, const char* schedule
 // Every instruction of every rank at the rank's highest power state (all-max and warm-up rounds).
 std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>& ranks);
 
+// What the power-limit baselines measure of a round, per iteration, after dropping each rank's
+// first warmup_step_ratio of iterations (at least one), as the artifact's baselines do: the slowest
+// rank's time, and every rank's energy and power (energy / time) summed. Throws when a rank
+// reported too few iterations to drop any, naming `scheduler`.
+struct RoundMeans {
+  double time = 0, energy = 0, power = 0;
+};
+RoundMeans measure_round(const std::vector<ProfilingResult>& results, double warmup_step_ratio, const char* scheduler);
+
 // A scheduler that hands out the same schedules every round and ignores what was measured.
 std::unique_ptr<Scheduler> fixed_schedules(std::vector<PowerStateSchedule> schedules);
 

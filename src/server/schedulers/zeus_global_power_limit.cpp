@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <map>
-#include <numeric>
 
 #include "perseus/util/atomic_file.hpp"
 #include "scheduler_args.hpp"
@@ -20,10 +19,6 @@ namespace {
 struct GlobalConfig {
   double eta = 0.5;
   double warmup_step_ratio = 0.1;
-};
-
-struct Measured {
-  double time = 0, energy = 0;  // per iteration: slowest rank's time, all ranks' energy
 };
 
 class ZeusGlobalPowerLimit final : public Scheduler {
@@ -50,7 +45,7 @@ class ZeusGlobalPowerLimit final : public Scheduler {
     std::size_t profiled = static_cast<std::size_t>(round_);
     ++round_;
     if (profiled == 0 || profiled > limits_.size()) return;  // warm-up or deployed
-    measured_[limits_[profiled - 1]] = measure(results);
+    measured_[limits_[profiled - 1]] = measure_round(results, config_.warmup_step_ratio, "ZeusGlobalPowerLimit");
     if (profiled == limits_.size()) choose();
   }
 
@@ -59,23 +54,6 @@ class ZeusGlobalPowerLimit final : public Scheduler {
     std::vector<PowerStateSchedule> out;
     for (const auto& r : context_.ranks) out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), limit)});
     return out;
-  }
-
-  Measured measure(const std::vector<ProfilingResult>& results) const {
-    Measured m;
-    for (const auto& r : results) {
-      std::size_t n = std::min(r.iter_time.size(), r.iter_energy.size());
-      std::size_t skip = std::max<std::size_t>(static_cast<std::size_t>(double(n) * config_.warmup_step_ratio), 1);
-      if (n <= skip)
-        throw std::runtime_error(fmt::format("rank {} reported {} iterations: ZeusGlobalPowerLimit drops the first {} "
-                                             "of each round (report more per round)", r.rank, n, skip));
-      auto mean = [&](const std::vector<double>& v) {
-        return std::accumulate(v.begin() + static_cast<long>(skip), v.begin() + static_cast<long>(n), 0.0) / double(n - skip);
-      };
-      m.time = std::max(m.time, mean(r.iter_time));
-      m.energy += mean(r.iter_energy);
-    }
-    return m;
   }
 
   void choose() {
@@ -96,7 +74,7 @@ class ZeusGlobalPowerLimit final : public Scheduler {
   GlobalConfig config_;
   std::vector<int> limits_;
   double max_power_ = 0;
-  std::map<int, Measured, std::greater<>> measured_;
+  std::map<int, RoundMeans, std::greater<>> measured_;
   int round_ = 0;
   int optimal_ = 0;
 };

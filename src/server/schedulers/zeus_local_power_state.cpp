@@ -11,7 +11,6 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <numeric>
 
 #include "perseus/util/atomic_file.hpp"
 #include "scheduler_args.hpp"
@@ -118,22 +117,10 @@ class ZeusLocalPowerState final : public Scheduler {
   void finish_level(const std::vector<ProfilingResult>& results) {
     Balanced b;
     for (std::size_t i : index_) b.states.push_back(ordered_[i]);
-    double slowest = 0;
-    for (const auto& r : results) {
-      std::size_t skip = warmup_steps(r), n = std::min(r.iter_time.size(), r.iter_energy.size());
-      if (n <= skip) throw std::runtime_error(fmt::format("rank {} reported too few iterations", r.rank));
-      double time = 0, energy = 0, power = 0;
-      for (std::size_t i = skip; i < n; ++i) {
-        time += r.iter_time[i];
-        energy += r.iter_energy[i];
-        power += r.iter_time[i] > 0 ? r.iter_energy[i] / r.iter_time[i] : 0;
-      }
-      double k = double(n - skip);
-      slowest = std::max(slowest, time / k);
-      b.energy += energy / k;
-      b.power += power / k;
-    }
-    b.throughput = slowest > 0 ? 1.0 / slowest : 0;
+    const RoundMeans m = measure_round(results, config_.warmup_step_ratio, "ZeusLocalPowerState");
+    b.energy = m.energy;
+    b.power = m.power;
+    b.throughput = m.time > 0 ? 1.0 / m.time : 0;
     int heaviest_state = ordered_[level_];
     balanced_[heaviest_state] = b;
     bool floor = std::any_of(b.states.begin(), b.states.end(), [&](int s) { return s == ordered_.back(); });
