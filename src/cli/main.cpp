@@ -30,6 +30,7 @@ int main(int argc, char** argv) {
   add(cli::add_gpu_command);
   add(cli::add_gpud_command);
   add(cli::add_status_command);
+  add(cli::add_simulate_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -103,7 +103,13 @@ struct Client::Impl {
   std::optional<Open> step_open;
   std::map<std::string, std::vector<double>> step_time, step_energy;
 
+  SteadyClock::time_point now() const { return options.clock ? options.clock() : SteadyClock::now(); }
+
   void push(Event event) {
+    if (options.inline_controller) {
+      handle(event);
+      return;
+    }
     {
       std::lock_guard lock(mutex);
       queue.push_back(std::move(event));
@@ -289,7 +295,7 @@ struct Client::Impl {
       if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
     server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     call("POST", "/register_rank", server::to_json(rank), false);
-    controller = std::thread([this] { run_controller(); });
+    if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();
     fetch_schedule();
   }
@@ -350,7 +356,7 @@ struct Client::Impl {
     }
     spdlog::warn("perseus: {}. This rank stays at default clocks and keeps taking part in every round "
                  "(strict_schedule makes this an error)", message);
-    push({Event::reset, -1, {}, SteadyClock::now()});
+    push({Event::reset, -1, {}, now()});
   }
 
   void start_heartbeat() {
@@ -445,7 +451,7 @@ void Client::on_step_begin() {
   if (!impl_->enabled) return;
   impl_->progress.fetch_add(1, std::memory_order_relaxed);
   impl_->cursor = 0;
-  impl_->push({Event::step_begin, -1, {}, SteadyClock::now()});
+  impl_->push({Event::step_begin, -1, {}, impl_->now()});
 }
 
 void Client::on_instruction_begin(std::string_view name) {
@@ -465,12 +471,12 @@ void Client::on_instruction_begin(std::string_view name) {
                              : fmt::format("instruction {} is '{}', past the {} registered", im.cursor + 1, name,
                                            names.size()));
   }
-  im.push({Event::begin, state, std::string(name), SteadyClock::now()});
+  im.push({Event::begin, state, std::string(name), im.now()});
 }
 
 void Client::on_instruction_end(std::string_view name) {
   if (!impl_->enabled) return;
-  impl_->push({Event::end, -1, std::string(name), SteadyClock::now()});
+  impl_->push({Event::end, -1, std::string(name), impl_->now()});
 }
 
 void Client::on_step_end() {
@@ -479,7 +485,7 @@ void Client::on_step_end() {
   if (im.cursor != im.options.pipe_schedule.size() && !im.mismatched)
     im.schedule_mismatch(fmt::format("it ran {} of the {} registered instructions", im.cursor,
                                      im.options.pipe_schedule.size()));
-  im.push({Event::step_end, -1, {}, SteadyClock::now()});
+  im.push({Event::step_end, -1, {}, im.now()});
   if (++im.iterations < im.options.report_every) return;
   im.iterations = 0;
   if (im.outage_since && SteadyClock::now() < im.next_attempt) {
@@ -532,7 +538,7 @@ void Client::close() {
 
 void Client::flush() {
   if (!impl_->enabled) return;
-  impl_->push({Event::flush, -1, {}, SteadyClock::now()});
+  impl_->push({Event::flush, -1, {}, impl_->now()});
   impl_->wait_drained();
 }
 

@@ -19,5 +19,6 @@ Runner add_serve_command(CLI::App& app);
 Runner add_gpu_command(CLI::App& app);
 Runner add_gpud_command(CLI::App& app);
 Runner add_status_command(CLI::App& app);
+Runner add_simulate_command(CLI::App& app);
 
 }  // namespace perseus::cli

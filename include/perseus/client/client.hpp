@@ -82,6 +82,13 @@ struct ClientOptions {
   // iteration) would get other instructions' clocks. false: warn once and keep this rank at
   // default clocks, still taking part in every round; true: throw ScheduleMismatch.
   bool strict_schedule = false;
+  // Where the hooks read the time (default: the steady clock). perseus simulate passes each rank's
+  // simulated clock.
+  std::function<std::chrono::steady_clock::time_point()> clock;
+  // The hooks do the GPU work (clock locks, energy reads) themselves instead of handing it to the
+  // controller thread: every reading is then taken at the hook's own time. For simulated GPUs
+  // (perseus simulate) and tests; on a real GPU it puts NVML's latency on the training thread.
+  bool inline_controller = false;
 };
 
 class Client {

@@ -1,0 +1,88 @@
+#pragma once
+// `perseus simulate` (DESIGN §5): a training cluster that no machine here has. S x D x T ranks run
+// through the real client library (registration, every hook, rounds, results) against a perseus
+// server; each rank's GPU is simulated from a measured profile: an instruction takes the profile's
+// time and energy at the clock the client locked (between two profiled clocks: the next slower one),
+// a GPU with nothing to run draws P_block, and the D data-parallel pipelines meet at a gradient
+// synchronisation at the end of every iteration. Time is simulated (nothing sleeps), so a run is
+// fast, and the GPUs are deterministic for a seed. The tensor-parallel ranks of a stage run each
+// instruction together: it ends when the slowest of them ends, and each draws the profile's energy
+// (the profile is per GPU).
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/profile/profile.hpp"
+
+namespace perseus::simulate {
+
+// A pipeline that runs every instruction `factor` times slower at unchanged power (time and energy
+// scaled), from iteration `from` (1-based) up to and including `until` (0: to the end).
+struct StragglerSpec {
+  int pipeline = 0;
+  double factor = 1;
+  int from = 1;
+  int until = 0;
+  bool active(int pipeline_index, int iteration) const {
+    return pipeline_index == pipeline && iteration >= from && (until == 0 || iteration <= until);
+  }
+};
+
+// Parses PIPELINE:FACTOR[@ITERATION[-UNTIL]]; throws Error (usage) saying what is wrong.
+StragglerSpec parse_straggler(std::string_view text);
+
+struct SimulationConfig {
+  Profile profile;
+  int stages = 0;
+  int microbatches = 0;
+  int pipelines = 1;        // D, data parallel
+  int tensor_parallel = 1;  // T
+  double p2p_power = 0;     // watts drawn while a GPU waits
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::string server_url = "http://127.0.0.1:7787";
+  std::string token;
+  std::string model_name = "model";
+  int iterations = 200;
+  int report_every = 20;     // iterations per printed report
+  int round_iterations = 5;  // iterations per perseus round (the client's report_every)
+  std::vector<StragglerSpec> stragglers;
+  double noise = 0;  // sigma of a log-normal factor (median 1) on each instruction's time and energy
+  std::uint64_t seed = 0;
+  const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
+};
+
+// Means per iteration over a window of iterations (first..last, 1-based).
+struct WindowReport {
+  int first = 0, last = 0;
+  double iteration_time = 0;  // seconds, the gradient synchronisation included
+  double energy = 0;          // joules, every GPU
+  struct Pipeline {
+    int dp_rank = 0;
+    double compute_time = 0;  // from the iteration's start to the pipeline's last instruction
+    double energy = 0;        // its GPUs, waiting for the synchronisation included
+    bool straggling = false;  // a --straggler was active in this window
+  };
+  std::vector<Pipeline> pipelines;
+};
+
+struct SimulationSummary {
+  std::string job_id;        // empty when no job was registered
+  int iterations = 0;        // run
+  std::string ended;         // why the run ended
+  int ranks = 0;
+  int disabled_ranks = 0;    // ranks on which perseus gave up (training went on at default clocks)
+  int clock_locks = 0;       // clock changes the clients made, all ranks
+  WindowReport whole;        // every iteration
+  std::vector<WindowReport> reports;
+};
+
+// Checks the configuration (Error, usage) and the profile's coverage (InputError), runs the
+// cluster, and calls `on_report` every report_every iterations (and for a last, shorter window).
+SimulationSummary simulate_cluster(const SimulationConfig& config,
+                                   const std::function<void(const WindowReport&)>& on_report = {});
+
+}  // namespace perseus::simulate

@@ -1,0 +1,55 @@
+#pragma once
+// One GPU of `perseus simulate` (DESIGN §5): it has the clocks of a measured profile, remembers the
+// clock a client locked, and its energy counter is what the simulator says it consumed up to the
+// simulated time of the reading. It does no timing itself; the simulator asks it which clock is
+// locked and charges time and energy from the profile.
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "perseus/gpu/gpu.hpp"
+
+namespace perseus::simulate {
+
+class SimulatedGpu final : public gpu::GpuLibrary {
+ public:
+  // `clocks`: the graphics clocks it supports (any order; listed descending).
+  SimulatedGpu(std::string name, std::vector<unsigned> clocks);
+
+  // What the simulator drives.
+  unsigned locked_clock() const;  // the locked graphics clock, or the top one when none is locked
+  void add_energy(double joules);
+  double energy() const;
+  int lock_count() const;  // lock_graphics_clock calls so far
+
+  unsigned device_count() override { return 1; }
+  std::string name(unsigned device) override;
+  std::vector<unsigned> supported_memory_clocks(unsigned device) override;
+  std::vector<unsigned> supported_graphics_clocks(unsigned device, unsigned memory_clock) override;
+  unsigned current_graphics_clock(unsigned device) override;
+  unsigned current_memory_clock(unsigned device) override;
+  void lock_graphics_clock(unsigned device, unsigned min_mhz, unsigned max_mhz) override;
+  void reset_graphics_clock(unsigned device) override;
+  void lock_memory_clock(unsigned device, unsigned min_mhz, unsigned max_mhz) override;
+  void reset_memory_clock(unsigned device) override;
+  unsigned power_limit_mw(unsigned device) override;
+  gpu::PowerLimitRange power_limit_range(unsigned device) override;
+  void set_power_limit_mw(unsigned device, unsigned limit_mw) override;
+  std::uint64_t total_energy_mj(unsigned device) override;
+  unsigned power_usage_mw(unsigned device) override;
+
+ private:
+  void check_device(unsigned device) const;
+
+  static constexpr unsigned kMemoryClock = 1215;
+  std::string name_;
+  std::vector<unsigned> clocks_;  // descending
+  mutable std::mutex mutex_;
+  unsigned locked_ = 0;  // 0: not locked
+  unsigned power_limit_mw_ = 400000;
+  double energy_j_ = 0;
+  int locks_ = 0;
+};
+
+}  // namespace perseus::simulate

@@ -1,0 +1,184 @@
+// `perseus simulate`: a simulated cluster training against a perseus server (DESIGN §5), so that
+// the online loop runs, is tested and is shown without GPUs.
+#include <fmt/format.h>
+
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "perseus/cli/commands.hpp"
+#include "perseus/client/http_client.hpp"
+#include "perseus/simulate/cluster.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+namespace {
+
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+std::atomic<bool> g_stop{false};
+
+extern "C" void stop_simulation(int signal_number) {
+  g_stop.store(true);
+  std::signal(signal_number, SIG_DFL);  // a second Ctrl-C ends the process at once
+}
+
+struct SimulateArgs {
+  std::string profile;
+  std::string schedule = "1f1b";
+  std::vector<std::string> stragglers;
+  bool json = false;
+  simulate::SimulationConfig config;
+};
+
+json to_json(const simulate::WindowReport& r) {
+  json pipelines = json::array();
+  for (const auto& p : r.pipelines)
+    pipelines.push_back({{"dp_rank", p.dp_rank}, {"compute_time", p.compute_time}, {"energy", p.energy},
+                         {"straggling", p.straggling}});
+  return {{"first_iteration", r.first}, {"last_iteration", r.last}, {"iteration_time", r.iteration_time},
+          {"energy", r.energy}, {"pipelines", pipelines}};
+}
+
+void print_report(const simulate::WindowReport& r) {
+  std::printf("%s", fmt::format("iterations {}-{}: {:.4f} s and {:.1f} J per iteration (all GPUs)\n", r.first, r.last,
+                                r.iteration_time, r.energy).c_str());
+  for (const auto& p : r.pipelines)
+    std::printf("%s", fmt::format("  pipeline {}: compute {:.4f} s, {:.1f} J{}\n", p.dp_rank, p.compute_time, p.energy,
+                                  p.straggling ? "  (straggler)" : "").c_str());
+  std::fflush(stdout);
+}
+
+// The server must be there and lock clocks (what the simulated GPUs model).
+void check_server(client::HttpClient& http) {
+  client::HttpReply reply;
+  try {
+    reply = http.request("GET", "/info", "", 10s);
+  } catch (const client::ServerUnreachable& e) {
+    throw Error(fmt::format("{} (start one with `perseus serve`, or pass --server)", e.what()), kExitNoInput);
+  }
+  json info = json::parse(reply.body, nullptr, false);
+  if (reply.status != 200 || !info.is_object())
+    throw Error(fmt::format("GET {}/info answered {}: {}", http.url(), reply.status, reply.body), kExitFailure);
+  if (info.value("mode", "frequency") != "frequency")
+    throw Error(fmt::format("the server at {} runs in '{}' mode; simulated GPUs model clock locking, so run it with "
+                            "--mode frequency", http.url(), info.value("mode", "")), kExitUsage);
+}
+
+// What the server says of the job at the end (the turnkey scheduler's verdict), if it still knows it.
+std::optional<json> job_status(client::HttpClient& http, const std::string& job_id) {
+  if (job_id.empty()) return std::nullopt;
+  try {
+    auto reply = http.request("GET", "/jobs/" + client::encode_path_segment(job_id), "", 10s);
+    if (reply.status != 200) return std::nullopt;
+    json body = json::parse(reply.body, nullptr, false);
+    if (body.is_object()) return body;
+  } catch (const std::exception&) {
+  }
+  return std::nullopt;
+}
+
+std::string percent(const json& value) {
+  return value.is_number() ? fmt::format("{:.2f}%", 100 * value.get<double>()) : "-";
+}
+
+int run_simulate(SimulateArgs& args) {
+  auto& config = args.config;
+  auto kind = parse_schedule_kind(args.schedule);
+  if (!kind) throw Error(fmt::format("--schedule: '{}' is not 1f1b or gpipe", args.schedule), kExitUsage);
+  config.schedule = *kind;
+  for (const auto& s : args.stragglers) config.stragglers.push_back(simulate::parse_straggler(s));
+  config.profile = read_profile(args.profile);
+  config.model_name = std::filesystem::path(args.profile).stem().string();  // part of the job id: no '+', '/'
+  for (char& ch : config.model_name)
+    if (ch == '+' || ch == '/' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '-';
+  if (config.token.empty())
+    if (const char* token = std::getenv("PERSEUS_TOKEN")) config.token = token;
+  client::HttpClient http(config.server_url, config.token);
+  check_server(http);
+
+  g_stop.store(false);
+  std::signal(SIGINT, stop_simulation);
+  std::signal(SIGTERM, stop_simulation);
+  config.stop = &g_stop;
+  if (!args.json)
+    std::printf("%s", fmt::format("simulating {} ranks ({} pipelines x {} stages x {} tensor-parallel) of {}, {} "
+                                  "microbatches, against {}\n",
+                                  config.pipelines * config.stages * config.tensor_parallel, config.pipelines,
+                                  config.stages, config.tensor_parallel, args.profile, config.microbatches,
+                                  config.server_url).c_str());
+  auto began = std::chrono::steady_clock::now();
+  auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
+    if (args.json) std::printf("%s\n", json{{"report", to_json(r)}}.dump().c_str()), std::fflush(stdout);
+    else print_report(r);
+  });
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
+  auto status = job_status(http, summary.job_id);
+
+  if (args.json) {
+    json out = {{"job_id", summary.job_id},     {"iterations", summary.iterations},
+                {"ended", summary.ended},       {"ranks", summary.ranks},
+                {"disabled_ranks", summary.disabled_ranks}, {"clock_locks", summary.clock_locks},
+                {"wall_seconds", wall},         {"whole", to_json(summary.whole)},
+                {"server", status ? *status : json(nullptr)}};
+    std::printf("%s\n", json{{"summary", out}}.dump().c_str());
+  } else {
+    std::printf("%s", fmt::format("summary: {} iterations ({}), job {}\n", summary.iterations, summary.ended,
+                                  summary.job_id.empty() ? "-" : summary.job_id).c_str());
+    std::printf("%s", fmt::format("  {:.4f} s and {:.1f} J per iteration over the run; {:.1f} s simulated in {:.1f} s\n",
+                                  summary.whole.iteration_time, summary.whole.energy,
+                                  summary.whole.iteration_time * summary.iterations, wall).c_str());
+    if (summary.disabled_ranks > 0)
+      std::printf("%s", fmt::format("  perseus was disabled on {} of {} ranks (they trained at default clocks)\n",
+                                    summary.disabled_ranks, summary.ranks).c_str());
+    if (status) {
+      const json& s = *status;
+      std::printf("%s", fmt::format("  server: {} ({}), round {}", s.value("phase", ""), s.value("scheduler", ""),
+                                    s.value("round", 0)).c_str());
+      if (s.contains("saving") && s["saving"].is_number())
+        std::printf("%s", fmt::format(", saving {} at slowdown {} against the measured all-max", percent(s["saving"]),
+                                      percent(s["slowdown"])).c_str());
+      std::printf("\n");
+    }
+  }
+  return g_stop.load() ? kExitInterrupted : kExitOk;
+}
+
+}  // namespace
+
+Runner add_simulate_command(CLI::App& app) {
+  auto args = std::make_shared<SimulateArgs>();
+  auto& c = args->config;
+  auto* cmd = app.add_subcommand("simulate", "Train a simulated cluster (GPUs modeled from a profile) against a "
+                                             "perseus server, in simulated time");
+  cmd->add_option("profile", args->profile, "Stage profile CSV (stage,instruction,frequency,time,energy)")
+      ->required()->check(CLI::ExistingFile);
+  cmd->add_option("--stages", c.stages, "Pipeline stages S")->required();
+  cmd->add_option("--microbatches", c.microbatches, "Microbatches per iteration M")->required();
+  cmd->add_option("--p2p-power", c.p2p_power, "Watts a GPU draws while waiting (P_block)")->required();
+  cmd->add_option("--pipelines", c.pipelines, "Data-parallel pipelines D")->capture_default_str();
+  cmd->add_option("--tensor-parallel", c.tensor_parallel, "Tensor-parallel ranks per stage T")->capture_default_str();
+  cmd->add_option("--server", c.server_url, "perseus serve's URL (token: PERSEUS_TOKEN)")->capture_default_str();
+  cmd->add_option("--iterations", c.iterations, "Training iterations to run")->capture_default_str();
+  cmd->add_option("--report-every", c.report_every, "Print per-pipeline time and energy every K iterations")
+      ->capture_default_str();
+  cmd->add_option("--round-iterations", c.round_iterations, "Iterations per perseus round (the client's report_every)")
+      ->capture_default_str();
+  cmd->add_option("--straggler", args->stragglers,
+                  "PIPELINE:FACTOR[@ITERATION[-UNTIL]]: that pipeline runs FACTOR times slower from ITERATION "
+                  "(until UNTIL); repeatable");
+  cmd->add_option("--noise", c.noise, "Sigma of a log-normal factor on each instruction's time and energy")
+      ->capture_default_str();
+  cmd->add_option("--seed", c.seed, "Seed of the noise")->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "1f1b or gpipe")->capture_default_str();
+  cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
+  return [args] { return run_simulate(*args); };
+}
+
+}  // namespace perseus::cli

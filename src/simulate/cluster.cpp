@@ -1,0 +1,430 @@
+#include "perseus/simulate/cluster.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <random>
+#include <thread>
+
+#include "perseus/client/client.hpp"
+#include "perseus/simulate/simulated_gpu.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus::simulate {
+
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+template <typename T>
+std::optional<T> parse_number(std::string_view text) {
+  T value{};
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
+// Time and energy of one (stage, kind) per profiled clock, fastest first.
+struct CostTable {
+  std::vector<int> clocks;
+  std::vector<double> time, energy;
+  // The profiled clock at or next below `clock` (the slowest one when `clock` is below them all).
+  std::size_t index_for(unsigned clock) const {
+    for (std::size_t i = 0; i < clocks.size(); ++i)
+      if (clocks[i] <= static_cast<int>(clock)) return i;
+    return clocks.size() - 1;
+  }
+};
+
+struct Rank {
+  int rank = 0, dp = 0, pp = 0, tp = 0;
+  std::shared_ptr<SimulatedGpu> gpu;
+  std::unique_ptr<client::Client> client;
+  std::vector<std::string> names;  // the pipe schedule
+  double now = 0;       // simulated seconds
+  double last_end = 0;  // when its last instruction ended (energy is charged up to here)
+  double iteration_energy_start = 0;
+};
+
+class Cluster {
+ public:
+  explicit Cluster(const SimulationConfig& config) : config_(config), rng_(config.seed) {
+    check_config();
+    build_tables();
+    std::vector<unsigned> clocks;
+    for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
+    const int world = config_.pipelines * config_.stages * config_.tensor_parallel;
+    ranks_.resize(static_cast<std::size_t>(world));
+    for (int d = 0; d < config_.pipelines; ++d)
+      for (int s = 0; s < config_.stages; ++s)
+        for (int t = 0; t < config_.tensor_parallel; ++t) {
+          Rank& r = rank_at(d, s, t);
+          r.rank = index(d, s, t);
+          r.dp = d, r.pp = s, r.tp = t;
+          r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
+          r.names = client::default_pipe_schedule(s, config_.stages, config_.microbatches, config_.schedule);
+        }
+    for (int s = 0; s < config_.stages; ++s)
+      orders_.push_back(stage_schedule(config_.schedule, s, config_.stages, config_.microbatches));
+  }
+
+  SimulationSummary run(const std::function<void(const WindowReport&)>& on_report) {
+    SimulationSummary summary;
+    summary.ranks = static_cast<int>(ranks_.size());
+    start_clients(summary);
+    double t = 0;
+    Window whole(config_.pipelines), window(config_.pipelines);
+    whole.first = window.first = 1;
+    summary.ended = fmt::format("ran {} iterations", config_.iterations);
+    for (int k = 1; k <= config_.iterations; ++k) {
+      if (config_.stop && config_.stop->load()) {
+        summary.ended = fmt::format("interrupted after {} iterations", k - 1);
+        break;
+      }
+      std::optional<std::string> done;
+      IterationResult it = run_iteration(k, t, done);
+      t += it.time;
+      whole.add(it), window.add(it);
+      summary.iterations = k;
+      if (window.count == config_.report_every || k == config_.iterations || done) {
+        auto report = window.report(k);
+        summary.reports.push_back(report);
+        if (on_report) on_report(report);
+        window = Window(config_.pipelines);
+        window.first = k + 1;
+      }
+      if (done) {
+        summary.ended = fmt::format("the server ended the job after iteration {}: {}", k, *done);
+        break;
+      }
+    }
+    if (window.count > 0) {  // interrupted mid-window
+      auto report = window.report(summary.iterations);
+      summary.reports.push_back(report);
+      if (on_report) on_report(report);
+    }
+    summary.whole = whole.report(summary.iterations);
+    for (auto& r : ranks_) {
+      if (r.client && !r.client->enabled()) ++summary.disabled_ranks;
+      summary.clock_locks += r.gpu->lock_count();
+      r.client.reset();  // resets its GPU's clocks
+    }
+    return summary;
+  }
+
+ private:
+  struct IterationResult {
+    double time = 0, energy = 0;
+    std::vector<double> compute_time, pipeline_energy;
+    std::vector<bool> straggling;
+  };
+
+  struct Window {
+    explicit Window(int pipelines)
+        : compute(static_cast<std::size_t>(pipelines)), energy(static_cast<std::size_t>(pipelines)),
+          straggling(static_cast<std::size_t>(pipelines)) {}
+    int first = 1, count = 0;
+    double time = 0, total_energy = 0;
+    std::vector<double> compute, energy;
+    std::vector<bool> straggling;
+    void add(const IterationResult& it) {
+      ++count;
+      time += it.time, total_energy += it.energy;
+      for (std::size_t d = 0; d < compute.size(); ++d) {
+        compute[d] += it.compute_time[d], energy[d] += it.pipeline_energy[d];
+        if (it.straggling[d]) straggling[d] = true;
+      }
+    }
+    WindowReport report(int last) const {
+      WindowReport out;
+      out.first = first, out.last = last;
+      double n = std::max(count, 1);
+      out.iteration_time = time / n, out.energy = total_energy / n;
+      for (std::size_t d = 0; d < compute.size(); ++d)
+        out.pipelines.push_back({static_cast<int>(d), compute[d] / n, energy[d] / n, straggling[d]});
+      return out;
+    }
+  };
+
+  int index(int d, int s, int t) const { return (d * config_.stages + s) * config_.tensor_parallel + t; }
+  Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
+
+  void check_config() const {
+    const auto& c = config_;
+    auto usage = [](const std::string& what) { throw Error(what, kExitUsage); };
+    if (c.stages < 1) usage("--stages must be at least 1");
+    if (c.microbatches < 1) usage("--microbatches must be at least 1");
+    if (c.schedule == ScheduleKind::one_f_one_b && c.microbatches < c.stages)
+      usage(fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.microbatches, c.stages));
+    if (c.pipelines < 1) usage("--pipelines must be at least 1");
+    if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
+    if (static_cast<long long>(c.stages) * c.pipelines * c.tensor_parallel > 1024)
+      usage("at most 1024 simulated ranks (stages x pipelines x tensor-parallel)");
+    if (static_cast<long long>(c.microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
+    if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power)) usage("--p2p-power must be a non-negative number of watts");
+    if (c.iterations < 1) usage("--iterations must be at least 1");
+    if (c.report_every < 1) usage("--report-every must be at least 1");
+    if (c.round_iterations < 1) usage("--round-iterations must be at least 1");
+    if (!(c.noise >= 0 && c.noise <= 1)) usage("--noise must be between 0 and 1");
+    for (const auto& s : c.stragglers)
+      if (s.pipeline >= c.pipelines)
+        usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
+    check_profile_covers(c.profile, c.stages);
+  }
+
+  void build_tables() {
+    tables_.resize(static_cast<std::size_t>(config_.stages) * 2);
+    for (int s = 0; s < config_.stages; ++s)
+      for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+        auto rows = config_.profile.rows_for(s, kind);
+        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
+        CostTable& table = tables_[table_index(s, kind)];
+        for (const auto& row : rows) {
+          table.clocks.push_back(row.frequency);
+          table.time.push_back(row.time);
+          table.energy.push_back(row.energy);
+        }
+      }
+  }
+
+  static std::size_t table_index(int stage, InstructionKind kind) {
+    return static_cast<std::size_t>(stage) * 2 + (kind == InstructionKind::forward ? 0 : 1);
+  }
+
+  // Every rank constructs its client at once, as training processes do: rank 0 registers the job
+  // and hands the id to the others (the job-id broadcast), and the first schedule is a barrier.
+  void start_clients(SimulationSummary& summary) {
+    std::promise<std::string> id_promise;
+    std::shared_future<std::string> id = id_promise.get_future().share();
+    std::once_flag once;
+    std::vector<std::thread> threads;
+    for (auto& r : ranks_) {
+      threads.emplace_back([&, rp = &r] {
+        client::ClientOptions o;
+        o.rank = rp->rank, o.dp_rank = rp->dp, o.pp_rank = rp->pp, o.tp_rank = rp->tp;
+        o.dp_degree = config_.pipelines, o.pp_degree = config_.stages, o.tp_degree = config_.tensor_parallel;
+        o.world_size = static_cast<int>(ranks_.size());
+        o.server_url = config_.server_url;
+        o.token = config_.token;
+        o.framework = "perseus-simulate";
+        o.model_name = config_.model_name;
+        o.num_microbatches = config_.microbatches;
+        o.pipe_schedule = rp->names;
+        o.report_every = config_.round_iterations;
+        o.gpu = rp->gpu;
+        o.inline_controller = true;
+        o.clock = [rp] {
+          return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
+        };
+        o.heartbeat_interval = std::chrono::milliseconds(1000);
+        o.broadcast_job_id = [&](const std::string& value) {
+          if (rp->rank == 0) {
+            std::call_once(once, [&] { id_promise.set_value(value); });
+            return value;
+          }
+          return id.get();
+        };
+        try {
+          rp->client = std::make_unique<client::Client>(std::move(o));
+        } catch (const std::exception& e) {  // fail_open is on: only ProfilingDone gets here
+          spdlog::warn("simulated rank {}: {}", rp->rank, e.what());
+        }
+        if (rp->rank == 0) std::call_once(once, [&] { id_promise.set_value(""); });
+      });
+    }
+    for (auto& t : threads) t.join();
+    if (ranks_.front().client) summary.job_id = ranks_.front().client->job_id();
+  }
+
+  double noise_factor() {
+    if (config_.noise <= 0) return 1;
+    return std::lognormal_distribution<double>(0.0, config_.noise)(rng_);
+  }
+
+  double straggler_factor(int pipeline, int iteration) const {
+    double factor = 1;
+    for (const auto& s : config_.stragglers)
+      if (s.active(pipeline, iteration)) factor *= s.factor;
+    return factor;
+  }
+
+  // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
+  double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
+    const CostTable& table = tables_[table_index(s, inst.kind)];
+    const char* name = inst.kind == InstructionKind::forward ? "forward" : "backward";
+    const int T = config_.tensor_parallel;
+    durations_.assign(static_cast<std::size_t>(T), 0);
+    energies_.assign(static_cast<std::size_t>(T), 0);
+    double longest = 0;
+    for (int t = 0; t < T; ++t) {
+      Rank& r = rank_at(d, s, t);
+      r.gpu->add_energy(config_.p2p_power * (start - r.last_end));
+      r.now = start;
+      if (r.client) r.client->on_instruction_begin(name);
+      std::size_t i = table.index_for(r.gpu->locked_clock());
+      double f = noise_factor() * slow;
+      durations_[static_cast<std::size_t>(t)] = table.time[i] * f;
+      energies_[static_cast<std::size_t>(t)] = table.energy[i] * f;
+      longest = std::max(longest, table.time[i] * f);
+    }
+    double end = start + longest;
+    for (int t = 0; t < T; ++t) {
+      Rank& r = rank_at(d, s, t);
+      auto ti = static_cast<std::size_t>(t);
+      r.gpu->add_energy(energies_[ti] + config_.p2p_power * (longest - durations_[ti]));
+      r.now = end;
+      r.last_end = end;
+      if (r.client) r.client->on_instruction_end(name);
+    }
+    return end;
+  }
+
+  // One pipeline's iteration from t0: every stage's instructions in its order, each starting when
+  // the stage is free and its input (the previous stage's forward, the next stage's backward) is
+  // there. Returns when its last instruction ends.
+  double run_pipeline(int d, double t0, double slow) {
+    const int S = config_.stages, M = config_.microbatches;
+    const double unset = -1;
+    std::vector<double> forward_end(static_cast<std::size_t>(S * M), unset), backward_end(forward_end);
+    std::vector<std::size_t> cursor(static_cast<std::size_t>(S), 0);
+    std::vector<double> free_at(static_cast<std::size_t>(S), t0);
+    auto at = [M](int s, int m) { return static_cast<std::size_t>(s * M + m); };
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int s = 0; s < S; ++s) {
+        const auto& order = orders_[static_cast<std::size_t>(s)];
+        auto& c = cursor[static_cast<std::size_t>(s)];
+        while (c < order.size()) {
+          const Instruction& inst = order[c];
+          double ready = t0;
+          if (inst.kind == InstructionKind::forward && s > 0) ready = forward_end[at(s - 1, inst.microbatch)];
+          if (inst.kind == InstructionKind::backward)
+            ready = s + 1 < S ? backward_end[at(s + 1, inst.microbatch)] : forward_end[at(s, inst.microbatch)];
+          if (ready == unset) break;
+          double start = std::max(ready, free_at[static_cast<std::size_t>(s)]);
+          double end = run_instruction(d, s, inst, start, slow);
+          free_at[static_cast<std::size_t>(s)] = end;
+          (inst.kind == InstructionKind::forward ? forward_end : backward_end)[at(s, inst.microbatch)] = end;
+          ++c;
+          progress = true;
+        }
+      }
+    }
+    return *std::max_element(free_at.begin(), free_at.end());
+  }
+
+  IterationResult run_iteration(int k, double t0, std::optional<std::string>& done) {
+    IterationResult out;
+    for (auto& r : ranks_) {
+      r.now = t0;
+      r.last_end = t0;
+      r.iteration_energy_start = r.gpu->energy();
+      if (r.client) r.client->on_step_begin();
+    }
+    double t1 = t0;
+    for (int d = 0; d < config_.pipelines; ++d) {
+      double slow = straggler_factor(d, k);
+      double end = run_pipeline(d, t0, slow);
+      out.compute_time.push_back(end - t0);
+      out.straggling.push_back(slow != 1);
+      t1 = std::max(t1, end);
+    }
+    out.time = t1 - t0;  // the gradient synchronisation: everybody waits for the slowest pipeline
+    out.pipeline_energy.assign(static_cast<std::size_t>(config_.pipelines), 0);
+    for (auto& r : ranks_) {
+      r.gpu->add_energy(config_.p2p_power * (t1 - r.last_end));
+      r.now = t1;
+      r.last_end = t1;
+      double e = r.gpu->energy() - r.iteration_energy_start;
+      out.pipeline_energy[static_cast<std::size_t>(r.dp)] += e;
+      out.energy += e;
+    }
+    step_end_all(k, done);
+    return out;
+  }
+
+  // on_step_end on every rank; at a round boundary they report and wait for the next schedule
+  // together (the server's barrier), so each rank does it on its own thread then.
+  void step_end_all(int k, std::optional<std::string>& done) {
+    std::mutex mutex;
+    auto end_one = [&](Rank& r) {
+      if (!r.client) return;
+      try {
+        r.client->on_step_end();
+      } catch (const client::ProfilingDone& e) {
+        std::lock_guard lock(mutex);
+        if (!done) done = e.what();
+      } catch (const std::exception& e) {
+        spdlog::warn("simulated rank {}: {}", r.rank, e.what());
+      }
+    };
+    if (k % config_.round_iterations != 0) {
+      for (auto& r : ranks_) end_one(r);
+      return;
+    }
+    std::vector<std::thread> threads;
+    threads.reserve(ranks_.size());
+    for (auto& r : ranks_) threads.emplace_back([&, rp = &r] { end_one(*rp); });
+    for (auto& t : threads) t.join();
+  }
+
+  const SimulationConfig& config_;
+  std::mt19937_64 rng_;
+  std::vector<CostTable> tables_;
+  std::vector<Rank> ranks_;
+  std::vector<std::vector<Instruction>> orders_;
+  std::vector<double> durations_, energies_;
+};
+
+}  // namespace
+
+StragglerSpec parse_straggler(std::string_view text) {
+  auto fail = [&](const std::string& why) -> StragglerSpec {
+    throw Error(fmt::format("--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100)",
+                            text, why), kExitUsage);
+  };
+  StragglerSpec spec;
+  auto colon = text.find(':');
+  if (colon == std::string_view::npos) return fail("no ':'");
+  auto pipeline = parse_number<int>(text.substr(0, colon));
+  if (!pipeline || *pipeline < 0) return fail("PIPELINE must be a data-parallel rank (0, 1, ...)");
+  spec.pipeline = *pipeline;
+  std::string_view rest = text.substr(colon + 1);
+  auto at = rest.find('@');
+  std::string factor_text(rest.substr(0, at));
+  char* end = nullptr;
+  double factor = std::strtod(factor_text.c_str(), &end);
+  if (factor_text.empty() || end != factor_text.c_str() + factor_text.size() || !(factor >= 1) || !std::isfinite(factor) || factor > 100)
+    return fail("FACTOR must be a number from 1 to 100");
+  spec.factor = factor;
+  if (at != std::string_view::npos) {
+    std::string_view when = rest.substr(at + 1);
+    auto dash = when.find('-');
+    auto from = parse_number<int>(when.substr(0, dash));
+    if (!from || *from < 1) return fail("ITERATION must be 1 or more");
+    spec.from = *from;
+    if (dash != std::string_view::npos) {
+      auto until = parse_number<int>(when.substr(dash + 1));
+      if (!until || *until < spec.from) return fail("UNTIL must be an iteration at or after ITERATION");
+      spec.until = *until;
+    }
+  }
+  return spec;
+}
+
+SimulationSummary simulate_cluster(const SimulationConfig& config, const std::function<void(const WindowReport&)>& on_report) {
+  Cluster cluster(config);
+  return cluster.run(on_report);
+}
+
+}  // namespace perseus::simulate

@@ -1,0 +1,116 @@
+#include "perseus/simulate/simulated_gpu.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+
+namespace perseus::simulate {
+
+SimulatedGpu::SimulatedGpu(std::string name, std::vector<unsigned> clocks) : name_(std::move(name)), clocks_(std::move(clocks)) {
+  std::sort(clocks_.begin(), clocks_.end(), std::greater<>());
+  clocks_.erase(std::unique(clocks_.begin(), clocks_.end()), clocks_.end());
+  if (clocks_.empty()) throw std::invalid_argument("a simulated GPU needs at least one clock");
+}
+
+void SimulatedGpu::check_device(unsigned device) const {
+  if (device != 0)
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument, fmt::format("simulated GPU: no device {}", device));
+}
+
+unsigned SimulatedGpu::locked_clock() const {
+  std::lock_guard lock(mutex_);
+  return locked_ != 0 ? locked_ : clocks_.front();
+}
+
+void SimulatedGpu::add_energy(double joules) {
+  std::lock_guard lock(mutex_);
+  energy_j_ += joules;
+}
+
+double SimulatedGpu::energy() const {
+  std::lock_guard lock(mutex_);
+  return energy_j_;
+}
+
+int SimulatedGpu::lock_count() const {
+  std::lock_guard lock(mutex_);
+  return locks_;
+}
+
+std::string SimulatedGpu::name(unsigned device) {
+  check_device(device);
+  return name_;
+}
+
+std::vector<unsigned> SimulatedGpu::supported_memory_clocks(unsigned device) {
+  check_device(device);
+  return {kMemoryClock};
+}
+
+std::vector<unsigned> SimulatedGpu::supported_graphics_clocks(unsigned device, unsigned memory_clock) {
+  check_device(device);
+  if (memory_clock != kMemoryClock)
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument, fmt::format("simulated GPU: no memory clock {}", memory_clock));
+  return clocks_;
+}
+
+unsigned SimulatedGpu::current_graphics_clock(unsigned device) {
+  check_device(device);
+  return locked_clock();
+}
+
+unsigned SimulatedGpu::current_memory_clock(unsigned device) {
+  check_device(device);
+  return kMemoryClock;
+}
+
+void SimulatedGpu::lock_graphics_clock(unsigned device, unsigned min_mhz, unsigned max_mhz) {
+  check_device(device);
+  if (min_mhz != max_mhz || std::find(clocks_.begin(), clocks_.end(), max_mhz) == clocks_.end())
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument,
+                        fmt::format("simulated GPU: cannot lock {}-{} MHz (not a supported clock)", min_mhz, max_mhz));
+  std::lock_guard lock(mutex_);
+  locked_ = max_mhz;
+  ++locks_;
+}
+
+void SimulatedGpu::reset_graphics_clock(unsigned device) {
+  check_device(device);
+  std::lock_guard lock(mutex_);
+  locked_ = 0;
+}
+
+void SimulatedGpu::lock_memory_clock(unsigned device, unsigned, unsigned) { check_device(device); }
+void SimulatedGpu::reset_memory_clock(unsigned device) { check_device(device); }
+
+unsigned SimulatedGpu::power_limit_mw(unsigned device) {
+  check_device(device);
+  std::lock_guard lock(mutex_);
+  return power_limit_mw_;
+}
+
+gpu::PowerLimitRange SimulatedGpu::power_limit_range(unsigned device) {
+  check_device(device);
+  return {100000, 400000};
+}
+
+void SimulatedGpu::set_power_limit_mw(unsigned device, unsigned limit_mw) {
+  check_device(device);
+  std::lock_guard lock(mutex_);
+  power_limit_mw_ = limit_mw;
+}
+
+std::uint64_t SimulatedGpu::total_energy_mj(unsigned device) {
+  check_device(device);
+  std::lock_guard lock(mutex_);
+  return static_cast<std::uint64_t>(std::llround(energy_j_ * 1000.0));
+}
+
+unsigned SimulatedGpu::power_usage_mw(unsigned device) {
+  check_device(device);
+  return 0;  // the simulator charges energy per instruction, not as a power reading
+}
+
+}  // namespace perseus::simulate
