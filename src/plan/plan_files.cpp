@@ -18,14 +18,6 @@ namespace perseus {
 
 using nlohmann::json;
 
-std::string python_float(double value) {
-  if (std::isnan(value)) return "nan";
-  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
-  std::string text = fmt::format("{}", value);
-  if (text.find_first_of(".en") == std::string::npos) text += ".0";
-  return text;
-}
-
 std::string plan_to_json(const Plan& plan) {
   json instructions = json::array();
   const auto layout = plan.stage_instructions();

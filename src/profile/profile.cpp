@@ -10,6 +10,7 @@
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/pyfloat.hpp"
 
 namespace perseus {
 
@@ -156,6 +157,14 @@ void check_profile_covers(const Profile& profile, int num_stages) {
       }
     }
   }
+}
+
+std::string profile_csv(const Profile& profile) {
+  std::string csv = "stage,instruction,frequency,time,energy\n";
+  for (const auto& row : profile.rows)
+    csv += fmt::format("{},{},{},{},{}\n", row.stage, to_string(row.kind), row.frequency, python_float(row.time),
+                       python_float(row.energy));
+  return csv;
 }
 
 }  // namespace perseus

@@ -241,6 +241,19 @@ void JobManager::leave(const std::string& job_id, const Leave& leave) {
                        leave.reason.empty() ? "" : ": ", leave.reason));
 }
 
+void JobManager::straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice) {
+  Job& job = find(job_id);
+  if (job.phase == Phase::ended) throw RequestError(409, fmt::format("job '{}' has ended: {}", job_id, job.end_detail));
+  if (!job.scheduler) throw RequestError(409, fmt::format("job '{}' has not started: not every rank registered", job_id));
+  if (notice && notice->dp_rank && *notice->dp_rank >= job.info.dp_degree)
+    throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
+  job.scheduler->set_straggler(notice);
+  spdlog::info("job {}: straggler {}", job_id,
+               !notice ? std::string("cleared through the API")
+                       : notice->slowdown ? fmt::format("slowdown {} told through the API", *notice->slowdown)
+                                          : fmt::format("iteration time {} s told through the API", *notice->iteration_time));
+}
+
 void JobManager::arm_watchdog(Job& job) {
   job.watchdog_armed = true;
   double period = std::clamp(settings_.dead_rank_timeout_s / 4, 0.05, 5.0);
@@ -342,6 +355,11 @@ json JobManager::job_status(const std::string& job_id) const {
   out["pipelines"] = job.pipelines;
   // What the turnkey scheduler reports; other schedulers have none of it.
   for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
+  if (job.scheduler && job.phase != Phase::ended) {
+    json own = job.scheduler->status();
+    if (own.is_object())
+      for (const auto& [key, value] : own.items()) out[key] = value;
+  }
   return out;
 }
 

@@ -150,6 +150,27 @@ Leave leave_from_json(const json& body) {
   return leave;
 }
 
+StragglerNotice straggler_from_json(const json& body) {
+  require_object(body);
+  StragglerNotice notice;
+  auto number = [&](const char* name, double low, double high) -> std::optional<double> {
+    auto it = body.find(name);
+    if (it == body.end() || it->is_null()) return std::nullopt;
+    if (!it->is_number()) bad(name, fmt::format("expected a number, got {}", type_name(*it)));
+    double value = it->get<double>();
+    if (!(value >= low && value <= high)) bad(name, fmt::format("must be between {} and {}, got {}", low, high, value));
+    return value;
+  };
+  notice.slowdown = number("slowdown", 1.0, 100.0);
+  notice.iteration_time = number("iteration_time", 1e-6, 1e6);
+  if (notice.slowdown.has_value() == notice.iteration_time.has_value())
+    bad(notice.slowdown ? "iteration_time" : "slowdown", "give exactly one of slowdown and iteration_time");
+  if (body.contains("dp_rank") && !body["dp_rank"].is_null()) notice.dp_rank = int_field(body, "dp_rank", 0);
+  for (const auto& [key, value] : body.items())
+    if (key != "slowdown" && key != "iteration_time" && key != "dp_rank") bad(key, "unknown field");
+  return notice;
+}
+
 JobInfo job_info_from_json(const json& body) {
   require_object(body);
   JobInfo info;

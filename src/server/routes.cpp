@@ -151,6 +151,16 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         reply(ok(id.empty() ? jobs.jobs_summary() : jobs.job_status(id)));
       });
     }
+    if (under("/straggler/")) {
+      if (method != "POST" && method != "DELETE") return fail(405, "Method Not Allowed");
+      std::string id = path.substr(std::string("/straggler/").size());
+      std::optional<StragglerNotice> notice;
+      if (method == "POST") notice = straggler_from_json(parse_body(body));
+      return on_jobs(jobs, std::move(respond), [&jobs, id, notice](auto& reply) {
+        jobs.straggler(id, notice);
+        reply(ok(nullptr));
+      });
+    }
     if (under("/leave/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/leave/").size());

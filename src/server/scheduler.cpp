@@ -10,6 +10,11 @@
 
 namespace perseus::server {
 
+void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
+  throw RequestError(409, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
+}
+
+
 std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_schedule,
                                        const std::vector<int>& compute_clocks, const std::string& who) {
   auto computes = std::count_if(pipe_schedule.begin(), pipe_schedule.end(), is_compute_instruction);

@@ -23,6 +23,7 @@ constexpr Entry kSchedulers[] = {
     {"AllMaxPowerLimit", configure_all_max_power_limit, "power limit"},
     {"ZeusGlobalPowerLimit", configure_zeus_global_power_limit, "power limit"},
     {"ZeusLocalPowerState", configure_zeus_local_power_state, nullptr},
+    {"Perseus", configure_perseus, "frequency"},
 };
 
 const Entry* find_entry(const std::string& name) {

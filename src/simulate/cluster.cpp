@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "perseus/client/client.hpp"
+#include "perseus/pipeline/makespan.hpp"
 #include "perseus/simulate/simulated_gpu.hpp"
 #include "perseus/util/error.hpp"
 
@@ -289,38 +290,10 @@ class Cluster {
     return end;
   }
 
-  // One pipeline's iteration from t0: every stage's instructions in its order, each starting when
-  // the stage is free and its input (the previous stage's forward, the next stage's backward) is
-  // there. Returns when its last instruction ends.
-  double run_pipeline(int d, double t0, double slow) {
-    const int S = config_.stages, M = config_.microbatches;
-    const double unset = -1;
-    std::vector<double> forward_end(static_cast<std::size_t>(S * M), unset), backward_end(forward_end);
-    std::vector<std::size_t> cursor(static_cast<std::size_t>(S), 0);
-    std::vector<double> free_at(static_cast<std::size_t>(S), t0);
-    auto at = [M](int s, int m) { return static_cast<std::size_t>(s * M + m); };
-    for (bool progress = true; progress;) {
-      progress = false;
-      for (int s = 0; s < S; ++s) {
-        const auto& order = orders_[static_cast<std::size_t>(s)];
-        auto& c = cursor[static_cast<std::size_t>(s)];
-        while (c < order.size()) {
-          const Instruction& inst = order[c];
-          double ready = t0;
-          if (inst.kind == InstructionKind::forward && s > 0) ready = forward_end[at(s - 1, inst.microbatch)];
-          if (inst.kind == InstructionKind::backward)
-            ready = s + 1 < S ? backward_end[at(s + 1, inst.microbatch)] : forward_end[at(s, inst.microbatch)];
-          if (ready == unset) break;
-          double start = std::max(ready, free_at[static_cast<std::size_t>(s)]);
-          double end = run_instruction(d, s, inst, start, slow);
-          free_at[static_cast<std::size_t>(s)] = end;
-          (inst.kind == InstructionKind::forward ? forward_end : backward_end)[at(s, inst.microbatch)] = end;
-          ++c;
-          progress = true;
-        }
-      }
-    }
-    return *std::max_element(free_at.begin(), free_at.end());
+  double run_pipeline_iteration(int d, double t0, double slow) {
+    return run_pipeline(orders_, config_.microbatches, t0, [&](int s, std::size_t slot, double start) {
+      return run_instruction(d, s, orders_[static_cast<std::size_t>(s)][slot], start, slow);
+    });
   }
 
   IterationResult run_iteration(int k, double t0, std::optional<std::string>& done) {
@@ -334,7 +307,7 @@ class Cluster {
     double t1 = t0;
     for (int d = 0; d < config_.pipelines; ++d) {
       double slow = straggler_factor(d, k);
-      double end = run_pipeline(d, t0, slow);
+      double end = run_pipeline_iteration(d, t0, slow);
       out.compute_time.push_back(end - t0);
       out.straggling.push_back(slow != 1);
       t1 = std::max(t1, end);

@@ -20,7 +20,7 @@ struct Chains {
 };
 
 std::optional<Chains> contract_series(int n, const std::vector<BoundedArc>& arcs, int source,
-                                      int sink) {
+                                      int sink, Feasibility feasibility) {
   std::vector<int> in_degree(n, 0), out_degree(n, 0), out_arc(n, -1);
   for (std::size_t i = 0; i < arcs.size(); ++i) {
     ++in_degree[arcs[i].to];
@@ -45,7 +45,11 @@ std::optional<Chains> contract_series(int n, const std::vector<BoundedArc>& arcs
       merged.upper = std::min(merged.upper, arcs[current].upper);
     }
     merged.to = arcs[current].to;
-    if (merged.lower > merged.upper) return std::nullopt;  // no flow fits every arc of the chain
+    if (merged.lower > merged.upper) {  // no flow fits every arc of the chain
+      // A node in the chain falls short by the difference: the rule decides, as at any node.
+      if (!demand_met(merged.lower, merged.upper, feasibility)) return std::nullopt;
+      merged.lower = merged.upper;
+    }
     result.arcs.push_back(merged);
   }
   // Arcs on a cycle of through nodes have no head; a DAG has none, but stay correct regardless.
@@ -62,7 +66,7 @@ std::optional<Chains> contract_series(int n, const std::vector<BoundedArc>& arcs
 // the previous iteration's flow, so that only the few nodes whose balance changed need routing.
 std::optional<std::vector<std::int64_t>> dinic_flow(int n, const std::vector<BoundedArc>& arcs,
                                                     const std::vector<std::int64_t>& initial,
-                                                    int source, int sink) {
+                                                    int source, int sink, Feasibility feasibility) {
   thread_local Dinic dinic;
   const int super_source = n, super_sink = n + 1;
   dinic.reset(n + 2);
@@ -77,17 +81,26 @@ std::optional<std::vector<std::int64_t>> dinic_flow(int n, const std::vector<Bou
     excess[arc.from] -= x;
   }
   std::vector<int> helper_edges;
+  std::vector<std::int64_t> helper_capacity;
   std::int64_t demand = 0;
   for (int v = 0; v < n; ++v) {
     if (excess[v] > 0) {
       helper_edges.push_back(dinic.add_edge(super_source, v, excess[v]));
+      helper_capacity.push_back(excess[v]);
       demand += excess[v];
     } else if (excess[v] < 0) {
       helper_edges.push_back(dinic.add_edge(v, super_sink, -excess[v]));
+      helper_capacity.push_back(-excess[v]);
     }
   }
   const int back_edge = dinic.add_edge(sink, source, kUnbounded);
-  if (dinic.max_flow(super_source, super_sink, demand) < demand) return std::nullopt;
+  if (dinic.max_flow(super_source, super_sink, demand) < demand) {
+    // Short: feasible only if every node's shortfall passes the rule (the reference's per-node check).
+    for (std::size_t h = 0; h < helper_edges.size(); ++h) {
+      const std::int64_t capacity = helper_capacity[h];
+      if (!demand_met(capacity, capacity - dinic.residual(helper_edges[h]), feasibility)) return std::nullopt;
+    }
+  }
   // Drop the helpers: what remains on the original arcs is a feasible s-t flow.
   for (int e : helper_edges) {
     dinic.set_residual(e, 0);
@@ -105,8 +118,8 @@ std::optional<std::vector<std::int64_t>> dinic_flow(int n, const std::vector<Bou
 
 std::optional<std::vector<std::int64_t>> with_dinic(int n, const std::vector<BoundedArc>& arcs,
                                                     const std::vector<std::int64_t>* initial,
-                                                    int source, int sink) {
-  const auto chains = contract_series(n, arcs, source, sink);
+                                                    int source, int sink, Feasibility feasibility) {
+  const auto chains = contract_series(n, arcs, source, sink, feasibility);
   if (!chains) return std::nullopt;
   std::vector<std::int64_t> start(chains->arcs.size(), -1);
   for (std::size_t c = 0; c < chains->arcs.size(); ++c) start[c] = chains->arcs[c].lower;
@@ -119,7 +132,7 @@ std::optional<std::vector<std::int64_t>> with_dinic(int n, const std::vector<Bou
       start[c] = std::clamp((*initial)[i], chains->arcs[c].lower, chains->arcs[c].upper);
     }
   }
-  const auto chain_flow = dinic_flow(n, chains->arcs, start, source, sink);
+  const auto chain_flow = dinic_flow(n, chains->arcs, start, source, sink, feasibility);
   if (!chain_flow) return std::nullopt;
   std::vector<std::int64_t> flow(arcs.size());
   for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = (*chain_flow)[chains->chain_of[i]];
@@ -158,7 +171,7 @@ struct BoostNetwork {
 // Follows the reference planner literally: feasible flow on a fresh network, then a second
 // max flow on a network built from the residual capacities.
 std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<BoundedArc>& arcs,
-                                                    int source, int sink) {
+                                                    int source, int sink, Feasibility feasibility) {
   BoostNetwork first(n + 2);
   std::vector<Edge> arc_edges;
   std::vector<std::int64_t> in_lower(n, 0), out_lower(n, 0);
@@ -175,7 +188,8 @@ std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<Bou
   first.add(sink, source, kUnbounded);
   first.run(n, n + 1);
   for (int v = 0; v < n; ++v) {
-    if (first.flow(supply[v]) != in_lower[v] || first.flow(drain[v]) != out_lower[v]) {
+    if (!demand_met(in_lower[v], first.flow(supply[v]), feasibility) ||
+        !demand_met(out_lower[v], first.flow(drain[v]), feasibility)) {
       return std::nullopt;
     }
   }
@@ -202,9 +216,18 @@ std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes,
                                                           const std::vector<BoundedArc>& arcs,
                                                           int source, int sink,
                                                           MaxFlowAlgorithm algorithm,
-                                                          const std::vector<std::int64_t>* initial) {
-  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) return with_boost(num_nodes, arcs, source, sink);
-  return with_dinic(num_nodes, arcs, initial, source, sink);
+                                                          const std::vector<std::int64_t>* initial,
+                                                          Feasibility feasibility) {
+  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) return with_boost(num_nodes, arcs, source, sink, feasibility);
+  return with_dinic(num_nodes, arcs, initial, source, sink, feasibility);
+}
+
+bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule) {
+  const std::int64_t shortfall = capacity - flow;
+  if (shortfall <= 0) return true;
+  if (shortfall >= 2 || rule == Feasibility::exact) return false;
+  constexpr double kFpError = 1e-6;
+  return !(static_cast<double>(capacity) * kFpError - static_cast<double>(flow) * kFpError > kFpError);
 }
 
 }  // namespace perseus

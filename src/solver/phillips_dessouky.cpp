@@ -188,7 +188,9 @@ class Solver {
     collect_critical_arcs();
     const auto flow = bounded_max_flow(static_cast<int>(compact_nodes_.size()), arcs_,
                                        compact_id_[graph_.source], compact_id_[graph_.sink],
-                                       options_.algorithm, &initial_flow_);
+                                       options_.algorithm, &initial_flow_,
+                                       options_.cut_rule == CutRule::reference ? Feasibility::reference
+                                                                               : Feasibility::exact);
     if (!flow) {
       reason = "no feasible flow on the critical subgraph";
       return false;

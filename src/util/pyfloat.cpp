@@ -1,5 +1,7 @@
 #include "perseus/util/pyfloat.hpp"
 
+#include <fmt/format.h>
+
 #include <cmath>
 
 namespace perseus {
@@ -18,6 +20,14 @@ double py_floordiv(double a, double b) {
     return floordiv;
   }
   return std::copysign(0.0, a / b);
+}
+
+std::string python_float(double value) {
+  if (std::isnan(value)) return "nan";
+  if (std::isinf(value)) return value > 0 ? "inf" : "-inf";
+  std::string text = fmt::format("{}", value);
+  if (text.find_first_of(".en") == std::string::npos) text += ".0";
+  return text;
 }
 
 }  // namespace perseus

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "perseus/plan/frontier_record.hpp"
+#include "perseus/util/pyfloat.hpp"
 
 namespace perseus {
 
@@ -18,7 +19,6 @@ std::string plan_to_text(const Plan& plan);
 std::string plan_to_python(const Plan& plan, std::size_t iteration);
 // Zeus's run_optimization.py layout: `[('forward', 1410), ('backward', 1395), ...],` per stage.
 std::string plan_to_zeus(const Plan& plan, std::size_t iteration);
-std::string python_float(double value);  // like Python's repr(float)
 
 // A plan as read back from a file.
 struct PlanFile {

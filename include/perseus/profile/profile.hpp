@@ -33,6 +33,9 @@ struct Profile {
 Profile parse_profile(const std::string& text, const std::string& source);
 Profile read_profile(const std::filesystem::path& path);
 
+// The CSV text parse_profile reads back exactly (shortest round-trip numbers, rows in order).
+std::string profile_csv(const Profile& profile);
+
 // Checks that stages 0..num_stages-1 each have forward and backward rows and that no row names a
 // stage outside that range. Throws InputError.
 void check_profile_covers(const Profile& profile, int num_stages);

@@ -63,6 +63,11 @@ class JobManager {
   // A rank cannot take part: the job ends ([job-failed], naming it) and every rank goes on without perseus.
   void leave(const std::string& job_id, const Leave& leave);
 
+  // POST /straggler/{id} (a notice) and DELETE /straggler/{id} (none): handed to the scheduler,
+  // which takes it into account from the next round on. 404 unknown job, 409 not running or a
+  // scheduler that does not follow stragglers.
+  void straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice);
+
   // GET /jobs: one summary per job; GET /jobs/{id}: one job in detail (404 when unknown).
   nlohmann::json jobs_summary() const;
   nlohmann::json job_status(const std::string& job_id) const;

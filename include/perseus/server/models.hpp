@@ -4,6 +4,7 @@
 // field.
 #include <chrono>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
@@ -74,6 +75,14 @@ struct Leave {
   std::string reason;
 };
 
+// POST /straggler/{job_id}: an external fault detector says the job's iterations now take longer:
+// `slowdown` times the measured all-max iteration time, or `iteration_time` seconds (exactly one).
+// `dp_rank`, when given, names the slow pipeline (it keeps its plan; the others slow down to it).
+struct StragglerNotice {
+  std::optional<double> slowdown, iteration_time;
+  std::optional<int> dp_rank;
+};
+
 using Breakdown = std::map<std::string, std::vector<std::vector<double>>>;
 
 struct ProfilingResult {
@@ -91,6 +100,7 @@ RankInfo rank_info_from_json(const nlohmann::json& body);
 PowerStateSchedule schedule_from_json(const nlohmann::json& body);
 Heartbeat heartbeat_from_json(const nlohmann::json& body);
 Leave leave_from_json(const nlohmann::json& body);
+StragglerNotice straggler_from_json(const nlohmann::json& body);
 // POST /result's body, decoded with simdjson (the hot path); same checks and messages.
 ProfilingResult profiling_result_from_text(std::string_view body);
 

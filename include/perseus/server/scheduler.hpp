@@ -40,6 +40,12 @@ class Scheduler {
   // Whether observe() depends on the results' values (a restarted server replays every round
   // into a new scheduler: with false, it keeps only the round count, not the measurements).
   virtual bool observes_results() const { return true; }
+  // What GET /jobs/{id} shows of the scheduler's own state (DESIGN §5: phase, profiling, plan,
+  // baseline, measured, saving, slowdown, pipelines, straggler); null when it has none.
+  virtual nlohmann::json status() const { return nullptr; }
+  // POST /straggler (a notice) and DELETE /straggler (none). Schedulers that do not follow
+  // stragglers refuse with RequestError 409.
+  virtual void set_straggler(const std::optional<StragglerNotice>& notice);
 };
 
 using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerContext&)>;

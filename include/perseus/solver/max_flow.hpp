@@ -18,6 +18,14 @@ struct BoundedArc {
 
 enum class MaxFlowAlgorithm { dinic, boost_push_relabel };
 
+// When the lower bounds count as met. exact: every unit. reference: as the reference planner
+// decides it, per node in floating point (`abs(flow - capacity) > 1e-6` on values k * 1e-6), so a
+// node whose lower bounds fall short by one 1e-6 unit may still count as satisfied.
+enum class Feasibility { exact, reference };
+
+// Whether `flow` units meet a demand of `capacity` units under `rule`.
+bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule);
+
 // Returns the flow on each arc of a maximum s-t flow within the bounds, or nullopt when no flow
 // satisfies every lower bound (first a feasible circulation with an infinite t->s arc, then a
 // maximum flow on its residual, as the reference planner does). `initial`, when given, is a
@@ -25,7 +33,8 @@ enum class MaxFlowAlgorithm { dinic, boost_push_relabel };
 // ignores it).
 std::optional<std::vector<std::int64_t>> bounded_max_flow(
     int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
-    MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial = nullptr);
+    MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial = nullptr,
+    Feasibility feasibility = Feasibility::exact);
 
 // Plain max flow on a residual network; reusable across calls to avoid reallocations.
 class Dinic {

@@ -15,6 +15,7 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args);
 SchedulerFactory configure_all_max_power_limit(const nlohmann::json& args);
 SchedulerFactory configure_zeus_global_power_limit(const nlohmann::json& args);
 SchedulerFactory configure_zeus_local_power_state(const nlohmann::json& args);
+SchedulerFactory configure_perseus(const nlohmann::json& args);
 
 // Stage-based schedulers see one rank per stage; they refuse jobs with dp or tp > 1 and point
 // at their 3D-parallel version.

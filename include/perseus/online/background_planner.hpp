@@ -1,0 +1,75 @@
+#pragma once
+// Planning inside the server (DESIGN §5): the frontier of a profile measured online, computed on a
+// worker thread so that the server's I/O threads keep serving every other job (and this one: its
+// ranks keep training at the top clock meanwhile). Each frontier plan, and all-max, is then run on
+// the emulator with the measured profile, so that plans are chosen by what they are predicted to
+// take there, not by the planner's quantized times.
+#include <atomic>
+#include <filesystem>
+#include <future>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perseus/plan/frontier_record.hpp"
+#include "perseus/profile/profile.hpp"
+#include "perseus/solver/planning.hpp"
+
+namespace perseus::online {
+
+struct PlanCandidate {
+  std::optional<std::size_t> point;  // frontier point; none: all-max
+  double time = 0;    // emulated iteration time of one pipeline, seconds
+  double energy = 0;  // emulated energy of one pipeline's iteration, joules (one GPU per stage)
+};
+
+struct PlanningOutput {
+  FrontierRecord record;
+  std::vector<PlanCandidate> candidates;  // frontier points slowest first, then all-max (the last)
+  std::map<std::string, std::string> cost_models;  // "stage 0 forward" -> exp | pwl | constant
+  double seconds = 0;                              // wall time of planning
+  std::vector<std::pair<std::pair<int, InstructionKind>, int>> top_clocks;  // per (stage, kind)
+
+  const PlanCandidate& all_max() const { return candidates.back(); }
+  // The clocks of a candidate, per stage and slot in schedule order.
+  std::vector<std::vector<int>> frequencies(std::size_t candidate) const;
+};
+
+struct PlanningInput {
+  Profile profile;
+  PlanningConfig config;
+  std::filesystem::path record_dir;  // where the frontier record goes; empty: not written
+};
+
+// Plans now, on this thread; throws what the planner throws.
+PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop = nullptr);
+
+// The largest power of ten at most a fiftieth of the shortest top-clock instruction (1 ms for
+// instructions of 50 ms or more), between 1 µs and 1 s: fine enough that a step of the frontier
+// is small next to any instruction, coarse enough to plan in well under a minute.
+double automatic_unit_time(const Profile& profile);
+
+class BackgroundPlanner {
+ public:
+  BackgroundPlanner() = default;
+  ~BackgroundPlanner();  // stops the solver and waits for the thread
+  BackgroundPlanner(const BackgroundPlanner&) = delete;
+  BackgroundPlanner& operator=(const BackgroundPlanner&) = delete;
+
+  void start(PlanningInput input);
+  bool running() const { return thread_.joinable() && !taken_; }
+  bool ready() const;
+  // The result once ready(); rethrows the planner's exception.
+  PlanningOutput take();
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::future<PlanningOutput> result_;
+  std::thread thread_;
+  bool taken_ = false;
+};
+
+}  // namespace perseus::online

@@ -1,0 +1,57 @@
+#pragma once
+// Online profiling of one (stage, forward|backward) (DESIGN §5): which clock to measure next.
+// Coarse to fine: first every `coarse_step`-th clock from the top down, stopping once energy has
+// risen over `stop_after` consecutive clocks (the Perseus docs' rule; the coarse points cover that
+// many clocks) after it first fell below the top clock's energy by `descent` (GPUs whose energy is
+// flat or noisy near the top would otherwise stop before the part that saves energy). Then only
+// where the Pareto front needs it: between two measured clocks whose faster one is Pareto-optimal
+// whose slower one uses `fill_gap` less energy, the clock in the middle, until no such gap is
+// left. Clocks below the early stop cannot be Pareto-optimal and are never run.
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <vector>
+
+namespace perseus::online {
+
+struct ScanOptions {
+  int coarse_step = 5;
+  int stop_after = 5;      // clocks of rising energy
+  double descent = 0.01;   // energy must first have fallen this far below the top clock's
+  double fill_gap = 0.05;  // relative energy drop between measured Pareto neighbours that is filled in
+};
+
+struct ClockMeasurement {
+  double time = 0, energy = 0;  // one instruction, seconds and joules
+};
+
+class ClockScan {
+ public:
+  // `clocks`: the clocks to choose from, any order (scanned high to low). Throws when empty.
+  ClockScan(std::vector<int> clocks, ScanOptions options = {});
+
+  // The clock to measure next; nullopt when the scan is done. Stable until record() is called.
+  std::optional<int> next() const { return next_; }
+  bool done() const { return !next_; }
+  void record(int clock, ClockMeasurement measurement);
+
+  const std::map<int, ClockMeasurement>& measured() const { return measured_; }
+  const std::vector<int>& clocks() const { return clocks_; }  // descending
+  // Clocks measured or still to measure, an upper bound while the coarse pass runs.
+  std::size_t planned() const;
+
+ private:
+  void advance();
+  std::optional<int> next_fill() const;
+
+  std::vector<int> clocks_;  // descending
+  ScanOptions options_;
+  std::map<int, ClockMeasurement> measured_;
+  std::optional<int> next_;
+  bool coarse_ = true;
+  std::size_t coarse_index_ = 0;
+  int rises_ = 0;  // coarse points in a row whose energy was not a new minimum
+  std::optional<double> best_energy_, top_energy_;
+};
+
+}  // namespace perseus::online

@@ -1,0 +1,38 @@
+#pragma once
+// Straggler detection (DESIGN §5): every round the server knows each data-parallel pipeline's own
+// compute-bound iteration time (its schedule run with its measured instruction durations) and what
+// the plan it runs predicts. A pipeline whose measured/predicted ratio is above the median of the
+// others' by more than `threshold` for `rounds` rounds in a row is a straggler; it is cleared after
+// `rounds` rounds in a row within half the threshold. One straggler at a time: the slowest.
+#include <optional>
+#include <vector>
+
+namespace perseus::online {
+
+struct DetectorOptions {
+  double threshold = 0.05;
+  int rounds = 2;
+};
+
+struct Straggler {
+  int pipeline = 0;
+  double slowdown = 1;  // its ratio over the others' median, when last confirmed
+};
+
+class StragglerDetector {
+ public:
+  explicit StragglerDetector(DetectorOptions options = {}) : options_(options) {}
+
+  // One round: ratio[d] = measured compute-bound time / predicted, per pipeline. Returns true when
+  // the verdict changed (detected, cleared, or a straggler's slowdown moved by more than the threshold).
+  bool observe(const std::vector<double>& ratios);
+  const std::optional<Straggler>& current() const { return current_; }
+  void reset();  // forget counts and the verdict (a new plan, or the API took over)
+
+ private:
+  DetectorOptions options_;
+  std::vector<int> slow_rounds_, normal_rounds_;
+  std::optional<Straggler> current_;
+};
+
+}  // namespace perseus::online

@@ -1,0 +1,118 @@
+#include "perseus/online/background_planner.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+
+#include "perseus/emulate/emulator.hpp"
+#include "perseus/solver/phillips_dessouky.hpp"
+
+namespace perseus::online {
+
+std::vector<std::vector<int>> PlanningOutput::frequencies(std::size_t candidate) const {
+  const PlanCandidate& c = candidates.at(candidate);
+  if (c.point) return plan_at(record, *c.point).frequencies;
+  std::vector<std::vector<int>> top;  // all-max: every slot at its (stage, kind)'s top clock
+  for (const auto& stage : record.stage_instructions()) {
+    top.emplace_back();
+    for (const auto& inst : stage) {
+      int best = 0;
+      for (const auto& row : top_clocks)
+        if (row.first == std::make_pair(inst.stage, inst.kind)) best = row.second;
+      top.back().push_back(best);
+    }
+  }
+  return top;
+}
+
+double automatic_unit_time(const Profile& profile) {
+  std::map<std::pair<int, InstructionKind>, std::pair<int, double>> top;  // fastest clock's time
+  for (const auto& row : profile.rows) {
+    auto& t = top[{row.stage, row.kind}];
+    if (row.frequency > t.first) t = {row.frequency, row.time};
+  }
+  double shortest = std::numeric_limits<double>::infinity();
+  for (const auto& [key, t] : top) shortest = std::min(shortest, t.second);
+  if (!std::isfinite(shortest) || shortest <= 0) return 1e-3;
+  double unit = std::pow(10.0, std::floor(std::log10(shortest / 50) + 1e-9));
+  return std::clamp(unit, 1e-6, 1.0);
+}
+
+PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop) {
+  auto started = std::chrono::steady_clock::now();
+  const auto& config = input.config;
+  PlanningProblem problem = make_planning_problem(input.profile, config);
+  SolverOptions options;
+  options.stop = stop;
+  Frontier frontier = solve_frontier(problem, options);
+  if (frontier.interrupted) throw std::runtime_error("planning was stopped");
+  PlanningOutput out;
+  out.record = make_frontier_record(problem, frontier, {input.profile.source, to_string(config.cost_model)});
+  for (int s = 0; s < config.num_stages; ++s)
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward})
+      out.cost_models[fmt::format("stage {} {}", s, to_string(kind))] =
+          problem.specs[PlanningProblem::spec_index(s, kind)].model->name();
+  for (const auto& row : input.profile.rows) {
+    auto key = std::make_pair(row.stage, row.kind);
+    auto it = std::find_if(out.top_clocks.begin(), out.top_clocks.end(), [&](const auto& t) { return t.first == key; });
+    if (it == out.top_clocks.end()) out.top_clocks.push_back({key, row.frequency});
+    else it->second = std::max(it->second, row.frequency);
+  }
+  if (!input.record_dir.empty()) write_frontier_record(out.record, input.record_dir);
+
+  EmulatorConfig emulator_config;
+  emulator_config.num_stages = config.num_stages;
+  emulator_config.num_microbatches = config.num_microbatches;
+  emulator_config.schedule = config.schedule;
+  emulator_config.extra_forwards = config.extra_forwards;
+  emulator_config.p_block = config.p_block;
+  Emulator emulator(input.profile, emulator_config);
+  if (!out.record.points.empty()) {
+    Plan plan = plan_at(out.record, 0);
+    for (std::size_t i = 0; i < out.record.points.size(); ++i) {
+      if (stop && stop->load()) throw std::runtime_error("planning was stopped");
+      if (i > 0) advance_plan(out.record, plan, i);
+      auto [time, energy] = emulator.time_and_energy(plan.frequencies);
+      out.candidates.push_back({i, time, energy});
+    }
+  }
+  out.candidates.push_back({});
+  auto [time, energy] = emulator.time_and_energy(out.frequencies(out.candidates.size() - 1));
+  out.candidates.back().time = time, out.candidates.back().energy = energy;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  return out;
+}
+
+BackgroundPlanner::~BackgroundPlanner() {
+  stop_.store(true);
+  if (thread_.joinable()) thread_.join();
+}
+
+void BackgroundPlanner::start(PlanningInput input) {
+  if (thread_.joinable()) throw std::logic_error("the planner is already running");
+  std::promise<PlanningOutput> promise;
+  result_ = promise.get_future();
+  taken_ = false;
+  thread_ = std::thread([this, input = std::move(input), promise = std::move(promise)]() mutable {
+    try {
+      promise.set_value(plan_online(input, &stop_));
+    } catch (...) {
+      promise.set_exception(std::current_exception());
+    }
+  });
+}
+
+bool BackgroundPlanner::ready() const {
+  return result_.valid() && result_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+}
+
+PlanningOutput BackgroundPlanner::take() {
+  thread_.join();
+  taken_ = true;
+  return result_.get();
+}
+
+}  // namespace perseus::online

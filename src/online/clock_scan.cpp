@@ -1,0 +1,72 @@
+#include "perseus/online/clock_scan.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <stdexcept>
+
+namespace perseus::online {
+
+ClockScan::ClockScan(std::vector<int> clocks, ScanOptions options) : clocks_(std::move(clocks)), options_(options) {
+  std::sort(clocks_.begin(), clocks_.end(), std::greater<>());
+  clocks_.erase(std::unique(clocks_.begin(), clocks_.end()), clocks_.end());
+  if (clocks_.empty()) throw std::invalid_argument("a clock scan needs at least one clock");
+  options_.coarse_step = std::max(1, options_.coarse_step);
+  next_ = clocks_.front();
+}
+
+std::size_t ClockScan::planned() const {
+  if (!coarse_) return measured_.size() + (next_ ? 1 : 0);
+  std::size_t step = static_cast<std::size_t>(options_.coarse_step);
+  return measured_.size() + (clocks_.size() - coarse_index_ + step - 1) / step;
+}
+
+void ClockScan::record(int clock, ClockMeasurement measurement) {
+  measured_[clock] = measurement;
+  if (coarse_ && next_ && clock == *next_) {
+    if (!top_energy_) top_energy_ = measurement.energy;
+    if (!best_energy_ || measurement.energy < *best_energy_) {
+      best_energy_ = measurement.energy;
+      rises_ = 0;
+    } else {
+      ++rises_;
+    }
+    coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
+  }
+  advance();
+}
+
+void ClockScan::advance() {
+  if (coarse_) {
+    int needed = (options_.stop_after + options_.coarse_step - 1) / options_.coarse_step;
+    bool fell = best_energy_ && top_energy_ && *best_energy_ < *top_energy_ * (1 - options_.descent);
+    bool stop = fell && rises_ >= std::max(needed, 1);
+    while (!stop && coarse_index_ < clocks_.size() && measured_.count(clocks_[coarse_index_]) != 0)
+      coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
+    if (!stop && coarse_index_ < clocks_.size()) {
+      next_ = clocks_[coarse_index_];
+      return;
+    }
+    coarse_ = false;
+  }
+  next_ = next_fill();
+}
+
+std::optional<int> ClockScan::next_fill() const {
+  // Measured clocks high to low; the faster clock of a gap must be on the measured Pareto front
+  // (lower energy than every faster clock), else nothing between can be Pareto-optimal either.
+  std::vector<int> order;
+  for (auto it = measured_.rbegin(); it != measured_.rend(); ++it) order.push_back(it->first);
+  double best = 0;
+  for (std::size_t i = 0; i + 1 < order.size(); ++i) {
+    double ea = measured_.at(order[i]).energy, eb = measured_.at(order[i + 1]).energy;
+    bool pareto = i == 0 || ea < best;
+    if (i == 0 || ea < best) best = ea;
+    if (!pareto || ea - eb <= options_.fill_gap * ea) continue;
+    auto hi = std::find(clocks_.begin(), clocks_.end(), order[i]) - clocks_.begin();
+    auto lo = std::find(clocks_.begin(), clocks_.end(), order[i + 1]) - clocks_.begin();
+    if (lo - hi >= 2) return clocks_[static_cast<std::size_t>((hi + lo) / 2)];
+  }
+  return std::nullopt;
+}
+
+}  // namespace perseus::online
