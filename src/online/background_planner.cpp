@@ -7,7 +7,9 @@
 #include <cmath>
 #include <limits>
 
+#include "perseus/emulate/deadline_fit.hpp"
 #include "perseus/emulate/emulator.hpp"
+#include "perseus/emulate/straggler.hpp"
 #include "perseus/solver/phillips_dessouky.hpp"
 
 namespace perseus::online {
@@ -69,7 +71,9 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   emulator_config.schedule = config.schedule;
   emulator_config.extra_forwards = config.extra_forwards;
   emulator_config.p_block = config.p_block;
-  Emulator emulator(input.profile, emulator_config);
+  auto shared = std::make_shared<Emulator>(input.profile, emulator_config);
+  out.emulator = shared;
+  const Emulator& emulator = *shared;
   if (!out.record.points.empty()) {
     Plan plan = plan_at(out.record, 0);
     for (std::size_t i = 0; i < out.record.points.size(); ++i) {
@@ -86,22 +90,63 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   return out;
 }
 
+std::string ChosenPlan::label() const {
+  std::string base = point ? fmt::format("frontier point {}", *point) : std::string("all-max");
+  return fit_steps > 0 ? fmt::format("{} fitted with {} clock raises", base, fit_steps) : base;
+}
+
+namespace {
+
+ChosenPlan from_candidate(const PlanningOutput& plans, std::size_t i) {
+  const auto& c = plans.candidates[i];
+  return {c.point, 0, plans.frequencies(i), c.time, c.energy};
+}
+
+}  // namespace
+
+ChosenPlan fastest_plan(const PlanningOutput& plans) {
+  std::size_t best = plans.candidates.size() - 1;  // all-max
+  for (std::size_t i = 0; i < plans.candidates.size(); ++i)
+    if (plans.candidates[i].time < plans.candidates[best].time) best = i;
+  return from_candidate(plans, best);
+}
+
+ChosenPlan choose_plan(const PlanningOutput& plans, double deadline) {
+  const int stages = plans.record.num_stages;
+  const double p_block = plans.record.p_block;
+  std::vector<PlanCost> pool;
+  for (const auto& c : plans.candidates) pool.push_back({c.time, c.energy});
+  int pooled = cheapest_by_deadline(pool, deadline, stages, p_block);
+  std::optional<ChosenPlan> best;
+  if (pooled >= 0) best = from_candidate(plans, static_cast<std::size_t>(pooled));
+  auto total = [&](const ChosenPlan& p) { return p.energy + stages * std::max(0.0, deadline - p.time) * p_block; };
+  if (!plans.record.points.empty() && plans.emulator) {
+    std::size_t pick = cheapest_within(plans.record, deadline).value_or(plans.record.points.size() - 1);
+    if (auto fit = fit_to_deadline(*plans.emulator, plan_at(plans.record, pick).frequencies, deadline)) {
+      ChosenPlan fitted{pick, fit->steps, std::move(fit->frequencies), fit->time, fit->energy};
+      if (!best || total(fitted) < total(*best)) best = std::move(fitted);
+    }
+  }
+  return best ? std::move(*best) : fastest_plan(plans);
+}
+
 BackgroundPlanner::~BackgroundPlanner() {
   stop_.store(true);
   if (thread_.joinable()) thread_.join();
 }
 
-void BackgroundPlanner::start(PlanningInput input) {
+void BackgroundPlanner::start(PlanningInput input, std::function<void()> done) {
   if (thread_.joinable()) throw std::logic_error("the planner is already running");
   std::promise<PlanningOutput> promise;
   result_ = promise.get_future();
   taken_ = false;
-  thread_ = std::thread([this, input = std::move(input), promise = std::move(promise)]() mutable {
+  thread_ = std::thread([this, input = std::move(input), promise = std::move(promise), done = std::move(done)]() mutable {
     try {
       promise.set_value(plan_online(input, &stop_));
     } catch (...) {
       promise.set_exception(std::current_exception());
     }
+    if (!stop_.load()) done();
   });
 }
 

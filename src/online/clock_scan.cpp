@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iterator>
 #include <stdexcept>
 
 namespace perseus::online {
@@ -15,7 +16,7 @@ ClockScan::ClockScan(std::vector<int> clocks, ScanOptions options) : clocks_(std
 }
 
 std::size_t ClockScan::planned() const {
-  if (!coarse_) return measured_.size() + (next_ ? 1 : 0);
+  if (!coarse_) return measured_.size() + std::max<std::size_t>(requested_.size(), next_ ? 1 : 0);
   std::size_t step = static_cast<std::size_t>(options_.coarse_step);
   return measured_.size() + (clocks_.size() - coarse_index_ + step - 1) / step;
 }
@@ -35,6 +36,13 @@ void ClockScan::record(int clock, ClockMeasurement measurement) {
   advance();
 }
 
+bool ClockScan::request(int clock) {
+  if (measured_.count(clock) != 0 || std::find(clocks_.begin(), clocks_.end(), clock) == clocks_.end()) return false;
+  requested_.insert(clock);
+  if (!next_) next_ = *requested_.rbegin();
+  return true;
+}
+
 void ClockScan::advance() {
   if (coarse_) {
     int needed = (options_.stop_after + options_.coarse_step - 1) / options_.coarse_step;
@@ -49,6 +57,27 @@ void ClockScan::advance() {
     coarse_ = false;
   }
   next_ = next_fill();
+  for (auto it = requested_.begin(); it != requested_.end();)
+    it = measured_.count(*it) != 0 ? requested_.erase(it) : std::next(it);
+  if (!next_ && !requested_.empty()) next_ = *requested_.rbegin();
+}
+
+std::map<int, ClockMeasurement> ClockScan::interpolated() const {
+  std::map<int, ClockMeasurement> out = measured_;
+  for (auto hi = measured_.begin(); hi != measured_.end(); ++hi) {
+    auto lo = hi;
+    if (++hi == measured_.end()) break;
+    // lo and hi are neighbours among the measured clocks (ascending).
+    const auto& [c0, m0] = *lo;
+    const auto& [c1, m1] = *hi;
+    for (int c : clocks_) {
+      if (c <= c0 || c >= c1) continue;
+      double w = double(c - c0) / double(c1 - c0);
+      out[c] = {m0.time + w * (m1.time - m0.time), m0.energy + w * (m1.energy - m0.energy)};
+    }
+    hi = lo;
+  }
+  return out;
 }
 
 std::optional<int> ClockScan::next_fill() const {

@@ -1,5 +1,6 @@
 #include "perseus/server/job_manager.hpp"
 
+#include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -296,7 +297,7 @@ void JobManager::advance(Job& job) {
   for (;;) {
     if (job.phase == Phase::registering && job.registered == job.info.world_size) {
       start_rounds(job);
-    } else if (job.phase == Phase::asking && job.asked == job.info.world_size) {
+    } else if (job.phase == Phase::asking && job.asked == job.info.world_size && job.scheduler->ready()) {
       send_schedules(job);
     } else if (job.phase == Phase::running && job.reported == job.info.world_size) {
       finish_round(job);
@@ -308,6 +309,12 @@ void JobManager::advance(Job& job) {
 
 void JobManager::start_rounds(Job& job) {
   SchedulerContext context{job.info, {}, settings_, job.dir};
+  context.wake = [this, executor = executor_, id = job.info.job_id] {
+    boost::asio::post(executor, [this, id] {
+      auto it = jobs_.find(id);
+      if (it != jobs_.end() && it->second->phase != Phase::ended) advance(*it->second);
+    });
+  };
   for (auto& r : job.ranks) context.ranks.push_back(*r);
   json ranks = json::array();
   for (const auto& r : context.ranks) ranks.push_back(to_json(r));

@@ -6,6 +6,7 @@
 // take there, not by the planner's quantized times.
 #include <atomic>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "perseus/emulate/emulator.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/solver/planning.hpp"
@@ -31,12 +33,28 @@ struct PlanningOutput {
   std::vector<PlanCandidate> candidates;  // frontier points slowest first, then all-max (the last)
   std::map<std::string, std::string> cost_models;  // "stage 0 forward" -> exp | pwl | constant
   double seconds = 0;                              // wall time of planning
+  std::shared_ptr<const Emulator> emulator;        // the pipeline of the measured profile
   std::vector<std::pair<std::pair<int, InstructionKind>, int>> top_clocks;  // per (stage, kind)
 
   const PlanCandidate& all_max() const { return candidates.back(); }
   // The clocks of a candidate, per stage and slot in schedule order.
   std::vector<std::vector<int>> frequencies(std::size_t candidate) const;
 };
+
+// A plan to deploy, with what the emulator predicts for it.
+struct ChosenPlan {
+  std::optional<std::size_t> point;  // the frontier point it comes from; none: all-max
+  int fit_steps = 0;                 // clock raises that fitted it to its deadline (deadline_fit.hpp)
+  std::vector<std::vector<int>> frequencies;
+  double time = 0, energy = 0;  // emulated: one pipeline's iteration, seconds and joules
+  std::string label() const;
+};
+
+// The cheapest plan (blocking until the deadline included) that the emulator says finishes by
+// `deadline` seconds: a frontier plan as it is, or the planner's pick for that deadline fitted to it
+// (as perseus whatif chooses). The fastest plan when none does.
+ChosenPlan choose_plan(const PlanningOutput& plans, double deadline);
+ChosenPlan fastest_plan(const PlanningOutput& plans);
 
 struct PlanningInput {
   Profile profile;
@@ -59,7 +77,8 @@ class BackgroundPlanner {
   BackgroundPlanner(const BackgroundPlanner&) = delete;
   BackgroundPlanner& operator=(const BackgroundPlanner&) = delete;
 
-  void start(PlanningInput input);
+  // `done` is called on the worker thread when the result is ready (or planning failed).
+  void start(PlanningInput input, std::function<void()> done = [] {});
   bool running() const { return thread_.joinable() && !taken_; }
   bool ready() const;
   // The result once ready(); rethrows the planner's exception.

@@ -10,6 +10,7 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <vector>
 
 namespace perseus::online {
@@ -34,15 +35,23 @@ class ClockScan {
   std::optional<int> next() const { return next_; }
   bool done() const { return !next_; }
   void record(int clock, ClockMeasurement measurement);
+  // Asks for `clock` to be measured too (a plan wants to run it), after the scan's own clocks.
+  // Returns false when it is measured already or not one of the scan's clocks.
+  bool request(int clock);
 
   const std::map<int, ClockMeasurement>& measured() const { return measured_; }
   const std::vector<int>& clocks() const { return clocks_; }  // descending
+  // The measured clocks and, between each two measured ones, every clock the scan skipped with
+  // time and energy interpolated linearly in the clock: a plan may then use any clock in the
+  // measured range (time and energy change smoothly with the clock between Pareto points).
+  std::map<int, ClockMeasurement> interpolated() const;
   // Clocks measured or still to measure, an upper bound while the coarse pass runs.
   std::size_t planned() const;
 
  private:
   void advance();
   std::optional<int> next_fill() const;
+  std::set<int> requested_;
 
   std::vector<int> clocks_;  // descending
   ScanOptions options_;

@@ -27,6 +27,8 @@ struct SchedulerContext {
   std::vector<RankInfo> ranks;  // sorted by rank, one per rank of the job
   ServerSettings settings;
   std::filesystem::path job_dir;  // <dump_dir>/<job_id>, for outputs such as the profile CSV
+  // Callable from any thread: the scheduler's ready() may have become true (see ready()).
+  std::function<void()> wake = [] {};
 };
 
 class Scheduler {
@@ -40,6 +42,9 @@ class Scheduler {
   // Whether observe() depends on the results' values (a restarted server replays every round
   // into a new scheduler: with false, it keeps only the round count, not the measurements).
   virtual bool observes_results() const { return true; }
+  // Whether next_schedule() can answer now. While false, the job manager holds the round's
+  // schedule requests (the ranks wait at the barrier) until the scheduler calls context.wake.
+  virtual bool ready() const { return true; }
   // What GET /jobs/{id} shows of the scheduler's own state (DESIGN §5: phase, profiling, plan,
   // baseline, measured, saving, slowdown, pipelines, straggler); null when it has none.
   virtual nlohmann::json status() const { return nullptr; }

@@ -30,9 +30,13 @@ namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using online::ChosenPlan;
 
 struct PerseusConfig {
   int warmup_rounds = 2;
+  bool wait_for_plan = false;
+  bool interpolate = true;  // plan with the clocks between measured ones too (interpolated)
+  int refine_passes = 0;    // measure the interpolated clocks a plan runs, then plan again (more rounds)  // hold the ranks at the barrier while planning (else: train at the top clock)
   double slowdown = 1.0;
   std::optional<double> deadline;
   double tolerance = 0.005;
@@ -117,11 +121,12 @@ class PerseusScheduler final : public Scheduler {
       for (int k = 0; k < 2; ++k) scans_.emplace_back(clocks_, config_.scan);
     profile_path_ = config_.profile_path.empty() ? context.job_dir / "profile.csv" : fs::path(config_.profile_path);
     reuse_profile_ = !config_.profile_path.empty() && fs::exists(profile_path_);
-    plan_of_.assign(static_cast<std::size_t>(job.dp_degree), 0);
   }
 
+  bool ready() const override { return !(config_.wait_for_plan && phase_ == Phase::planning && !planner_.ready()); }
+
   std::vector<PowerStateSchedule> next_schedule() override {
-    if (phase_ == Phase::planning && planner_.ready()) deploy_plan();
+    if (phase_ == Phase::planning && planner_.ready()) plan_ready();
     switch (phase_) {
       case Phase::profiling: return profiling_schedules();
       case Phase::deployed: return plan_schedules();
@@ -164,11 +169,12 @@ class PerseusScheduler final : public Scheduler {
     out["saving"] = nullptr;
     out["slowdown"] = nullptr;
     out["straggler"] = nullptr;
-    if (plans_) {
-      const auto& c = plans_->candidates[target_];
-      out["plan"] = {{"index", c.point ? json(*c.point) : json("all-max")},
+    if (plans_ && target_plan_) {
+      const auto& c = *target_plan_;
+      out["plan"] = {{"index", c.point ? json(*c.point) : json(nullptr)},
+                     {"label", c.label()},
                      {"predicted_time", c.time * scale_},
-                     {"predicted_energy", predicted_job_energy(target_)},
+                     {"predicted_energy", c.energy * context_.job.dp_degree * context_.job.tp_degree},
                      {"frontier_points", plans_->record.points.size()},
                      {"planning_seconds", plans_->seconds},
                      {"unit_time", plans_->record.unit_time},
@@ -186,10 +192,9 @@ class PerseusScheduler final : public Scheduler {
     json pipelines = json::array();
     for (std::size_t d = 0; d < last_pipeline_time_.size(); ++d) {
       json p = {{"dp_rank", d}, {"iteration_time", last_pipeline_time_[d]}, {"energy", last_pipeline_energy_[d]}};
-      if (plans_) {
-        const auto& c = plans_->candidates[plan_of_[d]];
-        p["plan_index"] = c.point ? json(*c.point) : json("all-max");
-        p["predicted_time"] = c.time;
+      if (const ChosenPlan* plan = plan_of(d)) {
+        p["plan"] = plan->label();
+        p["predicted_time"] = plan->time;
       }
       pipelines.push_back(std::move(p));
     }
@@ -228,6 +233,13 @@ class PerseusScheduler final : public Scheduler {
   };
 
   double target_time() const { return config_.deadline ? *config_.deadline : config_.slowdown * baseline_time_; }
+  // The target in the emulator's time (the measured all-max time is the emulated all-max time there,
+  // exactly: a measurement a few nanoseconds short must not rule out every plan).
+  double target_deadline() const { return target_deadline_for(*plans_); }
+  double target_deadline_for(const online::PlanningOutput& plans) const {
+    double scale = plans.all_max().time > 0 ? baseline_time_ / plans.all_max().time : 1;
+    return config_.deadline ? *config_.deadline / scale : config_.slowdown * plans.all_max().time;
+  }
 
   // Every decision goes to the log and the job's records.
   void decide(const std::string& event, const std::string& detail) {
@@ -330,7 +342,8 @@ class PerseusScheduler final : public Scheduler {
       for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
         const auto& scan = scans_[scan_index(s, kind)];
         measured += scan.measured().size();
-        for (auto it = scan.measured().rbegin(); it != scan.measured().rend(); ++it)
+        auto rows = config_.interpolate ? scan.interpolated() : scan.measured();
+        for (auto it = rows.rbegin(); it != rows.rend(); ++it)
           profile.rows.push_back({s, kind, it->first, it->second.time, it->second.energy, 0});
       }
     decide("profiled", fmt::format("{} rounds, {} clocks measured over {} (stage, kind) (one round per clock would "
@@ -357,15 +370,38 @@ class PerseusScheduler final : public Scheduler {
     phase_ = Phase::planning;
     decide("planning", fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
                                    input.config.unit_time, input.config.p_block, to_string(config_.cost_model)));
-    planner_.start(std::move(input));
+    planner_.start(std::move(input), context_.wake);
   }
 
-  void deploy_plan() {
+  void plan_ready() {
     try {
       plans_ = planner_.take();
     } catch (const std::exception& e) {
       throw std::runtime_error(fmt::format("Perseus could not plan: {}", e.what()));
     }
+    if (refine_passes_ < config_.refine_passes && !reuse_profile_ && config_.interpolate) {
+      // Fill in where the front needs it: measure the clocks the target plan runs that were only
+      // interpolated, then plan again.
+      ChosenPlan wanted = online::choose_plan(*plans_, target_deadline_for(*plans_));
+      std::size_t asked = 0;
+      for (int s = 0; s < stages_; ++s) {
+        const auto& order = orders_[static_cast<std::size_t>(s)];
+        for (std::size_t slot = 0; slot < order.size(); ++slot)
+          if (scans_[scan_index(s, order[slot].kind)].request(wanted.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
+      }
+      if (asked > 0) {
+        ++refine_passes_;
+        decide("refining", fmt::format("the plan runs {} clocks that were interpolated; measuring them (pass {} of at "
+                                       "most {})", asked, refine_passes_, config_.refine_passes));
+        plans_.reset();
+        phase_ = Phase::profiling;
+        return;
+      }
+    }
+    deploy_plan();
+  }
+
+  void deploy_plan() {
     // Measured iteration time over emulated all-max time: what the model leaves out (the gradient
     // synchronisation, launch gaps), so that predictions compare with measurements.
     scale_ = plans_->all_max().time > 0 ? baseline_time_ / plans_->all_max().time : 1;
@@ -377,37 +413,22 @@ class PerseusScheduler final : public Scheduler {
                                   pwl.empty() ? "exponential everywhere"
                                               : fmt::format("piecewise-linear for {} (the exponential fit failed), "
                                                             "exponential elsewhere", fmt::join(pwl, ", "))));
-    target_ = cheapest_within(target_time() / scale_);
+    target_plan_ = online::choose_plan(*plans_, target_deadline());
+    if (config_.deadline && *config_.deadline < baseline_time_)
+      decide("deadline below all-max", fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
+                                                   "running the fastest plan", *config_.deadline, baseline_time_));
     phase_ = Phase::deployed;
     assign_plans("deployed");
   }
 
-  // The cheapest candidate (blocking until the deadline included) finishing by `deadline`
-  // (emulated seconds); the fastest when none does.
-  std::size_t cheapest_within(double deadline) const {
-    std::vector<PlanCost> costs;
-    for (const auto& c : plans_->candidates) costs.push_back({c.time, c.energy});
-    int chosen = cheapest_by_deadline(costs, deadline, stages_, p_block_.value_or(0));
-    if (chosen >= 0) return static_cast<std::size_t>(chosen);
-    return fastest();
+  // The plan pipeline d runs; null before deployment.
+  const ChosenPlan* plan_of(std::size_t d) const {
+    if (!target_plan_ || d >= slowed_.size()) return nullptr;
+    return slowed_[d] && slowed_plan_ ? &*slowed_plan_ : &*target_plan_;
   }
 
-  std::size_t fastest() const {
-    std::size_t best = 0;
-    for (std::size_t i = 0; i < plans_->candidates.size(); ++i)
-      if (plans_->candidates[i].time < plans_->candidates[best].time) best = i;
-    return best;
-  }
-
-  double predicted_job_energy(std::size_t candidate) const {
-    return plans_->candidates[candidate].energy * context_.job.dp_degree * context_.job.tp_degree;
-  }
-
-  std::string describe(std::size_t candidate) const {
-    const auto& c = plans_->candidates[candidate];
-    return fmt::format("{} (predicted {:.6g} s, {:.6g} J per pipeline)",
-                       c.point ? fmt::format("frontier point {}", *c.point) : std::string("all-max"), c.time * scale_,
-                       c.energy);
+  std::string describe(const ChosenPlan& plan) const {
+    return fmt::format("{} (predicted {:.6g} s, {:.6g} J per pipeline)", plan.label(), plan.time * scale_, plan.energy);
   }
 
   // Every pipeline's plan from the target and the straggler (API first, then detection).
@@ -428,24 +449,27 @@ class PerseusScheduler final : public Scheduler {
       s.compute_time = last_pipeline_time_.at(static_cast<std::size_t>(*s.pipeline));
       next = s;
     }
-    std::vector<std::size_t> plans(plan_of_.size(), target_);
-    if (next) {
-      // The others finish by the straggler's time, but never later than the target asks.
-      double deadline = std::max(next->compute_time, plans_->candidates[target_].time);
-      std::size_t slow = cheapest_within(deadline);
-      for (std::size_t d = 0; d < plans.size(); ++d)
-        if (!next->pipeline || static_cast<int>(d) != *next->pipeline) plans[d] = slow;
+    std::vector<bool> slowed(static_cast<std::size_t>(context_.job.dp_degree), false);
+    std::optional<ChosenPlan> slowed_plan;
+    // The others finish by the straggler's time, but never later than the target asks.
+    if (next && next->compute_time > target_plan_->time) {
+      slowed_plan = online::choose_plan(*plans_, next->compute_time);
+      for (std::size_t d = 0; d < slowed.size(); ++d)
+        if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
     }
-    bool changed = plans != plan_of_ || !deployed_once_;
+    bool changed = !deployed_once_ || slowed != slowed_ ||
+                   (slowed_plan.has_value() != slowed_plan_.has_value()) ||
+                   (slowed_plan && slowed_plan->frequencies != slowed_plan_->frequencies);
     straggler_ = next;
-    plan_of_ = plans;
+    slowed_ = slowed;
+    slowed_plan_ = std::move(slowed_plan);
     deployed_once_ = true;
     if (!changed) return;
     measured_.clear();
     rounds_on_plan_ = 0;
     std::string who;
-    for (std::size_t d = 0; d < plans.size(); ++d)
-      who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(plans[d]));
+    for (std::size_t d = 0; d < slowed_.size(); ++d)
+      who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(*plan_of(d)));
     decide(why, who);
   }
 
@@ -454,13 +478,10 @@ class PerseusScheduler final : public Scheduler {
       pending_reassign_ = false;
       assign_plans(api_straggler_ ? "straggler (api)" : "straggler cleared (api)");
     }
-    std::map<std::size_t, std::vector<std::vector<int>>> clocks;  // per candidate used
     std::vector<PowerStateSchedule> out;
     for (const auto& r : context_.ranks) {
-      std::size_t c = plan_of_[static_cast<std::size_t>(r.dp_rank)];
-      auto it = clocks.find(c);
-      if (it == clocks.end()) it = clocks.emplace(c, plans_->frequencies(c)).first;
-      out.push_back({r.rank, expand_compute_clocks(r.pipe_schedule, it->second[static_cast<std::size_t>(r.pp_rank)],
+      const ChosenPlan& plan = *plan_of(static_cast<std::size_t>(r.dp_rank));
+      out.push_back({r.rank, expand_compute_clocks(r.pipe_schedule, plan.frequencies[static_cast<std::size_t>(r.pp_rank)],
                                                    "Perseus")});
     }
     return out;
@@ -477,7 +498,7 @@ class PerseusScheduler final : public Scheduler {
     // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction.
     std::vector<double> ratios;
     for (std::size_t d = 0; d < m.pipeline_time.size(); ++d) {
-      double predicted = plans_->candidates[plan_of_[d]].time;
+      double predicted = plan_of(d)->time;
       ratios.push_back(predicted > 0 && m.pipeline_time[d] > 0 ? m.pipeline_time[d] / predicted : 1.0);
     }
     bool before = detector_.current().has_value();
@@ -500,30 +521,23 @@ class PerseusScheduler final : public Scheduler {
     measured_time /= double(measured_.size());
     double target = target_time();
     if (measured_time <= target * (1 + config_.tolerance)) return;
-    std::size_t before_index = target_;
+    ChosenPlan fastest = online::fastest_plan(*plans_);
+    if (target_plan_->time <= fastest.time) return;  // nothing faster to run
+    ChosenPlan before_plan = *target_plan_;
     if (step_ups_ >= config_.max_step_ups) {
-      if (target_ == fastest()) return;
-      target_ = fastest();
+      target_plan_ = std::move(fastest);
     } else {
-      // Correct the prediction by what was measured, and take the cheapest plan that then meets the
-      // target; at least one step faster.
-      double correction = measured_time / (plans_->candidates[target_].time * scale_);
-      std::size_t next = cheapest_within(target / (scale_ * correction));
-      if (plans_->candidates[next].time >= plans_->candidates[target_].time) {
-        std::optional<std::size_t> faster;
-        for (std::size_t i = 0; i < plans_->candidates.size(); ++i)
-          if (plans_->candidates[i].time < plans_->candidates[target_].time &&
-              (!faster || plans_->candidates[i].time > plans_->candidates[*faster].time))
-            faster = i;
-        if (!faster) return;  // already the fastest
-        next = *faster;
-      }
-      target_ = next;
+      // Correct the prediction by what was measured and take the cheapest plan that then meets the
+      // target, at least a little faster than this one.
+      double correction = measured_time / (target_plan_->time * scale_);
+      double deadline = std::min(target / (scale_ * correction), target_plan_->time * (1 - config_.tolerance / 2));
+      target_plan_ = online::choose_plan(*plans_, deadline);
     }
     ++step_ups_;
     decide("stepped up", fmt::format("measured {:.6g} s is above the target {:.6g} s by more than {:.2g}%: from {} to {}",
-                                     measured_time, target, 100 * config_.tolerance, describe(before_index),
-                                     describe(target_)));
+                                     measured_time, target, 100 * config_.tolerance, describe(before_plan),
+                                     describe(*target_plan_)));
+    deployed_once_ = false;
     assign_plans("faster plan");
   }
 
@@ -548,10 +562,11 @@ class PerseusScheduler final : public Scheduler {
   online::BackgroundPlanner planner_;
   std::optional<online::PlanningOutput> plans_;
   double scale_ = 1;
-  std::size_t target_ = 0;
-  std::vector<std::size_t> plan_of_;  // candidate per data-parallel pipeline
+  std::optional<online::ChosenPlan> target_plan_, slowed_plan_;
+  std::vector<bool> slowed_;  // per data-parallel pipeline: runs slowed_plan_ (for a straggler)
   bool deployed_once_ = false;
   int step_ups_ = 0;
+  int refine_passes_ = 0;
   int rounds_on_plan_ = 0;
   std::deque<std::pair<double, double>> measured_;  // (time, energy) of the rounds on the current plans
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
@@ -566,12 +581,16 @@ class PerseusScheduler final : public Scheduler {
 
 SchedulerFactory configure_perseus(const nlohmann::json& args) {
   SchedulerArgs checked("Perseus", args,
-                        {"warmup_rounds", "slowdown", "deadline", "tolerance", "verify_rounds", "max_step_ups",
+                        {"warmup_rounds", "wait_for_plan", "slowdown", "deadline", "tolerance", "verify_rounds", "max_step_ups",
                          "profile_path", "minimum_power_state", "unit_time", "cost_model", "coarse_step", "stop_after",
-                         "fill_gap", "straggler_threshold", "straggler_rounds"});
+                         "descent", "fill_gap", "interpolate", "refine_passes", "straggler_threshold", "straggler_rounds"});
   PerseusConfig c;
   c.warmup_rounds = checked.integer("warmup_rounds").value_or(c.warmup_rounds);
   if (c.warmup_rounds < 1) checked.fail("warmup_rounds", "must be at least 1 (the all-max baseline is measured then)");
+  c.wait_for_plan = checked.boolean("wait_for_plan").value_or(false);
+  c.interpolate = checked.boolean("interpolate").value_or(c.interpolate);
+  c.refine_passes = checked.integer("refine_passes").value_or(c.refine_passes);
+  if (c.refine_passes < 0) checked.fail("refine_passes", "must be at least 0");
   auto slowdown = checked.number("slowdown");
   c.deadline = checked.number("deadline");
   if (slowdown && c.deadline) checked.fail("deadline", "give slowdown or deadline, not both");
@@ -604,6 +623,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   if (c.scan.coarse_step < 1) checked.fail("coarse_step", "must be at least 1 (1: every clock)");
   c.scan.stop_after = checked.integer("stop_after").value_or(c.scan.stop_after);
   if (c.scan.stop_after < 1) checked.fail("stop_after", "must be at least 1");
+  c.scan.descent = checked.number("descent").value_or(c.scan.descent);
+  if (!(c.scan.descent >= 0 && c.scan.descent < 1)) checked.fail("descent", "must be in [0, 1)");
   c.scan.fill_gap = checked.number("fill_gap").value_or(c.scan.fill_gap);
   if (!(c.scan.fill_gap > 0)) checked.fail("fill_gap", "must be positive");
   c.detector.threshold = checked.number("straggler_threshold").value_or(c.detector.threshold);

@@ -1,0 +1,92 @@
+#!/usr/bin/env python3
+"""The turnkey loop on the four shipped real profiles (issue 10's table): for each, `perseus serve
+--scheduler Perseus` and `perseus simulate` with 2 pipelines, then the server's verdict next to the
+plan planned from the full profile (`perseus whatif`'s non-straggler saving at T'/T = 1, the same
+choice rule) and the rounds a one-round-per-clock profiler takes.
+
+    python3 bench/turnkey_profiles.py [--perseus build/src/perseus] [--shared ../shared]
+"""
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+CASES = [  # profile, microbatches, P_block (W)
+    ("gpt3-175b+a100_sxm_bf16.csv", 12, 83.64),
+    ("bloom+a100_sxm_bf16.csv", 12, 83.64),
+    ("gpt3-175b+a40_bf16.csv", 12, 70.38),
+    ("bloom+a40_bf16.csv", 12, 70.38),
+]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(url, seconds=10):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            urllib.request.urlopen(url + "/info", timeout=1).read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"no server at {url}")
+
+
+def full_profile_saving(perseus, profile, microbatches, p_block, unit_time):
+    out = subprocess.run([perseus, "whatif", profile, "--stages", "8", "--microbatches", str(microbatches),
+                          "--p2p-power", str(p_block), "--pipelines", "2", "--slowdowns", "1",
+                          "--unit-time", str(unit_time), "--baselines", "all-max"],
+                         check=True, capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        if re.match(r"\s*1\.000\s+perseus\s", line):
+            return float(line.split()[-1].rstrip("%")) / 100
+    raise RuntimeError("no perseus row in whatif's output:\n" + out)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--perseus", default="build/src/perseus")
+    parser.add_argument("--shared", default="../shared")
+    parser.add_argument("--iterations", type=int, default=400)
+    args = parser.parse_args()
+    print(f"{'profile':32} {'rounds':>6} {'1/clock':>7} {'ratio':>6} {'saving':>7} {'full':>7} {'diff(pp)':>8} "
+          f"{'slowdown':>8} {'wall(s)':>7}")
+    for name, microbatches, p_block in CASES:
+        profile = os.path.join(args.shared, "data/sosp24/stage_profile", name)
+        port = free_port()
+        url = f"http://127.0.0.1:{port}"
+        with tempfile.TemporaryDirectory() as dump:
+            server = subprocess.Popen([args.perseus, "serve", "--scheduler", "Perseus", "--port", str(port),
+                                       "--dump-dir", dump, "--scheduler-args", json.dumps({"wait_for_plan": True})], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                wait_for(url)
+                started = time.time()
+                lines = subprocess.run([args.perseus, "simulate", profile, "--stages", "8", "--microbatches",
+                                        str(microbatches), "--p2p-power", str(p_block), "--pipelines", "2",
+                                        "--iterations", str(args.iterations), "--server", url, "--json"],
+                                       check=True, capture_output=True, text=True).stdout.splitlines()
+                wall = time.time() - started
+            finally:
+                server.terminate()
+                server.wait()
+        status = json.loads(lines[-1])["summary"]["server"]
+        rounds = status["profiling"]["rounds"]
+        clocks = status["profiling"]["clocks_available"]
+        full = full_profile_saving(args.perseus, profile, microbatches, p_block, status["plan"]["unit_time"])
+        saving = status["saving"]
+        print(f"{name:32} {rounds:6d} {clocks:7d} {rounds / clocks:6.2f} {100 * saving:6.2f}% {100 * full:6.2f}% "
+              f"{100 * (full - saving):8.2f} {100 * status['slowdown']:7.3f}% {wall:7.1f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
