@@ -58,6 +58,7 @@ def main():
     parser.add_argument("--perseus", default="build/src/perseus")
     parser.add_argument("--shared", default="../shared")
     parser.add_argument("--iterations", type=int, default=400)
+    parser.add_argument("--scheduler-args", default="{}", help="more Perseus arguments, JSON")
     args = parser.parse_args()
     print(f"{'profile':32} {'rounds':>6} {'1/clock':>7} {'ratio':>6} {'saving':>7} {'full':>7} {'diff(pp)':>8} "
           f"{'slowdown':>8} {'wall(s)':>7}")
@@ -67,7 +68,7 @@ def main():
         url = f"http://127.0.0.1:{port}"
         with tempfile.TemporaryDirectory() as dump:
             server = subprocess.Popen([args.perseus, "serve", "--scheduler", "Perseus", "--port", str(port),
-                                       "--dump-dir", dump, "--scheduler-args", json.dumps({"wait_for_plan": True})], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                                       "--dump-dir", dump, "--scheduler-args", json.dumps({"wait_for_plan": True, **json.loads(args.scheduler_args)})], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             try:
                 wait_for(url)
                 started = time.time()

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add(cli::add_gpud_command);
   add(cli::add_status_command);
   add(cli::add_simulate_command);
+  add(cli::add_straggler_command);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/server_call.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/util/error.hpp"
 
@@ -26,36 +27,53 @@ std::string number(const json& value, const char* unit) {
   return value.is_number() ? fmt::format("{:.4g} {}", value.get<double>(), unit) : "-";
 }
 
+std::string percent(const json& value) {
+  return value.is_number() ? fmt::format("{:.2f}%", 100 * value.get<double>()) : "-";
+}
+
+void print(const std::string& text) { std::fputs(text.c_str(), stdout); }
+
+// What the turnkey scheduler (Perseus) adds: baseline, profiling, plan, measured, straggler.
+void print_turnkey(const json& job) {
+  if (const json& b = job["baseline"]; b.is_object())
+    print(fmt::format("  baseline (all-max, measured): {} and {} per iteration\n", number(b["iteration_time"], "s"),
+                      number(b["energy"], "J")));
+  if (const json& p = job["profiling"]; p.is_object())
+    print(fmt::format("  profiling: {}/{} clocks, {} rounds (one round per clock: {}){}\n", p.value("clocks_done", 0),
+                      p.value("clocks_total", 0), p.value("rounds", 0), p.value("clocks_available", 0),
+                      p.value("reused", false) ? fmt::format(", profile reused from {}", p.value("profile", "")) : ""));
+  if (const json& p = job["plan"]; p.is_object())
+    print(fmt::format("  plan: {}, predicted {} and {} per iteration ({} frontier points, {} step-ups)\n",
+                      p.value("label", ""), number(p["predicted_time"], "s"), number(p["predicted_energy"], "J"),
+                      p.value("frontier_points", 0), p.value("step_ups", 0)));
+  if (job["saving"].is_number())
+    print(fmt::format("  deployed: saving {} of the energy at slowdown {} (measured against the baseline)\n",
+                      percent(job["saving"]), percent(job["slowdown"])));
+  if (const json& s = job["straggler"]; s.is_object())
+    print(fmt::format("  straggler: {} ({}), {:.3f}x; the others run the cheapest plan that finishes by {}\n",
+                      s["dp_rank"].is_number() ? fmt::format("pipeline {}", s["dp_rank"].get<int>()) : "the job",
+                      s.value("source", ""), s.value("slowdown", 1.0), number(s["iteration_time"], "s")));
+}
+
 void print_job(const json& job) {
-  std::printf("%s", fmt::format("job {}\n  scheduler {} ({} client), {}, round {}, {}/{} ranks registered\n",
-                                job.value("job_id", ""), job.value("scheduler", ""), job.value("dialect", ""),
-                                job.value("phase", ""), job.value("round", 0), job.value("registered", 0),
-                                job.value("world_size", 0)).c_str());
+  print(fmt::format("job {}\n  scheduler {} ({} client), {}, round {}, {}/{} ranks registered\n", job.value("job_id", ""),
+                    job.value("scheduler", ""), job.value("dialect", ""), job.value("phase", ""), job.value("round", 0),
+                    job.value("registered", 0), job.value("world_size", 0)));
+  print_turnkey(job);
   const json& measured = job["measured"];
   if (measured.is_object())
-    std::printf("%s", fmt::format("  last round {}: iteration {}, energy {} per iteration\n", measured.value("round", 0),
-                                  number(measured["iteration_time"], "s"), number(measured["energy"], "J")).c_str());
+    print(fmt::format("  measured: iteration {}, energy {} per iteration\n", number(measured["iteration_time"], "s"),
+                      number(measured["energy"], "J")));
   for (const auto& p : job["pipelines"])
-    std::printf("%s", fmt::format("    pipeline dp {}: iteration {}, energy {}\n", p.value("dp_rank", 0),
-                                  number(p["iteration_time"], "s"), number(p["energy"], "J")).c_str());
-  if (job["end_detail"].is_string()) std::printf("  ended: %s\n", job["end_detail"].get<std::string>().c_str());
+    print(fmt::format("    pipeline dp {}: iteration {}, energy {}{}\n", p.value("dp_rank", 0),
+                      number(p["iteration_time"], "s"), number(p["energy"], "J"),
+                      p.contains("plan") ? fmt::format(", {}", p.value("plan", "")) : ""));
+  if (job["end_detail"].is_string()) print(fmt::format("  ended: {}\n", job["end_detail"].get<std::string>()));
 }
 
 int run_status(const StatusArgs& args) {
-  const char* token = std::getenv("PERSEUS_TOKEN");
-  client::HttpClient http(args.server, token != nullptr ? token : "");
-  std::string target = args.job_id.empty() ? "/jobs" : "/jobs/" + client::encode_path_segment(args.job_id);
-  client::HttpReply reply;
-  try {
-    reply = http.request("GET", target, "", 10s);
-  } catch (const client::ServerUnreachable& e) {
-    throw Error(fmt::format("{} (is `perseus serve` running there?)", e.what()), kExitNoInput);
-  }
-  json body = json::parse(reply.body, nullptr, false);
-  if (reply.status != 200) {
-    std::string detail = body.is_object() && body.contains("detail") ? body["detail"].dump() : reply.body;
-    throw Error(fmt::format("GET {}{}: {} {}", args.server, target, reply.status, detail), kExitFailure);
-  }
+  ServerCall call(args.server);
+  json body = call("GET", args.job_id.empty() ? "/jobs" : "/jobs/" + client::encode_path_segment(args.job_id));
   if (args.json) {
     std::printf("%s\n", body.dump(1).c_str());
     return kExitOk;
@@ -65,9 +83,11 @@ int run_status(const StatusArgs& args) {
     return kExitOk;
   }
   if (body.empty()) std::printf("no jobs\n");
-  for (const auto& summary : body) {  // the details of each
-    auto detail = http.request("GET", "/jobs/" + client::encode_path_segment(summary.value("job_id", "")), "", 10s);
-    if (detail.status == 200) print_job(json::parse(detail.body));
+  for (const auto& summary : body) {  // the details of each (one may end meanwhile: skip it)
+    try {
+      print_job(call("GET", "/jobs/" + client::encode_path_segment(summary.value("job_id", ""))));
+    } catch (const Error&) {
+    }
   }
   return kExitOk;
 }

@@ -54,6 +54,7 @@ struct JobManager::Job {
   std::optional<SteadyClock::time_point> round_started;
   double typical_round_s = 0;  // moving average of the time between round starts
   json measured = nullptr;     // the last finished round, per iteration: {iteration_time, energy}
+  json scheduler_status = nullptr;  // the scheduler's own status when the job ended
   json pipelines = json::array();  // the same per data-parallel pipeline
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
@@ -329,10 +330,14 @@ void JobManager::start_rounds(Job& job) {
 }
 
 json JobManager::summary(const Job& job) const {
-  const char* phase = job.phase == Phase::registering ? "registering"
+  std::string phase = job.phase == Phase::registering ? "registering"
                       : job.phase != Phase::ended     ? "running"
                       : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
                                                                          : "failed";
+  if (job.phase != Phase::ended && job.phase != Phase::registering && job.scheduler) {
+    json own = job.scheduler->status();  // the turnkey scheduler's phases: warmup, profiling, ...
+    if (own.is_object() && own.contains("phase") && own["phase"].is_string()) phase = own["phase"].get<std::string>();
+  }
   return {{"job_id", job.info.job_id},
           {"scheduler", settings_.scheduler},
           {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
@@ -362,11 +367,10 @@ json JobManager::job_status(const std::string& job_id) const {
   out["pipelines"] = job.pipelines;
   // What the turnkey scheduler reports; other schedulers have none of it.
   for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
-  if (job.scheduler && job.phase != Phase::ended) {
-    json own = job.scheduler->status();
-    if (own.is_object())
-      for (const auto& [key, value] : own.items()) out[key] = value;
-  }
+  json own = job.scheduler && job.phase != Phase::ended ? job.scheduler->status() : job.scheduler_status;
+  if (own.is_object())
+    for (const auto& [key, value] : own.items())
+      if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended
   return out;
 }
 
@@ -495,6 +499,12 @@ void JobManager::end(Job& job, const std::string& detail) {
   job.end_detail = detail;
   job.timer.cancel();
   job.watchdog.cancel();
+  if (job.scheduler) {
+    try {
+      job.scheduler_status = job.scheduler->status();
+    } catch (const std::exception&) {
+    }
+  }
   job.scheduler.reset();
   persist(job, [&](JobStore& store) { store.end_job(job.info.job_id, detail); });
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);

@@ -20,5 +20,6 @@ Runner add_gpu_command(CLI::App& app);
 Runner add_gpud_command(CLI::App& app);
 Runner add_status_command(CLI::App& app);
 Runner add_simulate_command(CLI::App& app);
+Runner add_straggler_command(CLI::App& app);
 
 }  // namespace perseus::cli

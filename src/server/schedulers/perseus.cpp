@@ -34,9 +34,9 @@ using online::ChosenPlan;
 
 struct PerseusConfig {
   int warmup_rounds = 2;
-  bool wait_for_plan = false;
-  bool interpolate = true;  // plan with the clocks between measured ones too (interpolated)
-  int refine_passes = 0;    // measure the interpolated clocks a plan runs, then plan again (more rounds)  // hold the ranks at the barrier while planning (else: train at the top clock)
+  bool wait_for_plan = false;  // hold the ranks at the barrier while planning (else: train at the top clock)
+  bool interpolate = true;     // plan with the clocks between measured ones too (interpolated)
+  int refine_passes = 0;       // measure the interpolated clocks a plan runs, then plan again (more rounds)
   double slowdown = 1.0;
   std::optional<double> deadline;
   double tolerance = 0.005;
@@ -137,6 +137,8 @@ class PerseusScheduler final : public Scheduler {
   void observe(const std::vector<ProfilingResult>& results) override {
     int round = round_++;
     RoundMeasurement m = analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, microbatches_);
+    last_pipeline_time_ = m.pipeline_time;
+    last_pipeline_energy_ = m.pipeline_energy;
     switch (phase_) {
       case Phase::warmup: return observe_warmup(round, m);
       case Phase::profiling: return observe_profiling(m);
@@ -489,8 +491,6 @@ class PerseusScheduler final : public Scheduler {
 
   void observe_deployed(int round, const RoundMeasurement& m) {
     (void)round;
-    last_pipeline_time_ = m.pipeline_time;
-    last_pipeline_energy_ = m.pipeline_energy;
     ++rounds_on_plan_;
     measured_.push_back({m.iteration_time, m.energy});
     if (measured_.size() > 5) measured_.pop_front();

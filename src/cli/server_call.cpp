@@ -1,0 +1,38 @@
+#include "perseus/cli/server_call.hpp"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "perseus/util/error.hpp"
+
+namespace perseus::cli {
+
+namespace {
+std::string token_from_environment() {
+  const char* token = std::getenv("PERSEUS_TOKEN");
+  return token != nullptr ? token : "";
+}
+}  // namespace
+
+ServerCall::ServerCall(std::string server) : server_(std::move(server)), http_(server_, token_from_environment()) {}
+
+nlohmann::json ServerCall::operator()(const std::string& method, const std::string& target, const std::string& body) {
+  client::HttpReply reply;
+  try {
+    reply = http_.request(method, target, body, std::chrono::seconds(10));
+  } catch (const client::ServerUnreachable& e) {
+    throw Error(fmt::format("{} (is `perseus serve` running there?)", e.what()), kExitNoInput);
+  }
+  auto parsed = nlohmann::json::parse(reply.body, nullptr, false);
+  if (reply.status != 200) {
+    std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
+                             ? parsed["detail"].get<std::string>()
+                             : reply.body;
+    throw Error(fmt::format("{} {}{}: HTTP {}: {}", method, server_, target, reply.status, detail), kExitFailure);
+  }
+  return parsed;
+}
+
+}  // namespace perseus::cli
