@@ -1,0 +1,451 @@
+// The turnkey loop (issue 10, DESIGN §5): the online profiler's clock choice, straggler detection,
+// the simulated cluster, and the Perseus scheduler end to end in-process (server + simulated ranks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "perseus/emulate/emulator.hpp"
+#include "perseus/online/clock_scan.hpp"
+#include "perseus/online/straggler_detector.hpp"
+#include "perseus/pipeline/makespan.hpp"
+#include "perseus/simulate/cluster.hpp"
+#include "perseus/simulate/simulated_gpu.hpp"
+#include "perseus/util/error.hpp"
+#include "server_fixture.hpp"
+
+namespace perseus {
+namespace {
+
+using nlohmann::json;
+using online::ClockMeasurement;
+using online::ClockScan;
+using online::ScanOptions;
+
+std::vector<int> a100_clocks() {
+  std::vector<int> clocks;
+  for (int c = 1410; c >= 855; c -= 15) clocks.push_back(c);
+  return clocks;
+}
+
+// Runs a scan against energy(clock index), returns the clocks in the order it asked for them.
+std::vector<int> run_scan(ClockScan& scan, const std::function<double(std::size_t)>& energy) {
+  std::vector<int> asked;
+  const auto& clocks = scan.clocks();
+  while (auto clock = scan.next()) {
+    asked.push_back(*clock);
+    auto index = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    scan.record(*clock, {1.0 + 0.01 * double(index), energy(index)});
+    if (asked.size() > clocks.size()) break;  // a scan must never ask twice
+  }
+  return asked;
+}
+
+TEST(ClockScan, CoarsePassGoesTopDownEveryNthClockAndStopsAfterEnergyRisesPastTheMinimum) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
+  // U-shaped energy, minimum at index 20 (1110 MHz).
+  auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); });
+  // 0, 5, 10, 15, 20 fall; 25 rises (one coarse step covers 5 clocks): stop there.
+  EXPECT_EQ(asked, (std::vector<int>{1410, 1335, 1260, 1185, 1110, 1035}));
+  EXPECT_TRUE(scan.done());
+  EXPECT_EQ(scan.measured().size(), 6u);
+}
+
+TEST(ClockScan, EnergyFlatOrNoisyNearTheTopDoesNotStopTheScanBeforeItFalls) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
+  // Rises a little for the first 15 clocks (as A40s do), then falls to a minimum at index 30.
+  auto asked = run_scan(scan, [](std::size_t i) {
+    return i < 15 ? 100.0 + 0.1 * double(i) : 101.5 - 0.5 * (double(i) - 15) + (i > 30 ? double(i - 30) : 0.0);
+  });
+  EXPECT_GE(asked.size(), 7u);
+  EXPECT_EQ(asked[6], 1410 - 30 * 15);  // reached the minimum
+}
+
+TEST(ClockScan, StopAfterCoversThatManyClocksAtAFinerStep) {
+  ClockScan scan(a100_clocks(), ScanOptions{2, 5, 0.01, 1.0});
+  auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 10, 2); });
+  // Minimum at index 10; 3 coarse rises (indices 12, 14, 16) cover the 5 clocks of the rule.
+  EXPECT_EQ(asked.back(), a100_clocks()[16]);
+}
+
+TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 0.05});
+  // A steep drop between 1410 and 1335 (20%), then a gentle slope to the minimum at index 20.
+  auto asked = run_scan(scan, [](std::size_t i) {
+    if (i == 0) return 130.0;
+    return 100.0 + 0.01 * std::pow(double(i) - 20, 2);
+  });
+  // The gap 1410 -> 1335 is bisected (1380, then 1395 or 1365 as needed); the gentle part is not filled.
+  std::set<int> filled(asked.begin(), asked.end());
+  EXPECT_TRUE(filled.count(1380));
+  for (int c : {1230, 1215, 1200}) EXPECT_FALSE(filled.count(c)) << c;
+  // Below the early stop nothing is measured.
+  for (int c : asked) EXPECT_GE(c, 1410 - 25 * 15);
+}
+
+TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
+  ClockScan scan({1410, 1395, 1380, 1365, 1350}, ScanOptions{4, 5, 0.01, 1.0});
+  scan.record(1410, {1.0, 100.0});
+  scan.record(1350, {1.4, 80.0});
+  auto all = scan.interpolated();
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_NEAR(all.at(1380).time, 1.2, 1e-12);
+  EXPECT_NEAR(all.at(1380).energy, 90.0, 1e-12);
+  EXPECT_NEAR(all.at(1395).energy, 95.0, 1e-12);
+  ASSERT_TRUE(scan.done());
+  EXPECT_TRUE(scan.request(1365));
+  EXPECT_FALSE(scan.request(1410));  // measured already
+  EXPECT_FALSE(scan.request(1000));  // not one of its clocks
+  EXPECT_EQ(scan.next(), 1365);
+  scan.record(1365, {1.3, 84.0});
+  EXPECT_TRUE(scan.done());
+}
+
+TEST(StragglerDetector, NeedsTheThresholdForTheGivenRoundsAndClearsAfterRecovery) {
+  online::StragglerDetector detector({0.05, 2});
+  EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));  // below the threshold: never
+  EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));
+  EXPECT_FALSE(detector.observe({1.0, 1.2, 1.0}));  // one round is not enough
+  EXPECT_TRUE(detector.observe({1.0, 1.2, 1.0}));
+  ASSERT_TRUE(detector.current());
+  EXPECT_EQ(detector.current()->pipeline, 1);
+  EXPECT_NEAR(detector.current()->slowdown, 1.2, 1e-12);
+  EXPECT_FALSE(detector.observe({1.0, 1.21, 1.0}));  // the same straggler, about as slow
+  EXPECT_FALSE(detector.observe({1.0, 1.01, 1.0}));
+  EXPECT_TRUE(detector.observe({1.0, 1.01, 1.0}));  // recovered for 2 rounds
+  EXPECT_FALSE(detector.current());
+}
+
+TEST(StragglerDetector, ComparesWithTheOthersNotWithOne) {
+  online::StragglerDetector detector({0.05, 1});
+  EXPECT_FALSE(detector.observe({1.1, 1.1, 1.1}));  // everybody slower: nobody to slow down for
+  EXPECT_FALSE(detector.observe({1.3}));            // a lone pipeline
+  EXPECT_TRUE(detector.observe({1.0, 1.0, 1.5, 1.1}));
+  EXPECT_EQ(detector.current()->pipeline, 2);
+}
+
+TEST(PipelineMakespan, OneFOneBCriticalPathByHand) {
+  // 2 stages, 2 microbatches, forward 1, backward 2: F0 F1 on stage 0 ... the 1F1B critical path is
+  // F0(s0) F0(s1) B0(s1) B0(s0)... computed by hand: 9.
+  std::vector<std::vector<Instruction>> orders;
+  for (int s = 0; s < 2; ++s) orders.push_back(stage_schedule(ScheduleKind::one_f_one_b, s, 2, 2));
+  std::vector<std::vector<double>> durations;
+  for (const auto& order : orders) {
+    durations.emplace_back();
+    for (const auto& i : order) durations.back().push_back(i.kind == InstructionKind::forward ? 1.0 : 2.0);
+  }
+  // s0: F0[0,1] F1[1,2]; s1: F0[1,2] B0[2,4] F1[4,5] B1[5,7]; s0: B0[4,6] B1[7,9].
+  EXPECT_DOUBLE_EQ(pipeline_makespan(orders, 2, durations), 9.0);
+}
+
+std::string profile_path(const std::string& name) {
+  return std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/" + name;
+}
+
+simulate::SimulationConfig gpt3_cluster(const std::string& url, int pipelines, int iterations) {
+  simulate::SimulationConfig c;
+  c.profile = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
+  c.stages = 8;
+  c.microbatches = 12;
+  c.pipelines = pipelines;
+  c.p2p_power = 83.64;
+  c.server_url = url;
+  c.iterations = iterations;
+  c.report_every = 10;
+  c.model_name = "gpt3";
+  return c;
+}
+
+Emulator gpt3_emulator() {
+  EmulatorConfig config;
+  config.num_stages = 8;
+  config.num_microbatches = 12;
+  config.p_block = 83.64;
+  return Emulator(read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv")), config);
+}
+
+using SimulateTest = testing::ServerDirTest;
+
+TEST_F(SimulateTest, AllMaxMatchesTheEmulatorExactlyAndEveryPipelineMeetsAtTheSynchronisation) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 3, 20));
+  auto emulated = gpt3_emulator().time_and_energy([] {
+    std::vector<std::vector<int>> top(8, std::vector<int>(24, 1410));
+    return top;
+  }());
+  EXPECT_EQ(summary.iterations, 20);
+  EXPECT_EQ(summary.disabled_ranks, 0);
+  EXPECT_NEAR(summary.whole.iteration_time, emulated.first, 1e-9);
+  EXPECT_NEAR(summary.whole.energy, 3 * emulated.second, 1e-6);
+  for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.second, 1e-6);
+  EXPECT_FALSE(summary.job_id.empty());
+}
+
+TEST_F(SimulateTest, AStragglerStretchesItsPipelineAndTheOthersWaitForIt) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto config = gpt3_cluster(server.url, 2, 20);
+  config.stragglers.push_back(simulate::parse_straggler("1:1.2@11"));
+  auto summary = simulate::simulate_cluster(config);
+  ASSERT_EQ(summary.reports.size(), 2u);
+  const auto& before = summary.reports[0];
+  const auto& after = summary.reports[1];
+  EXPECT_NEAR(after.pipelines[1].compute_time, 1.2 * before.pipelines[1].compute_time, 1e-9);
+  EXPECT_NEAR(after.pipelines[0].compute_time, before.pipelines[0].compute_time, 1e-9);
+  EXPECT_NEAR(after.iteration_time, after.pipelines[1].compute_time, 1e-9);  // everybody waits
+  // Pipeline 0 blocks for the extra time at P_block: 8 GPUs x 83.64 W.
+  EXPECT_NEAR(after.pipelines[0].energy - before.pipelines[0].energy,
+              8 * 83.64 * (after.iteration_time - before.iteration_time), 1e-6);
+  EXPECT_TRUE(after.pipelines[1].straggling);
+  EXPECT_FALSE(before.pipelines[1].straggling);
+}
+
+TEST_F(SimulateTest, NoiseIsDeterministicForASeedAndTensorParallelRanksShareTheirStage) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto config = gpt3_cluster(server.url, 1, 10);
+  config.tensor_parallel = 2;
+  config.noise = 0.02;
+  config.seed = 7;
+  auto a = simulate::simulate_cluster(config);
+  auto b = simulate::simulate_cluster(config);
+  EXPECT_EQ(a.ranks, 16);
+  EXPECT_DOUBLE_EQ(a.whole.iteration_time, b.whole.iteration_time);
+  EXPECT_DOUBLE_EQ(a.whole.energy, b.whole.energy);
+  config.seed = 8;
+  auto c = simulate::simulate_cluster(config);
+  EXPECT_NE(a.whole.energy, c.whole.energy);
+}
+
+TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
+  for (const char* bad : {"1", "x:1.2", "0:0.5", "0:1.2@0", "0:1.2@5-3", "0:abc", "-1:1.2"}) {
+    try {
+      (void)simulate::parse_straggler(bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage) << bad;
+      EXPECT_NE(std::string(e.what()).find("--straggler"), std::string::npos) << e.what();
+    }
+  }
+  auto spec = simulate::parse_straggler("2:1.5@10-20");
+  EXPECT_EQ(spec.pipeline, 2);
+  EXPECT_TRUE(spec.active(2, 10) && spec.active(2, 20));
+  EXPECT_FALSE(spec.active(2, 9) || spec.active(2, 21) || spec.active(1, 15));
+  simulate::SimulationConfig config = gpt3_cluster("http://127.0.0.1:1", 1, 1);
+  config.microbatches = 4;  // fewer than the 8 stages
+  try {
+    (void)simulate::simulate_cluster(config);
+    ADD_FAILURE() << "1f1b with fewer microbatches than stages was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+  }
+}
+
+TEST(SimulatedGpu, ListsItsClocksDescendingAndRefusesOthers) {
+  simulate::SimulatedGpu gpu("g", {1200, 1410, 1305});
+  EXPECT_EQ(gpu.supported_graphics_clocks(0, gpu.supported_memory_clocks(0).front()),
+            (std::vector<unsigned>{1410, 1305, 1200}));
+  EXPECT_EQ(gpu.locked_clock(), 1410u);
+  gpu.lock_graphics_clock(0, 1305, 1305);
+  EXPECT_EQ(gpu.locked_clock(), 1305u);
+  EXPECT_THROW(gpu.lock_graphics_clock(0, 1300, 1300), gpu::GpuError);
+  gpu.reset_graphics_clock(0);
+  EXPECT_EQ(gpu.locked_clock(), 1410u);
+  gpu.add_energy(1.2345);
+  EXPECT_EQ(gpu.total_energy_mj(0), 1235u);
+}
+
+// --- The Perseus scheduler with simulated ranks -------------------------------------------------
+
+struct TurnkeyTest : testing::ServerDirTest {
+  json status(testing::TestServer& server, const std::string& job_id) {
+    auto reply = server.call("GET", "/jobs/" + client::encode_path_segment(job_id));
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    return json::parse(reply.body);
+  }
+  json perseus_args(json extra = json::object()) {
+    json args = {{"wait_for_plan", true}};  // deterministic: no rounds pass while planning
+    for (const auto& [k, v] : extra.items()) args[k] = v;
+    return args;
+  }
+};
+
+TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
+  testing::TestServer server(settings("Perseus", perseus_args()));
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 300));
+  json s = status(server, summary.job_id);
+  EXPECT_EQ(s["phase"], "deployed");
+  // The blocking power measured from the ranks' waiting time and energy, not told.
+  EXPECT_NEAR(s["p_block"].get<double>(), 83.64, 1e-3);
+  EXPECT_NEAR(s["baseline"]["iteration_time"].get<double>(), 2.836511, 1e-5);
+  // At most a third of one-round-per-clock profiling.
+  EXPECT_LE(s["profiling"]["rounds"].get<int>() * 3, s["profiling"]["clocks_available"].get<int>());
+  EXPECT_EQ(s["profiling"]["clocks_done"], s["profiling"]["clocks_total"]);
+  EXPECT_GT(s["saving"].get<double>(), 0.14);
+  EXPECT_LE(s["slowdown"].get<double>(), 0.005);
+  for (const auto& [where, model] : s["plan"]["cost_models"].items()) EXPECT_EQ(model, "exp") << where;
+  ASSERT_EQ(s["pipelines"].size(), 2u);
+  // Written to the job's records: the profile, the frontier and every decision.
+  auto job_dir = dir / summary.job_id;
+  EXPECT_TRUE(std::filesystem::exists(job_dir / "profile.csv"));
+  EXPECT_TRUE(std::filesystem::exists(job_dir / "frontier" / "plans.json"));
+  auto decisions = json::parse(std::ifstream(job_dir / "decisions.json"));
+  std::vector<std::string> events;
+  for (const auto& d : decisions) events.push_back(d["event"]);
+  EXPECT_EQ(events, (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned", "deployed"}));
+  // The summary's phase is the scheduler's.
+  auto jobs = json::parse(server.call("GET", "/jobs").body);
+  EXPECT_EQ(jobs[0]["phase"], "deployed");
+}
+
+TEST_F(TurnkeyTest, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers) {
+  testing::TestServer server(settings("Perseus", perseus_args()));
+  auto config = gpt3_cluster(server.url, 2, 400);
+  config.stragglers.push_back(simulate::parse_straggler("1:1.2@200-300"));
+  auto summary = simulate::simulate_cluster(config);
+  auto window = [&](int iteration) {
+    for (const auto& r : summary.reports)
+      if (r.first <= iteration && iteration <= r.last) return r;
+    return simulate::WindowReport{};
+  };
+  double before = window(190).pipelines[0].energy, during = window(290).pipelines[0].energy,
+         after = window(390).pipelines[0].energy;
+  EXPECT_LT(during, before * 0.95);  // the other pipeline slowed down to the straggler's pace
+  EXPECT_NEAR(after, before, 1e-6);  // and came back to the target plan
+  EXPECT_NEAR(window(290).pipelines[0].compute_time, window(290).iteration_time, 0.01);
+  auto decisions = json::parse(std::ifstream(dir / summary.job_id / "decisions.json"));
+  std::vector<std::string> events;
+  for (const auto& d : decisions) events.push_back(d["event"]);
+  EXPECT_NE(std::find(events.begin(), events.end(), "straggler detected"), events.end());
+  EXPECT_NE(std::find(events.begin(), events.end(), "straggler recovered"), events.end());
+  EXPECT_EQ(status(server, summary.job_id)["straggler"], nullptr);
+}
+
+TEST_F(TurnkeyTest, AStragglerBelowTheThresholdIsNotFollowed) {
+  testing::TestServer server(settings("Perseus", perseus_args()));
+  auto config = gpt3_cluster(server.url, 2, 300);
+  config.stragglers.push_back(simulate::parse_straggler("1:1.03@150"));
+  auto summary = simulate::simulate_cluster(config);
+  auto decisions = json::parse(std::ifstream(dir / summary.job_id / "decisions.json"));
+  for (const auto& d : decisions) EXPECT_NE(d["event"], "straggler detected") << d.dump();
+}
+
+TEST_F(TurnkeyTest, TheApiSetsAndClearsAStragglerAndRefusesBadRequests) {
+  testing::TestServer server(settings("Perseus", perseus_args()));
+  auto config = gpt3_cluster(server.url, 2, 300);
+  std::string job;
+  std::vector<json> seen;
+  auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
+    if (job.empty()) job = json::parse(server.call("GET", "/jobs").body)[0]["job_id"];
+    std::string target = "/straggler/" + client::encode_path_segment(job);
+    if (r.last == 150) {
+      EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"dp_rank", 1}}).status, 200);
+    }
+    if (r.last == 200) {
+      seen.push_back(status(server, job));
+      EXPECT_EQ(server.call("DELETE", target).status, 200);
+    }
+    if (r.last == 250) seen.push_back(status(server, job));
+  });
+  ASSERT_EQ(seen.size(), 2u);
+  const json& set = seen[0];
+  ASSERT_TRUE(set["straggler"].is_object()) << set.dump();
+  EXPECT_EQ(set["straggler"]["source"], "api");
+  EXPECT_EQ(set["straggler"]["dp_rank"], 1);
+  EXPECT_NEAR(set["straggler"]["slowdown"].get<double>(), 1.2, 1e-9);
+  // Pipeline 1 (the straggler) keeps the target plan; pipeline 0 runs a slower one.
+  EXPECT_EQ(set["pipelines"][1]["plan"], set["plan"]["label"]);
+  EXPECT_GT(set["pipelines"][0]["predicted_time"].get<double>(), set["pipelines"][1]["predicted_time"].get<double>());
+  const json& cleared = seen[1];
+  EXPECT_EQ(cleared["straggler"], nullptr);
+  EXPECT_EQ(cleared["pipelines"][0]["plan"], cleared["plan"]["label"]);
+
+  std::string target = "/straggler/" + client::encode_path_segment(summary.job_id);
+  EXPECT_EQ(server.post("/straggler/no-such-job", {{"slowdown", 1.2}}).status, 404);
+  EXPECT_EQ(server.post(target, {{"slowdown", 0.5}}).status, 422);
+  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"iteration_time", 3.0}}).status, 422);
+  EXPECT_EQ(server.post(target, json::object()).status, 422);
+  EXPECT_EQ(server.post(target, {{"slowdown", "fast"}}).status, 422);
+  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"pipeline", 1}}).status, 422);
+  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"dp_rank", 2}}).status, 422);
+  EXPECT_EQ(server.call("PUT", target, "{}").status, 405);
+}
+
+TEST_F(TurnkeyTest, SchedulersThatDoNotFollowStragglersSayConflict) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 10));
+  auto reply = server.post("/straggler/" + client::encode_path_segment(summary.job_id), {{"slowdown", 1.2}});
+  EXPECT_EQ(reply.status, 409);
+  EXPECT_NE(reply.body.find("does not follow stragglers"), std::string::npos) << reply.body;
+}
+
+TEST_F(TurnkeyTest, ClosedLoopStepsToFasterPlansWhenTheDeployedPlanIsMeasurablySlower) {
+  // The server plans from a profile that claims every clock below the top is 3% faster than it is:
+  // the plan it picks for "not slower than all-max" is measurably slower, and the loop must fix that.
+  Profile optimistic = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
+  for (auto& row : optimistic.rows)
+    if (row.frequency < 1410) row.time *= 0.97;
+  std::filesystem::create_directories(dir);
+  auto path = dir / "optimistic.csv";
+  std::ofstream(path) << profile_csv(optimistic);
+  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", path.string()}})));
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 400));
+  json s = status(server, summary.job_id);
+  EXPECT_EQ(s["profiling"]["reused"], true);
+  EXPECT_EQ(s["profiling"]["rounds"], 0);
+  EXPECT_GE(s["plan"]["step_ups"].get<int>(), 1);
+  EXPECT_LE(s["slowdown"].get<double>(), 0.005) << s.dump();
+  EXPECT_GT(s["saving"].get<double>(), 0.0);
+  auto decisions = json::parse(std::ifstream(dir / summary.job_id / "decisions.json"));
+  bool stepped = false;
+  for (const auto& d : decisions) stepped = stepped || d["event"] == "stepped up";
+  EXPECT_TRUE(stepped);
+}
+
+TEST_F(TurnkeyTest, ProfilePathIsWrittenOnceAndReusedByTheNextJob) {
+  auto path = dir / "shared-profile.csv";
+  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", path.string()}})));
+  auto first = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 150));
+  ASSERT_TRUE(std::filesystem::exists(path));
+  EXPECT_GT(status(server, first.job_id)["profiling"]["rounds"].get<int>(), 0);
+  auto second = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 150));
+  json s = status(server, second.job_id);
+  EXPECT_EQ(s["profiling"]["reused"], true);
+  EXPECT_EQ(s["profiling"]["rounds"], 0);
+  EXPECT_EQ(s["phase"], "deployed");
+}
+
+TEST_F(TurnkeyTest, AutoCostModelFallsBackPerStageAndKindAndSaysWhere) {
+  // Stage 1's backward was measured at two clocks only: three parameters cannot be fitted, so auto
+  // uses the piecewise-linear model there and the exponential elsewhere.
+  Profile profile = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
+  std::erase_if(profile.rows, [](const ProfileRow& row) {
+    return row.stage == 1 && row.kind == InstructionKind::backward && row.frequency != 1410 && row.frequency != 1110;
+  });
+  std::filesystem::create_directories(dir);
+  auto path = dir / "odd.csv";
+  std::ofstream(path) << profile_csv(profile);
+  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", path.string()}})));
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 60));
+  json s = status(server, summary.job_id);
+  ASSERT_EQ(s["phase"], "deployed") << s.dump();
+  EXPECT_EQ(s["plan"]["cost_models"]["stage 1 backward"], "pwl");
+  EXPECT_EQ(s["plan"]["cost_models"]["stage 0 backward"], "exp");
+}
+
+TEST(PerseusArguments, AreCheckedAtServerStart) {
+  for (const json& bad : {json{{"slowdown", 0.9}}, json{{"slowdown", 1.1}, {"deadline", 3.0}}, json{{"tolerance", -1}},
+                          json{{"coarse_step", 0}}, json{{"cost_model", "cubic"}}, json{{"warmup_rounds", 0}},
+                          json{{"straggler_threshold", 0}}, json{{"unknown", 1}}}) {
+    try {
+      (void)server::configure_scheduler("Perseus", bad);
+      ADD_FAILURE() << bad.dump() << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage) << bad.dump();
+    }
+  }
+  EXPECT_EQ(server::scheduler_mode("Perseus"), "frequency");
+}
+
+}  // namespace
+}  // namespace perseus
