@@ -380,3 +380,105 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
 }
 
 }  // namespace
+
+namespace {
+
+std::vector<nlohmann::json> json_lines(const std::string& text) {
+  std::vector<nlohmann::json> out;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);)
+    if (!line.empty() && line.front() == '{') out.push_back(nlohmann::json::parse(line));
+  return out;
+}
+
+// perseus whatif's saving of the pipelines that are not the straggler at T'/T = 1: the plan planned
+// from the full profile, intrinsic (no straggler to use).
+double intrinsic_saving(const std::string& profile) {
+  auto r = run("whatif " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --slowdowns 1 "
+               "--baselines all-max");
+  EXPECT_EQ(r.code, 0) << r.output;
+  std::istringstream in(r.output);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream words(line);
+    std::string slowdown, method;
+    words >> slowdown >> method;
+    if (slowdown == "1.000" && method == "perseus") {
+      std::string last;
+      for (std::string w; words >> w;) last = w;
+      return std::stod(last) / 100;
+    }
+  }
+  ADD_FAILURE() << "no perseus row:\n" << r.output;
+  return 0;
+}
+
+}  // namespace
+
+// Issue 10's end-to-end check: perseus serve --scheduler Perseus + perseus simulate on a real profile
+// with 2 pipelines deploys a plan whose measured saving is within 1 point of whatif's, at no more than
+// 0.5% slowdown; a 1.2x straggler is detected without any API call, the other pipeline slows down
+// to it (less energy), and returns when it recovers.
+TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
+  const std::string profile = std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv";
+  perseus::testing::ServeProcess serve(dir_ / "serve", "Perseus", R"({"wait_for_plan": true})");
+  ASSERT_NE(serve.port, 0);
+  auto r = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 400 "
+               "--report-every 50 --straggler 1:1.2@201-300 --json --server " + serve.url());
+  ASSERT_EQ(r.code, 0) << r.output;
+  auto lines = json_lines(r.output);
+  ASSERT_EQ(lines.size(), 9u) << r.output;  // 8 reports and the summary
+  const auto& summary = lines.back()["summary"];
+  const auto& server = summary["server"];
+  ASSERT_TRUE(server.is_object()) << summary.dump();
+  EXPECT_EQ(server["phase"], "deployed");
+  EXPECT_NEAR(server["saving"].get<double>(), intrinsic_saving(profile), 0.01) << server.dump();
+  EXPECT_LE(server["slowdown"].get<double>(), 0.005);
+  auto energy = [&](int window, int pipeline) { return lines[window]["report"]["pipelines"][pipeline]["energy"].get<double>(); };
+  EXPECT_LT(energy(5, 0), 0.95 * energy(3, 0));  // iterations 251-300: slowed to the straggler
+  EXPECT_NEAR(energy(7, 0), energy(3, 0), 1e-6);  // 351-400: back to the target plan
+  bool detected = false;
+  for (const auto& d : server["decisions"]) detected = detected || d["event"] == "straggler detected";
+  EXPECT_TRUE(detected) << server["decisions"].dump();
+
+  // The job stays deployed after the ranks stopped: tell it about a straggler, see it, clear it.
+  const std::string job = summary["job_id"];
+  auto told = run("straggler '" + job + "' --slowdown 1.1 --dp-rank 1 --server " + serve.url());
+  EXPECT_EQ(told.code, 0) << told.output;
+  auto shown = run("status '" + job + "' --server " + serve.url());
+  EXPECT_NE(shown.output.find("straggler: pipeline 1 (api), 1.100x"), std::string::npos) << shown.output;
+  EXPECT_NE(shown.output.find("plan: frontier point"), std::string::npos) << shown.output;
+  EXPECT_EQ(run("straggler '" + job + "' --clear --server " + serve.url()).code, 0);
+  EXPECT_EQ(run("straggler '" + job + "' --server " + serve.url()).code, 64);  // none of the three
+  EXPECT_EQ(run("straggler '" + job + "' --slowdown 1.1 --clear --server " + serve.url()).code, 64);
+  auto unknown = run("straggler nope --clear --server " + serve.url());
+  EXPECT_EQ(unknown.code, 1);
+  EXPECT_NE(unknown.output.find("404"), std::string::npos) << unknown.output;
+}
+
+TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
+  const std::string profile = std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv";
+  perseus::testing::ServeProcess serve(dir_ / "serve", "AllMaxFrequency", "{}", "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  const std::string shape = " --stages 8 --microbatches 12 --p2p-power 83.64 --server " + serve.url();
+  auto r = run("simulate " + profile + shape + " --pipelines 2 --iterations 20 --report-every 10");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("iterations 1-10: 2.8365 s and 14678.0 J per iteration (all GPUs)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("  pipeline 1: compute 2.8365 s, 7339.0 J"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("summary: 20 iterations (ran 20 iterations)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("server: running (AllMaxFrequency), round 4"), std::string::npos) << r.output;
+
+  auto stopped = run("simulate " + profile + shape + " --iterations 100000000 --json", "timeout --preserve-status -s INT 2");
+  EXPECT_EQ(stopped.code, 130) << stopped.output;
+  auto lines = json_lines(stopped.output);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_NE(lines.back()["summary"]["ended"].get<std::string>().find("interrupted after"), std::string::npos);
+
+  auto gone = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --server http://127.0.0.1:1");
+  EXPECT_EQ(gone.code, 66) << gone.output;
+  EXPECT_NE(gone.output.find("perseus serve"), std::string::npos) << gone.output;
+  auto bad = run("simulate " + profile + shape + " --straggler 5:1.2");
+  EXPECT_EQ(bad.code, 64) << bad.output;
+  EXPECT_NE(bad.output.find("only 1 pipelines"), std::string::npos) << bad.output;
+  auto uncovered = run("simulate " + example_ + shape);  // 4 stages in the file, 8 asked
+  EXPECT_EQ(uncovered.code, 65) << uncovered.output;
+}

@@ -223,7 +223,8 @@ class PerseusScheduler final : public Scheduler {
                                                               *notice->slowdown)
                                                 : fmt::format("the API says iterations take {} s", *notice->iteration_time));
     }
-    pending_reassign_ = true;
+    // The plans change now; the ranks get them with the next round's schedules.
+    if (phase_ == Phase::deployed) assign_plans(notice ? "straggler (api)" : "straggler cleared (api)");
   }
 
  private:
@@ -476,10 +477,6 @@ class PerseusScheduler final : public Scheduler {
   }
 
   std::vector<PowerStateSchedule> plan_schedules() {
-    if (pending_reassign_) {
-      pending_reassign_ = false;
-      assign_plans(api_straggler_ ? "straggler (api)" : "straggler cleared (api)");
-    }
     std::vector<PowerStateSchedule> out;
     for (const auto& r : context_.ranks) {
       const ChosenPlan& plan = *plan_of(static_cast<std::size_t>(r.dp_rank));
@@ -572,7 +569,6 @@ class PerseusScheduler final : public Scheduler {
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   online::StragglerDetector detector_;
   std::optional<StragglerNotice> api_straggler_;
-  bool pending_reassign_ = false;
   std::optional<ActiveStraggler> straggler_;
   std::vector<json> decisions_;
 };
