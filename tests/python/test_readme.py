@@ -30,6 +30,7 @@ def scratch(tmp_path):
         pytest.skip("the README's snippets use the build tree; this run tests an installed package")
     build = Path(os.environ["PERSEUS_BINARY"]).resolve().parents[1]
     (tmp_path / "build").symlink_to(build)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
     return tmp_path
 
 
@@ -74,3 +75,13 @@ def test_zeus_docs_server_command_runs_as_written(scratch):
     code, output = run_snippet(f"export PATH='{path}'\n{command}", scratch, timeout=3)
     assert code is None, f"the server stopped (exit {code}):\n{output}"
     assert "listening on http://127.0.0.1:7787 (scheduler PointSolution" in output, output
+
+
+def test_turnkey_in_one_minute_deploys_and_follows_the_straggler(scratch):
+    code, output = run_snippet(snippet("## Turnkey in one minute"), scratch, timeout=120)
+    assert code == 0, f"exit {code} (None: still running after 120 s):\n{output[-3000:]}"
+    assert "server: deployed (Perseus), round 120, saving 15." in output, output[-3000:]
+    assert "  deployed: saving 15." in output, output[-3000:]
+    (decisions,) = scratch.glob("turnkey/*/decisions.json")
+    events = [d["event"] for d in json.loads(decisions.read_text())]
+    assert "straggler detected" in events and "straggler recovered" in events, events
