@@ -263,6 +263,12 @@ struct TurnkeyTest : testing::ServerDirTest {
     EXPECT_EQ(reply.status, 200) << reply.body;
     return json::parse(reply.body);
   }
+  // Writes `profile` into the test's folder; its path.
+  std::string write_profile(const std::string& name, const Profile& profile) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir / name) << profile_csv(profile);
+    return (dir / name).string();
+  }
   json perseus_args(json extra = json::object()) {
     json args = {{"wait_for_plan", true}};  // deterministic: no rounds pass while planning
     for (const auto& [k, v] : extra.items()) args[k] = v;
@@ -385,10 +391,7 @@ TEST_F(TurnkeyTest, ClosedLoopStepsToFasterPlansWhenTheDeployedPlanIsMeasurablyS
   Profile optimistic = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
   for (auto& row : optimistic.rows)
     if (row.frequency < 1410) row.time *= 0.97;
-  std::filesystem::create_directories(dir);
-  auto path = dir / "optimistic.csv";
-  std::ofstream(path) << profile_csv(optimistic);
-  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", path.string()}})));
+  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", write_profile("optimistic.csv", optimistic)}})));
   auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 400));
   json s = status(server, summary.job_id);
   EXPECT_EQ(s["profiling"]["reused"], true);
@@ -422,10 +425,7 @@ TEST_F(TurnkeyTest, AutoCostModelFallsBackPerStageAndKindAndSaysWhere) {
   std::erase_if(profile.rows, [](const ProfileRow& row) {
     return row.stage == 1 && row.kind == InstructionKind::backward && row.frequency != 1410 && row.frequency != 1110;
   });
-  std::filesystem::create_directories(dir);
-  auto path = dir / "odd.csv";
-  std::ofstream(path) << profile_csv(profile);
-  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", path.string()}})));
+  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", write_profile("odd.csv", profile)}})));
   auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 60));
   json s = status(server, summary.job_id);
   ASSERT_EQ(s["phase"], "deployed") << s.dump();

@@ -4,10 +4,10 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/interrupt.hpp"
 #include "perseus/baselines/envpipe.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/solver/planning.hpp"
@@ -16,13 +16,6 @@
 namespace perseus::cli {
 
 namespace {
-
-std::atomic<bool> g_stop{false};
-
-extern "C" void request_stop(int signal_number) {
-  g_stop.store(true);
-  std::signal(signal_number, SIG_DFL);  // a second Ctrl-C ends the process at once
-}
 
 struct OptimizeArgs {
   std::string profile;
@@ -79,17 +72,16 @@ int run_optimize(OptimizeArgs& args) {
   }
   const PlanningProblem problem = make_planning_problem(profile, args.config);
 
-  g_stop.store(false);
-  std::signal(SIGINT, request_stop);
-  std::signal(SIGTERM, request_stop);
-  Progress progress(args.config.unit_time, !args.quiet && ::isatty(STDERR_FILENO));
-  SolverOptions options;
-  options.stop = &g_stop;
-  options.on_progress = [&](std::size_t points, int quant_time) { progress.update(points, quant_time); };
-  const Frontier frontier = solve_frontier(problem, options);
-  progress.finish();
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
+  Frontier frontier;
+  {
+    StopOnSignal interrupt;
+    Progress progress(args.config.unit_time, !args.quiet && ::isatty(STDERR_FILENO));
+    SolverOptions options;
+    options.stop = interrupt.flag();
+    options.on_progress = [&](std::size_t points, int quant_time) { progress.update(points, quant_time); };
+    frontier = solve_frontier(problem, options);
+    progress.finish();
+  }
 
   const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model});
   write_frontier_record(record, args.out);

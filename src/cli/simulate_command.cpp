@@ -4,12 +4,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/interrupt.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "perseus/util/error.hpp"
@@ -19,13 +19,6 @@ namespace {
 
 using nlohmann::json;
 using namespace std::chrono_literals;
-
-std::atomic<bool> g_stop{false};
-
-extern "C" void stop_simulation(int signal_number) {
-  g_stop.store(true);
-  std::signal(signal_number, SIG_DFL);  // a second Ctrl-C ends the process at once
-}
 
 struct SimulateArgs {
   std::string profile;
@@ -101,10 +94,8 @@ int run_simulate(SimulateArgs& args) {
   client::HttpClient http(config.server_url, config.token);
   check_server(http);
 
-  g_stop.store(false);
-  std::signal(SIGINT, stop_simulation);
-  std::signal(SIGTERM, stop_simulation);
-  config.stop = &g_stop;
+  StopOnSignal interrupt;
+  config.stop = interrupt.flag();
   if (!args.json)
     std::printf("%s", fmt::format("simulating {} ranks ({} pipelines x {} stages x {} tensor-parallel) of {}, {} "
                                   "microbatches, against {}\n",
@@ -116,8 +107,6 @@ int run_simulate(SimulateArgs& args) {
     if (args.json) std::printf("%s\n", json{{"report", to_json(r)}}.dump().c_str()), std::fflush(stdout);
     else print_report(r);
   });
-  std::signal(SIGINT, SIG_DFL);
-  std::signal(SIGTERM, SIG_DFL);
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
   auto status = job_status(http, summary.job_id);
 
@@ -147,7 +136,7 @@ int run_simulate(SimulateArgs& args) {
       std::printf("\n");
     }
   }
-  return g_stop.load() ? kExitInterrupted : kExitOk;
+  return interrupt.stopped() ? kExitInterrupted : kExitOk;
 }
 
 }  // namespace
