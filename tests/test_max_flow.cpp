@@ -75,6 +75,30 @@ TEST(MaxFlow, InfeasibleLowerBoundsAreReported) {
   EXPECT_FALSE(bounded_max_flow(3, arcs, 0, 2, MaxFlowAlgorithm::boost_push_relabel));
 }
 
+// Issue 13: the reference decides feasibility per node in floating point (`abs(flow - capacity) >
+// 1e-6` on values k * 1e-6), so a node short of its lower bounds by exactly one unit may still count
+// as satisfied, depending on k; two units never do. The reference rule follows it, the exact rule not.
+TEST(MaxFlow, AOneUnitShortfallIsDecidedAsTheReferenceDecidesIt) {
+  EXPECT_TRUE(demand_met(7, 7, Feasibility::exact));
+  EXPECT_FALSE(demand_met(7, 6, Feasibility::exact));
+  EXPECT_TRUE(demand_met(5, 4, Feasibility::reference));   // 5e-6 - 4e-6 <= 1e-6 in doubles
+  EXPECT_FALSE(demand_met(6, 5, Feasibility::reference));  // 6e-6 - 5e-6 > 1e-6 in doubles
+  EXPECT_FALSE(demand_met(5, 3, Feasibility::reference));
+  for (auto algorithm : {MaxFlowAlgorithm::dinic, MaxFlowAlgorithm::boost_push_relabel}) {
+    // The second arc needs 5 units, the first delivers at most 4: short by one at node 1.
+    const std::vector<BoundedArc> short_by_one = {{0, 1, 0, 4}, {1, 2, 5, 10}};
+    EXPECT_FALSE(bounded_max_flow(3, short_by_one, 0, 2, algorithm, nullptr, Feasibility::exact));
+    const auto flow = bounded_max_flow(3, short_by_one, 0, 2, algorithm, nullptr, Feasibility::reference);
+    ASSERT_TRUE(flow);
+    EXPECT_EQ((*flow)[0], 4);
+    // Needing 6 with 5 delivered is one unit too, but the doubles say it is not met.
+    const std::vector<BoundedArc> six_of_five = {{0, 1, 0, 5}, {1, 2, 6, 10}};
+    EXPECT_FALSE(bounded_max_flow(3, six_of_five, 0, 2, algorithm, nullptr, Feasibility::reference));
+    const std::vector<BoundedArc> short_by_two = {{0, 1, 0, 3}, {1, 2, 5, 10}};
+    EXPECT_FALSE(bounded_max_flow(3, short_by_two, 0, 2, algorithm, nullptr, Feasibility::reference));
+  }
+}
+
 TEST(MaxFlow, SeriesArcsShareTheTightestBounds) {
   const std::vector<BoundedArc> arcs = {{0, 1, 2, 9}, {1, 2, 4, 6}, {2, 3, 0, 8}};
   const auto flow = bounded_max_flow(4, arcs, 0, 3, MaxFlowAlgorithm::dinic);
