@@ -482,3 +482,26 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   auto uncovered = run("simulate " + example_ + shape);  // 4 stages in the file, 8 asked
   EXPECT_EQ(uncovered.code, 65) << uncovered.output;
 }
+
+// Issue 13: --recompute plans 1F1B with activation recomputation; the frontier records it, so that
+// emulate, whatif and plot judge its plans with recomputation too.
+TEST_F(Cli, RecomputeIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
+  const std::string with = (dir_ / "with").string(), without = (dir_ / "without").string();
+  const std::string shape = " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out ";
+  ASSERT_EQ(run("optimize " + example_ + shape + with + " --recompute").code, 0);
+  ASSERT_EQ(run("optimize " + example_ + shape + without).code, 0);
+  auto meta = nlohmann::json::parse(perseus::read_file(with + "/plans.json"));
+  EXPECT_EQ(meta["recompute"], true);
+  EXPECT_EQ(nlohmann::json::parse(perseus::read_file(without + "/plans.json"))["recompute"], false);
+  EXPECT_NE(perseus::read_file(with + "/frontier.csv"), perseus::read_file(without + "/frontier.csv"));
+  // The fastest plan of the recomputing frontier, emulated: the record says recompute, so the
+  // backwards carry their forwards without the flag; the same with the flag given again.
+  auto by_record = run("emulate --frontier " + with + " --index 0");
+  auto by_flag = run("emulate " + example_ + " --frontier " + with + " --index 0 --recompute");
+  ASSERT_EQ(by_record.code, 0) << by_record.output;
+  EXPECT_EQ(by_record.output, by_flag.output);
+  auto plain = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --baseline all-max");
+  auto recomputed = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --baseline all-max --recompute");
+  ASSERT_EQ(recomputed.code, 0) << recomputed.output;
+  EXPECT_NE(plain.output, recomputed.output);
+}

@@ -161,3 +161,43 @@ TEST(DeadlineFit, RaisesCriticalClocksUntilTheDeadlineHolds) {
 
 }  // namespace
 }  // namespace perseus
+
+namespace perseus {
+namespace {
+
+// Issue 13, recomputation: every backward runs its forward again first, at the backward's clock.
+TEST(Recomputation, BackwardsGetTheirForwardsTimeAndEnergyAtTheSameClock) {
+  const Profile profile = parse_profile(
+      "stage,instruction,frequency,time,energy\n"
+      "0,forward,1410,1.0,10\n0,forward,1200,1.5,8\n0,backward,1410,2.0,20\n0,backward,1200,3.0,16\n"
+      "1,forward,1410,1.0,10\n1,backward,1410,2.0,20\n",
+      "recompute.csv");
+  const Profile with = with_recomputation(profile);
+  ASSERT_EQ(with.rows.size(), profile.rows.size());
+  EXPECT_DOUBLE_EQ(with.rows[2].time, 3.0);   // 2 + 1 at 1410
+  EXPECT_DOUBLE_EQ(with.rows[3].time, 4.5);   // 3 + 1.5 at 1200
+  EXPECT_DOUBLE_EQ(with.rows[3].energy, 24);  // 16 + 8
+  EXPECT_DOUBLE_EQ(with.rows[0].time, 1.0);   // forwards unchanged
+
+  // The 1F1B order is the same, so the all-max critical path of 2 stages x 2 microbatches with F = 1
+  // and B = 2 + 1 is, by hand: s0 F0[0,1] F1[1,2]; s1 F0[1,2] B0[2,5] F1[5,6] B1[6,9]; s0 B0[5,8] B1[9,12].
+  EmulatorConfig config;
+  config.num_stages = 2;
+  config.num_microbatches = 2;
+  const std::vector<std::vector<int>> top{{1410, 1410, 1410, 1410}, {1410, 1410, 1410, 1410}};
+  EXPECT_DOUBLE_EQ(Emulator(with, config).run(top).iteration_time, 12.0);
+  EXPECT_DOUBLE_EQ(Emulator(profile, config).run(top).iteration_time, 9.0);  // without (B = 2): ... B1[7,9]
+
+  const Profile missing = parse_profile(
+      "stage,instruction,frequency,time,energy\n0,forward,1410,1,1\n0,backward,1410,2,2\n0,backward,1200,3,3\n", "m.csv");
+  try {
+    (void)with_recomputation(missing);
+    ADD_FAILURE() << "a backward without its forward's clock was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("m.csv:4"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no forward at that clock"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace perseus

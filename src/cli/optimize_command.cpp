@@ -25,6 +25,7 @@ struct OptimizeArgs {
   std::string cost_model = "auto";
   int envpipe_memory_cap = -1;
   bool quiet = false;
+  bool recompute = false;
 };
 
 // Points done, current iteration time and rate, redrawn on one terminal line.
@@ -65,7 +66,8 @@ int run_optimize(OptimizeArgs& args) {
   }
 
   const auto started = std::chrono::steady_clock::now();
-  const Profile profile = read_profile(args.profile);
+  Profile profile = read_profile(args.profile);
+  if (args.recompute) profile = with_recomputation(profile);
   if (envpipe) {  // checks the profile's coverage of the stages itself
     args.config.extra_forwards = envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches,
                                                         args.envpipe_memory_cap);
@@ -83,7 +85,7 @@ int run_optimize(OptimizeArgs& args) {
     progress.finish();
   }
 
-  const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model});
+  const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});
   write_frontier_record(record, args.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!args.quiet) {
@@ -126,6 +128,9 @@ Runner add_optimize_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_flag("--recompute", args->recompute,
+                "1F1B with activation recomputation: each backward runs its forward again first, at the backward's "
+                "clock (its time and energy are added to the backward's; recorded in plans.json)");
   cmd->add_option("--cost-model", args->cost_model,
                   "auto: exp where it fits, pwl where not; exp: a*exp(b*q)+c fit (the reference, strict); "
                   "pwl: convex piecewise-linear hull")

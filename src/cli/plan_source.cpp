@@ -55,6 +55,9 @@ void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_requir
   cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
       ->check(CLI::NonNegativeNumber);
   cmd->add_flag("--quantize", args.quantize, "Floor instruction times to the unit time, as the planner does");
+  cmd->add_flag("--recompute", args.recompute,
+                "Activation recomputation: each backward runs its forward again first (added to the backward's "
+                "time and energy at its clock; a frontier planned with it says so itself)");
 }
 
 Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record, const PlanFile* plan_file) {
@@ -84,6 +87,7 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
   p.unit_time = args.unit_time ? *args.unit_time : (record ? record->unit_time : 0.001);
 
   p.profile = read_profile(profile);
+  if (args.recompute || (record && record->recompute)) p.profile = with_recomputation(p.profile);
   if (!args.schedule.empty()) {
     p.config.schedule = args.schedule == "gpipe" ? ScheduleKind::gpipe : ScheduleKind::one_f_one_b;
     if (args.schedule == "envpipe") {

@@ -41,6 +41,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   FrontierRecord record;
   record.profile = info.profile;
   record.cost_model = info.cost_model;
+  record.recompute = info.recompute;
   record.num_stages = dag.num_stages;
   record.num_microbatches = dag.num_microbatches;
   record.schedule = dag.schedule;
@@ -163,6 +164,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"unit_time", record.unit_time},
       {"p2p_power", record.p_block},
       {"cost_model", record.cost_model},
+      {"recompute", record.recompute},
       {"num_points", record.points.size()},
       {"stop_reason", record.stop_reason},
       {"interrupted", record.interrupted},
@@ -244,6 +246,7 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   record.unit_time = field<double>(meta, "unit_time", meta_file);
   record.p_block = field<double>(meta, "p2p_power", meta_file);
   record.cost_model = field<std::string>(meta, "cost_model", meta_file);
+  if (meta.contains("recompute")) record.recompute = field<bool>(meta, "recompute", meta_file);
   record.stop_reason = field<std::string>(meta, "stop_reason", meta_file);
   record.interrupted = field<bool>(meta, "interrupted", meta_file);
   record.model_descriptions = field<std::vector<std::string>>(meta, "models", meta_file);

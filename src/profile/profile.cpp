@@ -167,4 +167,22 @@ std::string profile_csv(const Profile& profile) {
   return csv;
 }
 
+Profile with_recomputation(const Profile& profile) {
+  std::map<std::tuple<int, int>, const ProfileRow*> forwards;  // (stage, clock)
+  for (const auto& row : profile.rows)
+    if (row.kind == InstructionKind::forward) forwards[{row.stage, row.frequency}] = &row;
+  Profile out = profile;
+  for (auto& row : out.rows) {
+    if (row.kind != InstructionKind::backward) continue;
+    auto it = forwards.find({row.stage, row.frequency});
+    if (it == forwards.end())
+      throw InputError(profile.source, row.line, "frequency",
+                       fmt::format("--recompute: stage {} has a backward at {} MHz but no forward at that clock to "
+                                   "recompute", row.stage, row.frequency));
+    row.time += it->second->time;
+    row.energy += it->second->energy;
+  }
+  return out;
+}
+
 }  // namespace perseus

@@ -33,6 +33,7 @@ struct PipelineArgs {
   std::vector<int> extra_forwards;
   int envpipe_memory_cap = -1;  // extra forwards that fit in memory; -1: no cap
   bool quantize = false;
+  bool recompute = false;  // 1F1B with activation recomputation (with_recomputation)
 };
 // `profile_required`: false where a frontier directory can name the profile.
 void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required);

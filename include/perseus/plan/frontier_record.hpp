@@ -37,6 +37,7 @@ struct FrontierRecord {
   double unit_time = 0;
   double p_block = 0;
   std::string cost_model;
+  bool recompute = false;  // planned with activation recomputation (with_recomputation)
   std::string stop_reason;
   bool interrupted = false;
   std::vector<std::vector<int>> start_durations;    // per stage, per slot
@@ -68,6 +69,7 @@ struct Plan {
 struct RecordInfo {
   std::string profile;
   std::string cost_model;
+  bool recompute = false;
 };
 
 FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,

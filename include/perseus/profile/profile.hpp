@@ -33,6 +33,13 @@ struct Profile {
 Profile parse_profile(const std::string& text, const std::string& source);
 Profile read_profile(const std::filesystem::path& path);
 
+// 1F1B with activation recomputation: the backward of a recomputed layer first runs its forward
+// again, inside the same backward call (Megatron-LM, DeepSpeed), so at the clock locked for that
+// backward. Every backward row gets the forward's time and energy at the same clock added; the
+// instruction order is unchanged. Throws InputError naming the backward's line when the forward has
+// no row at that clock.
+Profile with_recomputation(const Profile& profile);
+
 // The CSV text parse_profile reads back exactly (shortest round-trip numbers, rows in order).
 std::string profile_csv(const Profile& profile);
 
