@@ -2,11 +2,45 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
+#include <exception>
+#include <thread>
 
 #include "perseus/util/error.hpp"
 
 namespace perseus {
+
+namespace {
+
+// The cost model of every (stage, kind), fitted on up to one thread per core: the fits are
+// independent, so the models are the same as one after the other. The first failure in spec order
+// is the one reported, as without threads.
+void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, const std::vector<std::string>& whats) {
+  const std::size_t n = problem.specs.size();
+  std::vector<std::exception_ptr> errors(n);
+  auto fit = [&](std::size_t i) {
+    try {
+      problem.specs[i].model = make_cost_model(config.cost_model, problem.specs[i].options, config.unit_time, whats[i]);
+    } catch (...) {
+      errors[i] = std::current_exception();
+    }
+  };
+  const std::size_t workers = std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> threads;
+  for (std::size_t w = 1; w < workers; ++w)
+    threads.emplace_back([&] {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) fit(i);
+    });
+  for (std::size_t i; (i = next.fetch_add(1)) < n;) fit(i);
+  for (auto& t : threads) t.join();
+  for (const auto& error : errors)
+    if (error) std::rethrow_exception(error);
+}
+
+}  // namespace
 
 PlanningProblem make_planning_problem(const Profile& profile, const PlanningConfig& config) {
   if (config.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
@@ -35,6 +69,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   problem.p_block = config.p_block;
   const OptionsConfig options_config{config.unit_time, config.p_block, config.noise_factor};
   problem.specs.resize(2 * config.num_stages);
+  std::vector<std::string> whats;  // per spec, for error messages
   for (int stage = 0; stage < config.num_stages; ++stage) {
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
@@ -52,9 +87,10 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                                     : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
                                                   instructions * slowest.quant_time)),
                     kExitUsage);
-      spec.model = make_cost_model(config.cost_model, spec.options, config.unit_time, what);
+      whats.push_back(what);
     }
   }
+  fit_cost_models(problem, config, whats);
   problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
                                    config.extra_forwards);
   return problem;
