@@ -449,3 +449,38 @@ TEST(PerseusArguments, AreCheckedAtServerStart) {
 
 }  // namespace
 }  // namespace perseus
+
+namespace perseus {
+namespace {
+
+// Planning runs on a worker thread: while one job plans a large problem, another job on the same
+// server profiles, plans, deploys and trains on, round after round.
+TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
+  testing::TestServer server(settings("Perseus"));  // wait_for_plan off: the default
+  simulate::SimulationConfig big = gpt3_cluster(server.url, 1, 1000000);
+  big.profile = read_profile(profile_path("gpt3-175b+a40_bf16.csv"));
+  big.microbatches = 256;  // a frontier of many thousands of points over 4,096 instructions
+  big.p2p_power = 70.38;
+  big.model_name = "big";
+  std::atomic<bool> stop_big{false};
+  big.stop = &stop_big;
+  std::thread big_run([&] { (void)simulate::simulate_cluster(big); });
+  auto phase_of = [&](const std::string& model) -> std::string {
+    for (const auto& job : json::parse(server.call("GET", "/jobs").body))
+      if (job["job_id"].get<std::string>().find("+" + model + "+") != std::string::npos) return job["phase"];
+    return "";
+  };
+  while (phase_of("big") != "planning") std::this_thread::sleep_for(std::chrono::milliseconds(10));
+
+  auto small = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 300));
+  json s = status(server, small.job_id);
+  EXPECT_EQ(s["phase"], "deployed");
+  EXPECT_EQ(s["round"], 60);
+  EXPECT_GT(s["saving"].get<double>(), 0.14);
+  EXPECT_EQ(phase_of("big"), "planning");  // still planning, and its ranks still training meanwhile
+  stop_big = true;
+  big_run.join();
+}
+
+}  // namespace
+}  // namespace perseus

@@ -142,7 +142,9 @@ class PerseusScheduler final : public Scheduler {
     switch (phase_) {
       case Phase::warmup: return observe_warmup(round, m);
       case Phase::profiling: return observe_profiling(m);
-      case Phase::planning: return add_baseline(m);  // still at the top clock: more baseline
+      // Top-clock rounds while planning are not added to the baseline: after a server restart the
+      // replayed rounds of this phase may have been deployed ones.
+      case Phase::planning: return;
       case Phase::deployed: return observe_deployed(round, m);
     }
   }
