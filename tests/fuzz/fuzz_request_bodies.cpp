@@ -13,7 +13,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   using namespace perseus::server;
   try {
-    switch (data[0] % 6) {
+    switch (data[0] % 7) {
       case 0: job_info_from_json(parse_body(body)); break;       // POST /register_job
       case 1: rank_info_from_json(parse_body(body)); break;      // POST /register_rank
       case 2: profiling_result_from_text(body); break;           // POST /result (simdjson)
@@ -24,6 +24,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         (void)nlohmann::json(leave.reason).dump();
         break;
       }
+      case 6: straggler_from_json(parse_body(body)); break;      // POST /straggler
+
     }
   } catch (const RequestError&) {
   }
