@@ -430,7 +430,8 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   const auto& summary = lines.back()["summary"];
   const auto& server = summary["server"];
   ASSERT_TRUE(server.is_object()) << summary.dump();
-  EXPECT_EQ(server["phase"], "deployed");
+  EXPECT_EQ(server["phase"], "done");  // training over: every rank closed its client
+  EXPECT_EQ(server["end_detail"], "[profiling-done] training finished: every rank closed its client");
   EXPECT_NEAR(server["saving"].get<double>(), intrinsic_saving(profile), 0.01) << server.dump();
   EXPECT_LE(server["slowdown"].get<double>(), 0.005);
   auto energy = [&](int window, int pipeline) { return lines[window]["report"]["pipelines"][pipeline]["energy"].get<double>(); };
@@ -440,8 +441,19 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   for (const auto& d : server["decisions"]) detected = detected || d["event"] == "straggler detected";
   EXPECT_TRUE(detected) << server["decisions"].dump();
 
-  // The job stays deployed after the ranks stopped: tell it about a straggler, see it, clear it.
-  const std::string job = summary["job_id"];
+  // A job that is still training: tell it about a straggler, see it, clear it.
+  const pid_t trainer = perseus::testing::spawn(
+      dir_, std::string(PERSEUS_BINARY) + " simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 "
+      "--pipelines 2 --iterations 100000000 --report-every 1000000 --server " + serve.url(), "trainer");
+  std::string job;
+  for (int i = 0; i < 1000 && job.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    auto jobs = nlohmann::json::parse(run("status --json --server " + serve.url()).output, nullptr, false);
+    if (jobs.is_array())
+      for (const auto& j : jobs)
+        if (j["phase"] == "deployed") job = j["job_id"];
+  }
+  ASSERT_FALSE(job.empty()) << "the second job never deployed";
   auto told = run("straggler '" + job + "' --slowdown 1.1 --dp-rank 1 --server " + serve.url());
   EXPECT_EQ(told.code, 0) << told.output;
   auto shown = run("status '" + job + "' --server " + serve.url());
@@ -453,6 +465,12 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   auto unknown = run("straggler nope --clear --server " + serve.url());
   EXPECT_EQ(unknown.code, 1);
   EXPECT_NE(unknown.output.find("404"), std::string::npos) << unknown.output;
+  auto ended = run("straggler '" + std::string(summary["job_id"]) + "' --slowdown 1.2 --server " + serve.url());
+  EXPECT_EQ(ended.code, 1);
+  EXPECT_NE(ended.output.find("has ended"), std::string::npos) << ended.output;
+  ::kill(trainer, SIGINT);
+  for (int i = 0; i < 500 && perseus::testing::ServeProcess::alive(trainer); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
@@ -465,7 +483,7 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   EXPECT_NE(r.output.find("iterations 1-10: 2.8365 s and 14678.0 J per iteration (all GPUs)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("  pipeline 1: compute 2.8365 s, 7339.0 J"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("summary: 20 iterations (ran 20 iterations)"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("server: running (AllMaxFrequency), round 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("server: done (AllMaxFrequency), round 4"), std::string::npos) << r.output;
 
   auto stopped = run("simulate " + profile + shape + " --iterations 100000000 --json", "timeout --preserve-status -s INT 2");
   EXPECT_EQ(stopped.code, 130) << stopped.output;

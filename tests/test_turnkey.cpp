@@ -278,9 +278,19 @@ struct TurnkeyTest : testing::ServerDirTest {
 
 TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   testing::TestServer server(settings("Perseus", perseus_args()));
-  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 300));
+  std::string phase_while_training, summary_phase;
+  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 300), [&](const simulate::WindowReport& r) {
+    if (r.last != 250) return;
+    json jobs = json::parse(server.call("GET", "/jobs").body);
+    summary_phase = jobs[0]["phase"];
+    phase_while_training = status(server, jobs[0]["job_id"])["phase"];
+  });
+  EXPECT_EQ(phase_while_training, "deployed");
+  EXPECT_EQ(summary_phase, "deployed");  // GET /jobs shows the scheduler's phase too
+  // Training over: every rank closed its client, the job is done and keeps what it measured.
   json s = status(server, summary.job_id);
-  EXPECT_EQ(s["phase"], "deployed");
+  EXPECT_EQ(s["phase"], "done");
+  EXPECT_EQ(s["end_detail"], "[profiling-done] training finished: every rank closed its client");
   // The blocking power measured from the ranks' waiting time and energy, not told.
   EXPECT_NEAR(s["p_block"].get<double>(), 83.64, 1e-3);
   EXPECT_NEAR(s["baseline"]["iteration_time"].get<double>(), 2.836511, 1e-5);
@@ -299,9 +309,6 @@ TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   std::vector<std::string> events;
   for (const auto& d : decisions) events.push_back(d["event"]);
   EXPECT_EQ(events, (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned", "deployed"}));
-  // The summary's phase is the scheduler's.
-  auto jobs = json::parse(server.call("GET", "/jobs").body);
-  EXPECT_EQ(jobs[0]["phase"], "deployed");
 }
 
 TEST_F(TurnkeyTest, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers) {
@@ -327,6 +334,18 @@ TEST_F(TurnkeyTest, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers)
   EXPECT_EQ(status(server, summary.job_id)["straggler"], nullptr);
 }
 
+TEST_F(TurnkeyTest, ARankThatFinishedTrainingFailsTheJobForRanksStillWaitingNotHoldsThem) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto job = json::parse(server.post("/register_job", testing::job_body(2)).body).get<std::string>();
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(server.post("/register_rank", testing::rank_body(job, r, r, {"forward", "backward", "forward", "backward"})).status, 200);
+  EXPECT_EQ(server.post("/leave/" + client::encode_path_segment(job), {{"rank", 1}, {"finished", true}}).status, 200);
+  auto waiting = server.call("GET", "/schedule/" + client::encode_path_segment(job) + "?rank=0");
+  EXPECT_EQ(waiting.status, 500);
+  EXPECT_NE(waiting.body.find("ranks [1] finished training while ranks [0] wait"), std::string::npos) << waiting.body;
+  EXPECT_EQ(server.post("/leave/" + client::encode_path_segment(job), {{"rank", 0}, {"finished", "yes"}}).status, 422);
+}
+
 TEST_F(TurnkeyTest, AStragglerBelowTheThresholdIsNotFollowed) {
   testing::TestServer server(settings("Perseus", perseus_args()));
   auto config = gpt3_cluster(server.url, 2, 300);
@@ -344,6 +363,15 @@ TEST_F(TurnkeyTest, TheApiSetsAndClearsAStragglerAndRefusesBadRequests) {
   auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
     if (job.empty()) job = json::parse(server.call("GET", "/jobs").body)[0]["job_id"];
     std::string target = "/straggler/" + client::encode_path_segment(job);
+    if (r.last == 100) {  // bad requests are refused while the job runs
+      EXPECT_EQ(server.post(target, {{"slowdown", 0.5}}).status, 422);
+      EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"iteration_time", 3.0}}).status, 422);
+      EXPECT_EQ(server.post(target, json::object()).status, 422);
+      EXPECT_EQ(server.post(target, {{"slowdown", "fast"}}).status, 422);
+      EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"pipeline", 1}}).status, 422);
+      EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"dp_rank", 2}}).status, 422);
+      EXPECT_EQ(server.call("PUT", target, "{}").status, 405);
+    }
     if (r.last == 150) {
       EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"dp_rank", 1}}).status, 200);
     }
@@ -366,21 +394,20 @@ TEST_F(TurnkeyTest, TheApiSetsAndClearsAStragglerAndRefusesBadRequests) {
   EXPECT_EQ(cleared["straggler"], nullptr);
   EXPECT_EQ(cleared["pipelines"][0]["plan"], cleared["plan"]["label"]);
 
-  std::string target = "/straggler/" + client::encode_path_segment(summary.job_id);
   EXPECT_EQ(server.post("/straggler/no-such-job", {{"slowdown", 1.2}}).status, 404);
-  EXPECT_EQ(server.post(target, {{"slowdown", 0.5}}).status, 422);
-  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"iteration_time", 3.0}}).status, 422);
-  EXPECT_EQ(server.post(target, json::object()).status, 422);
-  EXPECT_EQ(server.post(target, {{"slowdown", "fast"}}).status, 422);
-  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"pipeline", 1}}).status, 422);
-  EXPECT_EQ(server.post(target, {{"slowdown", 1.2}, {"dp_rank", 2}}).status, 422);
-  EXPECT_EQ(server.call("PUT", target, "{}").status, 405);
+  auto ended = server.post("/straggler/" + client::encode_path_segment(summary.job_id), {{"slowdown", 1.2}});
+  EXPECT_EQ(ended.status, 409);  // training finished: nothing to slow down
+  EXPECT_NE(ended.body.find("has ended"), std::string::npos) << ended.body;
 }
 
 TEST_F(TurnkeyTest, SchedulersThatDoNotFollowStragglersSayConflict) {
   testing::TestServer server(settings("AllMaxFrequency"));
-  auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 10));
-  auto reply = server.post("/straggler/" + client::encode_path_segment(summary.job_id), {{"slowdown", 1.2}});
+  client::HttpReply reply;
+  (void)simulate::simulate_cluster(gpt3_cluster(server.url, 2, 20), [&](const simulate::WindowReport&) {
+    if (reply.status != 0) return;
+    std::string job = json::parse(server.call("GET", "/jobs").body)[0]["job_id"];
+    reply = server.post("/straggler/" + client::encode_path_segment(job), {{"slowdown", 1.2}});
+  });
   EXPECT_EQ(reply.status, 409);
   EXPECT_NE(reply.body.find("does not follow stragglers"), std::string::npos) << reply.body;
 }
@@ -415,7 +442,7 @@ TEST_F(TurnkeyTest, ProfilePathIsWrittenOnceAndReusedByTheNextJob) {
   json s = status(server, second.job_id);
   EXPECT_EQ(s["profiling"]["reused"], true);
   EXPECT_EQ(s["profiling"]["rounds"], 0);
-  EXPECT_EQ(s["phase"], "deployed");
+  EXPECT_TRUE(s["plan"].is_object()) << s.dump();
 }
 
 TEST_F(TurnkeyTest, AutoCostModelFallsBackPerStageAndKindAndSaysWhere) {
@@ -428,7 +455,7 @@ TEST_F(TurnkeyTest, AutoCostModelFallsBackPerStageAndKindAndSaysWhere) {
   testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", write_profile("odd.csv", profile)}})));
   auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 60));
   json s = status(server, summary.job_id);
-  ASSERT_EQ(s["phase"], "deployed") << s.dump();
+  ASSERT_TRUE(s["plan"].is_object()) << s.dump();
   EXPECT_EQ(s["plan"]["cost_models"]["stage 1 backward"], "pwl");
   EXPECT_EQ(s["plan"]["cost_models"]["stage 0 backward"], "exp");
 }
@@ -474,7 +501,7 @@ TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
 
   auto small = simulate::simulate_cluster(gpt3_cluster(server.url, 2, 300));
   json s = status(server, small.job_id);
-  EXPECT_EQ(s["phase"], "deployed");
+  EXPECT_EQ(s["phase"], "done");
   EXPECT_EQ(s["round"], 60);
   EXPECT_GT(s["saving"].get<double>(), 0.14);
   EXPECT_EQ(phase_of("big"), "planning");  // still planning, and its ranks still training meanwhile

@@ -397,11 +397,11 @@ struct Client::Impl {
 
   // Tells the server this rank is out, so that the others are not held at the barrier waiting for
   // it (the job ends and every rank goes on without perseus). Best effort, briefly.
-  void leave(const std::string& why) {
+  void leave(const std::string& why, bool finished = false) {
     if (job_id.empty() || options.server_url.empty()) return;
     try {
       HttpClient once(options.server_url, options.token);
-      json body = {{"rank", options.rank}, {"reason", why.substr(0, 500)}};
+      json body = {{"rank", options.rank}, {"reason", why.substr(0, 500)}, {"finished", finished}};
       once.request("POST", fmt::format("/leave/{}", encode_path_segment(job_id)), body.dump(),
                    std::min(options.request_timeout, std::chrono::milliseconds(5000)));
     } catch (const std::exception& e) {
@@ -532,8 +532,10 @@ const std::vector<std::string>& Client::pipe_schedule() const { return impl_->op
 std::string Client::mode() const { return impl_->mode; }
 
 void Client::close() {
+  const bool was_enabled = impl_->enabled;
   impl_->enabled = false;
   impl_->stop_controller();
+  if (was_enabled) impl_->leave("training finished", true);  // once every rank did, the job is done
 }
 
 void Client::flush() {

@@ -9,6 +9,7 @@
 #include <map>
 #include <chrono>
 #include <optional>
+#include <set>
 
 #include "perseus/util/atomic_file.hpp"
 
@@ -55,6 +56,7 @@ struct JobManager::Job {
   double typical_round_s = 0;  // moving average of the time between round starts
   json measured = nullptr;     // the last finished round, per iteration: {iteration_time, energy}
   json scheduler_status = nullptr;  // the scheduler's own status when the job ended
+  std::set<int> finished;           // ranks whose training ended (POST /leave with finished)
   json pipelines = json::array();  // the same per data-parallel pipeline
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
@@ -197,6 +199,8 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
     ++job.asked;
   }
   job.waiting[r] = std::move(reply);
+  check_finished(job);
+  if (job.phase == Phase::ended) return;
   advance(job);
 }
 
@@ -239,21 +243,37 @@ void JobManager::leave(const std::string& job_id, const Leave& leave) {
   Job& job = find(job_id);
   check_rank(job, leave.rank);
   if (job.phase == Phase::ended) return;
+  if (leave.finished) {
+    job.finished.insert(leave.rank);
+    if (static_cast<int>(job.finished.size()) == job.info.world_size)
+      return end(job, "[profiling-done] training finished: every rank closed its client");
+    return check_finished(job);
+  }
   end(job, fmt::format("[job-failed] rank {} cannot take part{}{}; every rank continues without perseus", leave.rank,
                        leave.reason.empty() ? "" : ": ", leave.reason));
 }
 
 void JobManager::straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice) {
   Job& job = find(job_id);
-  if (job.phase == Phase::ended) throw RequestError(409, fmt::format("job '{}' has ended: {}", job_id, job.end_detail));
-  if (!job.scheduler) throw RequestError(409, fmt::format("job '{}' has not started: not every rank registered", job_id));
   if (notice && notice->dp_rank && *notice->dp_rank >= job.info.dp_degree)
     throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
+  if (job.phase == Phase::ended) throw RequestError(409, fmt::format("job '{}' has ended: {}", job_id, job.end_detail));
+  if (!job.scheduler) throw RequestError(409, fmt::format("job '{}' has not started: not every rank registered", job_id));
   job.scheduler->set_straggler(notice);
   spdlog::info("job {}: straggler {}", job_id,
                !notice ? std::string("cleared through the API")
                        : notice->slowdown ? fmt::format("slowdown {} told through the API", *notice->slowdown)
                                           : fmt::format("iteration time {} s told through the API", *notice->iteration_time));
+}
+
+void JobManager::check_finished(Job& job) {
+  // A rank that finished never asks again: ranks waiting for the next round would wait forever.
+  if (job.finished.empty() || job.phase != Phase::asking || job.asked == 0) return;
+  std::vector<int> waiting;
+  for (std::size_t r = 0; r < job.waiting.size(); ++r)
+    if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
+  end(job, fmt::format("[job-failed] ranks [{}] finished training while ranks [{}] wait for the next round; they "
+                       "continue without perseus", fmt::join(job.finished, ", "), fmt::join(waiting, ", ")));
 }
 
 void JobManager::arm_watchdog(Job& job) {

@@ -147,6 +147,10 @@ Leave leave_from_json(const json& body) {
     if (!body["reason"].is_string()) bad("reason", fmt::format("expected a string, got {}", type_name(body["reason"])));
     leave.reason = std::string(utf8_prefix(body["reason"].get_ref<const std::string&>(), 1000));  // into every rank's log
   }
+  if (body.contains("finished")) {
+    if (!body["finished"].is_boolean()) bad("finished", fmt::format("expected true or false, got {}", type_name(body["finished"])));
+    leave.finished = body["finished"].get<bool>();
+  }
   return leave;
 }
 

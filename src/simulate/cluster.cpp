@@ -118,7 +118,8 @@ class Cluster {
     for (auto& r : ranks_) {
       if (r.client && !r.client->enabled()) ++summary.disabled_ranks;
       summary.clock_locks += r.gpu->lock_count();
-      r.client.reset();  // resets its GPU's clocks
+      if (r.client) r.client->close();  // training is over: resets its GPU's clocks, tells the server
+      r.client.reset();
     }
     return summary;
   }

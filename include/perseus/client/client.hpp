@@ -110,7 +110,8 @@ class Client {
   const std::vector<std::string>& pipe_schedule() const;
   std::string mode() const;                 // "frequency" or "power limit", from the server
 
-  // Stops the controller thread and resets the clocks now; the hooks do nothing afterwards.
+  // Training is over for this rank: stops the controller thread, resets the clocks now, and tells the
+  // server (once every rank closed, the job ends as done). The hooks do nothing afterwards.
   void close();
 
   // Waits until the controller thread applied everything enqueued so far (for tests).

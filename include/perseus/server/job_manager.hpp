@@ -19,6 +19,8 @@
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
 // - the scheduler finishing: 500 "[profiling-done] ..."; the scheduler failing: 500 "[job-failed] ...";
 // - an ended job is kept job_retention_s (late ranks get its end detail), then forgotten: 404;
+// - every rank saying it finished (POST /leave with finished: it closed its client) ends the job as
+//   done ([profiling-done]); ranks waiting for the next round while another finished fail it;
 // - a rank that has sent heartbeats and stops (none for the bound), or whose progress stalls while
 //   other ranks wait for it at the barrier, fails the job naming it within
 //   max(dead_rank_timeout_s, 3 x the typical round time). Ranks that never send heartbeats (the
@@ -95,6 +97,7 @@ class JobManager {
   void arm_timer(Job& job, const std::string& waiting_for);
   void arm_watchdog(Job& job);
   void check_ranks_alive(Job& job);
+  void check_finished(Job& job);  // fails the job when ranks wait for one whose training ended
   void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
   void restore(StoredJob stored);
   template <typename Write>

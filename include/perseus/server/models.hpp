@@ -70,9 +70,12 @@ struct Heartbeat {
 
 // POST /leave/{job_id}: a rank cannot take part any more (its GPU refused, perseus failed on
 // it); the job ends so that no rank waits for it at the barrier.
+// `finished`: the rank is done (its training ended and it closed its client), not failing: once every
+// rank finished the job ends as done.
 struct Leave {
   int rank = 0;
   std::string reason;
+  bool finished = false;
 };
 
 // POST /straggler/{job_id}: an external fault detector says the job's iterations now take longer:
