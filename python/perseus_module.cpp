@@ -171,19 +171,22 @@ PYBIND11_MODULE(_perseus, m) {
       .def_property_readonly("pipe_schedule", &Client::pipe_schedule,
                              "This rank's instruction names in execution order, as registered.")
       .def_property_readonly("mode", &Client::mode, "'frequency' or 'power limit', from the server.")
-      .def("close", &Client::close, py::call_guard<py::gil_scoped_release>(),
-           "Stops the controller thread and resets the GPU's clocks; the hooks do nothing afterwards.")
+      .def("close", &Client::close, py::arg("finished") = true, py::call_guard<py::gil_scoped_release>(),
+           "Training is over for this rank: stops the controller thread, resets the GPU's clocks and tells the "
+           "server (once every rank closed, the job is done). finished=False: stopped by an error (the job "
+           "ends as failed, so no rank waits for this one). The hooks do nothing afterwards.")
       .def(
           "__enter__", [](py::object self) { return self; }, "Returns the client itself.")
       .def(
           "__exit__",
-          [](Client& c, py::object, py::object, py::object) {
+          [](Client& c, py::object exc_type, py::object, py::object) {
+            const bool finished = exc_type.is_none();
             py::gil_scoped_release release;
-            c.close();
+            c.close(finished);
             return false;
           },
           py::arg("exc_type"), py::arg("exc_value"), py::arg("traceback"),
-          "Closes the client (resets the clocks); exceptions propagate.");
+          "Closes the client (resets the clocks; finished unless the block raised); exceptions propagate.");
 
   m.def(
       "default_pipe_schedule",

@@ -531,11 +531,12 @@ std::vector<int> Client::schedule() const { return impl_->schedule; }
 const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }
 std::string Client::mode() const { return impl_->mode; }
 
-void Client::close() {
+void Client::close(bool finished) {
   const bool was_enabled = impl_->enabled;
   impl_->enabled = false;
   impl_->stop_controller();
-  if (was_enabled) impl_->leave("training finished", true);  // once every rank did, the job is done
+  if (was_enabled)  // finished: once every rank did, the job is done
+    impl_->leave(finished ? "training finished" : "training stopped with an error", finished);
 }
 
 void Client::flush() {

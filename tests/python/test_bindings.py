@@ -74,3 +74,30 @@ def test_default_schedule_and_clock_listing():
                                                       "backward"]
     clocks = perseus.gpu_clocks(0, FAKE_NVML)
     assert clocks[0] == 1410 and clocks[-1] == 210
+
+
+def job_status(url, job_id):
+    import json
+    import urllib.parse
+    import urllib.request
+    with urllib.request.urlopen(f"{url}/jobs/{urllib.parse.quote(job_id, safe='')}", timeout=5) as reply:
+        return json.load(reply)
+
+
+def test_leaving_the_with_block_tells_the_server_whether_training_finished(serve):
+    url = serve("AllMaxFrequency")
+    with perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
+                        fail_open=False) as client:
+        client.on_step_begin()
+        client.on_step_end()
+    done = job_status(url, client.job_id)
+    assert done["phase"] == "done", done
+    assert "training finished" in done["end_detail"]
+
+    with pytest.raises(ValueError):
+        with perseus.Client(rank=0, server_url=url, num_microbatches=2, nvml_library=FAKE_NVML,
+                            fail_open=False) as failing:
+            raise ValueError("the training loop broke")
+    failed = job_status(url, failing.job_id)
+    assert failed["phase"] == "failed", failed
+    assert "training stopped with an error" in failed["end_detail"]

@@ -111,8 +111,10 @@ class Client {
   std::string mode() const;                 // "frequency" or "power limit", from the server
 
   // Training is over for this rank: stops the controller thread, resets the clocks now, and tells the
-  // server (once every rank closed, the job ends as done). The hooks do nothing afterwards.
-  void close();
+  // server (once every rank closed, the job ends as done). `finished` false: this rank stops taking
+  // part because something went wrong (an exception): the job ends as failed, so nobody waits for it.
+  // The hooks do nothing afterwards.
+  void close(bool finished = true);
 
   // Waits until the controller thread applied everything enqueued so far (for tests).
   void flush();
