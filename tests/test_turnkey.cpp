@@ -511,3 +511,24 @@ TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
 
 }  // namespace
 }  // namespace perseus
+
+namespace perseus {
+namespace {
+
+// With 2% noise on every instruction, the plan that the model says is as fast as all-max runs
+// measurably slower (a noisy maximum over many near-critical paths); nothing is faster in the model,
+// so the loop falls back to all-max: the user asked for no slowdown.
+TEST_F(TurnkeyTest, UnderNoiseAMeasurablySlowerPlanFallsBackToAllMax) {
+  testing::TestServer server(settings("Perseus", perseus_args()));
+  auto config = gpt3_cluster(server.url, 4, 300);
+  config.noise = 0.02;
+  config.seed = 3;
+  auto summary = simulate::simulate_cluster(config);
+  json s = status(server, summary.job_id);
+  EXPECT_LE(s["slowdown"].get<double>(), 0.005) << s.dump();
+  EXPECT_EQ(s["plan"]["label"], "all-max");
+  EXPECT_EQ(s["plan"]["step_ups"], 1);
+}
+
+}  // namespace
+}  // namespace perseus

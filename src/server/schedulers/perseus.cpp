@@ -520,11 +520,14 @@ class PerseusScheduler final : public Scheduler {
     measured_time /= double(measured_.size());
     double target = target_time();
     if (measured_time <= target * (1 + config_.tolerance)) return;
-    ChosenPlan fastest = online::fastest_plan(*plans_);
-    if (target_plan_->time <= fastest.time) return;  // nothing faster to run
+    const bool all_max = !target_plan_->point && target_plan_->fit_steps == 0;
+    if (all_max) return;  // what the baseline measured: nothing to step to
     ChosenPlan before_plan = *target_plan_;
-    if (step_ups_ >= config_.max_step_ups) {
-      target_plan_ = std::move(fastest);
+    if (step_ups_ >= config_.max_step_ups || target_plan_->time <= online::fastest_plan(*plans_).time) {
+      // The model has nothing faster (noise stretches plans with many near-critical paths more than
+      // all-max, say): the baseline's own plan, all-max, is what meets the target.
+      target_plan_ = online::ChosenPlan{std::nullopt, 0, plans_->frequencies(plans_->candidates.size() - 1),
+                                        plans_->all_max().time, plans_->all_max().energy};
     } else {
       // Correct the prediction by what was measured and take the cheapest plan that then meets the
       // target, at least a little faster than this one.
