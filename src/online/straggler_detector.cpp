@@ -19,6 +19,12 @@ double median_of_others(const std::vector<double>& ratios, std::size_t skip) {
 
 }  // namespace
 
+bool StragglerDetector::suspects() const {
+  for (std::size_t d = 0; d < normal_rounds_.size(); ++d)
+    if (normal_rounds_[d] == 0 && !(current_ && current_->pipeline == static_cast<int>(d))) return true;
+  return false;
+}
+
 void StragglerDetector::reset() {
   slow_rounds_.clear();
   normal_rounds_.clear();

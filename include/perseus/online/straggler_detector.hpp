@@ -27,6 +27,9 @@ class StragglerDetector {
   // the verdict changed (detected, cleared, or a straggler's slowdown moved by more than the threshold).
   bool observe(const std::vector<double>& ratios);
   const std::optional<Straggler>& current() const { return current_; }
+  // Some pipeline was above half the threshold in the last round but is not a confirmed straggler
+  // (a straggler that started mid-round shows up like this first).
+  bool suspects() const;
   void reset();  // forget counts and the verdict (a new plan, or the API took over)
 
  private:

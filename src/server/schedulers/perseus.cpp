@@ -40,7 +40,7 @@ struct PerseusConfig {
   double slowdown = 1.0;
   std::optional<double> deadline;
   double tolerance = 0.005;
-  int verify_rounds = 2;
+  int verify_rounds = 3;
   int max_step_ups = 8;
   std::string profile_path;
   int minimum_power_state = 0;
@@ -513,11 +513,16 @@ class PerseusScheduler final : public Scheduler {
       return assign_plans(now ? "slowed to the straggler" : "back to the target plan");
     }
 
-    // Closed loop: the target plan must not be measurably slower than asked.
-    if (straggler_ || rounds_on_plan_ < config_.verify_rounds) return;
-    double measured_time = 0;
-    for (const auto& [time, energy] : measured_) measured_time += time;
-    measured_time /= double(measured_.size());
+    // Closed loop: the target plan must not be measurably slower than asked. Judged on the iteration
+    // time training sees, but not while a pipeline looks like a straggler that detection has not
+    // confirmed yet (that slowness is the straggler's, not the plan's).
+    if (straggler_ || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
+    // The median round, so that one disturbed round (a straggler starting mid-round) does not count.
+    std::vector<double> times;
+    for (const auto& [time, energy] : measured_) times.push_back(time);
+    std::sort(times.begin(), times.end());
+    double measured_time = times.size() % 2 == 1 ? times[times.size() / 2]
+                                                 : (times[times.size() / 2 - 1] + times[times.size() / 2]) / 2;
     double target = target_time();
     if (measured_time <= target * (1 + config_.tolerance)) return;
     const bool all_max = !target_plan_->point && target_plan_->fit_steps == 0;
