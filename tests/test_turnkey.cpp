@@ -532,3 +532,31 @@ TEST_F(TurnkeyTest, UnderNoiseAMeasurablySlowerPlanFallsBackToAllMax) {
 
 }  // namespace
 }  // namespace perseus
+
+namespace perseus {
+namespace {
+
+// A server restarted mid-deployment replays the job's rounds into a new Perseus scheduler: the same
+// baseline and profile come back (no round measured twice) and it plans again.
+TEST_F(TurnkeyTest, ARestartedServerRestoresTheBaselineAndProfileAndPlansAgain) {
+  auto first = std::make_unique<testing::TestServer>(settings("Perseus", perseus_args()));
+  std::string job;
+  json before;
+  (void)simulate::simulate_cluster(gpt3_cluster(first->url, 1, 200), [&](const simulate::WindowReport& r) {
+    if (r.last != 150 || !first) return;
+    job = json::parse(first->call("GET", "/jobs").body)[0]["job_id"];
+    before = status(*first, job);
+    first.reset();  // the server goes away; training goes on without it
+  });
+  ASSERT_EQ(before["phase"], "deployed") << before.dump();
+  testing::TestServer second(settings("Perseus", perseus_args()));
+  json after = status(second, job);
+  EXPECT_EQ(after["round"], before["round"]);
+  EXPECT_EQ(after["baseline"], before["baseline"]);
+  EXPECT_EQ(after["profiling"]["rounds"], before["profiling"]["rounds"]);
+  EXPECT_EQ(after["profiling"]["clocks_done"], before["profiling"]["clocks_done"]);
+  EXPECT_EQ(after["phase"], "planning");  // deploys again when its ranks ask for the next round
+}
+
+}  // namespace
+}  // namespace perseus
