@@ -10,6 +10,7 @@
 
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/interrupt.hpp"
+#include "perseus/cli/server_call.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "perseus/util/error.hpp"
@@ -18,7 +19,6 @@ namespace perseus::cli {
 namespace {
 
 using nlohmann::json;
-using namespace std::chrono_literals;
 
 struct SimulateArgs {
   std::string profile;
@@ -47,30 +47,21 @@ void print_report(const simulate::WindowReport& r) {
 }
 
 // The server must be there and lock clocks (what the simulated GPUs model).
-void check_server(client::HttpClient& http) {
-  client::HttpReply reply;
-  try {
-    reply = http.request("GET", "/info", "", 10s);
-  } catch (const client::ServerUnreachable& e) {
-    throw Error(fmt::format("{} (start one with `perseus serve`, or pass --server)", e.what()), kExitNoInput);
-  }
-  json info = json::parse(reply.body, nullptr, false);
-  if (reply.status != 200 || !info.is_object())
-    throw Error(fmt::format("GET {}/info answered {}: {}", http.url(), reply.status, reply.body), kExitFailure);
+void check_server(ServerCall& call, const std::string& url) {
+  json info = call("GET", "/info");
+  if (!info.is_object()) throw Error(fmt::format("GET {}/info answered {}", url, info.dump()), kExitFailure);
   if (info.value("mode", "frequency") != "frequency")
     throw Error(fmt::format("the server at {} runs in '{}' mode; simulated GPUs model clock locking, so run it with "
-                            "--mode frequency", http.url(), info.value("mode", "")), kExitUsage);
+                            "--mode frequency", url, info.value("mode", "")), kExitUsage);
 }
 
 // What the server says of the job at the end (the turnkey scheduler's verdict), if it still knows it.
-std::optional<json> job_status(client::HttpClient& http, const std::string& job_id) {
+std::optional<json> job_status(ServerCall& call, const std::string& job_id) {
   if (job_id.empty()) return std::nullopt;
   try {
-    auto reply = http.request("GET", "/jobs/" + client::encode_path_segment(job_id), "", 10s);
-    if (reply.status != 200) return std::nullopt;
-    json body = json::parse(reply.body, nullptr, false);
+    json body = call("GET", "/jobs/" + client::encode_path_segment(job_id));
     if (body.is_object()) return body;
-  } catch (const std::exception&) {
+  } catch (const Error&) {
   }
   return std::nullopt;
 }
@@ -91,8 +82,8 @@ int run_simulate(SimulateArgs& args) {
     if (ch == '+' || ch == '/' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '-';
   if (config.token.empty())
     if (const char* token = std::getenv("PERSEUS_TOKEN")) config.token = token;
-  client::HttpClient http(config.server_url, config.token);
-  check_server(http);
+  ServerCall call(config.server_url);  // the token: PERSEUS_TOKEN, as the clients'
+  check_server(call, config.server_url);
 
   StopOnSignal interrupt;
   config.stop = interrupt.flag();
@@ -108,7 +99,7 @@ int run_simulate(SimulateArgs& args) {
     else print_report(r);
   });
   double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - began).count();
-  auto status = job_status(http, summary.job_id);
+  auto status = job_status(call, summary.job_id);
 
   if (args.json) {
     json out = {{"job_id", summary.job_id},     {"iterations", summary.iterations},

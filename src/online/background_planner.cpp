@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perseus/baselines/all_max.hpp"
 #include "perseus/emulate/deadline_fit.hpp"
 #include "perseus/emulate/emulator.hpp"
 #include "perseus/emulate/straggler.hpp"
@@ -16,18 +17,7 @@ namespace perseus::online {
 
 std::vector<std::vector<int>> PlanningOutput::frequencies(std::size_t candidate) const {
   const PlanCandidate& c = candidates.at(candidate);
-  if (c.point) return plan_at(record, *c.point).frequencies;
-  std::vector<std::vector<int>> top;  // all-max: every slot at its (stage, kind)'s top clock
-  for (const auto& stage : record.stage_instructions()) {
-    top.emplace_back();
-    for (const auto& inst : stage) {
-      int best = 0;
-      for (const auto& row : top_clocks)
-        if (row.first == std::make_pair(inst.stage, inst.kind)) best = row.second;
-      top.back().push_back(best);
-    }
-  }
-  return top;
+  return c.point ? plan_at(record, *c.point).frequencies : all_max_plan(*emulator).frequencies;
 }
 
 double automatic_unit_time(const Profile& profile) {
@@ -57,12 +47,6 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
     for (auto kind : {InstructionKind::forward, InstructionKind::backward})
       out.cost_models[fmt::format("stage {} {}", s, to_string(kind))] =
           problem.specs[PlanningProblem::spec_index(s, kind)].model->name();
-  for (const auto& row : input.profile.rows) {
-    auto key = std::make_pair(row.stage, row.kind);
-    auto it = std::find_if(out.top_clocks.begin(), out.top_clocks.end(), [&](const auto& t) { return t.first == key; });
-    if (it == out.top_clocks.end()) out.top_clocks.push_back({key, row.frequency});
-    else it->second = std::max(it->second, row.frequency);
-  }
   if (!input.record_dir.empty()) write_frontier_record(out.record, input.record_dir);
 
   EmulatorConfig emulator_config;
@@ -83,9 +67,8 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
       out.candidates.push_back({i, time, energy});
     }
   }
-  out.candidates.push_back({});
-  auto [time, energy] = emulator.time_and_energy(out.frequencies(out.candidates.size() - 1));
-  out.candidates.back().time = time, out.candidates.back().energy = energy;
+  const Plan top = all_max_plan(emulator);
+  out.candidates.push_back({std::nullopt, top.time, top.energy});
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
 }
@@ -103,6 +86,8 @@ ChosenPlan from_candidate(const PlanningOutput& plans, std::size_t i) {
 }
 
 }  // namespace
+
+ChosenPlan all_max(const PlanningOutput& plans) { return from_candidate(plans, plans.candidates.size() - 1); }
 
 ChosenPlan fastest_plan(const PlanningOutput& plans) {
   std::size_t best = plans.candidates.size() - 1;  // all-max
@@ -139,7 +124,6 @@ void BackgroundPlanner::start(PlanningInput input, std::function<void()> done) {
   if (thread_.joinable()) throw std::logic_error("the planner is already running");
   std::promise<PlanningOutput> promise;
   result_ = promise.get_future();
-  taken_ = false;
   thread_ = std::thread([this, input = std::move(input), promise = std::move(promise), done = std::move(done)]() mutable {
     try {
       promise.set_value(plan_online(input, &stop_));
@@ -156,7 +140,6 @@ bool BackgroundPlanner::ready() const {
 
 PlanningOutput BackgroundPlanner::take() {
   thread_.join();
-  taken_ = true;
   return result_.get();
 }
 

@@ -349,15 +349,19 @@ void JobManager::start_rounds(Job& job) {
   arm_timer(job, "ask for the schedule");
 }
 
-json JobManager::summary(const Job& job) const {
+json JobManager::scheduler_status(const Job& job) const {
+  if (job.phase == Phase::ended) return job.scheduler_status;
+  return job.scheduler ? job.scheduler->status() : json(nullptr);
+}
+
+json JobManager::summary(const Job& job, const json& own) const {
   std::string phase = job.phase == Phase::registering ? "registering"
                       : job.phase != Phase::ended     ? "running"
                       : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
                                                                          : "failed";
-  if (job.phase != Phase::ended && job.phase != Phase::registering && job.scheduler) {
-    json own = job.scheduler->status();  // the turnkey scheduler's phases: warmup, profiling, ...
-    if (own.is_object() && own.contains("phase") && own["phase"].is_string()) phase = own["phase"].get<std::string>();
-  }
+  // The turnkey scheduler's phases (warmup, profiling, ...) while the job runs.
+  if (job.phase != Phase::ended && own.is_object() && own.contains("phase") && own["phase"].is_string())
+    phase = own["phase"].get<std::string>();
   return {{"job_id", job.info.job_id},
           {"scheduler", settings_.scheduler},
           {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
@@ -369,7 +373,7 @@ json JobManager::summary(const Job& job) const {
 
 json JobManager::jobs_summary() const {
   json out = json::array();
-  for (const auto& [id, job] : jobs_) out.push_back(summary(*job));
+  for (const auto& [id, job] : jobs_) out.push_back(summary(*job, scheduler_status(*job)));
   return out;
 }
 
@@ -377,7 +381,8 @@ json JobManager::job_status(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
   const Job& job = *it->second;
-  json out = summary(job);
+  const json own = scheduler_status(job);
+  json out = summary(job, own);
   out["job"] = to_json(job.info);
   out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
   out["reported"] = job.phase == Phase::running ? job.reported : 0;
@@ -387,7 +392,6 @@ json JobManager::job_status(const std::string& job_id) const {
   out["pipelines"] = job.pipelines;
   // What the turnkey scheduler reports; other schedulers have none of it.
   for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
-  json own = job.scheduler && job.phase != Phase::ended ? job.scheduler->status() : job.scheduler_status;
   if (own.is_object())
     for (const auto& [key, value] : own.items())
       if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended

@@ -34,7 +34,6 @@ struct PlanningOutput {
   std::map<std::string, std::string> cost_models;  // "stage 0 forward" -> exp | pwl | constant
   double seconds = 0;                              // wall time of planning
   std::shared_ptr<const Emulator> emulator;        // the pipeline of the measured profile
-  std::vector<std::pair<std::pair<int, InstructionKind>, int>> top_clocks;  // per (stage, kind)
 
   const PlanCandidate& all_max() const { return candidates.back(); }
   // The clocks of a candidate, per stage and slot in schedule order.
@@ -55,6 +54,7 @@ struct ChosenPlan {
 // (as perseus whatif chooses). The fastest plan when none does.
 ChosenPlan choose_plan(const PlanningOutput& plans, double deadline);
 ChosenPlan fastest_plan(const PlanningOutput& plans);
+ChosenPlan all_max(const PlanningOutput& plans);
 
 struct PlanningInput {
   Profile profile;
@@ -79,7 +79,6 @@ class BackgroundPlanner {
 
   // `done` is called on the worker thread when the result is ready (or planning failed).
   void start(PlanningInput input, std::function<void()> done = [] {});
-  bool running() const { return thread_.joinable() && !taken_; }
   bool ready() const;
   // The result once ready(); rethrows the planner's exception.
   PlanningOutput take();
@@ -88,7 +87,6 @@ class BackgroundPlanner {
   std::atomic<bool> stop_{false};
   std::future<PlanningOutput> result_;
   std::thread thread_;
-  bool taken_ = false;
 };
 
 }  // namespace perseus::online

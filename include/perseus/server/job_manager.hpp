@@ -84,7 +84,9 @@ class JobManager {
   struct Job;
   Job& find(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
-  nlohmann::json summary(const Job& job) const;
+  // `own`: the running scheduler's status() (null when none), whose phase names a running job's.
+  nlohmann::json summary(const Job& job, const nlohmann::json& own) const;
+  nlohmann::json scheduler_status(const Job& job) const;  // the scheduler's, kept after the job ended
   void advance(Job& job);
   void start_rounds(Job& job);
   void send_schedules(Job& job);

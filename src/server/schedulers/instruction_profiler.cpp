@@ -12,7 +12,7 @@
 #include <set>
 
 #include "perseus/util/atomic_file.hpp"
-#include "perseus/plan/plan_files.hpp"
+#include "perseus/profile/profile.hpp"
 #include "scheduler_args.hpp"
 #include "schedulers.hpp"
 
@@ -121,13 +121,13 @@ class InstructionProfiler final : public Scheduler {
   }
 
   void write() {
-    std::string csv = "stage,instruction,frequency,time,energy\n";
+    Profile profile;
     for (const auto& [key, per_clock] : table_)
       for (auto it = per_clock.rbegin(); it != per_clock.rend(); ++it)
-        csv += fmt::format("{},{},{},{},{}\n", key.first, key.second, it->first, python_float(it->second.time),
-                           python_float(it->second.energy));
+        profile.rows.push_back({key.first, *parse_instruction_kind(key.second), it->first, it->second.time,
+                                it->second.energy, 0});
     std::filesystem::create_directories(path_.parent_path().empty() ? "." : path_.parent_path());
-    write_file_atomic(path_, csv);
+    write_file_atomic(path_, profile_csv(profile));
     nlohmann::json info = {{"profile", path_.string()},
                            {"stages", context_.job.pp_degree},
                            {"num_microbatches", context_.job.num_microbatches},

@@ -145,7 +145,7 @@ class PerseusScheduler final : public Scheduler {
       // Top-clock rounds while planning are not added to the baseline: after a server restart the
       // replayed rounds of this phase may have been deployed ones.
       case Phase::planning: return;
-      case Phase::deployed: return observe_deployed(round, m);
+      case Phase::deployed: return observe_deployed(m);
     }
   }
 
@@ -488,8 +488,7 @@ class PerseusScheduler final : public Scheduler {
     return out;
   }
 
-  void observe_deployed(int round, const RoundMeasurement& m) {
-    (void)round;
+  void observe_deployed(const RoundMeasurement& m) {
     ++rounds_on_plan_;
     measured_.push_back({m.iteration_time, m.energy});
     if (measured_.size() > 5) measured_.pop_front();
@@ -531,8 +530,7 @@ class PerseusScheduler final : public Scheduler {
     if (step_ups_ >= config_.max_step_ups || target_plan_->time <= online::fastest_plan(*plans_).time) {
       // The model has nothing faster (noise stretches plans with many near-critical paths more than
       // all-max, say): the baseline's own plan, all-max, is what meets the target.
-      target_plan_ = online::ChosenPlan{std::nullopt, 0, plans_->frequencies(plans_->candidates.size() - 1),
-                                        plans_->all_max().time, plans_->all_max().energy};
+      target_plan_ = online::all_max(*plans_);
     } else {
       // Correct the prediction by what was measured and take the cheapest plan that then meets the
       // target, at least a little faster than this one.
