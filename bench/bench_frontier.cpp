@@ -43,11 +43,35 @@ void plan_frontier(benchmark::State& state, std::string profile_name, bool a40, 
   state.counters["peak_rss_MiB"] = peak_rss_mib();
 }
 
+// Options and cost-model fits (the 54-start exponential grid search of the reference per distinct
+// (stage, instruction) option set) for 12 microbatches: planning's set-up before the solver.
+void fit_cost_models(benchmark::State& state, std::string profile_name, bool a40) {
+  const auto path = std::filesystem::path(PERSEUS_SHARED_DIR) / "data/sosp24/stage_profile" / profile_name;
+  if (!std::filesystem::exists(path)) {
+    state.SkipWithError("profile not found beside the project");
+    return;
+  }
+  PlanningConfig config;
+  config.num_stages = 8;
+  config.num_microbatches = 12;
+  config.unit_time = a40 ? 0.0001 : 0.001;
+  config.p_block = a40 ? 70.38 : 83.64;
+  const Profile profile = read_profile(path);
+  for (auto _ : state) {
+    auto problem = make_planning_problem(profile, config);
+    benchmark::DoNotOptimize(problem);
+  }
+}
+
 const bool registered = [] {
   const std::pair<const char*, bool> profiles[] = {{"gpt3-175b+a100_sxm_bf16.csv", false},
                                                    {"bloom+a100_sxm_bf16.csv", false},
                                                    {"gpt3-175b+a40_bf16.csv", true},
                                                    {"bloom+a40_bf16.csv", true}};
+  for (const auto& [name, a40] : profiles) {
+    const std::string fit_label = "fit/" + std::string(name).substr(0, std::string(name).size() - 4);
+    benchmark::RegisterBenchmark(fit_label.c_str(), fit_cost_models, std::string(name), a40)->Unit(benchmark::kMillisecond);
+  }
   for (const auto& [name, a40] : profiles) {
     for (int microbatches : {12, 24, 48, 96}) {
       const std::string label = std::string(name).substr(0, std::string(name).size() - 4) + "/mb" + std::to_string(microbatches);

@@ -6,7 +6,7 @@ cd "$(dirname "$0")/.."
 
 packages=(
   build-essential g++-12 cmake ninja-build pkg-config
-  libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev
+  nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev
   libboost-dev libboost-graph-dev libsqlite3-dev
   pybind11-dev python3-dev python3-pytest
   python3-pip python3-venv python3-setuptools python3-wheel python3-mypy python3-torch

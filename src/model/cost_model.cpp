@@ -2,12 +2,12 @@
 
 #include <fmt/format.h>
 
-#include <Eigen/Dense>
+#include <array>
 #include <cmath>
 #include <limits>
-#include <unsupported/Eigen/NonLinearOptimization>
-#include <unsupported/Eigen/NumericalDiff>
+#include <optional>
 
+#include "lmdif.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus {
@@ -46,43 +46,116 @@ double ExponentialModel::mean_squared_error(const std::vector<ExecutionOption>& 
 
 namespace {
 
-// Residuals f(q_i) - e'_i in the shape Eigen's MINPACK port expects.
-struct ExponentialResiduals {
-  using Scalar = double;
-  using InputType = Eigen::VectorXd;
-  using ValueType = Eigen::VectorXd;
-  using JacobianType = Eigen::MatrixXd;
-  enum { InputsAtCompileTime = Eigen::Dynamic, ValuesAtCompileTime = Eigen::Dynamic };
-
-  Eigen::VectorXd q, e;
-  int inputs() const { return 3; }
-  int values() const { return static_cast<int>(q.size()); }
-  int operator()(const Eigen::VectorXd& x, Eigen::VectorXd& fvec) const {
-    for (Eigen::Index i = 0; i < q.size(); ++i) fvec[i] = x[0] * std::exp(x[1] * q[i]) + x[2] - e[i];
-    return 0;
+// scipy's curve_fit reports an infinite covariance (and the reference skips the fit) when R of the
+// last Jacobian's QR is exactly singular (LAPACK's trtri fails), when inv(R) inv(R)^T has a NaN,
+// or when, scaled by the residual variance, it holds +inf. Ill-conditioned fits along a nearly
+// linear valley pass, so they pass here.
+bool covariance_finite(const lm::Result<3>& fit, std::size_t m, double cost) {
+  const auto& r = fit.r;
+  for (int i = 0; i < 3; ++i)
+    if (r[i][i] == 0.0) return false;
+  std::array<std::array<double, 3>, 3> inverse{};  // upper triangular, column by column as trtri
+  for (int j = 0; j < 3; ++j) {
+    inverse[j][j] = 1.0 / r[j][j];
+    for (int i = 0; i < j; ++i) {
+      double sum = 0.0;
+      for (int k = i; k < j; ++k) sum += inverse[i][k] * r[k][j];
+      inverse[i][j] = -sum * inverse[j][j];
+    }
   }
+  std::array<std::array<double, 3>, 3> permuted{};
+  for (int i = 0; i < 3; ++i) permuted[static_cast<std::size_t>(fit.ipvt[i])] = inverse[i];
+  const double scale = cost / static_cast<double>(m - 3);
+  for (int i = 0; i < 3; ++i) {
+    for (int j = 0; j < 3; ++j) {
+      double c = 0.0;
+      for (int k = 0; k < 3; ++k) c += permuted[i][k] * permuted[j][k];
+      if (std::isnan(c)) return false;
+      if (c * scale == std::numeric_limits<double>::infinity()) return false;
+    }
+  }
+  return true;
+}
+
+// For a fixed b the model is linear in a and c: the least-squares a and c, in a form that stays
+// exact as b*q goes to zero (centred, expm1), and the mean squared error they leave.
+struct LinearPart {
+  double a = 0, c = 0, error = std::numeric_limits<double>::infinity();
 };
 
-// scipy's curve_fit reports an infinite covariance (and the reference skips the fit) only when
-// the Jacobian at the solution is exactly rank deficient: it inverts R^T R from the QR
-// factorization and gives up on a singular matrix alone. Ill-conditioned fits along a nearly
-// linear valley are accepted there, so they are here.
-bool covariance_finite(const ExponentialResiduals& f, const Eigen::VectorXd& x) {
-  Eigen::MatrixXd jacobian(f.q.size(), 3);
-  for (Eigen::Index i = 0; i < f.q.size(); ++i) {
-    const double ex = std::exp(x[1] * f.q[i]);
-    jacobian(i, 0) = ex;
-    jacobian(i, 1) = x[0] * f.q[i] * ex;
-    jacobian(i, 2) = 1.0;
+LinearPart solve_linear_part(const std::vector<ExecutionOption>& options, double b) {
+  const double n = static_cast<double>(options.size());
+  const double q0 = static_cast<double>(options.front().quant_time);
+  double v_mean = 0, e_mean = 0;
+  for (const auto& o : options) {
+    v_mean += std::expm1(b * (static_cast<double>(o.quant_time) - q0));
+    e_mean += o.effective_energy;
   }
-  if (!jacobian.allFinite()) return false;
-  Eigen::ColPivHouseholderQR<Eigen::MatrixXd> qr(jacobian);
-  const Eigen::MatrixXd r = qr.matrixR().topLeftCorner(3, 3).triangularView<Eigen::Upper>();
-  for (Eigen::Index i = 0; i < 3; ++i) {
-    if (r(i, i) == 0.0) return false;
+  v_mean /= n;
+  e_mean /= n;
+  double svv = 0, sve = 0;
+  for (const auto& o : options) {
+    const double v = std::expm1(b * (static_cast<double>(o.quant_time) - q0)) - v_mean;
+    svv += v * v;
+    sve += v * (o.effective_energy - e_mean);
   }
-  const Eigen::MatrixXd covariance = (r.transpose() * r).inverse();
-  return covariance.allFinite();
+  LinearPart part;
+  if (!(svv > 0)) return part;
+  const double scale = sve / svv;  // the model is e_mean + scale * (v - v_mean)
+  double sum = 0;
+  for (const auto& o : options) {
+    const double v = std::expm1(b * (static_cast<double>(o.quant_time) - q0)) - v_mean;
+    const double r = o.effective_energy - e_mean - scale * v;
+    sum += r * r;
+  }
+  part.error = sum / n;
+  part.a = scale * std::exp(-b * q0);
+  part.c = e_mean - scale * v_mean - scale;
+  return part;
+}
+
+// Minimizes the linear part's error over b of b0's sign: a coarse scan of log|b| from |b0|/3000
+// to 50|b0|, then golden-section search around the best sample.
+std::optional<ExponentialModel> best_along_b(const std::vector<ExecutionOption>& options, double b0) {
+  if (b0 == 0.0 || !std::isfinite(b0)) return std::nullopt;
+  const double sign = b0 < 0 ? -1.0 : 1.0;
+  const double t0 = std::log(std::fabs(b0));
+  auto error_at = [&](double t) { return solve_linear_part(options, sign * std::exp(t)).error; };
+  constexpr int kSamples = 48;
+  const double lo = t0 - 8.0, hi = t0 + 4.0, step = (hi - lo) / (kSamples - 1);
+  int best_index = 0;
+  double best_error = std::numeric_limits<double>::infinity();
+  for (int i = 0; i < kSamples; ++i) {
+    const double error = error_at(lo + step * i);
+    if (error < best_error) {
+      best_error = error;
+      best_index = i;
+    }
+  }
+  if (!std::isfinite(best_error)) return std::nullopt;
+  double left = lo + step * std::max(best_index - 1, 0), right = lo + step * std::min(best_index + 1, kSamples - 1);
+  const double golden = (std::sqrt(5.0) - 1.0) / 2.0;
+  double x1 = right - golden * (right - left), x2 = left + golden * (right - left);
+  double f1 = error_at(x1), f2 = error_at(x2);
+  for (int iteration = 0; iteration < 80 && right - left > 1e-13 * std::fabs(right); ++iteration) {
+    if (f1 <= f2) {
+      right = x2;
+      x2 = x1;
+      f2 = f1;
+      x1 = right - golden * (right - left);
+      f1 = error_at(x1);
+    } else {
+      left = x1;
+      x1 = x2;
+      f1 = f2;
+      x2 = left + golden * (right - left);
+      f2 = error_at(x2);
+    }
+  }
+  const double b = sign * std::exp(f1 <= f2 ? x1 : x2);
+  const auto part = solve_linear_part(options, b);
+  if (!std::isfinite(part.a) || !std::isfinite(part.c)) return std::nullopt;
+  return ExponentialModel(part.a, b, part.c);
 }
 
 }  // namespace
@@ -91,42 +164,51 @@ std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOpt
                                                   double unit_time) {
   // Three parameters need more than three points for a finite covariance (curve_fit's rule).
   if (options.size() <= 3) return nullptr;
-  ExponentialResiduals residuals;
-  residuals.q.resize(static_cast<Eigen::Index>(options.size()));
-  residuals.e.resize(static_cast<Eigen::Index>(options.size()));
-  for (std::size_t i = 0; i < options.size(); ++i) {
-    residuals.q[static_cast<Eigen::Index>(i)] = options[i].quant_time;
-    residuals.e[static_cast<Eigen::Index>(i)] = options[i].effective_energy;
-  }
-
-  std::unique_ptr<ExponentialModel> best;
+  const std::size_t m = options.size();
+  auto residuals = [&options](const std::array<double, 3>& x, double* out) {
+    for (std::size_t i = 0; i < options.size(); ++i)
+      out[i] = x[0] * std::exp(x[1] * static_cast<double>(options[i].quant_time)) + x[2] - options[i].effective_energy;
+  };
+  lm::Workspace workspace;
+  std::optional<ExponentialModel> best;
   double best_error = std::numeric_limits<double>::infinity();
+  // One start: keeps the fit when the reference would (converged, finite covariance, a >= 0)
+  // and it beats the best so far.
+  auto try_start = [&](const std::array<double, 3>& start) {
+    const auto fit = lm::lmdif<3>(residuals, m, start, workspace);
+    // MINPACK's info 1..4 are convergence; anything else did not fit.
+    if (fit.info < 1 || fit.info > 4) return false;
+    const auto& x = fit.x;
+    if (!std::isfinite(x[0]) || !std::isfinite(x[1]) || !std::isfinite(x[2]) || x[0] < 0.0) return false;
+    double cost = 0.0;  // the residuals at the solution are still in the workspace
+    for (std::size_t i = 0; i < m; ++i) cost += workspace.fvec[i] * workspace.fvec[i];
+    if (!covariance_finite(fit, m, cost)) return false;
+    const ExponentialModel model(x[0], x[1], x[2]);
+    const double error = model.mean_squared_error(options);
+    if (!(error < best_error)) return false;
+    best_error = error;
+    best = model;
+    return true;
+  };
   const double b_scale = unit_time / 0.001;
-  for (double a0 : {1e1, 1e2, 1e3}) {
-    for (double b_step : {0.01, 0.02, 0.03, 0.04, 0.05, 0.1}) {
-      for (double c0 : {1e1, 1e2, 1e3}) {
-        Eigen::VectorXd x(3);
-        x << a0, -b_step * b_scale, c0;
-        Eigen::NumericalDiff<ExponentialResiduals> numeric(residuals);
-        Eigen::LevenbergMarquardt<Eigen::NumericalDiff<ExponentialResiduals>> solver(numeric);
-        solver.parameters.maxfev = 50000;
-        const auto status = solver.minimize(x);
-        // MINPACK's info 1..4 are convergence; anything else did not fit.
-        const int info = static_cast<int>(status);
-        if (info < 1 || info > 4) continue;
-        if (!x.allFinite() || x[0] < 0.0) continue;
-        if (!covariance_finite(residuals, x)) continue;
-        auto model = std::make_unique<ExponentialModel>(x[0], x[1], x[2]);
-        const double error = model->mean_squared_error(options);
-        if (!std::isfinite(error)) continue;
-        if (error < best_error) {
-          best_error = error;
-          best = std::move(model);
-        }
-      }
+  for (double a0 : {1e1, 1e2, 1e3})
+    for (double b_step : {0.01, 0.02, 0.03, 0.04, 0.05, 0.1})
+      for (double c0 : {1e1, 1e2, 1e3}) try_start({a0, -b_step * b_scale, c0});
+  if (!best) return nullptr;
+  // Where the data are nearly linear the least-squares valley is long and flat, and where lmdif
+  // stops on it depends on rounding (numpy's exp against libm's is enough to move it). Searching
+  // the valley along b, with a and c solved exactly for each b, and starting lmdif again from
+  // there, only ever replaces the grid's fit with a better one: never worse than the reference.
+  if (const auto along_valley = best_along_b(options, best->b())) {
+    const ExponentialModel model = *along_valley;
+    const double error = model.mean_squared_error(options);
+    if (model.a() >= 0.0 && error < best_error) {
+      best_error = error;
+      best = model;
     }
+    try_start({best->a(), best->b(), best->c()});
   }
-  return best;
+  return std::make_unique<ExponentialModel>(*best);
 }
 
 PiecewiseLinearModel::PiecewiseLinearModel(const std::vector<ExecutionOption>& options) {

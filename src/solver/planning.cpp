@@ -17,14 +17,32 @@ namespace {
 // The cost model of every (stage, kind), fitted on up to one thread per core: the fits are
 // independent, so the models are the same as one after the other. The first failure in spec order
 // is the one reported, as without threads.
+bool same_fit_input(const std::vector<ExecutionOption>& a, const std::vector<ExecutionOption>& b) {
+  return std::equal(a.begin(), a.end(), b.begin(), b.end(), [](const auto& x, const auto& y) {
+    return x.quant_time == y.quant_time && x.effective_energy == y.effective_energy;
+  });
+}
+
 void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, const std::vector<std::string>& whats) {
-  const std::size_t n = problem.specs.size();
+  // Stages that repeat the same layers have the same options: each distinct set is fitted once
+  // and its model shared (a fit depends on nothing else).
+  std::vector<std::size_t> distinct;
+  std::vector<std::size_t> fitted_by(problem.specs.size());
+  for (std::size_t i = 0; i < problem.specs.size(); ++i) {
+    const auto same = std::find_if(distinct.begin(), distinct.end(), [&](std::size_t j) {
+      return same_fit_input(problem.specs[i].options.options(), problem.specs[j].options.options());
+    });
+    fitted_by[i] = same == distinct.end() ? i : *same;
+    if (same == distinct.end()) distinct.push_back(i);
+  }
+  const std::size_t n = distinct.size();
   std::vector<std::exception_ptr> errors(n);
-  auto fit = [&](std::size_t i) {
+  auto fit = [&](std::size_t k) {
+    const std::size_t i = distinct[k];
     try {
       problem.specs[i].model = make_cost_model(config.cost_model, problem.specs[i].options, config.unit_time, whats[i]);
     } catch (...) {
-      errors[i] = std::current_exception();
+      errors[k] = std::current_exception();
     }
   };
   const std::size_t workers = std::min<std::size_t>(n, std::max(1u, std::thread::hardware_concurrency()));
@@ -38,6 +56,7 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
   for (auto& t : threads) t.join();
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);
+  for (std::size_t i = 0; i < problem.specs.size(); ++i) problem.specs[i].model = problem.specs[fitted_by[i]].model;
 }
 
 }  // namespace
