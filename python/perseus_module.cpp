@@ -57,7 +57,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
 
 perseus::ScheduleKind schedule_kind(const std::string& name) {
   auto kind = perseus::parse_schedule_kind(name);
-  if (!kind) throw py::value_error("schedule must be '1f1b' or 'gpipe', not '" + name + "'");
+  if (!kind) throw py::value_error("schedule must be one of " + perseus::schedule_names() + ", not '" + name + "'");
   return *kind;
 }
 
@@ -190,19 +190,23 @@ PYBIND11_MODULE(_perseus, m) {
 
   m.def(
       "default_pipe_schedule",
-      [](int pp_rank, int pp_degree, int num_microbatches, const std::string& schedule) {
+      [](int pp_rank, int pp_degree, int num_microbatches, const std::string& schedule, int virtual_stages) {
         try {
-          return perseus::client::default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule_kind(schedule));
+          return perseus::client::default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule_kind(schedule),
+                                                        virtual_stages);
         } catch (const perseus::Error& e) {
           throw py::value_error(e.what());
         }
       },
       py::arg("pp_rank"), py::arg("pp_degree"), py::arg("num_microbatches"), py::arg("schedule") = "1f1b",
+      py::arg("virtual_stages") = 1,
       "One stage's forwards and backwards in the order its schedule runs them.\n\n"
       "Args:\n    pp_rank: the stage, 0 <= pp_rank < pp_degree.\n    pp_degree: number of stages.\n"
       "    num_microbatches: microbatches per iteration.\n"
-      "    schedule: '1f1b' (DeepSpeed's TrainSchedule; Megatron-LM's non-interleaved 1F1B runs the same order) "
-      "or 'gpipe' (all forwards, then all backwards).");
+      "    schedule: '1f1b' (DeepSpeed's TrainSchedule; Megatron-LM's non-interleaved 1F1B runs the same order), "
+      "'gpipe' (all forwards, then all backwards) or 'interleaved' (Megatron-LM's interleaved 1F1B).\n"
+      "    virtual_stages: with 'interleaved', model chunks per stage (Megatron-LM's "
+      "virtual_pipeline_model_parallel_size); num_microbatches must be a multiple of pp_degree.");
 
   m.def(
       "gpu_clocks",

@@ -21,9 +21,10 @@ inline OperationSpec pwl_spec(const std::vector<std::pair<int, double>>& points)
 
 inline PlanningProblem synthetic_problem(int stages, int microbatches, double noise, std::uint64_t seed,
                                          CostModelKind model = CostModelKind::exponential,
-                                         ScheduleKind schedule = ScheduleKind::one_f_one_b) {
+                                         ScheduleKind schedule = ScheduleKind::one_f_one_b,
+                                         int virtual_stages = 1) {
   SyntheticGpu gpu;
-  gpu.num_stages = stages;
+  gpu.num_stages = stages * virtual_stages;  // one profile stage per model stage
   gpu.noise = noise;
   gpu.seed = seed;
   gpu.forward_time = 0.02 + 0.005 * static_cast<double>(seed % 3);
@@ -35,6 +36,7 @@ inline PlanningProblem synthetic_problem(int stages, int microbatches, double no
   config.p_block = 70;
   config.cost_model = model;
   config.schedule = schedule;
+  config.virtual_stages = virtual_stages;
   return make_planning_problem(profile, config);
 }
 

@@ -523,3 +523,50 @@ TEST_F(Cli, RecomputeIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   ASSERT_EQ(recomputed.code, 0) << recomputed.output;
   EXPECT_NE(plain.output, recomputed.output);
 }
+
+TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
+  // 4 stages x 2 model chunks: the profile has 8 model stages (stage = chunk x 4 + pipeline stage).
+  const std::string profile = (dir_ / "eight.csv").string();
+  ASSERT_EQ(run("synth-profile --stages 8 --out " + profile).code, 0);
+  const std::string out = (dir_ / "il").string();
+  auto r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
+               "--p2p-power 70 --quiet --out " + out);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto meta = nlohmann::json::parse(perseus::read_file(out + "/plans.json"));
+  EXPECT_EQ(meta["schedule"], "interleaved");
+  EXPECT_EQ(meta["virtual_stages"], 2);
+  EXPECT_EQ(meta["cost_models"].size(), 16u);  // a forward and a backward per model stage
+  r = run("plans show " + out + " --index 0");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("stage 3: F0c0@"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(" F0c1@"), std::string::npos) << r.output;
+  // The fastest point emulates in exactly the planner's time (quantized), as for 1F1B.
+  r = run("emulate --frontier " + out + " --quantize");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto predicted = r.output.substr(r.output.find("prediction: ") + 12, 8);
+  EXPECT_NE(r.output.find("iteration time " + predicted), std::string::npos) << r.output;
+  // A JSON plan carries the schedule; emulating it needs no schedule flags.
+  r = run("plans show " + out + " --slowdown 1.1 --json");
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string plan = write("plan.json", r.output);
+  r = run("emulate " + profile + " --stages 4 --microbatches 8 --p2p-power 70 --plan " + plan);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = run("whatif --frontier " + out + " --pipelines 4");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("zeus-stage"), std::string::npos);
+  r = run("plot timeline --frontier " + out + " --out " + (dir_ / "t.svg").string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(perseus::read_file(dir_ / "t.svg").find("F7c1"), std::string::npos);
+  // Megatron-LM's requirements, and the profile's model stages, are checked with clear errors.
+  r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 6 --p2p-power 70 "
+          "--quiet --out " + out + "2");
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.output.find("multiple of the stages"), std::string::npos) << r.output;
+  r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 3 --microbatches 8 --p2p-power 70 "
+          "--quiet --out " + out + "2");
+  EXPECT_EQ(r.code, 65);
+  EXPECT_NE(r.output.find("stage 8"), std::string::npos) << r.output;
+  r = run("optimize " + profile + " --stages 8 --virtual-stages 2 --microbatches 8 --p2p-power 70 --quiet --out " + out + "2");
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.output.find("needs --schedule interleaved"), std::string::npos) << r.output;
+}

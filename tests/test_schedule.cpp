@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <tuple>
 
 #include "perseus/pipeline/dag.hpp"
 #include "perseus/util/error.hpp"
@@ -99,4 +100,80 @@ TEST(Schedule, ExtraForwardsAreChecked) {
   EXPECT_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {3, 0}, 2, 4), perseus::Error);     // > M - (S - s)
   EXPECT_NO_THROW(check_extra_forwards(ScheduleKind::one_f_one_b, {2, 0}, 2, 4));
   EXPECT_NO_THROW(check_extra_forwards(ScheduleKind::gpipe, {}, 2, 4));
+}
+
+namespace {
+std::string interleaved(int stage, int S, int M, int V) {
+  std::string text;
+  for (const auto& inst : stage_schedule(ScheduleKind::interleaved, stage, S, M, 0, V)) {
+    if (!text.empty()) text.push_back(' ');
+    text += short_name(inst, V);
+  }
+  return text;
+}
+}  // namespace
+
+// Megatron-LM's interleaved 1F1B, written out by hand from its rules: stage r runs
+// (S - r - 1) * 2 + (V - 1) * S warm-up forwards (at most M * V), then a forward and a backward in
+// turn; forwards take S microbatches through chunk 0, then the same S through chunk 1, ...;
+// backwards visit the chunks last first.
+TEST(Schedule, InterleavedOrderIsMegatronsForSeveralShapes) {
+  EXPECT_EQ(interleaved(0, 2, 2, 2), "F0c0 F1c0 F0c1 F1c1 B0c1 B1c1 B0c0 B1c0");
+  EXPECT_EQ(interleaved(1, 2, 2, 2), "F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0");
+  EXPECT_EQ(interleaved(0, 4, 8, 2),
+            "F0c0 F1c0 F2c0 F3c0 F0c1 F1c1 F2c1 F3c1 F4c0 F5c0 F6c0 B0c1 F7c0 B1c1 F4c1 B2c1 F5c1 B3c1 F6c1 B0c0 "
+            "F7c1 B1c0 B2c0 B3c0 B4c1 B5c1 B6c1 B7c1 B4c0 B5c0 B6c0 B7c0");
+  EXPECT_EQ(interleaved(3, 4, 8, 2),
+            "F0c0 F1c0 F2c0 F3c0 F0c1 B0c1 F1c1 B1c1 F2c1 B2c1 F3c1 B3c1 F4c0 B0c0 F5c0 B1c0 F6c0 B2c0 F7c0 B3c0 "
+            "F4c1 B4c1 F5c1 B5c1 F6c1 B6c1 F7c1 B7c1 B4c0 B5c0 B6c0 B7c0");
+  EXPECT_EQ(interleaved(0, 2, 4, 3),
+            "F0c0 F1c0 F0c1 F1c1 F0c2 F1c2 F2c0 B0c2 F3c0 B1c2 F2c1 B0c1 F3c1 B1c1 F2c2 B0c0 F3c2 B1c0 B2c2 B3c2 "
+            "B2c1 B3c1 B2c0 B3c0");
+  EXPECT_EQ(interleaved(1, 2, 4, 3),
+            "F0c0 F1c0 F0c1 F1c1 F0c2 B0c2 F1c2 B1c2 F2c0 B0c1 F3c0 B1c1 F2c1 B0c0 F3c1 B1c0 F2c2 B2c2 F3c2 B3c2 "
+            "B2c1 B3c1 B2c0 B3c0");
+  EXPECT_EQ(interleaved(1, 3, 6, 2),
+            "F0c0 F1c0 F2c0 F0c1 F1c1 F2c1 B0c1 F3c0 B1c1 F4c0 B2c1 F5c0 B0c0 F3c1 B1c0 F4c1 B2c0 F5c1 B3c1 B4c1 "
+            "B5c1 B3c0 B4c0 B5c0");
+}
+
+TEST(Schedule, InterleavedRunsEveryChunkOfEveryMicrobatchOnceAndBuildsAnAcyclicDag) {
+  for (int S = 1; S <= 5; ++S) {
+    for (int V = 2; V <= 4; ++V) {
+      for (int M = S; M <= 4 * S; M += S) {
+        for (int r = 0; r < S; ++r) {
+          const auto insts = stage_schedule(ScheduleKind::interleaved, r, S, M, 0, V);
+          ASSERT_EQ(insts.size(), static_cast<std::size_t>(2 * M * V));
+          std::set<std::tuple<int, int, int>> seen;
+          for (const auto& inst : insts) {
+            EXPECT_EQ(inst.stage, r);
+            EXPECT_TRUE(seen.insert({static_cast<int>(inst.kind), inst.microbatch, inst.chunk}).second);
+          }
+        }
+        const auto dag = build_pipeline_dag(ScheduleKind::interleaved, S, M, {}, V);  // throws on a cycle
+        EXPECT_EQ(dag.instructions.size(), static_cast<std::size_t>(2 * S * M * V));
+        EXPECT_EQ(dag.num_model_stages(), S * V);
+      }
+    }
+  }
+}
+
+TEST(Schedule, InterleavedShapeErrorsSayWhatMegatronNeeds) {
+  auto message = [](auto&& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.exit_code(), kExitUsage);
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message([] { stage_schedule(ScheduleKind::interleaved, 0, 4, 6, 0, 2); }).find("multiple of the stages"),
+            std::string::npos);
+  EXPECT_NE(message([] { stage_schedule(ScheduleKind::interleaved, 0, 4, 8, 0, 1); }).find("at least 2"),
+            std::string::npos);
+  EXPECT_NE(message([] { stage_schedule(ScheduleKind::one_f_one_b, 0, 4, 8, 0, 2); }).find("needs --schedule interleaved"),
+            std::string::npos);
+  EXPECT_EQ(parse_schedule_kind("interleaved"), ScheduleKind::interleaved);
+  EXPECT_EQ(schedule_names(), "1f1b, gpipe, interleaved");
 }

@@ -4,6 +4,8 @@
 
 #include <filesystem>
 
+#include "perseus/client/client.hpp"
+#include "perseus/plan/plan_files.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -116,6 +118,36 @@ TEST(Schedulers, InstructionProfilerWritesAProfileOptimizeReads) {
   // Stage 0: 1 s per iteration, 0.2 + 0.4 s of it computing with 20 + 40 J; stage 1: 0.4 + 0.8 s
   // is more than the iteration, so only stage 0's 0.4 s idle with 40 J counts.
   EXPECT_NEAR(info["p_block_watts"].get<double>(), 100.0, 1e-9);
+  fs::remove_all(dir);
+}
+
+// A plan for Megatron-LM's interleaved schedule reaches ranks whose pipe_schedule is that order
+// (perseus.default_pipe_schedule(..., "interleaved", V)); ranks running plain 1F1B are refused.
+TEST(Schedulers, PointSolutionServesAnInterleavedPlanInItsOrder) {
+  fs::path dir = fs::temp_directory_path() / ("perseus-interleaved-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  Plan plan;
+  plan.num_stages = 2;
+  plan.num_microbatches = 2;
+  plan.schedule = ScheduleKind::interleaved;
+  plan.virtual_stages = 2;
+  plan.frequencies = {{1410, 1300, 1200, 1100, 1000, 1100, 1200, 1300}, {1000, 1100, 1200, 1300, 1410, 1300, 1200, 1100}};
+  write_file_atomic(dir / "plan.json", plan_to_json(plan));
+  auto ctx = context(2);
+  for (auto& r : ctx.ranks) r.pipe_schedule = client::default_pipe_schedule(r.pp_rank, 2, 2, ScheduleKind::interleaved, 2);
+  // Stage 1 runs F0c0 F1c0 F0c1 B0c1 ...: a backward in the fourth slot, unlike plain 1F1B's order.
+  EXPECT_EQ(ctx.ranks[1].pipe_schedule[3], "backward");
+  EXPECT_EQ(ctx.ranks[0].pipe_schedule[3], "forward");
+  json args = {{"solution_path", (dir / "plan.json").string()}, {"warmup_iters", 0}};
+  auto scheduler = configure_scheduler("PointSolution", args)(ctx);
+  const auto schedules = scheduler->next_schedule();
+  ASSERT_EQ(schedules.size(), 2u);
+  for (const auto& one : schedules)
+    EXPECT_EQ(one.power_states, plan.frequencies[static_cast<std::size_t>(ctx.ranks[static_cast<std::size_t>(one.rank)].pp_rank)]);
+
+  auto plain = context(2);
+  for (auto& r : plain.ranks) r.pipe_schedule = client::default_pipe_schedule(r.pp_rank, 2, 4);
+  EXPECT_THROW(configure_scheduler("PointSolution", args)(plain), std::runtime_error);
   fs::remove_all(dir);
 }
 

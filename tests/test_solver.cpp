@@ -46,16 +46,18 @@ TEST(Solver, SlowsDownWhereTheCutCrossesBackward) {
 // frontier on inputs nobody gave us. With exact cut arithmetic the minimum cut does not depend
 // on which maximum flow was found, so the frontiers must be identical.
 TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
-  struct Case { int stages, microbatches; double noise; std::uint64_t seed; CostModelKind model; ScheduleKind schedule; };
+  struct Case { int stages, microbatches; double noise; std::uint64_t seed; CostModelKind model; ScheduleKind schedule; int virtual_stages = 1; };
   const std::vector<Case> cases = {
       {2, 3, 0.0, 1, CostModelKind::exponential, ScheduleKind::one_f_one_b},
       {4, 4, 0.01, 2, CostModelKind::exponential, ScheduleKind::one_f_one_b},
       {3, 7, 0.02, 3, CostModelKind::piecewise_linear, ScheduleKind::one_f_one_b},
       {4, 2, 0.0, 4, CostModelKind::exponential, ScheduleKind::one_f_one_b},
       {3, 4, 0.01, 5, CostModelKind::exponential, ScheduleKind::gpipe},
+      {2, 4, 0.01, 6, CostModelKind::exponential, ScheduleKind::interleaved, 2},
+      {3, 3, 0.0, 7, CostModelKind::piecewise_linear, ScheduleKind::interleaved, 3},
   };
   for (const auto& c : cases) {
-    const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule);
+    const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule, c.virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
     oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;

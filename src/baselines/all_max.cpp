@@ -9,6 +9,7 @@ Plan emulated_plan(const Emulator& emulator, std::vector<std::vector<int>> frequ
   plan.num_microbatches = config.num_microbatches;
   plan.schedule = config.schedule;
   plan.extra_forwards = config.extra_forwards;
+  plan.virtual_stages = config.virtual_stages;
   const auto [time, energy] = emulator.time_and_energy(frequencies);
   plan.time = time;
   plan.energy = energy;
@@ -20,7 +21,7 @@ Plan all_max_plan(const Emulator& emulator) {
   std::vector<std::vector<int>> frequencies;
   for (const auto& stage : emulator.layout()) {
     std::vector<int> clocks;
-    for (const auto& inst : stage) clocks.push_back(emulator.clocks(inst.stage, inst.kind).front());
+    for (const auto& inst : stage) clocks.push_back(emulator.clocks(inst).front());
     frequencies.push_back(std::move(clocks));
   }
   return emulated_plan(emulator, std::move(frequencies));

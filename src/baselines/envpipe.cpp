@@ -12,7 +12,7 @@ namespace {
 
 // Index (into the fastest-first clock list) of the clock with the least energy per instruction;
 // ties go to the faster clock.
-std::size_t energy_optimal_index(const Emulator& emulator, int stage, InstructionKind kind) {
+std::size_t energy_optimal_index(const Emulator& emulator, int stage, InstructionKind kind) {  // model stage
   const auto& clocks = emulator.clocks(stage, kind);
   std::size_t best = 0;
   for (std::size_t i = 1; i < clocks.size(); ++i) {
@@ -47,9 +47,10 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
   std::vector<std::vector<int>> frequencies(S);
   for (int s = 0; s < S; ++s) {
     for (std::size_t k = 0; k < layout[s].size(); ++k) {
-      const auto& clocks = emulator.clocks(s, layout[s][k].kind);
+      const auto& inst = layout[s][k];
+      const auto& clocks = emulator.clocks(inst);
       frequencies[s].push_back(envelope[s][k] ? clocks.front()
-                                              : clocks[energy_optimal_index(emulator, s, layout[s][k].kind)]);
+                                              : clocks[energy_optimal_index(emulator, model_stage(inst, S), inst.kind)]);
     }
   }
   const auto off_envelope = [&](int s, std::size_t k) { return !envelope[s][k]; };
@@ -79,7 +80,7 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
       const auto latest = std::max_element(raisable.begin(), raisable.end(),
                                            [](const auto& a, const auto& b) { return a.start < b.start; });
       auto& clock = frequencies[latest->stage][latest->slot];
-      clock = next_faster_clock(emulator, latest->stage, layout[latest->stage][latest->slot].kind, clock);
+      clock = next_faster_clock(emulator, layout[latest->stage][latest->slot], clock);
     } else {
       raise_lowest(emulator, raisable, frequencies);
     }

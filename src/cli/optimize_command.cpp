@@ -58,7 +58,7 @@ class Progress {
 int run_optimize(OptimizeArgs& args) {
   const bool envpipe = args.schedule == "envpipe";
   const auto schedule = envpipe ? ScheduleKind::one_f_one_b : parse_schedule_kind(args.schedule);
-  if (!schedule) throw Error("--schedule must be 1f1b, gpipe or envpipe", kExitUsage);
+  if (!schedule) throw Error("--schedule must be one of " + schedule_names() + " or envpipe", kExitUsage);
   args.config.schedule = *schedule;
   args.config.cost_model = *parse_cost_model_kind(args.cost_model);  // CLI checked the name
   if (envpipe && !args.config.extra_forwards.empty()) {
@@ -98,7 +98,7 @@ int run_optimize(OptimizeArgs& args) {
                                                slow.time, slow.energy, fast.time, fast.energy).c_str());
     }
     std::vector<std::string> fallbacks;  // with auto: where the exponential fit failed
-    for (int stage = 0; stage < args.config.num_stages; ++stage)
+    for (int stage = 0; stage < problem.dag.num_model_stages(); ++stage)
       for (auto kind : {InstructionKind::forward, InstructionKind::backward})
         if (args.config.cost_model == CostModelKind::automatic &&
             problem.specs[PlanningProblem::spec_index(stage, kind)].model->name() == "pwl")
@@ -122,8 +122,14 @@ Runner add_optimize_command(CLI::App& app) {
   cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(CLI::PositiveNumber);
   cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(CLI::NonNegativeNumber);
   cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--schedule", args->schedule, "Pipeline schedule: 1f1b, gpipe, or envpipe (1F1B with EnvPipe's extra forwards)")
-      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "envpipe"}));
+  cmd->add_option("--schedule", args->schedule,
+                  "Pipeline schedule: 1f1b, gpipe, interleaved (Megatron-LM's interleaved 1F1B; needs --virtual-stages), "
+                  "or envpipe (1F1B with EnvPipe's extra forwards)")
+      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "envpipe"}));
+  cmd->add_option("--virtual-stages", args->config.virtual_stages,
+                  "With --schedule interleaved: model chunks per stage, V >= 2. The profile then has S x V model stages: "
+                  "stage = chunk x S + pipeline stage, or a chunk column beside stage = pipeline stage")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_option("--extra-forwards", args->config.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")

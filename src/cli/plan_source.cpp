@@ -48,8 +48,13 @@ void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_requir
   cmd->add_option("--microbatches", args.microbatches, "Microbatches per iteration")->check(CLI::PositiveNumber);
   cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(CLI::NonNegativeNumber);
   cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(CLI::PositiveNumber);
-  cmd->add_option("--schedule", args.schedule, "1f1b (default), gpipe, or envpipe (1F1B with EnvPipe's extra forwards)")
-      ->check(CLI::IsMember({"1f1b", "gpipe", "envpipe"}));
+  cmd->add_option("--schedule", args.schedule,
+                  "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), or envpipe (1F1B with "
+                  "EnvPipe's extra forwards)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "envpipe"}));
+  cmd->add_option("--virtual-stages", args.virtual_stages,
+                  "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
+      ->check(CLI::Range(1, 1024));
   cmd->add_option("--extra-forwards", args.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
@@ -89,7 +94,8 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
   p.profile = read_profile(profile);
   if (args.recompute || (record && record->recompute)) p.profile = with_recomputation(p.profile);
   if (!args.schedule.empty()) {
-    p.config.schedule = args.schedule == "gpipe" ? ScheduleKind::gpipe : ScheduleKind::one_f_one_b;
+    p.config.schedule = args.schedule == "envpipe" ? ScheduleKind::one_f_one_b : *parse_schedule_kind(args.schedule);
+    p.config.virtual_stages = args.virtual_stages.value_or(1);
     if (args.schedule == "envpipe") {
       p.config.extra_forwards = envpipe_extra_forwards(p.profile, p.config.num_stages, p.config.num_microbatches,
                                                        args.envpipe_memory_cap);
@@ -97,9 +103,18 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
   } else if (record) {
     p.config.schedule = record->schedule;
     p.config.extra_forwards = record->extra_forwards;
+    p.config.virtual_stages = record->virtual_stages;
   } else if (plan_file && plan_file->schedule) {
     p.config.schedule = *plan_file->schedule;
     p.config.extra_forwards = plan_file->extra_forwards;
+    p.config.virtual_stages = plan_file->virtual_stages;
+  }
+  if (args.virtual_stages) {
+    if (record && *args.virtual_stages != record->virtual_stages)
+      throw Error(fmt::format("--virtual-stages {} differs from the frontier's {}", *args.virtual_stages,
+                              record->virtual_stages),
+                  kExitUsage);
+    p.config.virtual_stages = *args.virtual_stages;
   }
   if (!args.extra_forwards.empty()) {
     if (args.schedule == "envpipe") throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
@@ -148,7 +163,7 @@ void check_plan_order(const PlanFile& plan, const Pipeline& pipeline) {
   const auto& c = pipeline.config;
   for (std::size_t s = 0; s < plan.instructions.size(); ++s) {
     int extra = c.extra_forwards.empty() ? 0 : c.extra_forwards[s];
-    auto order = stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra);
+    auto order = stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra, c.virtual_stages);
     for (std::size_t k = 0; k < order.size() && k < plan.instructions[s].size(); ++k) {
       const std::string_view want = to_string(order[k].kind);
       if (plan.instructions[s][k] != want)

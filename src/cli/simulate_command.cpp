@@ -73,7 +73,8 @@ std::string percent(const json& value) {
 int run_simulate(SimulateArgs& args) {
   auto& config = args.config;
   auto kind = parse_schedule_kind(args.schedule);
-  if (!kind) throw Error(fmt::format("--schedule: '{}' is not 1f1b or gpipe", args.schedule), kExitUsage);
+  if (!kind || *kind == ScheduleKind::interleaved)
+    throw Error(fmt::format("--schedule: '{}' is not 1f1b or gpipe (simulate runs those two)", args.schedule), kExitUsage);
   config.schedule = *kind;
   for (const auto& s : args.stragglers) config.stragglers.push_back(simulate::parse_straggler(s));
   config.profile = read_profile(args.profile);

@@ -26,9 +26,10 @@ namespace perseus::client {
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
-std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches, ScheduleKind kind) {
+std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches, ScheduleKind kind,
+                                               int virtual_stages) {
   std::vector<std::string> out;
-  for (const auto& i : stage_schedule(kind, pp_rank, pp_degree, num_microbatches))
+  for (const auto& i : stage_schedule(kind, pp_rank, pp_degree, num_microbatches, 0, virtual_stages))
     out.push_back(i.kind == InstructionKind::forward ? "forward" : "backward");
   return out;
 }

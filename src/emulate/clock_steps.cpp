@@ -12,15 +12,15 @@ std::vector<RaisableUnit> raisable_on_critical_path(const Emulator& emulator, co
     for (std::size_t k = 0; k < run.instructions[s].size(); ++k) {
       const auto& unit = run.instructions[s][k];
       if (!unit.critical || !eligible(static_cast<int>(s), k)) continue;
-      const int top = emulator.clocks(unit.instruction.stage, unit.instruction.kind).front();
+      const int top = emulator.clocks(unit.instruction).front();
       if (unit.frequency < top) units.push_back({static_cast<int>(s), k, unit.start, unit.frequency});
     }
   }
   return units;
 }
 
-int next_faster_clock(const Emulator& emulator, int stage, InstructionKind kind, int clock) {
-  const auto& clocks = emulator.clocks(stage, kind);  // fastest first
+int next_faster_clock(const Emulator& emulator, const Instruction& inst, int clock) {
+  const auto& clocks = emulator.clocks(inst);  // fastest first
   return *(std::find(clocks.begin(), clocks.end(), clock) - 1);
 }
 
@@ -30,7 +30,7 @@ void raise_lowest(const Emulator& emulator, const std::vector<RaisableUnit>& uni
   for (const auto& u : units) lowest = std::min(lowest, u.clock);
   const auto& layout = emulator.layout();
   for (const auto& u : units) {
-    if (u.clock == lowest) frequencies[u.stage][u.slot] = next_faster_clock(emulator, u.stage, layout[u.stage][u.slot].kind, u.clock);
+    if (u.clock == lowest) frequencies[u.stage][u.slot] = next_faster_clock(emulator, layout[u.stage][u.slot], u.clock);
   }
 }
 

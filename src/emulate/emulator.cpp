@@ -11,14 +11,6 @@
 
 namespace perseus {
 
-namespace {
-
-std::string instruction_name(const Instruction& inst) {
-  return fmt::format("{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch);
-}
-
-}  // namespace
-
 Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     : config_(std::move(config)), source_(profile.source) {
   if (config_.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
@@ -29,14 +21,17 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
   if (!(config_.quantum >= 0) || !std::isfinite(config_.quantum)) {
     throw Error("the time quantum must be a non-negative number of seconds", kExitUsage);
   }
-  check_profile_covers(profile, config_.num_stages);
+  check_schedule_shape(config_.schedule, config_.num_stages, config_.num_microbatches, config_.virtual_stages);
+  const int model_stages = config_.num_stages * config_.virtual_stages;
+  const Profile model = by_model_stage(profile, config_.num_stages);
+  check_profile_covers(model, model_stages);
   dag_ = build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches,
-                            config_.extra_forwards);
+                            config_.extra_forwards, config_.virtual_stages);
 
-  tables_.resize(2 * config_.num_stages);
-  for (int s = 0; s < config_.num_stages; ++s) {
+  tables_.resize(2 * static_cast<std::size_t>(model_stages));
+  for (int s = 0; s < model_stages; ++s) {
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-      auto rows = profile.rows_for(s, kind);
+      auto rows = model.rows_for(s, kind);
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
       auto& t = tables_[operation_index(s, kind)];
       for (const auto& row : rows) {
@@ -107,10 +102,11 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
   for (std::size_t node = 0; node < costs.size(); ++node) {
     const auto [s, k] = slot_of_[node];
     const auto& inst = dag_.instructions[node];
-    const auto c = cost(s, inst.kind, frequencies[s][k]);
+    const auto c = cost(inst, frequencies[s][k]);
     if (!c) {
       throw Error(fmt::format("stage {} slot {} ({}) runs at {} MHz, but {} has no stage {} {} row at that clock",
-                              s, k, instruction_name(inst), frequencies[s][k], source_, s, to_string(inst.kind)),
+                              s, k, short_name(inst, config_.virtual_stages), frequencies[s][k], source_,
+                              model_stage(inst, config_.num_stages), to_string(inst.kind)),
                   kExitDataError);
     }
     costs[node] = *c;

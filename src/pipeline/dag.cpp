@@ -9,32 +9,35 @@
 namespace perseus {
 
 PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches,
-                               const std::vector<int>& extra_forwards) {
+                               const std::vector<int>& extra_forwards, int virtual_stages) {
+  check_schedule_shape(schedule, num_stages, num_microbatches, virtual_stages);
   check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
   PipelineDag dag;
   dag.extra_forwards = extra_forwards;
   dag.num_stages = num_stages;
   dag.num_microbatches = num_microbatches;
   dag.schedule = schedule;
-  // node id of (stage, kind, microbatch), to wire cross-stage edges without comparing all pairs
-  std::vector<std::vector<int>> forward_id(num_stages, std::vector<int>(num_microbatches, -1));
+  dag.virtual_stages = virtual_stages;
+  const int model_stages = dag.num_model_stages();
+  // node id of (model stage, kind, microbatch), to wire cross-stage edges without comparing all pairs
+  std::vector<std::vector<int>> forward_id(model_stages, std::vector<int>(num_microbatches, -1));
   auto backward_id = forward_id;
   for (int s = 0; s < num_stages; ++s) {
     std::vector<int> ids;
     for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches,
-                                                    extra_forwards.empty() ? 0 : extra_forwards[s])) {
+                                           extra_forwards.empty() ? 0 : extra_forwards[s], virtual_stages)) {
       const int id = static_cast<int>(dag.instructions.size());
       dag.instructions.push_back(inst);
       ids.push_back(id);
-      (inst.kind == InstructionKind::forward ? forward_id : backward_id)[s][inst.microbatch] = id;
+      (inst.kind == InstructionKind::forward ? forward_id : backward_id)[model_stage(inst, num_stages)][inst.microbatch] = id;
     }
     for (std::size_t i = 1; i < ids.size(); ++i) dag.edges.emplace_back(ids[i - 1], ids[i]);
     dag.stage_nodes.push_back(std::move(ids));
   }
-  for (int s = 0; s + 1 < num_stages; ++s) {
+  for (int k = 0; k + 1 < model_stages; ++k) {
     for (int m = 0; m < num_microbatches; ++m) {
-      dag.edges.emplace_back(forward_id[s][m], forward_id[s + 1][m]);
-      dag.edges.emplace_back(backward_id[s + 1][m], backward_id[s][m]);
+      dag.edges.emplace_back(forward_id[k][m], forward_id[k + 1][m]);
+      dag.edges.emplace_back(backward_id[k + 1][m], backward_id[k][m]);
     }
   }
   const int n = static_cast<int>(dag.instructions.size());

@@ -5,48 +5,82 @@
 #include <algorithm>
 
 #include "perseus/util/error.hpp"
+#include "schedules/schedules.hpp"
 
 namespace perseus {
 
-std::string to_string(ScheduleKind kind) {
-  return kind == ScheduleKind::one_f_one_b ? "1f1b" : "gpipe";
-}
-
-std::optional<ScheduleKind> parse_schedule_kind(std::string_view text) {
-  if (text == "1f1b") return ScheduleKind::one_f_one_b;
-  if (text == "gpipe") return ScheduleKind::gpipe;
-  return std::nullopt;
-}
-
 namespace {
 
-// Warm-up forwards, then one backward and one forward in turn, then the remaining backwards.
-// With S - s warm-up forwards this is DeepSpeed's TrainSchedule (checked in the tests).
-std::vector<Instruction> one_f_one_b(int s, int S, int M, int extra) {
-  std::vector<Instruction> result;
-  const int warmup = std::min(M, S - s + extra);
-  int next_forward = 0, next_backward = 0;
-  for (; next_forward < warmup; ++next_forward) result.push_back({s, InstructionKind::forward, next_forward});
-  while (next_backward < M) {
-    result.push_back({s, InstructionKind::backward, next_backward++});
-    if (next_forward < M) result.push_back({s, InstructionKind::forward, next_forward++});
-  }
-  return result;
+// The registry: a schedule is its order function (one file under schedules/) and a line here.
+struct ScheduleEntry {
+  ScheduleKind kind;
+  const char* name;
+  std::vector<Instruction> (*order)(int stage, const ScheduleShape& shape, int extra_forwards);
+};
+
+constexpr ScheduleEntry kSchedules[] = {
+    {ScheduleKind::one_f_one_b, "1f1b", &schedules::one_f_one_b},
+    {ScheduleKind::gpipe, "gpipe", &schedules::gpipe},
+    {ScheduleKind::interleaved, "interleaved", &schedules::interleaved},
+};
+
+const ScheduleEntry& entry(ScheduleKind kind) {
+  for (const auto& e : kSchedules)
+    if (e.kind == kind) return e;
+  throw Error("unknown schedule");
 }
 
 }  // namespace
 
+std::string to_string(ScheduleKind kind) { return entry(kind).name; }
+
+std::optional<ScheduleKind> parse_schedule_kind(std::string_view text) {
+  for (const auto& e : kSchedules)
+    if (text == e.name) return e.kind;
+  return std::nullopt;
+}
+
+std::string short_name(const Instruction& inst, int virtual_stages) {
+  return fmt::format("{}{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
+                     virtual_stages > 1 ? fmt::format("c{}", inst.chunk) : "");
+}
+
+std::string schedule_names() {
+  std::string names;
+  for (const auto& e : kSchedules) names += (names.empty() ? "" : ", ") + std::string(e.name);
+  return names;
+}
+
+void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages) {
+  if (num_stages < 1 || num_microbatches < 1)
+    throw Error("a schedule needs stages >= 1 and microbatches >= 1", kExitUsage);
+  if (kind != ScheduleKind::interleaved) {
+    if (virtual_stages != 1)
+      throw Error(fmt::format("--virtual-stages {} needs --schedule interleaved ({} runs one model chunk per stage)",
+                              virtual_stages, to_string(kind)),
+                  kExitUsage);
+    return;
+  }
+  if (virtual_stages < 2)
+    throw Error(fmt::format("the interleaved schedule needs --virtual-stages of at least 2 (got {}); with one model "
+                            "chunk per stage use 1f1b",
+                            virtual_stages),
+                kExitUsage);
+  if (num_microbatches % num_stages != 0)
+    throw Error(fmt::format("the interleaved schedule needs the microbatches to be a multiple of the stages, as "
+                            "Megatron-LM requires ({} microbatches, {} stages)",
+                            num_microbatches, num_stages),
+                kExitUsage);
+}
+
 std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages,
-                                        int num_microbatches, int extra_forwards) {
+                                        int num_microbatches, int extra_forwards, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1 || stage < 0 || stage >= num_stages) {
     throw Error("schedule needs stages >= 1, microbatches >= 1 and 0 <= stage < stages",
                 kExitUsage);
   }
-  if (kind == ScheduleKind::one_f_one_b) return one_f_one_b(stage, num_stages, num_microbatches, extra_forwards);
-  std::vector<Instruction> result;
-  for (int m = 0; m < num_microbatches; ++m) result.push_back({stage, InstructionKind::forward, m});
-  for (int m = 0; m < num_microbatches; ++m) result.push_back({stage, InstructionKind::backward, m});
-  return result;
+  check_schedule_shape(kind, num_stages, num_microbatches, virtual_stages);
+  return entry(kind).order(stage, {num_stages, num_microbatches, virtual_stages}, extra_forwards);
 }
 
 void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards,

@@ -16,11 +16,11 @@ using nlohmann::json;
 namespace {
 
 std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_stages, int num_microbatches,
-                                                const std::vector<int>& extra_forwards) {
+                                                const std::vector<int>& extra_forwards, int virtual_stages) {
   std::vector<std::vector<Instruction>> result;
   for (int s = 0; s < num_stages; ++s) {
     result.push_back(stage_schedule(schedule, s, num_stages, num_microbatches,
-                                    extra_forwards.empty() ? 0 : extra_forwards[s]));
+                                    extra_forwards.empty() ? 0 : extra_forwards[s], virtual_stages));
   }
   return result;
 }
@@ -28,11 +28,11 @@ std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_s
 }  // namespace
 
 std::vector<std::vector<Instruction>> FrontierRecord::stage_instructions() const {
-  return layout_of(schedule, num_stages, num_microbatches, extra_forwards);
+  return layout_of(schedule, num_stages, num_microbatches, extra_forwards, virtual_stages);
 }
 
 std::vector<std::vector<Instruction>> Plan::stage_instructions() const {
-  return layout_of(schedule, num_stages, num_microbatches, extra_forwards);
+  return layout_of(schedule, num_stages, num_microbatches, extra_forwards, virtual_stages);
 }
 
 FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
@@ -46,6 +46,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.num_microbatches = dag.num_microbatches;
   record.schedule = dag.schedule;
   record.extra_forwards = dag.extra_forwards;
+  record.virtual_stages = dag.virtual_stages;
   record.unit_time = problem.unit_time;
   record.p_block = problem.p_block;
   record.stop_reason = frontier.stop_reason;
@@ -161,6 +162,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"num_microbatches", record.num_microbatches},
       {"schedule", to_string(record.schedule)},
       {"extra_forwards", record.extra_forwards},
+      {"virtual_stages", record.virtual_stages},
       {"unit_time", record.unit_time},
       {"p2p_power", record.p_block},
       {"cost_model", record.cost_model},
@@ -238,8 +240,9 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   record.num_stages = field<int>(meta, "num_stages", meta_file);
   record.num_microbatches = field<int>(meta, "num_microbatches", meta_file);
   const auto schedule = parse_schedule_kind(field<std::string>(meta, "schedule", meta_file));
-  if (!schedule) throw InputError(meta_file, 0, "schedule", "must be 1f1b or gpipe");
+  if (!schedule) throw InputError(meta_file, 0, "schedule", "must be one of " + schedule_names());
   record.schedule = *schedule;
+  if (meta.contains("virtual_stages")) record.virtual_stages = field<int>(meta, "virtual_stages", meta_file);
   if (meta.contains("extra_forwards")) {
     record.extra_forwards = field<std::vector<int>>(meta, "extra_forwards", meta_file);
   }
@@ -261,6 +264,11 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
     check_extra_forwards(record.schedule, record.extra_forwards, record.num_stages, record.num_microbatches);
   } catch (const Error& e) {
     throw InputError(meta_file, 0, "extra_forwards", e.what());
+  }
+  try {
+    check_schedule_shape(record.schedule, record.num_stages, record.num_microbatches, record.virtual_stages);
+  } catch (const Error& e) {
+    throw InputError(meta_file, 0, "virtual_stages", e.what());
   }
   const auto layout = record.stage_instructions();
   if (record.start_frequencies.size() != layout.size() || record.start_durations.size() != layout.size()) {
@@ -328,6 +336,7 @@ Plan plan_at(const FrontierRecord& record, std::size_t index) {
   plan.num_microbatches = record.num_microbatches;
   plan.schedule = record.schedule;
   plan.extra_forwards = record.extra_forwards;
+  plan.virtual_stages = record.virtual_stages;
   plan.frequencies = record.start_frequencies;
   advance_plan(record, plan, index);
   return plan;

@@ -24,7 +24,7 @@ std::string plan_to_json(const Plan& plan) {
   for (int s = 0; s < plan.num_stages; ++s) {
     json names = json::array();
     for (const auto& inst : layout[s]) {
-      names.push_back(fmt::format("{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch));
+      names.push_back(short_name(inst, plan.virtual_stages));
     }
     instructions.push_back(std::move(names));
   }
@@ -35,6 +35,7 @@ std::string plan_to_json(const Plan& plan) {
               {"num_microbatches", plan.num_microbatches},
               {"schedule", to_string(plan.schedule)},
               {"extra_forwards", plan.extra_forwards},
+              {"virtual_stages", plan.virtual_stages},
               {"frequencies", plan.frequencies},
               {"instructions", instructions}};
   if (plan.index) out["index"] = *plan.index;
@@ -48,8 +49,7 @@ std::string plan_to_text(const Plan& plan) {
     text += fmt::format("stage {}:", s);
     for (std::size_t k = 0; k < layout[s].size() && k < plan.frequencies[s].size(); ++k) {
       const auto& inst = layout[s][k];
-      text += fmt::format(" {}{}@{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
-                          plan.frequencies[s][k]);
+      text += fmt::format(" {}@{}", short_name(inst, plan.virtual_stages), plan.frequencies[s][k]);
     }
     text += "\n";
   }
@@ -269,7 +269,7 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   if (doc.contains("energy") && doc["energy"].is_number()) plan.energy = doc["energy"].get<double>();
   if (doc.contains("schedule")) {
     const auto kind = doc["schedule"].is_string() ? parse_schedule_kind(doc["schedule"].get<std::string>()) : std::nullopt;
-    if (!kind) throw InputError(source, 0, "schedule", "must be \"1f1b\" or \"gpipe\"");
+    if (!kind) throw InputError(source, 0, "schedule", "must be one of " + schedule_names());
     plan.schedule = kind;
   }
   if (doc.contains("extra_forwards")) {
@@ -281,6 +281,12 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
         throw bad_extra();
       plan.extra_forwards.push_back(e.get<int>());
     }
+  }
+  if (doc.contains("virtual_stages")) {
+    const json& v = doc["virtual_stages"];
+    if (!v.is_number_integer() || v.get<std::int64_t>() < 1 || v.get<std::int64_t>() > 1024)
+      throw InputError(source, 0, "virtual_stages", "must be an integer in [1, 1024]");
+    plan.virtual_stages = v.get<int>();
   }
   if (doc.contains("num_microbatches")) {
     const json& m = doc["num_microbatches"];

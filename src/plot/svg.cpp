@@ -70,6 +70,10 @@ std::string xml_escape(const std::string& text) {
 
 std::string timeline_svg(const EmulationResult& run, const TimelineOptions& options) {
   const int S = static_cast<int>(run.instructions.size());
+  // With model chunks (interleaved) every label names its chunk: F3c1.
+  int virtual_stages = 1;
+  for (const auto& stage : run.instructions)
+    for (const auto& i : stage) virtual_stages = std::max(virtual_stages, i.instruction.chunk + 1);
   const double left = 70, right = 30, top = 40, row = 34, gap = 6, plot_width = 1100;
   const double height = top + S * row + 80;
   const double width = left + plot_width + right;
@@ -103,15 +107,16 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
     for (const auto& i : run.instructions[s]) {
       const double x = x_of(i.start), w = std::max(0.5, x_of(i.start + i.duration) - x);
       const char kind = i.instruction.kind == InstructionKind::forward ? 'F' : 'B';
+      const std::string name = short_name(i.instruction, virtual_stages);
       svg += fmt::format(
-          "<rect class=\"instruction\" data-stage=\"{}\" data-kind=\"{}\" data-microbatch=\"{}\" data-frequency=\"{}\" "
-          "x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" stroke=\"#333\" stroke-width=\"0.5\">"
-          "<title>{}{} stage {}: {} MHz, start {:.4f} s, {:.4f} s, {:.2f} J</title></rect>\n",
-          s, kind, i.instruction.microbatch, i.frequency, x, y, w, row - gap, ramp((value_of(i) - lo) / (hi - lo)), kind,
-          i.instruction.microbatch, s, i.frequency, i.start, i.duration, i.energy);
+          "<rect class=\"instruction\" data-stage=\"{}\" data-kind=\"{}\" data-microbatch=\"{}\" data-chunk=\"{}\" "
+          "data-frequency=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" stroke=\"#333\" "
+          "stroke-width=\"0.5\"><title>{} stage {}: {} MHz, start {:.4f} s, {:.4f} s, {:.2f} J</title></rect>\n",
+          s, kind, i.instruction.microbatch, i.instruction.chunk, i.frequency, x, y, w, row - gap,
+          ramp((value_of(i) - lo) / (hi - lo)), name, s, i.frequency, i.start, i.duration, i.energy);
       if (w >= 16) {
-        svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\" font-size=\"9\">{}{}</text>\n",
-                           x + w / 2, y + (row - gap) / 2 + 3, kind, i.instruction.microbatch);
+        svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\" font-size=\"9\">{}</text>\n",
+                           x + w / 2, y + (row - gap) / 2 + 3, name);
       }
     }
   }

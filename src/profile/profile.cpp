@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <map>
@@ -84,7 +85,11 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     throw InputError(source, 1, "", "empty file: expected header stage,instruction,frequency,time,energy");
   }
   const Columns columns = parse_header(line, source);
-  std::map<std::tuple<int, int, int>, std::size_t> seen;  // (stage, kind, freq) -> line
+  const auto header = split_csv_line(line);
+  const auto chunk_column = std::find(header.begin(), header.end(), "chunk");
+  profile.has_chunks = chunk_column != header.end();
+  const std::size_t chunk_index = static_cast<std::size_t>(chunk_column - header.begin());
+  std::map<std::tuple<int, int, int, int>, std::size_t> seen;  // (stage, chunk, kind, freq) -> line
 
   while (reader.next(line)) {
     const std::size_t n = reader.line_number();
@@ -104,6 +109,13 @@ Profile parse_profile(const std::string& text, const std::string& source) {
                                    fields[columns.index[0]]));
     }
     row.stage = static_cast<int>(*stage);
+    if (profile.has_chunks) {
+      const auto chunk = parse_integer(fields[chunk_index]);
+      if (!chunk || *chunk < 0 || *chunk > 1024)
+        throw InputError(source, n, "chunk",
+                         fmt::format("'{}' is not a model chunk index (an integer in 0..1024)", fields[chunk_index]));
+      row.chunk = static_cast<int>(*chunk);
+    }
     const auto kind = parse_instruction_kind(fields[columns.index[1]]);
     if (!kind) {
       throw InputError(source, n, "instruction",
@@ -120,11 +132,12 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     row.time = positive_finite(fields[columns.index[3]], source, n, "time");
     row.energy = positive_finite(fields[columns.index[4]], source, n, "energy");
 
-    const auto key = std::make_tuple(row.stage, static_cast<int>(row.kind), row.frequency);
+    const auto key = std::make_tuple(row.stage, row.chunk, static_cast<int>(row.kind), row.frequency);
     if (const auto it = seen.find(key); it != seen.end()) {
       throw InputError(source, n, "frequency",
-                       fmt::format("duplicate row for stage {} {} at {} MHz (first on line {})",
-                                   row.stage, to_string(row.kind), row.frequency, it->second));
+                       fmt::format("duplicate row for stage {}{} {} at {} MHz (first on line {})", row.stage,
+                                   profile.has_chunks ? fmt::format(" chunk {}", row.chunk) : "", to_string(row.kind),
+                                   row.frequency, it->second));
     }
     seen.emplace(key, n);
     profile.rows.push_back(row);
@@ -135,6 +148,22 @@ Profile parse_profile(const std::string& text, const std::string& source) {
 
 Profile read_profile(const std::filesystem::path& path) {
   return parse_profile(read_file(path), path.string());
+}
+
+Profile by_model_stage(const Profile& profile, int num_stages) {
+  if (!profile.has_chunks) return profile;
+  Profile result = profile;
+  result.has_chunks = false;
+  for (auto& row : result.rows) {
+    if (row.stage >= num_stages)
+      throw InputError(profile.source, row.line, "stage",
+                       fmt::format("stage {} is outside 0..{} (the pipeline has {} stages; with a chunk column, stage "
+                                   "is the pipeline stage)",
+                                   row.stage, num_stages - 1, num_stages));
+    row.stage = row.chunk * num_stages + row.stage;
+    row.chunk = 0;
+  }
+  return result;
 }
 
 void check_profile_covers(const Profile& profile, int num_stages) {
@@ -160,21 +189,22 @@ void check_profile_covers(const Profile& profile, int num_stages) {
 }
 
 std::string profile_csv(const Profile& profile) {
-  std::string csv = "stage,instruction,frequency,time,energy\n";
+  std::string csv = profile.has_chunks ? "stage,chunk,instruction,frequency,time,energy\n"
+                                        : "stage,instruction,frequency,time,energy\n";
   for (const auto& row : profile.rows)
-    csv += fmt::format("{},{},{},{},{}\n", row.stage, to_string(row.kind), row.frequency, python_float(row.time),
-                       python_float(row.energy));
+    csv += fmt::format("{}{},{},{},{},{}\n", row.stage, profile.has_chunks ? fmt::format(",{}", row.chunk) : "",
+                       to_string(row.kind), row.frequency, python_float(row.time), python_float(row.energy));
   return csv;
 }
 
 Profile with_recomputation(const Profile& profile) {
-  std::map<std::tuple<int, int>, const ProfileRow*> forwards;  // (stage, clock)
+  std::map<std::tuple<int, int, int>, const ProfileRow*> forwards;  // (stage, chunk, clock)
   for (const auto& row : profile.rows)
-    if (row.kind == InstructionKind::forward) forwards[{row.stage, row.frequency}] = &row;
+    if (row.kind == InstructionKind::forward) forwards[{row.stage, row.chunk, row.frequency}] = &row;
   Profile out = profile;
   for (auto& row : out.rows) {
     if (row.kind != InstructionKind::backward) continue;
-    auto it = forwards.find({row.stage, row.frequency});
+    auto it = forwards.find({row.stage, row.chunk, row.frequency});
     if (it == forwards.end())
       throw InputError(profile.source, row.line, "frequency",
                        fmt::format("--recompute: stage {} has a backward at {} MHz but no forward at that clock to "

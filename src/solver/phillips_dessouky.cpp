@@ -119,7 +119,7 @@ class Solver {
     const auto& insts = problem.dag.instructions;
     table_of_.resize(insts.size());
     for (std::size_t i = 0; i < insts.size(); ++i) {
-      table_of_[i] = PlanningProblem::spec_index(insts[i].stage, insts[i].kind);
+      table_of_[i] = PlanningProblem::spec_index(model_stage(insts[i], problem.dag.num_stages), insts[i].kind);
       duration_.push_back(tables_[table_of_[i]].max);
     }
     earliest_.resize(graph_.num_nodes);
@@ -369,7 +369,7 @@ std::vector<int> Frontier::durations_at(std::size_t point) const {
 }
 
 Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& options) {
-  if (problem.specs.size() != static_cast<std::size_t>(2 * problem.dag.num_stages)) {
+  if (problem.specs.size() != static_cast<std::size_t>(2 * problem.dag.num_model_stages())) {
     throw Error("planning problem needs forward and backward specs for every stage");
   }
   Solver solver(problem, options);

@@ -76,20 +76,26 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   // Bounds on what one run may make the planner allocate and compute (issue 13): a plan has two
   // instructions per (stage, microbatch), and path lengths are summed in 32-bit time units.
   constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
-  const long long instructions = 2LL * config.num_stages * config.num_microbatches;
+  if (config.virtual_stages < 1 || config.virtual_stages > 1024)
+    throw Error("--virtual-stages must be in [1, 1024]", kExitUsage);
+  const long long instructions = 2LL * config.num_stages * config.num_microbatches * config.virtual_stages;
   if (instructions > kMaxInstructions)
-    throw Error(fmt::format("--stages {} x --microbatches {} is {} instructions; the planner handles at most {}",
-                            config.num_stages, config.num_microbatches, instructions, kMaxInstructions),
+    throw Error(fmt::format("--stages {} x --microbatches {}{} is {} instructions; the planner handles at most {}",
+                            config.num_stages, config.num_microbatches,
+                            config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
+                            instructions, kMaxInstructions),
                 kExitUsage);
-  check_profile_covers(profile, config.num_stages);
+  check_schedule_shape(config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages);
+  const int model_stages = config.num_stages * config.virtual_stages;
+  check_profile_covers(profile, model_stages);
 
   PlanningProblem problem;
   problem.unit_time = config.unit_time;
   problem.p_block = config.p_block;
   const OptionsConfig options_config{config.unit_time, config.p_block, config.noise_factor};
-  problem.specs.resize(2 * config.num_stages);
+  problem.specs.resize(2 * static_cast<std::size_t>(model_stages));
   std::vector<std::string> whats;  // per spec, for error messages
-  for (int stage = 0; stage < config.num_stages; ++stage) {
+  for (int stage = 0; stage < model_stages; ++stage) {
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
       spec.options = build_options(profile.rows_for(stage, kind), options_config);
@@ -111,7 +117,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   }
   fit_cost_models(problem, config, whats);
   problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
-                                   config.extra_forwards);
+                                   config.extra_forwards, config.virtual_stages);
   return problem;
 }
 

@@ -78,8 +78,16 @@ def test_default_pipe_schedule(schedule, expected):
     assert perseus.default_pipe_schedule(0, 2, 3, schedule=schedule) == expected
 
 
+def test_default_pipe_schedule_interleaved_is_megatrons_order():
+    # Stage 1 of 2, 2 chunks, 2 microbatches: F0c0 F1c0 F0c1 B0c1 F1c1 B1c1 B0c0 B1c0.
+    assert perseus.default_pipe_schedule(1, 2, 2, schedule="interleaved", virtual_stages=2) == [
+        "forward", "forward", "forward", "backward", "forward", "backward", "backward", "backward"]
+    with pytest.raises(ValueError, match="multiple of the stages"):
+        perseus.default_pipe_schedule(0, 2, 3, schedule="interleaved", virtual_stages=2)
+
+
 def test_default_pipe_schedule_rejects_bad_input():
-    with pytest.raises(ValueError, match="'1f1b' or 'gpipe'"):
+    with pytest.raises(ValueError, match="1f1b, gpipe, interleaved"):
         perseus.default_pipe_schedule(0, 2, 3, schedule="zigzag")
     with pytest.raises(ValueError, match="stage"):
         perseus.default_pipe_schedule(2, 2, 3)

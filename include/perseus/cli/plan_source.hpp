@@ -29,7 +29,8 @@ struct PipelineArgs {
   std::string profile;
   std::optional<int> stages, microbatches;
   std::optional<double> p_block, unit_time;
-  std::string schedule;         // 1f1b, gpipe, envpipe (1f1b with EnvPipe's extra forwards)
+  std::string schedule;         // 1f1b, gpipe, interleaved, envpipe (1f1b with EnvPipe's extra forwards)
+  std::optional<int> virtual_stages;  // interleaved: model chunks per stage
   std::vector<int> extra_forwards;
   int envpipe_memory_cap = -1;  // extra forwards that fit in memory; -1: no cap
   bool quantize = false;

@@ -125,8 +125,10 @@ class Client {
 };
 
 // One stage's forwards and backwards as pipe_schedule names, in the order the schedule runs them:
-// 1f1b is DeepSpeed's TrainSchedule (Megatron-LM's non-interleaved 1F1B runs the same order).
+// 1f1b is DeepSpeed's TrainSchedule (Megatron-LM's non-interleaved 1F1B runs the same order);
+// interleaved is Megatron-LM's interleaved 1F1B with `virtual_stages` model chunks per stage
+// (num_microbatches counts each microbatch once, not once per chunk).
 std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches,
-                                               ScheduleKind kind = ScheduleKind::one_f_one_b);
+                                               ScheduleKind kind = ScheduleKind::one_f_one_b, int virtual_stages = 1);
 
 }  // namespace perseus::client

@@ -21,7 +21,7 @@ std::vector<RaisableUnit> raisable_on_critical_path(const Emulator& emulator, co
                                                     const std::function<bool(int, std::size_t)>& eligible);
 
 // The next faster clock the profile has for (stage, kind); `clock` must be profiled and not the top.
-int next_faster_clock(const Emulator& emulator, int stage, InstructionKind kind, int clock);
+int next_faster_clock(const Emulator& emulator, const Instruction& inst, int clock);
 
 // Raises by one step every unit of `units` that sits at the lowest clock among them.
 void raise_lowest(const Emulator& emulator, const std::vector<RaisableUnit>& units,

@@ -18,6 +18,7 @@ struct EmulatorConfig {
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage, 1f1b only
+  int virtual_stages = 1;           // model chunks per stage, interleaved only
   double p_block = 0;               // watts while waiting
   // When > 0, instruction times are floored to multiples of this, as the planner quantizes
   // them, so that frontier plans are judged in the planner's own time units.
@@ -63,13 +64,20 @@ class Emulator {
   // Instructions of each stage in schedule order: the shape a plan's clock lists must have.
   const std::vector<std::vector<Instruction>>& layout() const { return layout_; }
 
-  // Clocks of (stage, kind) the profile has, fastest first.
-  const std::vector<int>& clocks(int stage, InstructionKind kind) const;
+  // Clocks of (model stage, kind) the profile has, fastest first. The model stage is the stage
+  // unless the schedule is interleaved (model_stage()); the Instruction overloads say which.
+  const std::vector<int>& clocks(int model_stage, InstructionKind kind) const;
+  const std::vector<int>& clocks(const Instruction& inst) const {
+    return clocks(model_stage(inst, config_.num_stages), inst.kind);
+  }
   // Time and energy of one instruction at a clock; nullopt when the profile has no such row.
   struct Cost {
     double time = 0, energy = 0;
   };
-  std::optional<Cost> cost(int stage, InstructionKind kind, int frequency) const;
+  std::optional<Cost> cost(int model_stage, InstructionKind kind, int frequency) const;
+  std::optional<Cost> cost(const Instruction& inst, int frequency) const {
+    return cost(model_stage(inst, config_.num_stages), inst.kind, frequency);
+  }
 
   // Runs `frequencies` (per stage, per slot of layout()). Throws Error naming the stage, slot
   // and clock when the plan's shape is wrong or a clock is absent from the profile.

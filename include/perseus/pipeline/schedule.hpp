@@ -1,6 +1,7 @@
 #pragma once
 // Pipeline schedules (DESIGN §2.4): the order in which each stage runs its forwards and
-// backwards.
+// backwards. Each schedule is one file under src/pipeline/schedules/ plus a line in the registry
+// (src/pipeline/schedule.cpp).
 #include <optional>
 #include <string>
 #include <string_view>
@@ -10,25 +11,50 @@
 
 namespace perseus {
 
+// One forward or backward of one microbatch on one stage (pipeline rank). `chunk` is the model
+// chunk the stage runs it on: 0 unless the schedule is interleaved, where stage s holds chunks
+// 0..V-1 and chunk c is the model's virtual stage c * S + s (Megatron-LM's round-robin).
 struct Instruction {
   int stage = 0;
   InstructionKind kind = InstructionKind::forward;
   int microbatch = 0;
+  int chunk = 0;
   bool operator==(const Instruction&) const = default;
 };
 
-enum class ScheduleKind { one_f_one_b, gpipe };
+// The model stage (profile stage) an instruction runs: its virtual stage.
+inline int model_stage(const Instruction& inst, int num_stages) { return inst.chunk * num_stages + inst.stage; }
+// "F3", "B0"; with model chunks (virtual_stages > 1) "F3c1": forward of microbatch 3, chunk 1.
+std::string short_name(const Instruction& inst, int virtual_stages);
+
+enum class ScheduleKind { one_f_one_b, gpipe, interleaved };
 
 std::string to_string(ScheduleKind kind);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
+std::string schedule_names();  // "1f1b, gpipe, interleaved", for help and errors
+
+// What a schedule's order depends on.
+struct ScheduleShape {
+  int num_stages = 1;
+  int num_microbatches = 1;
+  int virtual_stages = 1;  // model chunks per stage (interleaved only)
+};
 
 // Instructions of one stage in execution order.
 // 1f1b: DeepSpeed's synchronous TrainSchedule (stage s runs S - s warm-up forwards, then
-// alternates backward and forward); gpipe: all forwards, then all backwards.
+// alternates backward and forward; Megatron-LM's non-interleaved 1F1B is the same order);
+// gpipe: all forwards, then all backwards; interleaved: Megatron-LM's interleaved 1F1B over
+// V model chunks per stage.
 // `extra_forwards` (1f1b only) pulls that many more forwards ahead of the stage's first
 // backward: EnvPipe's reordered schedule. Zero gives DeepSpeed's order exactly.
 std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages,
-                                        int num_microbatches, int extra_forwards = 0);
+                                        int num_microbatches, int extra_forwards = 0,
+                                        int virtual_stages = 1);
+
+// Checks the shape for the schedule: stages and microbatches >= 1; interleaved needs
+// virtual_stages >= 2 and microbatches a multiple of the stages (as Megatron-LM requires), the
+// others virtual_stages == 1. Throws Error (kExitUsage) saying which.
+void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages);
 
 // Checks a per-stage extra-forward list (empty means none): one entry per stage, each
 // 0 <= R_s <= M - (S - s), non-increasing down the pipe, 0 on the last stage, 1f1b only.

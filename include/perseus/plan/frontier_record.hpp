@@ -34,6 +34,7 @@ struct FrontierRecord {
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
+  int virtual_stages = 1;           // model chunks per stage (interleaved)
   double unit_time = 0;
   double p_block = 0;
   std::string cost_model;
@@ -59,6 +60,7 @@ struct Plan {
   int num_microbatches = 0;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
+  int virtual_stages = 1;           // model chunks per stage (interleaved)
   std::vector<std::vector<int>> frequencies;
 
   // Instructions of each stage in schedule order, matching `frequencies`.

@@ -28,6 +28,7 @@ struct PlanFile {
   std::optional<double> time, energy;                           // JSON; Zeus: energy = "total cost with P2P"
   std::optional<ScheduleKind> schedule;                         // JSON only
   std::vector<int> extra_forwards;                              // JSON only
+  int virtual_stages = 1;                                       // JSON only
   std::optional<int> num_microbatches;                          // JSON only
 };
 

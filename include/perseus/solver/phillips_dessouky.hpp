@@ -24,14 +24,14 @@ struct OperationSpec {
 
 struct PlanningProblem {
   PipelineDag dag;
-  std::vector<OperationSpec> specs;   // indexed by spec_index(stage, kind)
+  std::vector<OperationSpec> specs;   // indexed by spec_index(model stage, kind)
   double unit_time = 0.001;
   double p_block = 0;
 
   static int spec_index(int stage, InstructionKind kind) { return operation_index(stage, kind); }
   const OperationSpec& spec_of(int instruction) const {
     const auto& inst = dag.instructions[instruction];
-    return specs[spec_index(inst.stage, inst.kind)];
+    return specs[spec_index(model_stage(inst, dag.num_stages), inst.kind)];
   }
 };
 

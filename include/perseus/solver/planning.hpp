@@ -17,6 +17,7 @@ struct PlanningConfig {
   double noise_factor = 0.95;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> extra_forwards;  // per stage, 1f1b only (EnvPipe's reordered schedule)
+  int virtual_stages = 1;           // model chunks per stage, interleaved only: the profile has S * V stages
   CostModelKind cost_model = CostModelKind::automatic;
 };
 

@@ -13,7 +13,9 @@ module's ``forward_step`` and the gradients through its ``backward_step``, looke
 call time: ``attach`` replaces that pair with measured versions and makes each call of a schedule
 function one perseus step. Calls with ``forward_only=True`` (evaluation) are not measured. The
 optimizer step runs outside the schedule, so it is outside the measured iteration.
-Megatron's non-interleaved 1F1B runs the same order as ``perseus.default_pipe_schedule``.
+Megatron's non-interleaved 1F1B runs the same order as ``perseus.default_pipe_schedule``; with
+virtual pipeline stages, give the client
+``pipe_schedule=perseus.default_pipe_schedule(rank, pp, microbatches, "interleaved", virtual_stages)``.
 """
 from __future__ import annotations
 

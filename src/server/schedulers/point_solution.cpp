@@ -30,6 +30,7 @@ struct LoadedPlan {
   std::vector<int> extra_forwards;
   std::optional<int> num_microbatches;
   std::vector<std::vector<std::string>> instructions = {};  // per stage, when the file names them (Zeus's format)
+  int virtual_stages = 1;                                    // model chunks per stage (interleaved)
 };
 
 struct PointConfig {
@@ -41,7 +42,7 @@ struct PointConfig {
 LoadedPlan from_file(const fs::path& path) {
   PlanFile file = read_plan_file(path);
   return {path.filename().string(), file.frequencies, file.schedule, file.extra_forwards, file.num_microbatches,
-          file.instructions};
+          file.instructions, file.virtual_stages};
 }
 
 // The forward/backward order of one stage of a plan: named by the file, from the schedule it was
@@ -55,7 +56,8 @@ std::vector<std::string> plan_order(const LoadedPlan& plan, int stage, int stage
   if (!plan.num_microbatches && clocks.size() % 2 != 0)
     throw std::runtime_error(fmt::format("{}: {} clocks is not a forward and a backward per microbatch", who, clocks.size()));
   std::vector<std::string> names;
-  for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra)) names.emplace_back(to_string(inst.kind));
+  for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra, plan.virtual_stages))
+    names.emplace_back(to_string(inst.kind));
   if (names.size() != clocks.size())
     throw std::runtime_error(fmt::format("{}: {} clocks for {} forwards and backwards", who, clocks.size(), names.size()));
   return names;
@@ -172,7 +174,7 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
       }
       Plan plan = plan_at(record, chosen);
       config.plans.push_back({fmt::format("{} point {}", path.string(), chosen), plan.frequencies, plan.schedule,
-                              plan.extra_forwards, plan.num_microbatches});
+                              plan.extra_forwards, plan.num_microbatches, {}, plan.virtual_stages});
     } else if (fs::is_directory(path)) {
       folder = true;
       std::vector<fs::path> files;
