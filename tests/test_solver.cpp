@@ -1,5 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <array>
+#include <random>
+
 #include "perseus/solver/phillips_dessouky.hpp"
 #include "solver_fixtures.hpp"
 
@@ -76,6 +79,65 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
     const Frontier r = solve_frontier(problem);
     EXPECT_EQ(r.points.size(), a.points.size());
   }
+}
+
+// The same on 200 small random pipelines: random stages (1-4), microbatches (1-6),
+// schedules (1f1b, gpipe, interleaved), noise, GPU shape, cost model and blocking power. Exact cut
+// arithmetic: the frontiers must be identical. Reference arithmetic: the two algorithms may find
+// different maximum flows, and where a residual of exactly 1e-6 J decides the cut the reference's
+// own answer depends on which, so there only the frontiers' ends are compared.
+TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
+  std::mt19937_64 rng(2026);
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int compared = 0, points = 0;
+  for (int trial = 0; trial < 200; ++trial) {
+    const int stages = pick(1, 4);
+    ScheduleKind schedule = std::array{ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::interleaved}[pick(0, 2)];
+    int microbatches = pick(1, 6), virtual_stages = 1;
+    if (schedule == ScheduleKind::interleaved) {
+      virtual_stages = pick(2, 3);
+      microbatches = stages * pick(1, 2);
+    }
+    SyntheticGpu gpu;
+    gpu.num_stages = stages * virtual_stages;
+    gpu.noise = std::array{0.0, 0.005, 0.02, 0.05}[pick(0, 3)];
+    gpu.seed = static_cast<std::uint64_t>(trial);
+    gpu.forward_time = 0.004 * pick(1, 4);
+    gpu.clock_step = std::array{30, 60, 120}[pick(0, 2)];
+    gpu.compute_share = 0.5 + 0.1 * pick(0, 4);
+    PlanningConfig config;
+    config.num_stages = stages;
+    config.num_microbatches = microbatches;
+    config.virtual_stages = virtual_stages;
+    config.schedule = schedule;
+    config.unit_time = 0.001;
+    config.p_block = 40.0 + 10 * pick(0, 5);
+    config.cost_model = std::array{CostModelKind::automatic, CostModelKind::piecewise_linear}[pick(0, 1)];
+    const auto problem = make_planning_problem(parse_profile(synthetic_profile_csv(gpu), "random.csv"), config);
+    SCOPED_TRACE(testing::Message() << "trial " << trial << ": " << stages << " stages, " << microbatches
+                                    << " microbatches, " << to_string(schedule) << " V=" << virtual_stages);
+    SolverOptions fast, oracle;
+    fast.cut_rule = oracle.cut_rule = CutRule::exact;
+    oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    const Frontier a = solve_frontier(problem, fast);
+    const Frontier b = solve_frontier(problem, oracle);
+    ASSERT_EQ(a.points.size(), b.points.size());
+    for (std::size_t i = 0; i < a.points.size(); ++i) {
+      ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
+      ASSERT_DOUBLE_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
+    }
+    SolverOptions reference_oracle;
+    reference_oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    const Frontier r = solve_frontier(problem);
+    const Frontier ro = solve_frontier(problem, reference_oracle);
+    ASSERT_FALSE(r.points.empty());
+    EXPECT_EQ(r.points.front().quant_time, ro.points.front().quant_time);
+    EXPECT_EQ(r.points.back().quant_time, ro.points.back().quant_time);
+    ++compared;
+    points += static_cast<int>(a.points.size());
+  }
+  EXPECT_EQ(compared, 200);
+  RecordProperty("frontier_points", points);
 }
 
 TEST(Solver, StopRequestLeavesAValidShorterFrontier) {
