@@ -554,6 +554,11 @@ TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   r = run("whatif --frontier " + out + " --pipelines 4");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("zeus-stage"), std::string::npos);
+  // Planning in-process gives the same report.
+  auto in_process = run("whatif " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
+                        "--p2p-power 70 --pipelines 4");
+  ASSERT_EQ(in_process.code, 0) << in_process.output;
+  EXPECT_EQ(in_process.output.substr(in_process.output.find("all-max")), r.output.substr(r.output.find("all-max")));
   r = run("plot timeline --frontier " + out + " --out " + (dir_ / "t.svg").string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(perseus::read_file(dir_ / "t.svg").find("F7c1"), std::string::npos);
