@@ -161,6 +161,39 @@ TEST(Straggler, HandComputedCluster) {
   EXPECT_THROW(straggler_whatif(all_max, fixed, frontier, {2, 1.0, 3, {0.9}}), Error);
 }
 
+// The Perseus evaluation notebook's meter: T is the planner's fastest (9.5 s here, all-max emulates
+// at 10 s), each method's straggler runs its own plan for T'/T = 1 stretched, perseus picks the
+// frontier plan with the least energy of its own. S = 2, P_block = 1 W, D = 3.
+TEST(Straggler, PaperConventionHandComputed) {
+  const PlanCost all_max{10, 100};
+  const std::vector<std::pair<std::string, PlanCost>> fixed{{"envpipe", {10, 90}}};
+  const std::vector<PlanCost> predicted{{12, 70}, {11, 75}, {9.5, 88}};
+  StragglerConfig config{2, 1.0, 3, {1.0, 1.2}};
+  config.convention = StragglerConvention::paper;
+  config.reference_time = 9.5;
+  const auto rows = straggler_whatif(all_max, fixed, predicted, config);
+  ASSERT_EQ(rows.size(), 6u);
+  // T'/T = 1: deadline 9.5 s; all-max and EnvPipe still take 10 s, their stragglers run their own plans.
+  EXPECT_DOUBLE_EQ(rows[0].iteration_time, 10);
+  EXPECT_DOUBLE_EQ(rows[0].energy, 300);
+  EXPECT_DOUBLE_EQ(rows[1].energy, 270);
+  EXPECT_DOUBLE_EQ(rows[2].plan_time, 9.5);
+  EXPECT_DOUBLE_EQ(rows[2].energy, 3 * 88);
+  // T'/T = 1.2: deadline 11.4 s. All-max's straggler takes 12 s: 120 J; the others block 2 s.
+  EXPECT_DOUBLE_EQ(rows[3].iteration_time, 12);
+  EXPECT_DOUBLE_EQ(rows[3].energy, 120 + 2 * 104);
+  EXPECT_DOUBLE_EQ(rows[4].energy, 108 + 2 * 94);
+  // Perseus: the 11 s plan (75 J) finishes by 11.4 s; its straggler is the 9.5 s plan stretched.
+  EXPECT_DOUBLE_EQ(rows[5].plan_time, 11);
+  EXPECT_DOUBLE_EQ(rows[5].iteration_time, 11.4);
+  EXPECT_NEAR(rows[5].energy, 88 * 1.2 + 2 * (75 + 2 * 0.4), 1e-9);
+  EXPECT_NEAR(rows[5].saving, (328 - rows[5].energy) / 328, 1e-12);
+  // Under perseus's own meter the same inputs give other numbers: T = 10 s, all-max's straggler.
+  const auto ours = straggler_whatif(all_max, fixed, predicted, {2, 1.0, 3, {1.0, 1.2}});
+  EXPECT_DOUBLE_EQ(ours[5].iteration_time, 12);
+  EXPECT_NE(ours[5].energy, rows[5].energy);
+}
+
 TEST(Straggler, SlowFixedPlanStretchesTheWholeCluster) {
   const auto rows = straggler_whatif({10, 100}, {{"slow", {11, 80}}}, {}, {2, 1.0, 2, {1.0}});
   EXPECT_DOUBLE_EQ(rows[1].iteration_time, 11);

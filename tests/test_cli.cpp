@@ -575,3 +575,16 @@ TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   EXPECT_EQ(r.code, 64);
   EXPECT_NE(r.output.find("needs --schedule interleaved"), std::string::npos) << r.output;
 }
+
+TEST_F(Cli, WhatIfMetersWithThePapersConventionOnRequest) {
+  const std::string shape = " --stages 4 --microbatches 6 --p2p-power 75 --pipelines 8 --slowdowns 1,1.2 --baselines zeus-global";
+  auto ours = run("whatif " + example_ + shape);
+  auto paper = run("whatif " + example_ + shape + " --convention paper --out " + (dir_ / "paper.csv").string());
+  ASSERT_EQ(ours.code, 0) << ours.output;
+  ASSERT_EQ(paper.code, 0) << paper.output;
+  EXPECT_EQ(ours.output.find("paper's convention"), std::string::npos);
+  EXPECT_NE(paper.output.find("paper's convention: T = the planner's fastest"), std::string::npos) << paper.output;
+  const std::string csv = perseus::read_file(dir_ / "paper.csv");
+  EXPECT_NE(csv.find("1.2,perseus,"), std::string::npos) << csv;
+  EXPECT_EQ(run("whatif " + example_ + shape + " --convention notebook").code, 64);
+}

@@ -43,42 +43,68 @@ std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
   for (double f : config.slowdowns) {
     if (!(f >= 1) || !std::isfinite(f)) throw Error(fmt::format("slowdown {} must be a number >= 1", f), kExitUsage);
   }
+  const bool paper = config.convention == StragglerConvention::paper;
   const int S = config.num_stages;
   const double P = config.p_block;
   const int others = config.pipelines - 1;
+  const double T = paper && config.reference_time > 0 ? config.reference_time : all_max.time;
   std::vector<PlanCost> candidates = frontier;
-  candidates.push_back(all_max);
+  if (!paper) candidates.push_back(all_max);  // the notebook chooses among frontier plans only
+  // The notebook's pick: the least energy of the plan itself among those finishing by the deadline.
+  auto least_energy_by = [&](double deadline) -> const PlanCost& {
+    const PlanCost* best = &all_max;
+    bool found = false;
+    for (const auto& c : frontier) {
+      if (c.time > deadline * (1 + kTimeSlack)) continue;
+      if (!found || c.energy < best->energy) best = &c;
+      found = true;
+    }
+    return *best;
+  };
+  const PlanCost& perseus_intrinsic = paper ? least_energy_by(T) : all_max;
 
   std::vector<StragglerRow> rows;
   for (std::size_t k = 0; k < config.slowdowns.size(); ++k) {
     const double factor = config.slowdowns[k];
-    const double deadline = factor * all_max.time;
-    // The straggler's energy when the cluster's iteration takes `iteration` seconds.
-    auto straggler_at = [&](double iteration) { return all_max.energy * factor + S * (iteration - deadline) * P; };
-    auto row_for = [&](const std::string& method, const PlanCost& plan) {
+    const double deadline = factor * T;
+    // The straggler runs `intrinsic` stretched by the factor (all-max under perseus's meter, the
+    // method's own plan under the paper's) and blocks once done until the cluster's iteration ends.
+    auto straggler_at = [&](const PlanCost& intrinsic, double iteration) {
+      return intrinsic.energy * factor + S * (iteration - intrinsic.time * factor) * P;
+    };
+    auto row_for = [&](const std::string& method, const PlanCost& plan, const PlanCost& intrinsic) {
       StragglerRow row;
       row.slowdown = factor;
       row.method = method;
       row.plan_time = plan.time;
       row.plan_energy = plan.energy;
-      row.iteration_time = std::max(deadline, plan.time);
+      row.iteration_time = std::max({deadline, plan.time, intrinsic.time * factor});
       const double other_energy = plan.energy + S * (row.iteration_time - plan.time) * P;
-      row.energy = straggler_at(row.iteration_time) + others * other_energy;
+      row.energy = straggler_at(intrinsic, row.iteration_time) + others * other_energy;
       return row;
     };
     const std::size_t first = rows.size();
-    rows.push_back(row_for("all-max", all_max));
-    for (const auto& [name, plan] : fixed) rows.push_back(row_for(name, plan));
-    auto pool = candidates;
-    if (!fitted.empty()) pool.insert(pool.end(), fitted[k].begin(), fitted[k].end());
-    const int chosen = cheapest_by_deadline(pool, deadline, S, P);
-    rows.push_back(row_for("perseus", pool[chosen]));  // all-max always qualifies
+    std::vector<PlanCost> intrinsics;  // per row, the straggler's plan
+    auto add = [&](const std::string& method, const PlanCost& plan, const PlanCost& own) {
+      const PlanCost& intrinsic = paper ? own : all_max;
+      rows.push_back(row_for(method, plan, intrinsic));
+      intrinsics.push_back(intrinsic);
+    };
+    add("all-max", all_max, all_max);
+    for (const auto& [name, plan] : fixed) add(name, plan, plan);
+    if (paper) {
+      add("perseus", least_energy_by(deadline), perseus_intrinsic);
+    } else {
+      auto pool = candidates;
+      if (!fitted.empty()) pool.insert(pool.end(), fitted[k].begin(), fitted[k].end());
+      add("perseus", pool[cheapest_by_deadline(pool, deadline, S, P)], all_max);  // all-max always qualifies
+    }
     const auto& base = rows[first];
-    const double base_others = base.energy - straggler_at(base.iteration_time);
+    const double base_others = base.energy - straggler_at(intrinsics[0], base.iteration_time);
     for (std::size_t i = first; i < rows.size(); ++i) {
       auto& row = rows[i];
       row.saving = base.energy > 0 ? (base.energy - row.energy) / base.energy : 0;
-      const double row_others = row.energy - straggler_at(row.iteration_time);
+      const double row_others = row.energy - straggler_at(intrinsics[i - first], row.iteration_time);
       row.saving_non_straggler = base_others > 0 ? (base_others - row_others) / base_others : 0;
     }
   }

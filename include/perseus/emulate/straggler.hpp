@@ -14,11 +14,22 @@ struct PlanCost {
   double energy = 0;  // emulated energy of one pipeline's iteration, joules
 };
 
+// How the what-if is metered. `perseus` (the default): T is all-max's emulated time, the straggler
+// runs all-max stretched under every method, perseus picks the plan with the least energy
+// including the blocking until T', and energies are emulated. `paper`: the Perseus evaluation
+// notebook's conventions -- T is the planner's quantized fastest time (`reference_time`), each
+// method's straggler runs that method's own plan for T'/T = 1 stretched, perseus picks the
+// frontier plan with the least energy of its own (blocking until T' ignored), and the frontier's
+// energies are the planner's predictions (the caller passes them as `frontier`).
+enum class StragglerConvention { perseus, paper };
+
 struct StragglerConfig {
   int num_stages = 0;
   double p_block = 0;
   int pipelines = 1;  // D, including the straggler
   std::vector<double> slowdowns;  // T'/T, each >= 1
+  StragglerConvention convention = StragglerConvention::perseus;
+  double reference_time = 0;  // paper: T, the planner's fastest time; 0: all-max's time
 };
 
 struct StragglerRow {
