@@ -11,132 +11,137 @@ namespace {
 
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max() / 8;
 
-// Arcs in series (joined by a node with exactly one arc in and one out) carry the same flow, so
-// a chain becomes one arc with bounds [max lower, min upper]. The critical subgraphs of pipeline
-// DAGs are mostly such chains, which shrinks the network several times.
-struct Chains {
-  std::vector<BoundedArc> arcs;      // one per chain
-  std::vector<int> chain_of;         // per original arc
+// Buffers of the Dinic path, kept per thread so that a planner's thousands of calls reuse them.
+struct Workspace {
+  Dinic dinic;
+  std::vector<int> in_degree, out_degree, out_arc;
+  std::vector<BoundedArc> chain_arcs;  // one per chain
+  std::vector<int> chain_of;           // per original arc
+  std::vector<std::int64_t> start, chain_flow, excess, helper_capacity;
+  std::vector<char> set;
+  std::vector<int> arc_edge, helper_edges;
 };
 
-std::optional<Chains> contract_series(int n, const std::vector<BoundedArc>& arcs, int source,
-                                      int sink, Feasibility feasibility) {
-  std::vector<int> in_degree(n, 0), out_degree(n, 0), out_arc(n, -1);
+// Arcs in series (joined by a node with exactly one arc in and one out) carry the same flow, so
+// a chain becomes one arc with bounds [max lower, min upper]. The critical subgraphs of pipeline
+// DAGs are mostly such chains, which shrinks the network several times. Fills w.chain_arcs and
+// w.chain_of; false when a chain's bounds leave no feasible flow.
+bool contract_series(int n, const std::vector<BoundedArc>& arcs, int source, int sink, Feasibility feasibility,
+                     Workspace& w) {
+  w.in_degree.assign(n, 0);
+  w.out_degree.assign(n, 0);
+  w.out_arc.assign(n, -1);
   for (std::size_t i = 0; i < arcs.size(); ++i) {
-    ++in_degree[arcs[i].to];
-    ++out_degree[arcs[i].from];
-    out_arc[arcs[i].from] = static_cast<int>(i);
+    ++w.in_degree[arcs[i].to];
+    ++w.out_degree[arcs[i].from];
+    w.out_arc[arcs[i].from] = static_cast<int>(i);
   }
   auto through = [&](int v) {
-    return v != source && v != sink && in_degree[v] == 1 && out_degree[v] == 1;
+    return v != source && v != sink && w.in_degree[v] == 1 && w.out_degree[v] == 1;
   };
-  Chains result;
-  result.chain_of.assign(arcs.size(), -1);
+  w.chain_arcs.clear();
+  w.chain_of.assign(arcs.size(), -1);
   for (std::size_t first = 0; first < arcs.size(); ++first) {
     if (through(arcs[first].from)) continue;  // not the head of its chain
-    const int id = static_cast<int>(result.arcs.size());
+    const int id = static_cast<int>(w.chain_arcs.size());
     BoundedArc merged = arcs[first];
     int current = static_cast<int>(first);
-    result.chain_of[current] = id;
+    w.chain_of[current] = id;
     while (through(arcs[current].to)) {
-      current = out_arc[arcs[current].to];
-      result.chain_of[current] = id;
+      current = w.out_arc[arcs[current].to];
+      w.chain_of[current] = id;
       merged.lower = std::max(merged.lower, arcs[current].lower);
       merged.upper = std::min(merged.upper, arcs[current].upper);
     }
     merged.to = arcs[current].to;
     if (merged.lower > merged.upper) {  // no flow fits every arc of the chain
       // A node in the chain falls short by the difference: the rule decides, as at any node.
-      if (!demand_met(merged.lower, merged.upper, feasibility)) return std::nullopt;
+      if (!demand_met(merged.lower, merged.upper, feasibility)) return false;
       merged.lower = merged.upper;
     }
-    result.arcs.push_back(merged);
+    w.chain_arcs.push_back(merged);
   }
   // Arcs on a cycle of through nodes have no head; a DAG has none, but stay correct regardless.
   for (std::size_t i = 0; i < arcs.size(); ++i) {
-    if (result.chain_of[i] < 0) {
-      result.chain_of[i] = static_cast<int>(result.arcs.size());
-      result.arcs.push_back(arcs[i]);
+    if (w.chain_of[i] < 0) {
+      w.chain_of[i] = static_cast<int>(w.chain_arcs.size());
+      w.chain_arcs.push_back(arcs[i]);
     }
   }
-  return result;
+  return true;
 }
 
 // Starts from `initial` (within the bounds, not necessarily conserving flow): the solver passes
 // the previous iteration's flow, so that only the few nodes whose balance changed need routing.
-std::optional<std::vector<std::int64_t>> dinic_flow(int n, const std::vector<BoundedArc>& arcs,
-                                                    const std::vector<std::int64_t>& initial,
-                                                    int source, int sink, Feasibility feasibility) {
-  thread_local Dinic dinic;
+bool dinic_flow(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>& initial, int source,
+                int sink, Feasibility feasibility, Workspace& w, std::vector<std::int64_t>& flow) {
+  Dinic& dinic = w.dinic;
   const int super_source = n, super_sink = n + 1;
   dinic.reset(n + 2);
-  std::vector<int> arc_edge(arcs.size());
-  std::vector<std::int64_t> excess(n, 0);
+  w.arc_edge.resize(arcs.size());
+  w.excess.assign(n, 0);
   for (std::size_t i = 0; i < arcs.size(); ++i) {
     const auto& arc = arcs[i];
     const std::int64_t x = initial[i];
-    arc_edge[i] = dinic.add_edge(arc.from, arc.to, arc.upper - x);
-    dinic.set_residual(arc_edge[i] ^ 1, x - arc.lower);
-    excess[arc.to] += x;
-    excess[arc.from] -= x;
+    w.arc_edge[i] = dinic.add_edge(arc.from, arc.to, arc.upper - x);
+    dinic.set_residual(w.arc_edge[i] ^ 1, x - arc.lower);
+    w.excess[arc.to] += x;
+    w.excess[arc.from] -= x;
   }
-  std::vector<int> helper_edges;
-  std::vector<std::int64_t> helper_capacity;
+  w.helper_edges.clear();
+  w.helper_capacity.clear();
   std::int64_t demand = 0;
   for (int v = 0; v < n; ++v) {
-    if (excess[v] > 0) {
-      helper_edges.push_back(dinic.add_edge(super_source, v, excess[v]));
-      helper_capacity.push_back(excess[v]);
-      demand += excess[v];
-    } else if (excess[v] < 0) {
-      helper_edges.push_back(dinic.add_edge(v, super_sink, -excess[v]));
-      helper_capacity.push_back(-excess[v]);
+    if (w.excess[v] > 0) {
+      w.helper_edges.push_back(dinic.add_edge(super_source, v, w.excess[v]));
+      w.helper_capacity.push_back(w.excess[v]);
+      demand += w.excess[v];
+    } else if (w.excess[v] < 0) {
+      w.helper_edges.push_back(dinic.add_edge(v, super_sink, -w.excess[v]));
+      w.helper_capacity.push_back(-w.excess[v]);
     }
   }
   const int back_edge = dinic.add_edge(sink, source, kUnbounded);
   if (dinic.max_flow(super_source, super_sink, demand) < demand) {
     // Short: feasible only if every node's shortfall passes the rule (the reference's per-node check).
-    for (std::size_t h = 0; h < helper_edges.size(); ++h) {
-      const std::int64_t capacity = helper_capacity[h];
-      if (!demand_met(capacity, capacity - dinic.residual(helper_edges[h]), feasibility)) return std::nullopt;
+    for (std::size_t h = 0; h < w.helper_edges.size(); ++h) {
+      const std::int64_t capacity = w.helper_capacity[h];
+      if (!demand_met(capacity, capacity - dinic.residual(w.helper_edges[h]), feasibility)) return false;
     }
   }
   // Drop the helpers: what remains on the original arcs is a feasible s-t flow.
-  for (int e : helper_edges) {
+  for (int e : w.helper_edges) {
     dinic.set_residual(e, 0);
     dinic.set_residual(e ^ 1, 0);
   }
   dinic.set_residual(back_edge, 0);
   dinic.set_residual(back_edge ^ 1, 0);
   dinic.max_flow(source, sink, kUnbounded);
-  std::vector<std::int64_t> flow(arcs.size());
-  for (std::size_t i = 0; i < arcs.size(); ++i) {
-    flow[i] = arcs[i].upper - dinic.residual(arc_edge[i]);
-  }
-  return flow;
+  flow.resize(arcs.size());
+  for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = arcs[i].upper - dinic.residual(w.arc_edge[i]);
+  return true;
 }
 
-std::optional<std::vector<std::int64_t>> with_dinic(int n, const std::vector<BoundedArc>& arcs,
-                                                    const std::vector<std::int64_t>* initial,
-                                                    int source, int sink, Feasibility feasibility) {
-  const auto chains = contract_series(n, arcs, source, sink, feasibility);
-  if (!chains) return std::nullopt;
-  std::vector<std::int64_t> start(chains->arcs.size(), -1);
-  for (std::size_t c = 0; c < chains->arcs.size(); ++c) start[c] = chains->arcs[c].lower;
+bool with_dinic(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>* initial, int source,
+                int sink, Feasibility feasibility, std::vector<std::int64_t>& flow) {
+  thread_local Workspace w;
+  if (!contract_series(n, arcs, source, sink, feasibility, w)) return false;
+  const std::size_t chains = w.chain_arcs.size();
+  w.start.resize(chains);
+  for (std::size_t c = 0; c < chains; ++c) w.start[c] = w.chain_arcs[c].lower;
   if (initial) {
-    std::vector<char> set(chains->arcs.size(), 0);
+    w.set.assign(chains, 0);
     for (std::size_t i = 0; i < arcs.size(); ++i) {
-      const int c = chains->chain_of[i];
-      if (set[c]) continue;
-      set[c] = 1;
-      start[c] = std::clamp((*initial)[i], chains->arcs[c].lower, chains->arcs[c].upper);
+      const int c = w.chain_of[i];
+      if (w.set[c]) continue;
+      w.set[c] = 1;
+      w.start[c] = std::clamp((*initial)[i], w.chain_arcs[c].lower, w.chain_arcs[c].upper);
     }
   }
-  const auto chain_flow = dinic_flow(n, chains->arcs, start, source, sink, feasibility);
-  if (!chain_flow) return std::nullopt;
-  std::vector<std::int64_t> flow(arcs.size());
-  for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = (*chain_flow)[chains->chain_of[i]];
-  return flow;
+  if (!dinic_flow(n, w.chain_arcs, w.start, source, sink, feasibility, w, w.chain_flow)) return false;
+  flow.resize(arcs.size());
+  for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = w.chain_flow[w.chain_of[i]];
+  return true;
 }
 
 using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
@@ -212,14 +217,27 @@ std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<Bou
 
 }  // namespace
 
+bool bounded_max_flow_into(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
+                           MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial,
+                           Feasibility feasibility, std::vector<std::int64_t>& flow) {
+  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) {
+    auto result = with_boost(num_nodes, arcs, source, sink, feasibility);
+    if (!result) return false;
+    flow = std::move(*result);
+    return true;
+  }
+  return with_dinic(num_nodes, arcs, initial, source, sink, feasibility, flow);
+}
+
 std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes,
                                                           const std::vector<BoundedArc>& arcs,
                                                           int source, int sink,
                                                           MaxFlowAlgorithm algorithm,
                                                           const std::vector<std::int64_t>* initial,
                                                           Feasibility feasibility) {
-  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) return with_boost(num_nodes, arcs, source, sink, feasibility);
-  return with_dinic(num_nodes, arcs, initial, source, sink, feasibility);
+  std::vector<std::int64_t> flow;
+  if (!bounded_max_flow_into(num_nodes, arcs, source, sink, algorithm, initial, feasibility, flow)) return std::nullopt;
+  return flow;
 }
 
 bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule) {

@@ -30,8 +30,8 @@ void Dinic::build_adjacency() {
   for (int node : from_) ++adj_start_[node + 1];
   for (int i = 0; i < num_nodes_; ++i) adj_start_[i + 1] += adj_start_[i];
   adj_.resize(from_.size());
-  std::vector<int> fill(adj_start_.begin(), adj_start_.end() - 1);
-  for (int e = 0; e < static_cast<int>(from_.size()); ++e) adj_[fill[from_[e]]++] = e;
+  fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
+  for (int e = 0; e < static_cast<int>(from_.size()); ++e) adj_[fill_[from_[e]]++] = e;
   level_.resize(num_nodes_);
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);

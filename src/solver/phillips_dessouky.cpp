@@ -186,21 +186,23 @@ class Solver {
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, std::string& reason) {
     collect_critical_arcs();
-    const auto flow = bounded_max_flow(static_cast<int>(compact_nodes_.size()), arcs_,
-                                       compact_id_[graph_.source], compact_id_[graph_.sink],
-                                       options_.algorithm, &initial_flow_,
-                                       options_.cut_rule == CutRule::reference ? Feasibility::reference
-                                                                               : Feasibility::exact);
-    if (!flow) {
+    const bool feasible = bounded_max_flow_into(
+        static_cast<int>(compact_nodes_.size()), arcs_, compact_id_[graph_.source], compact_id_[graph_.sink],
+        options_.algorithm, &initial_flow_,
+        options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact, flow_);
+    if (!feasible) {
       reason = "no feasible flow on the critical subgraph";
       return false;
     }
     // The next iteration starts from this flow: its critical subgraph is mostly the same.
     std::fill(previous_flow_.begin(), previous_flow_.end(), 0);
-    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = (*flow)[i];
-    find_source_side(*flow);
+    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_[i];
+    find_source_side(flow_);
 
-    std::vector<int> speed_up, slow_down;
+    auto& speed_up = speed_up_;
+    auto& slow_down = slow_down_;
+    speed_up.clear();
+    slow_down.clear();
     for (std::size_t i = 0; i < critical_.size(); ++i) {
       const int a = critical_[i];
       const bool from_in = in_cut_[arcs_[i].from], to_in = in_cut_[arcs_[i].to];
@@ -352,7 +354,8 @@ class Solver {
   std::vector<int> earliest_, latest_;
   std::vector<int> critical_;
   std::vector<BoundedArc> arcs_;
-  std::vector<std::int64_t> initial_flow_, previous_flow_;
+  std::vector<std::int64_t> initial_flow_, previous_flow_, flow_;
+  std::vector<int> speed_up_, slow_down_;  // arcs the cut crosses forward / backward
   std::vector<char> in_cut_;  // per compact node: on the source side of the cut
   std::vector<int> compact_id_, compact_nodes_;
   const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);

@@ -35,6 +35,12 @@ std::optional<std::vector<std::int64_t>> bounded_max_flow(
     int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
     MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial = nullptr,
     Feasibility feasibility = Feasibility::exact);
+// The same into `flow` (resized to the arcs; false: no feasible flow). With Dinic it allocates
+// nothing once the thread's buffers have grown to the network's size: the planner calls it once
+// per frontier point.
+bool bounded_max_flow_into(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
+                           MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial,
+                           Feasibility feasibility, std::vector<std::int64_t>& flow);
 
 // Plain max flow on a residual network; reusable across calls to avoid reallocations.
 class Dinic {
@@ -61,7 +67,7 @@ class Dinic {
   std::vector<int> from_, to_;
   std::vector<std::int64_t> cap_;
   std::vector<int> adj_start_, adj_;
-  std::vector<int> level_, iter_, queue_;
+  std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
 };
 
