@@ -11,6 +11,9 @@
 #include "perseus/online/clock_scan.hpp"
 #include "perseus/online/straggler_detector.hpp"
 #include "perseus/pipeline/makespan.hpp"
+#include "perseus/plan/frontier_record.hpp"
+#include "perseus/profile/synthetic.hpp"
+#include "perseus/solver/planning.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "perseus/simulate/simulated_gpu.hpp"
 #include "perseus/util/error.hpp"
@@ -140,6 +143,19 @@ TEST(PipelineMakespan, OneFOneBCriticalPathByHand) {
   EXPECT_DOUBLE_EQ(pipeline_makespan(orders, 2, durations), 9.0);
 }
 
+TEST(PipelineMakespan, InterleavedCriticalPathByHand) {
+  // Megatron's interleaved 1F1B, 2 stages x 2 chunks, 2 microbatches, forward 1, backward 2: the
+  // same walk as the emulator's hand-computed case (Emulator.InterleavedHandComputedCriticalPath).
+  std::vector<std::vector<Instruction>> orders;
+  for (int s = 0; s < 2; ++s) orders.push_back(stage_schedule(ScheduleKind::interleaved, s, 2, 2, 0, 2));
+  std::vector<std::vector<double>> durations;
+  for (const auto& order : orders) {
+    durations.emplace_back();
+    for (const auto& i : order) durations.back().push_back(i.kind == InstructionKind::forward ? 1.0 : 2.0);
+  }
+  EXPECT_DOUBLE_EQ(pipeline_makespan(orders, 2, durations), 15.0);
+}
+
 std::string profile_path(const std::string& name) {
   return std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/" + name;
 }
@@ -181,6 +197,52 @@ TEST_F(SimulateTest, AllMaxMatchesTheEmulatorExactlyAndEveryPipelineMeetsAtTheSy
   EXPECT_NEAR(summary.whole.energy, 3 * emulated.second, 1e-6);
   for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.second, 1e-6);
   EXPECT_FALSE(summary.job_id.empty());
+}
+
+// Megatron-LM's interleaved schedule end to end: a frontier planned for 2 stages x 2 chunks,
+// served by PointSolution to simulated ranks whose pipe_schedule is the interleaved order; once
+// deployed, each iteration costs what the emulator says the plan costs.
+TEST_F(SimulateTest, AnInterleavedPlanServedByPointSolutionRunsAsEmulated) {
+  SyntheticGpu gpu;
+  gpu.num_stages = 4;  // model stages: chunk c of stage s is c * 2 + s
+  const Profile profile = parse_profile(synthetic_profile_csv(gpu), "interleaved.csv");
+  PlanningConfig planning;
+  planning.num_stages = 2;
+  planning.num_microbatches = 4;
+  planning.virtual_stages = 2;
+  planning.schedule = ScheduleKind::interleaved;
+  planning.p_block = 70;
+  const auto problem = make_planning_problem(profile, planning);
+  const auto record = make_frontier_record(problem, solve_frontier(problem), {"interleaved.csv", "auto"});
+  write_frontier_record(record, dir / "frontier");
+  const std::size_t chosen = *cheapest_within(record, record.points.back().time * 1.1);
+  const Plan plan = plan_at(record, chosen);
+
+  testing::TestServer server(settings("PointSolution", {{"solution_path", (dir / "frontier").string()},
+                                                         {"slowdown", 1.1}, {"warmup_iters", 1}}));
+  simulate::SimulationConfig c;
+  c.profile = profile;
+  c.stages = 2;
+  c.microbatches = 4;
+  c.virtual_stages = 2;
+  c.schedule = ScheduleKind::interleaved;
+  c.p2p_power = 70;
+  c.server_url = server.url;
+  c.iterations = 20;
+  c.report_every = 10;
+  c.model_name = "interleaved";
+  const auto summary = simulate::simulate_cluster(c);
+  EXPECT_EQ(summary.disabled_ranks, 0);
+  ASSERT_EQ(summary.reports.size(), 2u);
+  EmulatorConfig config;
+  config.num_stages = 2;
+  config.num_microbatches = 4;
+  config.virtual_stages = 2;
+  config.schedule = ScheduleKind::interleaved;
+  config.p_block = 70;
+  const auto [time, energy] = Emulator(profile, config).time_and_energy(plan.frequencies);
+  EXPECT_NEAR(summary.reports[1].iteration_time, time, 1e-9);
+  EXPECT_NEAR(summary.reports[1].energy, energy, 1e-6);
 }
 
 TEST_F(SimulateTest, AStragglerStretchesItsPipelineAndTheOthersWaitForIt) {

@@ -73,8 +73,7 @@ std::string percent(const json& value) {
 int run_simulate(SimulateArgs& args) {
   auto& config = args.config;
   auto kind = parse_schedule_kind(args.schedule);
-  if (!kind || *kind == ScheduleKind::interleaved)
-    throw Error(fmt::format("--schedule: '{}' is not 1f1b or gpipe (simulate runs those two)", args.schedule), kExitUsage);
+  if (!kind) throw Error(fmt::format("--schedule: '{}' is not one of {}", args.schedule, schedule_names()), kExitUsage);
   config.schedule = *kind;
   for (const auto& s : args.stragglers) config.stragglers.push_back(simulate::parse_straggler(s));
   config.profile = read_profile(args.profile);
@@ -157,7 +156,10 @@ Runner add_simulate_command(CLI::App& app) {
   cmd->add_option("--noise", c.noise, "Sigma of a log-normal factor on each instruction's time and energy")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of the noise")->capture_default_str();
-  cmd->add_option("--schedule", args->schedule, "1f1b or gpipe")->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "1f1b, gpipe or interleaved (with --virtual-stages)")->capture_default_str();
+  cmd->add_option("--virtual-stages", c.virtual_stages,
+                  "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages)")
+      ->capture_default_str()->check(CLI::Range(1, 1024));
   cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
   return [args] { return run_simulate(*args); };
 }

@@ -73,10 +73,11 @@ class Cluster {
           r.rank = index(d, s, t);
           r.dp = d, r.pp = s, r.tp = t;
           r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
-          r.names = client::default_pipe_schedule(s, config_.stages, config_.microbatches, config_.schedule);
+          r.names = client::default_pipe_schedule(s, config_.stages, config_.microbatches, config_.schedule,
+                                                  config_.virtual_stages);
         }
     for (int s = 0; s < config_.stages; ++s)
-      orders_.push_back(stage_schedule(config_.schedule, s, config_.stages, config_.microbatches));
+      orders_.push_back(stage_schedule(config_.schedule, s, config_.stages, config_.microbatches, 0, config_.virtual_stages));
   }
 
   SimulationSummary run(const std::function<void(const WindowReport&)>& on_report) {
@@ -181,14 +182,17 @@ class Cluster {
     for (const auto& s : c.stragglers)
       if (s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
-    check_profile_covers(c.profile, c.stages);
+    check_schedule_shape(c.schedule, c.stages, c.microbatches, c.virtual_stages);
+    check_profile_covers(by_model_stage(c.profile, c.stages), c.stages * c.virtual_stages);
   }
 
-  void build_tables() {
-    tables_.resize(static_cast<std::size_t>(config_.stages) * 2);
-    for (int s = 0; s < config_.stages; ++s)
+  void build_tables() {  // per model stage
+    const Profile model = by_model_stage(config_.profile, config_.stages);
+    const int model_stages = config_.stages * config_.virtual_stages;
+    tables_.resize(static_cast<std::size_t>(model_stages) * 2);
+    for (int s = 0; s < model_stages; ++s)
       for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-        auto rows = config_.profile.rows_for(s, kind);
+        auto rows = model.rows_for(s, kind);
         std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
         CostTable& table = tables_[table_index(s, kind)];
         for (const auto& row : rows) {
@@ -262,7 +266,7 @@ class Cluster {
 
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
-    const CostTable& table = tables_[table_index(s, inst.kind)];
+    const CostTable& table = tables_[table_index(model_stage(inst, config_.stages), inst.kind)];
     const char* name = inst.kind == InstructionKind::forward ? "forward" : "backward";
     const int T = config_.tensor_parallel;
     durations_.assign(static_cast<std::size_t>(T), 0);

@@ -1,8 +1,9 @@
 #pragma once
 // Runs one pipeline's iteration instruction by instruction: each stage runs its instructions in
 // schedule order, each starting when its stage is free and its input is there (the previous
-// stage's forward of the microbatch; the next stage's backward, or on the last stage its own
-// forward). The caller says how long each one takes, so that the same walk serves a simulated
+// model stage's forward of the microbatch; the next model stage's backward, or on the last model
+// stage its own forward; model stages are the stages unless instructions name chunks, as
+// interleaved schedules do). The caller says how long each one takes, so that the same walk serves a simulated
 // cluster (which runs the instruction on its GPUs) and measured durations (a pipeline's
 // compute-bound iteration time).
 #include <cstddef>

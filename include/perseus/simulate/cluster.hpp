@@ -43,6 +43,7 @@ struct SimulationConfig {
   int tensor_parallel = 1;  // T
   double p2p_power = 0;     // watts drawn while a GPU waits
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;  // model chunks per stage (interleaved): the profile has stages x this model stages
   std::string server_url = "http://127.0.0.1:7787";
   std::string token;
   std::string model_name = "model";

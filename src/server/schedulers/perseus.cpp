@@ -100,7 +100,9 @@ class PerseusScheduler final : public Scheduler {
       auto mine = schedule_of(r, stages_, microbatches_);
       if (!mine || (kind && *mine != *kind))
         throw std::runtime_error(fmt::format("rank {}'s forwards and backwards follow neither 1F1B nor GPipe for stage "
-                                             "{} of {} with {} microbatches; Perseus plans those schedules",
+                                             "{} of {} with {} microbatches; the turnkey loop plans those schedules "
+                                             "(for Megatron-LM's interleaved one, plan with perseus optimize --schedule "
+                                             "interleaved and serve the frontier with PointSolution)",
                                              r.rank, r.pp_rank, stages_, microbatches_));
       kind = mine;
     }
