@@ -1,5 +1,6 @@
 // The planner against the Perseus authors' frontiers in ../shared/data (skipped when absent):
 // same number of points, same times, energies within a relative tolerance.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -69,7 +70,7 @@ TEST_P(ReferenceFrontier, MatchesPointForPoint) {
     worst = std::max(worst, std::fabs(record.points[i].energy - reference[i].second) / reference[i].second);
   }
   EXPECT_LE(worst, c.tolerance);
-  RecordProperty("worst_relative_energy_error", std::to_string(worst));
+  RecordProperty("worst_relative_energy_error", fmt::format("{:.3g}", worst));
 }
 
 INSTANTIATE_TEST_SUITE_P(Sosp24, ReferenceFrontier,
