@@ -77,6 +77,9 @@ bool covariance_finite(const lm::Result<3>& fit, std::size_t m, double cost) {
   return true;
 }
 
+// Relative decrease of the mean squared error that counts as a better fit, not rounding.
+constexpr double kMeaningfulImprovement = 1e-9;
+
 // For a fixed b the model is linear in a and c: the least-squares a and c, in a form that stays
 // exact as b*q goes to zero (centred, expm1), and the mean squared error they leave.
 struct LinearPart {
@@ -199,14 +202,19 @@ std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOpt
   // stops on it depends on rounding (numpy's exp against libm's is enough to move it). Searching
   // the valley along b, with a and c solved exactly for each b, and starting lmdif again from
   // there, only ever replaces the grid's fit with a better one: never worse than the reference.
+  // Only an improvement beyond rounding replaces lmdif's fit: on a flat valley a point 1e-10 lower
+  // can sit far along it, and lmdif's own stop is the one closest to the reference's.
   if (const auto along_valley = best_along_b(options, best->b())) {
     const ExponentialModel model = *along_valley;
+    const ExponentialModel grid_best = *best;
+    const double grid_error = best_error;
     const double error = model.mean_squared_error(options);
     if (model.a() >= 0.0 && error < best_error) {
       best_error = error;
       best = model;
     }
     try_start({best->a(), best->b(), best->c()});
+    if (!(best_error < grid_error * (1 - kMeaningfulImprovement))) best = grid_best;
   }
   return std::make_unique<ExponentialModel>(*best);
 }
