@@ -75,14 +75,17 @@ TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 }
 
 // Starts a fake training rank in the background (`flags` added); its exit code lands in
-// rank<R>.rc, its fake GPU's call log in gpu<R>.log; returns its pid.
+// rank<R>.rc (written whole, then renamed: a test that sees the file sees the code), its fake
+// GPU's call log in gpu<R>.log; returns its pid.
 pid_t start_rank(const fs::path& dir, int port, int rank, int stages, const std::string& flags = "--iterations 100000",
                  const std::string& env = "") {
   std::string command = fmt::format(
       "cd '{}' && ({} PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} --rank {} "
-      "--stages {} --microbatches 4 --report-every 2 --job-id-file job_id.txt {} > rank{}.out 2>&1 & echo $! > rank{}.pid; "
-      "wait $!; echo $? > rank{}.rc) &",
-      dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank);
+      "--stages {} --microbatches 4 --report-every 2 --job-id-file job_id.txt {} > rank{}.out 2>&1 & "
+      "echo $! > rank{}.pid.part && mv rank{}.pid.part rank{}.pid; "
+      "wait $!; echo $? > rank{}.rc.part && mv rank{}.rc.part rank{}.rc) &",
+      dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank, rank,
+      rank, rank, rank);
   EXPECT_EQ(std::system(command.c_str()), 0);
   EXPECT_TRUE(eventually([&] { return !read_if_exists(dir / fmt::format("rank{}.pid", rank)).empty(); }));
   return std::stoi(read_file(dir / fmt::format("rank{}.pid", rank)));
