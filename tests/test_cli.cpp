@@ -137,11 +137,11 @@ TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
   const std::string good = write("freqs_pipeline_00002.py", "[\n[('forward', 1410), ('backward', 1410)],\n]\n");
   const std::string records = (dir_ / "zeus-dump").string();
   auto started = run("serve --scheduler PointSolution --port 0",
-                     "timeout -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + good +
+                     "timeout --foreground -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + good +
                          "\"}' ZEUS_PFO_DUMP_DIR=" + records + " ZEUS_PFO_LOG_LEVEL=DEBUG");
   EXPECT_NE(started.output.find("scheduler PointSolution, mode frequency, records in " + records), std::string::npos)
       << started.output;
-  auto no_records = run("serve --port 0", "timeout -s INT 1 env ZEUS_PFO_DUMP_DATA=false");
+  auto no_records = run("serve --port 0", "timeout --foreground -s INT 1 env ZEUS_PFO_DUMP_DATA=false");
   EXPECT_NE(no_records.output.find("no records"), std::string::npos) << no_records.output;
 }
 
@@ -152,9 +152,9 @@ TEST_F(Cli, PowerLimitSchedulersSetTheMode) {
   EXPECT_NE(contradiction.output.find("contradicts scheduler ZeusGlobalPowerLimit, which sets power limits"),
             std::string::npos) << contradiction.output;
   EXPECT_EQ(run("serve --scheduler AllMaxFrequency", "PERSEUS_MODE='power limit'").code, 64);
-  auto started = run("serve --scheduler AllMaxPowerLimit3D --port 0 --no-dump", "timeout -s INT 1");
+  auto started = run("serve --scheduler AllMaxPowerLimit3D --port 0 --no-dump", "timeout --foreground -s INT 1");
   EXPECT_NE(started.output.find("scheduler AllMaxPowerLimit3D, mode power limit"), std::string::npos) << started.output;
-  auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump", "timeout -s INT 1");
+  auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump", "timeout --foreground -s INT 1");
   EXPECT_NE(either.output.find("mode power limit"), std::string::npos) << either.output;
 }
 
@@ -485,7 +485,10 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   EXPECT_NE(r.output.find("summary: 20 iterations (ran 20 iterations)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("server: done (AllMaxFrequency), round 4"), std::string::npos) << r.output;
 
-  auto stopped = run("simulate " + profile + shape + " --iterations 100000000 --json", "timeout --preserve-status -s INT 2");
+  // --foreground: timeout otherwise signals the command and then its own process group, and the
+  // second SIGINT, once the first was handled, ends the process at once (as a second Ctrl-C should).
+  auto stopped = run("simulate " + profile + shape + " --iterations 100000000 --json",
+                     "timeout --foreground --preserve-status -s INT 2");
   EXPECT_EQ(stopped.code, 130) << stopped.output;
   auto lines = json_lines(stopped.output);
   ASSERT_FALSE(lines.empty());
