@@ -194,9 +194,6 @@ class Solver {
       reason = "no feasible flow on the critical subgraph";
       return false;
     }
-    // The next iteration starts from this flow: its critical subgraph is mostly the same.
-    std::fill(previous_flow_.begin(), previous_flow_.end(), 0);
-    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_[i];
     find_source_side(flow_);
 
     auto& speed_up = speed_up_;
@@ -254,6 +251,10 @@ class Solver {
       const int inst = graph_.instruction[a];
       if (inst >= 0) frontier.changes.push_back({inst, ++duration_[inst]});
     }
+    changed_.clear();
+    for (int a : speed_up) changed_.push_back(a);
+    for (int a : slow_down)
+      if (graph_.instruction[a] >= 0) changed_.push_back(a);
     compute_times();
     point.quant_time = earliest_[graph_.sink];
     point.cost_change = cost_change;
@@ -262,12 +263,38 @@ class Solver {
     return true;
   }
 
+  bool is_critical(int a) const { return earliest_[graph_.from[a]] + arc_duration(a) == latest_[graph_.to[a]]; }
+
+  BoundedArc bounded(int a, int from, int to) const {
+    BoundedArc arc{from, to, 0, infinite_units_};
+    const int inst = graph_.instruction[a];
+    if (inst >= 0) {
+      const SpecTable& t = tables_[table_of_[inst]];
+      arc.lower = t.lower[duration_[inst] - t.min];
+      arc.upper = t.upper[duration_[inst] - t.min];
+    }
+    return arc;
+  }
+
   // Critical arcs (earliest finish == latest finish) with their flow bounds, on nodes renumbered
   // densely so that the flow and cut work scales with the critical subgraph, not the pipeline.
+  // The flow starts from the last point's: the next critical subgraph is nearly always the same
+  // arcs (then only the arcs the last step changed get new bounds, and the network, its
+  // contraction and the cut's adjacency are kept).
   void collect_critical_arcs() {
+    const int num_arcs = static_cast<int>(graph_.from.size());
+    bool same = !critical_.empty();
+    for (int a = 0; a < num_arcs && same; ++a) same = is_critical(a) == (critical_index_[a] >= 0);
+    if (same) {
+      for (int a : changed_) arcs_[critical_index_[a]] = bounded(a, arcs_[critical_index_[a]].from, arcs_[critical_index_[a]].to);
+      initial_flow_.resize(flow_.size());
+      for (std::size_t i = 0; i < flow_.size(); ++i) initial_flow_[i] = std::clamp(flow_[i], arcs_[i].lower, arcs_[i].upper);
+      return;
+    }
+    // The last flow, per arc of the whole graph, warm-starts the arcs that stay critical.
+    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_[i];
     for (int v : compact_nodes_) compact_id_[v] = -1;
     compact_nodes_.clear();
-    critical_.clear();
     arcs_.clear();
     initial_flow_.clear();
     auto compact = [&](int v) {
@@ -279,39 +306,26 @@ class Solver {
     };
     compact(graph_.source);
     compact(graph_.sink);
-    const int num_arcs = static_cast<int>(graph_.from.size());
+    std::swap(critical_, last_critical_);
+    critical_.clear();
+    critical_index_.assign(num_arcs, -1);
     for (int a = 0; a < num_arcs; ++a) {
-      if (earliest_[graph_.from[a]] + arc_duration(a) != latest_[graph_.to[a]]) continue;
+      if (!is_critical(a)) continue;
+      critical_index_[a] = static_cast<int>(critical_.size());
       critical_.push_back(a);
-      const int inst = graph_.instruction[a];
-      BoundedArc arc{compact(graph_.from[a]), compact(graph_.to[a]), 0, infinite_units_};
-      if (inst >= 0) {
-        const SpecTable& t = tables_[table_of_[inst]];
-        arc.lower = t.lower[duration_[inst] - t.min];
-        arc.upper = t.upper[duration_[inst] - t.min];
-      }
-      arcs_.push_back(arc);
-      initial_flow_.push_back(std::clamp(previous_flow_[a], arc.lower, arc.upper));
+      const int from = compact(graph_.from[a]);
+      arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
+      initial_flow_.push_back(std::clamp(previous_flow_[a], arcs_.back().lower, arcs_.back().upper));
     }
+    for (int a : last_critical_) previous_flow_[a] = 0;
+    adjacency_stale_ = true;
   }
 
   // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs.
   void find_source_side(const std::vector<std::int64_t>& flow) {
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     in_cut_.assign(num_nodes, 0);
-    // Adjacency of the critical subgraph, in both directions.
-    adj_start_.assign(num_nodes + 1, 0);
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
-      ++adj_start_[arcs_[i].from + 1];
-      ++adj_start_[arcs_[i].to + 1];
-    }
-    for (int v = 0; v < num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
-    adj_.resize(2 * critical_.size());
-    fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
-      adj_[fill_[arcs_[i].from]++] = static_cast<int>(i);
-      adj_[fill_[arcs_[i].to]++] = static_cast<int>(i);
-    }
+    if (adjacency_stale_) build_cut_adjacency();
     stack_.clear();
     const int source = compact_id_[graph_.source];
     stack_.push_back(source);
@@ -340,6 +354,24 @@ class Solver {
   }
 
 
+  // Adjacency of the critical subgraph, in both directions.
+  void build_cut_adjacency() {
+    const int num_nodes = static_cast<int>(compact_nodes_.size());
+    adj_start_.assign(num_nodes + 1, 0);
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      ++adj_start_[arcs_[i].from + 1];
+      ++adj_start_[arcs_[i].to + 1];
+    }
+    for (int v = 0; v < num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
+    adj_.resize(2 * critical_.size());
+    fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      adj_[fill_[arcs_[i].from]++] = static_cast<int>(i);
+      adj_[fill_[arcs_[i].to]++] = static_cast<int>(i);
+    }
+    adjacency_stale_ = false;
+  }
+
   std::string describe(int inst) const {
     const auto& i = problem_.dag.instructions[inst];
     return fmt::format("{}(stage {}, microbatch {})", to_string(i.kind), i.stage, i.microbatch);
@@ -352,7 +384,10 @@ class Solver {
   std::vector<int> table_of_;
   std::vector<int> duration_;
   std::vector<int> earliest_, latest_;
-  std::vector<int> critical_;
+  std::vector<int> critical_, last_critical_;
+  std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
+  std::vector<int> changed_;         // arcs whose duration the last step changed
+  bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
   std::vector<std::int64_t> initial_flow_, previous_flow_, flow_;
   std::vector<int> speed_up_, slow_down_;  // arcs the cut crosses forward / backward
