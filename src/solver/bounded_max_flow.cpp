@@ -2,6 +2,7 @@
 #include <boost/graph/push_relabel_max_flow.hpp>
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "perseus/solver/max_flow.hpp"
 
@@ -24,14 +25,18 @@ struct Workspace {
   std::vector<int> chain_of;           // per arc: its chain
   std::vector<int> chain_first;        // per chain: its lowest-numbered arc (whose warm start it takes)
   std::vector<BoundedArc> chain_arcs;  // per chain: endpoints; bounds set per call
-  // The residual network: an edge per chain, then a supply and a drain edge per node (used when the
-  // node's balance is positive or negative, capacity 0 otherwise), then the sink -> source edge.
-  Dinic dinic;
+  // The residual network of the feasibility phase: an edge per chain, then a supply and a drain
+  // edge per node (open when the node's balance is positive or negative, closed between calls),
+  // then the sink -> source edge. The maximum-flow phase, where the helpers are closed, runs on a
+  // copy with the chain edges only (the same edges in the same order, without the closed ones to
+  // step over).
+  Dinic dinic, chains_only;
   std::vector<int> chain_edge, supply_edge, drain_edge;
   int back_edge = -1;
   // Per call.
   std::vector<int> in_degree, out_degree, out_arc;
   std::vector<std::int64_t> start, chain_flow, excess;
+  std::vector<int> unbalanced;  // nodes whose helper edge is open
 };
 
 bool same_structure(int n, const std::vector<BoundedArc>& arcs, int source, int sink, const Workspace& w) {
@@ -94,6 +99,11 @@ void build_network(int n, int source, int sink, Workspace& w) {
     w.drain_edge[v] = dinic.add_edge(v, super_sink, 0);
   }
   w.back_edge = dinic.add_edge(sink, source, 0);
+  w.chains_only.reset(n);
+  for (std::size_t c = 0; c < w.chain_arcs.size(); ++c) {
+    const int edge = w.chains_only.add_edge(w.chain_arcs[c].from, w.chain_arcs[c].to, 0);
+    if (edge != w.chain_edge[c]) throw std::logic_error("chain edges must keep their ids");
+  }
 }
 
 void remember_structure(int n, const std::vector<BoundedArc>& arcs, int source, int sink, Workspace& w) {
@@ -140,29 +150,35 @@ bool dinic_flow(int n, int source, int sink, Feasibility feasibility, Workspace&
     w.excess[chain.to] += x;
     w.excess[chain.from] -= x;
   }
+  // Helpers are closed (0 both ways) between calls: open those of unbalanced nodes.
   std::int64_t demand = 0;
+  w.unbalanced.clear();
   for (int v = 0; v < n; ++v) {
     const std::int64_t e = w.excess[v];
-    dinic.set_residual(w.supply_edge[v], std::max<std::int64_t>(e, 0));
-    dinic.set_residual(w.supply_edge[v] ^ 1, 0);
-    dinic.set_residual(w.drain_edge[v], std::max<std::int64_t>(-e, 0));
-    dinic.set_residual(w.drain_edge[v] ^ 1, 0);
-    if (e > 0) demand += e;
+    if (e == 0) continue;
+    w.unbalanced.push_back(v);
+    if (e > 0) {
+      dinic.set_residual(w.supply_edge[v], e);
+      demand += e;
+    } else {
+      dinic.set_residual(w.drain_edge[v], -e);
+    }
   }
   dinic.set_residual(w.back_edge, kUnbounded);
   dinic.set_residual(w.back_edge ^ 1, 0);
+  bool feasible = true;
   if (dinic.max_flow(super_source, super_sink, demand) < demand) {
     // Short: feasible only if every node's shortfall passes the rule (the reference's per-node check).
-    for (int v = 0; v < n; ++v) {
+    for (int v : w.unbalanced) {
       const std::int64_t e = w.excess[v];
-      if (e == 0) continue;
       const int edge = e > 0 ? w.supply_edge[v] : w.drain_edge[v];
       const std::int64_t capacity = e > 0 ? e : -e;
-      if (!demand_met(capacity, capacity - dinic.residual(edge), feasibility)) return false;
+      feasible = feasible && demand_met(capacity, capacity - dinic.residual(edge), feasibility);
     }
   }
-  // Close the helpers: what remains on the chains is a feasible s-t flow.
-  for (int v = 0; v < n; ++v) {
+  // Close the helpers (the next call expects them closed): what remains on the chains is a
+  // feasible s-t flow.
+  for (int v : w.unbalanced) {
     for (int edge : {w.supply_edge[v], w.drain_edge[v]}) {
       dinic.set_residual(edge, 0);
       dinic.set_residual(edge ^ 1, 0);
@@ -170,10 +186,16 @@ bool dinic_flow(int n, int source, int sink, Feasibility feasibility, Workspace&
   }
   dinic.set_residual(w.back_edge, 0);
   dinic.set_residual(w.back_edge ^ 1, 0);
-  dinic.max_flow(source, sink, kUnbounded);
+  if (!feasible) return false;
+  Dinic& st = w.chains_only;
+  for (int edge : w.chain_edge) {
+    st.set_residual(edge, dinic.residual(edge));
+    st.set_residual(edge ^ 1, dinic.residual(edge ^ 1));
+  }
+  st.max_flow(source, sink, kUnbounded);
   w.chain_flow.resize(w.chain_arcs.size());
   for (std::size_t c = 0; c < w.chain_arcs.size(); ++c)
-    w.chain_flow[c] = w.chain_arcs[c].upper - dinic.residual(w.chain_edge[c]);
+    w.chain_flow[c] = w.chain_arcs[c].upper - st.residual(w.chain_edge[c]);
   return true;
 }
 

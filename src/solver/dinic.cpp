@@ -14,6 +14,9 @@ void Dinic::reset(int num_nodes) {
 }
 
 int Dinic::add_edge(int from, int to, std::int64_t capacity) {
+  if (built_) {  // the residuals live in the slots: bring them back before the layout changes
+    for (std::size_t e = 0; e < cap_.size(); ++e) cap_[e] = slot_cap_[slot_of_[e]];
+  }
   const int id = static_cast<int>(to_.size());
   from_.push_back(from);
   to_.push_back(to);
@@ -25,13 +28,25 @@ int Dinic::add_edge(int from, int to, std::int64_t capacity) {
   return id;
 }
 
+// Lays the edges out node by node (each node's in the order they were added), so that a search
+// reads a node's edges from consecutive memory; edge ids map to their slots.
 void Dinic::build_adjacency() {
+  const int num_edges = static_cast<int>(from_.size());
   adj_start_.assign(num_nodes_ + 1, 0);
   for (int node : from_) ++adj_start_[node + 1];
   for (int i = 0; i < num_nodes_; ++i) adj_start_[i + 1] += adj_start_[i];
-  adj_.resize(from_.size());
+  slot_of_.resize(num_edges);
   fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
-  for (int e = 0; e < static_cast<int>(from_.size()); ++e) adj_[fill_[from_[e]]++] = e;
+  for (int e = 0; e < num_edges; ++e) slot_of_[e] = fill_[from_[e]]++;
+  head_.resize(num_edges);
+  slot_cap_.resize(num_edges);
+  reverse_.resize(num_edges);
+  for (int e = 0; e < num_edges; ++e) {
+    const int slot = slot_of_[e];
+    head_[slot] = to_[e];
+    slot_cap_[slot] = cap_[e];
+    reverse_[slot] = slot_of_[e ^ 1];
+  }
   level_.resize(num_nodes_);
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
@@ -50,11 +65,11 @@ bool Dinic::bfs(int source, int sink) {
   while (head < tail) {
     const int u = queue_[head++];
     if (level_[sink] >= 0 && level_[u] >= level_[sink]) break;
+    const int next_level = level_[u] + 1;
     for (int i = adj_start_[u]; i < adj_start_[u + 1]; ++i) {
-      const int e = adj_[i];
-      const int v = to_[e];
-      if (cap_[e] > 0 && level_[v] < 0) {
-        level_[v] = level_[u] + 1;
+      const int v = head_[i];
+      if (slot_cap_[i] > 0 && level_[v] < 0) {
+        level_[v] = next_level;
         queue_[tail++] = v;
       }
     }
@@ -77,11 +92,11 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
         result = f.budget;
       } else {
         const int end = adj_start_[f.node + 1];
+        const int wanted = level_[f.node] + 1;
         int& i = iter_[f.node];
-        while (i < end && !(cap_[adj_[i]] > 0 && level_[to_[adj_[i]]] == level_[f.node] + 1)) ++i;
+        while (i < end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) ++i;
         if (i < end) {  // descend along the next admissible edge
-          const int e = adj_[i];
-          const Frame child{to_[e], e, std::min(f.budget - f.total, cap_[e]), 0};
+          const Frame child{head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
           frames_.push_back(child);
           continue;
         }
@@ -96,8 +111,8 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       if (frames_.empty()) return result;
       Frame& parent = frames_.back();
       if (result > 0) {
-        cap_[via] -= result;
-        cap_[via ^ 1] += result;
+        slot_cap_[via] -= result;
+        slot_cap_[reverse_[via]] += result;
         parent.total += result;
         if (parent.total == parent.budget) {  // the parent is full: it returns too, its edge kept
           result = parent.total;

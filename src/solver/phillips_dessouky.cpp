@@ -122,6 +122,18 @@ class Solver {
       table_of_[i] = PlanningProblem::spec_index(model_stage(insts[i], problem.dag.num_stages), insts[i].kind);
       duration_.push_back(tables_[table_of_[i]].max);
     }
+    dag_order_ = problem.dag.topological_order();
+    const int num_nodes = problem.dag.num_nodes();
+    auto adjacency = [&](bool forward, std::vector<int>& start, std::vector<int>& list) {
+      start.assign(num_nodes + 1, 0);
+      for (const auto& [u, v] : problem.dag.edges) ++start[(forward ? v : u) + 1];
+      for (int v = 0; v < num_nodes; ++v) start[v + 1] += start[v];
+      list.resize(problem.dag.edges.size());
+      std::vector<int> fill(start.begin(), start.end() - 1);
+      for (const auto& [u, v] : problem.dag.edges) list[fill[forward ? v : u]++] = forward ? u : v;
+    };
+    adjacency(true, pred_start_, pred_);
+    adjacency(false, succ_start_, succ_);
     earliest_.resize(graph_.num_nodes);
     latest_.resize(graph_.num_nodes);
     compact_id_.assign(graph_.num_nodes, -1);
@@ -156,24 +168,23 @@ class Solver {
     return inst < 0 ? 0 : duration_[inst];
   }
 
+  // Earliest and latest times of every node of the arc graph, computed on the pipeline DAG itself
+  // (half the nodes, no dummy arcs): node i's arc runs from 2i (its start) to 2i+1 (its end).
   void compute_times() {
-    for (int v : graph_.topo) {
-      int best = 0;
-      for (int i = graph_.in_start[v]; i < graph_.in_start[v + 1]; ++i) {
-        const int a = graph_.in_arcs[i];
-        best = std::max(best, earliest_[graph_.from[a]] + arc_duration(a));
-      }
-      earliest_[v] = best;
+    const int num_instructions = static_cast<int>(duration_.size());
+    for (int i : dag_order_) {
+      int start = 0;
+      for (int k = pred_start_[i]; k < pred_start_[i + 1]; ++k) start = std::max(start, earliest_[2 * pred_[k] + 1]);
+      earliest_[2 * i] = start;
+      earliest_[2 * i + 1] = start + (i < num_instructions ? duration_[i] : 0);
     }
-    for (auto it = graph_.topo.rbegin(); it != graph_.topo.rend(); ++it) {
-      const int v = *it;
-      int best = std::numeric_limits<int>::max();
-      if (v == graph_.sink) best = earliest_[v];
-      for (int i = graph_.out_start[v]; i < graph_.out_start[v + 1]; ++i) {
-        const int a = graph_.out_arcs[i];
-        best = std::min(best, latest_[graph_.to[a]] - arc_duration(a));
-      }
-      latest_[v] = best;
+    const int makespan = earliest_[graph_.sink];
+    for (auto it = dag_order_.rbegin(); it != dag_order_.rend(); ++it) {
+      const int i = *it;
+      int end = 2 * i + 1 == graph_.sink ? makespan : std::numeric_limits<int>::max();
+      for (int k = succ_start_[i]; k < succ_start_[i + 1]; ++k) end = std::min(end, latest_[2 * succ_[k]]);
+      latest_[2 * i + 1] = end;
+      latest_[2 * i] = end - (i < num_instructions ? duration_[i] : 0);
     }
   }
 
@@ -383,7 +394,8 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<int> earliest_, latest_;
+  std::vector<int> earliest_, latest_;  // per arc-graph node
+  std::vector<int> dag_order_, pred_start_, pred_, succ_start_, succ_;  // the pipeline DAG
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
   std::vector<int> changed_;         // arcs whose duration the last step changed

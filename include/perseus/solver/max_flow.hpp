@@ -48,8 +48,8 @@ class Dinic {
   void reset(int num_nodes);
   int add_edge(int from, int to, std::int64_t capacity);  // returns the forward edge id
   std::int64_t max_flow(int source, int sink, std::int64_t limit);
-  std::int64_t residual(int edge) const { return cap_[edge]; }
-  void set_residual(int edge, std::int64_t value) { cap_[edge] = value; }
+  std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
+  void set_residual(int edge, std::int64_t value) { (built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]) = value; }
   int num_nodes() const { return num_nodes_; }
 
  private:
@@ -64,9 +64,12 @@ class Dinic {
 
   int num_nodes_ = 0;
   bool built_ = false;
-  std::vector<int> from_, to_;
-  std::vector<std::int64_t> cap_;
-  std::vector<int> adj_start_, adj_;
+  std::vector<int> from_, to_;  // per edge id, as added
+  std::vector<std::int64_t> cap_;  // per edge id until the adjacency is built
+  // Once built, edges live in slots grouped by their tail node: slot_of_[edge id], and per slot
+  // the head node, residual capacity and the reverse edge's slot.
+  std::vector<int> adj_start_, slot_of_, head_, reverse_;
+  std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
 };
