@@ -82,12 +82,15 @@ bool Dinic::bfs(int source, int sink) {
 // recursive form, unrolled onto an explicit stack (a path is as long as the pipeline's critical
 // path: 10^5 instructions overflowed the call stack), taking exactly the same steps.
 std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
-  frames_.clear();
-  frames_.push_back({source, -1, limit, 0});
+  // A path visits each node at most once: num_nodes_ frames suffice (sized once, no push_back).
+  if (frames_.size() < static_cast<std::size_t>(num_nodes_) + 1) frames_.resize(num_nodes_ + 1);
+  Frame* frames = frames_.data();
+  int depth = 0;
+  frames[0] = {source, -1, limit, 0};
   for (;;) {
     std::int64_t result = 0;
     {
-      Frame& f = frames_.back();
+      Frame& f = frames[depth];
       if (f.node == sink) {
         result = f.budget;
       } else {
@@ -96,8 +99,7 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
         int& i = iter_[f.node];
         while (i < end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) ++i;
         if (i < end) {  // descend along the next admissible edge
-          const Frame child{head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
-          frames_.push_back(child);
+          frames[++depth] = {head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
           continue;
         }
         level_[f.node] = -1;  // dead for this phase
@@ -106,10 +108,9 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
     }
     // Return `result` to the parent through the edge it came by, as many levels as return at once.
     for (;;) {
-      const int via = frames_.back().via;
-      frames_.pop_back();
-      if (frames_.empty()) return result;
-      Frame& parent = frames_.back();
+      const int via = frames[depth].via;
+      if (depth-- == 0) return result;
+      Frame& parent = frames[depth];
       if (result > 0) {
         slot_cap_[via] -= result;
         slot_cap_[reverse_[via]] += result;

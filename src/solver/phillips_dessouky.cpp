@@ -122,7 +122,6 @@ class Solver {
       table_of_[i] = PlanningProblem::spec_index(model_stage(insts[i], problem.dag.num_stages), insts[i].kind);
       duration_.push_back(tables_[table_of_[i]].max);
     }
-    dag_order_ = problem.dag.topological_order();
     const int num_nodes = problem.dag.num_nodes();
     auto adjacency = [&](bool forward, std::vector<int>& start, std::vector<int>& list) {
       start.assign(num_nodes + 1, 0);
@@ -135,15 +134,16 @@ class Solver {
     adjacency(true, pred_start_, pred_);
     adjacency(false, succ_start_, succ_);
     earliest_.resize(graph_.num_nodes);
-    latest_.resize(graph_.num_nodes);
+    tail_.resize(graph_.num_nodes);
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
+    order_by_start_time(problem.dag);
   }
 
   Frontier run() {
     Frontier frontier;
     frontier.start_durations = duration_;
-    compute_times();
+    compute_all_times();
     frontier.start_quant_time = earliest_[graph_.sink];
     frontier.start_effective_cost = total_cost();
     while (true) {
@@ -168,24 +168,53 @@ class Solver {
     return inst < 0 ? 0 : duration_[inst];
   }
 
-  // Earliest and latest times of every node of the arc graph, computed on the pipeline DAG itself
-  // (half the nodes, no dummy arcs): node i's arc runs from 2i (its start) to 2i+1 (its end).
-  void compute_times() {
-    const int num_instructions = static_cast<int>(duration_.size());
-    for (int i : dag_order_) {
+  int duration_of(int node) const { return node < static_cast<int>(duration_.size()) ? duration_[node] : 0; }
+
+  // Earliest times and tails (the longest way on to the sink) of every node of the arc graph,
+  // computed on the pipeline DAG itself (half the nodes, no dummy arcs): node i's arc runs from
+  // 2i (its start) to 2i+1 (its end). dag_order_ is sorted by start time, so a step that changed
+  // instructions between positions `first` and `last` of it only moves earliest times from
+  // `first` on and tails up to `last`.
+  void compute_times(int first, int last) {
+    const int num_nodes = static_cast<int>(dag_order_.size());
+    for (int p = first; p < num_nodes; ++p) {
+      const int i = dag_order_[p];
       int start = 0;
       for (int k = pred_start_[i]; k < pred_start_[i + 1]; ++k) start = std::max(start, earliest_[2 * pred_[k] + 1]);
       earliest_[2 * i] = start;
-      earliest_[2 * i + 1] = start + (i < num_instructions ? duration_[i] : 0);
+      earliest_[2 * i + 1] = start + duration_of(i);
     }
-    const int makespan = earliest_[graph_.sink];
-    for (auto it = dag_order_.rbegin(); it != dag_order_.rend(); ++it) {
-      const int i = *it;
-      int end = 2 * i + 1 == graph_.sink ? makespan : std::numeric_limits<int>::max();
-      for (int k = succ_start_[i]; k < succ_start_[i + 1]; ++k) end = std::min(end, latest_[2 * succ_[k]]);
-      latest_[2 * i + 1] = end;
-      latest_[2 * i] = end - (i < num_instructions ? duration_[i] : 0);
+    makespan_ = earliest_[graph_.sink];
+    for (int p = last; p >= 0; --p) {
+      const int i = dag_order_[p];
+      int tail = 2 * i + 1 == graph_.sink ? 0 : kNoWayToTheSink;
+      for (int k = succ_start_[i]; k < succ_start_[i + 1]; ++k) tail = std::max(tail, tail_[2 * succ_[k]]);
+      tail_[2 * i + 1] = tail;
+      tail_[2 * i] = tail + duration_of(i);
     }
+  }
+  void compute_all_times() { compute_times(0, static_cast<int>(dag_order_.size()) - 1); }
+
+  // After a step: only from the earliest changed instruction on, and up to the latest.
+  void update_times() {
+    int first = static_cast<int>(dag_order_.size()), last = -1;
+    for (int a : changed_) {
+      first = std::min(first, position_[a]);  // an instruction's arc has the instruction's index
+      last = std::max(last, position_[a]);
+    }
+    compute_times(first, last);
+  }
+
+  // The pipeline DAG in an order where every edge goes forward, sorted by start time in the
+  // slowest plan (ties in topological order): consecutive frontier points change instructions
+  // that run at about the same time.
+  void order_by_start_time(const PipelineDag& dag) {
+    dag_order_ = dag.topological_order();
+    compute_all_times();
+    std::stable_sort(dag_order_.begin(), dag_order_.end(),
+                     [&](int a, int b) { return earliest_[2 * a] < earliest_[2 * b]; });
+    position_.resize(dag_order_.size());
+    for (std::size_t p = 0; p < dag_order_.size(); ++p) position_[dag_order_[p]] = static_cast<int>(p);
   }
 
   double total_cost() const {
@@ -266,7 +295,7 @@ class Solver {
     for (int a : speed_up) changed_.push_back(a);
     for (int a : slow_down)
       if (graph_.instruction[a] >= 0) changed_.push_back(a);
-    compute_times();
+    update_times();
     point.quant_time = earliest_[graph_.sink];
     point.cost_change = cost_change;
     point.effective_cost = total_cost();
@@ -274,7 +303,10 @@ class Solver {
     return true;
   }
 
-  bool is_critical(int a) const { return earliest_[graph_.from[a]] + arc_duration(a) == latest_[graph_.to[a]]; }
+  // On a longest path: starts as early as it can and the way on to the sink is as long as it can be.
+  bool is_critical(int a) const {
+    return earliest_[graph_.from[a]] + arc_duration(a) + tail_[graph_.to[a]] == makespan_;
+  }
 
   BoundedArc bounded(int a, int from, int to) const {
     BoundedArc arc{from, to, 0, infinite_units_};
@@ -394,7 +426,10 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<int> earliest_, latest_;  // per arc-graph node
+  static constexpr int kNoWayToTheSink = std::numeric_limits<int>::min() / 4;  // never critical
+  std::vector<int> earliest_, tail_;  // per arc-graph node
+  int makespan_ = 0;
+  std::vector<int> position_;  // per DAG node: its place in dag_order_
   std::vector<int> dag_order_, pred_start_, pred_, succ_start_, succ_;  // the pipeline DAG
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1

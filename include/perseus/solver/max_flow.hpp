@@ -58,7 +58,7 @@ class Dinic {
   std::int64_t dfs(int source, int sink, std::int64_t limit);
 
   struct Frame {
-    int node, via;  // via: the edge it was reached by (-1 for the source)
+    int node, via;  // via: the slot of the edge it was reached by (-1 for the source)
     std::int64_t budget, total;
   };
 
