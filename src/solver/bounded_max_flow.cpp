@@ -112,10 +112,12 @@ void remember_structure(int n, const std::vector<BoundedArc>& arcs, int source, 
   for (std::size_t i = 0; i < arcs.size(); ++i) w.ends[i] = {arcs[i].from, arcs[i].to};
 }
 
-// A chain's bounds are [max lower, min upper] over its arcs. False when a chain's bounds leave no
+// A chain's bounds are [max lower, min upper] over its arcs, and its flow starts from its
+// lowest-numbered arc's warm start (or its lower bound). False when a chain's bounds leave no
 // feasible flow: a node in the chain falls short by the difference, and the rule decides, as at
 // any node.
-bool set_chain_bounds(const std::vector<BoundedArc>& arcs, Feasibility feasibility, Workspace& w) {
+bool set_chain_bounds(const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>* initial,
+                      Feasibility feasibility, Workspace& w) {
   for (auto& chain : w.chain_arcs) {
     chain.lower = std::numeric_limits<std::int64_t>::min();
     chain.upper = std::numeric_limits<std::int64_t>::max();
@@ -125,11 +127,14 @@ bool set_chain_bounds(const std::vector<BoundedArc>& arcs, Feasibility feasibili
     chain.lower = std::max(chain.lower, arcs[i].lower);
     chain.upper = std::min(chain.upper, arcs[i].upper);
   }
-  for (auto& chain : w.chain_arcs) {
+  w.start.resize(w.chain_arcs.size());
+  for (std::size_t c = 0; c < w.chain_arcs.size(); ++c) {
+    BoundedArc& chain = w.chain_arcs[c];
     if (chain.lower > chain.upper) {
       if (!demand_met(chain.lower, chain.upper, feasibility)) return false;
       chain.lower = chain.upper;
     }
+    w.start[c] = initial ? std::clamp((*initial)[w.chain_first[c]], chain.lower, chain.upper) : chain.lower;
   }
   return true;
 }
@@ -207,13 +212,7 @@ bool with_dinic(int n, const std::vector<BoundedArc>& arcs, const std::vector<st
     build_network(n, source, sink, w);
     remember_structure(n, arcs, source, sink, w);
   }
-  if (!set_chain_bounds(arcs, feasibility, w)) return false;
-  const std::size_t chains = w.chain_arcs.size();
-  w.start.resize(chains);
-  for (std::size_t c = 0; c < chains; ++c) {
-    const BoundedArc& chain = w.chain_arcs[c];
-    w.start[c] = initial ? std::clamp((*initial)[w.chain_first[c]], chain.lower, chain.upper) : chain.lower;
-  }
+  if (!set_chain_bounds(arcs, initial, feasibility, w)) return false;
   if (!dinic_flow(n, source, sink, feasibility, w)) return false;
   flow.resize(arcs.size());
   for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = w.chain_flow[w.chain_of[i]];

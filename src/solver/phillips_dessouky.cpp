@@ -121,6 +121,7 @@ class Solver {
     for (std::size_t i = 0; i < insts.size(); ++i) {
       table_of_[i] = PlanningProblem::spec_index(model_stage(insts[i], problem.dag.num_stages), insts[i].kind);
       duration_.push_back(tables_[table_of_[i]].max);
+      cost_.push_back(tables_[table_of_[i]].at(duration_[i]));
     }
     const int num_nodes = problem.dag.num_nodes();
     auto adjacency = [&](bool forward, std::vector<int>& start, std::vector<int>& list) {
@@ -217,11 +218,14 @@ class Solver {
     for (std::size_t p = 0; p < dag_order_.size(); ++p) position_[dag_order_[p]] = static_cast<int>(p);
   }
 
+  // Summed in instruction order every time (the same rounding as the reference's sum), over costs
+  // kept per instruction and updated where a step changed a duration.
   double total_cost() const {
     double sum = 0;
-    for (std::size_t i = 0; i < duration_.size(); ++i) sum += tables_[table_of_[i]].at(duration_[i]);
+    for (double c : cost_) sum += c;
     return sum;
   }
+  void update_cost(int inst) { cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]); }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, std::string& reason) {
@@ -295,6 +299,7 @@ class Solver {
     for (int a : speed_up) changed_.push_back(a);
     for (int a : slow_down)
       if (graph_.instruction[a] >= 0) changed_.push_back(a);
+    for (int a : changed_) update_cost(graph_.instruction[a]);
     update_times();
     point.quant_time = earliest_[graph_.sink];
     point.cost_change = cost_change;
@@ -426,6 +431,7 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
+  std::vector<double> cost_;  // per instruction: its cost model at its duration
   static constexpr int kNoWayToTheSink = std::numeric_limits<int>::min() / 4;  // never critical
   std::vector<int> earliest_, tail_;  // per arc-graph node
   int makespan_ = 0;
