@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "perseus/solver/max_flow.hpp"
 
@@ -97,6 +99,35 @@ TEST(MaxFlow, AOneUnitShortfallIsDecidedAsTheReferenceDecidesIt) {
     const std::vector<BoundedArc> short_by_two = {{0, 1, 0, 3}, {1, 2, 5, 10}};
     EXPECT_FALSE(bounded_max_flow(3, short_by_two, 0, 2, algorithm, nullptr, Feasibility::reference));
   }
+}
+
+// The Dinic path keeps its network between calls while the arcs' endpoints stay the same (the
+// planner's consecutive points). A call whose lower bounds cannot be met must leave that network as
+// clean as a feasible one does: on random networks, a thread that first failed on the same arcs
+// with every arc pinned to its upper bound finds exactly the flow a fresh thread finds.
+TEST(MaxFlow, AnInfeasibleCallLeavesTheKeptNetworkClean) {
+  std::mt19937 rng(7);
+  int failed_first = 0;
+  for (int trial = 0; trial < 300; ++trial) {
+    const int n = 5 + trial % 12;
+    const auto arcs = random_arcs(rng, n, 2 * n);
+    auto pinned = arcs;
+    for (auto& arc : pinned) arc.lower = arc.upper;
+    std::optional<std::vector<std::int64_t>> after_failure, fresh;
+    bool failed = false;
+    std::thread([&] {
+      failed = !bounded_max_flow(n, pinned, 0, n - 1, MaxFlowAlgorithm::dinic);
+      after_failure = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::dinic);
+    }).join();
+    std::thread([&] { fresh = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::dinic); }).join();
+    if (!failed) continue;
+    ++failed_first;
+    ASSERT_EQ(after_failure.has_value(), fresh.has_value()) << "trial " << trial;
+    if (fresh) {
+      EXPECT_EQ(*after_failure, *fresh) << "trial " << trial;
+    }
+  }
+  EXPECT_GT(failed_first, 100);
 }
 
 TEST(MaxFlow, SeriesArcsShareTheTightestBounds) {
