@@ -313,6 +313,22 @@ class Solver {
     return earliest_[graph_.from[a]] + arc_duration(a) + tail_[graph_.to[a]] == makespan_;
   }
 
+  // Whether the critical arcs are still those of critical_: is_critical for every arc, written out
+  // for the arc graph's two kinds (node i's own arc 2i -> 2i+1 is arc i; dependency arcs follow).
+  bool same_critical_arcs() const {
+    const int num_nodes = static_cast<int>(dag_order_.size());
+    for (int i = 0; i < num_nodes; ++i) {
+      const bool critical = earliest_[2 * i] + duration_of(i) + tail_[2 * i + 1] == makespan_;
+      if (critical != (critical_index_[i] >= 0)) return false;
+    }
+    const int num_arcs = static_cast<int>(graph_.from.size());
+    for (int a = num_nodes; a < num_arcs; ++a) {
+      const bool critical = earliest_[graph_.from[a]] + tail_[graph_.to[a]] == makespan_;
+      if (critical != (critical_index_[a] >= 0)) return false;
+    }
+    return true;
+  }
+
   BoundedArc bounded(int a, int from, int to) const {
     BoundedArc arc{from, to, 0, infinite_units_};
     const int inst = graph_.instruction[a];
@@ -331,9 +347,7 @@ class Solver {
   // contraction and the cut's adjacency are kept).
   void collect_critical_arcs() {
     const int num_arcs = static_cast<int>(graph_.from.size());
-    bool same = !critical_.empty();
-    for (int a = 0; a < num_arcs && same; ++a) same = is_critical(a) == (critical_index_[a] >= 0);
-    if (same) {
+    if (!critical_.empty() && same_critical_arcs()) {
       for (int a : changed_) arcs_[critical_index_[a]] = bounded(a, arcs_[critical_index_[a]].from, arcs_[critical_index_[a]].to);
       initial_flow_.resize(flow_.size());
       for (std::size_t i = 0; i < flow_.size(); ++i) initial_flow_[i] = std::clamp(flow_[i], arcs_[i].lower, arcs_[i].upper);
