@@ -55,14 +55,13 @@ SpecTable make_table(const OperationSpec& spec) {
   return t;
 }
 
-// Activity-on-arc form: AON node i becomes arc left(i)=2i -> right(i)=2i+1; AON edge (u, v)
-// becomes a zero-duration arc right(u) -> left(v).
+// Activity-on-arc form, where the flow and the cut live: AON node i becomes arc i, left(i)=2i ->
+// right(i)=2i+1; AON edge (u, v) becomes a zero-duration arc right(u) -> left(v). (Times are
+// computed on the AON DAG itself.)
 struct ArcGraph {
   int num_nodes = 0;
   std::vector<int> from, to;
   std::vector<int> instruction;  // per arc: instruction index, or -1 for dummies
-  std::vector<int> topo;         // node order
-  std::vector<int> in_start, in_arcs, out_start, out_arcs;
   int source = 0, sink = 0;
 };
 
@@ -81,23 +80,8 @@ ArcGraph make_arc_graph(const PipelineDag& dag) {
     g.to.push_back(2 * v);
     g.instruction.push_back(-1);
   }
-  for (int node : dag.topological_order()) {
-    g.topo.push_back(2 * node);
-    g.topo.push_back(2 * node + 1);
-  }
   g.source = 2 * dag.source;
   g.sink = 2 * dag.sink + 1;
-  const int arcs = static_cast<int>(g.from.size());
-  auto build = [&](const std::vector<int>& key, std::vector<int>& start, std::vector<int>& list) {
-    start.assign(g.num_nodes + 1, 0);
-    for (int a = 0; a < arcs; ++a) ++start[key[a] + 1];
-    for (int v = 0; v < g.num_nodes; ++v) start[v + 1] += start[v];
-    list.resize(arcs);
-    std::vector<int> fill(start.begin(), start.end() - 1);
-    for (int a = 0; a < arcs; ++a) list[fill[key[a]]++] = a;
-  };
-  build(g.to, g.in_start, g.in_arcs);
-  build(g.from, g.out_start, g.out_arcs);
   return g;
 }
 
