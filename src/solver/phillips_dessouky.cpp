@@ -148,11 +148,6 @@ class Solver {
   }
 
  private:
-  int arc_duration(int arc) const {
-    const int inst = graph_.instruction[arc];
-    return inst < 0 ? 0 : duration_[inst];
-  }
-
   int duration_of(int node) const { return node < static_cast<int>(duration_.size()) ? duration_[node] : 0; }
 
   // Earliest times and tails (the longest way on to the sink) of every node of the arc graph,
@@ -292,24 +287,19 @@ class Solver {
     return true;
   }
 
-  // On a longest path: starts as early as it can and the way on to the sink is as long as it can be.
+  // On a longest path: starts as early as it can and the way on to the sink is as long as it can
+  // be. Arc i < the DAG's node count is node i's own (2i -> 2i+1); the rest are zero-duration
+  // dependencies.
   bool is_critical(int a) const {
-    return earliest_[graph_.from[a]] + arc_duration(a) + tail_[graph_.to[a]] == makespan_;
+    if (a < static_cast<int>(dag_order_.size())) return earliest_[2 * a] + duration_of(a) + tail_[2 * a + 1] == makespan_;
+    return earliest_[graph_.from[a]] + tail_[graph_.to[a]] == makespan_;
   }
 
-  // Whether the critical arcs are still those of critical_: is_critical for every arc, written out
-  // for the arc graph's two kinds (node i's own arc 2i -> 2i+1 is arc i; dependency arcs follow).
+  // Whether the critical arcs are still those of critical_.
   bool same_critical_arcs() const {
-    const int num_nodes = static_cast<int>(dag_order_.size());
-    for (int i = 0; i < num_nodes; ++i) {
-      const bool critical = earliest_[2 * i] + duration_of(i) + tail_[2 * i + 1] == makespan_;
-      if (critical != (critical_index_[i] >= 0)) return false;
-    }
     const int num_arcs = static_cast<int>(graph_.from.size());
-    for (int a = num_nodes; a < num_arcs; ++a) {
-      const bool critical = earliest_[graph_.from[a]] + tail_[graph_.to[a]] == makespan_;
-      if (critical != (critical_index_[a] >= 0)) return false;
-    }
+    for (int a = 0; a < num_arcs; ++a)
+      if (is_critical(a) != (critical_index_[a] >= 0)) return false;
     return true;
   }
 
@@ -324,7 +314,7 @@ class Solver {
     return arc;
   }
 
-  // Critical arcs (earliest finish == latest finish) with their flow bounds, on nodes renumbered
+  // Critical arcs (on a longest path) with their flow bounds, on nodes renumbered
   // densely so that the flow and cut work scales with the critical subgraph, not the pipeline.
   // The flow starts from the last point's: the next critical subgraph is nearly always the same
   // arcs (then only the arcs the last step changed get new bounds, and the network, its
@@ -332,7 +322,10 @@ class Solver {
   void collect_critical_arcs() {
     const int num_arcs = static_cast<int>(graph_.from.size());
     if (!critical_.empty() && same_critical_arcs()) {
-      for (int a : changed_) arcs_[critical_index_[a]] = bounded(a, arcs_[critical_index_[a]].from, arcs_[critical_index_[a]].to);
+      for (int a : changed_) {
+        BoundedArc& arc = arcs_[critical_index_[a]];
+        arc = bounded(a, arc.from, arc.to);
+      }
       initial_flow_.resize(flow_.size());
       for (std::size_t i = 0; i < flow_.size(); ++i) initial_flow_[i] = std::clamp(flow_[i], arcs_[i].lower, arcs_[i].upper);
       return;
