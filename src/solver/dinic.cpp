@@ -47,10 +47,21 @@ void Dinic::build_adjacency() {
     slot_cap_[slot] = cap_[e];
     reverse_[slot] = slot_of_[e ^ 1];
   }
+  end_all_.assign(adj_start_.begin() + 1, adj_start_.end());
+  prefix_count_ = -1;
   level_.resize(num_nodes_);
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
   built_ = true;
+}
+
+void Dinic::limit_to_first(int edge_count) {
+  if (edge_count == prefix_count_) return;
+  prefix_count_ = edge_count;
+  end_prefix_.assign(adj_start_.begin(), adj_start_.end() - 1);
+  for (int e = 0; e < std::min(edge_count, static_cast<int>(from_.size())); ++e) {
+    end_prefix_[from_[e]] = std::max(end_prefix_[from_[e]], slot_of_[e] + 1);
+  }
 }
 
 // Levels up to the sink's only: a node farther than the sink lies on no shortest path, so the
@@ -66,7 +77,7 @@ bool Dinic::bfs(int source, int sink) {
     const int u = queue_[head++];
     if (level_[sink] >= 0 && level_[u] >= level_[sink]) break;
     const int next_level = level_[u] + 1;
-    for (int i = adj_start_[u]; i < adj_start_[u + 1]; ++i) {
+    for (int i = adj_start_[u], end = end_[u]; i < end; ++i) {
       const int v = head_[i];
       if (slot_cap_[i] > 0 && level_[v] < 0) {
         level_[v] = next_level;
@@ -94,7 +105,7 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       if (f.node == sink) {
         result = f.budget;
       } else {
-        const int end = adj_start_[f.node + 1];
+        const int end = end_[f.node];
         const int wanted = level_[f.node] + 1;
         int& i = iter_[f.node];
         while (i < end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) ++i;
@@ -126,8 +137,14 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
   }
 }
 
-std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit) {
+std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit, int edge_count) {
   if (!built_) build_adjacency();
+  if (edge_count >= 0) {
+    limit_to_first(edge_count);
+    end_ = end_prefix_.data();
+  } else {
+    end_ = end_all_.data();
+  }
   std::int64_t total = 0;
   while (total < limit && bfs(source, sink)) {
     std::copy(adj_start_.begin(), adj_start_.end() - 1, iter_.begin());

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perseus/solver/bounded_flow_network.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/pyfloat.hpp"
 
@@ -208,27 +209,15 @@ class Solver {
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, std::string& reason) {
-    collect_critical_arcs();
-    const bool feasible = bounded_max_flow_into(
-        static_cast<int>(compact_nodes_.size()), arcs_, compact_id_[graph_.source], compact_id_[graph_.sink],
-        options_.algorithm, &initial_flow_,
-        options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact, flow_);
-    if (!feasible) {
+    const bool same_arcs = collect_critical_arcs();
+    if (!solve_flow(same_arcs)) {
       reason = "no feasible flow on the critical subgraph";
       return false;
     }
-    find_source_side(flow_);
-
-    auto& speed_up = speed_up_;
-    auto& slow_down = slow_down_;
-    speed_up.clear();
-    slow_down.clear();
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
-      const int a = critical_[i];
-      const bool from_in = in_cut_[arcs_[i].from], to_in = in_cut_[arcs_[i].to];
-      if (from_in && !to_in) speed_up.push_back(a);
-      if (!from_in && to_in) slow_down.push_back(a);
-    }
+    find_source_side();
+    find_cut_arcs();
+    const auto& speed_up = speed_up_;
+    const auto& slow_down = slow_down_;
     if (speed_up.empty()) {
       reason = "no arc crosses the minimum cut forward";
       return false;
@@ -317,21 +306,22 @@ class Solver {
   // Critical arcs (on a longest path) with their flow bounds, on nodes renumbered
   // densely so that the flow and cut work scales with the critical subgraph, not the pipeline.
   // The flow starts from the last point's: the next critical subgraph is nearly always the same
-  // arcs (then only the arcs the last step changed get new bounds, and the network, its
-  // contraction and the cut's adjacency are kept).
-  void collect_critical_arcs() {
+  // arcs (then only the arcs the last step changed get new bounds, listed in changed_critical_,
+  // and the network, its contraction and the cut's adjacency are kept). Returns whether the
+  // arcs are the last point's.
+  bool collect_critical_arcs() {
     const int num_arcs = static_cast<int>(graph_.from.size());
     if (!critical_.empty() && same_critical_arcs()) {
+      changed_critical_.clear();
       for (int a : changed_) {
         BoundedArc& arc = arcs_[critical_index_[a]];
         arc = bounded(a, arc.from, arc.to);
+        changed_critical_.push_back(critical_index_[a]);
       }
-      initial_flow_.resize(flow_.size());
-      for (std::size_t i = 0; i < flow_.size(); ++i) initial_flow_[i] = std::clamp(flow_[i], arcs_[i].lower, arcs_[i].upper);
-      return;
+      return true;
     }
     // The last flow, per arc of the whole graph, warm-starts the arcs that stay critical.
-    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_[i];
+    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_of(static_cast<int>(i));
     for (int v : compact_nodes_) compact_id_[v] = -1;
     compact_nodes_.clear();
     arcs_.clear();
@@ -358,20 +348,40 @@ class Solver {
     }
     for (int a : last_critical_) previous_flow_[a] = 0;
     adjacency_stale_ = true;
+    return false;
   }
 
-  // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs.
-  void find_source_side(const std::vector<std::int64_t>& flow) {
+  // The maximum flow within the bounds on the critical arcs. The Dinic path keeps its network
+  // from the last point when the arcs are the same, and re-solves from the last flow.
+  bool solve_flow(bool same_arcs) {
+    const Feasibility rule = options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
+    const int source = compact_id_[graph_.source], sink = compact_id_[graph_.sink];
+    const int num_nodes = static_cast<int>(compact_nodes_.size());
+    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+      return same_arcs ? network_.resolve(arcs_, changed_critical_, rule)
+                       : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule);
+    }
+    return bounded_max_flow_into(num_nodes, arcs_, source, sink, options_.algorithm, nullptr, rule, flow_);
+  }
+  std::int64_t flow_of(int i) const {
+    return options_.algorithm == MaxFlowAlgorithm::dinic ? network_.flow(i) : flow_[i];
+  }
+
+  // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs
+  // (in in_cut_, and listed in side_).
+  void find_source_side() {
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     in_cut_.assign(num_nodes, 0);
     if (adjacency_stale_) build_cut_adjacency();
     stack_.clear();
+    side_.clear();
     const int source = compact_id_[graph_.source];
     stack_.push_back(source);
     in_cut_[source] = 1;
     while (!stack_.empty()) {
       const int u = stack_.back();
       stack_.pop_back();
+      side_.push_back(u);
       for (int k = adj_start_[u]; k < adj_start_[u + 1]; ++k) {
         const int i = adj_[k];
         const BoundedArc& arc = arcs_[i];
@@ -379,10 +389,10 @@ class Solver {
         bool open;
         if (arc.from == u) {
           next = arc.to;
-          open = unsaturated(arc.upper, flow[i], options_.cut_rule);
+          open = unsaturated(arc.upper, flow_of(i), options_.cut_rule);
         } else {
           next = arc.from;
-          open = unsaturated(flow[i], arc.lower, options_.cut_rule);
+          open = unsaturated(flow_of(i), arc.lower, options_.cut_rule);
         }
         if (open && !in_cut_[next]) {
           in_cut_[next] = 1;
@@ -392,6 +402,22 @@ class Solver {
     }
   }
 
+  // The critical arcs the cut crosses forward (speed_up_) and backward (slow_down_), in arc
+  // order. Each has exactly one end on the source side, so the side's arcs are all there is to
+  // look at (the cut's source side is about half the subgraph).
+  void find_cut_arcs() {
+    crossing_.clear();
+    for (int u : side_) {
+      for (int k = adj_start_[u]; k < adj_start_[u + 1]; ++k) {
+        const int i = adj_[k];
+        if (!in_cut_[arcs_[i].from] || !in_cut_[arcs_[i].to]) crossing_.push_back(i);
+      }
+    }
+    std::sort(crossing_.begin(), crossing_.end());
+    speed_up_.clear();
+    slow_down_.clear();
+    for (int i : crossing_) (in_cut_[arcs_[i].from] ? speed_up_ : slow_down_).push_back(critical_[i]);
+  }
 
   // Adjacency of the critical subgraph, in both directions.
   void build_cut_adjacency() {
@@ -433,9 +459,13 @@ class Solver {
   std::vector<int> changed_;         // arcs whose duration the last step changed
   bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
-  std::vector<std::int64_t> initial_flow_, previous_flow_, flow_;
+  std::vector<std::int64_t> initial_flow_, previous_flow_;
+  std::vector<std::int64_t> flow_;  // per critical arc, from the oracle (the Dinic path keeps it in network_)
+  BoundedFlowNetwork network_;
+  std::vector<int> changed_critical_;  // indices into arcs_ of the arcs the last step changed
   std::vector<int> speed_up_, slow_down_;  // arcs the cut crosses forward / backward
   std::vector<char> in_cut_;  // per compact node: on the source side of the cut
+  std::vector<int> side_, crossing_;
   std::vector<int> compact_id_, compact_nodes_;
   const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);
   std::vector<int> adj_start_, adj_, fill_, stack_;

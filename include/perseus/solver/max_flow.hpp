@@ -47,13 +47,17 @@ class Dinic {
  public:
   void reset(int num_nodes);
   int add_edge(int from, int to, std::int64_t capacity);  // returns the forward edge id
-  std::int64_t max_flow(int source, int sink, std::int64_t limit);
+  // `edge_count` >= 0: only the edges with ids below it take part (both edges of a pair have ids
+  // on the same side of an even count), as on a network of just those edges: each node's edges
+  // are laid out in the order they were added, so the rest come after them and are never looked at.
+  std::int64_t max_flow(int source, int sink, std::int64_t limit, int edge_count = -1);
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
   void set_residual(int edge, std::int64_t value) { (built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]) = value; }
   int num_nodes() const { return num_nodes_; }
 
  private:
   void build_adjacency();
+  void limit_to_first(int edge_count);
   bool bfs(int source, int sink);
   std::int64_t dfs(int source, int sink, std::int64_t limit);
 
@@ -69,6 +73,10 @@ class Dinic {
   // Once built, edges live in slots grouped by their tail node: slot_of_[edge id], and per slot
   // the head node, residual capacity and the reverse edge's slot.
   std::vector<int> adj_start_, slot_of_, head_, reverse_;
+  // Per node, the end of its slots: all of them, or those of the first `prefix_count_` edges.
+  std::vector<int> end_all_, end_prefix_;
+  int prefix_count_ = -1;
+  const int* end_ = nullptr;  // the ends this max_flow call uses
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;

@@ -1,0 +1,228 @@
+#include "perseus/solver/bounded_flow_network.hpp"
+
+#include <algorithm>
+#include <limits>
+
+namespace perseus {
+
+namespace {
+constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max() / 8;
+}  // namespace
+
+bool BoundedFlowNetwork::same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source,
+                                   int sink) const {
+  if (num_nodes != n_ || source != source_ || sink != sink_ || arcs.size() != ends_.size()) return false;
+  for (std::size_t i = 0; i < arcs.size(); ++i)
+    if (arcs[i].from != ends_[i].first || arcs[i].to != ends_[i].second) return false;
+  return true;
+}
+
+// Chains of arcs in series become one arc each. The critical subgraphs of pipeline DAGs are
+// mostly such chains, which shrinks the network several times.
+void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
+  in_degree_.assign(n_, 0);
+  out_degree_.assign(n_, 0);
+  out_arc_.assign(n_, -1);
+  for (std::size_t i = 0; i < arcs.size(); ++i) {
+    ++in_degree_[arcs[i].to];
+    ++out_degree_[arcs[i].from];
+    out_arc_[arcs[i].from] = static_cast<int>(i);
+  }
+  auto through = [&](int v) { return v != source_ && v != sink_ && in_degree_[v] == 1 && out_degree_[v] == 1; };
+  chains_.clear();
+  chain_first_.clear();
+  chain_of_.assign(arcs.size(), -1);
+  for (std::size_t first = 0; first < arcs.size(); ++first) {
+    if (through(arcs[first].from)) continue;  // not the head of its chain
+    const int id = static_cast<int>(chains_.size());
+    int current = static_cast<int>(first), lowest = current;
+    chain_of_[current] = id;
+    while (through(arcs[current].to)) {
+      current = out_arc_[arcs[current].to];
+      chain_of_[current] = id;
+      lowest = std::min(lowest, current);
+    }
+    chains_.push_back({arcs[first].from, arcs[current].to, 0, 0});
+    chain_first_.push_back(lowest);
+  }
+  // Arcs on a cycle of through nodes have no head; a DAG has none, but stay correct regardless.
+  for (std::size_t i = 0; i < arcs.size(); ++i) {
+    if (chain_of_[i] < 0) {
+      chain_of_[i] = static_cast<int>(chains_.size());
+      chains_.push_back(arcs[i]);
+      chain_first_.push_back(static_cast<int>(i));
+    }
+  }
+  const int num_chains = static_cast<int>(chains_.size());
+  member_start_.assign(num_chains + 1, 0);
+  for (int c : chain_of_) ++member_start_[c + 1];
+  for (int c = 0; c < num_chains; ++c) member_start_[c + 1] += member_start_[c];
+  members_.resize(arcs.size());
+  std::vector<int>& fill = out_arc_;  // scratch, no longer needed
+  fill.assign(member_start_.begin(), member_start_.end() - 1);
+  for (std::size_t i = 0; i < arcs.size(); ++i) members_[fill[chain_of_[i]]++] = static_cast<int>(i);
+  source_chains_.clear();
+  for (int c = 0; c < num_chains; ++c)
+    if (chains_[c].from == source_ || chains_[c].to == source_) source_chains_.push_back(c);
+}
+
+void BoundedFlowNetwork::build_network() {
+  const int super_source = n_, super_sink = n_ + 1;
+  dinic_.reset(n_ + 2);
+  chain_edge_.clear();
+  for (const auto& chain : chains_) chain_edge_.push_back(dinic_.add_edge(chain.from, chain.to, 0));
+  supply_edge_.resize(n_);
+  drain_edge_.resize(n_);
+  for (int v = 0; v < n_; ++v) {
+    supply_edge_[v] = dinic_.add_edge(super_source, v, 0);
+    drain_edge_[v] = dinic_.add_edge(v, super_sink, 0);
+  }
+  back_edge_ = dinic_.add_edge(sink_, source_, 0);
+  excess_.assign(n_, 0);
+  listed_.assign(n_, 0);
+  touched_.assign(chains_.size(), 0);
+}
+
+// A chain's bounds are [max lower, min upper] over its arcs. False when they leave no feasible
+// flow: a node in the chain falls short by the difference, and the rule decides, as at any node.
+bool BoundedFlowNetwork::set_chain_bounds(int c, const std::vector<BoundedArc>& arcs, Feasibility feasibility) {
+  std::int64_t lower = std::numeric_limits<std::int64_t>::min(), upper = std::numeric_limits<std::int64_t>::max();
+  for (int k = member_start_[c]; k < member_start_[c + 1]; ++k) {
+    lower = std::max(lower, arcs[members_[k]].lower);
+    upper = std::min(upper, arcs[members_[k]].upper);
+  }
+  if (lower > upper) {
+    if (!demand_met(lower, upper, feasibility)) return false;
+    lower = upper;
+  }
+  chains_[c].lower = lower;
+  chains_[c].upper = upper;
+  return true;
+}
+
+void BoundedFlowNetwork::add_excess(int node, std::int64_t amount) {
+  excess_[node] += amount;
+  if (!listed_[node]) {
+    listed_[node] = 1;
+    unbalanced_.push_back(node);
+  }
+}
+
+// From a flow within the bounds that conserves everywhere except at the listed nodes: first a
+// feasible flow (their imbalances routed between supply and drain edges, with the sink -> source
+// edge open), then a maximum s-t flow on the chain edges. Leaves every helper closed and every
+// excess zero.
+bool BoundedFlowNetwork::route(Feasibility feasibility) {
+  const int super_source = n_, super_sink = n_ + 1;
+  std::int64_t demand = 0;
+  for (int v : unbalanced_) {
+    const std::int64_t e = excess_[v];
+    if (e > 0) {
+      dinic_.set_residual(supply_edge_[v], e);
+      demand += e;
+    } else if (e < 0) {
+      dinic_.set_residual(drain_edge_[v], -e);
+    }
+  }
+  dinic_.set_residual(back_edge_, kUnbounded);
+  dinic_.set_residual(back_edge_ ^ 1, 0);
+  bool feasible = true;
+  if (dinic_.max_flow(super_source, super_sink, demand) < demand) {
+    // Short: feasible only if every node's shortfall passes the rule (the reference's per-node check).
+    for (int v : unbalanced_) {
+      const std::int64_t e = excess_[v];
+      if (e == 0) continue;
+      const int edge = e > 0 ? supply_edge_[v] : drain_edge_[v];
+      const std::int64_t capacity = e > 0 ? e : -e;
+      feasible = feasible && demand_met(capacity, capacity - dinic_.residual(edge), feasibility);
+    }
+  }
+  for (int v : unbalanced_) {
+    for (int edge : {supply_edge_[v], drain_edge_[v]}) {
+      dinic_.set_residual(edge, 0);
+      dinic_.set_residual(edge ^ 1, 0);
+    }
+    excess_[v] = 0;
+    listed_[v] = 0;
+  }
+  unbalanced_.clear();
+  dinic_.set_residual(back_edge_, 0);
+  dinic_.set_residual(back_edge_ ^ 1, 0);
+  if (!feasible) return false;
+  dinic_.max_flow(source_, sink_, kUnbounded, 2 * static_cast<int>(chains_.size()));
+  has_flow_ = true;
+  return true;
+}
+
+bool BoundedFlowNetwork::solve(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
+                               const std::vector<std::int64_t>* initial, Feasibility feasibility) {
+  if (!same_arcs(num_nodes, arcs, source, sink)) {
+    n_ = num_nodes, source_ = source, sink_ = sink;
+    contract_series(arcs);
+    build_network();
+    ends_.resize(arcs.size());
+    for (std::size_t i = 0; i < arcs.size(); ++i) ends_[i] = {arcs[i].from, arcs[i].to};
+  }
+  has_flow_ = false;
+  const int num_chains = static_cast<int>(chains_.size());
+  for (int c = 0; c < num_chains; ++c)
+    if (!set_chain_bounds(c, arcs, feasibility)) return false;
+  // Each chain starts from its lowest-numbered arc's warm start (or its lower bound).
+  for (int c = 0; c < num_chains; ++c) {
+    const BoundedArc& chain = chains_[c];
+    const std::int64_t x = initial ? std::clamp((*initial)[chain_first_[c]], chain.lower, chain.upper) : chain.lower;
+    dinic_.set_residual(chain_edge_[c], chain.upper - x);
+    dinic_.set_residual(chain_edge_[c] ^ 1, x - chain.lower);
+    add_excess(chain.to, x);
+    add_excess(chain.from, -x);
+  }
+  return route(feasibility);
+}
+
+// The last flow conserves at every node but the source and sink (which carry its value); moving
+// a changed chain's flow into its new bounds unbalances only that chain's ends.
+bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std::vector<int>& changed,
+                                 Feasibility feasibility) {
+  if (!has_flow_) return solve(n_, arcs, source_, sink_, nullptr, feasibility);
+  has_flow_ = false;
+  std::int64_t value = 0;
+  for (int c : source_chains_) {
+    const std::int64_t f = chains_[c].upper - dinic_.residual(chain_edge_[c]);
+    if (chains_[c].from == source_) value += f;
+    if (chains_[c].to == source_) value -= f;
+  }
+  add_excess(source_, -value);
+  add_excess(sink_, value);
+  touched_chains_.clear();
+  for (int arc : changed) {
+    const int c = chain_of_[arc];
+    if (!touched_[c]) {
+      touched_[c] = 1;
+      touched_chains_.push_back(c);
+    }
+  }
+  bool bounds_ok = true;
+  for (int c : touched_chains_) {
+    touched_[c] = 0;
+    if (!bounds_ok) continue;
+    const std::int64_t f = chains_[c].upper - dinic_.residual(chain_edge_[c]);
+    if (!set_chain_bounds(c, arcs, feasibility)) {
+      bounds_ok = false;
+      continue;
+    }
+    const BoundedArc& chain = chains_[c];
+    const std::int64_t x = std::clamp(f, chain.lower, chain.upper);
+    dinic_.set_residual(chain_edge_[c], chain.upper - x);
+    dinic_.set_residual(chain_edge_[c] ^ 1, x - chain.lower);
+    add_excess(chain.to, x - f);
+    add_excess(chain.from, f - x);
+  }
+  if (!bounds_ok) {
+    for (int v : unbalanced_) excess_[v] = 0, listed_[v] = 0;
+    unbalanced_.clear();
+    return false;
+  }
+  return route(feasibility);
+}
+
+}  // namespace perseus
