@@ -61,9 +61,10 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   std::vector<int>& fill = out_arc_;  // scratch, no longer needed
   fill.assign(member_start_.begin(), member_start_.end() - 1);
   for (std::size_t i = 0; i < arcs.size(); ++i) members_[fill[chain_of_[i]]++] = static_cast<int>(i);
-  source_chains_.clear();
+  end_chains_.clear();
   for (int c = 0; c < num_chains; ++c)
-    if (chains_[c].from == source_ || chains_[c].to == source_) source_chains_.push_back(c);
+    if (chains_[c].from == source_ || chains_[c].to == source_ || chains_[c].from == sink_ || chains_[c].to == sink_)
+      end_chains_.push_back(c);
 }
 
 void BoundedFlowNetwork::build_network() {
@@ -127,14 +128,18 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
   dinic_.set_residual(back_edge_, kUnbounded);
   dinic_.set_residual(back_edge_ ^ 1, 0);
   bool feasible = true;
+  carried_.clear();
   if (dinic_.max_flow(super_source, super_sink, demand) < demand) {
     // Short: feasible only if every node's shortfall passes the rule (the reference's per-node check).
+    // What a node keeps of its imbalance stays in the flow the next call starts from.
     for (int v : unbalanced_) {
       const std::int64_t e = excess_[v];
       if (e == 0) continue;
       const int edge = e > 0 ? supply_edge_[v] : drain_edge_[v];
       const std::int64_t capacity = e > 0 ? e : -e;
-      feasible = feasible && demand_met(capacity, capacity - dinic_.residual(edge), feasibility);
+      const std::int64_t left = dinic_.residual(edge);
+      feasible = feasible && demand_met(capacity, capacity - left, feasibility);
+      if (left > 0 && v != source_ && v != sink_) carried_.push_back({v, e > 0 ? left : -left});
     }
   }
   for (int v : unbalanced_) {
@@ -179,20 +184,22 @@ bool BoundedFlowNetwork::solve(int num_nodes, const std::vector<BoundedArc>& arc
   return route(feasibility);
 }
 
-// The last flow conserves at every node but the source and sink (which carry its value); moving
-// a changed chain's flow into its new bounds unbalances only that chain's ends.
+// The last flow conserves at every node but the source and sink (which carry its value) and the
+// nodes whose shortfall the rule let pass (carried_); moving a changed chain's flow into its new
+// bounds unbalances only that chain's ends. The imbalances are those a start from scratch with
+// the last flow as its warm start sees.
 bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std::vector<int>& changed,
                                  Feasibility feasibility) {
   if (!has_flow_) return solve(n_, arcs, source_, sink_, nullptr, feasibility);
   has_flow_ = false;
-  std::int64_t value = 0;
-  for (int c : source_chains_) {
+  for (int c : end_chains_) {
     const std::int64_t f = chains_[c].upper - dinic_.residual(chain_edge_[c]);
-    if (chains_[c].from == source_) value += f;
-    if (chains_[c].to == source_) value -= f;
+    for (int v : {source_, sink_}) {
+      if (chains_[c].to == v) add_excess(v, f);
+      if (chains_[c].from == v) add_excess(v, -f);
+    }
   }
-  add_excess(source_, -value);
-  add_excess(sink_, value);
+  for (const auto& [v, e] : carried_) add_excess(v, e);
   touched_chains_.clear();
   for (int arc : changed) {
     const int c = chain_of_[arc];

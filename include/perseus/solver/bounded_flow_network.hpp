@@ -45,7 +45,7 @@ class BoundedFlowNetwork {
   std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
   std::vector<int> member_start_, members_;          // per chain: its arcs
   std::vector<BoundedArc> chains_;                   // per chain: endpoints and bounds
-  std::vector<int> source_chains_;                   // chains that start or end at the source
+  std::vector<int> end_chains_;                      // chains that start or end at the source or sink
   // The residual network: an edge per chain, then a supply and a drain edge per node (open while
   // the node's balance is positive or negative, closed between calls), then the sink -> source
   // edge. It keeps the last flow between calls; the maximum-flow phase runs on the chain edges.
@@ -53,6 +53,9 @@ class BoundedFlowNetwork {
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   int back_edge_ = -1;
   bool has_flow_ = false;  // the network holds a flow that met the bounds
+  // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
+  // feasibility rule let pass (one unit at most per node).
+  std::vector<std::pair<int, std::int64_t>> carried_;
   // Per call: zero everywhere between calls.
   std::vector<std::int64_t> excess_;
   std::vector<int> unbalanced_;      // nodes with nonzero excess, each once
