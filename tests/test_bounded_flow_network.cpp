@@ -39,15 +39,48 @@ bool kept_a_shortfall(int n, const std::vector<BoundedArc>& arcs, const std::vec
   return false;
 }
 
+struct Cut {
+  std::vector<int> forward, backward;
+  bool operator==(const Cut&) const = default;
+};
+
+// The cut searched arc by arc: the source side is what the source reaches through open residuals.
+Cut cut_by_arcs(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>& flow, Feasibility rule) {
+  std::vector<char> side(n, 0);
+  side[0] = 1;
+  for (bool grew = true; grew;) {
+    grew = false;
+    for (std::size_t i = 0; i < arcs.size(); ++i) {
+      const auto& arc = arcs[i];
+      if (side[arc.from] && !side[arc.to] && residual_open(arc.upper, flow[i], rule)) side[arc.to] = 1, grew = true;
+      if (side[arc.to] && !side[arc.from] && residual_open(flow[i], arc.lower, rule)) side[arc.from] = 1, grew = true;
+    }
+  }
+  Cut cut;
+  for (std::size_t i = 0; i < arcs.size(); ++i) {
+    if (side[arcs[i].from] && !side[arcs[i].to]) cut.forward.push_back(static_cast<int>(i));
+    if (!side[arcs[i].from] && side[arcs[i].to]) cut.backward.push_back(static_cast<int>(i));
+  }
+  return cut;
+}
+
+// A node with one arc in and one out (not the source or sink): the network contracts it away.
+bool inside_a_chain(int n, const std::vector<BoundedArc>& arcs, int v) {
+  int in = 0, out = 0;
+  for (const auto& arc : arcs) in += arc.to == v, out += arc.from == v;
+  return v != 0 && v != n - 1 && in == 1 && out == 1;
+}
+
 }  // namespace
 
 // The planner re-solves on the same arcs with a few bounds changed, point after point. A re-solve
 // must find exactly the flow that a solve from scratch finds when warm-started from the last flow
 // (which is what the planner did before it kept its network): on random sequences of bound
 // changes, under both feasibility rules, including flows that carry a shortfall the rule let pass.
+// Its minimum cut, searched on the contracted chains, must be the arc-by-arc search's.
 TEST(BoundedFlowNetwork, ResolvingEqualsSolvingAfreshFromTheLastFlow) {
   std::mt19937 rng(11);
-  int resolved = 0, carried = 0;
+  int resolved = 0, carried = 0, crossed_inside_chains = 0;
   for (int trial = 0; trial < 400; ++trial) {
     const int n = 4 + trial % 30;
     const Feasibility rule = trial % 2 ? Feasibility::reference : Feasibility::exact;
@@ -79,10 +112,18 @@ TEST(BoundedFlowNetwork, ResolvingEqualsSolvingAfreshFromTheLastFlow) {
       for (std::size_t i = 0; i < arcs.size(); ++i) mine[i] = network.flow(static_cast<int>(i));
       ASSERT_EQ(mine, *fresh) << "trial " << trial << " round " << round;
       carried += kept_a_shortfall(n, arcs, mine);
+      // The cut, searched chain by chain, is the one an arc-by-arc search finds.
+      Cut cut;
+      network.min_cut(arcs, rule, cut.forward, cut.backward);
+      const Cut expected = cut_by_arcs(n, arcs, mine, rule);
+      ASSERT_EQ(cut, expected) << "trial " << trial << " round " << round;
+      for (int i : cut.forward) crossed_inside_chains += inside_a_chain(n, arcs, arcs[i].from);
+      for (int i : cut.backward) crossed_inside_chains += inside_a_chain(n, arcs, arcs[i].to);
     }
   }
   EXPECT_GT(resolved, 1000);
   EXPECT_GT(carried, 20);  // the case where the last flow is not balanced is exercised
+  EXPECT_GT(crossed_inside_chains, 100);
 }
 
 // Without a last flow (a failed call), a re-solve starts from the lower bounds, as a solve does.

@@ -32,18 +32,23 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   chains_.clear();
   chain_first_.clear();
   chain_of_.assign(arcs.size(), -1);
+  members_.clear();
+  member_start_.assign(1, 0);
   for (std::size_t first = 0; first < arcs.size(); ++first) {
     if (through(arcs[first].from)) continue;  // not the head of its chain
     const int id = static_cast<int>(chains_.size());
     int current = static_cast<int>(first), lowest = current;
     chain_of_[current] = id;
+    members_.push_back(current);
     while (through(arcs[current].to)) {
       current = out_arc_[arcs[current].to];
       chain_of_[current] = id;
+      members_.push_back(current);
       lowest = std::min(lowest, current);
     }
     chains_.push_back({arcs[first].from, arcs[current].to, 0, 0});
     chain_first_.push_back(lowest);
+    member_start_.push_back(static_cast<int>(members_.size()));
   }
   // Arcs on a cycle of through nodes have no head; a DAG has none, but stay correct regardless.
   for (std::size_t i = 0; i < arcs.size(); ++i) {
@@ -51,16 +56,23 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
       chain_of_[i] = static_cast<int>(chains_.size());
       chains_.push_back(arcs[i]);
       chain_first_.push_back(static_cast<int>(i));
+      members_.push_back(static_cast<int>(i));
+      member_start_.push_back(static_cast<int>(members_.size()));
     }
   }
   const int num_chains = static_cast<int>(chains_.size());
-  member_start_.assign(num_chains + 1, 0);
-  for (int c : chain_of_) ++member_start_[c + 1];
-  for (int c = 0; c < num_chains; ++c) member_start_[c + 1] += member_start_[c];
-  members_.resize(arcs.size());
+  // The chains at each node that is a chain's end, for the cut's search.
+  ends_start_.assign(n_ + 1, 0);
+  for (const auto& chain : chains_) ++ends_start_[chain.from + 1], ++ends_start_[chain.to + 1];
+  for (int v = 0; v < n_; ++v) ends_start_[v + 1] += ends_start_[v];
+  ends_at_.resize(2 * chains_.size());
   std::vector<int>& fill = out_arc_;  // scratch, no longer needed
-  fill.assign(member_start_.begin(), member_start_.end() - 1);
-  for (std::size_t i = 0; i < arcs.size(); ++i) members_[fill[chain_of_[i]]++] = static_cast<int>(i);
+  fill.assign(ends_start_.begin(), ends_start_.end() - 1);
+  for (int c = 0; c < num_chains; ++c) {
+    ends_at_[fill[chains_[c].from]++] = 2 * c;    // leaves the node
+    ends_at_[fill[chains_[c].to]++] = 2 * c + 1;  // enters it
+  }
+  chain_slot_.clear();
   end_chains_.clear();
   for (int c = 0; c < num_chains; ++c)
     if (chains_[c].from == source_ || chains_[c].to == source_ || chains_[c].from == sink_ || chains_[c].to == sink_)
@@ -230,6 +242,80 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
     return false;
   }
   return route(feasibility);
+}
+
+// Whether every arc of chain c is open forward (from its start to its end) or backward. The
+// chain's residual is its tightest arc's: two units or more leave every arc open, none closes one.
+bool BoundedFlowNetwork::chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
+  const std::int64_t residual = dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]);
+  if (residual >= 2) return true;
+  if (residual <= 0) return false;
+  return walk_to_closed(c, forward, arcs, rule) < 0;
+}
+
+int BoundedFlowNetwork::first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
+  if (dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]) >= 2) return -1;
+  return walk_to_closed(c, forward, arcs, rule);
+}
+
+// The first arc of chain c that is closed, walking from its start forward or from its end
+// backward; -1 when none is.
+int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
+  const std::int64_t f = chains_[c].upper - dinic_.residual_at(chain_slot_[2 * c]);
+  const int begin = member_start_[c], end = member_start_[c + 1];
+  for (int k = 0; k < end - begin; ++k) {
+    const int i = members_[forward ? begin + k : end - 1 - k];
+    const bool open = forward ? residual_open(arcs[i].upper, f, rule) : residual_open(f, arcs[i].lower, rule);
+    if (!open) return k;
+  }
+  return -1;
+}
+
+// The source side is searched on the chains (through nodes are reached only along their own
+// chain): a chain passes the search on when all its arcs are open that way. Then each chain with
+// an end on the source side is walked from that end to its first closed arc, the cut's edge there.
+void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
+                                 std::vector<int>& backward) {
+  forward.clear();
+  backward.clear();
+  if (chain_slot_.empty()) {
+    for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(edge ^ 1));
+  }
+  in_side_.assign(n_, 0);
+  side_.clear();
+  side_.push_back(source_);
+  in_side_[source_] = 1;
+  for (std::size_t next = 0; next < side_.size(); ++next) {
+    const int u = side_[next];
+    for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
+      const int c = ends_at_[k] >> 1;
+      const bool leaves = !(ends_at_[k] & 1);
+      const int v = leaves ? chains_[c].to : chains_[c].from;
+      if (!in_side_[v] && chain_open(c, leaves, arcs, rule)) {
+        in_side_[v] = 1;
+        side_.push_back(v);
+      }
+    }
+  }
+  for (int u : side_) {
+    for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
+      const int c = ends_at_[k] >> 1;
+      const bool leaves = !(ends_at_[k] & 1);
+      const bool start_in = in_side_[chains_[c].from], end_in = in_side_[chains_[c].to];
+      if (start_in && end_in && !leaves) continue;  // seen from its start
+      const int length = member_start_[c + 1] - member_start_[c];
+      // From the start, nodes up to the first closed arc are on the source side; from the end, back
+      // to the first closed arc walking backward. With both ends inside, the two walks may meet.
+      const int ahead = start_in ? first_closed(c, true, arcs, rule) : -1;
+      if (start_in && end_in && ahead < 0) continue;
+      const int behind = end_in ? first_closed(c, false, arcs, rule) : -1;
+      if (start_in && end_in && (behind < 0 || ahead + behind >= length - 1)) continue;
+      if (ahead >= 0) forward.push_back(members_[member_start_[c] + ahead]);
+      if (behind >= 0) backward.push_back(members_[member_start_[c + 1] - 1 - behind]);
+    }
+  }
+  std::sort(forward.begin(), forward.end());
+  std::sort(backward.begin(), backward.end());
 }
 
 }  // namespace perseus

@@ -88,12 +88,7 @@ ArcGraph make_arc_graph(const PipelineDag& dag) {
 
 // Whether a residual of `high - low` units counts as unsaturated.
 bool unsaturated(std::int64_t high, std::int64_t low, CutRule rule) {
-  const std::int64_t residual = high - low;
-  if (residual >= 2) return true;
-  if (residual <= 0) return false;
-  if (rule == CutRule::exact) return true;
-  // One unit: decided as the reference decides it, `ub - flow > 1e-6` on values k * 1e-6.
-  return static_cast<double>(high) * kFpError - static_cast<double>(low) * kFpError > kFpError;
+  return residual_open(high, low, rule == CutRule::reference ? Feasibility::reference : Feasibility::exact);
 }
 
 class Solver {
@@ -214,8 +209,7 @@ class Solver {
       reason = "no feasible flow on the critical subgraph";
       return false;
     }
-    find_source_side();
-    find_cut_arcs();
+    find_cut();
     const auto& speed_up = speed_up_;
     const auto& slow_down = slow_down_;
     if (speed_up.empty()) {
@@ -354,69 +348,65 @@ class Solver {
   // The maximum flow within the bounds on the critical arcs. The Dinic path keeps its network
   // from the last point when the arcs are the same, and re-solves from the last flow.
   bool solve_flow(bool same_arcs) {
-    const Feasibility rule = options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
     const int source = compact_id_[graph_.source], sink = compact_id_[graph_.sink];
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     if (options_.algorithm == MaxFlowAlgorithm::dinic) {
-      return same_arcs ? network_.resolve(arcs_, changed_critical_, rule)
-                       : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule);
+      return same_arcs ? network_.resolve(arcs_, changed_critical_, rule())
+                       : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule());
     }
-    return bounded_max_flow_into(num_nodes, arcs_, source, sink, options_.algorithm, nullptr, rule, flow_);
+    return bounded_max_flow_into(num_nodes, arcs_, source, sink, options_.algorithm, nullptr, rule(), flow_);
   }
   std::int64_t flow_of(int i) const {
     return options_.algorithm == MaxFlowAlgorithm::dinic ? network_.flow(i) : flow_[i];
   }
+  Feasibility rule() const {
+    return options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
+  }
 
-  // Source side of the minimum cut: nodes reachable from the source through unsaturated arcs
-  // (in in_cut_, and listed in side_).
-  void find_source_side() {
+  // The critical arcs the minimum cut crosses forward (speed_up_) and backward (slow_down_), in
+  // arc order. Its source side: nodes reachable from the source through unsaturated arcs.
+  void find_cut() {
+    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+      network_.min_cut(arcs_, rule(), cut_forward_, cut_backward_);
+    } else {
+      find_cut_from_the_arcs();
+    }
+    speed_up_.clear();
+    slow_down_.clear();
+    for (int i : cut_forward_) speed_up_.push_back(critical_[i]);
+    for (int i : cut_backward_) slow_down_.push_back(critical_[i]);
+  }
+
+  // The same, searched arc by arc (the oracle's flows, which the network does not hold).
+  void find_cut_from_the_arcs() {
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     in_cut_.assign(num_nodes, 0);
     if (adjacency_stale_) build_cut_adjacency();
-    stack_.clear();
-    side_.clear();
     const int source = compact_id_[graph_.source];
-    stack_.push_back(source);
+    side_.assign(1, source);
     in_cut_[source] = 1;
-    while (!stack_.empty()) {
-      const int u = stack_.back();
-      stack_.pop_back();
-      side_.push_back(u);
+    for (std::size_t next = 0; next < side_.size(); ++next) {
+      const int u = side_[next];
       for (int k = adj_start_[u]; k < adj_start_[u + 1]; ++k) {
         const int i = adj_[k];
         const BoundedArc& arc = arcs_[i];
-        int next;
-        bool open;
-        if (arc.from == u) {
-          next = arc.to;
-          open = unsaturated(arc.upper, flow_of(i), options_.cut_rule);
-        } else {
-          next = arc.from;
-          open = unsaturated(flow_of(i), arc.lower, options_.cut_rule);
-        }
-        if (open && !in_cut_[next]) {
-          in_cut_[next] = 1;
-          stack_.push_back(next);
+        const bool forward = arc.from == u;
+        const int v = forward ? arc.to : arc.from;
+        const bool open = forward ? unsaturated(arc.upper, flow_[i], options_.cut_rule)
+                                  : unsaturated(flow_[i], arc.lower, options_.cut_rule);
+        if (open && !in_cut_[v]) {
+          in_cut_[v] = 1;
+          side_.push_back(v);
         }
       }
     }
-  }
-
-  // The critical arcs the cut crosses forward (speed_up_) and backward (slow_down_), in arc
-  // order. Each has exactly one end on the source side, so the side's arcs are all there is to
-  // look at (the cut's source side is about half the subgraph).
-  void find_cut_arcs() {
-    crossing_.clear();
-    for (int u : side_) {
-      for (int k = adj_start_[u]; k < adj_start_[u + 1]; ++k) {
-        const int i = adj_[k];
-        if (!in_cut_[arcs_[i].from] || !in_cut_[arcs_[i].to]) crossing_.push_back(i);
-      }
+    cut_forward_.clear();
+    cut_backward_.clear();
+    for (std::size_t i = 0; i < arcs_.size(); ++i) {
+      const bool from_in = in_cut_[arcs_[i].from], to_in = in_cut_[arcs_[i].to];
+      if (from_in && !to_in) cut_forward_.push_back(static_cast<int>(i));
+      if (!from_in && to_in) cut_backward_.push_back(static_cast<int>(i));
     }
-    std::sort(crossing_.begin(), crossing_.end());
-    speed_up_.clear();
-    slow_down_.clear();
-    for (int i : crossing_) (in_cut_[arcs_[i].from] ? speed_up_ : slow_down_).push_back(critical_[i]);
   }
 
   // Adjacency of the critical subgraph, in both directions.
@@ -465,10 +455,10 @@ class Solver {
   std::vector<int> changed_critical_;  // indices into arcs_ of the arcs the last step changed
   std::vector<int> speed_up_, slow_down_;  // arcs the cut crosses forward / backward
   std::vector<char> in_cut_;  // per compact node: on the source side of the cut
-  std::vector<int> side_, crossing_;
+  std::vector<int> side_, cut_forward_, cut_backward_;  // per cut: its source side, and the arcs it crosses
   std::vector<int> compact_id_, compact_nodes_;
   const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);
-  std::vector<int> adj_start_, adj_, fill_, stack_;
+  std::vector<int> adj_start_, adj_, fill_;
 };
 
 }  // namespace

@@ -22,6 +22,12 @@ class BoundedFlowNetwork {
   // The arcs of the last call, where only those listed in `changed` (indices into `arcs`, any
   // order, repeats allowed) have new bounds; starts from the last flow.
   bool resolve(const std::vector<BoundedArc>& arcs, const std::vector<int>& changed, Feasibility feasibility);
+  // The arcs a minimum cut of the last flow crosses. Its source side is what the source reaches
+  // through open residuals (per arc, residual_open under `rule`: the side closest to the source,
+  // the same for every maximum flow when the rule is exact); `forward` gets the arcs (indices into
+  // `arcs`, the bounds of the last call) leaving it, `backward` those entering it, each ascending.
+  void min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
+               std::vector<int>& backward);
   // Whether `arcs` has the last call's endpoints (then resolve may be used).
   bool same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink) const;
   // The flow on arc `arc` of the last successful call.
@@ -35,6 +41,9 @@ class BoundedFlowNetwork {
   void build_network();
   bool set_chain_bounds(int chain, const std::vector<BoundedArc>& arcs, Feasibility feasibility);
   void add_excess(int node, std::int64_t amount);
+  bool chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
+  int first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
+  int walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   bool route(Feasibility feasibility);
 
   // The structure.
@@ -43,7 +52,8 @@ class BoundedFlowNetwork {
   // Series contraction: arcs joined by a node with one arc in and one out carry the same flow.
   std::vector<int> chain_of_;                        // per arc: its chain
   std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
-  std::vector<int> member_start_, members_;          // per chain: its arcs
+  std::vector<int> member_start_, members_;          // per chain: its arcs, start to end
+  std::vector<int> ends_start_, ends_at_;            // per node: 2c (chain c leaves it), 2c+1 (enters)
   std::vector<BoundedArc> chains_;                   // per chain: endpoints and bounds
   std::vector<int> end_chains_;                      // chains that start or end at the source or sink
   // The residual network: an edge per chain, then a supply and a drain edge per node (open while
@@ -52,6 +62,7 @@ class BoundedFlowNetwork {
   Dinic dinic_;
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   int back_edge_ = -1;
+  std::vector<int> chain_slot_;  // per chain: the slots of its edge and reverse edge (once laid out)
   bool has_flow_ = false;  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
   // feasibility rule let pass (one unit at most per node).
@@ -61,6 +72,8 @@ class BoundedFlowNetwork {
   std::vector<int> unbalanced_;      // nodes with nonzero excess, each once
   std::vector<char> listed_, touched_;  // per node / per chain
   std::vector<int> touched_chains_;
+  std::vector<char> in_side_;  // the cut's source side
+  std::vector<int> side_;
   std::vector<int> in_degree_, out_degree_, out_arc_;  // contraction scratch
 };
 

@@ -25,6 +25,16 @@ enum class Feasibility { exact, reference };
 
 // Whether `flow` units meet a demand of `capacity` units under `rule`.
 bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule);
+// Whether a residual of `high - low` units counts as open (an unsaturated arc) under `rule`: any
+// unit, or as the reference decides `high - low > 1e-6` on values k * 1e-6.
+inline bool residual_open(std::int64_t high, std::int64_t low, Feasibility rule) {
+  const std::int64_t residual = high - low;
+  if (residual >= 2) return true;
+  if (residual <= 0) return false;
+  if (rule == Feasibility::exact) return true;
+  constexpr double kFpError = 1e-6;
+  return static_cast<double>(high) * kFpError - static_cast<double>(low) * kFpError > kFpError;
+}
 
 // Returns the flow on each arc of a maximum s-t flow within the bounds, or nullopt when no flow
 // satisfies every lower bound (first a feasible circulation with an infinite t->s arc, then a
@@ -52,6 +62,9 @@ class Dinic {
   // are laid out in the order they were added, so the rest come after them and are never looked at.
   std::int64_t max_flow(int source, int sink, std::int64_t limit, int edge_count = -1);
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
+  // Once max_flow has run: where an edge's residual lives, and the residual there.
+  int slot(int edge) const { return slot_of_[edge]; }
+  std::int64_t residual_at(int slot) const { return slot_cap_[slot]; }
   void set_residual(int edge, std::int64_t value) { (built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]) = value; }
   int num_nodes() const { return num_nodes_; }
 
