@@ -244,22 +244,20 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
   return route(feasibility);
 }
 
-// Whether every arc of chain c is open forward (from its start to its end) or backward. The
-// chain's residual is its tightest arc's: two units or more leave every arc open, none closes one.
-bool BoundedFlowNetwork::chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
-  const std::int64_t residual = dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]);
-  if (residual >= 2) return true;
-  if (residual <= 0) return false;
-  return walk_to_closed(c, forward, arcs, rule) < 0;
-}
-
+// The first arc of chain c that is closed, from its start forward or from its end backward; -1
+// when none is. The chain's residual is its tightest arc's: two units or more leave every arc
+// open, so only a chain with one unit or none is walked.
 int BoundedFlowNetwork::first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
-  if (dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]) >= 2) return -1;
+  if (chain_residual(c, forward) >= 2) return -1;
   return walk_to_closed(c, forward, arcs, rule);
 }
 
-// The first arc of chain c that is closed, walking from its start forward or from its end
-// backward; -1 when none is.
+// Whether every arc of chain c is open that way. No residual closes the tightest arc: no walk.
+bool BoundedFlowNetwork::chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
+  return chain_residual(c, forward) > 0 && first_closed(c, forward, arcs, rule) < 0;
+}
+
+// first_closed's walk, arc by arc.
 int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
   const std::int64_t f = chains_[c].upper - dinic_.residual_at(chain_slot_[2 * c]);
   const int begin = member_start_[c], end = member_start_[c + 1];

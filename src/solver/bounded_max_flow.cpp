@@ -2,7 +2,6 @@
 #include <boost/graph/push_relabel_max_flow.hpp>
 #include <algorithm>
 #include <limits>
-#include <stdexcept>
 
 #include "perseus/solver/bounded_flow_network.hpp"
 #include "perseus/solver/max_flow.hpp"

@@ -86,11 +86,6 @@ ArcGraph make_arc_graph(const PipelineDag& dag) {
   return g;
 }
 
-// Whether a residual of `high - low` units counts as unsaturated.
-bool unsaturated(std::int64_t high, std::int64_t low, CutRule rule) {
-  return residual_open(high, low, rule == CutRule::reference ? Feasibility::reference : Feasibility::exact);
-}
-
 class Solver {
  public:
   Solver(const PlanningProblem& problem, const SolverOptions& options)
@@ -392,8 +387,7 @@ class Solver {
         const BoundedArc& arc = arcs_[i];
         const bool forward = arc.from == u;
         const int v = forward ? arc.to : arc.from;
-        const bool open = forward ? unsaturated(arc.upper, flow_[i], options_.cut_rule)
-                                  : unsaturated(flow_[i], arc.lower, options_.cut_rule);
+        const bool open = forward ? residual_open(arc.upper, flow_[i], rule()) : residual_open(flow_[i], arc.lower, rule());
         if (open && !in_cut_[v]) {
           in_cut_[v] = 1;
           side_.push_back(v);

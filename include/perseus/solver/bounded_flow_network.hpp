@@ -41,6 +41,9 @@ class BoundedFlowNetwork {
   void build_network();
   bool set_chain_bounds(int chain, const std::vector<BoundedArc>& arcs, Feasibility feasibility);
   void add_excess(int node, std::int64_t amount);
+  std::int64_t chain_residual(int c, bool forward) const {
+    return dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]);
+  }
   bool chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   int first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   int walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
