@@ -147,3 +147,37 @@ TEST(MaxFlow, DinicHandlesPathsDeeperThanTheCallStack) {
   dinic.add_edge(0, n - 1, 5);
   EXPECT_EQ(dinic.max_flow(0, n - 1, 1 << 30), 12);
 }
+
+// A journal takes back every residual change since it began: the augmenting paths of max_flow and
+// residuals set by hand, in any order.
+TEST(MaxFlow, DinicRollsBackToTheJournalsStart) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> capacity(0, 9);
+  const int n = 30;
+  Dinic dinic;
+  dinic.reset(n);
+  std::vector<int> edges;
+  for (int u = 0; u < n; ++u)
+    for (int v = u + 1; v < std::min(n, u + 4); ++v) edges.push_back(dinic.add_edge(u, v, capacity(rng)));
+  const std::int64_t first = dinic.max_flow(0, n - 1, 1 << 30);
+  auto residuals = [&] {
+    std::vector<std::int64_t> r;
+    for (int e : edges) r.push_back(dinic.residual(e)), r.push_back(dinic.residual(e ^ 1));
+    return r;
+  };
+  const auto before = residuals();
+  dinic.begin_journal();
+  for (int e : edges) dinic.set_residual(e, dinic.residual(e) + 10);
+  EXPECT_GT(dinic.max_flow(0, n - 1, 1 << 30), 0);  // every cut has room again
+  EXPECT_NE(residuals(), before);
+  dinic.rollback();
+  EXPECT_EQ(residuals(), before);
+  EXPECT_EQ(dinic.max_flow(0, n - 1, 1 << 30), 0);  // already maximal again
+  EXPECT_GT(first, 0);
+  // After end_journal the changes stay.
+  dinic.begin_journal();
+  dinic.set_residual(edges[0], 3);
+  dinic.end_journal();
+  dinic.rollback();
+  EXPECT_EQ(dinic.residual(edges[0]), 3);
+}

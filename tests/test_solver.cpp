@@ -4,6 +4,7 @@
 #include <random>
 
 #include "perseus/solver/phillips_dessouky.hpp"
+#include "perseus/util/error.hpp"
 #include "solver_fixtures.hpp"
 
 using namespace perseus;
@@ -155,4 +156,60 @@ TEST(Solver, StopRequestLeavesAValidShorterFrontier) {
   EXPECT_EQ(f.points.size(), 5u);
   EXPECT_EQ(seen, 5u);
   EXPECT_EQ(f.stop_reason, "interrupted");
+}
+
+// With a second thread, each point's flow is solved on the last point's critical arcs while the
+// other thread computes the times and checks that the arcs stay critical; where they do not (the
+// first points of every frontier, and wherever the critical subgraph grows), the guess is taken
+// back. Every point, every duration change and the stop reason must be the one thread's, under
+// both cut rules, on pipelines of every schedule.
+TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
+  struct Case { int stages, microbatches; double noise; std::uint64_t seed; ScheduleKind schedule; int virtual_stages; CutRule rule; };
+  const std::vector<Case> cases = {
+      {4, 8, 0.0, 1, ScheduleKind::one_f_one_b, 1, CutRule::reference},
+      {4, 12, 0.02, 2, ScheduleKind::one_f_one_b, 1, CutRule::exact},
+      {6, 9, 0.01, 3, ScheduleKind::one_f_one_b, 1, CutRule::reference},
+      {3, 6, 0.03, 4, ScheduleKind::gpipe, 1, CutRule::reference},
+      {2, 4, 0.01, 5, ScheduleKind::interleaved, 2, CutRule::reference},
+      {3, 6, 0.0, 6, ScheduleKind::interleaved, 2, CutRule::exact},
+  };
+  std::size_t points = 0, changes = 0;
+  for (const auto& c : cases) {
+    const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, CostModelKind::automatic,
+                                           c.schedule, c.virtual_stages);
+    SCOPED_TRACE(testing::Message() << c.stages << " stages, " << c.microbatches << " microbatches, seed " << c.seed);
+    SolverOptions one, two;
+    one.threads = 1;
+    two.threads = 2;
+    one.cut_rule = two.cut_rule = c.rule;
+    const Frontier a = solve_frontier(problem, one);
+    const Frontier b = solve_frontier(problem, two);
+    ASSERT_EQ(a.points.size(), b.points.size());
+    for (std::size_t i = 0; i < a.points.size(); ++i) {
+      ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
+      ASSERT_EQ(a.points[i].cost_change, b.points[i].cost_change) << "point " << i;
+      ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
+      ASSERT_EQ(a.points[i].changes_begin, b.points[i].changes_begin) << "point " << i;
+    }
+    ASSERT_EQ(a.changes.size(), b.changes.size());
+    for (std::size_t i = 0; i < a.changes.size(); ++i) {
+      ASSERT_EQ(a.changes[i].instruction, b.changes[i].instruction) << "change " << i;
+      ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
+    }
+    EXPECT_EQ(a.stop_reason, b.stop_reason);
+    points += a.points.size();
+    changes += a.changes.size();
+  }
+  EXPECT_GT(points, 1000u);
+  EXPECT_GT(changes, points);
+  RecordProperty("frontier_points", static_cast<int>(points));
+}
+
+TEST(Solver, RejectsAThreadCountItDoesNotHave) {
+  const auto problem = synthetic_problem(2, 2, 0.0, 1);
+  SolverOptions options;
+  options.threads = 3;
+  EXPECT_THROW(solve_frontier(problem, options), Error);
+  options.threads = -1;
+  EXPECT_THROW(solve_frontier(problem, options), Error);
 }

@@ -26,6 +26,7 @@ struct OptimizeArgs {
   int envpipe_memory_cap = -1;
   bool quiet = false;
   bool recompute = false;
+  int threads = 0;
 };
 
 // Points done, current iteration time and rate, redrawn on one terminal line.
@@ -80,6 +81,7 @@ int run_optimize(OptimizeArgs& args) {
     Progress progress(args.config.unit_time, !args.quiet && ::isatty(STDERR_FILENO));
     SolverOptions options;
     options.stop = interrupt.flag();
+    options.threads = args.threads;
     options.on_progress = [&](std::size_t points, int quant_time) { progress.update(points, quant_time); };
     frontier = solve_frontier(problem, options);
     progress.finish();
@@ -142,6 +144,11 @@ Runner add_optimize_command(CLI::App& app) {
                   "pwl: convex piecewise-linear hull")
       ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
   cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
+  cmd->add_option("--threads", args->threads,
+                  "Solver threads: 1, or 2 (a second thread computes each point's times while the first solves its "
+                  "flow; the same frontier); 0: 2 where the machine has a second core and the pipeline has at least 256 "
+                  "instructions")
+      ->capture_default_str()->check(CLI::Range(0, 2));
   cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();
   cmd->add_flag("--quiet,-q", args->quiet, "No progress display or summary");
   return [args] { return run_optimize(*args); };

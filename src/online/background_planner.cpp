@@ -39,6 +39,7 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   PlanningProblem problem = make_planning_problem(input.profile, config);
   SolverOptions options;
   options.stop = stop;
+  options.threads = 1;  // it plans beside training (or other jobs): no second core of theirs spinning
   Frontier frontier = solve_frontier(problem, options);
   if (frontier.interrupted) throw std::runtime_error("planning was stopped");
   PlanningOutput out;

@@ -108,6 +108,7 @@ bool BoundedFlowNetwork::set_chain_bounds(int c, const std::vector<BoundedArc>& 
     if (!demand_met(lower, upper, feasibility)) return false;
     lower = upper;
   }
+  if (in_trial_) saved_bounds_.push_back({c, {chains_[c].lower, chains_[c].upper}});
   chains_[c].lower = lower;
   chains_[c].upper = upper;
   return true;
@@ -244,6 +245,29 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
   return route(feasibility);
 }
 
+void BoundedFlowNetwork::begin_trial() {
+  in_trial_ = true;
+  saved_bounds_.clear();
+  saved_carried_ = carried_;
+  dinic_.begin_journal();
+}
+
+void BoundedFlowNetwork::keep_trial() {
+  in_trial_ = false;
+  dinic_.end_journal();
+}
+
+void BoundedFlowNetwork::undo_trial() {
+  in_trial_ = false;
+  dinic_.rollback();
+  for (auto entry = saved_bounds_.rbegin(); entry != saved_bounds_.rend(); ++entry) {
+    chains_[entry->first].lower = entry->second.first;
+    chains_[entry->first].upper = entry->second.second;
+  }
+  carried_ = saved_carried_;
+  has_flow_ = true;
+}
+
 // The first arc of chain c that is closed, from its start forward or from its end backward; -1
 // when none is. The chain's residual is its tightest arc's: two units or more leave every arc
 // open, so only a chain with one unit or none is walked.
@@ -269,16 +293,44 @@ int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<Bo
   return -1;
 }
 
-// The source side is searched on the chains (through nodes are reached only along their own
-// chain): a chain passes the search on when all its arcs are open that way. Then each chain with
-// an end on the source side is walked from that end to its first closed arc, the cut's edge there.
+// The source side is what the source reaches through open chains: a chain lets the search on when
+// all its arcs are open that way. The last maximum-flow search labelled what the source reaches
+// through positive residuals; where each node it reached was first reached through an open chain
+// (always under the exact rule; under the reference rule, chains of one unit are checked), its
+// labels are the side already. Then each chain with an end on the source side is walked from that end to
+// its first closed arc, the cut's edge there.
 void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
                                  std::vector<int>& backward) {
   forward.clear();
   backward.clear();
   if (chain_slot_.empty()) {
     for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(edge ^ 1));
+    slot_chain_.assign(dinic_.num_slots(), -1);
+    for (std::size_t k = 0; k < chain_slot_.size(); ++k) slot_chain_[chain_slot_[k]] = static_cast<int>(k);
   }
+  bool searched = dinic_.residual_side_known();
+  if (searched && rule != Feasibility::exact) {
+    for (int slot : dinic_.residual_side_unit_edges()) {
+      const int k = slot_chain_[slot];  // 2c: chain c forward, 2c + 1: backward
+      if (k < 0 || !chain_open(k >> 1, !(k & 1), arcs, rule)) {
+        searched = false;
+        break;
+      }
+    }
+  }
+  if (searched) {
+    cut_edges(arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
+              [&](int v) { return dinic_.on_residual_side(v); }, forward, backward);
+  } else {
+    search_side(arcs, rule);
+    cut_edges(arcs, rule, side_.data(), static_cast<int>(side_.size()), [&](int v) { return in_side_[v] != 0; },
+              forward, backward);
+  }
+  std::sort(forward.begin(), forward.end());
+  std::sort(backward.begin(), backward.end());
+}
+
+void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasibility rule) {
   in_side_.assign(n_, 0);
   side_.clear();
   side_.push_back(source_);
@@ -295,11 +347,18 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
       }
     }
   }
-  for (int u : side_) {
+}
+
+template <typename InSide>
+void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side,
+                                   int side_size, InSide in_side, std::vector<int>& forward,
+                                   std::vector<int>& backward) const {
+  for (int s = 0; s < side_size; ++s) {
+    const int u = side[s];
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
       const int c = ends_at_[k] >> 1;
       const bool leaves = !(ends_at_[k] & 1);
-      const bool start_in = in_side_[chains_[c].from], end_in = in_side_[chains_[c].to];
+      const bool start_in = in_side(chains_[c].from), end_in = in_side(chains_[c].to);
       if (start_in && end_in && !leaves) continue;  // seen from its start
       const int length = member_start_[c + 1] - member_start_[c];
       // From the start, nodes up to the first closed arc are on the source side; from the end, back
@@ -312,8 +371,6 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
       if (behind >= 0) backward.push_back(members_[member_start_[c + 1] - 1 - behind]);
     }
   }
-  std::sort(forward.begin(), forward.end());
-  std::sort(backward.begin(), backward.end());
 }
 
 }  // namespace perseus

@@ -8,12 +8,16 @@ namespace perseus {
 void Dinic::reset(int num_nodes) {
   num_nodes_ = num_nodes;
   built_ = false;
+  reached_count_ = -1;
+  end_journal();
   from_.clear();
   to_.clear();
   cap_.clear();
 }
 
 int Dinic::add_edge(int from, int to, std::int64_t capacity) {
+  end_journal();  // the slots it names are about to move
+  reached_count_ = -1;
   if (built_) {  // the residuals live in the slots: bring them back before the layout changes
     for (std::size_t e = 0; e < cap_.size(); ++e) cap_[e] = slot_cap_[slot_of_[e]];
   }
@@ -73,6 +77,7 @@ bool Dinic::bfs(int source, int sink) {
   int head = 0, tail = 0;
   queue_[tail++] = source;
   level_[source] = 0;
+  unit_tree_edges_.clear();
   while (head < tail) {
     const int u = queue_[head++];
     if (level_[sink] >= 0 && level_[u] >= level_[sink]) break;
@@ -82,9 +87,11 @@ bool Dinic::bfs(int source, int sink) {
       if (slot_cap_[i] > 0 && level_[v] < 0) {
         level_[v] = next_level;
         queue_[tail++] = v;
+        if (slot_cap_[i] == 1) unit_tree_edges_.push_back(i);
       }
     }
   }
+  reached_count_ = tail;
   return level_[sink] >= 0;
 }
 
@@ -123,6 +130,10 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       if (depth-- == 0) return result;
       Frame& parent = frames[depth];
       if (result > 0) {
+        if (journaling_) {
+          journal_.push_back({via, slot_cap_[via]});
+          journal_.push_back({reverse_[via], slot_cap_[reverse_[via]]});
+        }
         slot_cap_[via] -= result;
         slot_cap_[reverse_[via]] += result;
         parent.total += result;
@@ -137,6 +148,22 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
   }
 }
 
+void Dinic::begin_journal() {
+  journal_.clear();
+  journaling_ = built_;
+}
+
+void Dinic::rollback() {
+  for (auto entry = journal_.rbegin(); entry != journal_.rend(); ++entry) slot_cap_[entry->first] = entry->second;
+  end_journal();
+  reached_count_ = -1;
+}
+
+void Dinic::end_journal() {
+  journal_.clear();
+  journaling_ = false;
+}
+
 std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit, int edge_count) {
   if (!built_) build_adjacency();
   if (edge_count >= 0) {
@@ -146,12 +173,14 @@ std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit, int edge_
     end_ = end_all_.data();
   }
   std::int64_t total = 0;
+  reached_count_ = -1;
   while (total < limit && bfs(source, sink)) {
     std::copy(adj_start_.begin(), adj_start_.end() - 1, iter_.begin());
     const std::int64_t got = dfs(source, sink, limit - total);
     if (got == 0) break;
     total += got;
   }
+  if (level_[sink] >= 0) reached_count_ = -1;  // the last search stopped at the sink: not all it reaches
   return total;
 }
 

@@ -28,6 +28,14 @@ class BoundedFlowNetwork {
   // `arcs`, the bounds of the last call) leaving it, `backward` those entering it, each ascending.
   void min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
                std::vector<int>& backward);
+  // A resolve that may be taken back (the planner solves the next point's flow while another
+  // thread checks that its critical arcs stay the same): begin_trial() before it, then
+  // keep_trial() or undo_trial(), which brings back the flow, bounds and state of begin_trial().
+  // Only while the network holds a flow (has_flow()).
+  bool has_flow() const { return has_flow_; }
+  void begin_trial();
+  void keep_trial();
+  void undo_trial();
   // Whether `arcs` has the last call's endpoints (then resolve may be used).
   bool same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink) const;
   // The flow on arc `arc` of the last successful call.
@@ -48,6 +56,10 @@ class BoundedFlowNetwork {
   int first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   int walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   bool route(Feasibility feasibility);
+  void search_side(const std::vector<BoundedArc>& arcs, Feasibility rule);
+  template <typename InSide>
+  void cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side, int side_size,
+                 InSide in_side, std::vector<int>& forward, std::vector<int>& backward) const;
 
   // The structure.
   int n_ = -1, source_ = -1, sink_ = -1;
@@ -66,6 +78,7 @@ class BoundedFlowNetwork {
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   int back_edge_ = -1;
   std::vector<int> chain_slot_;  // per chain: the slots of its edge and reverse edge (once laid out)
+  std::vector<int> slot_chain_;  // per slot: 2c / 2c + 1 for chain c's edge / reverse edge, -1 for helpers
   bool has_flow_ = false;  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
   // feasibility rule let pass (one unit at most per node).
@@ -78,6 +91,10 @@ class BoundedFlowNetwork {
   std::vector<char> in_side_;  // the cut's source side
   std::vector<int> side_;
   std::vector<int> in_degree_, out_degree_, out_arc_;  // contraction scratch
+  // The trial's saved state: chain bounds before their first change, the carried shortfalls.
+  bool in_trial_ = false;
+  std::vector<std::pair<int, std::pair<std::int64_t, std::int64_t>>> saved_bounds_;
+  std::vector<std::pair<int, std::int64_t>> saved_carried_;
 };
 
 }  // namespace perseus

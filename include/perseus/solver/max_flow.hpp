@@ -64,9 +64,36 @@ class Dinic {
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
   // Once max_flow has run: where an edge's residual lives, and the residual there.
   int slot(int edge) const { return slot_of_[edge]; }
+  int num_slots() const { return static_cast<int>(slot_of_.size()); }
   std::int64_t residual_at(int slot) const { return slot_cap_[slot]; }
-  void set_residual(int edge, std::int64_t value) { (built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]) = value; }
+  void set_residual(int edge, std::int64_t value) {
+    if (!built_) {
+      cap_[edge] = value;
+      reached_count_ = -1;
+      return;
+    }
+    const int slot = slot_of_[edge];
+    if (journaling_) journal_.push_back({slot, slot_cap_[slot]});
+    slot_cap_[slot] = value;
+    reached_count_ = -1;
+  }
   int num_nodes() const { return num_nodes_; }
+  // After a max_flow that ended because no augmenting path was left: its last search labelled
+  // every node the source reaches through positive residuals, which is the source side of a
+  // minimum cut. residual_side_known() is false otherwise (the flow reached its limit, or a
+  // residual was set since).
+  bool residual_side_known() const { return reached_count_ >= 0; }
+  const int* residual_side() const { return queue_.data(); }  // residual_side_size() nodes, in search order
+  int residual_side_size() const { return reached_count_; }
+  bool on_residual_side(int node) const { return level_[node] >= 0; }
+  // The slots of the edges with exactly one unit left through which that search first reached a
+  // node (where the planner's reference rule may see the edge as closed).
+  const std::vector<int>& residual_side_unit_edges() const { return unit_tree_edges_; }
+  // From begin_journal() on (on a built network: once max_flow has run), every residual change is
+  // recorded; rollback() brings back the residuals of that moment, end_journal() keeps the new ones.
+  void begin_journal();
+  void rollback();
+  void end_journal();
 
  private:
   void build_adjacency();
@@ -89,10 +116,14 @@ class Dinic {
   // Per node, the end of its slots: all of them, or those of the first `prefix_count_` edges.
   std::vector<int> end_all_, end_prefix_;
   int prefix_count_ = -1;
+  int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
+  std::vector<int> unit_tree_edges_;
   const int* end_ = nullptr;  // the ends this max_flow call uses
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
+  bool journaling_ = false;
+  std::vector<std::pair<int, std::int64_t>> journal_;  // (slot, residual before the change)
 };
 
 }  // namespace perseus
