@@ -61,10 +61,23 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
     }
   }
   const int num_chains = static_cast<int>(chains_.size());
-  // The chains at each node that is a chain's end, for the cut's search.
-  ends_start_.assign(n_ + 1, 0);
+  // From here on nodes are the chains' ends only (and the source and sink), numbered densely in
+  // the order of their numbers in `arcs` (so every search visits edges in the same order as over
+  // all nodes): the residual network and the cut's search never see the nodes inside chains.
+  std::vector<int>& end_id = in_degree_;  // scratch, no longer needed
+  end_id.assign(n_, -1);
+  end_id[source_] = end_id[sink_] = 0;
+  for (const auto& chain : chains_) end_id[chain.from] = end_id[chain.to] = 0;
+  m_ = 0;
+  for (int v = 0; v < n_; ++v)
+    if (end_id[v] == 0) end_id[v] = m_++;
+  for (auto& chain : chains_) chain.from = end_id[chain.from], chain.to = end_id[chain.to];
+  end_source_ = end_id[source_];
+  end_sink_ = end_id[sink_];
+  // The chains at each end, for the cut's search.
+  ends_start_.assign(m_ + 1, 0);
   for (const auto& chain : chains_) ++ends_start_[chain.from + 1], ++ends_start_[chain.to + 1];
-  for (int v = 0; v < n_; ++v) ends_start_[v + 1] += ends_start_[v];
+  for (int v = 0; v < m_; ++v) ends_start_[v + 1] += ends_start_[v];
   ends_at_.resize(2 * chains_.size());
   std::vector<int>& fill = out_arc_;  // scratch, no longer needed
   fill.assign(ends_start_.begin(), ends_start_.end() - 1);
@@ -75,24 +88,25 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   chain_slot_.clear();
   end_chains_.clear();
   for (int c = 0; c < num_chains; ++c)
-    if (chains_[c].from == source_ || chains_[c].to == source_ || chains_[c].from == sink_ || chains_[c].to == sink_)
+    if (chains_[c].from == end_source_ || chains_[c].to == end_source_ || chains_[c].from == end_sink_ ||
+        chains_[c].to == end_sink_)
       end_chains_.push_back(c);
 }
 
 void BoundedFlowNetwork::build_network() {
-  const int super_source = n_, super_sink = n_ + 1;
-  dinic_.reset(n_ + 2);
+  const int super_source = m_, super_sink = m_ + 1;
+  dinic_.reset(m_ + 2);
   chain_edge_.clear();
   for (const auto& chain : chains_) chain_edge_.push_back(dinic_.add_edge(chain.from, chain.to, 0));
-  supply_edge_.resize(n_);
-  drain_edge_.resize(n_);
-  for (int v = 0; v < n_; ++v) {
+  supply_edge_.resize(m_);
+  drain_edge_.resize(m_);
+  for (int v = 0; v < m_; ++v) {
     supply_edge_[v] = dinic_.add_edge(super_source, v, 0);
     drain_edge_[v] = dinic_.add_edge(v, super_sink, 0);
   }
-  back_edge_ = dinic_.add_edge(sink_, source_, 0);
-  excess_.assign(n_, 0);
-  listed_.assign(n_, 0);
+  back_edge_ = dinic_.add_edge(end_sink_, end_source_, 0);
+  excess_.assign(m_, 0);
+  listed_.assign(m_, 0);
   touched_.assign(chains_.size(), 0);
 }
 
@@ -127,7 +141,7 @@ void BoundedFlowNetwork::add_excess(int node, std::int64_t amount) {
 // edge open), then a maximum s-t flow on the chain edges. Leaves every helper closed and every
 // excess zero.
 bool BoundedFlowNetwork::route(Feasibility feasibility) {
-  const int super_source = n_, super_sink = n_ + 1;
+  const int super_source = m_, super_sink = m_ + 1;
   std::int64_t demand = 0;
   for (int v : unbalanced_) {
     const std::int64_t e = excess_[v];
@@ -152,7 +166,7 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
       const std::int64_t capacity = e > 0 ? e : -e;
       const std::int64_t left = dinic_.residual(edge);
       feasible = feasible && demand_met(capacity, capacity - left, feasibility);
-      if (left > 0 && v != source_ && v != sink_) carried_.push_back({v, e > 0 ? left : -left});
+      if (left > 0 && v != end_source_ && v != end_sink_) carried_.push_back({v, e > 0 ? left : -left});
     }
   }
   for (int v : unbalanced_) {
@@ -167,7 +181,7 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
   dinic_.set_residual(back_edge_, 0);
   dinic_.set_residual(back_edge_ ^ 1, 0);
   if (!feasible) return false;
-  dinic_.max_flow(source_, sink_, kUnbounded, 2 * static_cast<int>(chains_.size()));
+  dinic_.max_flow(end_source_, end_sink_, kUnbounded, 2 * static_cast<int>(chains_.size()));
   has_flow_ = true;
   return true;
 }
@@ -207,7 +221,7 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
   has_flow_ = false;
   for (int c : end_chains_) {
     const std::int64_t f = chains_[c].upper - dinic_.residual(chain_edge_[c]);
-    for (int v : {source_, sink_}) {
+    for (int v : {end_source_, end_sink_}) {
       if (chains_[c].to == v) add_excess(v, f);
       if (chains_[c].from == v) add_excess(v, -f);
     }
@@ -331,10 +345,10 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
 }
 
 void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasibility rule) {
-  in_side_.assign(n_, 0);
+  in_side_.assign(m_, 0);
   side_.clear();
-  side_.push_back(source_);
-  in_side_[source_] = 1;
+  side_.push_back(end_source_);
+  in_side_[end_source_] = 1;
   for (std::size_t next = 0; next < side_.size(); ++next) {
     const int u = side_[next];
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {

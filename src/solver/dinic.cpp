@@ -53,9 +53,11 @@ void Dinic::build_adjacency() {
   }
   end_all_.assign(adj_start_.begin() + 1, adj_start_.end());
   prefix_count_ = -1;
-  level_.resize(num_nodes_);
+  level_.assign(num_nodes_, -1);
+  labelled_ = 0;
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
+  unit_edges_.resize(num_nodes_);
   built_ = true;
 }
 
@@ -73,26 +75,38 @@ void Dinic::limit_to_first(int edge_count) {
 // full labelling, at a fraction of the cost when the sink is near (the planner's feasibility
 // phases route a few nodes' excess to their neighbours).
 bool Dinic::bfs(int source, int sink) {
-  std::fill(level_.begin(), level_.end(), -1);
-  int head = 0, tail = 0;
-  queue_[tail++] = source;
-  level_[source] = 0;
-  unit_tree_edges_.clear();
+  int* level = level_.data();
+  int* queue = queue_.data();
+  int* units = unit_edges_.data();
+  const int* heads = head_.data();
+  const std::int64_t* cap = slot_cap_.data();
+  const int* start = adj_start_.data();
+  const int* end = end_;
+  // Only the last search's nodes have a level (dead ends included): clearing them, not every
+  // node, keeps a search near the source (the feasibility phases') as cheap as what it reaches.
+  for (int k = 0; k < labelled_; ++k) level[queue[k]] = -1;
+  int head = 0, tail = 0, unit_count = 0;
+  queue[tail++] = source;
+  level[source] = 0;
   while (head < tail) {
-    const int u = queue_[head++];
-    if (level_[sink] >= 0 && level_[u] >= level_[sink]) break;
-    const int next_level = level_[u] + 1;
-    for (int i = adj_start_[u], end = end_[u]; i < end; ++i) {
-      const int v = head_[i];
-      if (slot_cap_[i] > 0 && level_[v] < 0) {
-        level_[v] = next_level;
-        queue_[tail++] = v;
-        if (slot_cap_[i] == 1) unit_tree_edges_.push_back(i);
+    const int u = queue[head++];
+    if (level[sink] >= 0 && level[u] >= level[sink]) break;
+    const int next_level = level[u] + 1;
+    for (int i = start[u], e = end[u]; i < e; ++i) {
+      const int v = heads[i];
+      const std::int64_t c = cap[i];
+      if (c > 0 && level[v] < 0) {
+        level[v] = next_level;
+        queue[tail++] = v;
+        units[unit_count] = i;  // kept only when one unit reached it
+        unit_count += c == 1;
       }
     }
   }
+  labelled_ = tail;
   reached_count_ = tail;
-  return level_[sink] >= 0;
+  unit_count_ = unit_count;
+  return level[sink] >= 0;
 }
 
 // Pushes as much as it can from the source (not just one path), and marks nodes that cannot

@@ -110,13 +110,24 @@ class Solver {
       std::vector<int> fill(start.begin(), start.end() - 1);
       for (const auto& [u, v] : problem.dag.edges) list[fill[forward ? v : u]++] = forward ? u : v;
     };
-    adjacency(true, pred_start_, pred_);
-    adjacency(false, succ_start_, succ_);
-    earliest_.resize(graph_.num_nodes);
-    tail_.resize(graph_.num_nodes);
+    std::vector<int> pred_start, pred, succ_start, succ;  // by DAG node
+    adjacency(true, pred_start, pred);
+    adjacency(false, succ_start, succ);
+    order_by_start_time(problem.dag, pred_start, pred);
+    by_position(pred_start, pred, pred_start_, pred_);
+    by_position(succ_start, succ, succ_start_, succ_);
+    duration_at_.resize(num_nodes);
+    for (int p = 0; p < num_nodes; ++p) duration_at_[p] = duration_of(dag_order_[p]);
+    finish_.resize(num_nodes);
+    tail_end_.resize(num_nodes);
+    tail_start_.resize(num_nodes);
+    sink_position_ = position_[problem.dag.sink];
+    for (std::size_t a = num_nodes; a < graph_.from.size(); ++a) {  // dependencies: end of u -> start of v
+      dependency_from_.push_back(position_[graph_.from[a] / 2]);
+      dependency_to_.push_back(position_[graph_.to[a] / 2]);
+    }
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
-    order_by_start_time(problem.dag);
     const bool large = static_cast<int>(insts.size()) >= SolverOptions::kParallelMinInstructions;
     const int threads = options.threads != 0 ? options.threads : (large && std::thread::hardware_concurrency() >= 2 ? 2 : 1);
     if (threads >= 2) helper_ = std::make_unique<TaskThread>();
@@ -126,7 +137,7 @@ class Solver {
     Frontier frontier;
     frontier.start_durations = duration_;
     compute_all_times();
-    frontier.start_quant_time = earliest_[graph_.sink];
+    frontier.start_quant_time = makespan_;
     frontier.start_effective_cost = total_cost();
     while (true) {
       if (options_.stop && options_.stop->load(std::memory_order_relaxed)) {
@@ -147,27 +158,29 @@ class Solver {
  private:
   int duration_of(int node) const { return node < static_cast<int>(duration_.size()) ? duration_[node] : 0; }
 
-  // Earliest times and tails (the longest way on to the sink) of every node of the arc graph,
-  // computed on the pipeline DAG itself (half the nodes, no dummy arcs): node i's arc runs from
-  // 2i (its start) to 2i+1 (its end). dag_order_ is sorted by start time, so a step that changed
-  // instructions between positions `first` and `last` of it only moves earliest times from
-  // `first` on and tails up to `last`.
+  // Earliest end times and tails (the longest way on to the sink, from a node's end and from its
+  // start) of every node of the pipeline DAG, kept by position in dag_order_ (sorted by start
+  // time) with the DAG's edges as positions, so that the passes read memory nearly in order. In
+  // the arc graph, node i's arc runs from 2i (its start) to 2i+1 (its end). A step that changed
+  // instructions between positions `first` and `last` only moves end times from `first` on and
+  // tails up to `last`.
   void compute_times(int first, int last) {
     const int num_nodes = static_cast<int>(dag_order_.size());
+    const int *pred_start = pred_start_.data(), *pred = pred_.data(), *duration = duration_at_.data();
+    int* finish = finish_.data();
     for (int p = first; p < num_nodes; ++p) {
-      const int i = dag_order_[p];
       int start = 0;
-      for (int k = pred_start_[i]; k < pred_start_[i + 1]; ++k) start = std::max(start, earliest_[2 * pred_[k] + 1]);
-      earliest_[2 * i] = start;
-      earliest_[2 * i + 1] = start + duration_of(i);
+      for (int k = pred_start[p]; k < pred_start[p + 1]; ++k) start = std::max(start, finish[pred[k]]);
+      finish[p] = start + duration[p];
     }
-    makespan_ = earliest_[graph_.sink];
+    makespan_ = finish[sink_position_];
+    const int *succ_start = succ_start_.data(), *succ = succ_.data();
+    int *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
     for (int p = last; p >= 0; --p) {
-      const int i = dag_order_[p];
-      int tail = 2 * i + 1 == graph_.sink ? 0 : kNoWayToTheSink;
-      for (int k = succ_start_[i]; k < succ_start_[i + 1]; ++k) tail = std::max(tail, tail_[2 * succ_[k]]);
-      tail_[2 * i + 1] = tail;
-      tail_[2 * i] = tail + duration_of(i);
+      int tail = p == sink_position_ ? 0 : kNoWayToTheSink;
+      for (int k = succ_start[p]; k < succ_start[p + 1]; ++k) tail = std::max(tail, tail_start[succ[k]]);
+      tail_end[p] = tail;
+      tail_start[p] = tail + duration[p];
     }
   }
   void compute_all_times() { compute_times(0, static_cast<int>(dag_order_.size()) - 1); }
@@ -185,13 +198,26 @@ class Solver {
   // The pipeline DAG in an order where every edge goes forward, sorted by start time in the
   // slowest plan (ties in topological order): consecutive frontier points change instructions
   // that run at about the same time.
-  void order_by_start_time(const PipelineDag& dag) {
+  void order_by_start_time(const PipelineDag& dag, const std::vector<int>& pred_start, const std::vector<int>& pred) {
     dag_order_ = dag.topological_order();
-    compute_all_times();
-    std::stable_sort(dag_order_.begin(), dag_order_.end(),
-                     [&](int a, int b) { return earliest_[2 * a] < earliest_[2 * b]; });
+    std::vector<int> start(dag_order_.size(), 0);
+    for (int i : dag_order_)
+      for (int k = pred_start[i]; k < pred_start[i + 1]; ++k)
+        start[i] = std::max(start[i], start[pred[k]] + duration_of(pred[k]));
+    std::stable_sort(dag_order_.begin(), dag_order_.end(), [&](int a, int b) { return start[a] < start[b]; });
     position_.resize(dag_order_.size());
     for (std::size_t p = 0; p < dag_order_.size(); ++p) position_[dag_order_[p]] = static_cast<int>(p);
+  }
+
+  // An adjacency by DAG node, as one by position.
+  void by_position(const std::vector<int>& start, const std::vector<int>& list, std::vector<int>& start_out,
+                   std::vector<int>& list_out) const {
+    start_out.assign(1, 0);
+    list_out.clear();
+    for (int i : dag_order_) {
+      for (int k = start[i]; k < start[i + 1]; ++k) list_out.push_back(position_[list[k]]);
+      start_out.push_back(static_cast<int>(list_out.size()));
+    }
   }
 
   // Summed in instruction order every time (the same rounding as the reference's sum), over costs
@@ -251,10 +277,14 @@ class Solver {
     for (int a : speed_up) {
       const int inst = graph_.instruction[a];
       frontier.changes.push_back({inst, --duration_[inst]});
+      duration_at_[position_[inst]] = duration_[inst];
     }
     for (int a : slow_down) {
       const int inst = graph_.instruction[a];
-      if (inst >= 0) frontier.changes.push_back({inst, ++duration_[inst]});
+      if (inst >= 0) {
+        frontier.changes.push_back({inst, ++duration_[inst]});
+        duration_at_[position_[inst]] = duration_[inst];
+      }
     }
     changed_.clear();
     for (int a : speed_up) changed_.push_back(a);
@@ -262,9 +292,9 @@ class Solver {
       if (graph_.instruction[a] >= 0) changed_.push_back(a);
     for (int a : changed_) update_cost(graph_.instruction[a]);
     advance();
-    point.quant_time = earliest_[graph_.sink];
+    point.quant_time = makespan_;
     point.cost_change = cost_change;
-    point.effective_cost = total_cost();
+    point.effective_cost = point_cost_;
     frontier.points.push_back(point);
     return true;
   }
@@ -295,6 +325,7 @@ class Solver {
                            network_.has_flow();
     if (!speculate) {
       update_times();
+      point_cost_ = total_cost();
       return;
     }
     helper_->post(times_task_);
@@ -302,6 +333,7 @@ class Solver {
     refresh_changed_bounds();
     speculative_ok_ = network_.resolve(arcs_, changed_critical_, rule());
     if (speculative_ok_) find_cut();
+    point_cost_ = total_cost();  // while the times are computed, not after
     helper_->finish();
     speculated_ = true;
   }
@@ -320,16 +352,26 @@ class Solver {
   // be. Arc i < the DAG's node count is node i's own (2i -> 2i+1); the rest are zero-duration
   // dependencies.
   bool is_critical(int a) const {
-    if (a < static_cast<int>(dag_order_.size())) return earliest_[2 * a] + duration_of(a) + tail_[2 * a + 1] == makespan_;
-    return earliest_[graph_.from[a]] + tail_[graph_.to[a]] == makespan_;
+    const int num_dag_nodes = static_cast<int>(dag_order_.size());
+    if (a < num_dag_nodes) return finish_[position_[a]] + tail_end_[position_[a]] == makespan_;
+    return finish_[dependency_from_[a - num_dag_nodes]] + tail_start_[dependency_to_[a - num_dag_nodes]] == makespan_;
   }
 
-  // Whether the critical arcs are still those of critical_.
+  // Whether the critical arcs are still those of critical_: is_critical on every arc, by position
+  // and without branches (the compiler vectorizes the node arcs' part, which reads memory in order).
   bool same_critical_arcs() const {
-    const int num_arcs = static_cast<int>(graph_.from.size());
-    for (int a = 0; a < num_arcs; ++a)
-      if (is_critical(a) != (critical_index_[a] >= 0)) return false;
-    return true;
+    const int num_dag_nodes = static_cast<int>(dag_order_.size());
+    const int num_dependencies = static_cast<int>(dependency_from_.size());
+    const int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
+    const char* was = critical_at_.data();
+    const int makespan = makespan_;
+    int differ = 0;
+    for (int p = 0; p < num_dag_nodes; ++p) differ |= (finish[p] + tail_end[p] == makespan) != was[p];
+    const int *from = dependency_from_.data(), *to = dependency_to_.data();
+    const char* dependency_was = was_critical_.data() + num_dag_nodes;
+    for (int k = 0; k < num_dependencies; ++k)
+      differ |= (finish[from[k]] + tail_start[to[k]] == makespan) != dependency_was[k];
+    return differ == 0;
   }
 
   BoundedArc bounded(int a, int from, int to) const {
@@ -373,9 +415,13 @@ class Solver {
     std::swap(critical_, last_critical_);
     critical_.clear();
     critical_index_.assign(num_arcs, -1);
+    was_critical_.assign(num_arcs, 0);
+    critical_at_.assign(dag_order_.size(), 0);
     for (int a = 0; a < num_arcs; ++a) {
       if (!is_critical(a)) continue;
       critical_index_[a] = static_cast<int>(critical_.size());
+      was_critical_[a] = 1;
+      if (a < static_cast<int>(dag_order_.size())) critical_at_[position_[a]] = 1;
       critical_.push_back(a);
       const int from = compact(graph_.from[a]);
       arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
@@ -480,12 +526,17 @@ class Solver {
   std::vector<int> duration_;
   std::vector<double> cost_;  // per instruction: its cost model at its duration
   static constexpr int kNoWayToTheSink = std::numeric_limits<int>::min() / 4;  // never critical
-  std::vector<int> earliest_, tail_;  // per arc-graph node
-  int makespan_ = 0;
   std::vector<int> position_;  // per DAG node: its place in dag_order_
-  std::vector<int> dag_order_, pred_start_, pred_, succ_start_, succ_;  // the pipeline DAG
+  std::vector<int> dag_order_;  // the pipeline DAG's nodes by start time
+  // By position: the DAG's edges (as positions), durations (0 for the source and sink), earliest
+  // end times, tails from the end and from the start.
+  std::vector<int> pred_start_, pred_, succ_start_, succ_, duration_at_, finish_, tail_end_, tail_start_;
+  int sink_position_ = 0, makespan_ = 0;
+  std::vector<int> dependency_from_, dependency_to_;  // per dependency arc: its DAG nodes' positions
+  std::vector<char> critical_at_;  // per position: whether its node's arc is in critical_
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
+  std::vector<char> was_critical_;   // per arc: critical_index_ >= 0
   std::vector<int> changed_;         // arcs whose duration the last step changed
   bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
@@ -506,6 +557,7 @@ class Solver {
     next_same_ = same_critical_arcs();
   };
   bool speculated_ = false, speculative_ok_ = false, next_same_ = false;
+  double point_cost_ = 0;  // total_cost() of the durations advance() was called for
   std::unique_ptr<TaskThread> helper_;
 };
 

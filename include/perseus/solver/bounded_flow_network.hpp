@@ -61,15 +61,17 @@ class BoundedFlowNetwork {
   void cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side, int side_size,
                  InSide in_side, std::vector<int>& forward, std::vector<int>& backward) const;
 
-  // The structure.
+  // The structure. Nodes are numbered as in `arcs` (n_, source_, sink_) until the contraction,
+  // then as chain ends (m_, end_source_, end_sink_): chains_, the network and the cut use those.
   int n_ = -1, source_ = -1, sink_ = -1;
+  int m_ = 0, end_source_ = -1, end_sink_ = -1;
   std::vector<std::pair<int, int>> ends_;  // per arc: (from, to)
   // Series contraction: arcs joined by a node with one arc in and one out carry the same flow.
   std::vector<int> chain_of_;                        // per arc: its chain
   std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
   std::vector<int> member_start_, members_;          // per chain: its arcs, start to end
-  std::vector<int> ends_start_, ends_at_;            // per node: 2c (chain c leaves it), 2c+1 (enters)
-  std::vector<BoundedArc> chains_;                   // per chain: endpoints and bounds
+  std::vector<int> ends_start_, ends_at_;            // per end: 2c (chain c leaves it), 2c+1 (enters)
+  std::vector<BoundedArc> chains_;                   // per chain: its ends and bounds
   std::vector<int> end_chains_;                      // chains that start or end at the source or sink
   // The residual network: an edge per chain, then a supply and a drain edge per node (open while
   // the node's balance is positive or negative, closed between calls), then the sink -> source

@@ -5,6 +5,7 @@
 // and Boost.Graph's push-relabel, kept as the test oracle.
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <vector>
 
 namespace perseus {
@@ -88,7 +89,7 @@ class Dinic {
   bool on_residual_side(int node) const { return level_[node] >= 0; }
   // The slots of the edges with exactly one unit left through which that search first reached a
   // node (where the planner's reference rule may see the edge as closed).
-  const std::vector<int>& residual_side_unit_edges() const { return unit_tree_edges_; }
+  std::span<const int> residual_side_unit_edges() const { return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)}; }
   // From begin_journal() on (on a built network: once max_flow has run), every residual change is
   // recorded; rollback() brings back the residuals of that moment, end_journal() keeps the new ones.
   void begin_journal();
@@ -117,7 +118,9 @@ class Dinic {
   std::vector<int> end_all_, end_prefix_;
   int prefix_count_ = -1;
   int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
-  std::vector<int> unit_tree_edges_;
+  std::vector<int> unit_edges_;  // per search: slots through which one unit first reached a node
+  int unit_count_ = 0;
+  int labelled_ = 0;  // the last search's nodes: queue_[0, labelled_) (the only ones with a level)
   const int* end_ = nullptr;  // the ends this max_flow call uses
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
