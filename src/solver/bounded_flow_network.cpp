@@ -79,11 +79,15 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   for (const auto& chain : chains_) ++ends_start_[chain.from + 1], ++ends_start_[chain.to + 1];
   for (int v = 0; v < m_; ++v) ends_start_[v + 1] += ends_start_[v];
   ends_at_.resize(2 * chains_.size());
+  ends_other_.resize(2 * chains_.size());
   std::vector<int>& fill = out_arc_;  // scratch, no longer needed
   fill.assign(ends_start_.begin(), ends_start_.end() - 1);
   for (int c = 0; c < num_chains; ++c) {
-    ends_at_[fill[chains_[c].from]++] = 2 * c;    // leaves the node
-    ends_at_[fill[chains_[c].to]++] = 2 * c + 1;  // enters it
+    const int leaving = fill[chains_[c].from]++, entering = fill[chains_[c].to]++;
+    ends_at_[leaving] = 2 * c;  // leaves the node
+    ends_other_[leaving] = chains_[c].to;
+    ends_at_[entering] = 2 * c + 1;  // enters it
+    ends_other_[entering] = chains_[c].from;
   }
   chain_slot_.clear();
   end_chains_.clear();
@@ -321,6 +325,8 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
     for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(edge ^ 1));
     slot_chain_.assign(dinic_.num_slots(), -1);
     for (std::size_t k = 0; k < chain_slot_.size(); ++k) slot_chain_[chain_slot_[k]] = static_cast<int>(k);
+    end_slot_.resize(ends_at_.size());
+    for (std::size_t k = 0; k < ends_at_.size(); ++k) end_slot_[k] = chain_slot_[ends_at_[k]];
   }
   bool searched = dinic_.residual_side_known();
   if (searched && rule != Feasibility::exact) {
@@ -352,10 +358,11 @@ void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasib
   for (std::size_t next = 0; next < side_.size(); ++next) {
     const int u = side_[next];
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
-      const int c = ends_at_[k] >> 1;
-      const bool leaves = !(ends_at_[k] & 1);
-      const int v = leaves ? chains_[c].to : chains_[c].from;
-      if (!in_side_[v] && chain_open(c, leaves, arcs, rule)) {
+      const int v = ends_other_[k];
+      if (in_side_[v]) continue;
+      const std::int64_t residual = dinic_.residual_at(end_slot_[k]);  // chain_open, its shortcuts inline
+      if (residual <= 0) continue;
+      if (residual >= 2 || walk_to_closed(ends_at_[k] >> 1, !(ends_at_[k] & 1), arcs, rule) < 0) {
         in_side_[v] = 1;
         side_.push_back(v);
       }
@@ -370,10 +377,12 @@ void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibil
   for (int s = 0; s < side_size; ++s) {
     const int u = side[s];
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
-      const int c = ends_at_[k] >> 1;
       const bool leaves = !(ends_at_[k] & 1);
-      const bool start_in = in_side(chains_[c].from), end_in = in_side(chains_[c].to);
-      if (start_in && end_in && !leaves) continue;  // seen from its start
+      const bool other_in = in_side(ends_other_[k]);
+      if (other_in && !leaves) continue;  // inside: seen from its start
+      if (other_in && dinic_.residual_at(end_slot_[k]) >= 2) continue;  // inside, every arc open ahead
+      const int c = ends_at_[k] >> 1;
+      const bool start_in = leaves || other_in, end_in = !leaves || other_in;
       const int length = member_start_[c + 1] - member_start_[c];
       // From the start, nodes up to the first closed arc are on the source side; from the end, back
       // to the first closed arc walking backward. With both ends inside, the two walks may meet.

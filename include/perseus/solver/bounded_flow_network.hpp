@@ -71,6 +71,7 @@ class BoundedFlowNetwork {
   std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
   std::vector<int> member_start_, members_;          // per chain: its arcs, start to end
   std::vector<int> ends_start_, ends_at_;            // per end: 2c (chain c leaves it), 2c+1 (enters)
+  std::vector<int> ends_other_;                      // per entry of ends_at_: the chain's other end
   std::vector<BoundedArc> chains_;                   // per chain: its ends and bounds
   std::vector<int> end_chains_;                      // chains that start or end at the source or sink
   // The residual network: an edge per chain, then a supply and a drain edge per node (open while
@@ -80,6 +81,7 @@ class BoundedFlowNetwork {
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   int back_edge_ = -1;
   std::vector<int> chain_slot_;  // per chain: the slots of its edge and reverse edge (once laid out)
+  std::vector<int> end_slot_;    // per entry of ends_at_: the slot of its chain's edge leaving that end
   std::vector<int> slot_chain_;  // per slot: 2c / 2c + 1 for chain c's edge / reverse edge, -1 for helpers
   bool has_flow_ = false;  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
