@@ -126,6 +126,19 @@ class Solver {
       dependency_from_.push_back(position_[graph_.from[a] / 2]);
       dependency_to_.push_back(position_[graph_.to[a] / 2]);
     }
+    // The check visits dependencies by their ends' positions, near the times it reads.
+    const int num_dependencies = static_cast<int>(dependency_from_.size());
+    std::vector<int> by_ends(num_dependencies);
+    for (int k = 0; k < num_dependencies; ++k) by_ends[k] = k;
+    std::sort(by_ends.begin(), by_ends.end(), [&](int x, int y) {
+      return std::pair(dependency_from_[x], dependency_to_[x]) < std::pair(dependency_from_[y], dependency_to_[y]);
+    });
+    check_slot_.resize(num_dependencies);
+    for (int j = 0; j < num_dependencies; ++j) {
+      check_slot_[by_ends[j]] = j;
+      check_from_.push_back(dependency_from_[by_ends[j]]);
+      check_to_.push_back(dependency_to_[by_ends[j]]);
+    }
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
     const bool large = static_cast<int>(insts.size()) >= SolverOptions::kParallelMinInstructions;
@@ -361,14 +374,14 @@ class Solver {
   // and without branches (the compiler vectorizes the node arcs' part, which reads memory in order).
   bool same_critical_arcs() const {
     const int num_dag_nodes = static_cast<int>(dag_order_.size());
-    const int num_dependencies = static_cast<int>(dependency_from_.size());
+    const int num_dependencies = static_cast<int>(check_from_.size());
     const int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
     const char* was = critical_at_.data();
     const int makespan = makespan_;
     int differ = 0;
     for (int p = 0; p < num_dag_nodes; ++p) differ |= (finish[p] + tail_end[p] == makespan) != was[p];
-    const int *from = dependency_from_.data(), *to = dependency_to_.data();
-    const char* dependency_was = was_critical_.data() + num_dag_nodes;
+    const int *from = check_from_.data(), *to = check_to_.data();
+    const char* dependency_was = dependency_critical_.data();
     for (int k = 0; k < num_dependencies; ++k)
       differ |= (finish[from[k]] + tail_start[to[k]] == makespan) != dependency_was[k];
     return differ == 0;
@@ -415,13 +428,13 @@ class Solver {
     std::swap(critical_, last_critical_);
     critical_.clear();
     critical_index_.assign(num_arcs, -1);
-    was_critical_.assign(num_arcs, 0);
     critical_at_.assign(dag_order_.size(), 0);
+    dependency_critical_.assign(check_from_.size(), 0);
     for (int a = 0; a < num_arcs; ++a) {
       if (!is_critical(a)) continue;
       critical_index_[a] = static_cast<int>(critical_.size());
-      was_critical_[a] = 1;
-      if (a < static_cast<int>(dag_order_.size())) critical_at_[position_[a]] = 1;
+      const int num_dag_nodes = static_cast<int>(dag_order_.size());
+      (a < num_dag_nodes ? critical_at_[position_[a]] : dependency_critical_[check_slot_[a - num_dag_nodes]]) = 1;
       critical_.push_back(a);
       const int from = compact(graph_.from[a]);
       arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
@@ -534,9 +547,12 @@ class Solver {
   int sink_position_ = 0, makespan_ = 0;
   std::vector<int> dependency_from_, dependency_to_;  // per dependency arc: its DAG nodes' positions
   std::vector<char> critical_at_;  // per position: whether its node's arc is in critical_
+  // The dependencies in the order the critical-arc check visits them (by their ends' positions):
+  // their ends' positions and whether they are in critical_; check_slot_: per dependency, its place.
+  std::vector<int> check_from_, check_to_, check_slot_;
+  std::vector<char> dependency_critical_;
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
-  std::vector<char> was_critical_;   // per arc: critical_index_ >= 0
   std::vector<int> changed_;         // arcs whose duration the last step changed
   bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
