@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -590,4 +591,21 @@ TEST_F(Cli, WhatIfMetersWithThePapersConventionOnRequest) {
   const std::string csv = perseus::read_file(dir_ / "paper.csv");
   EXPECT_NE(csv.find("1.2,perseus,"), std::string::npos) << csv;
   EXPECT_EQ(run("whatif " + example_ + shape + " --convention notebook").code, 64);
+}
+
+// --threads 2 plans the same files as one thread (the solver test compares every point; here the
+// flag reaches the solver), and a count it does not offer is a usage error.
+TEST_F(Cli, OptimizeThreadsGiveTheSameFrontier) {
+  const std::string one = (dir_ / "one").string(), two = (dir_ / "two").string();
+  const std::string shape = " --stages 4 --microbatches 16 --p2p-power 75 --unit-time 0.0005 --quiet --out ";
+  ASSERT_EQ(run("optimize " + example_ + shape + one + " --threads 1").code, 0);
+  auto r = run("optimize " + example_ + shape + two + " --threads 2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  for (const char* file : {"/frontier.csv", "/plan_changes.csv"})
+    EXPECT_EQ(perseus::read_file(one + file), perseus::read_file(two + file)) << file;
+  const std::string frontier = perseus::read_file(one + "/frontier.csv");
+  EXPECT_GT(std::count(frontier.begin(), frontier.end(), '\n'), 100);  // enough points to hand over
+  r = run("optimize " + example_ + shape + two + " --threads 3");
+  EXPECT_EQ(r.code, 64);
+  EXPECT_NE(r.output.find("--threads"), std::string::npos) << r.output;
 }
