@@ -294,9 +294,12 @@ int BoundedFlowNetwork::first_closed(int c, bool forward, const std::vector<Boun
   return walk_to_closed(c, forward, arcs, rule);
 }
 
-// Whether every arc of chain c is open that way. No residual closes the tightest arc: no walk.
-bool BoundedFlowNetwork::chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
-  return chain_residual(c, forward) > 0 && first_closed(c, forward, arcs, rule) < 0;
+// Whether every arc of chain c is open that way, given the chain's residual that way. No residual
+// closes the tightest arc, two units or more open every arc: only one unit needs the walk.
+bool BoundedFlowNetwork::chain_open(int c, bool forward, std::int64_t residual, const std::vector<BoundedArc>& arcs,
+                                    Feasibility rule) const {
+  if (residual <= 0) return false;
+  return residual >= 2 || walk_to_closed(c, forward, arcs, rule) < 0;
 }
 
 // first_closed's walk, arc by arc.
@@ -315,8 +318,8 @@ int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<Bo
 // all its arcs are open that way. The last maximum-flow search labelled what the source reaches
 // through positive residuals; where each node it reached was first reached through an open chain
 // (always under the exact rule; under the reference rule, chains of one unit are checked), its
-// labels are the side already. Then each chain with an end on the source side is walked from that end to
-// its first closed arc, the cut's edge there.
+// labels are the side already. Then each chain with an end on the source side is walked from that
+// end to its first closed arc, the cut's edge there.
 void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
                                  std::vector<int>& backward) {
   forward.clear();
@@ -332,7 +335,7 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   if (searched && rule != Feasibility::exact) {
     for (int slot : dinic_.residual_side_unit_edges()) {
       const int k = slot_chain_[slot];  // 2c: chain c forward, 2c + 1: backward
-      if (k < 0 || !chain_open(k >> 1, !(k & 1), arcs, rule)) {
+      if (k < 0 || !chain_open(k >> 1, !(k & 1), dinic_.residual_at(slot), arcs, rule)) {
         searched = false;
         break;
       }
@@ -360,9 +363,7 @@ void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasib
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
       const int v = ends_other_[k];
       if (in_side_[v]) continue;
-      const std::int64_t residual = dinic_.residual_at(end_slot_[k]);  // chain_open, its shortcuts inline
-      if (residual <= 0) continue;
-      if (residual >= 2 || walk_to_closed(ends_at_[k] >> 1, !(ends_at_[k] & 1), arcs, rule) < 0) {
+      if (chain_open(ends_at_[k] >> 1, !(ends_at_[k] & 1), dinic_.residual_at(end_slot_[k]), arcs, rule)) {
         in_side_[v] = 1;
         side_.push_back(v);
       }

@@ -122,27 +122,26 @@ class Solver {
     tail_end_.resize(num_nodes);
     tail_start_.resize(num_nodes);
     sink_position_ = position_[problem.dag.sink];
-    for (std::size_t a = num_nodes; a < graph_.from.size(); ++a) {  // dependencies: end of u -> start of v
-      dependency_from_.push_back(position_[graph_.from[a] / 2]);
-      dependency_to_.push_back(position_[graph_.to[a] / 2]);
-    }
-    // The check visits dependencies by their ends' positions, near the times it reads.
-    const int num_dependencies = static_cast<int>(dependency_from_.size());
+    // Dependencies (end of u -> start of v) by their ends' positions, the order the critical-arc
+    // check visits them in, near the times it reads.
+    const int num_dependencies = static_cast<int>(graph_.from.size()) - num_nodes;
+    auto ends = [&](int k) {
+      return std::pair(position_[graph_.from[num_nodes + k] / 2], position_[graph_.to[num_nodes + k] / 2]);
+    };
     std::vector<int> by_ends(num_dependencies);
     for (int k = 0; k < num_dependencies; ++k) by_ends[k] = k;
-    std::sort(by_ends.begin(), by_ends.end(), [&](int x, int y) {
-      return std::pair(dependency_from_[x], dependency_to_[x]) < std::pair(dependency_from_[y], dependency_to_[y]);
-    });
+    std::sort(by_ends.begin(), by_ends.end(), [&](int x, int y) { return ends(x) < ends(y); });
     check_slot_.resize(num_dependencies);
     for (int j = 0; j < num_dependencies; ++j) {
       check_slot_[by_ends[j]] = j;
-      check_from_.push_back(dependency_from_[by_ends[j]]);
-      check_to_.push_back(dependency_to_[by_ends[j]]);
+      check_from_.push_back(ends(by_ends[j]).first);
+      check_to_.push_back(ends(by_ends[j]).second);
     }
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
     const bool large = static_cast<int>(insts.size()) >= SolverOptions::kParallelMinInstructions;
-    const int threads = options.threads != 0 ? options.threads : (large && std::thread::hardware_concurrency() >= 2 ? 2 : 1);
+    const bool two_cores = std::thread::hardware_concurrency() >= 2;
+    const int threads = options.threads != 0 ? options.threads : (large && two_cores ? 2 : 1);
     if (threads >= 2) helper_ = std::make_unique<TaskThread>();
   }
 
@@ -240,7 +239,11 @@ class Solver {
     for (double c : cost_) sum += c;
     return sum;
   }
-  void update_cost(int inst) { cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]); }
+  // What follows an instruction's duration: its cost, and its duration by position.
+  void duration_changed(int inst) {
+    cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]);
+    duration_at_[position_[inst]] = duration_[inst];
+  }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, std::string& reason) {
@@ -290,20 +293,16 @@ class Solver {
     for (int a : speed_up) {
       const int inst = graph_.instruction[a];
       frontier.changes.push_back({inst, --duration_[inst]});
-      duration_at_[position_[inst]] = duration_[inst];
     }
     for (int a : slow_down) {
       const int inst = graph_.instruction[a];
-      if (inst >= 0) {
-        frontier.changes.push_back({inst, ++duration_[inst]});
-        duration_at_[position_[inst]] = duration_[inst];
-      }
+      if (inst >= 0) frontier.changes.push_back({inst, ++duration_[inst]});
     }
     changed_.clear();
     for (int a : speed_up) changed_.push_back(a);
     for (int a : slow_down)
       if (graph_.instruction[a] >= 0) changed_.push_back(a);
-    for (int a : changed_) update_cost(graph_.instruction[a]);
+    for (int a : changed_) duration_changed(graph_.instruction[a]);
     advance();
     point.quant_time = makespan_;
     point.cost_change = cost_change;
@@ -367,7 +366,8 @@ class Solver {
   bool is_critical(int a) const {
     const int num_dag_nodes = static_cast<int>(dag_order_.size());
     if (a < num_dag_nodes) return finish_[position_[a]] + tail_end_[position_[a]] == makespan_;
-    return finish_[dependency_from_[a - num_dag_nodes]] + tail_start_[dependency_to_[a - num_dag_nodes]] == makespan_;
+    const int k = check_slot_[a - num_dag_nodes];
+    return finish_[check_from_[k]] + tail_start_[check_to_[k]] == makespan_;
   }
 
   // Whether the critical arcs are still those of critical_: is_critical on every arc, by position
@@ -545,7 +545,6 @@ class Solver {
   // end times, tails from the end and from the start.
   std::vector<int> pred_start_, pred_, succ_start_, succ_, duration_at_, finish_, tail_end_, tail_start_;
   int sink_position_ = 0, makespan_ = 0;
-  std::vector<int> dependency_from_, dependency_to_;  // per dependency arc: its DAG nodes' positions
   std::vector<char> critical_at_;  // per position: whether its node's arc is in critical_
   // The dependencies in the order the critical-arc check visits them (by their ends' positions):
   // their ends' positions and whether they are in critical_; check_slot_: per dependency, its place.
@@ -590,7 +589,8 @@ Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& opt
   if (problem.specs.size() != static_cast<std::size_t>(2 * problem.dag.num_model_stages())) {
     throw Error("planning problem needs forward and backward specs for every stage");
   }
-  if (options.threads < 0 || options.threads > 2) throw Error("solver threads must be 0 (automatic), 1 or 2", kExitUsage);
+  if (options.threads < 0 || options.threads > 2)
+    throw Error("solver threads must be 0 (automatic), 1 or 2", kExitUsage);
   Solver solver(problem, options);
   return solver.run();
 }

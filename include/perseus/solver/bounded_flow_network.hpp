@@ -52,7 +52,8 @@ class BoundedFlowNetwork {
   std::int64_t chain_residual(int c, bool forward) const {
     return dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]);
   }
-  bool chain_open(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
+  bool chain_open(int c, bool forward, std::int64_t residual, const std::vector<BoundedArc>& arcs,
+                  Feasibility rule) const;
   int first_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   int walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   bool route(Feasibility feasibility);
