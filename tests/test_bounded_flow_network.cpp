@@ -104,29 +104,47 @@ TEST(BoundedFlowNetwork, ResolvingEqualsSolvingAfreshFromTheLastFlow) {
         arcs[i].lower = std::min(arcs[i].lower, arcs[i].upper);
         changed.push_back(i);
       }
-      // A re-solve taken back (the planner's guess on the wrong arcs) leaves no trace; one kept is
-      // the plain re-solve.
-      if (round % 2 == 0) {
-        auto guess = arcs;
+      // Re-solves taken back (the planner's guesses on the wrong arcs, several points ahead) leave
+      // no trace; one kept is the plain re-solve.
+      auto guess = [&](std::vector<BoundedArc>& guessed_arcs) {
         std::vector<int> guessed;
         for (int k = 0; k < 3; ++k) {
           const int i = pick(rng);
-          guess[i].upper = std::max<std::int64_t>(1, (*fresh)[i] + change(rng));
-          guess[i].lower = std::min<std::int64_t>(guess[i].lower + 2, guess[i].upper);
+          guessed_arcs[i].upper = std::max<std::int64_t>(1, (*fresh)[i] + change(rng));
+          guessed_arcs[i].lower = std::min<std::int64_t>(guessed_arcs[i].lower + 2, guessed_arcs[i].upper);
           guessed.push_back(i);
         }
-        network.begin_trial();
-        if (network.resolve(guess, guessed, rule)) {
-          Cut ignored;
-          network.min_cut(guess, rule, ignored.forward, ignored.backward);
+        if (!network.resolve(guessed_arcs, guessed, rule)) return false;
+        Cut ignored;
+        network.min_cut(guessed_arcs, rule, ignored.forward, ignored.backward);
+        return true;
+      };
+      if (round % 2 == 0) {  // two guesses in a row, taken back to the second checkpoint, then the first
+        BoundedFlowNetwork::Checkpoint first, second;
+        auto guessed_arcs = arcs;
+        network.checkpoint(first);
+        if (guess(guessed_arcs)) {
+          network.checkpoint(second);
+          guess(guessed_arcs);
+          network.undo_to(second);
         }
-        network.undo_trial();
+        network.undo_to(first);
         ++taken_back;
       }
       const bool kept = round % 3 == 0;
-      if (kept) network.begin_trial();
+      BoundedFlowNetwork::Checkpoint before;
+      if (kept) network.checkpoint(before);
       ok = network.resolve(arcs, changed, rule);
-      if (kept) network.keep_trial();
+      if (kept && ok && round % 2 == 1) {  // the planner's case: this point confirmed, a guess after it not
+        BoundedFlowNetwork::Checkpoint after;
+        network.checkpoint(after);
+        network.forget_before(after);
+        auto guessed_arcs = arcs;
+        guess(guessed_arcs);
+        network.undo_to(after);
+        ++taken_back;
+      }
+      if (round % 5 == 0) network.end_checkpoints();
       fresh = bounded_max_flow(n, arcs, 0, n - 1, MaxFlowAlgorithm::dinic, &*fresh, rule);
       ASSERT_EQ(ok, fresh.has_value()) << "trial " << trial << " round " << round;
       if (!ok) break;

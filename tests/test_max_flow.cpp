@@ -148,9 +148,10 @@ TEST(MaxFlow, DinicHandlesPathsDeeperThanTheCallStack) {
   EXPECT_EQ(dinic.max_flow(0, n - 1, 1 << 30), 12);
 }
 
-// A journal takes back every residual change since it began: the augmenting paths of max_flow and
-// residuals set by hand, in any order.
-TEST(MaxFlow, DinicRollsBackToTheJournalsStart) {
+// A journal takes back every residual change since a mark: the augmenting paths of max_flow and
+// residuals set by hand, in any order, to any of several marks, also after the entries before a
+// later mark were dropped.
+TEST(MaxFlow, DinicRollsBackToAJournalMark) {
   std::mt19937 rng(5);
   std::uniform_int_distribution<int> capacity(0, 9);
   const int n = 30;
@@ -160,24 +161,47 @@ TEST(MaxFlow, DinicRollsBackToTheJournalsStart) {
   for (int u = 0; u < n; ++u)
     for (int v = u + 1; v < std::min(n, u + 4); ++v) edges.push_back(dinic.add_edge(u, v, capacity(rng)));
   const std::int64_t first = dinic.max_flow(0, n - 1, 1 << 30);
+  EXPECT_GT(first, 0);
   auto residuals = [&] {
     std::vector<std::int64_t> r;
     for (int e : edges) r.push_back(dinic.residual(e)), r.push_back(dinic.residual(e ^ 1));
     return r;
   };
-  const auto before = residuals();
-  dinic.begin_journal();
-  for (int e : edges) dinic.set_residual(e, dinic.residual(e) + 10);
-  EXPECT_GT(dinic.max_flow(0, n - 1, 1 << 30), 0);  // every cut has room again
-  EXPECT_NE(residuals(), before);
-  dinic.rollback();
-  EXPECT_EQ(residuals(), before);
+  auto widen = [&](int by) {
+    for (int e : edges) dinic.set_residual(e, dinic.residual(e) + by);
+    EXPECT_GT(dinic.max_flow(0, n - 1, 1 << 30), 0);  // every cut has room again
+  };
+  const auto at_start = residuals();
+  const std::size_t start = dinic.journal_mark();
+  widen(10);
+  const auto at_middle = residuals();
+  const std::size_t middle = dinic.journal_mark();
+  widen(5);
+  EXPECT_NE(residuals(), at_middle);
+  dinic.rollback_to(middle);
+  EXPECT_EQ(residuals(), at_middle);
+  widen(3);
+  dinic.rollback_to(start);
+  EXPECT_EQ(residuals(), at_start);
   EXPECT_EQ(dinic.max_flow(0, n - 1, 1 << 30), 0);  // already maximal again
-  EXPECT_GT(first, 0);
-  // After end_journal the changes stay.
-  dinic.begin_journal();
-  dinic.set_residual(edges[0], 3);
+  // Dropping what only the earlier mark needs keeps the later one.
+  for (int round = 0; round < 4; ++round) {
+    widen(1);
+    const auto at_later = residuals();
+    const std::size_t later = dinic.journal_mark();
+    dinic.forget_before(later);
+    widen(2);
+    dinic.rollback_to(later);
+    ASSERT_EQ(residuals(), at_later) << "round " << round;
+  }
+  // A journal begun again after end_journal starts at its new mark.
   dinic.end_journal();
-  dinic.rollback();
+  dinic.set_residual(edges[0], 3);
+  const std::int64_t second = dinic.residual(edges[1]);
+  const std::size_t again = dinic.journal_mark();
+  dinic.set_residual(edges[0], 4);
+  dinic.set_residual(edges[1], second + 4);
+  dinic.rollback_to(again);
   EXPECT_EQ(dinic.residual(edges[0]), 3);
+  EXPECT_EQ(dinic.residual(edges[1]), second);
 }

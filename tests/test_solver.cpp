@@ -158,6 +158,36 @@ TEST(Solver, StopRequestLeavesAValidShorterFrontier) {
   EXPECT_EQ(f.stop_reason, "interrupted");
 }
 
+// With a second thread the flows run ahead of the times: an interrupt keeps exactly the points the
+// progress callback saw, and they are the one-thread frontier's first points.
+TEST(Solver, AStopWithTwoThreadsKeepsThePointsReportedSoFar) {
+  const auto problem = synthetic_problem(6, 12, 0.01, 3);
+  SolverOptions one;
+  one.threads = 1;
+  const Frontier full = solve_frontier(problem, one);
+  ASSERT_GT(full.points.size(), 200u);
+  for (const std::size_t stop_at : {1u, 57u, 200u}) {
+    std::atomic<bool> stop{false};
+    SolverOptions two;
+    two.threads = 2;
+    two.stop = &stop;
+    std::size_t seen = 0;
+    two.on_progress = [&](std::size_t points, int) {
+      seen = points;
+      if (points == stop_at) stop = true;
+    };
+    const Frontier f = solve_frontier(problem, two);
+    EXPECT_TRUE(f.interrupted);
+    ASSERT_EQ(f.points.size(), stop_at);
+    EXPECT_EQ(seen, stop_at);
+    for (std::size_t i = 0; i < f.points.size(); ++i) {
+      ASSERT_EQ(f.points[i].quant_time, full.points[i].quant_time) << "point " << i;
+      ASSERT_EQ(f.points[i].effective_cost, full.points[i].effective_cost) << "point " << i;
+    }
+    ASSERT_EQ(f.changes.size(), full.points[stop_at].changes_begin);
+  }
+}
+
 // With a second thread, each point's flow is solved on the last point's critical arcs while the
 // other thread computes the times and checks that the arcs stay critical; where they do not (the
 // first points of every frontier, and wherever the critical subgraph grows), the guess is taken

@@ -145,8 +145,8 @@ Runner add_optimize_command(CLI::App& app) {
       ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
   cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
   cmd->add_option("--threads", args->threads,
-                  "Solver threads: 1, or 2 (a second thread computes each point's times while the first solves its "
-                  "flow; the same frontier); 0: 2 where the machine has a second core and the pipeline has at least 256 "
+                  "Solver threads: 1, or 2 (a second thread computes each point's times while the first solves the "
+                  "next points' flows; the same frontier); 0: 2 where the machine has a second core and the pipeline has at least 256 "
                   "instructions")
       ->capture_default_str()->check(CLI::Range(0, 2));
   cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();

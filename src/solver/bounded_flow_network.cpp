@@ -74,6 +74,7 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   for (auto& chain : chains_) chain.from = end_id[chain.from], chain.to = end_id[chain.to];
   end_source_ = end_id[source_];
   end_sink_ = end_id[sink_];
+  lay_out_ends_by_search();
   // The chains at each end, for the cut's search.
   ends_start_.assign(m_ + 1, 0);
   for (const auto& chain : chains_) ++ends_start_[chain.from + 1], ++ends_start_[chain.to + 1];
@@ -97,14 +98,44 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
       end_chains_.push_back(c);
 }
 
+// Where the ends lie in memory: in the order a search from the source along the chains meets them,
+// so that the flow's searches (which mostly go that way) read the network nearly in order instead
+// of jumping between stages. Only where nodes lie changes: each node's edges keep their order, and
+// the helper edges are added in the ends' first numbering (helper_order_), so every search takes
+// the same steps as before.
+void BoundedFlowNetwork::lay_out_ends_by_search() {
+  const int num_chains = static_cast<int>(chains_.size());
+  std::vector<int> out_start(m_ + 1, 0), out(num_chains), fill;
+  for (const auto& chain : chains_) ++out_start[chain.from + 1];
+  for (int v = 0; v < m_; ++v) out_start[v + 1] += out_start[v];
+  fill.assign(out_start.begin(), out_start.end() - 1);
+  for (int c = 0; c < num_chains; ++c) out[fill[chains_[c].from]++] = chains_[c].to;
+  std::vector<int>& place = helper_order_;  // per end in the first numbering: its place
+  place.assign(m_, -1);
+  std::vector<int> order;
+  order.reserve(m_);
+  auto meet = [&](int v) {
+    if (place[v] >= 0) return;
+    place[v] = static_cast<int>(order.size());
+    order.push_back(v);
+  };
+  meet(end_source_);
+  for (std::size_t k = 0; k < order.size(); ++k)
+    for (int i = out_start[order[k]]; i < out_start[order[k] + 1]; ++i) meet(out[i]);
+  for (int v = 0; v < m_; ++v) meet(v);
+  for (auto& chain : chains_) chain.from = place[chain.from], chain.to = place[chain.to];
+  end_source_ = place[end_source_];
+  end_sink_ = place[end_sink_];
+}
+
 void BoundedFlowNetwork::build_network() {
   const int super_source = m_, super_sink = m_ + 1;
-  dinic_.reset(m_ + 2);
+  dinic_.reset(m_ + 2, 2 * static_cast<int>(chains_.size()));
   chain_edge_.clear();
   for (const auto& chain : chains_) chain_edge_.push_back(dinic_.add_edge(chain.from, chain.to, 0));
   supply_edge_.resize(m_);
   drain_edge_.resize(m_);
-  for (int v = 0; v < m_; ++v) {
+  for (int v : helper_order_) {
     supply_edge_[v] = dinic_.add_edge(super_source, v, 0);
     drain_edge_[v] = dinic_.add_edge(v, super_sink, 0);
   }
@@ -126,7 +157,7 @@ bool BoundedFlowNetwork::set_chain_bounds(int c, const std::vector<BoundedArc>& 
     if (!demand_met(lower, upper, feasibility)) return false;
     lower = upper;
   }
-  if (in_trial_) saved_bounds_.push_back({c, {chains_[c].lower, chains_[c].upper}});
+  if (checkpointing_) saved_bounds_.push_back({c, {chains_[c].lower, chains_[c].upper}});
   chains_[c].lower = lower;
   chains_[c].upper = upper;
   return true;
@@ -185,7 +216,7 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
   dinic_.set_residual(back_edge_, 0);
   dinic_.set_residual(back_edge_ ^ 1, 0);
   if (!feasible) return false;
-  dinic_.max_flow(end_source_, end_sink_, kUnbounded, 2 * static_cast<int>(chains_.size()));
+  dinic_.max_flow(end_source_, end_sink_, kUnbounded, /*first_only=*/true);
   has_flow_ = true;
   return true;
 }
@@ -263,27 +294,38 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
   return route(feasibility);
 }
 
-void BoundedFlowNetwork::begin_trial() {
-  in_trial_ = true;
-  saved_bounds_.clear();
-  saved_carried_ = carried_;
-  dinic_.begin_journal();
+void BoundedFlowNetwork::checkpoint(Checkpoint& into) {
+  checkpointing_ = true;
+  into.journal = dinic_.journal_mark();
+  into.bounds = bounds_base_ + saved_bounds_.size();
+  into.carried = carried_;
 }
 
-void BoundedFlowNetwork::keep_trial() {
-  in_trial_ = false;
-  dinic_.end_journal();
-}
-
-void BoundedFlowNetwork::undo_trial() {
-  in_trial_ = false;
-  dinic_.rollback();
-  for (auto entry = saved_bounds_.rbegin(); entry != saved_bounds_.rend(); ++entry) {
-    chains_[entry->first].lower = entry->second.first;
-    chains_[entry->first].upper = entry->second.second;
+void BoundedFlowNetwork::undo_to(const Checkpoint& checkpoint) {
+  dinic_.rollback_to(checkpoint.journal);
+  while (bounds_base_ + saved_bounds_.size() > checkpoint.bounds) {
+    const auto& [c, bounds] = saved_bounds_.back();
+    chains_[c].lower = bounds.first;
+    chains_[c].upper = bounds.second;
+    saved_bounds_.pop_back();
   }
-  carried_ = saved_carried_;
+  carried_ = checkpoint.carried;
   has_flow_ = true;
+}
+
+void BoundedFlowNetwork::forget_before(const Checkpoint& checkpoint) {
+  dinic_.forget_before(checkpoint.journal);
+  const std::size_t dead = checkpoint.bounds - bounds_base_;
+  if (dead == 0 || dead < saved_bounds_.size() / 2) return;
+  saved_bounds_.erase(saved_bounds_.begin(), saved_bounds_.begin() + static_cast<std::ptrdiff_t>(dead));
+  bounds_base_ = checkpoint.bounds;
+}
+
+void BoundedFlowNetwork::end_checkpoints() {
+  checkpointing_ = false;
+  bounds_base_ += saved_bounds_.size();
+  saved_bounds_.clear();
+  dinic_.end_journal();
 }
 
 // The first arc of chain c that is closed, from its start forward or from its end backward; -1

@@ -5,8 +5,9 @@
 
 namespace perseus {
 
-void Dinic::reset(int num_nodes) {
+void Dinic::reset(int num_nodes, int first_edges) {
   num_nodes_ = num_nodes;
+  first_edges_ = first_edges;
   built_ = false;
   reached_count_ = -1;
   end_journal();
@@ -32,16 +33,23 @@ int Dinic::add_edge(int from, int to, std::int64_t capacity) {
   return id;
 }
 
-// Lays the edges out node by node (each node's in the order they were added), so that a search
-// reads a node's edges from consecutive memory; edge ids map to their slots.
+// Lays the edges out node by node (each node's in the order they were added), the first edges'
+// before all others, so that a search reads a node's edges from consecutive memory; edge ids map
+// to their slots.
 void Dinic::build_adjacency() {
   const int num_edges = static_cast<int>(from_.size());
-  adj_start_.assign(num_nodes_ + 1, 0);
-  for (int node : from_) ++adj_start_[node + 1];
-  for (int i = 0; i < num_nodes_; ++i) adj_start_[i + 1] += adj_start_[i];
+  const int first = std::min(first_edges_, num_edges);
+  // Counts per (region, node), then running starts: region 0 = first edges, 1 = the others.
+  std::vector<int>& start = fill_;
+  start.assign(2 * num_nodes_ + 1, 0);
+  for (int e = 0; e < num_edges; ++e) ++start[(e < first ? 0 : num_nodes_) + from_[e] + 1];
+  for (int k = 0; k < 2 * num_nodes_; ++k) start[k + 1] += start[k];
+  begin_first_.assign(start.begin(), start.begin() + num_nodes_);
+  end_first_.assign(start.begin() + 1, start.begin() + num_nodes_ + 1);
+  begin_other_.assign(start.begin() + num_nodes_, start.begin() + 2 * num_nodes_);
+  end_other_.assign(start.begin() + num_nodes_ + 1, start.end());
   slot_of_.resize(num_edges);
-  fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
-  for (int e = 0; e < num_edges; ++e) slot_of_[e] = fill_[from_[e]]++;
+  for (int e = 0; e < num_edges; ++e) slot_of_[e] = start[(e < first ? 0 : num_nodes_) + from_[e]]++;
   head_.resize(num_edges);
   slot_cap_.resize(num_edges);
   reverse_.resize(num_edges);
@@ -51,8 +59,6 @@ void Dinic::build_adjacency() {
     slot_cap_[slot] = cap_[e];
     reverse_[slot] = slot_of_[e ^ 1];
   }
-  end_all_.assign(adj_start_.begin() + 1, adj_start_.end());
-  prefix_count_ = -1;
   level_.assign(num_nodes_, -1);
   labelled_ = 0;
   iter_.resize(num_nodes_);
@@ -61,30 +67,20 @@ void Dinic::build_adjacency() {
   built_ = true;
 }
 
-void Dinic::limit_to_first(int edge_count) {
-  if (edge_count == prefix_count_) return;
-  prefix_count_ = edge_count;
-  end_prefix_.assign(adj_start_.begin(), adj_start_.end() - 1);
-  for (int e = 0; e < std::min(edge_count, static_cast<int>(from_.size())); ++e) {
-    end_prefix_[from_[e]] = std::max(end_prefix_[from_[e]], slot_of_[e] + 1);
-  }
-}
-
 // Levels up to the sink's only: a node farther than the sink lies on no shortest path, so the
 // phase's blocking flow (and every step the DFS takes that pushes flow) is the same as with a
 // full labelling, at a fraction of the cost when the sink is near (the planner's feasibility
 // phases route a few nodes' excess to their neighbours).
+template <bool kFirstOnly>
 bool Dinic::bfs(int source, int sink) {
   int* level = level_.data();
   int* queue = queue_.data();
   int* units = unit_edges_.data();
   const int* heads = head_.data();
   const std::int64_t* cap = slot_cap_.data();
-  const int* start = adj_start_.data();
-  const int* end = end_;
   // Only the last search's nodes have a level (dead ends included): clearing them, not every
   // node, keeps a search near the source (the feasibility phases') as cheap as what it reaches.
-  for (int k = 0; k < labelled_; ++k) level[queue[k]] = -1;
+  for (int k = 0, labelled = labelled_; k < labelled; ++k) level[queue[k]] = -1;
   int head = 0, tail = 0, unit_count = 0;
   queue[tail++] = source;
   level[source] = 0;
@@ -92,16 +88,20 @@ bool Dinic::bfs(int source, int sink) {
     const int u = queue[head++];
     if (level[sink] >= 0 && level[u] >= level[sink]) break;
     const int next_level = level[u] + 1;
-    for (int i = start[u], e = end[u]; i < e; ++i) {
-      const int v = heads[i];
-      const std::int64_t c = cap[i];
-      if (c > 0 && level[v] < 0) {
-        level[v] = next_level;
-        queue[tail++] = v;
-        units[unit_count] = i;  // kept only when one unit reached it
-        unit_count += c == 1;
+    auto scan = [&](int begin, int end) {
+      for (int i = begin; i < end; ++i) {
+        const int v = heads[i];
+        const std::int64_t c = cap[i];
+        if (c > 0 && level[v] < 0) {
+          level[v] = next_level;
+          queue[tail++] = v;
+          units[unit_count] = i;  // kept only when one unit reached it
+          unit_count += c == 1;
+        }
       }
-    }
+    };
+    scan(begin_first_[u], end_first_[u]);
+    if constexpr (!kFirstOnly) scan(begin_other_[u], end_other_[u]);
   }
   labelled_ = tail;
   reached_count_ = tail;
@@ -113,6 +113,7 @@ bool Dinic::bfs(int source, int sink) {
 // reach the sink in this phase dead, so that each phase scans every edge only a few times. The
 // recursive form, unrolled onto an explicit stack (a path is as long as the pipeline's critical
 // path: 10^5 instructions overflowed the call stack), taking exactly the same steps.
+template <bool kFirstOnly>
 std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
   // A path visits each node at most once: num_nodes_ frames suffice (sized once, no push_back).
   if (frames_.size() < static_cast<std::size_t>(num_nodes_) + 1) frames_.resize(num_nodes_ + 1);
@@ -126,11 +127,11 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       if (f.node == sink) {
         result = f.budget;
       } else {
-        const int end = end_[f.node];
+        const int end = end_slot<kFirstOnly>(f.node);
         const int wanted = level_[f.node] + 1;
         int& i = iter_[f.node];
-        while (i < end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) ++i;
-        if (i < end) {  // descend along the next admissible edge
+        while (i != end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) i = next_slot<kFirstOnly>(f.node, i);
+        if (i != end) {  // descend along the next admissible edge
           frames[++depth] = {head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
           continue;
         }
@@ -156,41 +157,55 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
           continue;
         }
       }
-      ++iter_[parent.node];
+      iter_[parent.node] = next_slot<kFirstOnly>(parent.node, iter_[parent.node]);
       break;
     }
   }
 }
 
-void Dinic::begin_journal() {
-  journal_.clear();
+std::size_t Dinic::journal_mark() {
   journaling_ = built_;
+  return journal_base_ + journal_.size();
 }
 
-void Dinic::rollback() {
-  for (auto entry = journal_.rbegin(); entry != journal_.rend(); ++entry) slot_cap_[entry->first] = entry->second;
-  end_journal();
+void Dinic::rollback_to(std::size_t mark) {
+  while (journal_base_ + journal_.size() > mark) {
+    slot_cap_[journal_.back().first] = journal_.back().second;
+    journal_.pop_back();
+  }
   reached_count_ = -1;
 }
 
+// Drops the entries before `mark` once they are at least half the journal (amortized: each entry
+// is moved at most once).
+void Dinic::forget_before(std::size_t mark) {
+  const std::size_t dead = mark - journal_base_;
+  if (dead == 0 || dead < journal_.size() / 2) return;
+  journal_.erase(journal_.begin(), journal_.begin() + static_cast<std::ptrdiff_t>(dead));
+  journal_base_ = mark;
+}
+
 void Dinic::end_journal() {
+  journal_base_ += journal_.size();
   journal_.clear();
   journaling_ = false;
 }
 
-std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit, int edge_count) {
+std::int64_t Dinic::max_flow(int source, int sink, std::int64_t limit, bool first_only) {
   if (!built_) build_adjacency();
-  if (edge_count >= 0) {
-    limit_to_first(edge_count);
-    end_ = end_prefix_.data();
-  } else {
-    end_ = end_all_.data();
-  }
+  return first_only ? phases<true>(source, sink, limit) : phases<false>(source, sink, limit);
+}
+
+template <bool kFirstOnly>
+std::int64_t Dinic::phases(int source, int sink, std::int64_t limit) {
   std::int64_t total = 0;
   reached_count_ = -1;
-  while (total < limit && bfs(source, sink)) {
-    std::copy(adj_start_.begin(), adj_start_.end() - 1, iter_.begin());
-    const std::int64_t got = dfs(source, sink, limit - total);
+  while (total < limit && bfs<kFirstOnly>(source, sink)) {
+    if constexpr (kFirstOnly)
+      std::copy(begin_first_.begin(), begin_first_.end(), iter_.begin());
+    else
+      for (int v = 0; v < num_nodes_; ++v) iter_[v] = first_slot<false>(v);
+    const std::int64_t got = dfs<kFirstOnly>(source, sink, limit - total);
     if (got == 0) break;
     total += got;
   }

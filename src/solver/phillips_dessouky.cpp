@@ -11,7 +11,8 @@
 #include "perseus/solver/bounded_flow_network.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/pyfloat.hpp"
-#include "perseus/util/task_thread.hpp"
+#include "perseus/util/in_order_thread.hpp"
+#include "pipeline_times.hpp"
 
 namespace perseus {
 
@@ -92,157 +93,153 @@ ArcGraph make_arc_graph(const PipelineDag& dag) {
 class Solver {
  public:
   Solver(const PlanningProblem& problem, const SolverOptions& options)
-      : problem_(problem), options_(options), graph_(make_arc_graph(problem.dag)) {
-    for (const auto& spec : problem.specs) tables_.push_back(make_table(spec));
-    const auto& insts = problem.dag.instructions;
-    table_of_.resize(insts.size());
-    for (std::size_t i = 0; i < insts.size(); ++i) {
-      table_of_[i] = PlanningProblem::spec_index(model_stage(insts[i], problem.dag.num_stages), insts[i].kind);
-      duration_.push_back(tables_[table_of_[i]].max);
-      cost_.push_back(tables_[table_of_[i]].at(duration_[i]));
-    }
-    const int num_nodes = problem.dag.num_nodes();
-    auto adjacency = [&](bool forward, std::vector<int>& start, std::vector<int>& list) {
-      start.assign(num_nodes + 1, 0);
-      for (const auto& [u, v] : problem.dag.edges) ++start[(forward ? v : u) + 1];
-      for (int v = 0; v < num_nodes; ++v) start[v + 1] += start[v];
-      list.resize(problem.dag.edges.size());
-      std::vector<int> fill(start.begin(), start.end() - 1);
-      for (const auto& [u, v] : problem.dag.edges) list[fill[forward ? v : u]++] = forward ? u : v;
-    };
-    std::vector<int> pred_start, pred, succ_start, succ;  // by DAG node
-    adjacency(true, pred_start, pred);
-    adjacency(false, succ_start, succ);
-    order_by_start_time(problem.dag, pred_start, pred);
-    by_position(pred_start, pred, pred_start_, pred_);
-    by_position(succ_start, succ, succ_start_, succ_);
-    duration_at_.resize(num_nodes);
-    for (int p = 0; p < num_nodes; ++p) duration_at_[p] = duration_of(dag_order_[p]);
-    finish_.resize(num_nodes);
-    tail_end_.resize(num_nodes);
-    tail_start_.resize(num_nodes);
-    sink_position_ = position_[problem.dag.sink];
-    // Dependencies (end of u -> start of v) by their ends' positions, the order the critical-arc
-    // check visits them in, near the times it reads.
-    const int num_dependencies = static_cast<int>(graph_.from.size()) - num_nodes;
-    auto ends = [&](int k) {
-      return std::pair(position_[graph_.from[num_nodes + k] / 2], position_[graph_.to[num_nodes + k] / 2]);
-    };
-    std::vector<int> by_ends(num_dependencies);
-    for (int k = 0; k < num_dependencies; ++k) by_ends[k] = k;
-    std::sort(by_ends.begin(), by_ends.end(), [&](int x, int y) { return ends(x) < ends(y); });
-    check_slot_.resize(num_dependencies);
-    for (int j = 0; j < num_dependencies; ++j) {
-      check_slot_[by_ends[j]] = j;
-      check_from_.push_back(ends(by_ends[j]).first);
-      check_to_.push_back(ends(by_ends[j]).second);
-    }
+      : problem_(problem), options_(options), graph_(make_arc_graph(problem.dag)), times_(initial_times()) {
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
-    const bool large = static_cast<int>(insts.size()) >= SolverOptions::kParallelMinInstructions;
+    const bool large = static_cast<int>(problem.dag.instructions.size()) >= SolverOptions::kParallelMinInstructions;
     const bool two_cores = std::thread::hardware_concurrency() >= 2;
     const int threads = options.threads != 0 ? options.threads : (large && two_cores ? 2 : 1);
-    if (threads >= 2) helper_ = std::make_unique<TaskThread>();
+    records_.resize(threads >= 2 ? kWindow : 1);
+    times_worker_ = std::make_unique<InOrderThread>([this](std::size_t k) { return time_record(k); }, threads >= 2);
   }
 
+  // Each point's flow and cut are solved here; its times (the iteration time, the summed cost, and
+  // whether the critical arcs stay those the flow network is built on) come from the times worker,
+  // one record per point. With a second thread the worker lags a few points behind, and the flows
+  // go on as if the critical arcs stayed the same (they do at 99.8% of points); where the worker
+  // finds they did not, the points after it are taken back and solved again. Every point is the
+  // one-thread frontier's.
   Frontier run() {
     Frontier frontier;
     frontier.start_durations = duration_;
-    compute_all_times();
-    frontier.start_quant_time = makespan_;
-    frontier.start_effective_cost = total_cost();
+    times_.compute_all();
+    frontier.start_quant_time = times_.makespan();
+    frontier.start_effective_cost = times_.total_cost();
     while (true) {
+      take_results(frontier);
       if (options_.stop && options_.stop->load(std::memory_order_relaxed)) {
+        keep_confirmed(frontier);
         frontier.interrupted = true;
         frontier.stop_reason = "interrupted";
         break;
       }
-      std::string reason;
-      if (!step(frontier, reason)) {
-        frontier.stop_reason = reason;
-        break;
+      const std::size_t pending = pushed_ - consumed_;
+      if (pending > 0 && (pending >= records_.size() || !may_guess())) {
+        times_worker_->catch_up(consumed_ + 1);
+        continue;
       }
-      if (options_.on_progress) options_.on_progress(frontier.points.size(), frontier.points.back().quant_time);
+      if (pending > 0) {  // a guess: the state it starts from may have to be brought back
+        Record& last = records_[(pushed_ - 1) % records_.size()];
+        network_.checkpoint(last.checkpoint);
+        last.checkpointed = true;
+        network_.forget_before(records_[consumed_ % records_.size()].checkpoint);
+      } else {
+        network_.end_checkpoints();
+      }
+      std::string reason;
+      if (step(frontier, reason)) {
+        times_worker_->publish(++pushed_);
+        continue;
+      }
+      if (pushed_ > consumed_) {  // the end, on a guess: it stands only where the guess does
+        times_worker_->catch_up(pushed_);
+        if (!take_results(frontier) || pushed_ > consumed_) continue;
+      }
+      frontier.stop_reason = reason;
+      break;
     }
     return frontier;
   }
 
  private:
-  int duration_of(int node) const { return node < static_cast<int>(duration_.size()) ? duration_[node] : 0; }
+  static constexpr std::size_t kWindow = 8;  // points the flows may run ahead of the times
 
-  // Earliest end times and tails (the longest way on to the sink, from a node's end and from its
-  // start) of every node of the pipeline DAG, kept by position in dag_order_ (sorted by start
-  // time) with the DAG's edges as positions, so that the passes read memory nearly in order. In
-  // the arc graph, node i's arc runs from 2i (its start) to 2i+1 (its end). A step that changed
-  // instructions between positions `first` and `last` only moves end times from `first` on and
-  // tails up to `last`.
-  void compute_times(int first, int last) {
-    const int num_nodes = static_cast<int>(dag_order_.size());
-    const int *pred_start = pred_start_.data(), *pred = pred_.data(), *duration = duration_at_.data();
-    int* finish = finish_.data();
-    for (int p = first; p < num_nodes; ++p) {
-      int start = 0;
-      for (int k = pred_start[p]; k < pred_start[p + 1]; ++k) start = std::max(start, finish[pred[k]]);
-      finish[p] = start + duration[p];
+  // What one step changed, for the times worker, and what the worker found for it.
+  struct Change {
+    int instruction, duration, old_duration;
+    double cost;  // at the new duration
+  };
+  struct Record {
+    std::vector<Change> changes;
+    int makespan = 0;
+    double cost = 0;
+    bool same = false;  // the critical arcs after the step are those the network is built on
+    // The network as the step left it, where the next step's flow was a guess.
+    BoundedFlowNetwork::Checkpoint checkpoint;
+    bool checkpointed = false;
+  };
+
+  PipelineTimes initial_times() {
+    for (const auto& spec : problem_.specs) tables_.push_back(make_table(spec));
+    const auto& insts = problem_.dag.instructions;
+    std::vector<double> costs;
+    for (std::size_t i = 0; i < insts.size(); ++i) {
+      table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
+      duration_.push_back(tables_[table_of_[i]].max);
+      costs.push_back(tables_[table_of_[i]].at(duration_[i]));
     }
-    makespan_ = finish[sink_position_];
-    const int *succ_start = succ_start_.data(), *succ = succ_.data();
-    int *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
-    for (int p = last; p >= 0; --p) {
-      int tail = p == sink_position_ ? 0 : kNoWayToTheSink;
-      for (int k = succ_start[p]; k < succ_start[p + 1]; ++k) tail = std::max(tail, tail_start[succ[k]]);
-      tail_end[p] = tail;
-      tail_start[p] = tail + duration[p];
+    return PipelineTimes(problem_.dag, duration_, costs);
+  }
+
+  // The times worker's item k: record k's changes applied, their times and check.
+  bool time_record(std::size_t k) {
+    Record& record = records_[k % records_.size()];
+    for (const Change& c : record.changes) times_.set_duration(c.instruction, c.duration, c.cost);
+    times_.update();
+    record.makespan = times_.makespan();
+    record.cost = times_.total_cost();
+    record.same = times_.same_critical();
+    return record.same;
+  }
+
+  // The records the worker has done: their points get their times. Where the critical arcs
+  // changed, the points after that one are taken back. False when they were.
+  bool take_results(Frontier& frontier) {
+    const std::size_t done = times_worker_->done();
+    times_worker_->rethrow_error();
+    while (consumed_ < done) {
+      if (options_.stop && options_.stop->load(std::memory_order_relaxed)) return true;
+      const Record& record = records_[consumed_ % records_.size()];
+      FrontierPoint& point = frontier.points[consumed_];
+      point.quant_time = record.makespan;
+      point.effective_cost = record.cost;
+      ++consumed_;
+      if (options_.on_progress) options_.on_progress(consumed_, point.quant_time);
+      if (!record.same) {
+        take_back_after(frontier, consumed_ - 1);
+        return false;
+      }
     }
+    return true;
   }
-  void compute_all_times() { compute_times(0, static_cast<int>(dag_order_.size()) - 1); }
 
-  // After a step: only from the earliest changed instruction on, and up to the latest.
-  void update_times() {
-    int first = static_cast<int>(dag_order_.size()), last = -1;
-    for (int a : changed_) {
-      first = std::min(first, position_[a]);  // an instruction's arc has the instruction's index
-      last = std::max(last, position_[a]);
+  // Back to the state right after point r's step: the flows, durations and points after it go,
+  // and the next flow is solved on the critical arcs anew.
+  void take_back_after(Frontier& frontier, std::size_t r) {
+    const Record& record = records_[r % records_.size()];
+    if (record.checkpointed) network_.undo_to(record.checkpoint);
+    for (std::size_t k = pushed_; k-- > r + 1;) {
+      const auto& changes = records_[k % records_.size()].changes;
+      for (auto c = changes.rbegin(); c != changes.rend(); ++c) duration_[c->instruction] = c->old_duration;
     }
-    compute_times(first, last);
+    const std::size_t changes_end = frontier.changes_end(r);
+    frontier.points.resize(r + 1);
+    frontier.changes.resize(changes_end);
+    pushed_ = r + 1;
+    times_worker_->restart();
+    rebuild_ = true;
   }
 
-  // The pipeline DAG in an order where every edge goes forward, sorted by start time in the
-  // slowest plan (ties in topological order): consecutive frontier points change instructions
-  // that run at about the same time.
-  void order_by_start_time(const PipelineDag& dag, const std::vector<int>& pred_start, const std::vector<int>& pred) {
-    dag_order_ = dag.topological_order();
-    std::vector<int> start(dag_order_.size(), 0);
-    for (int i : dag_order_)
-      for (int k = pred_start[i]; k < pred_start[i + 1]; ++k)
-        start[i] = std::max(start[i], start[pred[k]] + duration_of(pred[k]));
-    std::stable_sort(dag_order_.begin(), dag_order_.end(), [&](int a, int b) { return start[a] < start[b]; });
-    position_.resize(dag_order_.size());
-    for (std::size_t p = 0; p < dag_order_.size(); ++p) position_[dag_order_[p]] = static_cast<int>(p);
+  // The points the times have confirmed, on an interrupt.
+  void keep_confirmed(Frontier& frontier) const {
+    if (consumed_ >= frontier.points.size()) return;
+    frontier.changes.resize(frontier.points[consumed_].changes_begin);
+    frontier.points.resize(consumed_);
   }
 
-  // An adjacency by DAG node, as one by position.
-  void by_position(const std::vector<int>& start, const std::vector<int>& list, std::vector<int>& start_out,
-                   std::vector<int>& list_out) const {
-    start_out.assign(1, 0);
-    list_out.clear();
-    for (int i : dag_order_) {
-      for (int k = start[i]; k < start[i + 1]; ++k) list_out.push_back(position_[list[k]]);
-      start_out.push_back(static_cast<int>(list_out.size()));
-    }
-  }
-
-  // Summed in instruction order every time (the same rounding as the reference's sum), over costs
-  // kept per instruction and updated where a step changed a duration.
-  double total_cost() const {
-    double sum = 0;
-    for (double c : cost_) sum += c;
-    return sum;
-  }
-  // What follows an instruction's duration: its cost, and its duration by position.
-  void duration_changed(int inst) {
-    cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]);
-    duration_at_[position_[inst]] = duration_[inst];
+  bool may_guess() const {
+    return times_worker_->has_thread() && options_.algorithm == MaxFlowAlgorithm::dinic && !rebuild_ &&
+           network_.has_flow();
   }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
@@ -290,64 +287,42 @@ class Solver {
 
     FrontierPoint point;
     point.changes_begin = frontier.changes.size();
+    Record& record = records_[pushed_ % records_.size()];  // free: the worker is done with it
+    record.changes.clear();
+    record.checkpointed = false;
+    auto change = [&](int inst, int by) {
+      const int old = duration_[inst];
+      duration_[inst] += by;
+      frontier.changes.push_back({inst, duration_[inst]});
+      record.changes.push_back({inst, duration_[inst], old, tables_[table_of_[inst]].at(duration_[inst])});
+    };
+    changed_.clear();
     for (int a : speed_up) {
-      const int inst = graph_.instruction[a];
-      frontier.changes.push_back({inst, --duration_[inst]});
+      change(graph_.instruction[a], -1);
+      changed_.push_back(a);
     }
     for (int a : slow_down) {
-      const int inst = graph_.instruction[a];
-      if (inst >= 0) frontier.changes.push_back({inst, ++duration_[inst]});
+      if (graph_.instruction[a] < 0) continue;
+      change(graph_.instruction[a], +1);
+      changed_.push_back(a);
     }
-    changed_.clear();
-    for (int a : speed_up) changed_.push_back(a);
-    for (int a : slow_down)
-      if (graph_.instruction[a] >= 0) changed_.push_back(a);
-    for (int a : changed_) duration_changed(graph_.instruction[a]);
-    advance();
-    point.quant_time = makespan_;
     point.cost_change = cost_change;
-    point.effective_cost = point_cost_;
-    frontier.points.push_back(point);
+    frontier.points.push_back(point);  // its time and cost come with the record's results
     return true;
   }
 
   // The maximum flow on the critical arcs and its minimum cut (speed_up_, slow_down_). False when
-  // no flow meets the bounds. Where advance() already solved it on the last point's critical arcs
-  // and they are still the critical ones, that flow and cut are this point's.
+  // no flow meets the bounds. On the arcs of the last point unless they changed (rebuild_).
   bool flow_and_cut() {
-    if (speculated_ && next_same_) {
-      speculated_ = false;
-      network_.keep_trial();
-      return speculative_ok_;
-    }
-    if (speculated_) network_.undo_trial();
-    speculated_ = false;
-    const bool same_arcs = collect_critical_arcs();
+    const bool same_arcs = !rebuild_;
+    if (same_arcs)
+      refresh_changed_bounds();
+    else
+      collect_critical_arcs();
+    rebuild_ = false;
     if (!solve_flow(same_arcs)) return false;
     find_cut();
     return true;
-  }
-
-  // The times of the durations a step has just changed. With a second thread: those times and the
-  // check whether the critical arcs stay the same run there, while this thread solves the next
-  // point's flow and cut on the same arcs (they are in 99.8% of points), which the next step keeps
-  // or takes back. Either way the next point's flow and cut are exactly the sequential ones.
-  void advance() {
-    const bool speculate = helper_ && options_.algorithm == MaxFlowAlgorithm::dinic && !critical_.empty() &&
-                           network_.has_flow();
-    if (!speculate) {
-      update_times();
-      point_cost_ = total_cost();
-      return;
-    }
-    helper_->post(times_task_);
-    network_.begin_trial();
-    refresh_changed_bounds();
-    speculative_ok_ = network_.resolve(arcs_, changed_critical_, rule());
-    if (speculative_ok_) find_cut();
-    point_cost_ = total_cost();  // while the times are computed, not after
-    helper_->finish();
-    speculated_ = true;
   }
 
   // The arcs the last step changed, still critical: their new bounds (they keep their nodes).
@@ -358,33 +333,6 @@ class Solver {
       arc = bounded(a, arc.from, arc.to);
       changed_critical_.push_back(critical_index_[a]);
     }
-  }
-
-  // On a longest path: starts as early as it can and the way on to the sink is as long as it can
-  // be. Arc i < the DAG's node count is node i's own (2i -> 2i+1); the rest are zero-duration
-  // dependencies.
-  bool is_critical(int a) const {
-    const int num_dag_nodes = static_cast<int>(dag_order_.size());
-    if (a < num_dag_nodes) return finish_[position_[a]] + tail_end_[position_[a]] == makespan_;
-    const int k = check_slot_[a - num_dag_nodes];
-    return finish_[check_from_[k]] + tail_start_[check_to_[k]] == makespan_;
-  }
-
-  // Whether the critical arcs are still those of critical_: is_critical on every arc, by position
-  // and without branches (the compiler vectorizes the node arcs' part, which reads memory in order).
-  bool same_critical_arcs() const {
-    const int num_dag_nodes = static_cast<int>(dag_order_.size());
-    const int num_dependencies = static_cast<int>(check_from_.size());
-    const int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
-    const char* was = critical_at_.data();
-    const int makespan = makespan_;
-    int differ = 0;
-    for (int p = 0; p < num_dag_nodes; ++p) differ |= (finish[p] + tail_end[p] == makespan) != was[p];
-    const int *from = check_from_.data(), *to = check_to_.data();
-    const char* dependency_was = dependency_critical_.data();
-    for (int k = 0; k < num_dependencies; ++k)
-      differ |= (finish[from[k]] + tail_start[to[k]] == makespan) != dependency_was[k];
-    return differ == 0;
   }
 
   BoundedArc bounded(int a, int from, int to) const {
@@ -398,18 +346,13 @@ class Solver {
     return arc;
   }
 
-  // Critical arcs (on a longest path) with their flow bounds, on nodes renumbered
-  // densely so that the flow and cut work scales with the critical subgraph, not the pipeline.
-  // The flow starts from the last point's: the next critical subgraph is nearly always the same
-  // arcs (then only the arcs the last step changed get new bounds, listed in changed_critical_,
-  // and the network, its contraction and the cut's adjacency are kept). Returns whether the
-  // arcs are the last point's.
-  bool collect_critical_arcs() {
+  // Critical arcs (on a longest path) with their flow bounds, on nodes renumbered densely so that
+  // the flow and cut work scales with the critical subgraph, not the pipeline; the times mark
+  // them, to tell when they change. The next critical subgraph is nearly always the same arcs
+  // (then refresh_changed_bounds() gives the arcs the last step changed their new bounds, and the
+  // network, its contraction and the cut's adjacency are kept).
+  void collect_critical_arcs() {
     const int num_arcs = static_cast<int>(graph_.from.size());
-    if (!critical_.empty() && same_critical_arcs()) {
-      refresh_changed_bounds();
-      return true;
-    }
     // The last flow, per arc of the whole graph, warm-starts the arcs that stay critical.
     for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_of(static_cast<int>(i));
     for (int v : compact_nodes_) compact_id_[v] = -1;
@@ -428,13 +371,11 @@ class Solver {
     std::swap(critical_, last_critical_);
     critical_.clear();
     critical_index_.assign(num_arcs, -1);
-    critical_at_.assign(dag_order_.size(), 0);
-    dependency_critical_.assign(check_from_.size(), 0);
+    times_.clear_critical();
     for (int a = 0; a < num_arcs; ++a) {
-      if (!is_critical(a)) continue;
+      if (!times_.is_critical(a)) continue;
       critical_index_[a] = static_cast<int>(critical_.size());
-      const int num_dag_nodes = static_cast<int>(dag_order_.size());
-      (a < num_dag_nodes ? critical_at_[position_[a]] : dependency_critical_[check_slot_[a - num_dag_nodes]]) = 1;
+      times_.mark_critical(a);
       critical_.push_back(a);
       const int from = compact(graph_.from[a]);
       arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
@@ -442,7 +383,6 @@ class Solver {
     }
     for (int a : last_critical_) previous_flow_[a] = 0;
     adjacency_stale_ = true;
-    return false;
   }
 
   // The maximum flow within the bounds on the critical arcs. The Dinic path keeps its network
@@ -537,19 +477,7 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<double> cost_;  // per instruction: its cost model at its duration
-  static constexpr int kNoWayToTheSink = std::numeric_limits<int>::min() / 4;  // never critical
-  std::vector<int> position_;  // per DAG node: its place in dag_order_
-  std::vector<int> dag_order_;  // the pipeline DAG's nodes by start time
-  // By position: the DAG's edges (as positions), durations (0 for the source and sink), earliest
-  // end times, tails from the end and from the start.
-  std::vector<int> pred_start_, pred_, succ_start_, succ_, duration_at_, finish_, tail_end_, tail_start_;
-  int sink_position_ = 0, makespan_ = 0;
-  std::vector<char> critical_at_;  // per position: whether its node's arc is in critical_
-  // The dependencies in the order the critical-arc check visits them (by their ends' positions):
-  // their ends' positions and whether they are in critical_; check_slot_: per dependency, its place.
-  std::vector<int> check_from_, check_to_, check_slot_;
-  std::vector<char> dependency_critical_;
+  PipelineTimes times_;  // the times worker's: see run()
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
   std::vector<int> changed_;         // arcs whose duration the last step changed
@@ -565,15 +493,12 @@ class Solver {
   std::vector<int> compact_id_, compact_nodes_;
   const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);
   std::vector<int> adj_start_, adj_, fill_;
-  // What advance() leaves for the next step, and the second thread (null: one thread), declared
-  // last so that it stops before the members its task uses go.
-  std::function<void()> times_task_ = [this] {
-    update_times();
-    next_same_ = same_critical_arcs();
-  };
-  bool speculated_ = false, speculative_ok_ = false, next_same_ = false;
-  double point_cost_ = 0;  // total_cost() of the durations advance() was called for
-  std::unique_ptr<TaskThread> helper_;
+  // One record per point not yet taken: [consumed_, pushed_) are the times worker's.
+  std::vector<Record> records_;
+  std::size_t pushed_ = 0, consumed_ = 0;
+  bool rebuild_ = true;  // the next flow is solved on the critical arcs found anew
+  // Declared last, so that its thread stops before the members its items use go.
+  std::unique_ptr<InOrderThread> times_worker_;
 };
 
 }  // namespace

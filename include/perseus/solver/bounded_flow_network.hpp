@@ -6,6 +6,7 @@
 // once; a re-solve starts from the last flow, so only the endpoints of the changed arcs (and the
 // source and sink) are out of balance, and its work follows the change, not the network.
 // The flow is the one bounded_max_flow's Dinic path finds with the last flow as its warm start.
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -28,14 +29,20 @@ class BoundedFlowNetwork {
   // `arcs`, the bounds of the last call) leaving it, `backward` those entering it, each ascending.
   void min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
                std::vector<int>& backward);
-  // A resolve that may be taken back (the planner solves the next point's flow while another
-  // thread checks that its critical arcs stay the same): begin_trial() before it, then
-  // keep_trial() or undo_trial(), which brings back the flow, bounds and state of begin_trial().
-  // Only while the network holds a flow (has_flow()).
+  // Resolves that may be taken back (the planner solves the next points' flows while another
+  // thread checks that their critical arcs stay the same): a checkpoint holds the flow, bounds and
+  // state of the moment it was taken, undo_to() brings them back (later checkpoints are gone with
+  // it), forget_before() drops what only an undo to an earlier checkpoint would need, and
+  // end_checkpoints() all of it. Only while the network holds a flow (has_flow()).
+  struct Checkpoint {
+    std::size_t journal = 0, bounds = 0;
+    std::vector<std::pair<int, std::int64_t>> carried;
+  };
   bool has_flow() const { return has_flow_; }
-  void begin_trial();
-  void keep_trial();
-  void undo_trial();
+  void checkpoint(Checkpoint& into);
+  void undo_to(const Checkpoint& checkpoint);
+  void forget_before(const Checkpoint& checkpoint);
+  void end_checkpoints();
   // Whether `arcs` has the last call's endpoints (then resolve may be used).
   bool same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink) const;
   // The flow on arc `arc` of the last successful call.
@@ -46,6 +53,7 @@ class BoundedFlowNetwork {
 
  private:
   void contract_series(const std::vector<BoundedArc>& arcs);
+  void lay_out_ends_by_search();
   void build_network();
   bool set_chain_bounds(int chain, const std::vector<BoundedArc>& arcs, Feasibility feasibility);
   void add_excess(int node, std::int64_t amount);
@@ -80,6 +88,7 @@ class BoundedFlowNetwork {
   // edge. It keeps the last flow between calls; the maximum-flow phase runs on the chain edges.
   Dinic dinic_;
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
+  std::vector<int> helper_order_;  // the ends in the order their helper edges are added
   int back_edge_ = -1;
   std::vector<int> chain_slot_;  // per chain: the slots of its edge and reverse edge (once laid out)
   std::vector<int> end_slot_;    // per entry of ends_at_: the slot of its chain's edge leaving that end
@@ -96,10 +105,10 @@ class BoundedFlowNetwork {
   std::vector<char> in_side_;  // the cut's source side
   std::vector<int> side_;
   std::vector<int> in_degree_, out_degree_, out_arc_;  // contraction scratch
-  // The trial's saved state: chain bounds before their first change, the carried shortfalls.
-  bool in_trial_ = false;
+  // While checkpoints are kept: each chain's bounds before a change (from bounds_base_ on).
+  bool checkpointing_ = false;
   std::vector<std::pair<int, std::pair<std::int64_t, std::int64_t>>> saved_bounds_;
-  std::vector<std::pair<int, std::int64_t>> saved_carried_;
+  std::size_t bounds_base_ = 0;
 };
 
 }  // namespace perseus

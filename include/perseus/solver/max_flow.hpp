@@ -3,6 +3,7 @@
 // The solver needs, per iteration, a maximum s-t flow that respects lb <= f <= ub on every arc
 // (DESIGN §2.5 step 3). Two implementations: a Dinic solver written for this shape of graph,
 // and Boost.Graph's push-relabel, kept as the test oracle.
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
@@ -56,12 +57,14 @@ bool bounded_max_flow_into(int num_nodes, const std::vector<BoundedArc>& arcs, i
 // Plain max flow on a residual network; reusable across calls to avoid reallocations.
 class Dinic {
  public:
-  void reset(int num_nodes);
+  // `first_edges`: the edges with ids below it (an even count: both edges of a pair) are laid out
+  // apart from the rest, node by node, so that a max_flow over just them reads no other edge's
+  // memory (the planner's s-t phase runs on its chain edges, not on the helper edges of its
+  // feasibility phase). Either way a node's edges are taken in the order they were added.
+  void reset(int num_nodes, int first_edges = 0);
   int add_edge(int from, int to, std::int64_t capacity);  // returns the forward edge id
-  // `edge_count` >= 0: only the edges with ids below it take part (both edges of a pair have ids
-  // on the same side of an even count), as on a network of just those edges: each node's edges
-  // are laid out in the order they were added, so the rest come after them and are never looked at.
-  std::int64_t max_flow(int source, int sink, std::int64_t limit, int edge_count = -1);
+  // `first_only`: only the first edges take part, as on a network of just those.
+  std::int64_t max_flow(int source, int sink, std::int64_t limit, bool first_only = false);
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
   // Once max_flow has run: where an edge's residual lives, and the residual there.
   int slot(int edge) const { return slot_of_[edge]; }
@@ -90,17 +93,40 @@ class Dinic {
   // The slots of the edges with exactly one unit left through which that search first reached a
   // node (where the planner's reference rule may see the edge as closed).
   std::span<const int> residual_side_unit_edges() const { return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)}; }
-  // From begin_journal() on (on a built network: once max_flow has run), every residual change is
-  // recorded; rollback() brings back the residuals of that moment, end_journal() keeps the new ones.
-  void begin_journal();
-  void rollback();
+  // A journal of residual changes (on a built network: once max_flow has run), kept from the first
+  // journal_mark() until end_journal(): rollback_to(mark) brings back the residuals of the moment
+  // journal_mark() returned `mark` (later marks are gone with it); forget_before(mark) drops what
+  // only a rollback to an earlier mark would need.
+  std::size_t journal_mark();
+  void rollback_to(std::size_t mark);
+  void forget_before(std::size_t mark);
   void end_journal();
 
  private:
   void build_adjacency();
-  void limit_to_first(int edge_count);
+  template <bool kFirstOnly>
+  std::int64_t phases(int source, int sink, std::int64_t limit);
+  template <bool kFirstOnly>
   bool bfs(int source, int sink);
+  template <bool kFirstOnly>
   std::int64_t dfs(int source, int sink, std::int64_t limit);
+  // The slot after `slot` among `node`'s, where the first edges' are followed by the others'.
+  template <bool kFirstOnly>
+  int next_slot(int node, int slot) const {
+    ++slot;
+    if constexpr (!kFirstOnly) {
+      if (slot == end_first_[node]) slot = begin_other_[node];
+    }
+    return slot;
+  }
+  template <bool kFirstOnly>
+  int first_slot(int node) const {
+    return kFirstOnly || begin_first_[node] != end_first_[node] ? begin_first_[node] : begin_other_[node];
+  }
+  template <bool kFirstOnly>
+  int end_slot(int node) const {
+    return kFirstOnly ? end_first_[node] : end_other_[node];
+  }
 
   struct Frame {
     int node, via;  // via: the slot of the edge it was reached by (-1 for the source)
@@ -111,22 +137,22 @@ class Dinic {
   bool built_ = false;
   std::vector<int> from_, to_;  // per edge id, as added
   std::vector<std::int64_t> cap_;  // per edge id until the adjacency is built
-  // Once built, edges live in slots grouped by their tail node: slot_of_[edge id], and per slot
-  // the head node, residual capacity and the reverse edge's slot.
-  std::vector<int> adj_start_, slot_of_, head_, reverse_;
-  // Per node, the end of its slots: all of them, or those of the first `prefix_count_` edges.
-  std::vector<int> end_all_, end_prefix_;
-  int prefix_count_ = -1;
+  // Once built, edges live in slots: the first edges' grouped by their tail node, then the others'
+  // likewise. slot_of_[edge id], and per slot the head node, residual capacity and the reverse
+  // edge's slot; per node, the range of its first edges' slots and of its others'.
+  int first_edges_ = 0;
+  std::vector<int> slot_of_, head_, reverse_;
+  std::vector<int> begin_first_, end_first_, begin_other_, end_other_;
   int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
   std::vector<int> unit_edges_;  // per search: slots through which one unit first reached a node
   int unit_count_ = 0;
   int labelled_ = 0;  // the last search's nodes: queue_[0, labelled_) (the only ones with a level)
-  const int* end_ = nullptr;  // the ends this max_flow call uses
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
   bool journaling_ = false;
   std::vector<std::pair<int, std::int64_t>> journal_;  // (slot, residual before the change)
+  std::size_t journal_base_ = 0;  // the mark of journal_[0]
 };
 
 }  // namespace perseus

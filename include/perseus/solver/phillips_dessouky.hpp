@@ -51,8 +51,8 @@ struct SolverOptions {
   CutRule cut_rule = CutRule::reference;
   const std::atomic<bool>* stop = nullptr;  // checked every iteration; set by Ctrl-C
   std::function<void(std::size_t points, int quant_time)> on_progress;  // after each point
-  // 1: one thread. 2: a second thread computes each point's times while the first solves its flow
-  // (the same frontier). 0: 2 where the machine has a second core and the pipeline is large enough
+  // 1: one thread. 2: a second thread computes each point's times while the first solves the next
+  // points' flows (the same frontier). 0: 2 where the machine has a second core and the pipeline is large enough
   // to gain from it (kParallelMinInstructions).
   int threads = 0;
   static constexpr int kParallelMinInstructions = 256;
