@@ -163,6 +163,7 @@ class Solver {
     std::vector<Change> changes;
     int makespan = 0;
     double cost = 0;
+    bool cost_summed = false;  // by the flows' thread, which was ahead and had time (see step())
     bool same = false;  // the critical arcs after the step are those the network is built on
     // The network as the step left it, where the next step's flow was a guess.
     BoundedFlowNetwork::Checkpoint checkpoint;
@@ -177,6 +178,7 @@ class Solver {
       table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
       duration_.push_back(tables_[table_of_[i]].max);
       costs.push_back(tables_[table_of_[i]].at(duration_[i]));
+      cost_.push_back(costs.back());
     }
     return PipelineTimes(problem_.dag, duration_, costs);
   }
@@ -187,7 +189,7 @@ class Solver {
     for (const Change& c : record.changes) times_.set_duration(c.instruction, c.duration, c.cost);
     times_.update();
     record.makespan = times_.makespan();
-    record.cost = times_.total_cost();
+    if (!record.cost_summed) record.cost = times_.total_cost();
     record.same = times_.same_critical();
     return record.same;
   }
@@ -220,7 +222,10 @@ class Solver {
     if (record.checkpointed) network_.undo_to(record.checkpoint);
     for (std::size_t k = pushed_; k-- > r + 1;) {
       const auto& changes = records_[k % records_.size()].changes;
-      for (auto c = changes.rbegin(); c != changes.rend(); ++c) duration_[c->instruction] = c->old_duration;
+      for (auto c = changes.rbegin(); c != changes.rend(); ++c) {
+        duration_[c->instruction] = c->old_duration;
+        cost_[c->instruction] = tables_[table_of_[c->instruction]].at(c->old_duration);
+      }
     }
     const std::size_t changes_end = frontier.changes_end(r);
     frontier.points.resize(r + 1);
@@ -294,7 +299,8 @@ class Solver {
       const int old = duration_[inst];
       duration_[inst] += by;
       frontier.changes.push_back({inst, duration_[inst]});
-      record.changes.push_back({inst, duration_[inst], old, tables_[table_of_[inst]].at(duration_[inst])});
+      cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]);
+      record.changes.push_back({inst, duration_[inst], old, cost_[inst]});
     };
     changed_.clear();
     for (int a : speed_up) {
@@ -306,8 +312,15 @@ class Solver {
       change(graph_.instruction[a], +1);
       changed_.push_back(a);
     }
+    // Where the times are behind (on this stretch they are the slower side), this thread would only
+    // wait for them: it sums the cost itself, in instruction order as the times would.
+    record.cost_summed = pushed_ > consumed_;
+    if (record.cost_summed) {
+      record.cost = 0;
+      for (double c : cost_) record.cost += c;
+    }
     point.cost_change = cost_change;
-    frontier.points.push_back(point);  // its time and cost come with the record's results
+    frontier.points.push_back(point);  // its time (and cost) come with the record's results
     return true;
   }
 
@@ -477,6 +490,7 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
+  std::vector<double> cost_;  // per instruction, at duration_
   PipelineTimes times_;  // the times worker's: see run()
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
