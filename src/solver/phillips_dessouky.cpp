@@ -9,10 +9,10 @@
 #include <thread>
 
 #include "perseus/solver/bounded_flow_network.hpp"
+#include "perseus/solver/pipeline_times.hpp"
 #include "perseus/util/error.hpp"
-#include "perseus/util/pyfloat.hpp"
 #include "perseus/util/in_order_thread.hpp"
-#include "pipeline_times.hpp"
+#include "perseus/util/pyfloat.hpp"
 
 namespace perseus {
 
@@ -187,10 +187,9 @@ class Solver {
   bool time_record(std::size_t k) {
     Record& record = records_[k % records_.size()];
     for (const Change& c : record.changes) times_.set_duration(c.instruction, c.duration, c.cost);
-    times_.update();
+    record.same = times_.update();
     record.makespan = times_.makespan();
     if (!record.cost_summed) record.cost = times_.total_cost();
-    record.same = times_.same_critical();
     return record.same;
   }
 

@@ -1,4 +1,4 @@
-#include "pipeline_times.hpp"
+#include "perseus/solver/pipeline_times.hpp"
 
 #include <algorithm>
 
@@ -19,30 +19,32 @@ PipelineTimes::PipelineTimes(const PipelineDag& dag, const std::vector<int>& dur
   adjacency(true, pred_start, pred);
   adjacency(false, succ_start, succ);
   order_by_start_time(dag, pred_start, pred, durations);
-  by_position(pred_start, pred, pred_start_, pred_);
-  by_position(succ_start, succ, succ_start_, succ_);
+  by_position(pred_start, pred, pred_pair_, extra_pred_start_, extra_pred_);
+  by_position(succ_start, succ, succ_pair_, extra_succ_start_, extra_succ_);
   duration_at_.resize(num_nodes_);
   for (int p = 0; p < num_nodes_; ++p)
     duration_at_[p] = dag_order_[p] < static_cast<int>(durations.size()) ? durations[dag_order_[p]] : 0;
-  finish_.resize(num_nodes_);
+  finish_.assign(num_nodes_ + 1, 0);
   tail_end_.resize(num_nodes_);
-  tail_start_.resize(num_nodes_);
+  tail_start_.assign(num_nodes_ + 1, kNoWayToTheSink);
   sink_position_ = position_[dag.sink];
-  // Dependencies (end of u -> start of v) by their ends' positions, the order the check visits
-  // them in, near the times it reads.
-  const int num_dependencies = static_cast<int>(dag.edges.size());
-  auto ends = [&](int k) { return std::pair(position_[dag.edges[k].first], position_[dag.edges[k].second]); };
-  std::vector<int> by_ends(num_dependencies);
-  for (int k = 0; k < num_dependencies; ++k) by_ends[k] = k;
-  std::sort(by_ends.begin(), by_ends.end(), [&](int x, int y) { return ends(x) < ends(y); });
-  check_slot_.resize(num_dependencies);
-  for (int j = 0; j < num_dependencies; ++j) {
-    check_slot_[by_ends[j]] = j;
-    check_from_.push_back(ends(by_ends[j]).first);
-    check_to_.push_back(ends(by_ends[j]).second);
+  // Each dependency's ends, and where its mark lives: the slot of its head among its tail's successors.
+  for (const auto& [u, v] : dag.edges) {
+    const int pu = position_[u], pv = position_[v];
+    dependency_from_.push_back(pu);
+    dependency_to_.push_back(pv);
+    const int a = succ_pair_[2 * pu];
+    if (a >= 0) {
+      dependency_slot_.push_back(2 * pu + (a == pv ? 0 : 1));
+    } else {
+      int k = extra_succ_start_[~a];
+      while (extra_succ_[k] != pv) ++k;
+      dependency_slot_.push_back(~k);
+    }
   }
   critical_at_.assign(num_nodes_, 0);
-  dependency_critical_.assign(num_dependencies, 0);
+  succ_critical_.assign(succ_pair_.size(), 0);
+  extra_succ_critical_.assign(extra_succ_.size(), 0);
   first_changed_ = num_nodes_;
 }
 
@@ -62,14 +64,24 @@ void PipelineTimes::order_by_start_time(const PipelineDag& dag, const std::vecto
   for (std::size_t p = 0; p < dag_order_.size(); ++p) position_[dag_order_[p]] = static_cast<int>(p);
 }
 
-// An adjacency by DAG node, as one by position.
+// An adjacency by DAG node, as pairs by position (see pred_pair_).
 void PipelineTimes::by_position(const std::vector<int>& start, const std::vector<int>& list,
-                                std::vector<int>& start_out, std::vector<int>& list_out) const {
-  start_out.assign(1, 0);
-  list_out.clear();
+                                std::vector<int>& pairs_out, std::vector<int>& extra_start_out,
+                                std::vector<int>& extra_out) const {
+  pairs_out.clear();
+  extra_start_out.assign(1, 0);
+  extra_out.clear();
   for (int i : dag_order_) {
-    for (int k = start[i]; k < start[i + 1]; ++k) list_out.push_back(position_[list[k]]);
-    start_out.push_back(static_cast<int>(list_out.size()));
+    const int count = start[i + 1] - start[i];
+    if (count <= 2) {
+      pairs_out.push_back(count > 0 ? position_[list[start[i]]] : num_nodes_);
+      pairs_out.push_back(count > 1 ? position_[list[start[i] + 1]] : num_nodes_);
+      continue;
+    }
+    pairs_out.push_back(~(static_cast<int>(extra_start_out.size()) - 1));
+    pairs_out.push_back(num_nodes_);
+    for (int k = start[i]; k < start[i + 1]; ++k) extra_out.push_back(position_[list[k]]);
+    extra_start_out.push_back(static_cast<int>(extra_out.size()));
   }
 }
 
@@ -82,10 +94,11 @@ void PipelineTimes::set_duration(int instruction, int duration, double cost) {
 }
 
 // Only end times from the earliest changed position on move, and tails up to the latest.
-void PipelineTimes::update() {
-  compute_times(first_changed_, last_changed_);
+bool PipelineTimes::update() {
+  const bool same = compute_times(first_changed_, last_changed_);
   first_changed_ = num_nodes_;
   last_changed_ = -1;
+  return same;
 }
 
 void PipelineTimes::compute_all() {
@@ -95,24 +108,70 @@ void PipelineTimes::compute_all() {
 }
 
 // Earliest end times from position `first` on, tails up to position `last`, all by position so
-// that both passes read memory nearly in order.
-void PipelineTimes::compute_times(int first, int last) {
-  const int *pred_start = pred_start_.data(), *pred = pred_.data(), *duration = duration_at_.data();
+// that both passes read memory nearly in order; and whether every arc is critical exactly where it
+// is marked: a node's arc when its end time and tail add up to the iteration time, a dependency
+// when its tail's end time and its head's tail from the start do. Checked where the backward pass
+// has just read those tails, and after `last` (tails unchanged there, end times not) in a pass of
+// its own; all without branches.
+bool PipelineTimes::compute_times(int first, int last) {
+  const int *pred = pred_pair_.data(), *duration = duration_at_.data();
   int* finish = finish_.data();
   for (int p = first; p < num_nodes_; ++p) {
-    int start = 0;
-    for (int k = pred_start[p]; k < pred_start[p + 1]; ++k) start = std::max(start, finish[pred[k]]);
+    const int a = pred[2 * p], b = pred[2 * p + 1];
+    int start;
+    if (a >= 0) [[likely]] {
+      start = std::max(finish[a], finish[b]);
+    } else {
+      start = 0;
+      for (int k = extra_pred_start_[~a]; k < extra_pred_start_[~a + 1]; ++k)
+        start = std::max(start, finish[extra_pred_[k]]);
+    }
     finish[p] = start + duration[p];
   }
-  makespan_ = finish[sink_position_];
-  const int *succ_start = succ_start_.data(), *succ = succ_.data();
+  const int makespan = makespan_ = finish[sink_position_];
+  const int* succ = succ_pair_.data();
+  const char *was = critical_at_.data(), *succ_was = succ_critical_.data();
   int *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
+  int differ = 0;
+  // Whether p's arc and its dependencies to its successors are critical as marked, given its tail
+  // and its successors' tails from the start.
+  auto check = [&](int p, int tail, int tail_a, int tail_b) {
+    const int f = finish[p];
+    differ |= ((f + tail == makespan) != was[p]) | ((f + tail_a == makespan) != succ_was[2 * p]) |
+              ((f + tail_b == makespan) != succ_was[2 * p + 1]);
+  };
+  auto check_extra = [&](int p, int a) {
+    for (int k = extra_succ_start_[~a]; k < extra_succ_start_[~a + 1]; ++k)
+      differ |= (finish[p] + tail_start[extra_succ_[k]] == makespan) != extra_succ_critical_[k];
+  };
+  for (int p = last + 1; p < num_nodes_; ++p) {
+    const int a = succ[2 * p];
+    if (a < 0) [[unlikely]] {
+      check_extra(p, a);
+      check(p, tail_end[p], kNoWayToTheSink, kNoWayToTheSink);
+      continue;
+    }
+    check(p, tail_end[p], tail_start[a], tail_start[succ[2 * p + 1]]);
+  }
   for (int p = last; p >= 0; --p) {
-    int tail = p == sink_position_ ? 0 : kNoWayToTheSink;
-    for (int k = succ_start[p]; k < succ_start[p + 1]; ++k) tail = std::max(tail, tail_start[succ[k]]);
+    const int a = succ[2 * p], b = succ[2 * p + 1];
+    int tail, tail_a = kNoWayToTheSink, tail_b = kNoWayToTheSink;
+    if (a >= 0) [[likely]] {
+      tail_a = tail_start[a];
+      tail_b = tail_start[b];
+      tail = std::max(tail_a, tail_b);
+    } else {
+      tail = kNoWayToTheSink;
+      for (int k = extra_succ_start_[~a]; k < extra_succ_start_[~a + 1]; ++k)
+        tail = std::max(tail, tail_start[extra_succ_[k]]);
+      check_extra(p, a);
+    }
+    tail = p == sink_position_ ? 0 : tail;
     tail_end[p] = tail;
     tail_start[p] = tail + duration[p];
+    check(p, tail, tail_a, tail_b);
   }
+  return differ == 0;
 }
 
 double PipelineTimes::total_cost() const {
@@ -124,36 +183,23 @@ double PipelineTimes::total_cost() const {
 // Starts as early as it can and the way on to the sink is as long as it can be.
 bool PipelineTimes::is_critical(int arc) const {
   if (arc < num_nodes_) return finish_[position_[arc]] + tail_end_[position_[arc]] == makespan_;
-  const int k = check_slot_[arc - num_nodes_];
-  return finish_[check_from_[k]] + tail_start_[check_to_[k]] == makespan_;
+  const int k = arc - num_nodes_;
+  return finish_[dependency_from_[k]] + tail_start_[dependency_to_[k]] == makespan_;
 }
 
 void PipelineTimes::clear_critical() {
   std::fill(critical_at_.begin(), critical_at_.end(), 0);
-  std::fill(dependency_critical_.begin(), dependency_critical_.end(), 0);
+  std::fill(succ_critical_.begin(), succ_critical_.end(), 0);
+  std::fill(extra_succ_critical_.begin(), extra_succ_critical_.end(), 0);
 }
 
 void PipelineTimes::mark_critical(int arc) {
-  if (arc < num_nodes_)
+  if (arc < num_nodes_) {
     critical_at_[position_[arc]] = 1;
-  else
-    dependency_critical_[check_slot_[arc - num_nodes_]] = 1;
-}
-
-// is_critical on every arc, by position and without branches (the compiler vectorizes the node
-// arcs' part, which reads memory in order).
-bool PipelineTimes::same_critical() const {
-  const int num_dependencies = static_cast<int>(check_from_.size());
-  const int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
-  const char* was = critical_at_.data();
-  const int makespan = makespan_;
-  int differ = 0;
-  for (int p = 0; p < num_nodes_; ++p) differ |= (finish[p] + tail_end[p] == makespan) != was[p];
-  const int *from = check_from_.data(), *to = check_to_.data();
-  const char* dependency_was = dependency_critical_.data();
-  for (int k = 0; k < num_dependencies; ++k)
-    differ |= (finish[from[k]] + tail_start[to[k]] == makespan) != dependency_was[k];
-  return differ == 0;
+    return;
+  }
+  const int slot = dependency_slot_[arc - num_nodes_];
+  (slot >= 0 ? succ_critical_[slot] : extra_succ_critical_[~slot]) = 1;
 }
 
 }  // namespace perseus

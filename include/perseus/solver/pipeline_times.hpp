@@ -16,9 +16,10 @@ class PipelineTimes {
   // `durations` and `costs` per instruction (the source and sink take no time and cost nothing).
   PipelineTimes(const PipelineDag& dag, const std::vector<int>& durations, const std::vector<double>& costs);
 
-  // One instruction's new duration and cost; update() then recomputes what they move.
+  // One instruction's new duration and cost; update() then recomputes what they move, and returns
+  // whether the arcs critical now are exactly the marked ones (checked in the same passes).
   void set_duration(int instruction, int duration, double cost);
-  void update();
+  bool update();
   void compute_all();
 
   int makespan() const { return makespan_; }
@@ -31,31 +32,33 @@ class PipelineTimes {
   // The critical set the planner's flow network is built on: cleared, then marked arc by arc.
   void clear_critical();
   void mark_critical(int arc);
-  // Whether the arcs critical now are exactly the marked ones.
-  bool same_critical() const;
 
  private:
   void order_by_start_time(const PipelineDag& dag, const std::vector<int>& pred_start, const std::vector<int>& pred,
                            const std::vector<int>& durations);
-  void by_position(const std::vector<int>& start, const std::vector<int>& list, std::vector<int>& start_out,
-                   std::vector<int>& list_out) const;
-  void compute_times(int first, int last);
+  void by_position(const std::vector<int>& start, const std::vector<int>& list, std::vector<int>& pairs_out,
+                   std::vector<int>& extra_start_out, std::vector<int>& extra_out) const;
+  bool compute_times(int first, int last);
 
   static constexpr int kNoWayToTheSink = -(1 << 29);  // never critical
   int num_nodes_ = 0;
   std::vector<int> position_;   // per DAG node: its place in dag_order_
   std::vector<int> dag_order_;  // the DAG's nodes by start time in the slowest plan
-  // By position: the DAG's edges (as positions), durations (0 for the source and sink), earliest
+  // By position: each node's predecessors and successors as a pair of positions (pipeline nodes
+  // have at most two of each: the passes take a max of two without a loop), the missing padded
+  // with the position num_nodes_, whose end time (0) and tail (none) leave a max unchanged; a node
+  // with more has ~k first, k its list in extra_*. Durations (0 for the source and sink), earliest
   // end times, tails from the end and from the start.
-  std::vector<int> pred_start_, pred_, succ_start_, succ_, duration_at_, finish_, tail_end_, tail_start_;
+  std::vector<int> pred_pair_, succ_pair_, extra_pred_start_, extra_pred_, extra_succ_start_, extra_succ_;
+  std::vector<int> duration_at_, finish_, tail_end_, tail_start_;
   int sink_position_ = 0, makespan_ = 0;
   int first_changed_ = 0, last_changed_ = -1;  // positions set_duration() touched since the last update
   std::vector<double> cost_;  // per instruction
-  std::vector<char> critical_at_;  // per position: whether its node's arc is marked
-  // The dependencies in the order same_critical() visits them (by their ends' positions): their
-  // ends' positions and whether they are marked; check_slot_: per dependency, its place.
-  std::vector<int> check_from_, check_to_, check_slot_;
-  std::vector<char> dependency_critical_;
+  // Marks: per position, whether its node's arc is marked; per successor slot (succ_pair_, then
+  // extra_succ_), whether the dependency to that successor is. Per dependency k (dag.edges[k]):
+  // its ends' positions, and its slot (>= 0 in succ_pair_, ~i for extra_succ_[i]).
+  std::vector<char> critical_at_, succ_critical_, extra_succ_critical_;
+  std::vector<int> dependency_from_, dependency_to_, dependency_slot_;
 };
 
 }  // namespace perseus
