@@ -157,7 +157,7 @@ bool BoundedFlowNetwork::set_chain_bounds(int c, const std::vector<BoundedArc>& 
     if (!demand_met(lower, upper, feasibility)) return false;
     lower = upper;
   }
-  if (checkpointing_) saved_bounds_.push_back({c, {chains_[c].lower, chains_[c].upper}});
+  if (checkpointing_) saved_bounds_.push({c, {chains_[c].lower, chains_[c].upper}});
   chains_[c].lower = lower;
   chains_[c].upper = upper;
   return true;
@@ -297,33 +297,27 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
 void BoundedFlowNetwork::checkpoint(Checkpoint& into) {
   checkpointing_ = true;
   into.journal = dinic_.journal_mark();
-  into.bounds = bounds_base_ + saved_bounds_.size();
+  into.bounds = saved_bounds_.mark();
   into.carried = carried_;
 }
 
 void BoundedFlowNetwork::undo_to(const Checkpoint& checkpoint) {
   dinic_.rollback_to(checkpoint.journal);
-  while (bounds_base_ + saved_bounds_.size() > checkpoint.bounds) {
-    const auto& [c, bounds] = saved_bounds_.back();
-    chains_[c].lower = bounds.first;
-    chains_[c].upper = bounds.second;
-    saved_bounds_.pop_back();
-  }
+  saved_bounds_.undo_to(checkpoint.bounds, [&](const auto& entry) {
+    chains_[entry.first].lower = entry.second.first;
+    chains_[entry.first].upper = entry.second.second;
+  });
   carried_ = checkpoint.carried;
   has_flow_ = true;
 }
 
 void BoundedFlowNetwork::forget_before(const Checkpoint& checkpoint) {
   dinic_.forget_before(checkpoint.journal);
-  const std::size_t dead = checkpoint.bounds - bounds_base_;
-  if (dead == 0 || dead < saved_bounds_.size() / 2) return;
-  saved_bounds_.erase(saved_bounds_.begin(), saved_bounds_.begin() + static_cast<std::ptrdiff_t>(dead));
-  bounds_base_ = checkpoint.bounds;
+  saved_bounds_.forget_before(checkpoint.bounds);
 }
 
 void BoundedFlowNetwork::end_checkpoints() {
   checkpointing_ = false;
-  bounds_base_ += saved_bounds_.size();
   saved_bounds_.clear();
   dinic_.end_journal();
 }

@@ -146,8 +146,8 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       Frame& parent = frames[depth];
       if (result > 0) {
         if (journaling_) {
-          journal_.push_back({via, slot_cap_[via]});
-          journal_.push_back({reverse_[via], slot_cap_[reverse_[via]]});
+          journal_.push({via, slot_cap_[via]});
+          journal_.push({reverse_[via], slot_cap_[reverse_[via]]});
         }
         slot_cap_[via] -= result;
         slot_cap_[reverse_[via]] += result;
@@ -165,28 +165,17 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
 
 std::size_t Dinic::journal_mark() {
   journaling_ = built_;
-  return journal_base_ + journal_.size();
+  return journal_.mark();
 }
 
 void Dinic::rollback_to(std::size_t mark) {
-  while (journal_base_ + journal_.size() > mark) {
-    slot_cap_[journal_.back().first] = journal_.back().second;
-    journal_.pop_back();
-  }
+  journal_.undo_to(mark, [&](const auto& entry) { slot_cap_[entry.first] = entry.second; });
   reached_count_ = -1;
 }
 
-// Drops the entries before `mark` once they are at least half the journal (amortized: each entry
-// is moved at most once).
-void Dinic::forget_before(std::size_t mark) {
-  const std::size_t dead = mark - journal_base_;
-  if (dead == 0 || dead < journal_.size() / 2) return;
-  journal_.erase(journal_.begin(), journal_.begin() + static_cast<std::ptrdiff_t>(dead));
-  journal_base_ = mark;
-}
+void Dinic::forget_before(std::size_t mark) { journal_.forget_before(mark); }
 
 void Dinic::end_journal() {
-  journal_base_ += journal_.size();
   journal_.clear();
   journaling_ = false;
 }

@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #include <memory>
+#include <numeric>
 #include <thread>
 
 #include "perseus/solver/bounded_flow_network.hpp"
@@ -173,14 +173,12 @@ class Solver {
   PipelineTimes initial_times() {
     for (const auto& spec : problem_.specs) tables_.push_back(make_table(spec));
     const auto& insts = problem_.dag.instructions;
-    std::vector<double> costs;
     for (std::size_t i = 0; i < insts.size(); ++i) {
       table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
       duration_.push_back(tables_[table_of_[i]].max);
-      costs.push_back(tables_[table_of_[i]].at(duration_[i]));
-      cost_.push_back(costs.back());
+      cost_.push_back(tables_[table_of_[i]].at(duration_[i]));
     }
-    return PipelineTimes(problem_.dag, duration_, costs);
+    return PipelineTimes(problem_.dag, duration_, cost_);
   }
 
   // The times worker's item k: record k's changes applied, their times and check.
@@ -314,10 +312,7 @@ class Solver {
     // Where the times are behind (on this stretch they are the slower side), this thread would only
     // wait for them: it sums the cost itself, in instruction order as the times would.
     record.cost_summed = pushed_ > consumed_;
-    if (record.cost_summed) {
-      record.cost = 0;
-      for (double c : cost_) record.cost += c;
-    }
+    if (record.cost_summed) record.cost = std::accumulate(cost_.begin(), cost_.end(), 0.0);
     point.cost_change = cost_change;
     frontier.points.push_back(point);  // its time (and cost) come with the record's results
     return true;

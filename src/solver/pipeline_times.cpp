@@ -1,6 +1,7 @@
 #include "perseus/solver/pipeline_times.hpp"
 
 #include <algorithm>
+#include <numeric>
 
 namespace perseus {
 
@@ -174,11 +175,7 @@ bool PipelineTimes::compute_times(int first, int last) {
   return differ == 0;
 }
 
-double PipelineTimes::total_cost() const {
-  double sum = 0;
-  for (double c : cost_) sum += c;
-  return sum;
-}
+double PipelineTimes::total_cost() const { return std::accumulate(cost_.begin(), cost_.end(), 0.0); }
 
 // Starts as early as it can and the way on to the sink is as long as it can be.
 bool PipelineTimes::is_critical(int arc) const {

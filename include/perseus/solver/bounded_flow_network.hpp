@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "perseus/solver/max_flow.hpp"
+#include "perseus/util/undo_log.hpp"
 
 namespace perseus {
 
@@ -105,10 +106,9 @@ class BoundedFlowNetwork {
   std::vector<char> in_side_;  // the cut's source side
   std::vector<int> side_;
   std::vector<int> in_degree_, out_degree_, out_arc_;  // contraction scratch
-  // While checkpoints are kept: each chain's bounds before a change (from bounds_base_ on).
+  // While checkpoints are kept: each chain's bounds before a change.
   bool checkpointing_ = false;
-  std::vector<std::pair<int, std::pair<std::int64_t, std::int64_t>>> saved_bounds_;
-  std::size_t bounds_base_ = 0;
+  UndoLog<std::pair<int, std::pair<std::int64_t, std::int64_t>>> saved_bounds_;
 };
 
 }  // namespace perseus

@@ -9,6 +9,8 @@
 #include <span>
 #include <vector>
 
+#include "perseus/util/undo_log.hpp"
+
 namespace perseus {
 
 struct BoundedArc {
@@ -77,7 +79,7 @@ class Dinic {
       return;
     }
     const int slot = slot_of_[edge];
-    if (journaling_) journal_.push_back({slot, slot_cap_[slot]});
+    if (journaling_) journal_.push({slot, slot_cap_[slot]});
     slot_cap_[slot] = value;
     reached_count_ = -1;
   }
@@ -151,8 +153,7 @@ class Dinic {
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
   bool journaling_ = false;
-  std::vector<std::pair<int, std::int64_t>> journal_;  // (slot, residual before the change)
-  std::size_t journal_base_ = 0;  // the mark of journal_[0]
+  UndoLog<std::pair<int, std::int64_t>> journal_;  // (slot, residual before the change)
 };
 
 }  // namespace perseus
