@@ -354,8 +354,9 @@ int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<Bo
 // all its arcs are open that way. The last maximum-flow search labelled what the source reaches
 // through positive residuals; where each node it reached was first reached through an open chain
 // (always under the exact rule; under the reference rule, chains of one unit are checked), its
-// labels are the side already. Then each chain with an end on the source side is walked from that
-// end to its first closed arc, the cut's edge there.
+// labels are the side already, and otherwise the side is those labels less the nodes the rule cuts
+// off (narrow_side). Then each chain with an end on the source side is walked from that end to its
+// first closed arc, the cut's edge there.
 void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibility rule, std::vector<int>& forward,
                                  std::vector<int>& backward) {
   forward.clear();
@@ -367,17 +368,33 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
     end_slot_.resize(ends_at_.size());
     for (std::size_t k = 0; k < ends_at_.size(); ++k) end_slot_[k] = chain_slot_[ends_at_[k]];
   }
+  if (cut_off_.size() != static_cast<std::size_t>(m_)) cut_off_.assign(m_, 0);
   bool searched = dinic_.residual_side_known();
+  bool narrowed = false;
   if (searched && rule != Feasibility::exact) {
     for (int slot : dinic_.residual_side_unit_edges()) {
       const int k = slot_chain_[slot];  // 2c: chain c forward, 2c + 1: backward
-      if (k < 0 || !chain_open(k >> 1, !(k & 1), dinic_.residual_at(slot), arcs, rule)) {
+      if (k < 0) {  // reached by a helper edge: not a search of the chains
         searched = false;
         break;
       }
+      if (!chain_open(k >> 1, !(k & 1), dinic_.residual_at(slot), arcs, rule)) {
+        cut_off_[(k & 1) ? chains_[k >> 1].from : chains_[k >> 1].to] = 1;
+        narrowed = true;
+      }
+    }
+    if (!searched) {
+      for (int slot : dinic_.residual_side_unit_edges())
+        if (const int k = slot_chain_[slot]; k >= 0) cut_off_[(k & 1) ? chains_[k >> 1].from : chains_[k >> 1].to] = 0;
+      narrowed = false;
     }
   }
-  if (searched) {
+  if (narrowed) {
+    narrow_side(arcs, rule);
+    cut_edges(arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
+              [&](int v) { return dinic_.on_residual_side(v) && !cut_off_[v]; }, forward, backward);
+    for (int v : cut_off_nodes_) cut_off_[v] = 0;
+  } else if (searched) {
     cut_edges(arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
               [&](int v) { return dinic_.on_residual_side(v); }, forward, backward);
   } else {
@@ -387,6 +404,59 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   }
   std::sort(forward.begin(), forward.end());
   std::sort(backward.begin(), backward.end());
+}
+
+// The search's labels less what the rule cuts off, with cut_off_ marking the nodes first reached
+// through a closed chain. Every node whose search-tree path crosses no such chain is on the side
+// (its path is open); the others (the marked nodes' subtrees, marked in search order, where each
+// node comes after its parent) are on it only where an open chain leads to them from the side,
+// which a search among just those nodes finds. Work: one pass over the labels, and the cut-off
+// nodes' chains (usually a handful of nodes) instead of a search of the whole side.
+void BoundedFlowNetwork::narrow_side(const std::vector<BoundedArc>& arcs, Feasibility rule) {
+  const int* side = dinic_.residual_side();
+  const int* parent = dinic_.residual_side_parents();
+  const int size = dinic_.residual_side_size();
+  cut_off_nodes_.clear();
+  for (int p = 1; p < size; ++p) {
+    const int v = side[p];
+    if (cut_off_[v] || cut_off_[parent[p]]) {
+      cut_off_[v] = 1;
+      cut_off_nodes_.push_back(v);
+    }
+  }
+  // The chain at entry k of node v's ends, taken from its other end into v: open?
+  auto open_into = [&](int k) {
+    const int c = ends_at_[k] >> 1;
+    const bool forward = ends_at_[k] & 1;  // the chain enters v: its forward direction
+    return chain_open(c, forward, chain_residual(c, forward), arcs, rule);
+  };
+  auto open_from = [&](int k) {
+    const int c = ends_at_[k] >> 1;
+    const bool forward = !(ends_at_[k] & 1);  // the chain leaves v
+    return chain_open(c, forward, chain_residual(c, forward), arcs, rule);
+  };
+  std::vector<int>& back = side_;  // scratch: nodes found on the side again, to search from
+  back.clear();
+  for (int v : cut_off_nodes_) {
+    for (int k = ends_start_[v]; k < ends_start_[v + 1]; ++k) {
+      const int w = ends_other_[k];
+      if (dinic_.on_residual_side(w) && !cut_off_[w] && open_into(k)) {
+        cut_off_[v] = 0;
+        back.push_back(v);
+        break;
+      }
+    }
+  }
+  for (std::size_t next = 0; next < back.size(); ++next) {
+    const int u = back[next];
+    for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
+      const int w = ends_other_[k];
+      if (cut_off_[w] && open_from(k)) {
+        cut_off_[w] = 0;
+        back.push_back(w);
+      }
+    }
+  }
 }
 
 void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasibility rule) {
@@ -413,12 +483,16 @@ void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibil
                                    std::vector<int>& backward) const {
   for (int s = 0; s < side_size; ++s) {
     const int u = side[s];
-    for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
-      const bool leaves = !(ends_at_[k] & 1);
-      const bool other_in = in_side(ends_other_[k]);
+    if (!in_side(u)) continue;  // labelled, but cut off (narrow_side)
+    // u's chains as the network lays them out (each chain's edge at its start, its reverse edge at
+    // its end): read in order, where the ends' lists would be read all over memory.
+    for (int slot = dinic_.first_slots_begin(u), end = dinic_.first_slots_end(u); slot < end; ++slot) {
+      const int k = slot_chain_[slot];
+      const bool leaves = !(k & 1);
+      const bool other_in = in_side(dinic_.head_at(slot));
       if (other_in && !leaves) continue;  // inside: seen from its start
-      if (other_in && dinic_.residual_at(end_slot_[k]) >= 2) continue;  // inside, every arc open ahead
-      const int c = ends_at_[k] >> 1;
+      if (other_in && dinic_.residual_at(slot) >= 2) continue;  // inside, every arc open ahead
+      const int c = k >> 1;
       const bool start_in = leaves || other_in, end_in = !leaves || other_in;
       const int length = member_start_[c + 1] - member_start_[c];
       // From the start, nodes up to the first closed arc are on the source side; from the end, back

@@ -64,6 +64,7 @@ void Dinic::build_adjacency() {
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
   unit_edges_.resize(num_nodes_);
+  parent_.resize(num_nodes_);
   built_ = true;
 }
 
@@ -76,12 +77,14 @@ bool Dinic::bfs(int source, int sink) {
   int* level = level_.data();
   int* queue = queue_.data();
   int* units = unit_edges_.data();
+  int* parent = parent_.data();
   const int* heads = head_.data();
   const std::int64_t* cap = slot_cap_.data();
   // Only the last search's nodes have a level (dead ends included): clearing them, not every
   // node, keeps a search near the source (the feasibility phases') as cheap as what it reaches.
   for (int k = 0, labelled = labelled_; k < labelled; ++k) level[queue[k]] = -1;
   int head = 0, tail = 0, unit_count = 0;
+  parent[tail] = -1;
   queue[tail++] = source;
   level[source] = 0;
   while (head < tail) {
@@ -94,6 +97,7 @@ bool Dinic::bfs(int source, int sink) {
         const std::int64_t c = cap[i];
         if (c > 0 && level[v] < 0) {
           level[v] = next_level;
+          parent[tail] = u;
           queue[tail++] = v;
           units[unit_count] = i;  // kept only when one unit reached it
           unit_count += c == 1;

@@ -67,6 +67,7 @@ class BoundedFlowNetwork {
   int walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const;
   bool route(Feasibility feasibility);
   void search_side(const std::vector<BoundedArc>& arcs, Feasibility rule);
+  void narrow_side(const std::vector<BoundedArc>& arcs, Feasibility rule);
   template <typename InSide>
   void cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side, int side_size,
                  InSide in_side, std::vector<int>& forward, std::vector<int>& backward) const;
@@ -104,6 +105,8 @@ class BoundedFlowNetwork {
   std::vector<char> listed_, touched_;  // per node / per chain
   std::vector<int> touched_chains_;
   std::vector<char> in_side_;  // the cut's source side
+  std::vector<char> cut_off_;  // per node, zero between calls: labelled by the search, off the side
+  std::vector<int> cut_off_nodes_;
   std::vector<int> side_;
   std::vector<int> in_degree_, out_degree_, out_arc_;  // contraction scratch
   // While checkpoints are kept: each chain's bounds before a change.

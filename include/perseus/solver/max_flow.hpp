@@ -92,6 +92,14 @@ class Dinic {
   const int* residual_side() const { return queue_.data(); }  // residual_side_size() nodes, in search order
   int residual_side_size() const { return reached_count_; }
   bool on_residual_side(int node) const { return level_[node] >= 0; }
+  // Per node of residual_side(), in the same order, the node that search first reached it from
+  // (-1 for the source): its search tree.
+  const int* residual_side_parents() const { return parent_.data(); }
+  // Once max_flow has run: the slots of a node's first edges are [first_slots_begin, _end), each
+  // with the node it leads to.
+  int first_slots_begin(int node) const { return begin_first_[node]; }
+  int first_slots_end(int node) const { return end_first_[node]; }
+  int head_at(int slot) const { return head_[slot]; }
   // The slots of the edges with exactly one unit left through which that search first reached a
   // node (where the planner's reference rule may see the edge as closed).
   std::span<const int> residual_side_unit_edges() const { return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)}; }
@@ -146,6 +154,7 @@ class Dinic {
   std::vector<int> slot_of_, head_, reverse_;
   std::vector<int> begin_first_, end_first_, begin_other_, end_other_;
   int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
+  std::vector<int> parent_;  // per search, per node in queue_ order: the node it was first reached from
   std::vector<int> unit_edges_;  // per search: slots through which one unit first reached a node
   int unit_count_ = 0;
   int labelled_ = 0;  // the last search's nodes: queue_[0, labelled_) (the only ones with a level)
