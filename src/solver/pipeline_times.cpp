@@ -1,6 +1,7 @@
 #include "perseus/solver/pipeline_times.hpp"
 
 #include <algorithm>
+#include <limits>
 #include <numeric>
 
 namespace perseus {
@@ -43,6 +44,8 @@ PipelineTimes::PipelineTimes(const PipelineDag& dag, const std::vector<int>& dur
       dependency_slot_.push_back(~k);
     }
   }
+  for (int p = 0; p < num_nodes_; ++p)
+    if (succ_pair_[2 * p] < 0) extra_succ_positions_.push_back(p);
   critical_at_.assign(num_nodes_, 0);
   succ_critical_.assign(succ_pair_.size(), 0);
   extra_succ_critical_.assign(extra_succ_.size(), 0);
@@ -111,13 +114,16 @@ void PipelineTimes::compute_all() {
 // Earliest end times from position `first` on, tails up to position `last`, all by position so
 // that both passes read memory nearly in order; and whether every arc is critical exactly where it
 // is marked: a node's arc when its end time and tail add up to the iteration time, a dependency
-// when its tail's end time and its head's tail from the start do. Checked where the backward pass
-// has just read those tails, and after `last` (tails unchanged there, end times not) in a pass of
-// its own; all without branches.
+// when its tail's end time and its head's tail from the start do. No way through an arc is longer
+// than the iteration, so past `last` (tails unchanged there) the forward pass, as it sets each end
+// time, keeps just the shortest way through a marked arc and the longest through an unmarked one:
+// work that fills the wait on its chain of end times. The backward pass checks where it has just
+// read the tails. All without branches but for nodes with more than two successors.
 bool PipelineTimes::compute_times(int first, int last) {
-  const int *pred = pred_pair_.data(), *duration = duration_at_.data();
-  int* finish = finish_.data();
-  for (int p = first; p < num_nodes_; ++p) {
+  const int *pred = pred_pair_.data(), *duration = duration_at_.data(), *succ = succ_pair_.data();
+  const char *was = critical_at_.data(), *succ_was = succ_critical_.data();
+  int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
+  auto set_finish = [&](int p) {
     const int a = pred[2 * p], b = pred[2 * p + 1];
     int start;
     if (a >= 0) [[likely]] {
@@ -127,13 +133,28 @@ bool PipelineTimes::compute_times(int first, int last) {
       for (int k = extra_pred_start_[~a]; k < extra_pred_start_[~a + 1]; ++k)
         start = std::max(start, finish[extra_pred_[k]]);
     }
-    finish[p] = start + duration[p];
+    return finish[p] = start + duration[p];
+  };
+  const int fused_from = std::max(first, last + 1);
+  for (int p = first; p < fused_from; ++p) set_finish(p);
+  constexpr int kNone = std::numeric_limits<int>::max();
+  int shortest_marked = kNone, longest_unmarked = std::numeric_limits<int>::min();
+  auto keep = [&](bool marked, int way) {
+    shortest_marked = std::min(shortest_marked, marked ? way : kNone);
+    longest_unmarked = std::max(longest_unmarked, marked ? std::numeric_limits<int>::min() : way);
+  };
+  for (int p = fused_from; p < num_nodes_; ++p) {
+    const int f = set_finish(p);
+    const int a = succ[2 * p];
+    if (a < 0) [[unlikely]] {  // its successors' list: checked below, with the node's own arc
+      continue;
+    }
+    keep(was[p], f + tail_end[p]);
+    keep(succ_was[2 * p], f + tail_start[a]);
+    keep(succ_was[2 * p + 1], f + tail_start[succ[2 * p + 1]]);
   }
   const int makespan = makespan_ = finish[sink_position_];
-  const int* succ = succ_pair_.data();
-  const char *was = critical_at_.data(), *succ_was = succ_critical_.data();
-  int *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
-  int differ = 0;
+  int differ = (shortest_marked < makespan) | (longest_unmarked >= makespan);
   // Whether p's arc and its dependencies to its successors are critical as marked, given its tail
   // and its successors' tails from the start.
   auto check = [&](int p, int tail, int tail_a, int tail_b) {
@@ -145,15 +166,19 @@ bool PipelineTimes::compute_times(int first, int last) {
     for (int k = extra_succ_start_[~a]; k < extra_succ_start_[~a + 1]; ++k)
       differ |= (finish[p] + tail_start[extra_succ_[k]] == makespan) != extra_succ_critical_[k];
   };
-  for (int p = last + 1; p < num_nodes_; ++p) {
+  auto check_position = [&](int p) {
     const int a = succ[2 * p];
     if (a < 0) [[unlikely]] {
       check_extra(p, a);
       check(p, tail_end[p], kNoWayToTheSink, kNoWayToTheSink);
-      continue;
+      return;
     }
     check(p, tail_end[p], tail_start[a], tail_start[succ[2 * p + 1]]);
-  }
+  };
+  // Past `last`, what the forward pass did not keep: positions before `first`, and nodes with a list.
+  for (int p = last + 1; p < fused_from; ++p) check_position(p);
+  for (const int p : extra_succ_positions_)
+    if (p >= fused_from) check_position(p);
   for (int p = last; p >= 0; --p) {
     const int a = succ[2 * p], b = succ[2 * p + 1];
     int tail, tail_a = kNoWayToTheSink, tail_b = kNoWayToTheSink;

@@ -50,6 +50,7 @@ class PipelineTimes {
   // with more has ~k first, k its list in extra_*. Durations (0 for the source and sink), earliest
   // end times, tails from the end and from the start.
   std::vector<int> pred_pair_, succ_pair_, extra_pred_start_, extra_pred_, extra_succ_start_, extra_succ_;
+  std::vector<int> extra_succ_positions_;  // the positions of nodes with a successor list, ascending
   std::vector<int> duration_at_, finish_, tail_end_, tail_start_;
   int sink_position_ = 0, makespan_ = 0;
   int first_changed_ = 0, last_changed_ = -1;  // positions set_duration() touched since the last update
