@@ -60,7 +60,7 @@ void Dinic::build_adjacency() {
     reverse_[slot] = slot_of_[e ^ 1];
   }
   level_.assign(num_nodes_, -1);
-  labelled_ = 0;
+  base_ = 0;
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
   unit_edges_.resize(num_nodes_);
@@ -80,22 +80,28 @@ bool Dinic::bfs(int source, int sink) {
   int* parent = parent_.data();
   const int* heads = head_.data();
   const std::int64_t* cap = slot_cap_.data();
-  // Only the last search's nodes have a level (dead ends included): clearing them, not every
-  // node, keeps a search near the source (the feasibility phases') as cheap as what it reaches.
-  for (int k = 0, labelled = labelled_; k < labelled; ++k) level[queue[k]] = -1;
+  // Levels count from a base above every earlier search's: nothing to clear, so a search near the
+  // source (the feasibility phases') costs what it reaches. Back to a full clear before it overflows.
+  if (base_ > std::numeric_limits<int>::max() - 2 * (num_nodes_ + 1)) {
+    std::fill(level_.begin(), level_.end(), -1);
+    base_ = 0;
+  } else {
+    base_ += num_nodes_ + 1;
+  }
+  const int base = base_;
   int head = 0, tail = 0, unit_count = 0;
   parent[tail] = -1;
   queue[tail++] = source;
-  level[source] = 0;
+  level[source] = base;
   while (head < tail) {
     const int u = queue[head++];
-    if (level[sink] >= 0 && level[u] >= level[sink]) break;
+    if (level[sink] >= base && level[u] >= level[sink]) break;
     const int next_level = level[u] + 1;
     auto scan = [&](int begin, int end) {
       for (int i = begin; i < end; ++i) {
         const int v = heads[i];
         const std::int64_t c = cap[i];
-        if (c > 0 && level[v] < 0) {
+        if (c > 0 && level[v] < base) {
           level[v] = next_level;
           parent[tail] = u;
           queue[tail++] = v;
@@ -107,10 +113,9 @@ bool Dinic::bfs(int source, int sink) {
     scan(begin_first_[u], end_first_[u]);
     if constexpr (!kFirstOnly) scan(begin_other_[u], end_other_[u]);
   }
-  labelled_ = tail;
   reached_count_ = tail;
   unit_count_ = unit_count;
-  return level[sink] >= 0;
+  return level[sink] >= base;
 }
 
 // Pushes as much as it can from the source (not just one path), and marks nodes that cannot
@@ -139,7 +144,7 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
           frames[++depth] = {head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
           continue;
         }
-        level_[f.node] = -1;  // dead for this phase
+        level_[f.node] = base_ - 1;  // dead for this phase
         result = f.total;
       }
     }
@@ -202,7 +207,7 @@ std::int64_t Dinic::phases(int source, int sink, std::int64_t limit) {
     if (got == 0) break;
     total += got;
   }
-  if (level_[sink] >= 0) reached_count_ = -1;  // the last search stopped at the sink: not all it reaches
+  if (level_[sink] >= base_) reached_count_ = -1;  // the last search stopped at the sink: not all it reaches
   return total;
 }
 

@@ -91,7 +91,7 @@ class Dinic {
   bool residual_side_known() const { return reached_count_ >= 0; }
   const int* residual_side() const { return queue_.data(); }  // residual_side_size() nodes, in search order
   int residual_side_size() const { return reached_count_; }
-  bool on_residual_side(int node) const { return level_[node] >= 0; }
+  bool on_residual_side(int node) const { return level_[node] >= base_; }
   // Per node of residual_side(), in the same order, the node that search first reached it from
   // (-1 for the source): its search tree.
   const int* residual_side_parents() const { return parent_.data(); }
@@ -157,7 +157,7 @@ class Dinic {
   std::vector<int> parent_;  // per search, per node in queue_ order: the node it was first reached from
   std::vector<int> unit_edges_;  // per search: slots through which one unit first reached a node
   int unit_count_ = 0;
-  int labelled_ = 0;  // the last search's nodes: queue_[0, labelled_) (the only ones with a level)
+  int base_ = 0;  // the last search's level 0: lower levels are earlier searches' (or dead ends)
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
   std::vector<Frame> frames_;
