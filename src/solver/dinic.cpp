@@ -138,8 +138,12 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       } else {
         const int end = end_slot<kFirstOnly>(f.node);
         const int wanted = level_[f.node] + 1;
-        int& i = iter_[f.node];
-        while (i != end && !(slot_cap_[i] > 0 && level_[head_[i]] == wanted)) i = next_slot<kFirstOnly>(f.node, i);
+        const int* level = level_.data();
+        const int* heads = head_.data();
+        const std::int64_t* cap = slot_cap_.data();
+        int i = iter_[f.node];  // a local: the scan stores it once, not at every edge
+        while (i != end && !(cap[i] > 0 && level[heads[i]] == wanted)) i = next_slot<kFirstOnly>(f.node, i);
+        iter_[f.node] = i;
         if (i != end) {  // descend along the next admissible edge
           frames[++depth] = {head_[i], i, std::min(f.budget - f.total, slot_cap_[i]), 0};
           continue;
