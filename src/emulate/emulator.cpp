@@ -11,6 +11,11 @@
 
 namespace perseus {
 
+bool EmulatorNoise::active() const {
+  if (stage_sigma.empty()) return sigma > 0;
+  return std::any_of(stage_sigma.begin(), stage_sigma.end(), [](const auto& s) { return s[0] > 0 || s[1] > 0; });
+}
+
 Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     : config_(std::move(config)), source_(profile.source) {
   if (config_.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
@@ -142,13 +147,15 @@ std::pair<double, double> Emulator::time_and_energy(const std::vector<std::vecto
 EmulationResult Emulator::run(const std::vector<std::vector<int>>& frequencies,
                               const std::optional<EmulatorNoise>& noise) const {
   auto costs = node_costs(frequencies);
-  if (noise && noise->sigma > 0) {
+  if (noise && noise->active()) {
     std::mt19937_64 rng(noise->seed);
-    std::lognormal_distribution<double> factor(0.0, noise->sigma);
-    for (auto& c : costs) {  // node order: the same seed gives the same draws
-      const double f = factor(rng);
-      c.time *= f;
-      c.energy *= f;
+    // exp(sigma * z): what std::lognormal_distribution(0, sigma) draws, with a sigma per node.
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (std::size_t node = 0; node < costs.size(); ++node) {  // node order: the same seed gives the same draws
+      const auto& inst = dag_.instructions[node];
+      const double f = std::exp(noise->sigma_of(inst.stage, inst.kind) * normal(rng));
+      costs[node].time *= f;
+      costs[node].energy *= f;
     }
   }
   std::vector<double> start, end;

@@ -20,7 +20,7 @@ std::vector<std::vector<int>> PlanningOutput::frequencies(std::size_t candidate)
   return c.point ? plan_at(record, *c.point).frequencies : all_max_plan(*emulator).frequencies;
 }
 
-double automatic_unit_time(const Profile& profile) {
+double automatic_unit_time(const Profile& profile, std::optional<double> previous) {
   std::map<std::pair<int, InstructionKind>, std::pair<int, double>> top;  // fastest clock's time
   for (const auto& row : profile.rows) {
     auto& t = top[{row.stage, row.kind}];
@@ -28,9 +28,14 @@ double automatic_unit_time(const Profile& profile) {
   }
   double shortest = std::numeric_limits<double>::infinity();
   for (const auto& [key, t] : top) shortest = std::min(shortest, t.second);
-  if (!std::isfinite(shortest) || shortest <= 0) return 1e-3;
-  double unit = std::pow(10.0, std::floor(std::log10(shortest / 50) + 1e-9));
-  return std::clamp(unit, 1e-6, 1.0);
+  if (!std::isfinite(shortest) || shortest <= 0) return previous.value_or(1e-3);
+  const double target = std::clamp(shortest / 50, 1e-6, 1.0);
+  if (previous && *previous >= target / 1.25 && *previous <= target * 1.25) return *previous;
+  // Two significant digits: d.d x 10^e, rounded down (the 1e-9 keeps 0.0011 from becoming 0.0010).
+  const int exponent = static_cast<int>(std::floor(std::log10(target) + 1e-9)) - 1;
+  const double power = std::pow(10.0, std::abs(exponent));  // exact: a whole power of ten
+  const double digits = std::floor((exponent < 0 ? target * power : target / power) + 1e-9);
+  return std::clamp(exponent < 0 ? digits / power : digits * power, 1e-6, 1.0);
 }
 
 PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop) {
@@ -76,7 +81,7 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
 
 std::string ChosenPlan::label() const {
   std::string base = point ? fmt::format("frontier point {}", *point) : std::string("all-max");
-  return fit_steps > 0 ? fmt::format("{} fitted with {} clock raises", base, fit_steps) : base;
+  return fit_steps > 0 ? fmt::format("{} fitted with {} clock steps", base, fit_steps) : base;
 }
 
 namespace {

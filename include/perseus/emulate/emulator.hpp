@@ -3,9 +3,11 @@
 // Each instruction takes the profile's time and energy at its clock, a GPU with nothing to run
 // draws P_block, and the iteration ends when the last instruction ends. Every plan and baseline
 // is judged by this one meter.
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perseus/pipeline/dag.hpp"
@@ -28,8 +30,23 @@ struct EmulatorConfig {
 // Seeded per-instruction multiplicative noise: each instruction's time and energy are scaled by
 // one factor drawn from a log-normal distribution with median 1 (its power is unchanged).
 struct EmulatorNoise {
+  EmulatorNoise() = default;
+  EmulatorNoise(double sigma, std::uint64_t seed, std::vector<std::array<double, 2>> stage_sigma = {})
+      : sigma(sigma), seed(seed), stage_sigma(std::move(stage_sigma)) {}
+
   double sigma = 0;
   std::uint64_t seed = 0;
+  // Per pipeline stage (GPU), [0 forward, 1 backward]: the sigma of that stage's instructions.
+  // Empty: `sigma` everywhere. The draws follow node order whatever the sigmas, so one seed gives
+  // the same standard-normal draws (and, with equal sigmas, the same run) either way.
+  std::vector<std::array<double, 2>> stage_sigma;
+
+  double sigma_of(int stage, InstructionKind kind) const {
+    if (stage_sigma.empty()) return sigma;
+    const auto s = static_cast<std::size_t>(stage);
+    return s < stage_sigma.size() ? stage_sigma[s][kind == InstructionKind::forward ? 0 : 1] : 0.0;
+  }
+  bool active() const;
 };
 
 struct InstructionRun {

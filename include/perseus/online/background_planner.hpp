@@ -43,7 +43,7 @@ struct PlanningOutput {
 // A plan to deploy, with what the emulator predicts for it.
 struct ChosenPlan {
   std::optional<std::size_t> point;  // the frontier point it comes from; none: all-max
-  int fit_steps = 0;                 // clock raises that fitted it to its deadline (deadline_fit.hpp)
+  int fit_steps = 0;  // clock steps that fitted it to its deadline (deadline_fit.hpp: raises; under noise, also lowerings)
   std::vector<std::vector<int>> frequencies;
   double time = 0, energy = 0;  // emulated: one pipeline's iteration, seconds and joules
   std::string label() const;
@@ -65,10 +65,14 @@ struct PlanningInput {
 // Plans now, on this thread; throws what the planner throws.
 PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop = nullptr);
 
-// The largest power of ten at most a fiftieth of the shortest top-clock instruction (1 ms for
-// instructions of 50 ms or more), between 1 µs and 1 s: fine enough that a step of the frontier
-// is small next to any instruction, coarse enough to plan in well under a minute.
-double automatic_unit_time(const Profile& profile);
+// A fiftieth of the shortest top-clock instruction, rounded down to two significant digits,
+// between 1 µs and 1 s: fine enough that a step of the frontier is small next to any instruction,
+// coarse enough to plan in well under a minute. It follows the measurement smoothly (a change of a
+// few percent in the shortest instruction moves it by as much, and the frontier's size with it;
+// a rule with steps, such as powers of ten, jumps tenfold when a measurement crosses one).
+// `previous`: the unit time planned with before for the same job; kept while it stays within 25%
+// of the rule's value, so that re-planning from a re-measured profile keeps the same unit.
+double automatic_unit_time(const Profile& profile, std::optional<double> previous = std::nullopt);
 
 class BackgroundPlanner {
  public:

@@ -1,0 +1,619 @@
+#include "perseus/online/noise_aware_choice.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <stdexcept>
+
+#include "perseus/baselines/all_max.hpp"
+#include "perseus/pipeline/dag.hpp"
+
+namespace perseus::online {
+
+double Variability::max() const {
+  double m = 0;
+  for (const auto& s : sigma) m = std::max({m, s[0], s[1]});
+  return m;
+}
+
+double Variability::of(int stage, InstructionKind kind) const {
+  if (stage < 0 || static_cast<std::size_t>(stage) >= sigma.size()) return 0;
+  return sigma[static_cast<std::size_t>(stage)][kind == InstructionKind::forward ? 0 : 1];
+}
+
+Variability Variability::uniform(int stages, double sigma) {
+  return {std::vector<std::array<double, 2>>(static_cast<std::size_t>(std::max(stages, 0)), {sigma, sigma})};
+}
+
+EmulatorNoise emulator_noise(const Variability& v, std::uint64_t seed) {
+  EmulatorNoise noise;
+  noise.seed = seed;
+  noise.stage_sigma = v.sigma;
+  return noise;
+}
+
+namespace {
+
+constexpr std::size_t kMaxPairs = 1 << 16;  // per (stage, kind): older halves are dropped beyond it
+constexpr int kPairSpan = 4;                 // each duration is paired with the next few of its set
+// Median of |X - Y| for X, Y independent N(0, sigma^2): sigma * sqrt(2) * 0.6744897...
+constexpr double kMedianAbsDiff = 1.4142135623730951 * 0.6744897501960817;
+
+std::size_t kind_index(int stage, InstructionKind kind) {
+  return static_cast<std::size_t>(stage) * 2 + (kind == InstructionKind::forward ? 0 : 1);
+}
+
+}  // namespace
+
+VariabilityEstimator::VariabilityEstimator(int stages) : stages_(std::max(stages, 0)) {
+  ratios_.resize(static_cast<std::size_t>(stages_) * 2);
+}
+
+void VariabilityEstimator::add(int stage, InstructionKind kind, const std::vector<double>& durations) {
+  if (stage < 0 || stage >= stages_) throw std::out_of_range("VariabilityEstimator: stage out of range");
+  std::vector<double> logs;
+  logs.reserve(durations.size());
+  for (double d : durations)
+    if (d > 0 && std::isfinite(d)) logs.push_back(std::log(d));
+  auto& pool = ratios_[kind_index(stage, kind)];
+  for (std::size_t i = 0; i < logs.size(); ++i)
+    for (std::size_t j = i + 1; j < logs.size() && j <= i + kPairSpan; ++j) pool.push_back(std::abs(logs[i] - logs[j]));
+  if (pool.size() > kMaxPairs) pool.erase(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(pool.size() / 2));
+}
+
+std::size_t VariabilityEstimator::pairs(int stage, InstructionKind kind) const {
+  if (stage < 0 || stage >= stages_) return 0;
+  return ratios_[kind_index(stage, kind)].size();
+}
+
+Variability VariabilityEstimator::estimate() const {
+  Variability v = Variability::uniform(stages_, 0);
+  for (int s = 0; s < stages_; ++s)
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+      auto pool = ratios_[kind_index(s, kind)];
+      if (pool.empty()) continue;
+      auto mid = pool.begin() + static_cast<std::ptrdiff_t>(pool.size() / 2);
+      std::nth_element(pool.begin(), mid, pool.end());
+      double median = *mid;
+      if (pool.size() % 2 == 0) median = (median + *std::max_element(pool.begin(), mid)) / 2;
+      v.sigma[static_cast<std::size_t>(s)][kind == InstructionKind::forward ? 0 : 1] = median / kMedianAbsDiff;
+    }
+  return v;
+}
+
+namespace {
+
+// The emulator's pipeline with a fixed set of noise draws: every plan evaluated by one instance
+// sees the same factors (common random numbers).
+class NoisyPipeline {
+ public:
+  NoisyPipeline(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options)
+      : emulator_(checked_emulator(plans)) {
+    const auto& config = emulator_.config();
+    stages_ = config.num_stages;
+    p_block_ = config.p_block;
+    const PipelineDag dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
+                                               config.extra_forwards, config.virtual_stages);
+    nodes_ = static_cast<int>(dag.instructions.size());
+    instructions_ = dag.instructions;
+    predecessors_.assign(static_cast<std::size_t>(nodes_), {});
+    successors_.assign(static_cast<std::size_t>(nodes_), {});
+    for (const auto& [u, w] : dag.edges)
+      if (u < nodes_ && w < nodes_) {
+        predecessors_[static_cast<std::size_t>(w)].push_back(u);
+        successors_[static_cast<std::size_t>(u)].push_back(w);
+      }
+    for (int node : dag.topological_order())
+      if (node < nodes_) topo_.push_back(node);
+    slot_of_.assign(static_cast<std::size_t>(nodes_), {0, 0});
+    for (int s = 0; s < stages_; ++s)
+      for (std::size_t k = 0; k < dag.stage_nodes[static_cast<std::size_t>(s)].size(); ++k)
+        slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
+
+    const bool noisy = v.max() > 0;
+    samples_ = noisy ? std::max(options.samples, 1) : 1;
+    pipelines_ = noisy ? std::max(options.pipelines, 1) : 1;
+    node_sigma_.resize(static_cast<std::size_t>(nodes_));
+    for (int n = 0; n < nodes_; ++n) {
+      const auto& inst = instructions_[static_cast<std::size_t>(n)];
+      node_sigma_[static_cast<std::size_t>(n)] = std::max(0.0, v.of(inst.stage, inst.kind));
+    }
+    factors_.assign(static_cast<std::size_t>(samples_) * pipelines_ * nodes_, 1.0);
+    if (noisy) {
+      std::mt19937_64 rng(options.seed);
+      std::normal_distribution<double> normal(0.0, 1.0);
+      for (std::size_t i = 0; i < factors_.size(); ++i) factors_[i] = std::exp(node_sigma_[i % nodes_] * normal(rng));
+    }
+  }
+
+  int stages() const { return stages_; }
+  double p_block() const { return p_block_; }
+  const Emulator& emulator() const { return emulator_; }
+  int nodes() const { return nodes_; }
+  const Instruction& instruction(int node) const { return instructions_[static_cast<std::size_t>(node)]; }
+  std::pair<int, std::size_t> slot(int node) const { return slot_of_[static_cast<std::size_t>(node)]; }
+  double mean_factor(int node) const {
+    const double s = node_sigma_[static_cast<std::size_t>(node)];
+    return std::exp(s * s / 2);
+  }
+
+  int samples() const { return samples_; }
+  int pipelines() const { return pipelines_; }
+  double factor(int sample, int pipeline, int node) const {
+    return factors_[(static_cast<std::size_t>(sample) * pipelines_ + pipeline) * nodes_ + node];
+  }
+
+  struct Result {
+    NoisyEstimate estimate;
+    std::vector<double> gradient;  // d(mean time)/d(noise-free time) per node, when asked
+    // When asked: per sample its iteration time, and per (sample, pipeline, node) the longest
+    // path through the node, so that lengthening one node is priced exactly.
+    std::vector<double> makespan, through;
+  };
+
+  enum class Detail { time, gradient, paths };
+
+  // Expected iteration time if `node` alone took `dt` longer (noise-free seconds).
+  double lengthened(const Result& r, int node, double dt) const {
+    double sum = 0;
+    for (int k = 0; k < samples_; ++k) {
+      const double t = r.makespan[static_cast<std::size_t>(k)];
+      double longest = t;
+      for (int d = 0; d < pipelines_; ++d) {
+        const std::size_t i = (static_cast<std::size_t>(k) * pipelines_ + d) * nodes_ + node;
+        longest = std::max(longest, r.through[i] + dt * factors_[i]);
+      }
+      sum += longest - t;
+    }
+    return r.estimate.time + sum / samples_;
+  }
+
+  Result evaluate(const std::vector<std::vector<int>>& frequencies, Detail detail) const {
+    const bool gradient = detail != Detail::time;
+    const bool paths = detail == Detail::paths;
+    std::vector<Emulator::Cost> costs(static_cast<std::size_t>(nodes_));
+    for (int n = 0; n < nodes_; ++n) {
+      const auto [s, k] = slot(n);
+      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), frequencies[static_cast<std::size_t>(s)][k]);
+    }
+    Result out;
+    if (gradient) out.gradient.assign(static_cast<std::size_t>(nodes_), 0.0);
+    if (paths) {
+      out.makespan.assign(static_cast<std::size_t>(samples_), 0.0);
+      out.through.assign(factors_.size(), 0.0);
+    }
+    std::vector<double> start(static_cast<std::size_t>(nodes_)), end(start.size()), tail(start.size());
+    std::vector<double> best_start, best_end;
+    double sum_time = 0, sum_sq = 0, sum_energy = 0;
+    for (int k = 0; k < samples_; ++k) {
+      double slowest = 0, compute = 0, busy = 0;
+      int slowest_pipeline = 0, slowest_last = -1;
+      for (int d = 0; d < pipelines_; ++d) {
+        const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
+        int last = -1;
+        for (int n : topo_) {
+          double s = 0;
+          for (int p : predecessors_[static_cast<std::size_t>(n)]) s = std::max(s, end[static_cast<std::size_t>(p)]);
+          start[static_cast<std::size_t>(n)] = s;
+          const double t = costs[static_cast<std::size_t>(n)].time * f[n];
+          end[static_cast<std::size_t>(n)] = s + t;
+          busy += t;
+          compute += costs[static_cast<std::size_t>(n)].energy * f[n];
+          if (last < 0 || end[static_cast<std::size_t>(n)] > end[static_cast<std::size_t>(last)]) last = n;
+        }
+        const double time = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
+        if (paths) {  // the longest way from each node's end to the iteration's end
+          double* through = &out.through[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
+          for (auto it = topo_.rbegin(); it != topo_.rend(); ++it) {
+            const auto n = static_cast<std::size_t>(*it);
+            double after = 0;
+            for (int q : successors_[n])
+              after = std::max(after, tail[static_cast<std::size_t>(q)] + costs[static_cast<std::size_t>(q)].time * f[q]);
+            tail[n] = after;
+            through[n] = end[n] + after;
+          }
+        }
+        if (d == 0 || time > slowest) {
+          slowest = time;
+          slowest_pipeline = d;
+          slowest_last = last;
+          if (gradient) {
+            best_start = start;
+            best_end = end;
+          }
+        }
+      }
+      sum_time += slowest;
+      sum_sq += slowest * slowest;
+      if (paths) out.makespan[static_cast<std::size_t>(k)] = slowest;
+      // Every pipeline's GPUs compute or block until the slowest pipeline ends.
+      sum_energy += (compute + p_block_ * (stages_ * pipelines_ * slowest - busy)) / pipelines_;
+      if (gradient) {
+        const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + slowest_pipeline) * nodes_];
+        for (int n = slowest_last; n >= 0;) {
+          out.gradient[static_cast<std::size_t>(n)] += f[n] / samples_;
+          int next = -1;
+          for (int p : predecessors_[static_cast<std::size_t>(n)])
+            if (best_end[static_cast<std::size_t>(p)] == best_start[static_cast<std::size_t>(n)] &&
+                (next < 0 || best_end[static_cast<std::size_t>(p)] > best_end[static_cast<std::size_t>(next)]))
+              next = p;
+          n = next;
+        }
+      }
+    }
+    const double mean = sum_time / samples_;
+    out.estimate.time = mean;
+    out.estimate.energy = sum_energy / samples_;
+    out.estimate.time_stddev = samples_ > 1 ? std::sqrt(std::max(0.0, (sum_sq - samples_ * mean * mean) / (samples_ - 1))) : 0;
+    return out;
+  }
+
+ private:
+  static const Emulator& checked_emulator(const PlanningOutput& plans) {
+    if (!plans.emulator) throw std::invalid_argument("the planning output has no emulator");
+    return *plans.emulator;
+  }
+
+  const Emulator& emulator_;
+  int stages_ = 0, nodes_ = 0, samples_ = 1, pipelines_ = 1;
+  double p_block_ = 0;
+  std::vector<Instruction> instructions_;
+  std::vector<std::vector<int>> predecessors_, successors_;
+  std::vector<int> topo_;
+  std::vector<std::pair<int, std::size_t>> slot_of_;
+  std::vector<double> node_sigma_;
+  std::vector<double> factors_;  // [sample][pipeline][node]
+};
+
+// One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyPipeline.
+class Chooser {
+ public:
+  Chooser(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options)
+      : plans_(plans), options_(options), noisy_(plans, v, options) {}
+
+  ChosenPlan choose(double deadline) {
+    deadline_ = deadline;
+    std::optional<ChosenPlan> best;
+    auto consider = [&](ChosenPlan plan) {
+      if (plan.time <= deadline_ && (!best || total(plan) < total(*best))) best = std::move(plan);
+    };
+    const std::size_t points = plans_.record.points.size();
+    if (points > 0) {
+      // Noise only slows a plan down (the mean of a maximum is at least the maximum of the means,
+      // and each factor's mean is at least 1): nothing slower than the noise-free deadline meets it.
+      std::size_t first = points;
+      for (std::size_t i = 0; i < points; ++i)
+        if (plans_.candidates[i].time <= deadline_) {
+          first = i;
+          break;
+        }
+      std::optional<std::size_t> plain;
+      if (first < points) plain = slowest_meeting(first, points - 1);
+      if (plain) consider(frontier_plan(*plain));
+      // Repairs: from frontier points between the noise-free pick and the plain noisy one.
+      const std::size_t lo = first < points ? first : points - 1;
+      const std::size_t hi = plain ? *plain : points - 1;
+      for (std::size_t i : spaced(lo, hi, options_.repair_starts))
+        if (auto r = repair(i, frequencies(i))) consider(std::move(*r));
+      // The noise-free choice (a frontier plan fitted on real times), repaired too.
+      ChosenPlan fitted = choose_plan(plans_, deadline_);
+      if (fitted.point || fitted.fit_steps > 0)
+        if (auto r = repair(fitted.point, fitted.frequencies, fitted.fit_steps)) consider(std::move(*r));
+    }
+    ChosenPlan top = all_max();
+    if (best) {
+      ChosenPlan improved = improve(std::move(*best));
+      if (improved.frequencies == top.frequencies) return top;  // raised all the way: call it by its name
+      if (improved.point) improved.fit_steps = steps_from(*improved.point, improved.frequencies);
+      return improved;
+    }
+    if (top.time <= deadline_ || points == 0) return top;
+    ChosenPlan fastest = frontier_plan(points - 1);
+    return fastest.time < top.time ? fastest : top;
+  }
+
+  ChosenPlan evaluated(ChosenPlan plan) const {
+    const auto e = noisy_.evaluate(plan.frequencies, NoisyPipeline::Detail::time).estimate;
+    plan.time = e.time;
+    plan.energy = e.energy;
+    return plan;
+  }
+
+  ChosenPlan all_max() const {
+    ChosenPlan top = online::all_max(plans_);
+    return evaluated(std::move(top));
+  }
+
+ private:
+  double total(double time, double energy) const {
+    return energy + noisy_.stages() * std::max(0.0, deadline_ - time) * noisy_.p_block();
+  }
+  double total(const ChosenPlan& p) const { return total(p.time, p.energy); }
+  double total(const NoisyEstimate& e) const { return total(e.time, e.energy); }
+
+  const std::vector<std::vector<int>>& frequencies(std::size_t point) {
+    auto it = cache_.find(point);
+    if (it == cache_.end()) it = cache_.emplace(point, plans_.frequencies(point)).first;
+    return it->second;
+  }
+
+  ChosenPlan frontier_plan(std::size_t point) {
+    auto it = estimates_.find(point);
+    if (it == estimates_.end()) it = estimates_.emplace(point, noisy_.evaluate(frequencies(point), NoisyPipeline::Detail::time).estimate).first;
+    return {point, 0, frequencies(point), it->second.time, it->second.energy};
+  }
+
+  bool meets(std::size_t point) { return frontier_plan(point).time <= deadline_; }
+
+  // The slowest frontier point in [lo, hi] that meets the deadline, by bisection on the
+  // (nearly monotone) expected time, then a look at the few points just slower.
+  std::optional<std::size_t> slowest_meeting(std::size_t lo, std::size_t hi) {
+    if (!meets(hi)) return std::nullopt;
+    if (meets(lo)) return lo;
+    while (hi - lo > 1) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      (meets(mid) ? hi : lo) = mid;
+    }
+    std::size_t found = hi;
+    for (std::size_t i = hi > 8 ? hi - 8 : 0; i < hi; ++i)
+      if (meets(i)) {
+        found = i;
+        break;
+      }
+    return found;
+  }
+
+  static std::vector<std::size_t> spaced(std::size_t lo, std::size_t hi, int count) {
+    std::vector<std::size_t> out;
+    if (count <= 0 || hi < lo) return out;
+    for (int j = 0; j < count; ++j) {
+      const std::size_t i = lo + static_cast<std::size_t>(std::llround(static_cast<double>(hi - lo) * j / count));
+      if (out.empty() || out.back() != i) out.push_back(i);
+    }
+    return out;
+  }
+
+  struct Move {
+    int node = 0;
+    int clock = 0;
+    double ratio = 0;    // energy added per second of expected time saved (first order)
+    double benefit = 0;  // expected time saved (first order)
+  };
+
+  // The cheapest next clock that is faster than `clock`, for one node.
+  std::optional<Move> move_for(int node, int clock, double gradient) const {
+    const auto& emulator = noisy_.emulator();
+    const auto& inst = noisy_.instruction(node);
+    const auto& clocks = emulator.clocks(inst);  // fastest first
+    const auto now = emulator.cost(inst, clock);
+    auto it = std::find(clocks.begin(), clocks.end(), clock);
+    while (it != clocks.begin()) {
+      --it;
+      const auto faster = emulator.cost(inst, *it);
+      const double dt = now->time - faster->time;
+      if (dt <= 0) continue;  // a measured clock that is no faster: look one further up
+      // Added energy: the compute energy, and the blocking the shorter instruction leaves.
+      const double de = noisy_.mean_factor(node) * (faster->energy - now->energy + noisy_.p_block() * dt);
+      const double benefit = gradient * dt;
+      return Move{node, *it, de / benefit, benefit};
+    }
+    return std::nullopt;
+  }
+
+  // Raises the clocks of the instructions that are critical under the noise, cheapest expected
+  // time first, until the plan's expected time meets the deadline. Each round raises a batch whose
+  // first-order saving covers half the remaining gap, then measures again.
+  std::optional<ChosenPlan> repair(std::optional<std::size_t> point, std::vector<std::vector<int>> freqs, int steps = 0) {
+    std::vector<Move> batch;
+    for (int round = 0; round < options_.max_repair_rounds; ++round) {
+      const auto r = noisy_.evaluate(freqs, NoisyPipeline::Detail::gradient);
+      if (r.estimate.time <= deadline_) {
+        trim(batch, freqs, steps);
+        const auto e = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+        return ChosenPlan{point, steps, std::move(freqs), e.time, e.energy};
+      }
+      std::vector<Move> moves;
+      for (int n = 0; n < noisy_.nodes(); ++n) {
+        const double g = r.gradient[static_cast<std::size_t>(n)];
+        if (g <= 0) continue;
+        const auto [s, k] = noisy_.slot(n);
+        if (auto m = move_for(n, freqs[static_cast<std::size_t>(s)][k], g)) moves.push_back(*m);
+      }
+      if (moves.empty()) return std::nullopt;  // every critical instruction is at its top clock
+      std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.ratio < b.ratio; });
+      const double gap = r.estimate.time - deadline_;
+      batch.clear();
+      double covered = 0;
+      for (const auto& m : moves) {
+        if (!batch.empty() && covered >= gap / 2) break;
+        batch.push_back(m);
+        covered += m.benefit;
+      }
+      for (auto& m : batch) {
+        const auto [s, k] = noisy_.slot(m.node);
+        std::swap(freqs[static_cast<std::size_t>(s)][k], m.clock);  // m.clock keeps the old clock
+        ++steps;
+      }
+    }
+    return std::nullopt;
+  }
+
+  struct Change {
+    int node = 0;
+    int clock = 0;      // the new clock
+    double ratio = 0;   // energy saved per second of expected time spent (lengthening), or spent per saved (raise)
+    double cost = 0;    // lengthening: expected time added, exactly for this change alone
+  };
+
+  // The lengthenings of `node` by one to three clock steps that save energy.
+  void lengthenings(const NoisyPipeline::Result& r, int node, int clock, std::vector<Change>& out) const {
+    const auto& emulator = noisy_.emulator();
+    const auto& inst = noisy_.instruction(node);
+    const auto& clocks = emulator.clocks(inst);  // fastest first
+    const auto now = *emulator.cost(inst, clock);
+    const double p = noisy_.p_block();
+    auto it = std::find(clocks.begin(), clocks.end(), clock);
+    for (int step = 0; step < 3 && it != clocks.end() && ++it != clocks.end(); ++step) {
+      const auto slower = *emulator.cost(inst, *it);
+      const double dt = slower.time - now.time;
+      const double saved = noisy_.mean_factor(node) * ((now.energy - p * now.time) - (slower.energy - p * slower.time));
+      if (dt <= 0 || saved <= 0) continue;
+      const double cost = noisy_.lengthened(r, node, dt) - r.estimate.time;
+      out.push_back({node, *it, saved / std::max(cost, 1e-12 * r.estimate.time), cost});
+    }
+  }
+
+  // Local search on a plan that meets the deadline: lengthen instructions into the slack that the
+  // noise leaves them (each lengthening priced exactly on the draws), and trade a raise where
+  // expected time is cheap for lengthenings that save more, while the energy keeps falling.
+  ChosenPlan improve(ChosenPlan plan) {
+    if (!plan.point || options_.max_improve_rounds <= 0) return plan;
+    auto freqs = plan.frequencies;
+    ChosenPlan best = plan;
+    std::vector<char> raised(static_cast<std::size_t>(noisy_.nodes()), 0);  // not to be lengthened (again)
+    struct Applied {
+      int node, old_clock, new_clock;
+    };
+    std::vector<Applied> applied;  // the last batch of lengthenings
+    int stale = 0;
+    for (int round = 0; round < options_.max_improve_rounds && stale < 30; ++round) {
+      const auto r = noisy_.evaluate(freqs, NoisyPipeline::Detail::paths);
+      if (r.estimate.time > deadline_) {  // the last batch overran the slack together: undo it
+        if (applied.empty()) break;
+        for (auto it = applied.rbegin(); it != applied.rend(); ++it) set_clock(freqs, it->node, it->old_clock);
+        if (applied.size() > 1) {  // the best of it alone
+          applied.erase(applied.begin() + 1, applied.end());
+          set_clock(freqs, applied.front().node, applied.front().new_clock);
+        } else {
+          raised[static_cast<std::size_t>(applied.front().node)] = 1;  // it does not fit: leave it
+          applied.clear();
+        }
+        continue;
+      }
+      ++stale;
+      if (total(r.estimate) < total(best) - 1e-9) {
+        best = {plan.point, plan.fit_steps, freqs, r.estimate.time, r.estimate.energy};
+        stale = 0;
+      }
+      const double slack = deadline_ - r.estimate.time;
+      std::vector<Change> lower;
+      for (int n = 0; n < noisy_.nodes(); ++n) {
+        if (raised[static_cast<std::size_t>(n)]) continue;
+        lengthenings(r, n, clock_of(freqs, n), lower);
+      }
+      std::sort(lower.begin(), lower.end(), [](const Change& a, const Change& b) { return a.ratio > b.ratio; });
+      applied.clear();
+      double spent = 0;
+      std::vector<char> used(raised.size(), 0);
+      for (const auto& c : lower) {
+        if (applied.size() >= 8 || c.cost > slack - spent) continue;
+        if (used[static_cast<std::size_t>(c.node)] || (!applied.empty() && spent + c.cost > slack / 2)) continue;
+        used[static_cast<std::size_t>(c.node)] = 1;
+        applied.push_back({c.node, clock_of(freqs, c.node), c.clock});
+        set_clock(freqs, c.node, c.clock);
+        spent += c.cost;
+      }
+      if (!applied.empty()) continue;
+      // Nothing fits: raise where time is cheapest if a lengthening would then save more.
+      if (lower.empty()) break;
+      std::optional<Move> raise;
+      for (int n = 0; n < noisy_.nodes(); ++n) {
+        const double g = r.gradient[static_cast<std::size_t>(n)];
+        if (g <= 0 || raised[static_cast<std::size_t>(n)]) continue;
+        if (auto m = move_for(n, clock_of(freqs, n), g); m && (!raise || m->ratio < raise->ratio)) raise = m;
+      }
+      if (!raise || lower.front().ratio <= std::max(raise->ratio, 0.0)) break;
+      raised[static_cast<std::size_t>(raise->node)] = 1;
+      set_clock(freqs, raise->node, raise->clock);
+    }
+    return best;
+  }
+
+  // Clock steps between a plan and its frontier point, either way, over every instruction.
+  int steps_from(std::size_t point, const std::vector<std::vector<int>>& freqs) {
+    const auto& base = frequencies(point);
+    int steps = 0;
+    for (int n = 0; n < noisy_.nodes(); ++n) {
+      const auto& clocks = noisy_.emulator().clocks(noisy_.instruction(n));
+      const auto index = [&](int clock) { return std::find(clocks.begin(), clocks.end(), clock) - clocks.begin(); };
+      const auto [s, k] = noisy_.slot(n);
+      steps += static_cast<int>(std::abs(index(freqs[static_cast<std::size_t>(s)][k]) - index(base[static_cast<std::size_t>(s)][k])));
+    }
+    return steps;
+  }
+
+  int clock_of(const std::vector<std::vector<int>>& freqs, int node) const {
+    const auto [s, k] = noisy_.slot(node);
+    return freqs[static_cast<std::size_t>(s)][k];
+  }
+  void set_clock(std::vector<std::vector<int>>& freqs, int node, int clock) const {
+    const auto [s, k] = noisy_.slot(node);
+    freqs[static_cast<std::size_t>(s)][k] = clock;
+  }
+
+  // Undoes what the last batch raised beyond need, the costliest raise first.
+  void trim(const std::vector<Move>& batch, std::vector<std::vector<int>>& freqs, int& steps) {
+    for (auto it = batch.rbegin(); it != batch.rend(); ++it) {
+      if (batch.size() == 1) break;  // the one raise was needed
+      const auto [s, k] = noisy_.slot(it->node);
+      int& clock = freqs[static_cast<std::size_t>(s)][k];
+      const int raised = clock;
+      clock = it->clock;
+      if (noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate.time <= deadline_) {
+        --steps;
+      } else {
+        clock = raised;
+      }
+    }
+  }
+
+  const PlanningOutput& plans_;
+  NoiseAwareOptions options_;
+  NoisyPipeline noisy_;
+  double deadline_ = 0;
+  std::map<std::size_t, std::vector<std::vector<int>>> cache_;
+  std::map<std::size_t, NoisyEstimate> estimates_;
+};
+
+}  // namespace
+
+NoisyEstimate expected_time_and_energy(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
+                                       const Variability& v, const NoiseAwareOptions& options) {
+  NoisyPipeline noisy(plans, v, options);
+  noisy.emulator().check_plan(frequencies);
+  return noisy.evaluate(frequencies, NoisyPipeline::Detail::time).estimate;
+}
+
+double expected_time(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
+                     const Variability& v, const NoiseAwareOptions& options) {
+  return expected_time_and_energy(plans, frequencies, v, options).time;
+}
+
+double expected_all_max_time(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options) {
+  return expected_time(plans, all_max(plans).frequencies, v, options);
+}
+
+double deadline_for(const PlanningOutput& plans, double slowdown, const Variability& v,
+                    const NoiseAwareOptions& options) {
+  const auto top = expected_time_and_energy(plans, all_max(plans).frequencies, v, options);
+  return slowdown * (top.time + options.allowance * top.time_stddev);
+}
+
+ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,
+                                   const NoiseAwareOptions& options) {
+  return Chooser(plans, v, options).choose(deadline);
+}
+
+ChosenPlan step_up(const PlanningOutput& plans, const ChosenPlan& current, double deadline, const Variability& v,
+                   const NoiseAwareOptions& options) {
+  Chooser chooser(plans, v, options);
+  plans.emulator->check_plan(current.frequencies);
+  const double now = chooser.evaluated(current).time;
+  ChosenPlan next = chooser.choose(std::min(deadline, now * (1 - options.step_margin)));
+  if (next.time < now) return next;
+  return chooser.all_max();  // nothing is faster by the margin: the baseline's own plan
+}
+
+}  // namespace perseus::online

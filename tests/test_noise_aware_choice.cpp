@@ -1,0 +1,286 @@
+// Plans chosen under noise: the variability estimate, the Monte Carlo expected time, the choice
+// and the step-up (include/perseus/online/noise_aware_choice.hpp), and the automatic unit time's
+// stability under measurement noise.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include "perseus/online/background_planner.hpp"
+#include "perseus/online/noise_aware_choice.hpp"
+#include "perseus/plan/frontier_record.hpp"
+#include "perseus/profile/synthetic.hpp"
+
+namespace perseus::online {
+namespace {
+
+// A small pipeline whose middle stages are equal: its frontier plans balance several paths.
+const PlanningOutput& small_plans() {
+  static const PlanningOutput plans = [] {
+    SyntheticGpu gpu;
+    gpu.num_stages = 4;
+    PlanningInput input;
+    input.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic.csv");
+    input.config.num_stages = 4;
+    input.config.num_microbatches = 6;
+    input.config.unit_time = 0.001;
+    input.config.p_block = 75;
+    return plan_online(input);
+  }();
+  return plans;
+}
+
+// Every frontier point's clocks, walked once.
+const std::vector<std::vector<std::vector<int>>>& frontier_clocks() {
+  static const auto clocks = [] {
+    const auto& plans = small_plans();
+    std::vector<std::vector<std::vector<int>>> out;
+    Plan plan = plan_at(plans.record, 0);
+    for (std::size_t i = 0; i < plans.record.points.size(); ++i) {
+      advance_plan(plans.record, plan, i);
+      out.push_back(plan.frequencies);
+    }
+    return out;
+  }();
+  return clocks;
+}
+
+double total(const PlanningOutput& plans, double time, double energy, double deadline) {
+  return energy + plans.record.num_stages * std::max(0.0, deadline - time) * plans.record.p_block;
+}
+
+TEST(VariabilityEstimator, RecoversKnownSigmaAcrossClocksAndRounds) {
+  for (double sigma : {0.01, 0.03}) {
+    VariabilityEstimator estimator(2);
+    std::mt19937_64 rng(5);
+    std::lognormal_distribution<double> noise(0.0, sigma);
+    for (int set = 0; set < 60; ++set) {
+      // Each set its own clock and round: a level that the estimate must not see.
+      const double level = 0.05 * (1 + 0.1 * (set % 7)) * (set % 2 ? 1.02 : 0.99);
+      std::vector<double> durations;
+      for (int i = 0; i < 12; ++i) durations.push_back(level * noise(rng));
+      estimator.add(1, InstructionKind::backward, durations);
+    }
+    const auto v = estimator.estimate();
+    EXPECT_NEAR(v.of(1, InstructionKind::backward), sigma, 0.1 * sigma);
+    EXPECT_EQ(v.of(0, InstructionKind::forward), 0);  // nothing measured there
+    EXPECT_EQ(v.of(1, InstructionKind::forward), 0);
+    EXPECT_NEAR(v.max(), sigma, 0.1 * sigma);
+  }
+}
+
+TEST(VariabilityEstimator, ResistsASlowIterationAndBadValues) {
+  VariabilityEstimator estimator(1);
+  std::mt19937_64 rng(9);
+  std::lognormal_distribution<double> noise(0.0, 0.02);
+  for (int round = 0; round < 20; ++round) {
+    std::vector<double> durations;
+    for (int it = 0; it < 10; ++it)
+      for (int m = 0; m < 12; ++m) durations.push_back(0.1 * noise(rng) * (it == 3 ? 1.3 : 1.0));  // one slow iteration
+    durations.push_back(0);
+    durations.push_back(std::numeric_limits<double>::quiet_NaN());
+    estimator.add(0, InstructionKind::forward, durations);
+  }
+  EXPECT_NEAR(estimator.estimate().of(0, InstructionKind::forward), 0.02, 0.003);
+  EXPECT_GT(estimator.pairs(0, InstructionKind::forward), 0u);
+  EXPECT_THROW(estimator.add(1, InstructionKind::forward, {1.0, 1.0}), std::out_of_range);
+}
+
+TEST(VariabilityEstimator, ConstantDurationsMeanNoNoise) {
+  VariabilityEstimator estimator(1);
+  estimator.add(0, InstructionKind::forward, std::vector<double>(20, 0.07));
+  EXPECT_EQ(estimator.estimate().max(), 0);
+}
+
+TEST(EmulatorNoise, PerStageSigmaKeepsTheScalarDraws) {
+  const auto& plans = small_plans();
+  const auto& emulator = *plans.emulator;
+  const auto top = plans.frequencies(plans.candidates.size() - 1);
+  const auto scalar = emulator.run(top, EmulatorNoise{0.02, 3});
+  const auto staged = emulator.run(top, emulator_noise(Variability::uniform(4, 0.02), 3));
+  EXPECT_EQ(scalar.iteration_time, staged.iteration_time);
+  EXPECT_EQ(scalar.energy, staged.energy);
+
+  // Only stage 2's backwards vary.
+  Variability v = Variability::uniform(4, 0);
+  v.sigma[2][1] = 0.05;
+  const auto clean = emulator.run(top);
+  const auto noisy = emulator.run(top, emulator_noise(v, 3));
+  int changed = 0;
+  for (std::size_t s = 0; s < clean.instructions.size(); ++s)
+    for (std::size_t k = 0; k < clean.instructions[s].size(); ++k) {
+      const auto& a = clean.instructions[s][k];
+      const auto& b = noisy.instructions[s][k];
+      if (s == 2 && a.instruction.kind == InstructionKind::backward) {
+        changed += a.duration != b.duration;
+      } else {
+        EXPECT_EQ(a.duration, b.duration) << s << " " << k;
+      }
+    }
+  EXPECT_GT(changed, 0);
+}
+
+TEST(ExpectedTime, EqualsTheNoiseFreeTimeWithoutNoise) {
+  const auto& plans = small_plans();
+  const auto none = Variability::uniform(4, 0);
+  for (std::size_t i : {std::size_t{0}, plans.candidates.size() / 2, plans.candidates.size() - 1}) {
+    const auto e = expected_time_and_energy(plans, plans.frequencies(i), none);
+    EXPECT_NEAR(e.time, plans.candidates[i].time, 1e-12 * plans.candidates[i].time);
+    EXPECT_NEAR(e.energy, plans.candidates[i].energy, 1e-9 * plans.candidates[i].energy);
+  }
+  EXPECT_NEAR(expected_all_max_time(plans, none), plans.all_max().time, 1e-12);
+}
+
+TEST(ExpectedTime, GrowsWithSigmaAndWithPipelines) {
+  const auto& plans = small_plans();
+  const auto freqs = plans.frequencies(plans.candidates.size() / 2);
+  double before = plans.candidates[plans.candidates.size() / 2].time;
+  for (double sigma : {0.01, 0.02, 0.04}) {
+    const double t = expected_time(plans, freqs, Variability::uniform(4, sigma));
+    EXPECT_GT(t, before) << sigma;
+    before = t;
+  }
+  NoiseAwareOptions two;
+  two.pipelines = 2;
+  EXPECT_GT(expected_time(plans, freqs, Variability::uniform(4, 0.02), two),
+            expected_time(plans, freqs, Variability::uniform(4, 0.02)));
+  // The same seed gives the same draws: a plan compares with itself exactly.
+  EXPECT_EQ(expected_time(plans, freqs, Variability::uniform(4, 0.02)),
+            expected_time(plans, freqs, Variability::uniform(4, 0.02)));
+  EXPECT_THROW(expected_time(plans, {{1410}}, Variability::uniform(4, 0.02)), std::exception);
+}
+
+// The cheapest frontier point (by expected energy, blocking until the deadline) whose expected
+// time meets the deadline, found by brute force.
+std::optional<double> cheapest_frontier_total(const PlanningOutput& plans, double deadline, const Variability& v,
+                                              const NoiseAwareOptions& options) {
+  std::optional<double> best;
+  for (const auto& clocks : frontier_clocks()) {
+    const auto e = expected_time_and_energy(plans, clocks, v, options);
+    if (e.time <= deadline) {
+      const double t = total(plans, e.time, e.energy, deadline);
+      if (!best || t < *best) best = t;
+    }
+  }
+  return best;
+}
+
+TEST(ChoosePlanUnderNoise, MeetsTheDeadlineNoDearerThanAnyFrontierPoint) {
+  const auto& plans = small_plans();
+  for (double sigma : {0.0, 0.02, 0.04}) {
+    const auto v = Variability::uniform(4, sigma);
+    NoiseAwareOptions options;
+    options.pipelines = 2;
+    const double reference = expected_all_max_time(plans, v, options);
+    for (double slowdown : {1.0, 1.05}) {
+      const double deadline = slowdown * reference;
+      const auto chosen = choose_plan_under_noise(plans, deadline, v, options);
+      SCOPED_TRACE(::testing::Message() << "sigma " << sigma << " slowdown " << slowdown << ": " << chosen.label());
+      EXPECT_LE(chosen.time, deadline);
+      const auto again = expected_time_and_energy(plans, chosen.frequencies, v, options);
+      EXPECT_DOUBLE_EQ(chosen.time, again.time);
+      EXPECT_DOUBLE_EQ(chosen.energy, again.energy);
+      // Something other than all-max meets it here (a frontier plan with some clocks raised, at
+      // least), so all-max is not the answer.
+      EXPECT_TRUE(chosen.point.has_value());
+      const auto frontier = cheapest_frontier_total(plans, deadline, v, options);
+      if (slowdown > 1) {
+        ASSERT_TRUE(frontier.has_value());
+      }
+      if (frontier) {
+        EXPECT_LE(total(plans, chosen.time, chosen.energy, deadline), *frontier + 1e-9);
+      }
+    }
+  }
+}
+
+TEST(ChoosePlanUnderNoise, NoiseFreeMatchesTheNoiseFreeChoice) {
+  const auto& plans = small_plans();
+  const double deadline = 1.02 * plans.all_max().time;
+  const auto chosen = choose_plan_under_noise(plans, deadline, Variability::uniform(4, 0));
+  const auto plain = choose_plan(plans, deadline);
+  EXPECT_LE(chosen.time, deadline);
+  EXPECT_LE(total(plans, chosen.time, chosen.energy, deadline), total(plans, plain.time, plain.energy, deadline) + 1e-9);
+}
+
+TEST(ChoosePlanUnderNoise, TheNoiseFreeChoiceMissesWhatTheNoisyOneMeets) {
+  const auto& plans = small_plans();
+  const auto v = Variability::uniform(4, 0.03);
+  NoiseAwareOptions options;
+  options.pipelines = 2;
+  const double deadline = expected_all_max_time(plans, v, options);
+  const auto naive = choose_plan(plans, plans.all_max().time);
+  EXPECT_GT(expected_time(plans, naive.frequencies, v, options), deadline);
+  const auto chosen = choose_plan_under_noise(plans, deadline, v, options);
+  EXPECT_LE(chosen.time, deadline);
+  EXPECT_LT(chosen.energy, plans.all_max().energy);
+}
+
+TEST(ChoosePlanUnderNoise, FastestPlanWhenNothingMeetsTheDeadline) {
+  const auto& plans = small_plans();
+  const auto v = Variability::uniform(4, 0.02);
+  const auto chosen = choose_plan_under_noise(plans, 0.5 * plans.all_max().time, v);
+  EXPECT_LE(chosen.time, expected_all_max_time(plans, v) + 1e-12);
+}
+
+TEST(StepUp, StrictlyFasterAndNotAllMaxWhileAFrontierPlanMeets) {
+  const auto& plans = small_plans();
+  const auto v = Variability::uniform(4, 0.02);
+  NoiseAwareOptions options;
+  options.pipelines = 2;
+  options.step_margin = 0.01;
+  const double reference = expected_all_max_time(plans, v, options);
+  std::vector<double> frontier;  // expected times, the same draws as step_up's
+  for (const auto& clocks : frontier_clocks()) frontier.push_back(expected_time(plans, clocks, v, options));
+  ChosenPlan current = choose_plan_under_noise(plans, 1.06 * reference, v, options);
+  int steps = 0;
+  for (; current.point || current.fit_steps > 0; ++steps) {
+    // The loop measured the plan 1% slower than predicted: the corrected deadline is 1% tighter.
+    const double deadline = 1.06 * reference / 1.01;
+    const double limit = std::min(deadline, current.time * (1 - options.step_margin));
+    const bool frontier_meets = std::any_of(frontier.begin(), frontier.end(), [&](double t) { return t <= limit; });
+    const auto next = step_up(plans, current, deadline, v, options);
+    EXPECT_LT(next.time, current.time);
+    if (frontier_meets) {
+      EXPECT_TRUE(next.point || next.fit_steps > 0) << "stepped to all-max from " << current.label();
+      EXPECT_LE(next.time, limit);
+    }
+    current = next;
+    ASSERT_LT(steps, 20);
+  }
+  EXPECT_GT(steps, 1);  // it went through saving plans before all-max
+}
+
+Profile one_stage_profile(double shortest) {
+  std::string csv = "stage,instruction,frequency,time,energy\n";
+  csv += fmt::format("0,forward,1410,{},20\n0,forward,1200,{},18\n", shortest, shortest * 1.1);
+  csv += fmt::format("0,backward,1410,{},40\n0,backward,1200,{},36\n", 2 * shortest, 2.2 * shortest);
+  return parse_profile(csv, "one-stage.csv");
+}
+
+TEST(AutomaticUnitTime, AFewPercentOfNoiseMovesItByAsMuch) {
+  // 50 ms is where a fiftieth of the shortest instruction crosses a power of ten.
+  for (double shortest : {0.05, 0.0050016, 0.5}) {
+    const double unit = automatic_unit_time(one_stage_profile(shortest));
+    for (double change : {0.97, 0.99, 1.01, 1.03}) {
+      const double noisy = automatic_unit_time(one_stage_profile(shortest * change));
+      EXPECT_LT(std::max(noisy, unit) / std::min(noisy, unit), 1.06) << shortest << " x " << change;
+      // With the unit planned before, a re-measured profile keeps it exactly.
+      EXPECT_EQ(automatic_unit_time(one_stage_profile(shortest * change), unit), unit);
+    }
+  }
+  EXPECT_DOUBLE_EQ(automatic_unit_time(one_stage_profile(0.05016)), 0.001);
+  EXPECT_DOUBLE_EQ(automatic_unit_time(one_stage_profile(0.1125)), 0.0022);
+  EXPECT_LE(automatic_unit_time(one_stage_profile(0.0499)), 0.0499 / 50);
+  EXPECT_GE(automatic_unit_time(one_stage_profile(0.0499)), 0.0499 / 50 * 0.9);
+  // Far from what was planned before: the rule again.
+  EXPECT_DOUBLE_EQ(automatic_unit_time(one_stage_profile(0.05016), 0.0001), 0.001);
+  EXPECT_DOUBLE_EQ(automatic_unit_time(one_stage_profile(1e-7)), 1e-6);
+  EXPECT_DOUBLE_EQ(automatic_unit_time(one_stage_profile(500)), 1.0);
+}
+
+}  // namespace
+}  // namespace perseus::online
