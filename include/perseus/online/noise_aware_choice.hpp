@@ -54,7 +54,9 @@ EmulatorNoise emulator_noise(const Variability& v, std::uint64_t seed);
 // The estimate is robust: within a set, the log-ratios of durations a few places apart (each the
 // difference of two independent draws, sd sigma*sqrt(2)), pooled over every set so far, and sigma
 // read off their median absolute value. A slow iteration, a straggler's share of a round or a
-// drift within a round moves few of them; what the sets share (clock, round) cancels.
+// drift within a round moves few of them; what the sets share (clock, round) cancels. One set is
+// one GPU's durations: with tensor parallelism one rank per stage (its peers finish together),
+// each data-parallel pipeline a set of its own (so that GPUs of different speeds do not count as noise).
 class VariabilityEstimator {
  public:
   explicit VariabilityEstimator(int stages);
