@@ -147,6 +147,12 @@ TEST(ExpectedTime, GrowsWithSigmaAndWithPipelines) {
   two.pipelines = 2;
   EXPECT_GT(expected_time(plans, freqs, Variability::uniform(4, 0.02), two),
             expected_time(plans, freqs, Variability::uniform(4, 0.02)));
+  // Thousands of pipelines: drawn as many as the work bound allows, still slower than two.
+  NoiseAwareOptions many;
+  many.pipelines = 4096;
+  many.max_work = 1 << 16;
+  EXPECT_GT(expected_time(plans, freqs, Variability::uniform(4, 0.02), many),
+            expected_time(plans, freqs, Variability::uniform(4, 0.02), two));
   // The same seed gives the same draws: a plan compares with itself exactly.
   EXPECT_EQ(expected_time(plans, freqs, Variability::uniform(4, 0.02)),
             expected_time(plans, freqs, Variability::uniform(4, 0.02)));

@@ -113,8 +113,11 @@ class NoisyPipeline {
         slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
 
     const bool noisy = v.max() > 0;
-    samples_ = noisy ? std::max(options.samples, 1) : 1;
-    pipelines_ = noisy ? std::max(options.pipelines, 1) : 1;
+    pipelines_ = noisy ? std::clamp(options.pipelines, 1, kMaxPipelines) : 1;
+    const std::size_t per_sample = static_cast<std::size_t>(pipelines_) * static_cast<std::size_t>(std::max(nodes_, 1));
+    const int affordable = static_cast<int>(std::min<std::size_t>(options.max_work / per_sample, 1 << 20));
+    samples_ = noisy ? std::max(std::min(std::max(options.samples, 1), affordable), std::min(options.samples, 8)) : 1;
+    samples_ = std::max(samples_, 1);
     node_sigma_.resize(static_cast<std::size_t>(nodes_));
     for (int n = 0; n < nodes_; ++n) {
       const auto& inst = instructions_[static_cast<std::size_t>(n)];

@@ -27,6 +27,7 @@
 // lets rarely critical instructions slow down; docs/benchmarks.md measures what it costs in true
 // slowdown and what it keeps of the saving.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -71,12 +72,18 @@ class VariabilityEstimator {
   std::vector<std::vector<double>> ratios_;  // per stage*2 + kind: |log d_i - log d_j|, bounded
 };
 
+inline constexpr int kMaxPipelines = 64;
+
 struct NoiseAwareOptions {
   int samples = 64;         // Monte Carlo iterations per evaluation
   std::uint64_t seed = 1;   // the draws: the same seed gives the same draws for every plan
   // Data-parallel pipelines meeting at the gradient synchronisation: each sample's iteration
-  // ends with the slowest of this many independently noisy pipelines.
+  // ends with the slowest of this many independently noisy pipelines (at most kMaxPipelines of
+  // them are drawn: the slowest of more grows too slowly to matter next to the work).
   int pipelines = 1;
+  // Bound on one evaluation's work, instructions x pipelines x samples: large pipelines get
+  // fewer samples (at least 8), so that a choice stays within seconds.
+  std::size_t max_work = std::size_t{1} << 22;
   int repair_starts = 6;       // frontier points that repaired plans start from
   int max_repair_rounds = 200; // Monte Carlo evaluations one repair may take
   int max_improve_rounds = 400; // Monte Carlo evaluations of the local search on the best plan
