@@ -279,6 +279,32 @@ TEST_F(SimulateTest, NoiseIsDeterministicForASeedAndTensorParallelRanksShareThei
   EXPECT_NE(a.whole.energy, c.whole.energy);
 }
 
+// Every pipeline slower (a slower cluster); GPUs of fixed, seeded speeds.
+TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
+  for (const char* all : {"all:1.1@3-4", "*:1.1@3-4"}) {
+    auto spec = simulate::parse_straggler(all);
+    EXPECT_EQ(spec.pipeline, simulate::StragglerSpec::kEveryPipeline);
+    EXPECT_TRUE(spec.active(0, 3) && spec.active(5, 4));
+    EXPECT_FALSE(spec.active(0, 5));
+  }
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto config = gpt3_cluster(server.url, 2, 4);
+  config.report_every = 1;
+  config.stragglers.push_back(simulate::parse_straggler("all:1.1@3-3"));
+  auto slow = simulate::simulate_cluster(config);
+  EXPECT_NEAR(slow.reports[2].iteration_time, 1.1 * slow.reports[1].iteration_time, 1e-9);
+  EXPECT_NEAR(slow.reports[3].iteration_time, slow.reports[1].iteration_time, 1e-9);
+  config.stragglers.clear();
+  config.gpu_speed_spread = 0.02;
+  config.seed = 5;
+  auto a = simulate::simulate_cluster(config), b = simulate::simulate_cluster(config);
+  EXPECT_DOUBLE_EQ(a.whole.iteration_time, b.whole.iteration_time);
+  EXPECT_NE(a.whole.pipelines[0].compute_time, a.whole.pipelines[1].compute_time);  // no two pipelines alike
+  EXPECT_NEAR(a.reports[0].iteration_time, a.reports[3].iteration_time, 1e-9);      // the same for the whole run
+  config.gpu_speed_spread = 2;
+  EXPECT_THROW((void)simulate::simulate_cluster(config), Error);
+}
+
 TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
   for (const char* bad : {"1", "x:1.2", "0:0.5", "0:1.2@0", "0:1.2@5-3", "0:abc", "-1:1.2"}) {
     try {

@@ -152,10 +152,13 @@ Runner add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--straggler", args->stragglers,
                   "PIPELINE:FACTOR[@ITERATION[-UNTIL]]: that pipeline runs FACTOR times slower from ITERATION "
-                  "(until UNTIL); repeatable");
+                  "(until UNTIL); PIPELINE all: the whole cluster; repeatable");
   cmd->add_option("--noise", c.noise, "Sigma of a log-normal factor on each instruction's time and energy")
       ->capture_default_str();
   cmd->add_option("--seed", c.seed, "Seed of the noise")->capture_default_str();
+  cmd->add_option("--gpu-speed-spread", c.gpu_speed_spread,
+                  "Sigma of a log-normal factor per GPU on all its instructions, fixed for the run (from --seed)")
+      ->capture_default_str();
   cmd->add_option("--schedule", args->schedule, "1f1b, gpipe or interleaved (with --virtual-stages)")->capture_default_str();
   cmd->add_option("--virtual-stages", c.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages)")

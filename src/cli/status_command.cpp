@@ -31,24 +31,47 @@ std::string percent(const json& value) {
   return value.is_number() ? fmt::format("{:.2f}%", 100 * value.get<double>()) : "-";
 }
 
+// " (95%: a-b)" for an interval [a, b]; nothing otherwise.
+std::string interval(const json& ci, const char* unit) {
+  if (!ci.is_array() || ci.size() != 2 || !ci[0].is_number() || !ci[1].is_number()) return "";
+  return fmt::format(" (95%: {:.4g}-{:.4g} {})", ci[0].get<double>(), ci[1].get<double>(), unit);
+}
+
+std::string percent_interval(const json& ci) {
+  if (!ci.is_array() || ci.size() != 2 || !ci[0].is_number() || !ci[1].is_number()) return "";
+  return fmt::format(" (95%: {:.2f} to {:.2f}%)", 100 * ci[0].get<double>(), 100 * ci[1].get<double>());
+}
+
 void print(const std::string& text) { std::fputs(text.c_str(), stdout); }
 
 // What the turnkey scheduler (Perseus) adds: baseline, profiling, plan, measured, straggler.
 void print_turnkey(const json& job) {
   if (const json& b = job["baseline"]; b.is_object())
-    print(fmt::format("  baseline (all-max, measured): {} and {} per iteration\n", number(b["iteration_time"], "s"),
-                      number(b["energy"], "J")));
+    print(fmt::format("  baseline (all-max, measured): {}{} and {} per iteration{}\n", number(b["iteration_time"], "s"),
+                      interval(b.value("iteration_time_ci", json()), "s"), number(b["energy"], "J"),
+                      b.contains("rounds") ? fmt::format(" over {} rounds ({} left out, {} probes since)",
+                                                         b.value("rounds", 0), b.value("rejected", 0), b.value("probes", 0))
+                                           : ""));
   if (const json& p = job["profiling"]; p.is_object())
     print(fmt::format("  profiling: {}/{} clocks, {} rounds (one round per clock: {}){}\n", p.value("clocks_done", 0),
                       p.value("clocks_total", 0), p.value("rounds", 0), p.value("clocks_available", 0),
                       p.value("reused", false) ? fmt::format(", profile reused from {}", p.value("profile", "")) : ""));
   if (const json& p = job["plan"]; p.is_object())
-    print(fmt::format("  plan: {}, predicted {} and {} per iteration ({} frontier points, {} step-ups)\n",
+    print(fmt::format("  plan: {}, predicted {} and {} per iteration ({} frontier points, {} step-ups){}\n",
                       p.value("label", ""), number(p["predicted_time"], "s"), number(p["predicted_energy"], "J"),
-                      p.value("frontier_points", 0), p.value("step_ups", 0)));
-  if (job["saving"].is_number())
-    print(fmt::format("  deployed: saving {} of the energy at slowdown {} (measured against the baseline)\n",
-                      percent(job["saving"]), percent(job["slowdown"])));
+                      p.value("frontier_points", 0), p.value("step_ups", 0),
+                      p.contains("reason") ? fmt::format("; why: {}", p.value("reason", "")) : ""));
+  if (job["saving"].is_number()) {
+    const json& ref = job.contains("reference") ? job["reference"] : json();
+    print(fmt::format("  deployed: saving {}{} of the energy at slowdown {}{} (measured against the {})\n",
+                      percent(job["saving"]), percent_interval(job.value("saving_ci", json())), percent(job["slowdown"]),
+                      percent_interval(job.value("slowdown_ci", json())),
+                      ref.is_object() ? ref.value("name", "baseline") : std::string("baseline")));
+  }
+  if (const json& d = job.contains("decisions") ? job["decisions"] : json(); d.is_array())
+    for (std::size_t i = d.size() > 3 ? d.size() - 3 : 0; i < d.size(); ++i)
+      print(fmt::format("  decision at round {}: {}: {}\n", d[i].value("round", 0), d[i].value("event", ""),
+                        d[i].value("detail", "")));
   if (const json& s = job["straggler"]; s.is_object())
     print(fmt::format("  straggler: {} ({}), {:.3f}x; the others run the cheapest plan that finishes by {}\n",
                       s["dp_rank"].is_number() ? fmt::format("pipeline {}", s["dp_rank"].get<int>()) : "the job",

@@ -354,14 +354,14 @@ json JobManager::scheduler_status(const Job& job) const {
   return job.scheduler ? job.scheduler->status() : json(nullptr);
 }
 
-json JobManager::summary(const Job& job, const json& own) const {
+json JobManager::summary(const Job& job, const json&) const {
   std::string phase = job.phase == Phase::registering ? "registering"
                       : job.phase != Phase::ended     ? "running"
                       : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
                                                                          : "failed";
-  // The turnkey scheduler's phases (warmup, profiling, ...) while the job runs.
-  if (job.phase != Phase::ended && own.is_object() && own.contains("phase") && own["phase"].is_string())
-    phase = own["phase"].get<std::string>();
+  // A scheduler's own phases (warmup, profiling, ...) while the job runs.
+  if (job.phase != Phase::ended && job.scheduler)
+    if (auto own_phase = job.scheduler->phase()) phase = *own_phase;
   return {{"job_id", job.info.job_id},
           {"scheduler", settings_.scheduler},
           {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
@@ -390,8 +390,6 @@ json JobManager::job_status(const std::string& job_id) const {
   out["end_detail"] = job.phase == Phase::ended ? json(job.end_detail) : json(nullptr);
   out["measured"] = job.measured;
   out["pipelines"] = job.pipelines;
-  // What the turnkey scheduler reports; other schedulers have none of it.
-  for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
   if (own.is_object())
     for (const auto& [key, value] : own.items())
       if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended

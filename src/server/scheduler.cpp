@@ -10,6 +10,12 @@
 
 namespace perseus::server {
 
+nlohmann::json Scheduler::status() const {
+  nlohmann::json out = nlohmann::json::object();
+  for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
+  return out;
+}
+
 void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
   throw RequestError(409, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
 }

@@ -55,6 +55,7 @@ struct Rank {
   double now = 0;       // simulated seconds
   double last_end = 0;  // when its last instruction ended (energy is charged up to here)
   double iteration_energy_start = 0;
+  double speed = 1;  // its GPU's time and energy factor (--gpu-speed-spread)
 };
 
 class Cluster {
@@ -66,6 +67,7 @@ class Cluster {
     for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
     const int world = config_.pipelines * config_.stages * config_.tensor_parallel;
     ranks_.resize(static_cast<std::size_t>(world));
+    std::mt19937_64 speeds(config_.seed ^ 0x5eed5bead5ULL);  // its own stream: the noise stays as it was
     for (int d = 0; d < config_.pipelines; ++d)
       for (int s = 0; s < config_.stages; ++s)
         for (int t = 0; t < config_.tensor_parallel; ++t) {
@@ -73,6 +75,7 @@ class Cluster {
           r.rank = index(d, s, t);
           r.dp = d, r.pp = s, r.tp = t;
           r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
+          r.speed = speed_factor(speeds);
           r.names = client::default_pipe_schedule(s, config_.stages, config_.microbatches, config_.schedule,
                                                   config_.virtual_stages);
         }
@@ -179,8 +182,9 @@ class Cluster {
     if (c.report_every < 1) usage("--report-every must be at least 1");
     if (c.round_iterations < 1) usage("--round-iterations must be at least 1");
     if (!(c.noise >= 0 && c.noise <= 1)) usage("--noise must be between 0 and 1");
+    if (!(c.gpu_speed_spread >= 0 && c.gpu_speed_spread <= 1)) usage("--gpu-speed-spread must be between 0 and 1");
     for (const auto& s : c.stragglers)
-      if (s.pipeline >= c.pipelines)
+      if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
     check_schedule_shape(c.schedule, c.stages, c.microbatches, c.virtual_stages);
     check_profile_covers(by_model_stage(c.profile, c.stages), c.stages * c.virtual_stages);
@@ -252,6 +256,11 @@ class Cluster {
     if (ranks_.front().client) summary.job_id = ranks_.front().client->job_id();
   }
 
+  double speed_factor(std::mt19937_64& rng) const {
+    if (config_.gpu_speed_spread <= 0) return 1;
+    return std::lognormal_distribution<double>(0.0, config_.gpu_speed_spread)(rng);
+  }
+
   double noise_factor() {
     if (config_.noise <= 0) return 1;
     return std::lognormal_distribution<double>(0.0, config_.noise)(rng_);
@@ -278,7 +287,7 @@ class Cluster {
       r.now = start;
       if (r.client) r.client->on_instruction_begin(name);
       std::size_t i = table.index_for(r.gpu->locked_clock());
-      double f = noise_factor() * slow;
+      double f = noise_factor() * slow * r.speed;
       durations_[static_cast<std::size_t>(t)] = table.time[i] * f;
       energies_[static_cast<std::size_t>(t)] = table.energy[i] * f;
       longest = std::max(longest, table.time[i] * f);
@@ -368,15 +377,20 @@ class Cluster {
 
 StragglerSpec parse_straggler(std::string_view text) {
   auto fail = [&](const std::string& why) -> StragglerSpec {
-    throw Error(fmt::format("--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100)",
+    throw Error(fmt::format("--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
                             text, why), kExitUsage);
   };
   StragglerSpec spec;
   auto colon = text.find(':');
   if (colon == std::string_view::npos) return fail("no ':'");
-  auto pipeline = parse_number<int>(text.substr(0, colon));
-  if (!pipeline || *pipeline < 0) return fail("PIPELINE must be a data-parallel rank (0, 1, ...)");
-  spec.pipeline = *pipeline;
+  std::string_view who = text.substr(0, colon);
+  if (who == "all" || who == "*") {
+    spec.pipeline = StragglerSpec::kEveryPipeline;
+  } else {
+    auto pipeline = parse_number<int>(who);
+    if (!pipeline || *pipeline < 0) return fail("PIPELINE must be a data-parallel rank (0, 1, ...) or all");
+    spec.pipeline = *pipeline;
+  }
   std::string_view rest = text.substr(colon + 1);
   auto at = rest.find('@');
   std::string factor_text(rest.substr(0, at));

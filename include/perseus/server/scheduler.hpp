@@ -45,9 +45,12 @@ class Scheduler {
   // Whether next_schedule() can answer now. While false, the job manager holds the round's
   // schedule requests (the ranks wait at the barrier) until the scheduler calls context.wake.
   virtual bool ready() const { return true; }
-  // What GET /jobs/{id} shows of the scheduler's own state (DESIGN §5: phase, profiling, plan,
-  // baseline, measured, saving, slowdown, pipelines, straggler); null when it has none.
-  virtual nlohmann::json status() const { return nullptr; }
+  // What GET /jobs/{id} shows of the scheduler's own state, each key at the top level. Every
+  // scheduler has `profiling`, `plan`, `baseline`, `saving`, `slowdown` and `straggler` (DESIGN §5;
+  // null here: only a scheduler that plans online fills them in).
+  virtual nlohmann::json status() const;
+  // The job's phase while it runs, when the scheduler has phases of its own (warmup, profiling...).
+  virtual std::optional<std::string> phase() const { return std::nullopt; }
   // POST /straggler (a notice) and DELETE /straggler (none). Schedulers that do not follow
   // stragglers refuse with RequestError 409.
   virtual void set_straggler(const std::optional<StragglerNotice>& notice);

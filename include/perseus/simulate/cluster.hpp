@@ -21,18 +21,22 @@
 namespace perseus::simulate {
 
 // A pipeline that runs every instruction `factor` times slower at unchanged power (time and energy
-// scaled), from iteration `from` (1-based) up to and including `until` (0: to the end).
+// scaled), from iteration `from` (1-based) up to and including `until` (0: to the end). Pipeline
+// kEveryPipeline: the whole cluster (a slower environment).
 struct StragglerSpec {
+  static constexpr int kEveryPipeline = -1;
   int pipeline = 0;
   double factor = 1;
   int from = 1;
   int until = 0;
   bool active(int pipeline_index, int iteration) const {
-    return pipeline_index == pipeline && iteration >= from && (until == 0 || iteration <= until);
+    return (pipeline == kEveryPipeline || pipeline_index == pipeline) && iteration >= from &&
+           (until == 0 || iteration <= until);
   }
 };
 
-// Parses PIPELINE:FACTOR[@ITERATION[-UNTIL]]; throws Error (usage) saying what is wrong.
+// Parses PIPELINE:FACTOR[@ITERATION[-UNTIL]] (PIPELINE `all` or `*`: every pipeline); throws Error
+// (usage) saying what is wrong.
 StragglerSpec parse_straggler(std::string_view text);
 
 struct SimulationConfig {
@@ -53,6 +57,9 @@ struct SimulationConfig {
   std::vector<StragglerSpec> stragglers;
   double noise = 0;  // sigma of a log-normal factor (median 1) on each instruction's time and energy
   std::uint64_t seed = 0;
+  // Sigma of a log-normal factor (median 1) per GPU on its every instruction's time and energy,
+  // drawn once from the seed: GPUs of one cluster are not equally fast.
+  double gpu_speed_spread = 0;
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
 };
 

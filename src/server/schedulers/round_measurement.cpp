@@ -45,6 +45,15 @@ std::vector<double> per_occurrence(const Breakdown& breakdown, const char* name,
   return sum;
 }
 
+// Every occurrence of `name` in the kept iterations (per_occurrence checked that there are some).
+std::vector<double> all_kept(const Breakdown& breakdown, const char* name) {
+  const auto& iterations = breakdown.at(name);
+  std::vector<double> out;
+  for (std::size_t i = first_kept(iterations.size()); i < iterations.size(); ++i)
+    out.insert(out.end(), iterations[i].begin(), iterations[i].end());
+  return out;
+}
+
 double total(const std::vector<double>& values) {
   double sum = 0;
   for (double v : values) sum += v;
@@ -53,11 +62,15 @@ double total(const std::vector<double>& values) {
 
 }  // namespace
 
-RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, const std::vector<RankInfo>& ranks,
-                               int dp_degree, const std::vector<std::vector<Instruction>>& orders, int num_microbatches) {
-  RoundMeasurement out;
+online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, const std::vector<RankInfo>& ranks,
+                                       int dp_degree, const std::vector<std::vector<Instruction>>& orders,
+                                       int num_microbatches, bool occurrences) {
+  online::RoundMeasurement out;
   const auto S = orders.size();
-  out.pipeline_energy.assign(static_cast<std::size_t>(dp_degree), 0);
+  const auto D = static_cast<std::size_t>(dp_degree);
+  out.pipeline_energy.assign(D, 0);
+  std::vector<std::map<online::StageKind, std::pair<double, double>>> pipeline_sums(D);
+  std::vector<std::map<online::StageKind, int>> pipeline_counts(D);
   // Per pipeline, stage and slot: the slowest tensor-parallel rank's duration.
   std::vector<std::vector<std::vector<double>>> durations(static_cast<std::size_t>(dp_degree),
                                                           std::vector<std::vector<double>>(S));
@@ -78,10 +91,16 @@ RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, cons
       const char* name = kind == InstructionKind::forward ? "forward" : "backward";
       auto times = per_occurrence(result.time_breakdown, name, result.rank);
       auto energies = per_occurrence(result.energy_breakdown, name, result.rank);
+      double mean_time = total(times) / double(times.size()), mean_energy = total(energies) / double(energies.size());
       auto& sum = sums[{info.pp_rank, kind}];
-      sum.first += total(times) / double(times.size());
-      sum.second += total(energies) / double(energies.size());
+      sum.first += mean_time;
+      sum.second += mean_energy;
       ++counts[{info.pp_rank, kind}];
+      auto& mine = pipeline_sums[static_cast<std::size_t>(info.dp_rank)][{info.pp_rank, kind}];
+      mine.first += mean_time;
+      mine.second += mean_energy;
+      ++pipeline_counts[static_cast<std::size_t>(info.dp_rank)][{info.pp_rank, kind}];
+      if (occurrences) out.occurrences[{info.pp_rank, kind}].push_back(all_kept(result.time_breakdown, name));
       busy_time += total(times), busy_energy += total(energies);
       std::size_t k = 0;  // the k-th occurrence of this kind is the k-th slot of this kind in the order
       for (std::size_t slot = 0; slot < order.size() && k < times.size(); ++slot)
@@ -96,7 +115,14 @@ RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, cons
     double n = counts[key];
     out.instructions[key] = {sum.first / n, sum.second / n};
   }
+  out.pipeline_instructions.resize(D);
+  for (std::size_t d = 0; d < D; ++d)
+    for (const auto& [key, sum] : pipeline_sums[d]) {
+      double n = pipeline_counts[d][key];
+      out.pipeline_instructions[d][key] = {sum.first / n, sum.second / n};
+    }
   if (idle_time > 1e-9) out.blocking_power = idle_energy / idle_time;
+  out.slot_time = durations;
   for (const auto& pipeline : durations) {
     bool complete = std::all_of(pipeline.begin(), pipeline.end(), [](const auto& s) { return !s.empty(); });
     out.pipeline_time.push_back(complete ? pipeline_makespan(orders, num_microbatches, pipeline) : 0.0);

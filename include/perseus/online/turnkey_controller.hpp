@@ -1,0 +1,261 @@
+#pragma once
+// The turnkey loop (DESIGN §5) as a controller of its own: rounds measured go in, each round's
+// clocks per pipeline and the decisions taken come out. It measures the all-max baseline, profiles
+// every (stage, kind) online (clocks top down, coarse to fine, early stop, every stage and kind at
+// once), plans on a worker thread, deploys the cheapest plan that meets the target, verifies it
+// against the baseline under the current conditions and steps to faster plans when it is measurably
+// slower, and slows the other pipelines down to a straggler's pace (detected from the measured
+// instruction durations, or told) until it recovers. No I/O: the caller runs the ranks, turns their
+// results into RoundMeasurements and shows the state. Deterministic given the rounds (and the
+// plans), so that replaying a job's rounds into a new controller restores it.
+#include <array>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perseus/online/background_planner.hpp"
+#include "perseus/online/clock_scan.hpp"
+#include "perseus/online/round_measurement.hpp"
+#include "perseus/online/straggler_detector.hpp"
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/profile/profile.hpp"
+
+namespace perseus::online {
+
+struct ControllerConfig {
+  // Top-clock rounds before profiling. The first carries start-up effects; the others are the
+  // baseline, less rounds in which a pipeline was slower than the rest and outliers in time or
+  // energy (median +- 3.5 scaled MADs); up to three times as many rounds when too few are clean.
+  int warmup_rounds = 5;
+  bool wait_for_plan = false;  // hold the rounds while planning (else: train at the top clock)
+  bool interpolate = true;     // plan with the clocks between measured ones too (interpolated)
+  int refine_passes = 0;       // measure the interpolated clocks a plan runs, then plan again
+  double slowdown = 1.0;
+  std::optional<double> deadline;
+  double tolerance = 0.005;
+  int verify_rounds = 3;
+  int max_step_ups = 8;
+  // While deployed, one all-max round every this many rounds re-checks the baseline (0: never).
+  int probe_every = 40;
+  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each time).
+  int retry_after = 60;
+  std::optional<double> unit_time;
+  CostModelKind cost_model = CostModelKind::automatic;
+  ScanOptions scan;
+  DetectorOptions detector;
+};
+
+// The job as the controller sees it.
+struct JobShape {
+  int stages = 1;
+  int microbatches = 1;
+  int pipelines = 1;  // data parallel
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> clocks;  // every rank supports these, descending
+  int gpus_per_stage = 1;   // tensor parallel: GPUs that run one stage of one pipeline
+};
+
+enum class ControllerPhase { warmup, profiling, planning, deployed };
+const char* to_string(ControllerPhase phase);
+
+struct Decision {
+  int round = 0;
+  std::string event, detail;
+};
+
+// What the controller is told of a straggler (POST /straggler): exactly one of slowdown (times the
+// baseline time) and iteration_time (seconds); the slow pipeline when known.
+struct StragglerTold {
+  std::optional<double> slowdown, iteration_time;
+  std::optional<int> pipeline;
+};
+
+struct ActiveStraggler {
+  std::optional<int> pipeline;  // the slow pipeline, when known
+  double slowdown = 1;
+  double compute_time = 0;  // its compute-bound iteration time (the model's terms): what the others slow down to
+  bool told = false;        // through the API, not detected
+};
+
+// Clocks for one round: per pipeline, per stage, per slot of the stage's schedule (forwards and
+// backwards only); none: every rank at its top clock.
+using RoundClocks = std::optional<std::vector<std::vector<std::vector<int>>>>;
+
+struct ControllerHooks {
+  std::function<void(const Decision&)> decided = [](const Decision&) {};
+  std::function<void(const Profile&)> profiled = [](const Profile&) {};  // the profile measured online
+  std::function<void()> wake = [] {};  // from the planner's thread: ready() may have become true
+  std::filesystem::path record_dir;    // where the planner writes the frontier; empty: nowhere
+  std::string profile_source;          // the profile's name in the frontier record
+};
+
+// A measured quantity with its uncertainty.
+struct Estimate {
+  double value = 0;
+  double low = 0, high = 0;  // a 95% interval
+};
+
+// The mean of `values` without outliers (further than 3.5 scaled MADs from the median), with a 95%
+// interval from their spread; `kept` says which were used.
+Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept = nullptr);
+
+// What the reported numbers are measured against: the all-max baseline as the current conditions
+// would make it run (a whole-cluster slowdown or a straggler stretches it; DESIGN §5).
+struct Reference {
+  std::string name;           // "all-max baseline", "... at the straggler's pace", "... under current conditions"
+  double iteration_time = 0;  // seconds per iteration
+  double energy = 0;          // joules per iteration, whole job
+  double conditions = 1;      // the slowest pipeline's measured/profiled instruction time at the top clock
+};
+
+class TurnkeyController {
+ public:
+  // `reused`: a profile to plan from instead of profiling. Throws std::invalid_argument on a bad shape.
+  TurnkeyController(ControllerConfig config, JobShape shape, std::optional<Profile> reused = std::nullopt,
+                    ControllerHooks hooks = {});
+  ~TurnkeyController();
+  TurnkeyController(const TurnkeyController&) = delete;
+  TurnkeyController& operator=(const TurnkeyController&) = delete;
+
+  // Whether next_round() can answer now (false only while planning with wait_for_plan).
+  bool ready() const;
+  RoundClocks next_round();
+  void observe(const RoundMeasurement& m);
+  void set_straggler(const std::optional<StragglerTold>& told);
+  // Whether observe() wants RoundMeasurement::occurrences filled for the round it is running.
+  bool wants_occurrences() const;
+
+  // --- state, for status pages ---
+  ControllerPhase phase() const { return phase_; }
+  int round() const { return round_; }
+  const JobShape& shape() const { return shape_; }
+  const ControllerConfig& config() const { return config_; }
+  bool reused_profile() const { return reused_; }
+  int profiling_rounds() const { return profiling_rounds_; }
+  std::size_t clocks_measured() const;
+  std::size_t clocks_planned() const;
+  bool has_baseline() const { return baseline_rounds_ > 0; }
+  double baseline_time() const { return baseline_time_; }
+  double baseline_energy() const { return baseline_energy_; }
+  const Estimate& baseline_time_estimate() const { return baseline_time_estimate_; }
+  const Estimate& baseline_energy_estimate() const { return baseline_energy_estimate_; }
+  int baseline_rounds() const { return baseline_rounds_; }
+  int baseline_rejected() const { return baseline_rejected_; }
+  int probes() const { return probes_; }
+  // The reference now; the baseline itself before deployment.
+  Reference reference() const;
+  // Why the target plan is the one it is (deployed, stepped up, retried, ...).
+  const std::string& plan_reason() const { return plan_reason_; }
+  // Log-normal sigma per stage and kind, measured in warm-up and profiling rounds.
+  std::vector<std::array<double, 2>> variability() const;
+  std::optional<double> p_block() const { return p_block_; }
+  double target_time() const;
+  const PlanningOutput* plans() const { return plans_ ? &*plans_ : nullptr; }
+  const ChosenPlan* target_plan() const { return target_plan_ ? &*target_plan_ : nullptr; }
+  // The plan pipeline d runs; null before deployment.
+  const ChosenPlan* plan_of(std::size_t pipeline) const;
+  double scale() const { return scale_; }  // measured all-max time over the model's
+  int step_ups() const { return step_ups_; }
+  const std::optional<ActiveStraggler>& straggler() const { return straggler_; }
+  // Mean of the rounds on the current plans; none before any.
+  struct Measured {
+    double iteration_time = 0, energy = 0;
+    int rounds = 0;
+  };
+  std::optional<Measured> measured() const;
+  // Against reference(): 1 - energy/reference energy and time/reference time - 1, with 95% intervals,
+  // for the rounds on the current plans weighted by the share of deployed rounds that were not
+  // probes (what training gets).
+  std::optional<Estimate> saving() const;
+  std::optional<Estimate> slowdown() const;
+  const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
+  const std::vector<double>& last_pipeline_energy() const { return last_pipeline_energy_; }
+  const std::vector<Decision>& decisions() const { return decisions_; }
+
+ private:
+  void decide(const std::string& event, const std::string& detail);
+  std::size_t scan_index(int stage, InstructionKind kind) const;
+  double target_deadline() const;
+  double target_deadline_for(const PlanningOutput& plans) const;
+  void add_baseline(const RoundMeasurement& m, double conditions);
+  void estimate_baseline();
+  std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
+  std::vector<double> pipeline_conditions(const RoundMeasurement& m) const;
+  void add_variability(const RoundMeasurement& m);
+  bool observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios);
+  void observe_probe(const RoundMeasurement& m);
+  void judge_plan();
+  double plan_share() const;
+  void observe_warmup(int round, const RoundMeasurement& m);
+  void observe_profiling(const RoundMeasurement& m);
+  void observe_deployed(const RoundMeasurement& m);
+  bool profiling_done() const;
+  RoundClocks profiling_clocks();
+  void finish_profiling();
+  void start_planning(Profile profile);
+  void plan_ready();
+  void deploy_plan();
+  void assign_plans(const std::string& why);
+  RoundClocks plan_clocks() const;
+  std::string describe(const ChosenPlan& plan) const;
+
+  ControllerConfig config_;
+  JobShape shape_;
+  ControllerHooks hooks_;
+  std::vector<std::vector<Instruction>> orders_;
+  std::vector<ClockScan> scans_;  // per (stage, kind)
+  std::vector<std::pair<std::optional<int>, std::optional<int>>> issued_;  // this round's (forward, backward) per stage
+  std::optional<Profile> reused_profile_;
+  bool reused_ = false;
+  ControllerPhase phase_ = ControllerPhase::warmup;
+  int round_ = 0;
+  int profiling_rounds_ = 0;
+  double baseline_time_ = 0, baseline_energy_ = 0;
+  int baseline_rounds_ = 0, baseline_rejected_ = 0;
+  Estimate baseline_time_estimate_, baseline_energy_estimate_;
+  struct AllMaxRound {
+    double time = 0, energy = 0, conditions = 1;
+  };
+  std::vector<AllMaxRound> baseline_samples_;  // clean all-max rounds the baseline is estimated from
+  double baseline_conditions_ = 1;             // the conditions those rounds ran under
+  std::vector<AllMaxRound> probe_samples_;     // probes that disagreed with the baseline, in a row
+  int warmup_seen_ = 0;                        // warm-up rounds observed
+  int probes_ = 0;
+  int plan_rounds_ = 0;  // deployed rounds that ran the plans
+  bool probing_ = false;                       // the round running now is an all-max probe
+  int rounds_since_probe_ = 0;
+  bool ran_plan_ = false;                      // the round running now runs the plans
+  bool last_round_on_plans_ = false;           // the last round observed ran the plans
+  int steps_since_retry_ = 0;
+  std::vector<double> conditions_;             // per pipeline, the last deployed round's
+  std::string plan_reason_;
+  std::optional<ChosenPlan> saving_plan_;      // the plan stepped up from, tried again later
+  int retry_round_ = -1, retry_interval_ = 0;
+  std::unique_ptr<struct VariabilityState> variability_;
+  double idle_power_sum_ = 0;
+  int idle_power_rounds_ = 0;
+  std::optional<double> p_block_;
+  BackgroundPlanner planner_;
+  std::optional<PlanningOutput> plans_;
+  double scale_ = 1;
+  std::optional<ChosenPlan> target_plan_, slowed_plan_;
+  std::vector<bool> slowed_;  // per pipeline: runs slowed_plan_ (for a straggler)
+  bool deployed_once_ = false;
+  int step_ups_ = 0;
+  int refine_passes_ = 0;
+  int rounds_on_plan_ = 0;
+  struct PlanRound {
+    double time = 0, energy = 0;
+    Reference reference;
+  };
+  std::vector<PlanRound> measured_;  // the last rounds on the current plans
+  std::vector<double> last_pipeline_time_, last_pipeline_energy_;
+  StragglerDetector detector_;
+  std::optional<StragglerTold> told_straggler_;
+  std::optional<ActiveStraggler> straggler_;
+  std::vector<Decision> decisions_;
+};
+
+}  // namespace perseus::online

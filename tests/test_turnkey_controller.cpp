@@ -1,0 +1,231 @@
+// The turnkey controller on its own (DESIGN §5): synthetic rounds in, clocks and decisions out,
+// no server and no processes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "perseus/online/turnkey_controller.hpp"
+#include "perseus/profile/synthetic.hpp"
+#include "synthetic_rounds.hpp"
+
+namespace perseus {
+namespace {
+
+using online::ControllerConfig;
+using online::TurnkeyController;
+using testing::SyntheticCluster;
+
+SyntheticCluster small_cluster(int pipelines = 2) {
+  SyntheticGpu gpu;
+  gpu.num_stages = 4;
+  SyntheticCluster c;
+  c.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic");
+  c.stages = 4;
+  c.microbatches = 6;
+  c.pipelines = pipelines;
+  c.p_block = gpu.idle_power;
+  return c;
+}
+
+ControllerConfig config() {
+  ControllerConfig c;
+  c.wait_for_plan = true;  // deterministic: no rounds pass while planning
+  c.unit_time = 1e-3;
+  return c;
+}
+
+std::vector<std::string> events(const TurnkeyController& c) {
+  std::vector<std::string> out;
+  for (const auto& d : c.decisions()) out.push_back(d.event);
+  return out;
+}
+
+bool has(const std::vector<std::string>& list, const std::string& event) {
+  return std::find(list.begin(), list.end(), event) != list.end();
+}
+
+TEST(TurnkeyController, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
+  auto cluster = small_cluster();
+  TurnkeyController controller(config(), cluster.shape());
+  testing::run_rounds(controller, cluster, 40);
+  EXPECT_EQ(controller.phase(), online::ControllerPhase::deployed);
+  EXPECT_EQ(events(controller), (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned",
+                                                          "deployed"}));
+  ASSERT_TRUE(controller.saving() && controller.slowdown());
+  EXPECT_GT(controller.saving()->value, 0.02);
+  EXPECT_LE(controller.slowdown()->value, 0.005);
+  EXPECT_LE(controller.profiling_rounds() * 2, static_cast<int>(cluster.shape().clocks.size()));
+  EXPECT_NEAR(*controller.p_block(), cluster.p_block, 1e-6);
+}
+
+TEST(TurnkeyController, ReplayingTheSameRoundsRestoresTheSameState) {
+  auto cluster = small_cluster();
+  cluster.noise = 0.01;
+  TurnkeyController first(config(), cluster.shape());
+  auto rounds = testing::run_rounds(first, cluster, 30);
+  TurnkeyController second(config(), cluster.shape());
+  for (const auto& m : rounds) {
+    while (!second.ready()) std::this_thread::yield();
+    (void)second.next_round();
+    second.observe(m);
+  }
+  EXPECT_EQ(events(second), events(first));
+  EXPECT_EQ(second.baseline_time(), first.baseline_time());
+  EXPECT_EQ(second.profiling_rounds(), first.profiling_rounds());
+  ASSERT_TRUE(first.target_plan() && second.target_plan());
+  EXPECT_EQ(second.target_plan()->frequencies, first.target_plan()->frequencies);
+}
+
+TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers) {
+  auto cluster = small_cluster();
+  cluster.factor = [](int d, int r, int) { return d == 1 && r >= 30 && r < 40 ? 1.2 : 1.0; };
+  TurnkeyController controller(config(), cluster.shape());
+  testing::run_rounds(controller, cluster, 35);
+  ASSERT_TRUE(controller.straggler().has_value());
+  EXPECT_EQ(controller.straggler()->pipeline, 1);
+  EXPECT_NEAR(controller.straggler()->slowdown, 1.2, 0.02);
+  EXPECT_GT(controller.plan_of(0)->time, controller.plan_of(1)->time);  // pipeline 0 slowed down
+  testing::run_rounds(controller, cluster, 10);  // rounds 0.. again: no straggler in them
+  EXPECT_FALSE(controller.straggler().has_value());
+  EXPECT_TRUE(has(events(controller), "straggler detected"));
+  EXPECT_TRUE(has(events(controller), "straggler recovered"));
+}
+
+TEST(TurnkeyController, StepsToAFasterPlanWhenTheDeployedOneIsMeasurablySlower) {
+  auto cluster = small_cluster(1);
+  const int top = cluster.shape().clocks.front();
+  cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };  // the profile is optimistic
+  // Plan from the optimistic profile (as a reused profile file would be).
+  TurnkeyController controller(config(), cluster.shape(), cluster.profile);
+  testing::run_rounds(controller, cluster, 40);
+  EXPECT_GE(controller.step_ups(), 1);
+  EXPECT_TRUE(has(events(controller), "stepped up"));
+  ASSERT_TRUE(controller.slowdown());
+  EXPECT_LE(controller.slowdown()->value, 0.005);
+}
+
+
+// --- A baseline that can be trusted, attribution, true numbers ----------------------------------
+
+TEST(RobustMean, LeavesOutlyingRoundsOutAndGivesAnInterval) {
+  std::vector<bool> kept;
+  auto e = online::robust_mean({1.00, 1.01, 0.99, 1.00, 1.30}, &kept);
+  EXPECT_EQ(kept, (std::vector<bool>{true, true, true, true, false}));
+  EXPECT_NEAR(e.value, 1.0, 1e-12);
+  EXPECT_LT(e.low, 1.0);
+  EXPECT_GT(e.high, 1.0);
+  EXPECT_LT(e.high - e.low, 0.05);
+}
+
+double clean_baseline() {
+  auto cluster = small_cluster();
+  TurnkeyController controller(config(), cluster.shape());
+  testing::run_rounds(controller, cluster, 6);
+  return controller.baseline_time();
+}
+
+TEST(TurnkeyController, ASlowRoundOfTheWholeClusterIsLeftOutOfTheBaseline) {
+  auto cluster = small_cluster();
+  cluster.factor = [](int, int r, int k) { return r == 2 && k == 1 ? 1.3 : 1.0; };  // one slow iteration
+  TurnkeyController controller(config(), cluster.shape());
+  testing::run_rounds(controller, cluster, 7);
+  ASSERT_TRUE(controller.has_baseline());
+  EXPECT_EQ(controller.baseline_rejected(), 1);
+  EXPECT_NEAR(controller.baseline_time(), clean_baseline(), 1e-9);
+}
+
+TEST(TurnkeyController, ARoundWithOneSlowPipelineIsLeftOutOfTheBaseline) {
+  auto cluster = small_cluster();
+  cluster.factor = [](int d, int r, int) { return d == 1 && r == 1 ? 1.3 : 1.0; };
+  TurnkeyController controller(config(), cluster.shape());
+  testing::run_rounds(controller, cluster, 7);
+  EXPECT_NEAR(controller.baseline_time(), clean_baseline(), 1e-9);
+  EXPECT_EQ(controller.baseline_rounds(), 4);  // the warm-up went on for one more round
+  EXPECT_EQ(controller.baseline_rejected(), 1);
+}
+
+TEST(TurnkeyController, AStragglerWhileProfilingIsDetectedAndKeptOutOfTheProfile) {
+  Profile clean, disturbed;
+  auto run = [](Profile& out, bool straggler) {
+    auto cluster = small_cluster();
+    if (straggler) cluster.factor = [](int d, int r, int) { return d == 1 && r >= 5 && r < 12 ? 1.3 : 1.0; };
+    auto hooks = online::ControllerHooks{};
+    hooks.profiled = [&out](const Profile& p) { out = p; };
+    TurnkeyController controller(config(), cluster.shape(), std::nullopt, hooks);
+    testing::run_rounds(controller, cluster, 20);
+    return events(controller);
+  };
+  (void)run(clean, false);
+  auto seen = run(disturbed, true);
+  EXPECT_TRUE(has(seen, "straggler detected"));
+  ASSERT_EQ(disturbed.rows.size(), clean.rows.size());
+  for (std::size_t i = 0; i < clean.rows.size(); ++i) {
+    EXPECT_EQ(disturbed.rows[i].frequency, clean.rows[i].frequency);
+    EXPECT_NEAR(disturbed.rows[i].time, clean.rows[i].time, 1e-12);
+  }
+}
+
+// Energy and time of all-max in round r of `cluster`: the twin the numbers are measured against.
+std::pair<double, double> twin(SyntheticCluster cluster, int r) {
+  auto m = cluster.run(std::nullopt, r);
+  return {m.iteration_time, m.energy};
+}
+
+TEST(TurnkeyController, AWholeClusterSlowdownScalesTheReferenceAndDoesNotCondemnThePlan) {
+  auto cluster = small_cluster();
+  cluster.noise = 0.005;
+  cluster.factor = [](int, int r, int) { return r >= 30 && r < 60 ? 1.1 : 1.0; };
+  auto c = config();
+  c.probe_every = 0;
+  TurnkeyController controller(c, cluster.shape());
+  std::vector<online::RoundMeasurement> rounds;
+  for (int r = 0; r < 50; ++r) {
+    while (!controller.ready()) std::this_thread::yield();
+    rounds.push_back(cluster.run(controller.next_round(), r));
+    controller.observe(rounds.back());
+  }
+  EXPECT_EQ(controller.step_ups(), 0) << ::testing::PrintToString(events(controller));
+  EXPECT_NE(controller.reference().name.find("current conditions"), std::string::npos) << controller.reference().name;
+  auto saving = controller.saving();
+  ASSERT_TRUE(saving);
+  double truth = 0;
+  for (int r = 40; r < 50; ++r) truth += 1 - rounds[static_cast<std::size_t>(r)].energy / twin(cluster, r).second;
+  truth /= 10;
+  EXPECT_NEAR(saving->value, truth, 0.005);
+  EXPECT_LE(saving->low, truth);
+  EXPECT_GE(saving->high, truth);
+}
+
+TEST(TurnkeyController, ProbesCorrectABaselineMeasuredInASlowSpell) {
+  auto cluster = small_cluster();
+  cluster.factor = [](int, int r, int) { return r < 6 ? 1.04 : 1.0; };  // the whole warm-up ran slow
+  auto c = config();
+  c.probe_every = 5;
+  TurnkeyController controller(c, cluster.shape());
+  testing::run_rounds(controller, cluster, 45);
+  EXPECT_TRUE(has(events(controller), "baseline corrected"));
+  EXPECT_NEAR(controller.baseline_time(), clean_baseline(), 1e-6);
+  EXPECT_GT(controller.probes(), 0);
+}
+
+TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLater) {
+  auto cluster = small_cluster(1);
+  const int top = cluster.shape().clocks.front();
+  cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };
+  auto c = config();
+  c.retry_after = 10;
+  c.slowdown = 1.05;  // plans between the target's and all-max's time exist to step to
+  TurnkeyController controller(c, cluster.shape(), cluster.profile);
+  testing::run_rounds(controller, cluster, 60);
+  ASSERT_TRUE(has(events(controller), "stepped up")) << ::testing::PrintToString(events(controller));
+  EXPECT_TRUE(has(events(controller), "retrying"));
+  const auto& log = controller.decisions();
+  auto first_step = std::find_if(log.begin(), log.end(), [](const auto& d) { return d.event == "stepped up"; });
+  EXPECT_EQ(first_step->detail.find("to all-max"), std::string::npos) << first_step->detail;
+  ASSERT_TRUE(controller.slowdown());
+}
+
+}  // namespace
+}  // namespace perseus
