@@ -86,7 +86,10 @@ Args parse(int argc, char** argv) {
   return a;
 }
 
-std::uint64_t mix(std::uint64_t a, std::uint64_t b) { return (a + 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL ^ (b + 1) * 0x94d049bb133111ebULL; }
+// Seeds for (purpose, seed, round, pipeline, iteration): distinct streams from a few integers.
+std::uint64_t mix(std::uint64_t a, std::uint64_t b) {
+  return (a + 0x9e3779b97f4a7c15ULL) * 0xbf58476d1ce4e5b9ULL ^ (b + 1) * 0x94d049bb133111ebULL;
+}
 
 // Variability from noisy all-max rounds: each (stage, kind, pipeline, round) one sample set.
 Variability measure(const Emulator& emulator, const PlanningOutput& plans, const Args& args, double sigma,

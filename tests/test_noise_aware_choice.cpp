@@ -12,6 +12,7 @@
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
 #include "perseus/plan/frontier_record.hpp"
+#include "perseus/profile/profile.hpp"
 #include "perseus/profile/synthetic.hpp"
 
 namespace perseus::online {
@@ -258,6 +259,65 @@ TEST(StepUp, StrictlyFasterAndNotAllMaxWhileAFrontierPlanMeets) {
     ASSERT_LT(steps, 20);
   }
   EXPECT_GT(steps, 1);  // it went through saving plans before all-max
+}
+
+// The measured GPT-3 175B A100 profile (8 stages, 12 microbatches, 2 pipelines) at sigma 0.02:
+// the variability estimated from noisy all-max rounds, the plan chosen for zero slowdown, then
+// judged with fresh draws against an all-max twin (bench/noise_choice.cpp over more cases).
+TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
+  PlanningInput input;
+  input.profile = read_profile(std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv");
+  input.config.num_stages = 8;
+  input.config.num_microbatches = 12;
+  input.config.p_block = 83.64;
+  input.config.unit_time = automatic_unit_time(input.profile);
+  const PlanningOutput plans = plan_online(input);
+  const Emulator& emulator = *plans.emulator;
+  const auto truth = Variability::uniform(8, 0.02);
+  const auto top = all_max(plans).frequencies;
+
+  VariabilityEstimator estimator(8);
+  for (std::uint64_t round = 0; round < 4; ++round) {
+    std::vector<std::vector<double>> sets(16);
+    for (std::uint64_t it = 0; it < 10; ++it) {
+      const auto run = emulator.run(top, emulator_noise(truth, 1000 + 10 * round + it));
+      for (std::size_t s = 0; s < 8; ++s)
+        for (const auto& unit : run.instructions[s])
+          sets[2 * s + (unit.instruction.kind == InstructionKind::forward ? 0 : 1)].push_back(unit.duration);
+    }
+    for (int s = 0; s < 8; ++s) {
+      estimator.add(s, InstructionKind::forward, sets[static_cast<std::size_t>(2 * s)]);
+      estimator.add(s, InstructionKind::backward, sets[static_cast<std::size_t>(2 * s + 1)]);
+    }
+  }
+  const auto v = estimator.estimate();
+  EXPECT_NEAR(v.of(3, InstructionKind::backward), 0.02, 0.002);
+
+  NoiseAwareOptions options;
+  options.pipelines = 2;
+  const auto chosen = choose_plan_under_noise(plans, deadline_for(plans, 1, v, options), v, options);
+  ASSERT_TRUE(chosen.point.has_value()) << chosen.label();
+
+  // Truth: 300 iterations of two pipelines, each iteration as long as the slower one.
+  auto cluster = [&](const std::vector<std::vector<int>>& plan) {
+    double time = 0, energy = 0;
+    for (std::uint64_t it = 0; it < 300; ++it) {
+      const auto a = emulator.run(plan, emulator_noise(truth, 5000 + 2 * it));
+      const auto b = emulator.run(plan, emulator_noise(truth, 5001 + 2 * it));
+      const double t = std::max(a.iteration_time, b.iteration_time);
+      time += t;
+      energy += a.energy + b.energy + 8 * 83.64 * (2 * t - a.iteration_time - b.iteration_time);
+    }
+    return std::pair{time, energy};
+  };
+  const auto [base_time, base_energy] = cluster(top);
+  const auto [time, energy] = cluster(chosen.frequencies);
+  const auto ideal = choose_plan(plans, plans.all_max().time);
+  const double ideal_saving = 1 - ideal.energy / plans.all_max().energy;
+  EXPECT_LE(time / base_time - 1, 0.005);
+  EXPECT_GE(1 - energy / base_energy, 0.8 * ideal_saving);
+  // The noise-free choice, for contrast, is measurably slower under the same draws.
+  EXPECT_GT(cluster(ideal.frequencies).first / base_time - 1, 0.004);
 }
 
 Profile one_stage_profile(double shortest) {

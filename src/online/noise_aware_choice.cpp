@@ -249,7 +249,8 @@ class NoisyPipeline {
     const double mean = sum_time / samples_;
     out.estimate.time = mean;
     out.estimate.energy = sum_energy / samples_;
-    out.estimate.time_stddev = samples_ > 1 ? std::sqrt(std::max(0.0, (sum_sq - samples_ * mean * mean) / (samples_ - 1))) : 0;
+    const double variance = samples_ > 1 ? (sum_sq - samples_ * mean * mean) / (samples_ - 1) : 0;
+    out.estimate.time_stddev = std::sqrt(std::max(0.0, variance));
     return out;
   }
 
@@ -344,7 +345,8 @@ class Chooser {
 
   ChosenPlan frontier_plan(std::size_t point) {
     auto it = estimates_.find(point);
-    if (it == estimates_.end()) it = estimates_.emplace(point, noisy_.evaluate(frequencies(point), NoisyPipeline::Detail::time).estimate).first;
+    if (it == estimates_.end())
+      it = estimates_.emplace(point, noisy_.evaluate(frequencies(point), NoisyPipeline::Detail::time).estimate).first;
     return {point, 0, frequencies(point), it->second.time, it->second.energy};
   }
 
@@ -542,7 +544,8 @@ class Chooser {
       const auto& clocks = noisy_.emulator().clocks(noisy_.instruction(n));
       const auto index = [&](int clock) { return std::find(clocks.begin(), clocks.end(), clock) - clocks.begin(); };
       const auto [s, k] = noisy_.slot(n);
-      steps += static_cast<int>(std::abs(index(freqs[static_cast<std::size_t>(s)][k]) - index(base[static_cast<std::size_t>(s)][k])));
+      const auto stage = static_cast<std::size_t>(s);
+      steps += static_cast<int>(std::abs(index(freqs[stage][k]) - index(base[stage][k])));
     }
     return steps;
   }

@@ -2,7 +2,7 @@
 // Choosing plans for the cluster they run on (DESIGN §5). Real GPUs vary from one kernel to the
 // next. A plan that balances many near-critical paths ends later under that noise than its
 // noise-free emulated time says (the iteration ends with the longest of many noisy paths), more
-// so than all-max, which has one dominant path. So plans are judged here by their expected
+// so than all-max, which leaves slack beside its critical paths. So plans are judged here by their expected
 // iteration time under the measured variability: a Monte Carlo run of the emulator's pipeline in
 // which each instruction's time and energy are scaled by a log-normal factor (median 1) with the
 // sigma of its (stage, kind), the same draws for every plan compared (common random numbers), so
