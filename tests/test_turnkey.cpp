@@ -603,10 +603,11 @@ TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
 namespace perseus {
 namespace {
 
-// With 2% noise on every instruction, the plan that the model says is as fast as all-max runs
-// measurably slower (a noisy maximum over many near-critical paths); nothing is faster in the model,
-// so the loop falls back to all-max: the user asked for no slowdown.
-TEST_F(TurnkeyTest, UnderNoiseAMeasurablySlowerPlanFallsBackToAllMax) {
+// With 2% noise on every instruction, the plan that the noise-free model calls as fast as all-max
+// runs measurably slower (a noisy maximum over many near-critical paths). The loop estimates the
+// noise from the rounds it measured and chooses the plan by its expected time under it: it keeps
+// most of the saving without a measurable slowdown, and never needs to fall back to all-max.
+TEST_F(TurnkeyTest, UnderNoiseThePlanIsChosenForTheNoiseAndKeepsTheSaving) {
   testing::TestServer server(settings("Perseus", perseus_args()));
   auto config = gpt3_cluster(server.url, 4, 300);
   config.noise = 0.02;
@@ -614,8 +615,9 @@ TEST_F(TurnkeyTest, UnderNoiseAMeasurablySlowerPlanFallsBackToAllMax) {
   auto summary = simulate::simulate_cluster(config);
   json s = status(server, summary.job_id);
   EXPECT_LE(s["slowdown"].get<double>(), 0.005) << s.dump();
-  EXPECT_EQ(s["plan"]["label"], "all-max");
-  EXPECT_EQ(s["plan"]["step_ups"], 1);
+  EXPECT_GT(s["saving"].get<double>(), 0.10) << s.dump();
+  EXPECT_NE(s["plan"]["label"], "all-max");
+  EXPECT_EQ(s["plan"]["step_ups"], 0);
 }
 
 }  // namespace

@@ -419,7 +419,7 @@ void TurnkeyController::deploy_plan() {
                                 pwl.empty() ? "exponential everywhere"
                                             : fmt::format("piecewise-linear for {} (the exponential fit failed), "
                                                           "exponential elsewhere", fmt::join(pwl, ", "))));
-  target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate());
+  target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate(), shape_.pipelines);
   plan_reason_ = "the cheapest plan predicted to meet the target";
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
@@ -464,7 +464,7 @@ void TurnkeyController::assign_plans(const std::string& why) {
   std::optional<ChosenPlan> slowed_plan;
   // The others finish by the straggler's time, but never later than the target asks.
   if (next && next->compute_time > target_plan_->time) {
-    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, next->compute_time, variability_->estimator.estimate());
+    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, next->compute_time, variability_->estimator.estimate(), shape_.pipelines);
     for (std::size_t d = 0; d < slowed.size(); ++d)
       if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
   }
@@ -646,7 +646,7 @@ void TurnkeyController::judge_plan() {
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
   if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_) {
     ChosenPlan before_plan = *target_plan_;
-    target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate());
+    target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate(), shape_.pipelines);
     saving_plan_.reset();
     retry_round_ = -1;
     steps_since_retry_ = 0;
@@ -673,7 +673,7 @@ void TurnkeyController::judge_plan() {
     // Correct the prediction by what was measured and take the next plan that then meets the target.
     double correction = measured_time / (target_plan_->time * scale_);
     double deadline = std::min(target / (scale_ * correction), target_plan_->time * (1 - config_.tolerance / 2));
-    target_plan_ = plan_choice::step_up(*plans_, *target_plan_, deadline, v);
+    target_plan_ = plan_choice::step_up(*plans_, *target_plan_, deadline, v, shape_.pipelines);
   }
   ++step_ups_;
   ++steps_since_retry_;
