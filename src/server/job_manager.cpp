@@ -208,11 +208,11 @@ std::string JobManager::register_job(JobInfo info, bool with_secret) {
     throw RequestError(422, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
                                         "(perseus serve --max-world-size)", info.world_size, settings_.max_world_size));
   std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
-  check_job_id_length(base);
-  make_room(info.world_size);  // before the job's per-rank state is allocated
-  info.job_secret = with_secret ? new_job_secret() : "";
   std::string id = base;
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
+  check_job_id_length(id);
+  make_room(info.world_size);  // before the job's per-rank state is allocated
+  info.job_secret = with_secret ? new_job_secret() : "";
   info.job_id = id;
   auto job = std::make_unique<Job>(executor_, info);
   job->dir = fs::path(settings_.dump_dir) / id;
