@@ -232,7 +232,7 @@ TEST_F(BoundsTest, WorldSizeTimesScheduleLengthIsBounded) {
 TEST_F(BoundsTest, DegreesWhoseProductWrapsAroundAreRefused) {
   TestServer server(settings());
   json body = job_body(1);
-  // 968973220 * 49477 * 384773 = 2^64 + 4: in 64 bits it passed for a job of 4 ranks.
+  // 968973220 * 49477 * 384773 = 2^64 + 4: a product taken in 64 bits wraps around to 4.
   body["pp_degree"] = 968973220;
   body["dp_degree"] = 49477;
   body["tp_degree"] = 384773;
