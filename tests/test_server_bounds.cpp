@@ -349,6 +349,20 @@ TEST_F(BoundsTest, AJobRegisteredWithASecretTakesChangesOnlyWithIt) {
   EXPECT_EQ(read_file(dir / job.id / "job.json").find(job.secret), std::string::npos);
 }
 
+TEST_F(BoundsTest, AJobsSecretSurvivesAServerRestart) {
+  std::string id, secret;
+  {
+    TestServer server(settings());
+    SecretJob job(server, 2);
+    id = job.id, secret = job.secret;
+  }
+  TestServer restarted(settings());  // the same records directory: the job is restored
+  client::HttpClient stranger(restarted.url), rank(restarted.url);
+  rank.set_job_secret(secret);
+  EXPECT_EQ(stranger.request("POST", "/register_rank", rank_body(id, 0, 0, kTwoMicrobatches).dump(), 5s).status, 403);
+  EXPECT_EQ(rank.request("POST", "/register_rank", rank_body(id, 0, 0, kTwoMicrobatches).dump(), 5s).status, 200);
+}
+
 TEST_F(BoundsTest, JobsOfClientsThatAskForNoSecretWorkAsBefore) {
   TestServer server(settings());
   client::HttpClient artifact(server.url);  // the artifact's and Zeus's clients know of no secret
