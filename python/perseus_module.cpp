@@ -25,7 +25,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     int report_every, py::object broadcast_job_id, std::string job_id,
                                     std::string nvml_library, double request_timeout, bool fail_open,
                                     bool strict_schedule, std::string gpud_socket, std::string token,
-                                    double retry_for, double heartbeat_interval) {
+                                    double retry_for, double heartbeat_interval, std::string job_secret) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
@@ -36,6 +36,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   o.pipe_schedule = std::move(pipe_schedule);
   o.report_every = report_every;
   o.job_id = std::move(job_id);
+  o.job_secret = std::move(job_secret);
   o.nvml_library = std::move(nvml_library);
   o.request_timeout = std::chrono::milliseconds(static_cast<long>(request_timeout * 1000));
   o.fail_open = fail_open;
@@ -99,6 +100,8 @@ Args:
         ranks call it with "" and get the id back (a collective: every rank calls it once).
         Not needed when world_size is 1 or job_id is given.
     job_id: join this already registered job (no registration, no broadcast).
+    job_secret: with job_id, that job's secret if it has one; "" means $PERSEUS_JOB_SECRET.
+        (Rank 0 registers the job with a secret, which broadcast_job_id carries with the id.)
     nvml_library: path of libnvidia-ml; "" means $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1.
     request_timeout: seconds every request but the schedule barrier may take.
     fail_open: True: failures disable perseus with a warning and training continues;
@@ -143,7 +146,7 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
            py::arg("request_timeout") = 30.0, py::arg("fail_open") = true,
            py::arg("strict_schedule") = false, py::arg("gpud_socket") = "", py::arg("token") = "",
-           py::arg("retry_for") = 300.0, py::arg("heartbeat_interval") = 5.0)
+           py::arg("retry_for") = 300.0, py::arg("heartbeat_interval") = 5.0, py::arg("job_secret") = "")
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),
@@ -165,6 +168,9 @@ PYBIND11_MODULE(_perseus, m) {
            "Waits until the controller thread has applied every clock change and measurement enqueued so far.")
       .def_property_readonly("enabled", &Client::enabled, "False once perseus gave up (fail_open) or was closed.")
       .def_property_readonly("job_id", &Client::job_id, "The job's id on the server.")
+      .def_property_readonly("job_secret", &Client::job_secret,
+                             "The job's secret (\"\" when the server gave none): with job_id, what another process "
+                             "needs to change the job (PERSEUS_JOB_SECRET for perseus straggler).")
       .def_property_readonly("round", &Client::round, "Rounds (of report_every iterations) completed.")
       .def_property_readonly("schedule", &Client::schedule,
                              "Power state (clock in MHz, or power limit in W) per pipe_schedule entry, this round.")

@@ -19,10 +19,11 @@
 namespace perseus::testing {
 
 struct TestServer {
-  explicit TestServer(server::ServerSettings settings, const std::string& token = "") {
+  explicit TestServer(server::ServerSettings settings, const std::string& token = "", server::HttpLimits limits = {})
+      : token(token) {
     auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
     jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings, factory);
-    http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0, token);
+    http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0, token, limits);
     url = "http://127.0.0.1:" + std::to_string(http->port());
     // Two I/O threads, as on a two-core machine, so the tests exercise the strands.
     for (auto& t : threads) t = std::thread([this] { io.run(); });
@@ -36,7 +37,7 @@ struct TestServer {
   }
 
   client::HttpReply call(const std::string& method, const std::string& target, const std::string& body = "") {
-    client::HttpClient c(url);
+    client::HttpClient c(url, token);  // with a token, as the administrator
     return c.request(method, target, body, std::chrono::milliseconds(0));
   }
   client::HttpReply post(const std::string& target, const nlohmann::json& body) { return call("POST", target, body.dump()); }
@@ -47,6 +48,7 @@ struct TestServer {
   boost::asio::io_context io;
   std::unique_ptr<server::JobManager> jobs;
   std::unique_ptr<server::HttpServer> http;
+  std::string token;
   std::string url;
   std::thread threads[2];
 };

@@ -421,7 +421,15 @@ double intrinsic_saving(const std::string& profile) {
 // to it (less energy), and returns when it recovers.
 TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   const std::string profile = std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv";
-  perseus::testing::ServeProcess serve(dir_ / "serve", "Perseus", R"({"wait_for_plan": true})");
+  // The simulated ranks register their jobs with a secret; perseus straggler below acts as the
+  // administrator, with the server's token (every command here gets it from PERSEUS_TOKEN).
+  fs::create_directories(dir_ / "serve");
+  perseus::write_file_atomic(dir_ / "serve" / "token", "0123456789abcdef-admin\n");
+  ::setenv("PERSEUS_TOKEN", "0123456789abcdef-admin", 1);
+  struct Unset {
+    ~Unset() { ::unsetenv("PERSEUS_TOKEN"); }
+  } unset;
+  perseus::testing::ServeProcess serve(dir_ / "serve", "Perseus", R"({"wait_for_plan": true})", "--token-file token");
   ASSERT_NE(serve.port, 0);
   auto r = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 400 "
                "--report-every 50 --straggler 1:1.2@201-300 --json --server " + serve.url());

@@ -117,6 +117,40 @@ TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
   EXPECT_EQ(*rank1_got, "");
 }
 
+TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRank) {
+  TestServer server(settings("AllMaxFrequency"));
+  std::promise<std::string> sent;
+  std::shared_future<std::string> received = sent.get_future().share();
+  std::string shared;
+  auto o = options(server.url, gpu::load_nvml(PERSEUS_FAKE_NVML));
+  o.world_size = o.pp_degree = 2;
+  auto rank0 = o, rank1 = o;
+  rank0.broadcast_job_id = [&](const std::string& value) {
+    shared = value;
+    sent.set_value(value);
+    return value;
+  };
+  rank1.rank = rank1.pp_rank = 1;
+  rank1.broadcast_job_id = [&](const std::string&) {
+    return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
+  };
+  std::unique_ptr<client::Client> c1;
+  std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });  // both meet at the first barrier
+  client::Client c0(rank0);
+  other.join();
+  ASSERT_TRUE(c1 && c1->enabled());
+  ASSERT_EQ(c0.job_secret().size(), 32u);
+  EXPECT_EQ(shared, c0.job_id() + "\n" + c0.job_secret());
+  EXPECT_EQ(c1->job_id(), c0.job_id());
+  EXPECT_EQ(c1->job_secret(), c0.job_secret());
+  // Another process cannot change the job without it, and can with it.
+  client::HttpClient other_process(server.url);
+  std::string target = "/heartbeat/" + client::encode_path_segment(c0.job_id());
+  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status, 403);
+  other_process.set_job_secret(c0.job_secret());
+  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status, 200);
+}
+
 // Runs one iteration of `names`, returning the GPU clock each instruction ran at.
 std::vector<unsigned> run_iteration(client::Client& c, gpu::GpuLibrary& gpu, const std::vector<std::string>& names) {
   std::vector<unsigned> clocks;

@@ -27,6 +27,8 @@ using online::ClockMeasurement;
 using online::ClockScan;
 using online::ScanOptions;
 
+const std::string kAdminToken = "0123456789abcdef-admin";  // the server's bearer token
+
 std::vector<int> a100_clocks() {
   std::vector<int> clocks;
   for (int c = 1410; c >= 855; c -= 15) clocks.push_back(c);
@@ -444,8 +446,10 @@ TEST_F(TurnkeyTest, AStragglerBelowTheThresholdIsNotFollowed) {
 }
 
 TEST_F(TurnkeyTest, TheApiSetsAndClearsAStragglerAndRefusesBadRequests) {
-  testing::TestServer server(settings("Perseus", perseus_args()));
+  // The job's ranks register it with a secret: the API is called as the administrator (the token).
+  testing::TestServer server(settings("Perseus", perseus_args()), kAdminToken);
   auto config = gpt3_cluster(server.url, 2, 300);
+  config.token = kAdminToken;
   std::string job;
   std::vector<json> seen;
   auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
@@ -489,9 +493,11 @@ TEST_F(TurnkeyTest, TheApiSetsAndClearsAStragglerAndRefusesBadRequests) {
 }
 
 TEST_F(TurnkeyTest, SchedulersThatDoNotFollowStragglersSayConflict) {
-  testing::TestServer server(settings("AllMaxFrequency"));
+  testing::TestServer server(settings("AllMaxFrequency"), kAdminToken);
   client::HttpReply reply;
-  (void)simulate::simulate_cluster(gpt3_cluster(server.url, 2, 20), [&](const simulate::WindowReport&) {
+  auto config = gpt3_cluster(server.url, 2, 20);
+  config.token = kAdminToken;
+  (void)simulate::simulate_cluster(config, [&](const simulate::WindowReport&) {
     if (reply.status != 0) return;
     std::string job = json::parse(server.call("GET", "/jobs").body)[0]["job_id"];
     reply = server.post("/straggler/" + client::encode_path_segment(job), {{"slowdown", 1.2}});

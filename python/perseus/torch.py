@@ -29,10 +29,11 @@ def broadcast_job_id(job_id: str) -> str:
     constructor does on every rank.
 
     Args:
-        job_id: the new job id on rank 0, ``""`` elsewhere.
+        job_id: what rank 0's client shares (the new job id, and the job's secret after a
+            newline), ``""`` elsewhere.
 
     Returns:
-        The job id, on every rank.
+        Rank 0's value, on every rank.
     """
     import torch.distributed as dist
 

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -30,6 +31,8 @@ namespace {
 
 // Defaults come from ServerSettings, so that the flags and the library agree.
 const server::ServerSettings kDefaults;
+// Durations: longer ones would overflow the clocks (and fire at once); refused as a usage error.
+const CLI::Range kSeconds(0.0, server::kMaxSettingSeconds);
 
 struct ServeArgs {
   std::string host = "127.0.0.1";
@@ -45,6 +48,13 @@ struct ServeArgs {
   int max_world_size = kDefaults.max_world_size;
   double dead_rank_timeout = kDefaults.dead_rank_timeout_s;
   double max_job_idle = kDefaults.max_job_idle_s;
+  int max_jobs = kDefaults.max_jobs;
+  long long max_total_ranks = kDefaults.max_total_ranks;
+  long long max_job_entries = kDefaults.max_job_entries;
+  std::size_t max_body_bytes = server::HttpLimits{}.max_body_bytes;
+  long long max_connections_per_peer = -1;  // -1: half the open-file limit
+  double idle_timeout = std::chrono::duration<double>(server::HttpLimits{}.idle_timeout).count();
+  double write_timeout = std::chrono::duration<double>(server::HttpLimits{}.write_timeout).count();
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
   // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
@@ -67,7 +77,7 @@ void apply_zeus_env(ServeArgs& args) {
   if (const char* v = zeus_env(args.dump_dir_opt, "ZEUS_PFO_DUMP_DIR")) args.dump_dir = v;
   if (const char* v = zeus_env(args.max_job_idle_opt, "ZEUS_PFO_MAX_JOB_IDLE_TIME")) {
     auto seconds = parse_double(v);
-    if (!seconds || *seconds < 0) throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
+    if (!seconds || !(*seconds >= 0 && *seconds <= server::kMaxSettingSeconds)) throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
     args.max_job_idle = *seconds;
   }
 }
@@ -140,6 +150,9 @@ int serve(ServeArgs args) {
   settings.max_world_size = args.max_world_size;
   settings.dead_rank_timeout_s = args.dead_rank_timeout;
   settings.max_job_idle_s = args.max_job_idle;
+  settings.max_jobs = args.max_jobs;
+  settings.max_total_ranks = args.max_total_ranks;
+  settings.max_job_entries = args.max_job_entries;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
@@ -152,6 +165,18 @@ int serve(ServeArgs args) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
   }
+  server::HttpLimits limits;
+  limits.max_body_bytes = args.max_body_bytes;
+  // By default one address may hold half the descriptors: it cannot starve the others.
+  if (args.max_connections_per_peer >= 0)
+    limits.max_connections_per_peer = static_cast<std::size_t>(args.max_connections_per_peer);
+  else if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+    limits.max_connections_per_peer = std::max<std::size_t>(16, static_cast<std::size_t>(files.rlim_cur / 2));
+  auto milliseconds = [](double seconds) {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
+  };
+  limits.idle_timeout = milliseconds(args.idle_timeout);
+  limits.write_timeout = milliseconds(args.write_timeout);
 
   unsigned threads = args.threads != 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
   boost::asio::io_context io(static_cast<int>(threads));
@@ -160,7 +185,7 @@ int serve(ServeArgs args) {
   if (token.empty() && !is_loopback(args.host))
     spdlog::warn("listening on {} without --token-file: anyone who can reach this port can register jobs and read "
                  "their schedules", args.host);
-  server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port), token);
+  server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port), token, limits);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
   boost::asio::steady_timer grace(io);
@@ -220,20 +245,20 @@ Runner add_serve_command(CLI::App& app) {
   cmd->add_option("--round-timeout", args->round_timeout,
                   "Seconds a round may take before the job fails with a reason every rank receives (0: never)")
       ->envname("PERSEUS_ROUND_TIMEOUT")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kSeconds)
       ->capture_default_str();
   cmd->add_option("--job-retention", args->job_retention,
                   "Seconds an ended job is kept (late ranks get its end detail) before it is forgotten (0: kept "
                   "until exit); its records stay on disk")
       ->envname("PERSEUS_JOB_RETENTION")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kSeconds)
       ->capture_default_str();
   cmd->add_option("--dead-rank-timeout", args->dead_rank_timeout,
                   "Seconds (at least; 3x the job's typical round time if longer) after which a rank that stopped "
                   "sending heartbeats, or stopped progressing while others wait for it, fails its job naming it "
                   "(0: off; then only --round-timeout)")
       ->envname("PERSEUS_DEAD_RANK_TIMEOUT")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kSeconds)
       ->capture_default_str();
   cmd->add_option("--max-world-size", args->max_world_size,
                   "Most ranks one job may have: a register_job above it gets 422 (bounds what one request can make "
@@ -245,7 +270,47 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
                   "out (else PERSEUS_MAX_JOB_IDLE_TIME, then ZEUS_PFO_MAX_JOB_IDLE_TIME; 0: kept until exit)")
       ->envname("PERSEUS_MAX_JOB_IDLE_TIME")
-      ->check(CLI::NonNegativeNumber)
+      ->check(kSeconds)
+      ->capture_default_str();
+  cmd->add_option("--max-jobs", args->max_jobs,
+                  "Most jobs held in memory (running, or ended and kept for --job-retention): at the limit the job "
+                  "that ended first is forgotten early; with every job running, register_job gets 503")
+      ->envname("PERSEUS_MAX_JOBS")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--max-total-ranks", args->max_total_ranks,
+                  "Most ranks of all jobs held, summed (register_job allocates ~300 bytes a rank before any rank "
+                  "registers): beyond it, once no ended job is left to forget early, register_job gets 503 (0: no limit)")
+      ->envname("PERSEUS_MAX_TOTAL_RANKS")
+      ->check(CLI::Range(0LL, 1LL << 40))
+      ->capture_default_str();
+  cmd->add_option("--max-job-entries", args->max_job_entries,
+                  "Most entries one job's schedules may have, world size x a rank's pipe_schedule length (what its "
+                  "schedules and results grow with): a register_rank beyond it gets 422 (0: no limit)")
+      ->envname("PERSEUS_MAX_JOB_ENTRIES")
+      ->check(CLI::Range(0LL, 1LL << 50))
+      ->capture_default_str();
+  cmd->add_option("--max-body-bytes", args->max_body_bytes,
+                  "Largest request body: a larger one gets 413 before it is read (the largest legitimate one, a "
+                  "result of many iterations, is ~20 bytes per measurement)")
+      ->envname("PERSEUS_MAX_BODY_BYTES")
+      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34))
+      ->capture_default_str();
+  cmd->add_option("--max-connections-per-peer", args->max_connections_per_peer,
+                  "Most connections one remote address may hold; more are closed as they are accepted (default: "
+                  "half the open-file limit; 0: no cap). Each rank holds two or three")
+      ->envname("PERSEUS_MAX_CONNECTIONS_PER_PEER")
+      ->check(CLI::Range(0LL, 1LL << 30));
+  cmd->add_option("--idle-timeout", args->idle_timeout,
+                  "Seconds a kept-alive connection may wait for its next request, or a request take to arrive, "
+                  "before it is closed (a schedule request waiting for its round is not idle)")
+      ->envname("PERSEUS_IDLE_TIMEOUT")
+      ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", args->write_timeout,
+                  "Seconds a client may take to receive a reply before its connection is dropped")
+      ->envname("PERSEUS_WRITE_TIMEOUT")
+      ->check(CLI::Range(0.001, 86400.0))
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "

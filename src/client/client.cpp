@@ -62,6 +62,7 @@ struct Client::Impl {
   std::shared_ptr<gpu::GpuLibrary> gpu;
   std::unique_ptr<HttpClient> http;
   std::string job_id;
+  std::string job_secret;  // "" when the job has none (an older server, or joined by id without one)
   std::string mode = "frequency";
   unsigned limit_before_mw = 0;  // power-limit mode: what close() restores
   bool enabled = false;
@@ -280,16 +281,19 @@ struct Client::Impl {
 
     if (!o.job_id.empty()) {
       job_id = o.job_id;
+      use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET") : o.job_secret);
     } else if (o.rank == 0) {
       server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
+      http->set_job_secret("new");  // ask for one
       job_id = call("POST", "/register_job", server::to_json(job), false).get<std::string>();
+      use_job_secret(http->received_job_secret());
       joined_broadcast = true;
-      if (o.broadcast_job_id) o.broadcast_job_id(job_id);
+      if (o.broadcast_job_id) o.broadcast_job_id(job_secret.empty() ? job_id : job_id + '\n' + job_secret);
     } else {
       if (!o.broadcast_job_id) throw Error("ranks other than 0 need broadcast_job_id (or job_id) to learn the job id");
       joined_broadcast = true;
-      job_id = o.broadcast_job_id("");
+      receive_job_id(o.broadcast_job_id(""));
       if (job_id.empty()) throw Error("rank 0 could not start perseus, so there is no job to join");
     }
     for (const auto& name : options.pipe_schedule)
@@ -301,6 +305,18 @@ struct Client::Impl {
     fetch_schedule();
   }
 
+  void use_job_secret(std::string secret) {
+    job_secret = std::move(secret);
+    if (http) http->set_job_secret(job_secret);
+  }
+
+  // What rank 0 broadcast: the job id, then its secret after a newline when it has one.
+  void receive_job_id(const std::string& shared) {
+    auto newline = shared.find('\n');
+    job_id = shared.substr(0, newline);
+    use_job_secret(newline == std::string::npos ? "" : shared.substr(newline + 1));
+  }
+
   // A rank that fails before the job-id broadcast still takes part in it, or every other rank
   // would wait in it forever: rank 0 sends "" (no job), the others receive and drop what comes.
   void join_broadcast_after_failure() {
@@ -309,7 +325,7 @@ struct Client::Impl {
     joined_broadcast = true;
     try {
       std::string id = o.broadcast_job_id("");
-      if (o.rank != 0 && job_id.empty()) job_id = id;  // so that this rank can tell the job it is out
+      if (o.rank != 0 && job_id.empty()) receive_job_id(id);  // so that this rank can tell the job it is out
     } catch (const std::exception& e) {
       spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
     }
@@ -364,6 +380,7 @@ struct Client::Impl {
     if (options.heartbeat_interval.count() <= 0) return;
     heartbeat = std::thread([this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
       HttpClient beat_http(url, options.token);
+      beat_http.set_job_secret(job_secret);
       std::unique_lock lock(heartbeat_mutex);
       for (;;) {
         json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
@@ -402,6 +419,7 @@ struct Client::Impl {
     if (job_id.empty() || options.server_url.empty()) return;
     try {
       HttpClient once(options.server_url, options.token);
+      once.set_job_secret(job_secret);
       json body = {{"rank", options.rank}, {"reason", why.substr(0, 500)}, {"finished", finished}};
       once.request("POST", fmt::format("/leave/{}", encode_path_segment(job_id)), body.dump(),
                    std::min(options.request_timeout, std::chrono::milliseconds(5000)));
@@ -527,6 +545,7 @@ void Client::on_step_end() {
 
 bool Client::enabled() const { return impl_->enabled; }
 const std::string& Client::job_id() const { return impl_->job_id; }
+const std::string& Client::job_secret() const { return impl_->job_secret; }
 int Client::round() const { return impl_->round; }
 std::vector<int> Client::schedule() const { return impl_->schedule; }
 const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }

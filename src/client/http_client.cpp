@@ -18,12 +18,17 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 
+namespace {
+constexpr const char* kJobSecretHeader = "Perseus-Job-Secret";  // as perseus serve names it
+}  // namespace
+
 struct HttpClient::Impl {
   asio::io_context io;
   std::optional<beast::tcp_stream> stream;
   beast::flat_buffer buffer;  // kept: Beast reads max(512, free capacity) bytes per call
   std::string host, port;
   std::string token;
+  std::string job_secret, received_job_secret;
 };
 
 HttpClient::HttpClient(const std::string& url, std::string token) : impl_(std::make_unique<Impl>()), url_(url) {
@@ -59,6 +64,7 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       req.set(http::field::host, impl_->host);
       req.set(http::field::content_type, "application/json");
       if (!impl_->token.empty()) req.set(http::field::authorization, "Bearer " + impl_->token);
+      if (!impl_->job_secret.empty()) req.set(kJobSecretHeader, impl_->job_secret);
       req.keep_alive(true);
       req.body() = body;
       req.prepare_payload();
@@ -84,6 +90,8 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       impl_->io.run();
       if (!done || ec) throw beast::system_error(ec ? ec : beast::error_code(asio::error::timed_out));
       if (!res.keep_alive()) impl_->stream.reset();
+      auto secret = res.find(kJobSecretHeader);
+      impl_->received_job_secret = secret != res.end() ? std::string(secret->value()) : std::string();
       return {static_cast<int>(res.result_int()), res.body()};
     } catch (const beast::system_error& e) {
       impl_->stream.reset();
@@ -95,6 +103,10 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
     }
   }
 }
+
+void HttpClient::set_job_secret(std::string secret) { impl_->job_secret = std::move(secret); }
+
+const std::string& HttpClient::received_job_secret() const { return impl_->received_job_secret; }
 
 std::string encode_path_segment(const std::string& text) {
   std::string out;

@@ -10,8 +10,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
+#include <mutex>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "perseus/util/error.hpp"
@@ -25,75 +30,163 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr std::size_t kBodyLimit = 64u << 20;          // a result of many iterations of a long schedule
-constexpr std::size_t kReadBuffer = 16u << 10;         // a typical request in one read
-constexpr auto kIdleTimeout = std::chrono::seconds(300);  // between requests on a kept-alive connection
+constexpr std::size_t kReadBuffer = 16u << 10;  // a typical request in one read
+// After a refusal sent before the body was read, what is left of the body is read and dropped
+// (so that closing does not reset the connection before the client sees the refusal), in
+// kDrainChunk pieces into one small buffer, for at most kDrainTime or kDrainBytes.
+constexpr std::size_t kDrainChunk = 4096;
+constexpr std::size_t kDrainBytes = 1u << 20;
+constexpr auto kDrainTime = std::chrono::seconds(1);
+
+// Connections per remote address, shared by the acceptor and every session (a session may outlive
+// the server object while the io_context winds down).
+class PeerCounts {
+ public:
+  explicit PeerCounts(std::size_t cap) : cap_(cap) {}
+  bool admit(const asio::ip::address& peer) {
+    std::lock_guard lock(mutex_);
+    auto& n = counts_[peer];
+    if (cap_ != 0 && n >= cap_) return false;
+    ++n;
+    return true;
+  }
+  void release(const asio::ip::address& peer) {
+    std::lock_guard lock(mutex_);
+    auto it = counts_.find(peer);
+    if (it != counts_.end() && --it->second == 0) counts_.erase(it);
+  }
+  std::size_t cap() const { return cap_; }
+
+ private:
+  std::mutex mutex_;
+  std::map<asio::ip::address, std::size_t> counts_;
+  std::size_t cap_;
+};
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
-  Session(tcp::socket socket, JobManager& jobs, const std::string& token)
-      : stream_(std::move(socket)), jobs_(jobs), token_(token) {
+  Session(tcp::socket socket, JobManager& jobs, const std::string& token, const HttpLimits& limits,
+          std::shared_ptr<PeerCounts> peers, asio::ip::address peer)
+      : stream_(std::move(socket)), jobs_(jobs), token_(token), limits_(limits), peers_(std::move(peers)),
+        peer_(std::move(peer)) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
   }
+  ~Session() { peers_->release(peer_); }
 
-  void start() { read(); }
+  void start() { read_header(); }
 
  private:
-  void read() {
+  // The header first: the token and the body's size are checked before any of the body is read.
+  void read_header() {
     parser_.emplace();
-    parser_->body_limit(kBodyLimit);
-    stream_.expires_after(kIdleTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
+    // Checked once the token is (a stranger learns nothing); none here would refuse every body.
+    parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
+    stream_.expires_after(limits_.idle_timeout);
+    http::async_read_header(stream_, buffer_, *parser_,
+                            [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_header(ec); });
   }
 
-  void on_read(beast::error_code ec) {
-    if (ec == http::error::end_of_stream) return close();
-    if (ec == http::error::body_limit) return reply_and_close(413, "request body too large");
-    if (ec) {
+  bool read_failed(beast::error_code ec) {
+    if (!ec) return false;
+    if (ec == http::error::end_of_stream) {
+      close();
+    } else if (ec == http::error::body_limit) {
+      refuse(413, fmt::format("request body too large: at most {} bytes (perseus serve --max-body-bytes)",
+                              limits_.max_body_bytes));
+    } else if (ec == http::error::header_limit) {
+      refuse(431, "request header too large");
+    } else {
       if (ec != beast::error::timeout && ec != asio::error::operation_aborted && ec != asio::error::connection_reset)
         spdlog::debug("read: {}", ec.message());
       if (ec.category() == beast::error_code(http::error::bad_method).category())
-        return reply_and_close(400, "malformed HTTP request");
-      return close();
+        refuse(400, "malformed HTTP request");
+      else
+        close();
     }
-    request_ = parser_->release();
-    if (!token_.empty() && !authorized()) {
+    return true;
+  }
+
+  void on_header(beast::error_code ec) {
+    if (read_failed(ec)) return;
+    const auto& header = parser_->get();
+    if (!token_.empty() && !authorized(header)) {
       unauthorized_ = true;
-      return write({401, nlohmann::json{{"detail", "missing or wrong bearer token (Authorization: Bearer <token>; "
-                                                   "the client's token option or PERSEUS_TOKEN)"}}.dump()});
+      return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
+                         "or PERSEUS_TOKEN)");
     }
-    stream_.expires_never();  // a schedule request may wait a whole round
-    std::string method(request_.method_string());
-    std::string target(request_.target());
-    route_request(jobs_, method, target, request_.body(), [self = shared_from_this()](HttpResponse response) {
-      // The answer may come from the job manager's strand: write on this session's.
-      asio::post(self->stream_.get_executor(),
-                 [self, response = std::move(response)]() mutable { self->write(std::move(response)); });
+    if (auto length = parser_->content_length(); length && *length > limits_.max_body_bytes)
+      return refuse(413, fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
+                                     *length, limits_.max_body_bytes));
+    parser_->body_limit(limits_.max_body_bytes);  // a chunked body stops here
+    if (parser_->is_done()) return on_request();
+    if (beast::iequals(header[http::field::expect], "100-continue")) {
+      // curl and others wait for this before sending a large body.
+      auto go_on = std::make_shared<http::response<http::empty_body>>(http::status::continue_, header.version());
+      stream_.expires_after(limits_.write_timeout);
+      return http::async_write(stream_, *go_on, [self = shared_from_this(), go_on](beast::error_code e, std::size_t) {
+        if (e) return self->close();
+        self->read_body();
+      });
+    }
+    read_body();
+  }
+
+  void read_body() {
+    stream_.expires_after(limits_.idle_timeout);
+    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
+      if (self->read_failed(ec)) return;
+      self->on_request();
     });
   }
 
+  void on_request() {
+    request_ = parser_->release();
+    parser_.reset();
+    stream_.expires_never();  // a schedule request may wait a whole round
+    std::string method(request_.method_string());
+    std::string target(request_.target());
+    Credentials credentials;
+    credentials.admin = !token_.empty();  // with a token, only its holder gets this far
+    if (auto it = request_.find(kJobSecretHeader); it != request_.end())
+      credentials.job_secret = std::string(it->value());
+    route_request(
+        jobs_, method, target, request_.body(),
+        [self = shared_from_this()](HttpResponse response) {
+          // The answer may come from the job manager's strand: write on this session's.
+          asio::post(self->stream_.get_executor(),
+                     [self, response = std::move(response)]() mutable { self->write(std::move(response)); });
+        },
+        credentials);
+  }
+
   void write(HttpResponse response) {
+    request_.body().clear();
     response_ = {};
-    response_.version(request_.version());
+    response_.version(version_ != 0 ? version_ : request_.version());
+    version_ = 0;
     response_.result(static_cast<http::status>(response.status));
     response_.set(http::field::server, "perseus");
     response_.set(http::field::content_type, "application/json");
+    for (const auto& [name, value] : response.headers) response_.set(name, value);
     if (unauthorized_) response_.set(http::field::www_authenticate, "Bearer");
     unauthorized_ = false;
     response_.keep_alive(keep_alive_ && request_.keep_alive());
     response_.body() = std::move(response.body);
     response_.prepare_payload();
+    stream_.expires_after(limits_.write_timeout);  // a client that does not read its reply is dropped
     http::async_write(stream_, response_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      if (ec || !self->response_.keep_alive()) return self->close();
-      self->read();
+      self->response_.body().clear();
+      if (ec) return self->close();
+      if (self->draining_) return self->drain();
+      if (!self->response_.keep_alive()) return self->close();
+      self->read_header();
     });
   }
 
-  bool authorized() const {
-    auto it = request_.find(http::field::authorization);
-    if (it == request_.end()) return false;
+  bool authorized(const http::request_parser<http::string_body>::value_type& header) const {
+    auto it = header.find(http::field::authorization);
+    if (it == header.end()) return false;
     std::string_view value(it->value().data(), it->value().size());
     constexpr std::string_view kScheme = "Bearer ";
     if (value.size() < kScheme.size() ||
@@ -102,11 +195,32 @@ class Session : public std::enable_shared_from_this<Session> {
     return constant_time_equal(value.substr(kScheme.size()), token_);
   }
 
-  void reply_and_close(int status, const std::string& detail) {
+  // Answers and closes without reading (the rest of) the request.
+  void refuse(int status, const std::string& detail) {
     keep_alive_ = false;
+    draining_ = parser_.has_value() && parser_->is_header_done() && !parser_->is_done();
+    version_ = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
+    parser_.reset();
     request_ = {};
-    request_.version(11);
     write({status, nlohmann::json{{"detail", detail}}.dump()});
+  }
+
+  // The body a refused request is still sending: read into one small buffer and dropped, briefly.
+  void drain() {
+    beast::error_code ignored;
+    stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+    if (!scratch_) {
+      scratch_ = std::make_unique<std::array<char, kDrainChunk>>();
+      drain_until_ = std::chrono::steady_clock::now() + kDrainTime;
+    }
+    auto left = drain_until_ - std::chrono::steady_clock::now();
+    if (drained_ >= kDrainBytes || left <= std::chrono::steady_clock::duration::zero()) return close();
+    stream_.expires_after(left);
+    stream_.async_read_some(asio::buffer(*scratch_), [self = shared_from_this()](beast::error_code ec, std::size_t n) {
+      if (ec) return self->close();
+      self->drained_ += n;
+      self->drain();
+    });
   }
 
   void close() {
@@ -118,18 +232,28 @@ class Session : public std::enable_shared_from_this<Session> {
   beast::tcp_stream stream_;
   JobManager& jobs_;
   std::string token_;  // empty: no authorization required
+  const HttpLimits limits_;
+  std::shared_ptr<PeerCounts> peers_;
+  asio::ip::address peer_;
   bool unauthorized_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;
   http::response<http::string_body> response_;
   bool keep_alive_ = true;
+  unsigned version_ = 0;  // of a request refused before it was read whole
+  bool draining_ = false;
+  std::unique_ptr<std::array<char, kDrainChunk>> scratch_;
+  std::size_t drained_ = 0;
+  std::chrono::steady_clock::time_point drain_until_;
 };
 
 }  // namespace
 
 struct HttpServer::Impl {
-  Impl(asio::io_context& io, JobManager& jobs) : io(io), acceptor(asio::make_strand(io)), retry(acceptor.get_executor()), jobs(jobs) {}
+  Impl(asio::io_context& io, JobManager& jobs, HttpLimits limits)
+      : io(io), acceptor(asio::make_strand(io)), retry(acceptor.get_executor()), jobs(jobs), limits(limits),
+        peers(std::make_shared<PeerCounts>(limits.max_connections_per_peer)) {}
 
   void accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
@@ -138,8 +262,17 @@ struct HttpServer::Impl {
       if (failures > 0) spdlog::warn("accept works again after {} failed attempts", failures);
       failures = 0;
       beast::error_code ignored;
+      auto peer = socket.remote_endpoint(ignored).address();
+      if (!peers->admit(peer)) {
+        // Once per 1,000 refusals: a client opening connections in a loop must not flood the log.
+        if (refused++ % 1000 == 0)
+          spdlog::warn("{} already holds {} connections (perseus serve --max-connections-per-peer): closing new ones "
+                       "({} so far)", peer.to_string(), peers->cap(), refused);
+        socket.close(ignored);
+        return accept();
+      }
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), jobs, token)->start();
+      std::make_shared<Session>(std::move(socket), jobs, token, limits, peers, peer)->start();
       accept();
     });
   }
@@ -172,6 +305,9 @@ struct HttpServer::Impl {
   std::uint16_t port = 0;
   JobManager& jobs;
   std::string token;
+  HttpLimits limits;
+  std::shared_ptr<PeerCounts> peers;
+  std::size_t refused = 0;
 };
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -181,8 +317,8 @@ bool constant_time_equal(std::string_view a, std::string_view b) {
 }
 
 HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string& host, std::uint16_t port,
-                       std::string token)
-    : impl_(std::make_unique<Impl>(io, jobs)) {
+                       std::string token, HttpLimits limits)
+    : impl_(std::make_unique<Impl>(io, jobs, limits)) {
   impl_->token = std::move(token);
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);

@@ -9,8 +9,10 @@
 #include <map>
 #include <chrono>
 #include <optional>
+#include <random>
 #include <set>
 
+#include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
 
 namespace perseus::server {
@@ -58,6 +60,7 @@ struct JobManager::Job {
   json scheduler_status = nullptr;  // the scheduler's own status when the job ended
   std::set<int> finished;           // ranks whose training ended (POST /leave with finished)
   json pipelines = json::array();  // the same per data-parallel pipeline
+  SteadyClock::time_point ended_at;  // which ended job goes first when room is needed
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
 };
@@ -94,6 +97,7 @@ void JobManager::restore(StoredJob stored) {
   }
   if (stored.ended) {
     ref.phase = Phase::ended;
+    ref.ended_at = SteadyClock::now();
     ref.end_detail = stored.end_detail;
     spdlog::info("job {} restored (ended: {})", id, stored.end_detail);
     return forget_later(ref);
@@ -133,13 +137,82 @@ void JobManager::check_rank(const Job& job, int rank) const {
                                         job.info.world_size));
 }
 
-std::string JobManager::register_job(JobInfo info) {
+namespace {
+
+// 128 random bits as 32 hexadecimal digits.
+std::string new_job_secret() {
+  std::random_device random;
+  std::string out;
+  for (int i = 0; i < 4; ++i) out += fmt::format("{:08x}", static_cast<std::uint32_t>(random()));
+  return out;
+}
+
+// A job as the server shows it (GET /jobs/{id}, job.json): without its secret.
+json public_json(const JobInfo& info) {
+  json out = to_json(info);
+  out.erase("job_secret");
+  return out;
+}
+
+}  // namespace
+
+void JobManager::make_room(int world_size) {
+  for (;;) {
+    long long ranks = 0;
+    const Job* first_ended = nullptr;
+    for (const auto& [id, job] : jobs_) {
+      ranks += job->info.world_size;
+      if (job->phase == Phase::ended && (!first_ended || job->ended_at < first_ended->ended_at)) first_ended = job.get();
+    }
+    bool too_many_jobs = settings_.max_jobs > 0 && jobs_.size() >= static_cast<std::size_t>(settings_.max_jobs);
+    bool too_many_ranks = settings_.max_total_ranks > 0 && ranks + world_size > settings_.max_total_ranks;
+    if (!too_many_jobs && !too_many_ranks) return;
+    if (!first_ended) {
+      if (too_many_jobs)
+        throw RequestError(503, fmt::format("this server already holds {} running jobs, its limit (perseus serve "
+                                            "--max-jobs); try again when one ended", jobs_.size()));
+      throw RequestError(503, fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
+                                          "{} (perseus serve --max-total-ranks); try again when one ended",
+                                          ranks, world_size, settings_.max_total_ranks));
+    }
+    std::string id = first_ended->info.job_id;  // a copy: forgetting the job frees its own
+    spdlog::info("job {}: forgotten early to make room for a new job (its records stay)", id);
+    forget(id);
+  }
+}
+
+void JobManager::forget(const std::string& id) {
+  if (store_) {
+    try {
+      store_->forget_job(id);
+    } catch (const std::exception& e) {
+      spdlog::error("job {}: could not remove it from {}: {}", id, store_->file().string(), e.what());
+    }
+  }
+  jobs_.erase(id);
+  spdlog::debug("job {}: forgotten", id);
+}
+
+void JobManager::authorize(const std::string& job_id, const std::string& secret, bool admin) {
+  const Job& job = find(job_id);
+  if (admin || job.info.job_secret.empty() || constant_time_equal(secret, job.info.job_secret)) return;
+  throw RequestError(403, fmt::format("job '{}' was registered with a secret: this request must carry it (header {}) "
+                                      "or the server's bearer token",
+                                      job_id, kJobSecretHeader));
+}
+
+std::string JobManager::job_secret(const std::string& job_id) { return find(job_id).info.job_secret; }
+
+std::string JobManager::register_job(JobInfo info, bool with_secret) {
   if (info.world_size > settings_.max_world_size)
     throw RequestError(422, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
                                         "(perseus serve --max-world-size)", info.world_size, settings_.max_world_size));
   std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
   std::string id = base;
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
+  check_job_id_length(id);
+  make_room(info.world_size);  // before the job's per-rank state is allocated
+  info.job_secret = with_secret ? new_job_secret() : "";
   info.job_id = id;
   auto job = std::make_unique<Job>(executor_, info);
   job->dir = fs::path(settings_.dump_dir) / id;
@@ -147,7 +220,7 @@ std::string JobManager::register_job(JobInfo info) {
   jobs_.emplace(id, std::move(job));
   spdlog::info("job {} registered: world size {}", id, info.world_size);
   dump(ref, "perseus.json", artifact_server_info(settings_));  // what the artifact's load_info() reads
-  dump(ref, "job.json", {{"server", info_json(settings_)}, {"job", to_json(info)}});
+  dump(ref, "job.json", {{"server", info_json(settings_)}, {"job", public_json(info)}});
   persist(ref, [&](JobStore& store) { store.add_job(ref.info); });
   arm_timer(ref, "register");
   return id;
@@ -162,6 +235,12 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
   if (info.tp_rank >= j.tp_degree) throw RequestError(422, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
   if (info.dialect == Dialect::perseus && info.pipe_schedule.empty())
     throw RequestError(422, "field 'pipe_schedule': must not be empty");
+  // What the job's schedules and results will hold if every rank's schedule is this long.
+  long long entries = static_cast<long long>(j.world_size) * static_cast<long long>(std::max<std::size_t>(1, info.pipe_schedule.size()));
+  if (settings_.max_job_entries > 0 && entries > settings_.max_job_entries)
+    throw RequestError(422, fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
+                                        "server's limit of {} (perseus serve --max-job-entries)",
+                                        info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
   if (slot) {
@@ -383,7 +462,7 @@ json JobManager::job_status(const std::string& job_id) const {
   const Job& job = *it->second;
   const json own = scheduler_status(job);
   json out = summary(job, own);
-  out["job"] = to_json(job.info);
+  out["job"] = public_json(job.info);
   out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
   out["reported"] = job.phase == Phase::running ? job.reported : 0;
   out["typical_round_s"] = job.typical_round_s;
@@ -518,6 +597,7 @@ void JobManager::finish_round(Job& job) {
 
 void JobManager::end(Job& job, const std::string& detail) {
   job.phase = Phase::ended;
+  job.ended_at = SteadyClock::now();
   job.end_detail = detail;
   job.timer.cancel();
   job.watchdog.cancel();
@@ -543,27 +623,17 @@ void JobManager::forget_later(Job& job) {
 void JobManager::forget_after(Job& job, double seconds) {
   job.timer.cancel();
   if (seconds <= 0) return;
-  job.timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(seconds)));
+  job.timer.expires_after(clamped_duration(seconds));
   job.timer.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
     if (ec) return;  // the server is stopping
-    if (store_) {
-      try {
-        store_->forget_job(id);
-      } catch (const std::exception& e) {
-        spdlog::error("job {}: could not remove it from {}: {}", id, store_->file().string(), e.what());
-      }
-    }
-    jobs_.erase(id);
-    spdlog::debug("job {}: forgotten", id);
+    forget(id);
   });
 }
 
 void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
   job.timer.cancel();
   if (settings_.round_timeout_s <= 0) return;
-  job.timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-      std::chrono::duration<double>(settings_.round_timeout_s)));
+  job.timer.expires_after(clamped_duration(settings_.round_timeout_s));
   std::string id = job.info.job_id;
   int round = job.round;
   job.timer.async_wait([this, id, round, waiting_for](const boost::system::error_code& ec) {

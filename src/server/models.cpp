@@ -1,6 +1,7 @@
 #include "perseus/server/models.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <ctime>
 #include <fmt/format.h>
@@ -65,17 +66,33 @@ int int_field(const json& body, const std::string& name, int minimum) {
   return v;
 }
 
-// Strings that become part of a job id, and so of a directory name.
+// Whether text[i..] starts with a well-formed UTF-8 sequence (no overlong forms, no surrogates);
+// its length, or 0.
+std::size_t utf8_sequence(std::string_view text, std::size_t i) {
+  auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+  unsigned char c = byte(i);
+  if (c < 0x80) return 1;
+  std::size_t n = c >= 0xF0 && c <= 0xF4 ? 4 : c >= 0xE0 ? 3 : c >= 0xC2 && c <= 0xDF ? 2 : 0;
+  if (n == 0 || (n == 3 && c > 0xEF) || i + n > text.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+  unsigned char second = byte(i + 1);
+  if ((c == 0xE0 && second < 0xA0) || (c == 0xED && second > 0x9F) || (c == 0xF0 && second < 0x90) ||
+      (c == 0xF4 && second > 0x8F))
+    return 0;
+  return n;
+}
+
+// Strings that become part of a job id, and so of a directory name and of URL paths: what a file
+// name or a URL path segment cannot carry as is becomes '_' (a Hugging Face name "org/model"
+// becomes "org_model"), so that any name a framework reports is accepted.
 std::string id_part(const json& body, const std::string& name) {
   const json& value = field(body, name);
   if (!value.is_string()) bad(name, fmt::format("expected a string, got {}", type_name(value)));
-  auto text = value.get<std::string>();
+  const auto& text = value.get_ref<const std::string&>();
   if (text.empty()) bad(name, "must not be empty");
-  for (char c : text)
-    if (c == '/' || c == '\\' || c == '+' || static_cast<unsigned char>(c) < 0x20)
-      bad(name, fmt::format("'{}' may not contain '/', '\\', '+' or control characters", text));
-  if (text == "." || text == "..") bad(name, "may not be '.' or '..'");
-  return text;
+  if (text.size() > kMaxJobIdBytes) bad(name, fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
+  return sanitize_id_part(text);
 }
 
 // Zeus's optional job_metadata ends the job id, so it becomes a directory name and part of
@@ -85,7 +102,7 @@ std::string job_metadata(const json& body) {
   if (it == body.end() || it->is_null()) return "";
   if (!it->is_string()) bad("job_metadata", fmt::format("expected a string or null, got {}", type_name(*it)));
   auto text = it->get<std::string>();
-  if (text.size() > 200) bad("job_metadata", fmt::format("at most 200 bytes, got {}", text.size()));
+  if (text.size() > kMaxJobIdBytes) bad("job_metadata", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
   for (char c : text)
     if (c == '/' || c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
       bad("job_metadata", fmt::format("'{}' may not contain '/', '\\', '?', '#', '%' or control characters", text));
@@ -109,6 +126,33 @@ std::vector<int> power_states(const json& body, const std::string& name, bool re
 }
 
 }  // namespace
+
+std::string sanitize_id_part(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size();) {
+    std::size_t n = utf8_sequence(text, i);
+    char c = text[i];
+    bool unsafe = n == 0 || static_cast<unsigned char>(c) < 0x20 || c == 0x7F || c == '/' || c == '\\' || c == '+' ||
+                  c == '?' || c == '#' || c == '%';
+    if (unsafe) {
+      out.push_back('_');
+      i += n == 0 ? 1 : n;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+  }
+  if (out == "." || out == "..") out.assign(out.size(), '_');
+  return out;
+}
+
+void check_job_id_length(const std::string& job_id) {
+  if (job_id.size() > kMaxJobIdBytes)
+    throw RequestError(422, fmt::format("the job id would be {} bytes, at most {}: shorten framework, model_name, "
+                                        "partition_method or job_metadata",
+                                        job_id.size(), kMaxJobIdBytes));
+}
 
 const std::vector<std::string>& pipe_instruction_names() {
   static const std::vector<std::string> names = {"load", "forward", "backward", "p2p",   "cc",
@@ -186,10 +230,20 @@ JobInfo job_info_from_json(const json& body) {
   info.dp_degree = int_field(body, "dp_degree", 1);
   info.tp_degree = int_field(body, "tp_degree", 1);
   info.world_size = int_field(body, "world_size", 1);
-  if (static_cast<long long>(info.pp_degree) * info.dp_degree * info.tp_degree != info.world_size)
-    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}",
-                                  static_cast<long long>(info.pp_degree) * info.dp_degree * info.tp_degree,
-                                  info.world_size));
+  // Each degree is below 2^31, so pp * dp fits in 62 bits; its product with tp may not, so that
+  // one is checked (a product that wraps around must not pass for a small world size).
+  long long pp_dp = static_cast<long long>(info.pp_degree) * info.dp_degree, product = 0;
+  if (__builtin_mul_overflow(pp_dp, static_cast<long long>(info.tp_degree), &product))
+    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree, which is above 2^63, got {}", info.world_size));
+  if (product != info.world_size)
+    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}", product, info.world_size));
+  if (auto it = body.find("job_secret"); it != body.end()) {  // a stored job's (the server drops a client's)
+    bool hex = it->is_string() && it->get_ref<const std::string&>().size() <= 128 &&
+               std::all_of(it->get_ref<const std::string&>().begin(), it->get_ref<const std::string&>().end(),
+                           [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
+    if (!hex) bad("job_secret", "expected at most 128 hexadecimal digits");
+    info.job_secret = it->get<std::string>();
+  }
   // Any of the artifact's model fields makes it the Perseus dialect (then all are required);
   // none of them is Zeus's JobInfo.
   bool perseus = false;
@@ -213,6 +267,8 @@ RankInfo rank_info_from_json(const json& body) {
   RankInfo info;
   if (auto it = body.find("job_id"); it != body.end()) {
     if (!it->is_string()) bad("job_id", fmt::format("expected a string, got {}", type_name(*it)));
+    if (it->get_ref<const std::string&>().size() > kMaxJobIdBytes)
+      bad("job_id", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, it->get_ref<const std::string&>().size()));
     info.job_id = it->get<std::string>();
   }
   info.rank = int_field(body, "rank", 0);
@@ -255,9 +311,10 @@ json to_json(const JobInfo& info) {
     json out = {{"job_id", info.job_id},       {"pp_degree", info.pp_degree},   {"dp_degree", info.dp_degree},
                 {"tp_degree", info.tp_degree}, {"world_size", info.world_size}, {"job_metadata", nullptr}};
     if (!info.job_metadata.empty()) out["job_metadata"] = info.job_metadata;
+    if (!info.job_secret.empty()) out["job_secret"] = info.job_secret;
     return out;
   }
-  return {{"job_id", info.job_id},
+  json out = {{"job_id", info.job_id},
           {"pp_degree", info.pp_degree},
           {"dp_degree", info.dp_degree},
           {"tp_degree", info.tp_degree},
@@ -267,6 +324,8 @@ json to_json(const JobInfo& info) {
           {"partition_method", info.partition_method},
           {"microbatch_size", info.microbatch_size},
           {"num_microbatches", info.num_microbatches}};
+  if (!info.job_secret.empty()) out["job_secret"] = info.job_secret;
+  return out;
 }
 
 json to_json(const RankInfo& info) {

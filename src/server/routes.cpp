@@ -84,12 +84,16 @@ void on_jobs(JobManager& jobs, std::function<void(HttpResponse)> respond, Work w
 }  // namespace
 
 void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
-                   std::function<void(HttpResponse)> respond) {
+                   std::function<void(HttpResponse)> respond, const Credentials& credentials) {
   auto question = target.find('?');
   std::string path = percent_decode(std::string_view(target).substr(0, question));
   std::string_view query = question == std::string::npos ? std::string_view() : std::string_view(target).substr(question + 1);
   auto fail = [&](int status, const std::string& detail) { respond(error_response(status, detail)); };
   auto under = [&](std::string_view prefix) { return path.size() > prefix.size() && path.rfind(prefix, 0) == 0; };
+  // Every route that changes a job checks, on the strand, that the request may (JobManager::authorize).
+  auto allowed = [&jobs, secret = credentials.job_secret, admin = credentials.admin](const std::string& id) {
+    jobs.authorize(id, secret, admin);
+  };
   try {
     if (path == "/info") {
       if (method != "GET") return fail(405, "Method Not Allowed");
@@ -98,8 +102,14 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (path == "/register_job") {
       if (method != "POST") return fail(405, "Method Not Allowed");
       JobInfo info = job_info_from_json(parse_body(body));
-      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info)](auto& reply) mutable {
-        reply(ok(jobs.register_job(std::move(info))));
+      // A client that asks for a secret (perseus's own) gets it in a header: the body stays the job
+      // id as a JSON string, as the artifact's and Zeus's clients read it.
+      bool with_secret = credentials.job_secret == "new";
+      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), with_secret](auto& reply) mutable {
+        std::string id = jobs.register_job(std::move(info), with_secret);
+        HttpResponse response = ok(id);
+        if (with_secret) response.headers.emplace_back(kJobSecretHeader, jobs.job_secret(id));
+        reply(std::move(response));
       });
     }
     if (path == "/register_rank" || under("/register_rank/")) {
@@ -112,8 +122,9 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         info.job_id = from_path;
       }
       if (info.job_id.empty()) throw RequestError(422, "field 'job_id': missing");
-      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info)](auto& reply) mutable {
+      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), allowed](auto& reply) mutable {
         std::string id = info.job_id;
+        allowed(id);
         jobs.register_rank(id, std::move(info));
         reply(ok(nullptr));
       });
@@ -122,7 +133,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "GET") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/schedule/").size());
       int rank = rank_parameter(query);
-      return on_jobs(jobs, std::move(respond), [&jobs, id, rank](auto& reply) {
+      return on_jobs(jobs, std::move(respond), [&jobs, id, rank, allowed](auto& reply) {
+        allowed(id);
         jobs.request_schedule(id, rank, [reply](int status, const json& body) { reply({status, body.dump()}); });
       });
     }
@@ -130,7 +142,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/result/").size());
       ProfilingResult result = profiling_result_from_text(body);
-      return on_jobs(jobs, std::move(respond), [&jobs, id, result = std::move(result)](auto& reply) mutable {
+      return on_jobs(jobs, std::move(respond), [&jobs, id, result = std::move(result), allowed](auto& reply) mutable {
+        allowed(id);
         jobs.report_result(id, std::move(result));
         reply(ok(nullptr));
       });
@@ -139,7 +152,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/heartbeat/").size());
       Heartbeat beat = heartbeat_from_json(parse_body(body));
-      return on_jobs(jobs, std::move(respond), [&jobs, id, beat](auto& reply) {
+      return on_jobs(jobs, std::move(respond), [&jobs, id, beat, allowed](auto& reply) {
+        allowed(id);
         jobs.heartbeat(id, beat);
         reply(ok(nullptr));
       });
@@ -156,7 +170,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       std::string id = path.substr(std::string("/straggler/").size());
       std::optional<StragglerNotice> notice;
       if (method == "POST") notice = straggler_from_json(parse_body(body));
-      return on_jobs(jobs, std::move(respond), [&jobs, id, notice](auto& reply) {
+      return on_jobs(jobs, std::move(respond), [&jobs, id, notice, allowed](auto& reply) {
+        allowed(id);
         jobs.straggler(id, notice);
         reply(ok(nullptr));
       });
@@ -165,7 +180,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/leave/").size());
       Leave leave = leave_from_json(parse_body(body));
-      return on_jobs(jobs, std::move(respond), [&jobs, id, leave](auto& reply) {
+      return on_jobs(jobs, std::move(respond), [&jobs, id, leave, allowed](auto& reply) {
+        allowed(id);
         jobs.leave(id, leave);
         reply(ok(nullptr));
       });

@@ -14,7 +14,9 @@ def test_hooks_apply_the_schedule(serve):
     seen = []
     client = perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
                             broadcast_job_id=lambda job_id: seen.append(job_id) or job_id, fail_open=False)
-    assert seen == [client.job_id]
+    # Rank 0 registered with a secret, which travels with the id to the other ranks.
+    assert re.fullmatch(r"[0-9a-f]{32}", client.job_secret)
+    assert seen == [client.job_id + "\n" + client.job_secret]
     assert re.match(r"\d{4}(-\d\d){5}\+perseus\+model\+uniform\+dp1\+pp1\+tp1\+mbs1\+nmb2\+TwoFrequencies$",
                     client.job_id)
     assert client.pipe_schedule == ["forward", "backward", "forward", "backward"]

@@ -59,9 +59,12 @@ struct ClientOptions {
   std::vector<std::string> pipe_schedule;
   int report_every = 5;  // iterations per round
   // Rank 0 calls it with the new job id; the others call it with "" and get the id back. May be
-  // empty when world_size is 1 or job_id is given.
+  // empty when world_size is 1 or job_id is given. The value is opaque: rank 0 registers the job
+  // with a secret, which travels with the id ("<job id>\n<secret>"; a job id has no control
+  // characters), and every request of the job carries it; pass it on unchanged.
   std::function<std::string(const std::string&)> broadcast_job_id;
   std::string job_id;  // join an already registered job (skips registration and the broadcast)
+  std::string job_secret;  // with job_id: that job's secret, if it has one ("" -> $PERSEUS_JOB_SECRET)
   std::string nvml_library;            // "" -> $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1
   // The node's `perseus gpud` socket ("" -> $PERSEUS_GPUD_SOCKET; unset: NVML directly). Through
   // the daemon the rank needs no privileges and a killed rank's clocks are reset at once.
@@ -105,6 +108,9 @@ class Client {
 
   bool enabled() const;                     // false once perseus gave up (fail_open)
   const std::string& job_id() const;
+  // The job's secret ("" when the server gave none): what another process needs, with the id and
+  // the server's URL, to change the job (e.g. perseus straggler, PERSEUS_JOB_SECRET).
+  const std::string& job_secret() const;
   int round() const;                        // rounds completed
   std::vector<int> schedule() const;        // power state per pipe_schedule entry, this round
   const std::vector<std::string>& pipe_schedule() const;

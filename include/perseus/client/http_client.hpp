@@ -32,6 +32,11 @@ class HttpClient {
   HttpReply request(const std::string& method, const std::string& target, const std::string& body,
                     std::chrono::milliseconds timeout);
   const std::string& url() const { return url_; }
+  // A job's secret (perseus serve gives one to a registration that asks with "new"): sent as the
+  // Perseus-Job-Secret header on every later request; "" sends none.
+  void set_job_secret(std::string secret);
+  // The Perseus-Job-Secret header of the last reply ("" when it had none).
+  const std::string& received_job_secret() const;
 
  private:
   struct Impl;

@@ -13,7 +13,9 @@
 // - asking twice in one round: the newer request replaces the older, which gets 409;
 // - asking again for a schedule before reporting this round's result: the round's schedule again
 //   (the client gave up on the first answer, which may have gone to a closed connection);
-// - a job with more than settings.max_world_size ranks: 422;
+// - a job with more than settings.max_world_size ranks, or with world size x schedule length
+//   above settings.max_job_entries: 422; beyond settings.max_jobs / max_total_ranks: 503;
+// - a request that changes a job registered with a secret, without it: 403;
 // - a result from a rank with no schedule running, or a second result in a round: 409;
 // - a round that does not complete within round_timeout_s fails the job: every waiting and
 //   later schedule request gets 500 "[job-failed] ... ranks [..] did not ...";
@@ -57,7 +59,16 @@ class JobManager {
   const ServerSettings& settings() const { return settings_; }
   const boost::asio::any_io_executor& executor() const { return executor_; }
 
-  std::string register_job(JobInfo info);
+  // `with_secret`: the job gets a random secret (returned by job_secret) that every request changing
+  // it must then carry (authorize). Refused before anything is allocated: 422 above max_world_size
+  // or a job id above kMaxJobIdBytes, 503 at max_jobs or max_total_ranks once no ended job is left
+  // to forget early.
+  std::string register_job(JobInfo info, bool with_secret = false);
+  std::string job_secret(const std::string& job_id);  // "" for a job registered without one
+  // May this request change job `job_id`? Yes for the administrator (`admin`: the server's bearer
+  // token), for any request to a job registered without a secret, and for one carrying the job's
+  // secret; 403 otherwise, 404 for an unknown job.
+  void authorize(const std::string& job_id, const std::string& secret, bool admin);
   void register_rank(const std::string& job_id, RankInfo info);
   void request_schedule(const std::string& job_id, int rank, Reply reply);
   void report_result(const std::string& job_id, ProfilingResult result);
@@ -83,6 +94,8 @@ class JobManager {
  private:
   struct Job;
   Job& find(const std::string& job_id);
+  void make_room(int world_size);  // forgets ended jobs early for max_jobs / max_total_ranks, or 503
+  void forget(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
   // `own`: the running scheduler's status() (null when none), whose phase names a running job's.
   nlohmann::json summary(const Job& job, const nlohmann::json& own) const;

@@ -32,6 +32,10 @@ bool is_compute_instruction(const std::string& name);  // forward or backward
 // pipeline-frequency optimizer's (available_frequencies, frequencies as [instruction, MHz]).
 enum class Dialect { perseus, zeus };
 
+// A job id and each of its parts are at most this long (as Zeus's): the id names the job's records
+// directory and appears in every log line and URL of the job.
+inline constexpr std::size_t kMaxJobIdBytes = 200;
+
 struct JobInfo {
   std::string job_id;
   int pp_degree = 1, dp_degree = 1, tp_degree = 1, world_size = 1;
@@ -41,6 +45,9 @@ struct JobInfo {
   Dialect dialect = Dialect::perseus;
   // Zeus dialect only: appended to the job id when not empty.
   std::string job_metadata = {};
+  // Set by the server when the registering client asked for one: every request that changes the
+  // job must then carry it. Persisted with the job (to_json writes it when set); never shown.
+  std::string job_secret = {};
 };
 
 struct RankInfo {
@@ -118,6 +125,12 @@ nlohmann::json to_json(const ProfilingResult& result);
 // Zeus dialect: `YYYY-MM-DD-HH-MM-SS+dpD+ppP+tpT+Scheduler[+job_metadata]`.
 std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
                         std::chrono::system_clock::time_point when);
+
+// A free-text part of a job id made safe as a file name and a URL path segment: '/', '\\', '+',
+// '?', '#', '%', control characters and invalid UTF-8 become '_' ("." and ".." too).
+std::string sanitize_id_part(std::string_view text);
+// Throws RequestError(422) when `job_id` is longer than kMaxJobIdBytes.
+void check_job_id_length(const std::string& job_id);
 
 // Parses JSON text; throws RequestError(422) saying where it is malformed.
 nlohmann::json parse_body(const std::string& text);

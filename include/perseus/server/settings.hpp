@@ -2,6 +2,7 @@
 // `perseus serve` settings: flags first, then the artifact's environment variables
 // (PERSEUS_SCHEDULER, PERSEUS_SCHEDULER_ARGS, PERSEUS_MODE, PERSEUS_DUMP_DATA, PERSEUS_DUMP_DIR,
 // PERSEUS_LOG_LEVEL), then these defaults.
+#include <chrono>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -26,7 +27,24 @@ struct ServerSettings {
   // A job of Zeus's client (which asks for one schedule and never reports) is forgotten this long
   // after its schedule went out (Zeus's max_job_idle_time; its records stay on disk). 0: kept.
   double max_job_idle_s = 7 * 24 * 3600;
+  // Jobs held in memory (running, or ended and kept for job_retention_s). At the limit the job
+  // that ended first is forgotten early; when every job held is running, register_job gets 503.
+  int max_jobs = 100;
+  // The world sizes of every job held, summed: what register_job allocates before any rank
+  // registered (~300 bytes a rank), so that jobs nobody trains in cannot take the server's memory.
+  // Beyond it (after forgetting ended jobs), register_job gets 503. 0: no limit.
+  long long max_total_ranks = 262144;
+  // A job's world size times the length of a rank's pipe_schedule: what its schedules and each
+  // round's results grow with. A register_rank beyond it gets 422 before anything is stored.
+  // 0: no limit. The default holds 16,384 ranks of 1,024 instructions each.
+  long long max_job_entries = 16384LL * 1024;
 };
+
+// The longest duration a setting may have (~31.7 years): longer ones would overflow the clock's
+// nanoseconds (and fire at once).
+inline constexpr double kMaxSettingSeconds = 1e9;
+// `seconds` as a steady-clock duration, clamped to [0, kMaxSettingSeconds].
+std::chrono::steady_clock::duration clamped_duration(double seconds);
 
 // The body of GET /info.
 nlohmann::json info_json(const ServerSettings& settings);

@@ -1,0 +1,182 @@
+// What clients can make a real `perseus serve` process hold: memory for bodies nobody may send and
+// for jobs nobody trains in, connections, and settings that would overflow its clocks.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "perseus/client/http_client.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "process_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+const char* kToken = "0123456789abcdef-token";
+
+// A connection to 127.0.0.1:port from `from` (any 127.x.y.z address is this machine's).
+int connect_from(const char* from, int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  timeval timeout{5, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+  sockaddr_in local{};
+  local.sin_family = AF_INET;
+  ::inet_pton(AF_INET, from, &local.sin_addr);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+bool send_all(int fd, const std::string& data) {
+  for (std::size_t sent = 0; sent < data.size();) {
+    auto n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    sent += static_cast<std::size_t>(n);
+  }
+  return true;
+}
+
+bool closed_by_server(int fd, std::chrono::milliseconds within) {
+  pollfd p{fd, POLLRDHUP, 0};
+  return ::poll(&p, 1, static_cast<int>(within.count())) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
+}
+
+// A /proc/<pid>/status field in kB (VmRSS: now, VmHWM: the peak).
+long memory_kb(pid_t pid, const std::string& field) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
+  return -1;
+}
+
+TEST(BoundsFaults, UnauthenticatedLargeBodiesDoNotGrowTheServer) {
+  auto dir = test_dir();
+  write_file_atomic(dir / "token", std::string(kToken) + "\n");
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --token-file token");
+  ASSERT_NE(serve.port, 0);
+  long before = memory_kb(serve.pid, "VmRSS");
+  // 30 clients at once, each announcing and sending a 60 MB body without the token.
+  constexpr std::size_t kBody = 60u << 20;
+  std::atomic<int> refused{0};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < 30; ++i)
+    clients.emplace_back([&] {
+      int fd = connect_from("127.0.0.1", serve.port);
+      if (fd < 0) return;
+      std::string chunk(1u << 20, 'x');
+      if (send_all(fd, fmt::format("POST /result/x HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", kBody)))
+        for (std::size_t sent = 0; sent < kBody && send_all(fd, chunk); sent += chunk.size()) {
+        }
+      char head[16] = {};
+      if (::recv(fd, head, 12, 0) == 12 && std::string(head, 12) == "HTTP/1.1 401") ++refused;
+      ::close(fd);
+    });
+  for (auto& t : clients) t.join();
+  long peak = memory_kb(serve.pid, "VmHWM");
+  std::cout << "30 unauthenticated 60 MB bodies: server RSS " << before / 1024 << " MB before, peak " << peak / 1024
+            << " MB (growth " << (peak - before) / 1024 << " MB); " << refused << " read the 401 before the reset\n";
+  EXPECT_LE(peak - before, 50 * 1024) << "kB";
+  client::HttpClient admin(serve.url(), kToken);
+  EXPECT_EQ(admin.request("GET", "/info", "", 5s).status, 200) << "and it still serves";
+}
+
+TEST(BoundsFaults, BogusJobsOfHugeWorldSizesAreRefusedOrSmall) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  long before = memory_kb(serve.pid, "VmRSS");
+  json job = {{"job_id", ""},         {"pp_degree", 16},     {"dp_degree", 1024},           {"tp_degree", 8},
+              {"world_size", 131072}, {"framework", "x"},    {"model_name", "bogus"},       {"partition_method", "x"},
+              {"microbatch_size", 1}, {"num_microbatches", 1}};
+  client::HttpClient http(serve.url());
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 40; ++i) {
+    auto reply = http.request("POST", "/register_job", job.dump(), 30s);
+    accepted += reply.status == 200;
+    refused += reply.status == 503;
+  }
+  long peak = memory_kb(serve.pid, "VmHWM");
+  std::cout << "40 bogus jobs of 131,072 ranks: " << accepted << " accepted, " << refused << " refused (503); server RSS "
+            << before / 1024 << " MB before, peak " << peak / 1024 << " MB (growth " << (peak - before) / 1024 << " MB)\n";
+  EXPECT_EQ(accepted + refused, 40);
+  EXPECT_LE(peak - before, 200 * 1024) << "kB";
+  EXPECT_EQ(http.request("GET", "/info", "", 5s).status, 200);
+}
+
+TEST(BoundsFaults, OnePeerCannotTakeEveryConnection) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --max-connections-per-peer 20");
+  ASSERT_NE(serve.port, 0);
+  std::vector<int> hog;
+  for (int i = 0; i < 60; ++i) hog.push_back(connect_from("127.0.0.1", serve.port));
+  int closed = 0;
+  for (int fd : hog) closed += fd >= 0 && closed_by_server(fd, 200ms);
+  EXPECT_GE(closed, 40) << "all but 20 of one address's connections are closed";
+  // Another address is served while the first holds its 20.
+  int other = connect_from("127.0.0.2", serve.port);
+  ASSERT_GE(other, 0);
+  ASSERT_TRUE(send_all(other, "GET /info HTTP/1.1\r\nHost: x\r\n\r\n"));
+  char head[16] = {};
+  EXPECT_EQ(::recv(other, head, 12, 0), 12);
+  EXPECT_EQ(std::string(head, 12), "HTTP/1.1 200");
+  ::close(other);
+  for (int fd : hog) ::close(fd);
+  std::istringstream log(serve.log());
+  int warnings = 0;
+  for (std::string line; std::getline(log, line);) warnings += line.find("--max-connections-per-peer") != std::string::npos;
+  EXPECT_EQ(warnings, 1) << "one warning, not one per refused connection:\n" << serve.log();
+}
+
+TEST(BoundsFaults, IdleConnectionsAreClosedAfterTheIdleTimeout) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --idle-timeout 0.3");
+  ASSERT_NE(serve.port, 0);
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) idle.push_back(connect_from("127.0.0.1", serve.port));
+  int closed = 0;
+  for (int fd : idle) closed += fd >= 0 && closed_by_server(fd, 10s);
+  EXPECT_EQ(closed, 100);
+  for (int fd : idle) ::close(fd);
+}
+
+TEST(BoundsFaults, DurationsTooLongForTheClockAreAUsageError) {
+  auto dir = test_dir();
+  for (std::string flag : {"--round-timeout 1e10", "--job-retention 1e300", "--dead-rank-timeout 2e9"}) {
+    // Accepted, the server would run on: `timeout` ends it (exit 124).
+    std::string command = fmt::format("cd '{}' && timeout 10 {} serve --port 0 --no-dump {} > usage.out 2>&1", dir.string(),
+                                      PERSEUS_BINARY, flag);
+    int status = std::system(command.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << flag;
+    EXPECT_EQ(WEXITSTATUS(status), 64) << flag << ": " << read_file(dir / "usage.out");
+    EXPECT_NE(read_file(dir / "usage.out").find(flag.substr(0, flag.find(' '))), std::string::npos)
+        << read_file(dir / "usage.out");
+  }
+}
+
+}  // namespace
+}  // namespace perseus::testing
