@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "perseus/pipeline/makespan.hpp"
+#include "perseus/server/physical_bounds.hpp"
 
 namespace perseus::server {
 
@@ -96,7 +97,7 @@ RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, cons
     double n = counts[key];
     out.instructions[key] = {sum.first / n, sum.second / n};
   }
-  if (idle_time > 1e-9) out.blocking_power = idle_energy / idle_time;
+  if (idle_time > 1e-9) out.blocking_power = plausible_blocking_power(idle_energy / idle_time, ranks);
   for (const auto& pipeline : durations) {
     bool complete = std::all_of(pipeline.begin(), pipeline.end(), [](const auto& s) { return !s.empty(); });
     out.pipeline_time.push_back(complete ? pipeline_makespan(orders, num_microbatches, pipeline) : 0.0);
