@@ -97,11 +97,13 @@ RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, cons
     double n = counts[key];
     out.instructions[key] = {sum.first / n, sum.second / n};
   }
-  if (idle_time > 1e-9) out.blocking_power = plausible_blocking_power(idle_energy / idle_time, ranks);
+  if (idle_time > 1e-9) out.blocking_power = idle_energy / idle_time;
   for (const auto& pipeline : durations) {
     bool complete = std::all_of(pipeline.begin(), pipeline.end(), [](const auto& s) { return !s.empty(); });
     out.pipeline_time.push_back(complete ? pipeline_makespan(orders, num_microbatches, pipeline) : 0.0);
   }
+  // A few milliseconds of idle time on a coarse energy counter can make it absurd: then it is not measured.
+  if (out.blocking_power) out.blocking_power = plausible_blocking_power(*out.blocking_power, ranks);
   return out;
 }
 
