@@ -96,6 +96,8 @@ TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
   EXPECT_NE(with([](auto& r) { r.energy_breakdown["forward"][1][0] = 500; }).find("more than the iteration"),
             std::string::npos);
   EXPECT_NE(with([](auto& r) { r.iter_time.pop_back(); }), "");
+  EXPECT_NE(with([](auto& r) { r.iter_time.clear(), r.iter_energy.clear(); }).find("no iteration was measured"),
+            std::string::npos);
   EXPECT_EQ(with([](auto& r) { r.energy_breakdown["forward"][0][0] = 0; }), "") << "a short instruction may read 0 J";
   EXPECT_EQ(server::max_power_w(server::RankInfo{}), server::kMaxPlausibleGpuPowerW);
   server::RankInfo gpu300;

@@ -39,6 +39,9 @@ std::optional<double> plausible_blocking_power(double watts, const std::vector<R
 }
 
 std::string implausible_result(const ProfilingResult& result, double max_power) {
+  if (result.iter_time.empty())
+    return "no iteration was measured (the client drops an iteration in which a GPU read failed, e.g. while perseus "
+           "gpud restarted)";
   if (result.iter_time.size() != result.iter_energy.size())
     return fmt::format("{} iteration times but {} iteration energies", result.iter_time.size(), result.iter_energy.size());
   for (std::size_t i = 0; i < result.iter_time.size(); ++i) {

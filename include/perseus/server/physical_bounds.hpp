@@ -20,7 +20,7 @@ inline constexpr int kMaxRejectedRounds = 3;
 inline constexpr double kPowerSlack = 1.25;
 
 // Why `result` cannot be a measurement of a GPU whose maximum power limit is `max_power_w`;
-// "" when it can. Checks every iteration: time and energy finite and positive, average power at
+// "" when it can. It must hold an iteration, and every iteration: time and energy finite and positive, average power at
 // most max_power_w (with kPowerSlack), its instructions' times and energies finite, not negative,
 // and together within the iteration's (a coarse energy counter may read 0 J for a short one).
 std::string implausible_result(const ProfilingResult& result, double max_power_w);
