@@ -314,15 +314,19 @@ TEST_F(GpudTest, AClientReconnectsToARestartedDaemonAndSetsItsClocksAgain) {
   g->lock_graphics_clock(0, 1200, 1200);
   stop();
   EXPECT_EQ(nvml->current_graphics_clock(0), 1410u) << "the stopping daemon reset the GPU";
-  auto start_time = std::chrono::steady_clock::now();
   try {
     g->total_energy_mj(0);
     ADD_FAILURE() << "no daemon: the call fails";
   } catch (const GpuError& e) {
-    EXPECT_NE(std::string(e.what()).find("reconnecting"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(reconnecting: cannot connect"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(g->total_energy_mj(0), GpuError) << "and fails at once until the next attempt";
-  EXPECT_LT(std::chrono::steady_clock::now() - start_time, 1s) << "no waiting while the daemon is away";
+  try {  // until the next attempt is due, a call fails without trying (nothing waits on a daemon that is away)
+    g->total_energy_mj(0);
+    ADD_FAILURE() << "no daemon: the call fails";
+  } catch (const GpuError& e) {
+    EXPECT_EQ(std::string(e.what()).find("cannot connect"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(reconnecting)"), std::string::npos) << e.what();
+  }
   start();
   bool back = false;
   for (int i = 0; i < 300 && !back; ++i) {
