@@ -13,7 +13,7 @@ CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithD
 cmake --build "$build"
 mkdir -p "$build/artifacts"
 status=0
-for target in profile_csv plan_python plan_json request_bodies gpud_requests; do
+for target in profile_csv plan_python plan_json request_bodies gpud_requests gpud_daemon; do
   mkdir -p "$build/corpus/$target"
   log="$build/$target.log"
   if ! "$build/tests/fuzz/fuzz_$target" -max_total_time="$seconds" -print_final_stats=1 -max_len=65536 \

@@ -617,3 +617,26 @@ TEST_F(Cli, OptimizeThreadsGiveTheSameFrontier) {
   EXPECT_EQ(r.code, 64);
   EXPECT_NE(r.output.find("--threads"), std::string::npos) << r.output;
 }
+
+// A profile that admits no frontier (one clock per stage and instruction; energies so large that
+// they do not add up) is a failed computation (exit 1) saying why, with nothing written.
+TEST_F(Cli, OptimizeWithNoFrontierFailsSayingWhy) {
+  const std::string one_clock = write("one.csv", "stage,instruction,frequency,time,energy\n"
+                                                 "0,forward,1410,0.010,2.0\n0,backward,1410,0.020,4.0\n"
+                                                 "1,forward,1410,0.010,2.0\n1,backward,1410,0.020,4.0\n");
+  auto r = run("optimize " + one_clock + " --stages 2 --microbatches 2 --p2p-power 75 --quiet --out " +
+               (dir_ / "one").string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("no frontier"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "one" / "frontier.csv"));
+  std::string huge = "stage,instruction,frequency,time,energy\n";
+  for (int stage = 0; stage < 2; ++stage)
+    for (const char* kind : {"forward", "backward"})
+      for (int clock : {1410, 1200, 1000, 800})
+        huge += fmt::format("{},{},{},{},1e308\n", stage, kind, clock, 0.01 * 1410 / clock);
+  r = run("optimize " + write("huge.csv", huge) + " --stages 2 --microbatches 2 --p2p-power 75 --quiet --out " +
+          (dir_ / "huge").string());
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("no frontier"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir_ / "huge" / "frontier.csv"));
+}

@@ -17,6 +17,7 @@
 #include "perseus/client/client.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/gpud/daemon.hpp"
+#include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
 #include "server_fixture.hpp"
 
@@ -40,16 +41,25 @@ struct GpudTest : ::testing::Test {
 
   void SetUp() override {
     fs::remove_all(dir);
-    daemon = std::make_unique<gpud::Daemon>(io, nvml, gpud::DaemonOptions{socket, 0660, ""});
+    start();
+  }
+  void start(gpud::DaemonOptions options = {}) {
+    options.socket_path = socket;
+    daemon = std::make_unique<gpud::Daemon>(io, nvml, options);
     thread = std::thread([this] { io.run(); });
   }
-  void TearDown() override {
+  void stop() {
+    if (!daemon) return;
     boost::asio::post(io, [this] {
       daemon->stop();
       io.stop();
     });
     thread.join();
     daemon.reset();
+    io.restart();
+  }
+  void TearDown() override {
+    stop();
     fs::remove_all(dir);
   }
 
@@ -60,13 +70,18 @@ struct GpudTest : ::testing::Test {
     return clock;
   }
 
-  // Sends raw bytes on a fresh connection and returns the first reply line ("" when it closed).
-  std::string raw_exchange(const std::string& bytes) {
+  int raw_connect() {
     int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     std::strcpy(address.sun_path, socket.c_str());
     EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+    return fd;
+  }
+
+  // Sends raw bytes on a fresh connection and returns the first reply line ("" when it closed).
+  std::string raw_exchange(const std::string& bytes) {
+    int fd = raw_connect();
     EXPECT_EQ(::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL), static_cast<ssize_t>(bytes.size()));
     std::string reply;
     char c = 0;
@@ -229,6 +244,155 @@ TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
   }
   c.close();
   EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+}
+
+// Whatever bytes a line holds, the reply is one valid JSON line and the daemon goes on serving
+// (an error quoting invalid UTF-8, or cutting a name inside a character, used to end it).
+TEST_F(GpudTest, AnyRequestLineGetsAValidReplyAndTheDaemonServesOn) {
+  const std::string deep(3000, '[');
+  for (const std::string& line : {std::string("\xff"), "{\"op\":\"" + std::string(99, 'x') + "\xC3\xA9\"}",
+                                  std::string("{\"op\": \"\xff\"}"), "{\"op\": \"name\", \"device\": " + deep + "}",
+                                  deep, std::string("{\"op\": \"name\", \"device\": \"\xC3\"}"),
+                                  std::string("\x00\x01\x02"), std::string("{\"op\":\"set_power_limit\",\"device\":0,\"mw\":{}}")}) {
+    std::string reply = raw_exchange(line + "\n");
+    ASSERT_FALSE(reply.empty()) << "no reply to " << line.substr(0, 40);
+    auto parsed = nlohmann::json::parse(reply);  // throws, failing the test, when not JSON
+    EXPECT_EQ(parsed["ok"], false);
+    EXPECT_EQ(parsed["kind"], "invalid_argument");
+    EXPECT_LT(reply.size(), 1200u);
+  }
+  EXPECT_EQ(gpud::connect(socket)->device_count(), 1u);
+}
+
+TEST_F(GpudTest, AnIdleConnectionThatOwnsNothingIsClosedAnOwnerIsKept) {
+  stop();
+  gpud::DaemonOptions options;
+  options.idle_timeout = 50ms;
+  start(options);
+  auto owner = gpud::connect(socket);
+  owner->lock_graphics_clock(0, 1200, 1200);
+  int idle = raw_connect();
+  char c = 0;
+  EXPECT_EQ(::recv(idle, &c, 1, 0), 0) << "the daemon closes a connection that sends nothing";
+  ::close(idle);
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(owner->current_graphics_clock(0), 1200u) << "an owner's connection lives as long as the rank";
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1200u);
+}
+
+TEST_F(GpudTest, TheSocketPathMustBeASocketAndNothingIsLeftBehindOnAFailedStart) {
+  stop();
+  write_file_atomic(socket, "precious data\n");
+  try {
+    start();
+    ADD_FAILURE() << "a regular file must not be replaced";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("exists and is not a socket"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_file(socket), "precious data\n");
+  fs::remove(socket);
+  gpud::DaemonOptions options;
+  options.socket_group = "no-such-group-perseus";
+  try {
+    start(options);
+    ADD_FAILURE() << "an unknown group must be refused";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no such group"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(fs::symlink_status(socket))) << "the socket of a daemon that did not start is removed";
+  start();  // a stale socket (a daemon that died) is still replaced
+  stop();
+  EXPECT_FALSE(fs::exists(socket));
+}
+
+// The daemon restarts under a connected client: its next call connects again and first sets again
+// what it had set (the new daemon reset the GPU when it started), so the rank goes on where it was.
+TEST_F(GpudTest, AClientReconnectsToARestartedDaemonAndSetsItsClocksAgain) {
+  auto g = gpud::connect(socket, 2s);
+  g->lock_memory_clock(0, 1215, 1215);
+  g->lock_graphics_clock(0, 1200, 1200);
+  stop();
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u) << "the stopping daemon reset the GPU";
+  try {
+    g->total_energy_mj(0);
+    ADD_FAILURE() << "no daemon: the call fails";
+  } catch (const GpuError& e) {
+    EXPECT_NE(std::string(e.what()).find("(reconnecting: cannot connect"), std::string::npos) << e.what();
+  }
+  try {  // until the next attempt is due, a call fails without trying (nothing waits on a daemon that is away)
+    g->total_energy_mj(0);
+    ADD_FAILURE() << "no daemon: the call fails";
+  } catch (const GpuError& e) {
+    EXPECT_EQ(std::string(e.what()).find("cannot connect"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(reconnecting)"), std::string::npos) << e.what();
+  }
+  start();
+  bool back = false;
+  for (int i = 0; i < 300 && !back; ++i) {
+    try {
+      g->total_energy_mj(0);
+      back = true;
+    } catch (const GpuError&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ASSERT_TRUE(back) << "the client did not reconnect within 3 s";
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1200u) << "its clock lock is set again";
+  EXPECT_EQ(nvml->current_memory_clock(0), 1215u);
+  g->reset_graphics_clock(0);
+  EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);
+  // Restarted again between two calls: the call itself reconnects and succeeds.
+  g->lock_graphics_clock(0, 1005, 1005);
+  stop();
+  start();
+  EXPECT_EQ(g->current_graphics_clock(0), 1005u);
+  try {  // the new connection owns the GPU again: another process is refused
+    gpud::connect(socket)->lock_graphics_clock(0, 1200, 1200);
+    ADD_FAILURE();
+  } catch (const GpuError& e) {
+    EXPECT_EQ(e.kind(), GpuErrorKind::busy);
+  }
+}
+
+// The training client on a restarted daemon: perseus stays on, the next instructions' clocks
+// reach the GPU, and the iterations measured while the daemon was away are dropped, not sent in part.
+TEST_F(GpudTest, TheClientGoesOnApplyingClocksAfterTheDaemonRestarts) {
+  server::ServerSettings s;
+  s.scheduler = "TwoFrequencies";
+  s.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
+  s.dump_data = false;
+  TestServer server(s);
+  client::ClientOptions o;
+  o.server_url = server.url;
+  o.num_microbatches = 1;
+  o.report_every = 100;
+  o.gpud_socket = socket;
+  o.fail_open = false;
+  client::Client c(o);
+  auto step = [&](unsigned* forward_clock) {
+    c.on_step_begin();
+    c.on_instruction_begin("forward");
+    c.flush();
+    if (forward_clock) *forward_clock = nvml->current_graphics_clock(0);
+    c.on_instruction_end("forward");
+    c.on_instruction_begin("backward");
+    c.on_instruction_end("backward");
+    c.on_step_end();
+    c.flush();
+  };
+  unsigned clock = 0;
+  step(&clock);
+  EXPECT_EQ(clock, 1200u);
+  stop();
+  step(nullptr);  // the daemon is away: nothing applied, nothing measured
+  start();
+  std::this_thread::sleep_for(1100ms);  // the client's next attempt
+  step(&clock);
+  EXPECT_EQ(clock, 1200u) << "the rank applies clocks again";
+  EXPECT_TRUE(c.enabled());
+  c.close();
+  EXPECT_EQ(graphics_clock_soon(1410), 1410u);
 }
 
 }  // namespace

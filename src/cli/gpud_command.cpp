@@ -11,6 +11,7 @@
 #include "perseus/gpud/daemon.hpp"
 #include "perseus/gpud/protocol.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::cli {
 namespace {
@@ -21,6 +22,7 @@ struct GpudArgs {
   std::string socket_group;
   std::string nvml;
   std::string log_level = "info";
+  double idle_timeout_s = 60;
 };
 
 int run_gpud(const GpudArgs& args) {
@@ -32,6 +34,8 @@ int run_gpud(const GpudArgs& args) {
   } catch (const std::exception&) {
     throw Error(fmt::format("--socket-mode '{}' is not an octal file mode such as 0660", args.socket_mode), kExitUsage);
   }
+  if (!(args.idle_timeout_s >= 0 && args.idle_timeout_s <= 86400))
+    throw Error(fmt::format("--idle-timeout {} must be between 0 and 86400 seconds", args.idle_timeout_s), kExitUsage);
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus-gpud"));
   auto level = spdlog::level::from_str(args.log_level);
   if (level == spdlog::level::off && args.log_level != "off")
@@ -45,7 +49,9 @@ int run_gpud(const GpudArgs& args) {
     throw Error(e.what(), kExitNoInput);
   }
   boost::asio::io_context io(1);
-  gpud::Daemon daemon(io, library, {args.socket, mode, args.socket_group});
+  gpud::DaemonOptions options{args.socket, mode, args.socket_group};
+  options.idle_timeout = std::chrono::milliseconds(static_cast<long long>(args.idle_timeout_s * 1000));
+  gpud::Daemon daemon(io, library, options);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
@@ -57,7 +63,16 @@ int run_gpud(const GpudArgs& args) {
               library->device_count() == 1 ? "" : "s", mode,
               args.socket_group.empty() ? "" : fmt::format(", group {}", args.socket_group).c_str());
   std::fflush(stdout);
-  io.run();
+  // Every request's failure is answered on its connection; should anything still escape a
+  // handler, the daemon goes on serving: stopping would reset every GPU under the running ranks.
+  for (;;) {
+    try {
+      io.run();
+      break;
+    } catch (const std::exception& e) {
+      spdlog::error("internal error, still serving: {}", safe_text(e.what()));
+    }
+  }
   return kExitOk;
 }
 
@@ -73,6 +88,9 @@ Runner add_gpud_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--socket-group", args->socket_group, "Group that owns the socket (with mode 0660: who may connect)");
   cmd->add_option("--nvml", args->nvml, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--idle-timeout", args->idle_timeout_s,
+                  "Seconds after which a connection that owns no GPU and sends nothing is closed (0: never)")
+      ->capture_default_str();
   cmd->add_option("--log-level", args->log_level, "debug, info, warning, error or off")->capture_default_str();
   return [args] { return run_gpud(*args); };
 }

@@ -1,5 +1,7 @@
 // `perseus optimize`: profile in, complete time–energy frontier out.
 #include <fmt/format.h>
+
+#include <cmath>
 #include <unistd.h>
 
 #include <atomic>
@@ -56,6 +58,21 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = start_;
 };
 
+// A frontier with no point, or with times or energies that are not finite numbers, is no result:
+// the run failed (exit 1), saying why, and writes nothing.
+void check_frontier(const FrontierRecord& record, const Frontier& frontier) {
+  if (record.points.empty() && !frontier.interrupted)
+    throw Error(fmt::format("no frontier: the solver found no plan ({}); a frontier needs some (stage, instruction) "
+                            "with more than one usable clock, and times and energies whose sums are finite", frontier.stop_reason),
+                kExitFailure);
+  for (std::size_t i = 0; i < record.points.size(); ++i)
+    if (!std::isfinite(record.points[i].time) || !std::isfinite(record.points[i].energy))
+      throw Error(fmt::format("no frontier: point {} has time {} s and energy {} J, not finite numbers (the profile's "
+                              "times or energies are too large to add up)", i, record.points[i].time,
+                              record.points[i].energy),
+                  kExitFailure);
+}
+
 int run_optimize(OptimizeArgs& args) {
   const bool envpipe = args.schedule == "envpipe";
   const auto schedule = envpipe ? ScheduleKind::one_f_one_b : parse_schedule_kind(args.schedule);
@@ -88,6 +105,7 @@ int run_optimize(OptimizeArgs& args) {
   }
 
   const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});
+  check_frontier(record, frontier);
   write_frontier_record(record, args.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!args.quiet) {

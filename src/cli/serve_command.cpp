@@ -25,6 +25,7 @@
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::cli {
 namespace {
@@ -130,7 +131,10 @@ int serve(ServeArgs args) {
   server::ServerSettings settings;
   settings.scheduler = args.scheduler;
   try {
+    check_json_depth(args.scheduler_args);
     settings.scheduler_args = nlohmann::json::parse(args.scheduler_args);
+  } catch (const JsonTooDeep& e) {
+    throw Error(fmt::format("--scheduler-args: {}", e.what()), kExitUsage);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args), kExitUsage);
   }

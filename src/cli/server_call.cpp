@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::cli {
 
@@ -28,7 +29,12 @@ nlohmann::json ServerCall::operator()(const std::string& method, const std::stri
   } catch (const client::ServerUnreachable& e) {
     throw Error(fmt::format("{} (is `perseus serve` running there?)", e.what()), kExitNoInput);
   }
-  auto parsed = nlohmann::json::parse(reply.body, nullptr, false);
+  nlohmann::json parsed = nlohmann::json::value_t::discarded;  // what the server sent is checked like any input
+  try {
+    check_json_depth(reply.body);
+    parsed = nlohmann::json::parse(reply.body, nullptr, false);
+  } catch (const JsonTooDeep&) {
+  }
   if (reply.status != 200) {
     std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                              ? parsed["detail"].get<std::string>()

@@ -104,6 +104,7 @@ struct Client::Impl {
   std::map<std::string, Open> open;
   std::optional<Open> step_open;
   std::map<std::string, std::vector<double>> step_time, step_energy;
+  bool step_read_failed = false;  // a GPU read failed in this iteration (gpud restarting)
 
   SteadyClock::time_point now() const { return options.clock ? options.clock() : SteadyClock::now(); }
 
@@ -138,6 +139,7 @@ struct Client::Impl {
     try {
       switch (e.kind) {
         case Event::step_begin:
+          step_read_failed = false;
           step_time.clear();
           step_energy.clear();
           step_open = Open{e.time, energy_j()};
@@ -155,7 +157,7 @@ struct Client::Impl {
           break;
         }
         case Event::step_end: {
-          if (!step_open) break;
+          if (!step_open || step_read_failed) break;  // an iteration measured in part is no measurement
           double energy = energy_j() - step_open->energy;
           double time = std::chrono::duration<double>(e.time - step_open->time).count();
           std::lock_guard lock(mutex);
@@ -172,6 +174,7 @@ struct Client::Impl {
     } catch (const std::exception& ex) {
       if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
       apply_failed = true;
+      step_read_failed = true;
     }
   }
 
@@ -299,6 +302,10 @@ struct Client::Impl {
     for (const auto& name : options.pipe_schedule)
       if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
     server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
+    try {  // the bound on what this rank may measure (physical_bounds.hpp)
+      rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
+    } catch (const std::exception&) {
+    }
     call("POST", "/register_rank", server::to_json(rank), false);
     if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();

@@ -8,6 +8,7 @@
 
 #include <boost/asio/local/stream_protocol.hpp>
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <fmt/format.h>
@@ -23,6 +24,7 @@
 
 #include "perseus/gpud/protocol.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::gpud {
 
@@ -48,10 +50,12 @@ class Connection;
 
 struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   Impl(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options)
-      : io(io), acceptor(io), gpu(std::move(gpu)), options(std::move(options)) {}
+      : io(io), acceptor(io), retry(io), gpu(std::move(gpu)), options(std::move(options)) {}
 
   void listen();
+  void set_socket_access();  // mode and group of the socket file
   void accept();
+  void accept_failed(const boost::system::error_code& ec);
   void reset_all(const char* why);
   // Undoes `touched` on `device`; returns what failed ("" when nothing did).
   std::string reset(unsigned device, const Touched& touched);
@@ -66,6 +70,8 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
 
   asio::io_context& io;
   local::acceptor acceptor;
+  asio::steady_timer retry;  // the next accept after one failed for want of descriptors
+  int accept_failures = 0;
   std::shared_ptr<gpu::GpuLibrary> gpu;
   DaemonOptions options;
   unsigned device_count = 0;
@@ -78,7 +84,7 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(local::socket socket, std::shared_ptr<Daemon::Impl> daemon)
-      : socket_(std::move(socket)), buffer_(kMaxLineBytes), daemon_(std::move(daemon)) {
+      : socket_(std::move(socket)), buffer_(kMaxLineBytes), idle_(socket_.get_executor()), daemon_(std::move(daemon)) {
     ucred cred{};
     socklen_t length = sizeof cred;
     if (getsockopt(socket_.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &length) == 0) {
@@ -96,6 +102,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void close() {
     if (closed_) return;
     closed_ = true;
+    idle_.cancel();
     boost::system::error_code ignored;
     socket_.close(ignored);
     daemon_->release(*this);
@@ -107,6 +114,19 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  private:
   void read() {
+    // A connection that owns no GPU and sends nothing is closed after a while, so that idle ones
+    // cannot pile up; an owner keeps its connection as long as it lives (closing it resets its GPU).
+    if (owned.empty() && daemon_->options.idle_timeout.count() > 0) {
+      idle_.expires_after(daemon_->options.idle_timeout);
+      idle_.async_wait([weak = weak_from_this()](boost::system::error_code ec) {
+        auto self = weak.lock();
+        if (ec || !self || !self->owned.empty()) return;
+        spdlog::debug("pid {}: idle connection closed", self->pid);
+        self->close();
+      });
+    } else {
+      idle_.cancel();
+    }
     asio::async_read_until(socket_, buffer_, '\n', [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
       self->on_read(ec, n);
     });
@@ -114,19 +134,28 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (ec == asio::error::not_found) {  // a line longer than any request: not a perseus client
-      return write(json{{"ok", false}, {"kind", "invalid_argument"},
-                        {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}.dump() + "\n", true);
+      return write(safe_dump(json{{"ok", false}, {"kind", "invalid_argument"},
+                                  {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}) + "\n", true);
     }
     if (ec) return close();
     std::string line(asio::buffers_begin(buffer_.data()), asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(n));
     buffer_.consume(n);
+    write(answer(line) + "\n", false);
+  }
+
+  // The reply line to one request line, whatever its bytes: an error quotes them cut and with
+  // invalid UTF-8 replaced, so serialising it cannot throw.
+  std::string answer(std::string_view line) {
     json reply;
     try {
       reply = {{"ok", true}, {"value", daemon_->handle(*this, parse_request(line))}};
     } catch (const GpuError& e) {
-      reply = {{"ok", false}, {"kind", error_kind_name(e.kind())}, {"error", e.what()}};
+      reply = {{"ok", false}, {"kind", error_kind_name(e.kind())}, {"error", safe_text(e.what(), kMaxErrorBytes)}};
+    } catch (const std::exception& e) {
+      spdlog::error("pid {}: request failed: {}", pid, safe_text(e.what()));
+      reply = {{"ok", false}, {"kind", "other"}, {"error", safe_text(e.what(), kMaxErrorBytes)}};
     }
-    write(reply.dump() + "\n", false);
+    return safe_dump(reply);
   }
 
   void write(std::string text, bool then_close) {
@@ -137,8 +166,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
     });
   }
 
+  static constexpr std::size_t kMaxErrorBytes = 1000;
   local::socket socket_;
   asio::streambuf buffer_;
+  asio::steady_timer idle_;
   std::string out_;
   std::shared_ptr<Daemon::Impl> daemon_;
   bool closed_ = false;
@@ -153,18 +184,41 @@ void Daemon::Impl::listen() {
                 kExitUsage);
   std::error_code fs_error;
   if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent, fs_error);
-  if (fs::exists(fs::symlink_status(path))) {
+  if (auto status = fs::symlink_status(path, fs_error); fs::exists(status)) {
+    if (status.type() != fs::file_type::socket)
+      throw Error(fmt::format("--socket '{}' exists and is not a socket: refusing to replace it (give a path that "
+                              "does not exist or a stale socket)", path),
+                  kExitUsage);
     local::socket probe(io);
     boost::system::error_code ec;
     probe.connect(local::endpoint(path), ec);
     if (!ec) throw Error(fmt::format("another perseus gpud is already listening on {}", path), kExitFailure);
     fs::remove(path, fs_error);  // a stale socket from a daemon that died
   }
-  boost::system::error_code ec;
+  boost::system::error_code ec, ignored;
+  bool bound = false;  // the socket file is ours to remove
   acceptor.open(local(), ec);
-  if (!ec) acceptor.bind(local::endpoint(path), ec);
+  if (!ec) acceptor.bind(local::endpoint(path), ec), bound = !ec;
   if (!ec) acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error(fmt::format("cannot listen on {}: {}", path, ec.message()), kExitFailure);
+  if (ec) {
+    acceptor.close(ignored);
+    if (bound) fs::remove(path, fs_error);
+    throw Error(fmt::format("cannot listen on {}: {}", path, ec.message()), kExitFailure);
+  }
+  try {
+    set_socket_access();
+  } catch (...) {  // no socket left behind by a daemon that did not start
+    acceptor.close(ignored);
+    fs::remove(path, fs_error);
+    throw;
+  }
+}
+
+void Daemon::Impl::set_socket_access() {
+  const std::string& path = options.socket_path;
+  if ((options.socket_mode & 0002) != 0)
+    spdlog::warn("--socket-mode {:04o}: every user of this node may change its GPUs' clocks and power limits "
+                 "(0660 with --socket-group is the usual choice)", options.socket_mode);
   if (::chmod(path.c_str(), options.socket_mode) != 0)
     throw Error(fmt::format("cannot set the mode of {} to {:o}: {}", path, options.socket_mode, std::strerror(errno)),
                 kExitFailure);
@@ -185,10 +239,30 @@ void Daemon::Impl::accept() {
       std::erase_if(self->connections, [](const auto& c) { return c.expired(); });
       self->connections.push_back(connection);
       connection->start();
+      if (self->accept_failures > 0) spdlog::warn("accept works again after {} failed attempts", self->accept_failures);
+      self->accept_failures = 0;
     } else {
-      spdlog::warn("accept: {}", ec.message());
+      return self->accept_failed(ec);
     }
     self->accept();
+  });
+}
+
+// Out of descriptors, the pending connection stays queued and accept fails again at once: retrying
+// at once would spin and flood the log. Wait, doubling up to a second, and say so once per outage.
+void Daemon::Impl::accept_failed(const boost::system::error_code& ec) {
+  bool resources = ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+                   ec == asio::error::no_memory || ec.value() == ENFILE;
+  if (!resources) {
+    spdlog::debug("accept: {}", ec.message());
+    return accept();
+  }
+  if (accept_failures++ == 0)
+    spdlog::error("accept: {}; new connections wait until one closes (retrying up to every second; raise the "
+                  "open-file limit, ulimit -n)", ec.message());
+  retry.expires_after(std::min(std::chrono::milliseconds(1000), std::chrono::milliseconds(5 << std::min(accept_failures, 8))));
+  retry.async_wait([self = shared_from_this()](boost::system::error_code wait_ec) {
+    if (!wait_ec && !self->stopped) self->accept();
   });
 }
 
@@ -359,6 +433,7 @@ void Daemon::stop() {
   impl_->stopped = true;
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->retry.cancel();
   for (auto& weak : impl_->connections)
     if (auto connection = weak.lock()) connection->close();
   impl_->connections.clear();

@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 #include <utility>
 
+#include "perseus/util/safe_text.hpp"
+
 namespace perseus::gpud {
 namespace {
 
@@ -28,7 +30,7 @@ unsigned unsigned_arg(const json& request, const char* name) {
   auto it = request.find(name);
   if (it == request.end()) throw bad(fmt::format("field '{}': missing", name));
   if (!it->is_number_unsigned() || it->get<std::uint64_t>() > 0xffffffffu)
-    throw bad(fmt::format("field '{}': expected a non-negative integer, got {}", name, it->dump()));
+    throw bad(fmt::format("field '{}': expected a non-negative integer, got {}", name, describe_json(*it)));
   return it->get<unsigned>();
 }
 
@@ -53,9 +55,12 @@ constexpr std::array<Operation, 19> kOperations{{
 Request parse_request(std::string_view line) {
   json request;
   try {
+    check_json_depth(line, 4);  // a request is one flat object
     request = json::parse(line);
-  } catch (const json::exception& e) {
+  } catch (const JsonTooDeep& e) {
     throw bad(fmt::format("malformed request: {}", e.what()));
+  } catch (const json::exception& e) {  // its message quotes the bytes it stopped at
+    throw bad(fmt::format("malformed request: {}", safe_text(e.what())));
   }
   if (!request.is_object()) throw bad("a request is a JSON object");
   auto op_it = request.find("op");
@@ -65,7 +70,7 @@ Request parse_request(std::string_view line) {
   const Operation* found = nullptr;
   for (const auto& o : kOperations)
     if (o.name == out.op) found = &o;
-  if (found == nullptr) throw bad(fmt::format("field 'op': unknown operation '{}'", out.op.substr(0, 100)));
+  if (found == nullptr) throw bad(fmt::format("field 'op': unknown operation '{}'", safe_text(out.op, 100)));
   if (found->device) out.device = unsigned_arg(request, "device");
   for (const char* arg : found->args) {
     if (arg == nullptr) continue;

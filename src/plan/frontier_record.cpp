@@ -8,6 +8,7 @@
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus {
 
@@ -232,7 +233,11 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const std::string meta_file = (dir / "plans.json").string();
   json meta;
   try {
-    meta = json::parse(read_file(meta_file));
+    const std::string text = read_file(meta_file);
+    check_json_depth(text);
+    meta = json::parse(text);
+  } catch (const JsonTooDeep& e) {
+    throw InputError(meta_file, 0, "", fmt::format("not usable JSON ({})", e.what()));
   } catch (const json::parse_error& e) {
     throw InputError(meta_file, 0, "", fmt::format("not valid JSON ({})", e.what()));
   }

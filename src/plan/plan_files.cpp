@@ -13,6 +13,7 @@
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus {
 
@@ -164,7 +165,7 @@ class ListParser {
     std::string name = text_.substr(start, pos_ - start);
     if (pos_ >= text_.size() || text_[pos_] != quote) fail("unterminated string");
     ++pos_;
-    if (name != "forward" && name != "backward") fail(fmt::format("instruction '{}' is not 'forward' or 'backward'", name));
+    if (name != "forward" && name != "backward") fail(fmt::format("instruction '{}' is not 'forward' or 'backward'", safe_text(name)));
     return name;
   }
   // Whitespace and comments (which run to the end of their line) are skipped.
@@ -235,7 +236,10 @@ PlanFile parse_python_plan(const std::string& text, const std::string& source) {
 PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   json doc;
   try {
+    check_json_depth(text);
     doc = json::parse(text);
+  } catch (const JsonTooDeep& e) {
+    throw InputError(source, 0, "", fmt::format("not usable JSON ({})", e.what()));
   } catch (const json::parse_error& e) {
     throw InputError(source, 0, "", fmt::format("not valid JSON ({})", e.what()));
   } catch (const json::exception& e) {  // e.g. a number too large for a double (found by fuzz_plan_json)
@@ -244,7 +248,7 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   PlanFile plan;
   if (!doc.is_object() || !doc.contains("frequencies")) throw InputError(source, 0, "frequencies", "missing");
   if (doc.contains("format") && doc["format"] != "perseus-plan/1")
-    throw InputError(source, 0, "format", fmt::format("expected \"perseus-plan/1\", got {}", doc["format"].dump()));
+    throw InputError(source, 0, "format", fmt::format("expected \"perseus-plan/1\", got {}", describe_json(doc["format"])));
   // Every clock a positive whole number of MHz that fits an int: 900.5 is an error, not 900.
   const json& stages = doc["frequencies"];
   if (!stages.is_array()) throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
@@ -259,7 +263,7 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
                                           : c.is_number_integer() && c.get<std::int64_t>() > 0 && c.get<std::int64_t>() <= 1000000;
       if (!whole || c.get<std::int64_t>() <= 0)
         throw InputError(source, 0, fmt::format("{}[{}]", where, i),
-                         fmt::format("a clock must be a positive whole number of MHz, got {}", c.dump()));
+                         fmt::format("a clock must be a positive whole number of MHz, got {}", describe_json(c)));
       clocks.push_back(c.get<int>());
     }
     plan.frequencies.push_back(std::move(clocks));

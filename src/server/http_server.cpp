@@ -1,4 +1,5 @@
 #include "perseus/server/http_server.hpp"
+#include "perseus/server/replies.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -202,7 +203,7 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
     parser_.reset();
     request_ = {};
-    write({status, nlohmann::json{{"detail", detail}}.dump()});
+    write({status, error_body(detail)});
   }
 
   // The body a refused request is still sending: read into one small buffer and dropped, briefly.

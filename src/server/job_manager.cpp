@@ -1,4 +1,5 @@
 #include "perseus/server/job_manager.hpp"
+#include "perseus/server/physical_bounds.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -43,6 +44,8 @@ struct JobManager::Job {
   std::vector<Reply> waiting;  // schedule requests not yet answered, per rank
   int asked = 0;
   std::vector<std::optional<ProfilingResult>> results;  // this round's, per rank
+  std::map<int, std::string> rejected;  // this round's results that are no measurement: rank -> why
+  int rejected_rounds = 0;              // rounds in a row run again because of them
   int reported = 0;
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
   std::string end_detail;
@@ -298,6 +301,11 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
                                         "started)", result.rank, job.round));
   if (job.results[r])
     throw RequestError(409, fmt::format("rank {} already reported its result for round {}", result.rank, job.round));
+  if (std::string why = implausible_result(result, max_power_w(*job.ranks[r])); !why.empty()) {
+    spdlog::warn("job {}: rank {}'s result of round {} rejected, it is no measurement: {}", job_id, result.rank,
+                 job.round, why);
+    job.rejected[result.rank] = std::move(why);
+  }
   job.results[r] = std::move(result);
   ++job.reported;
   advance(job);
@@ -555,6 +563,23 @@ double round_mean(const std::vector<double>& values) {
 }  // namespace
 
 void JobManager::finish_round(Job& job) {
+  // A round with a rejected result is run again, unobserved and unrecorded, so that no scheduler
+  // decides on it and no profile holds it; a few in a row end the job saying why.
+  if (!job.rejected.empty() && job.scheduler->observes_results()) {
+    const auto& [rank, why] = *job.rejected.begin();
+    if (++job.rejected_rounds > kMaxRejectedRounds)
+      return end(job, fmt::format("[job-failed] round {} was rejected {} times in a row: rank {}'s results are no "
+                                  "measurement ({})", job.round, job.rejected_rounds, rank, why));
+    spdlog::warn("job {}: round {} runs again: {} rank(s) sent results that are no measurement", job.info.job_id,
+                 job.round, job.rejected.size());
+    job.rejected.clear();
+    for (auto& r : job.results) r.reset();
+    job.reported = 0;
+    job.phase = Phase::asking;
+    return arm_timer(job, "ask for the schedule");
+  }
+  job.rejected.clear();
+  job.rejected_rounds = 0;
   std::vector<ProfilingResult> results;
   for (auto& r : job.results) results.push_back(std::move(*r));
   // What the round measured: time the slowest rank's, energy every rank's; the same per pipeline.

@@ -9,11 +9,12 @@
 
 #include "field_checks.hpp"
 #include "perseus/util/csv.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::server {
 
 void bad_field(const std::string& field, const std::string& problem) {
-  throw RequestError(422, fmt::format("field '{}': {}", field, problem));
+  throw RequestError(422, fmt::format("field '{}': {}", safe_text(field, 200), problem));
 }
 
 int int_from_integer(long long value, const std::string& field) {
@@ -105,7 +106,7 @@ std::string job_metadata(const json& body) {
   if (text.size() > kMaxJobIdBytes) bad("job_metadata", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
   for (char c : text)
     if (c == '/' || c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
-      bad("job_metadata", fmt::format("'{}' may not contain '/', '\\', '?', '#', '%' or control characters", text));
+      bad("job_metadata", fmt::format("'{}' may not contain '/', '\\', '?', '#', '%' or control characters", safe_text(text)));
   return text;
 }
 
@@ -164,7 +165,10 @@ bool is_compute_instruction(const std::string& name) { return name == "forward" 
 
 json parse_body(const std::string& text) {
   try {
+    check_json_depth(text);
     return json::parse(text);
+  } catch (const JsonTooDeep& e) {
+    throw RequestError(422, fmt::format("field 'body': {}", e.what()));
   } catch (const json::parse_error& e) {
     throw RequestError(422, fmt::format("field 'body': malformed JSON at byte {}", e.byte));
   } catch (const json::exception& e) {  // e.g. 406: a number too large for a double
@@ -179,7 +183,7 @@ Heartbeat heartbeat_from_json(const json& body) {
   const json& progress = field(body, "progress");
   if (progress.is_number_unsigned()) beat.progress = progress.get<std::uint64_t>();
   else if (progress.is_number_integer() && progress.get<long long>() >= 0) beat.progress = progress.get<std::uint64_t>();
-  else bad("progress", fmt::format("expected a non-negative integer, got {}", progress.dump()));
+  else bad("progress", fmt::format("expected a non-negative integer, got {}", describe_json(progress)));
   return beat;
 }
 
@@ -288,10 +292,15 @@ RankInfo rank_info_from_json(const json& body) {
     if (!schedule[i].is_string()) bad(where, fmt::format("expected a string, got {}", type_name(schedule[i])));
     auto name = schedule[i].get<std::string>();
     if (std::find(names.begin(), names.end(), name) == names.end())
-      bad(where, fmt::format("unknown instruction '{}' (one of: {})", name, fmt::join(names, ", ")));
+      bad(where, fmt::format("unknown instruction '{}' (one of: {})", safe_text(name), fmt::join(names, ", ")));
     info.pipe_schedule.push_back(name);
   }
   info.power_state_range = power_states(body, "power_state_range", false);
+  if (auto it = body.find("max_power_w"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 100000))
+      bad("max_power_w", fmt::format("expected watts between 0 and 100000, got {}", describe_json(*it)));
+    info.max_power_w = it->get<double>();
+  }
   return info;
 }
 
@@ -332,10 +341,12 @@ json to_json(const RankInfo& info) {
   if (info.dialect == Dialect::zeus)
     return {{"job_id", info.job_id},   {"rank", info.rank},       {"dp_rank", info.dp_rank},
             {"pp_rank", info.pp_rank}, {"tp_rank", info.tp_rank}, {"available_frequencies", info.power_state_range}};
-  return {{"job_id", info.job_id},   {"rank", info.rank},
-          {"dp_rank", info.dp_rank}, {"pp_rank", info.pp_rank},
-          {"tp_rank", info.tp_rank}, {"pipe_schedule", info.pipe_schedule},
-          {"power_state_range", info.power_state_range}};
+  json out = {{"job_id", info.job_id},   {"rank", info.rank},
+              {"dp_rank", info.dp_rank}, {"pp_rank", info.pp_rank},
+              {"tp_rank", info.tp_rank}, {"pipe_schedule", info.pipe_schedule},
+              {"power_state_range", info.power_state_range}};
+  if (info.max_power_w) out["max_power_w"] = *info.max_power_w;
+  return out;
 }
 
 json to_json(const PowerStateSchedule& schedule) {

@@ -5,65 +5,20 @@
 #include <spdlog/spdlog.h>
 
 #include <boost/asio/post.hpp>
-#include <charconv>
 #include <optional>
 
 #include "perseus/server/http_server.hpp"
+#include "perseus/server/replies.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::server {
 namespace {
 
 using nlohmann::json;
 
-std::string percent_decode(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] == '%' && i + 2 < text.size()) {
-      int value = 0;
-      auto [ptr, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
-      if (ec == std::errc() && ptr == text.data() + i + 3) {
-        out.push_back(static_cast<char>(value));
-        i += 2;
-        continue;
-      }
-    }
-    out.push_back(text[i]);
-  }
-  return out;
-}
+HttpResponse ok(const json& body) { return {200, json_body(body)}; }
 
-// The value of `key` in the query string, decoded ('+' in a query means space).
-std::optional<std::string> query_value(std::string_view query, std::string_view key) {
-  while (!query.empty()) {
-    auto amp = query.find('&');
-    auto pair = query.substr(0, amp);
-    auto eq = pair.find('=');
-    if (pair.substr(0, eq) == key) {
-      std::string value = eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1));
-      for (auto& c : value)
-        if (c == '+') c = ' ';
-      return percent_decode(value);
-    }
-    if (amp == std::string_view::npos) break;
-    query.remove_prefix(amp + 1);
-  }
-  return std::nullopt;
-}
-
-int rank_parameter(std::string_view query) {
-  auto value = query_value(query, "rank");
-  if (!value) throw RequestError(422, "query parameter 'rank': missing");
-  int rank = 0;
-  auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), rank);
-  if (ec != std::errc() || ptr != value->data() + value->size() || value->empty())
-    throw RequestError(422, fmt::format("query parameter 'rank': expected an integer, got '{}'", *value));
-  return rank;
-}
-
-HttpResponse ok(const json& body) { return {200, body.dump()}; }
-
-HttpResponse error_response(int status, const std::string& detail) { return {status, json{{"detail", detail}}.dump()}; }
+HttpResponse error_response(int status, const std::string& detail) { return {status, error_body(detail)}; }
 
 // Runs `work(respond)` on the job manager's strand: parsing happened on this I/O thread, job state
 // changes happen one at a time there.
@@ -75,7 +30,7 @@ void on_jobs(JobManager& jobs, std::function<void(HttpResponse)> respond, Work w
     } catch (const RequestError& e) {
       respond(error_response(e.status(), e.what()));
     } catch (const std::exception& e) {
-      spdlog::error("job manager: {}", e.what());
+      spdlog::error("job manager: {}", safe_text(e.what()));
       respond(error_response(500, fmt::format("internal error: {}", e.what())));
     }
   });
@@ -135,7 +90,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       int rank = rank_parameter(query);
       return on_jobs(jobs, std::move(respond), [&jobs, id, rank, allowed](auto& reply) {
         allowed(id);
-        jobs.request_schedule(id, rank, [reply](int status, const json& body) { reply({status, body.dump()}); });
+        jobs.request_schedule(id, rank, [reply](int status, const json& body) { reply({status, json_body(body)}); });
       });
     }
     if (under("/result/")) {
@@ -188,10 +143,10 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     }
     return fail(404, "Not Found");
   } catch (const RequestError& e) {
-    spdlog::debug("{} {} -> {} {}", method, target, e.status(), e.what());
+    spdlog::debug("{} {} -> {} {}", method, safe_text(target), e.status(), e.what());
     return fail(e.status(), e.what());
   } catch (const std::exception& e) {
-    spdlog::error("{} {}: {}", method, target, e.what());
+    spdlog::error("{} {}: {}", method, safe_text(target), safe_text(e.what()));
     return fail(500, fmt::format("internal error: {}", e.what()));
   }
 }

@@ -2,18 +2,15 @@
 
 #include <fmt/format.h>
 
-#include "perseus/util/csv.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus {
 
 namespace {
 
-// A problem quotes what it read; a 10 MB field must not become a 10 MB message.
-std::string cut(const std::string& text) {
-  constexpr std::size_t kMost = 300;
-  if (text.size() <= kMost) return text;
-  return fmt::format("{}... ({} bytes in all)", utf8_prefix(text, kMost), text.size());
-}
+// A problem quotes what it read; a 10 MB field must not become a 10 MB message, nor invalid
+// UTF-8 an invalid message.
+std::string cut(const std::string& text) { return safe_text(text, kQuoteBytes); }
 
 std::string describe(const std::string& file, std::size_t line, const std::string& field,
                      const std::string& problem) {

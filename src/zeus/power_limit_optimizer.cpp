@@ -10,6 +10,7 @@
 
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::zeus {
 
@@ -200,7 +201,11 @@ void GlobalPowerLimitOptimizer::on_epoch_end() {
 std::vector<PowerLimitMeasurement> read_power_limit_profile(const std::string& path) {
   nlohmann::json doc;
   try {
-    doc = nlohmann::json::parse(read_file(path));
+    const std::string text = read_file(path);
+    check_json_depth(text);
+    doc = nlohmann::json::parse(text);
+  } catch (const JsonTooDeep& e) {
+    throw InputError(path, 0, "", fmt::format("not usable JSON ({})", e.what()));
   } catch (const nlohmann::json::exception& e) {
     throw InputError(path, 0, "", fmt::format("not valid JSON ({})", e.what()));
   }

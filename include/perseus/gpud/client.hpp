@@ -12,7 +12,10 @@ namespace perseus::gpud {
 
 // Connects to the daemon at `socket_path`; throws GpuError (library_missing) naming the socket
 // and what to do when no daemon answers there. Calls fail with GpuError; one that gets no answer
-// within `timeout` (a hung daemon) fails too, and so does every later call.
+// within `timeout` (a hung daemon) fails too. When the connection breaks (the daemon restarted),
+// the next call connects again — at once, then at most once a second while no daemon answers —
+// and first sets again the clocks and power limits this client had set (the restarted daemon reset
+// them), so the rank goes on where it was; calls fail with GpuError until then.
 std::unique_ptr<gpu::GpuLibrary> connect(const std::string& socket_path,
                                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 

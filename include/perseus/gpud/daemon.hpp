@@ -7,6 +7,7 @@
 // process that locked them is gone, so only something that outlives the rank can undo them.
 // Every GPU is reset when the daemon starts and when it stops.
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -18,12 +19,14 @@ struct DaemonOptions {
   std::string socket_path;
   unsigned socket_mode = 0660;  // who may connect: the owner and socket_group
   std::string socket_group;     // "" keeps the daemon's group
+  // A connection that owns no GPU is closed after this long without a request (0: never).
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
 };
 
 class Daemon {
  public:
   // Resets every GPU, then listens on options.socket_path (a stale socket file is replaced; a live
-  // daemon on it is an error). Serves on `io`, which must run on one thread.
+  // daemon on it, or a path that is not a socket, is an error; on any error no socket is left). Serves on `io`, which must run on one thread.
   Daemon(boost::asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options);
   ~Daemon();
   Daemon(const Daemon&) = delete;

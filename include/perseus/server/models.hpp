@@ -58,6 +58,9 @@ struct RankInfo {
   std::vector<std::string> pipe_schedule;
   std::vector<int> power_state_range;  // unique, sorted descending (Zeus: available_frequencies)
   Dialect dialect = Dialect::perseus;
+  // The GPU's maximum power limit (W), when the client says it (optional field "max_power_w"): the
+  // bound a measured result must keep (physical_bounds.hpp).
+  std::optional<double> max_power_w = {};
   bool operator==(const RankInfo&) const = default;
 };
 

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "perseus/pipeline/makespan.hpp"
+#include "perseus/server/physical_bounds.hpp"
 
 namespace perseus::server {
 
@@ -127,6 +128,8 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
     bool complete = std::all_of(pipeline.begin(), pipeline.end(), [](const auto& s) { return !s.empty(); });
     out.pipeline_time.push_back(complete ? pipeline_makespan(orders, num_microbatches, pipeline) : 0.0);
   }
+  // A few milliseconds of idle time on a coarse energy counter can make it absurd: then it is not measured.
+  if (out.blocking_power) out.blocking_power = plausible_blocking_power(*out.blocking_power, ranks);
   return out;
 }
 

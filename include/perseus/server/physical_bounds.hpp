@@ -1,0 +1,36 @@
+#pragma once
+// A rank's result is a measurement only when it could have happened: every iteration took time and
+// drew energy, no faster than the GPU's maximum power limit allows, and its instructions fit in it.
+// One that could not (a broken energy counter, a client's bug) is rejected for that rank with a
+// warning, and the round is not used: it never reaches a profile or a decision.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "perseus/server/models.hpp"
+
+namespace perseus::server {
+
+// Used when a rank does not say its GPU's maximum power limit (the artifact's and Zeus's clients):
+// no GPU draws more.
+inline constexpr double kMaxPlausibleGpuPowerW = 2000;
+// Rounds in a row run again because a result was rejected before the job ends saying why.
+inline constexpr int kMaxRejectedRounds = 3;
+// Slack on the power bound: power capping lets short excursions through, and energy counters are coarse.
+inline constexpr double kPowerSlack = 1.25;
+
+// Why `result` cannot be a measurement of a GPU whose maximum power limit is `max_power_w`;
+// "" when it can. It must hold an iteration, and every iteration: time and energy finite and positive, average power at
+// most max_power_w (with kPowerSlack), its instructions' times and energies finite, not negative,
+// and together within the iteration's (a coarse energy counter may read 0 J for a short one).
+std::string implausible_result(const ProfilingResult& result, double max_power_w);
+
+// The power bound for a rank: the maximum power limit its client sent, else kMaxPlausibleGpuPowerW.
+double max_power_w(const RankInfo& rank);
+
+// A blocking power (W outside forwards and backwards) derived from `ranks`' results, when a GPU can
+// draw it: finite, not negative, within the lowest maximum power limit of those ranks (with
+// kPowerSlack). A few milliseconds of idle time on a coarse energy counter can make it absurd.
+std::optional<double> plausible_blocking_power(double watts, const std::vector<RankInfo>& ranks);
+
+}  // namespace perseus::server

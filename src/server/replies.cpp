@@ -1,0 +1,63 @@
+#include "perseus/server/replies.hpp"
+
+#include <fmt/format.h>
+
+#include <charconv>
+
+#include "perseus/server/models.hpp"
+#include "perseus/util/safe_text.hpp"
+
+namespace perseus::server {
+
+std::string error_body(std::string_view detail) {
+  return safe_dump(nlohmann::json{{"detail", safe_text(detail, kMaxDetailBytes)}});
+}
+
+std::string json_body(const nlohmann::json& body) { return safe_dump(body); }
+
+std::string percent_decode(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '%' && i + 2 < text.size()) {
+      int value = 0;
+      auto [ptr, ec] = std::from_chars(text.data() + i + 1, text.data() + i + 3, value, 16);
+      if (ec == std::errc() && ptr == text.data() + i + 3) {
+        out.push_back(static_cast<char>(value));
+        i += 2;
+        continue;
+      }
+    }
+    out.push_back(text[i]);
+  }
+  return out;
+}
+
+std::optional<std::string> query_value(std::string_view query, std::string_view key) {
+  while (!query.empty()) {
+    auto amp = query.find('&');
+    auto pair = query.substr(0, amp);
+    auto eq = pair.find('=');
+    if (pair.substr(0, eq) == key) {
+      std::string value = eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1));
+      for (auto& c : value)
+        if (c == '+') c = ' ';
+      return percent_decode(value);
+    }
+    if (amp == std::string_view::npos) break;
+    query.remove_prefix(amp + 1);
+  }
+  return std::nullopt;
+}
+
+int rank_parameter(std::string_view query) {
+  auto value = query_value(query, "rank");
+  if (!value) throw RequestError(422, "query parameter 'rank': missing");
+  int rank = 0;
+  auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), rank);
+  if (ec != std::errc() || ptr != value->data() + value->size() || value->empty())
+    throw RequestError(422, fmt::format("query parameter 'rank': expected an integer, got '{}'", safe_text(*value)));
+  return rank;
+}
+
+}  // namespace perseus::server
