@@ -1,5 +1,4 @@
 #include "perseus/server/http_server.hpp"
-#include "perseus/server/replies.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -20,6 +19,7 @@
 #include <limits>
 #include <optional>
 
+#include "perseus/server/replies.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::server {
