@@ -40,6 +40,9 @@ def test_profiling_done_is_a_python_exception(serve, tmp_path):
     with perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
                         fail_open=False) as client:
         client.on_step_begin()
+        client.on_step_end()  # the round's result goes out; the server's answer comes in the background
+        assert client.wait_for_server(10)
+        client.on_step_begin()
         with pytest.raises(perseus.ProfilingDone, match=r"\[profiling-done\]"):
             client.on_step_end()
         assert issubclass(perseus.ProfilingDone, RuntimeError)
