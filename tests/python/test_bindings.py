@@ -27,6 +27,7 @@ def test_hooks_apply_the_schedule(serve):
         client.on_instruction_end(name)
     client.on_step_end()
     assert client.round == 1
+    client.flush()  # the controller thread applied every clock change
     assert locked_clocks()[before:] == [1200, 1005, 1200, 1005]
     client.close()
     assert not client.enabled
