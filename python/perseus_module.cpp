@@ -94,8 +94,9 @@ Args:
         number of forwards and backwards.
     pipe_schedule: this rank's instruction names in execution order; empty: the 1F1B order
         `default_pipe_schedule(pp_rank, pp_degree, num_microbatches)`.
-    report_every: iterations per round: every report_every iterations on_step_end reports
-        the measurements and waits at the server's barrier for the next schedule.
+    report_every: iterations per round: every report_every iterations on_step_end hands the
+        measurements to a background thread, which sends them and fetches the next schedule
+        (training never waits on the server; at least 2 for coupled ranks).
     broadcast_job_id: callable(str) -> str: rank 0 calls it with the new job id, the other
         ranks call it with "" and get the id back (a collective: every rank calls it once).
         Not needed when world_size is 1 or job_id is given.
@@ -103,7 +104,7 @@ Args:
     job_secret: with job_id, that job's secret if it has one; "" means $PERSEUS_JOB_SECRET.
         (Rank 0 registers the job with a secret, which broadcast_job_id carries with the id.)
     nvml_library: path of libnvidia-ml; "" means $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1.
-    request_timeout: seconds every request but the schedule barrier may take.
+    request_timeout: seconds any request (the schedule barrier's too) may take.
     fail_open: True: failures disable perseus with a warning and training continues;
         False: they raise RuntimeError.
     strict_schedule: what happens when the instructions an iteration runs do not follow
@@ -150,8 +151,9 @@ PYBIND11_MODULE(_perseus, m) {
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),
-           "Ends an iteration; every report_every iterations reports and fetches the next schedule (blocks at the "
-           "round barrier). Raises ProfilingDone when the server says training should stop.")
+           "Ends an iteration; every report_every iterations hands the round's measurements to the background "
+           "thread that reports them and fetches the next schedule (never waits on the server). Raises ProfilingDone "
+           "once the server said training should stop.")
       .def(
           "on_instruction_begin", [](Client& c, const std::string& name) { c.on_instruction_begin(name); },
           py::arg("name"),
@@ -166,6 +168,14 @@ PYBIND11_MODULE(_perseus, m) {
           "Args:\n    name: the same name as the matching on_instruction_begin.")
       .def("flush", &Client::flush, py::call_guard<py::gil_scoped_release>(),
            "Waits until the controller thread has applied every clock change and measurement enqueued so far.")
+      .def(
+          "wait_for_server",
+          [](Client& c, double timeout) {
+            return c.wait_for_server(std::chrono::milliseconds(static_cast<long>(timeout * 1000)));
+          },
+          py::arg("timeout") = 30.0, py::call_guard<py::gil_scoped_release>(),
+          "Waits at most timeout seconds until the background exchange with the server settled (results sent, the "
+          "next schedule in); True when it did. For tests and simulations: training never needs it.")
       .def_property_readonly("enabled", &Client::enabled, "False once perseus gave up (fail_open) or was closed.")
       .def_property_readonly("job_id", &Client::job_id, "The job's id on the server.")
       .def_property_readonly("job_secret", &Client::job_secret,

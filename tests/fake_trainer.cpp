@@ -78,6 +78,10 @@ int main(int argc, char** argv) {
     };
     std::shared_ptr<perseus::gpu::GpuLibrary> gpu = perseus::gpud::open_gpu_library();  // $PERSEUS_GPUD_SOCKET
     o.gpu = gpu;
+    // These ranks are separate processes with no collective between them, unlike a real job's: at
+    // each round's end a rank waits (bounded) for the server's next schedule, as coupled ranks
+    // would reach it together, so that rounds line up as in a real job.
+    o.switch_over_iteration = false;
     Client client(o);
     int hang_at = std::stoi(arg(argc, argv, "--hang-at-iteration", "-1"));  // fault injection: a stuck training thread
     for (int it = 0; it < iterations; ++it) {
@@ -88,7 +92,9 @@ int main(int argc, char** argv) {
         work(*gpu, name == "forward" ? forward_ms : backward_ms);
         client.on_instruction_end(name);
       }
+      int round = client.round();
       client.on_step_end();
+      if (client.round() != round) client.wait_for_server(std::chrono::seconds(10));
     }
     return 0;
   } catch (const ProfilingDone& e) {

@@ -509,6 +509,9 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   auto bad = run("simulate " + profile + shape + " --straggler 5:1.2");
   EXPECT_EQ(bad.code, 64) << bad.output;
   EXPECT_NE(bad.output.find("only 1 pipelines"), std::string::npos) << bad.output;
+  auto scale = run("simulate " + profile + shape + " --time-scale -1");
+  EXPECT_EQ(scale.code, 64) << scale.output;
+  EXPECT_NE(scale.output.find("--time-scale"), std::string::npos) << scale.output;
   auto uncovered = run("simulate " + example_ + shape);  // 4 stages in the file, 8 asked
   EXPECT_EQ(uncovered.code, 65) << uncovered.output;
 }

@@ -242,6 +242,10 @@ TEST_F(ClientTest, AServerThatGoesAwayIsRetriedForAWhileAndTrainingContinues) {
         << "the schedule it had keeps running";
   EXPECT_TRUE(patient.enabled());
   try {
+    // The round's end hands the result over; the exchange thread finds no server and gives up,
+    // which a step end says (this one, or the next).
+    run_iteration(impatient, *gpu, impatient.pipe_schedule());
+    EXPECT_TRUE(impatient.wait_for_server(std::chrono::seconds(10)));
     run_iteration(impatient, *gpu, impatient.pipe_schedule());
     ADD_FAILURE() << "with retry_for 0 the first unreachable round boundary gives up";
   } catch (const Error& e) {
@@ -283,9 +287,57 @@ TEST_F(ClientTest, ProfilingDoneStopsTraining) {
   client::Client c(options(server.url, gpu));
   EXPECT_EQ(c.schedule(), (std::vector<int>{1200, 1200, 1005, 1005}));
   EXPECT_EQ(run_iteration(c, *gpu, c.pipe_schedule()), (std::vector<unsigned>{1200, 1200, 1005, 1005}));
+  run_iteration(c, *gpu, c.pipe_schedule());  // the round ends; the server's answer comes in the background
+  EXPECT_TRUE(c.wait_for_server(std::chrono::seconds(10)));
   EXPECT_THROW(run_iteration(c, *gpu, c.pipe_schedule()), client::ProfilingDone);
   EXPECT_FALSE(c.enabled());
   EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
+}
+
+// The schedule barrier needs every rank; here rank 1 stops taking part after the first round (its
+// process hangs, say). Rank 0's training must not wait for it: its round boundaries return at once,
+// it keeps the schedule it has, and its rounds without a new schedule are reported to nobody. Once
+// rank 1 comes back, the barrier completes and rank 0 takes the new schedule at a round boundary.
+TEST_F(ClientTest, TrainingNeverWaitsAtTheBarrier) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  auto o = options(server.url, gpu);
+  o.world_size = o.pp_degree = 2;
+  o.num_microbatches = 2;
+  std::promise<std::string> id;
+  std::shared_future<std::string> shared = id.get_future().share();
+  auto rank0 = o, rank1 = o;
+  rank0.broadcast_job_id = [&](const std::string& value) {
+    id.set_value(value);
+    return value;
+  };
+  rank1.rank = rank1.pp_rank = 1;
+  rank1.broadcast_job_id = [&](const std::string&) { return shared.get(); };
+  std::unique_ptr<client::Client> c1;
+  std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });
+  client::Client c0(rank0);
+  other.join();
+  ASSERT_EQ(c0.pipe_schedule(), (std::vector<std::string>{"forward", "forward", "backward", "backward"}));
+  ASSERT_EQ(c0.schedule(), (std::vector<int>{1200, 1200, 1005, 1005}));
+  for (int i = 0; i < 2 + 3 * 3; ++i)  // 4 rounds (the later ones begin with a switch-over iteration)
+    EXPECT_EQ(run_iteration(c0, *gpu, c0.pipe_schedule()), (std::vector<unsigned>{1200, 1200, 1005, 1005}));
+  EXPECT_TRUE(c0.enabled());
+  EXPECT_EQ(c0.round(), 4);
+  auto server_round = [&] { return json::parse(server.call("GET", "/jobs/" + c0.job_id()).body)["round"].get<int>(); };
+  EXPECT_EQ(server_round(), 0) << "round 0 waits for rank 1's result";
+  for (int i = 0; i < 2; ++i) {  // rank 1 ends its round: every rank asked, the barrier completes
+    c1->on_step_begin();
+    for (const auto& name : c1->pipe_schedule()) {
+      c1->on_instruction_begin(name);
+      c1->on_instruction_end(name);
+    }
+    c1->on_step_end();
+  }
+  EXPECT_TRUE(c0.wait_for_server(std::chrono::seconds(10)));
+  EXPECT_TRUE(c1->wait_for_server(std::chrono::seconds(10)));
+  EXPECT_EQ(server_round(), 1);
+  EXPECT_EQ(run_iteration(c0, *gpu, c0.pipe_schedule()), (std::vector<unsigned>{1200, 1200, 1005, 1005}));
+  EXPECT_TRUE(c0.enabled());
 }
 
 }  // namespace

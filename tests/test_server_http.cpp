@@ -142,12 +142,12 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(schedule["power_states"], json({1200, 1200, 1000, 1000}));
 
   // Asking again before reporting is a retry and gets the same schedule; results return at once; a
-  // second one is refused.
+  // second one is a retry too: acknowledged, not counted (the first one stands).
   auto again = server.call("GET", "/schedule/" + id + "?rank=0");
   EXPECT_EQ(again.status, 200);
   EXPECT_EQ(json::parse(again.body), schedule);
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
-  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 409);
+  EXPECT_EQ(server.post("/result/" + id, result_body(0, 9.0)).status, 200);
   auto next0 = server.get_async("/schedule/" + id + "?rank=0");  // early asker for round 1
   EXPECT_EQ(server.post("/result/" + id, result_body(1, 2.0, 50.0)).status, 200);
   EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);
@@ -159,7 +159,11 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(ranks[0]["power_state_range"], json({1410, 1200, 1000}));
   json prof = json::parse(read_file(job_dir / "0.prof.json"));
   ASSERT_EQ(prof.size(), 2u);
+  EXPECT_EQ(prof[0]["iter_time"], json({1.0, 1.0}));
   EXPECT_EQ(prof[1]["iter_time"], json({2.0, 2.0}));
+  // A result retried after its round ended (the server was paused past the client's deadline) is
+  // acknowledged too, never a 409 that would turn the client off.
+  EXPECT_EQ(server.post("/result/" + id, result_body(1, 2.0, 50.0)).status, 200);
   json sched = json::parse(read_file(job_dir / "0.sched.json"));
   EXPECT_EQ(sched[1]["power_states"], json({1200, 1200, 1000, 1000}));
   // perseus.json is the artifact's ServerInfo, exactly the fields its load_info() reads.
@@ -170,6 +174,39 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(meta["server"]["scheduler"], "TwoFrequencies");
   EXPECT_EQ(meta["job"]["job_id"], id);
   EXPECT_FALSE(fs::exists(job_dir / "1.prof.json"));
+}
+
+// A rank whose schedule came after its round began ran the round on its previous schedule and says
+// so ("stale"): the round mixes schedules, so it is not recorded nor shown to the scheduler; the
+// same schedules run again under the same round number.
+TEST_F(ServerTest, ARoundWithAStaleResultRunsAgain) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}}));
+  std::string id = start_job(server, 2);
+  auto round = [&] {
+    auto first = server.get_async("/schedule/" + id + "?rank=0");
+    auto second = server.call("GET", "/schedule/" + id + "?rank=1");
+    EXPECT_EQ(second.status, 200);
+    EXPECT_EQ(first.get().status, 200);
+    return json::parse(second.body);
+  };
+  json schedule = round();
+  json stale = result_body(1, 5.0);
+  stale["stale"] = true;
+  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
+  EXPECT_EQ(server.post("/result/" + id, stale).status, 200);
+  EXPECT_EQ(round(), schedule);
+  EXPECT_FALSE(fs::exists(dir / id / "0.prof.json")) << "a stale round is not recorded";
+  EXPECT_EQ(json::parse(server.call("GET", "/jobs/" + id).body)["round"], 0);
+  EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
+  EXPECT_EQ(server.post("/result/" + id, result_body(1, 2.0)).status, 200);
+  round();
+  json prof = json::parse(read_file(dir / id / "0.prof.json"));
+  EXPECT_EQ(prof[1]["iter_time"], json({2.0, 2.0}));
+  EXPECT_EQ(json::parse(server.call("GET", "/jobs/" + id).body)["round"], 1);
+  stale["stale"] = "yes";
+  auto bad = server.post("/result/" + id, stale);
+  EXPECT_EQ(bad.status, 422);
+  EXPECT_NE(bad.body.find("stale"), std::string::npos) << bad.body;
 }
 
 TEST_F(ServerTest, RegistrationRetriesAreIdempotentAndConflictsRefused) {

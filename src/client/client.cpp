@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <thread>
 
 #include "clock_reset.hpp"
@@ -37,7 +38,9 @@ std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int n
 namespace {
 
 struct Event {
-  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush, reset } kind;
+  // report: hand the round's measurements to the exchange thread (state 1: stale); restart: drop
+  // what the round measured so far (it ran the previous schedule).
+  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush, reset, report, restart } kind;
   int state = -1;  // power state to apply before measuring; -1: keep
   std::string name;
   SteadyClock::time_point time;
@@ -79,11 +82,30 @@ struct Client::Impl {
   std::mutex heartbeat_mutex;
   std::condition_variable heartbeat_wake;
   bool heartbeat_stop = false;
+  int iterations = 0;  // completed in this round
+  int round = 0;       // rounds completed
+  // Schedules are numbered as they arrive (1, 2, ...); the server expects one result per schedule.
+  std::uint64_t applied_seq = 0;   // the schedule in use
+  std::uint64_t round_seq = 0;     // the schedule this round runs from its first measured iteration
+  std::uint64_t reported_seq = 0;  // the last schedule a result was sent for
+
+  // Exchange thread: sends results and fetches schedules, so that the hooks never wait on the network.
+  std::thread exchange;
+  std::mutex exchange_mutex;
+  std::condition_variable exchange_wake, exchange_settled;
+  std::optional<server::ProfilingResult> outbox;  // a round's result to send
+  bool want_schedule = false;                     // ask for the next schedule (after sending outbox)
+  std::optional<std::vector<int>> inbox;          // a schedule that arrived and is not in use yet
+  std::uint64_t received_seq = 0;                 // schedules that arrived
+  bool exchange_busy = false, exchange_stop = false;
+  std::atomic<bool> exchange_news{false};         // done or failure is set: the training thread acts on it
+  std::optional<std::string> done_detail;         // the server says training is done
+  std::optional<std::string> failure;             // the exchange gave up: why
+  bool failure_unreachable = false;
   std::optional<SteadyClock::time_point> outage_since;  // the server has been unreachable since
   SteadyClock::time_point next_attempt;
-  std::chrono::milliseconds retry_delay{1000};
-  int iterations = 0;
-  int round = 0;
+  std::chrono::milliseconds retry_delay{500};
+  std::minstd_rand random{std::random_device{}()};
 
   // Shared with the controller thread.
   std::mutex mutex;
@@ -170,6 +192,23 @@ struct Client::Impl {
         }
         case Event::flush: break;
         case Event::reset: reset_clocks(); break;
+        case Event::restart: {
+          std::lock_guard lock(mutex);
+          round_data = {};
+          break;
+        }
+        case Event::report: {
+          server::ProfilingResult data;
+          {
+            std::lock_guard lock(mutex);
+            data = std::move(round_data);
+            round_data = {};
+          }
+          data.rank = options.rank;
+          data.stale = e.state == 1;
+          hand_over(std::move(data));
+          break;
+        }
       }
     } catch (const std::exception& ex) {
       if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
@@ -216,9 +255,8 @@ struct Client::Impl {
   }
 
   // JSON from the server; 500 "[profiling-done]" becomes ProfilingDone, any other failure Error.
-  json call(const std::string& method, const std::string& target, const json& body, bool barrier) {
-    auto reply = http->request(method, target, body.is_null() ? "" : body.dump(),
-                               barrier ? std::chrono::milliseconds(0) : options.request_timeout);
+  json call(const std::string& method, const std::string& target, const json& body) {
+    auto reply = http->request(method, target, body.is_null() ? "" : body.dump(), options.request_timeout);
     json parsed;
     try {
       parsed = json::parse(reply.body);
@@ -227,6 +265,10 @@ struct Client::Impl {
     }
     if (reply.status == 503)  // the server is stopping: it may be back soon
       throw ServerUnreachable(fmt::format("{} {}: HTTP 503: {}", method, target, reply.body));
+    // A schedule request this client gave up on, reaching a server that was paused, superseded the
+    // one it asked again with: ask again.
+    if (reply.status == 409 && method == "GET")
+      throw ServerTimeout(fmt::format("{} {}: HTTP 409: {}", method, target, reply.body));
     if (reply.status != 200) {
       std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                                ? parsed["detail"].get<std::string>()
@@ -237,23 +279,130 @@ struct Client::Impl {
     return parsed;
   }
 
-  void fetch_schedule() {
-    json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr, true);
+  // Exchange thread only: the next round's schedule (the server's barrier: it answers once every
+  // rank asked), with a deadline like every request.
+  std::vector<int> fetch_schedule() {
+    json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr);
     auto states = server::schedule_from_json(reply).power_states;
     if (states.size() != options.pipe_schedule.size())
       throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
-    schedule = std::move(states);
+    return states;
   }
 
-  void report() {
-    server::ProfilingResult data;
+  // A round's result for the exchange thread, which then asks for the next schedule. A result still
+  // waiting to go out (the server is away) is kept: it answers the schedule the server runs.
+  void hand_over(server::ProfilingResult data) {
     {
-      std::lock_guard lock(mutex);
-      data = std::move(round_data);
-      round_data = {};
+      std::lock_guard lock(exchange_mutex);
+      if (!outbox) outbox = std::move(data);
+      want_schedule = true;
     }
-    data.rank = options.rank;
-    call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), server::to_json(data), false);
+    exchange_wake.notify_all();
+  }
+
+  bool exchange_settled_now() const {  // exchange_mutex held
+    bool work = outbox || want_schedule;
+    return !exchange_busy && (!work || exchange_stop || done_detail || failure || SteadyClock::now() < next_attempt);
+  }
+
+  void run_exchange() {
+    std::unique_lock lock(exchange_mutex);
+    for (;;) {
+      exchange_settled.notify_all();
+      exchange_wake.wait(lock, [&] { return exchange_stop || ((outbox || want_schedule) && !done_detail && !failure); });
+      if (exchange_stop) break;
+      if (SteadyClock::now() < next_attempt) {  // backing off: the server is away
+        exchange_wake.wait_until(lock, next_attempt, [&] { return exchange_stop; });
+        continue;
+      }
+      exchange_busy = true;
+      std::optional<server::ProfilingResult> result = outbox;
+      lock.unlock();
+      std::optional<std::vector<int>> schedule;
+      try {
+        if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), server::to_json(*result));
+        lock.lock();
+        outbox.reset();
+        lock.unlock();
+        schedule = fetch_schedule();
+        lock.lock();
+        if (outage_since) {
+          spdlog::info("perseus: rank {}: the server is back after {:.1f} s", options.rank,
+                       std::chrono::duration<double>(SteadyClock::now() - *outage_since).count());
+          outage_since.reset();
+        }
+        inbox = std::move(schedule);
+        ++received_seq;
+        want_schedule = false;
+      } catch (const ProfilingDone& e) {
+        if (!lock.owns_lock()) lock.lock();
+        done_detail = e.what();
+        exchange_news = true;
+      } catch (const ServerUnreachable& e) {
+        if (!lock.owns_lock()) lock.lock();
+        server_unreachable(e);
+      } catch (const std::exception& e) {
+        if (!lock.owns_lock()) lock.lock();
+        failure = e.what();
+        exchange_news = true;
+      }
+      exchange_busy = false;
+    }
+    exchange_settled.notify_all();
+  }
+
+  // exchange_mutex held. The server could not be reached or did not answer in time: training goes
+  // on at the current schedule and the exchange tries again, backing off, until retry_for passed.
+  void server_unreachable(const std::exception& e) {
+    auto now = SteadyClock::now();
+    if (!outage_since) {
+      outage_since = now;
+      retry_delay = std::chrono::milliseconds(500);
+      if (options.retry_for.count() > 0)
+        spdlog::warn("perseus: rank {}: the server is unreachable ({}); training continues at the current clocks, "
+                     "retrying for up to {} s", options.rank, e.what(),
+                     std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
+    }
+    if (now - *outage_since >= options.retry_for) {
+      failure = fmt::format("the server was unreachable for {} s: {}",
+                            std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count(), e.what());
+      failure_unreachable = true;
+      exchange_news = true;
+      return;
+    }
+    if (dynamic_cast<const ServerTimeout*>(&e) != nullptr) return;  // it waited its deadline already: ask again now
+    // Jittered, so that a job's ranks do not all knock at once on a server coming back.
+    auto jitter = std::uniform_real_distribution<double>(0.5, 1.0)(random);
+    next_attempt = now + std::chrono::duration_cast<SteadyClock::duration>(retry_delay * jitter);
+    retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(10000));
+  }
+
+  void start_exchange() {
+    {
+      std::lock_guard lock(exchange_mutex);
+      want_schedule = true;
+    }
+    exchange = std::thread([this] { run_exchange(); });
+  }
+
+  // Waits up to `timeout` for the exchange to settle; true when it did.
+  bool wait_exchange(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(exchange_mutex);
+    return exchange_settled.wait_for(lock, timeout, [&] { return exchange_settled_now(); });
+  }
+
+  // Gives a result still going out a moment (`grace`) to reach the server, then ends the exchange,
+  // cutting short a request in progress (a schedule request may wait at the barrier).
+  void stop_exchange(std::chrono::milliseconds grace) {
+    if (!exchange.joinable()) return;
+    {
+      std::unique_lock lock(exchange_mutex);
+      exchange_settled.wait_for(lock, grace, [&] { return !outbox || exchange_settled_now(); });
+      exchange_stop = true;
+    }
+    exchange_wake.notify_all();
+    http->cancel();
+    exchange.join();
   }
 
   void start() {
@@ -262,7 +411,7 @@ struct Client::Impl {
     if (options.token.empty())
       if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
     http = std::make_unique<HttpClient>(o.server_url, options.token);
-    json info = call("GET", "/info", nullptr, false);
+    json info = call("GET", "/info", nullptr);
     mode = info.value("mode", std::string("frequency"));
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
 
@@ -289,7 +438,7 @@ struct Client::Impl {
       server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
       http->set_job_secret("new");  // ask for one
-      job_id = call("POST", "/register_job", server::to_json(job), false).get<std::string>();
+      job_id = call("POST", "/register_job", server::to_json(job)).get<std::string>();
       use_job_secret(http->received_job_secret());
       joined_broadcast = true;
       if (o.broadcast_job_id) o.broadcast_job_id(job_secret.empty() ? job_id : job_id + '\n' + job_secret);
@@ -306,10 +455,23 @@ struct Client::Impl {
       rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
     } catch (const std::exception&) {
     }
-    call("POST", "/register_rank", server::to_json(rank), false);
+    call("POST", "/register_rank", server::to_json(rank));
     if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();
-    fetch_schedule();
+    start_exchange();
+    // Training has not started: the first schedule is worth a wait, a bounded one. Without it the
+    // rank starts at default clocks and takes the schedule at a round boundary once it arrives.
+    std::unique_lock lock(exchange_mutex);
+    exchange_settled.wait_for(lock, options.request_timeout, [&] { return exchange_settled_now(); });
+    if (done_detail) throw ProfilingDone(*done_detail);
+    if (failure) throw Error(*failure);
+    if (inbox) {
+      schedule = std::move(*inbox);
+      inbox.reset();
+      applied_seq = received_seq;
+    } else {
+      spdlog::warn("perseus: rank {}: no schedule from the server yet; training starts at default clocks", o.rank);
+    }
   }
 
   void use_job_secret(std::string secret) {
@@ -336,29 +498,6 @@ struct Client::Impl {
     } catch (const std::exception& e) {
       spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
     }
-  }
-
-  // The server could not be reached at a round boundary: keep training on the current schedule
-  // and try again later, until retry_for has passed. Returns false when it is time to give up.
-  bool server_unreachable(const std::exception& e) {
-    auto now = SteadyClock::now();
-    if (!outage_since && options.retry_for.count() <= 0) return false;
-    if (!outage_since) {
-      outage_since = now;
-      retry_delay = std::chrono::milliseconds(1000);
-      spdlog::warn("perseus: rank {}: the server is unreachable ({}); training continues at this round's clocks, "
-                   "retrying for up to {} s", options.rank, e.what(),
-                   std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
-    }
-    if (now - *outage_since >= options.retry_for) return false;
-    next_attempt = now + retry_delay;
-    retry_delay = std::min(retry_delay * 2, std::chrono::milliseconds(30000));
-    return true;
-  }
-
-  void drop_round_data() {
-    std::lock_guard lock(mutex);
-    round_data = {};
   }
 
   // The rank ran something other than its registered schedule; `what` says where.
@@ -413,6 +552,51 @@ struct Client::Impl {
     heartbeat.join();
   }
 
+  // Iterations in this round: a round after the first begins with a switch-over iteration (see
+  // ClientOptions::switch_over_iteration).
+  int round_length() const { return options.report_every + (switch_over() ? 1 : 0); }
+  bool switch_over() const { return options.switch_over_iteration && round > 0; }
+
+  // A schedule that arrived takes effect at the next iteration that begins; the round runs the one
+  // in effect at its first measured iteration (the first, or the second after a switch-over).
+  void begin_iteration() {
+    if (iterations > 1) return;
+    {
+      std::lock_guard lock(exchange_mutex);
+      if (inbox) {
+        schedule = std::move(*inbox);
+        inbox.reset();
+        applied_seq = received_seq;
+      }
+    }
+    if (iterations == (switch_over() ? 1 : 0)) {
+      round_seq = applied_seq;
+      if (iterations == 1) push({Event::restart, -1, {}, now()});  // the switch-over is not measured
+    }
+  }
+
+  // At a round boundary the round's result goes to the exchange thread when the server waits for
+  // one, marked stale when the round did not run the schedule it answers; otherwise it is dropped.
+  void end_round() {
+    const bool had_switch_over = switch_over();
+    iterations = 0;
+    ++round;
+    std::uint64_t received;
+    {
+      std::lock_guard lock(exchange_mutex);
+      received = received_seq;
+    }
+    bool stale = round_seq != received;
+    // Nobody to report to (the schedule asked for has not come), or, in a round without a
+    // switch-over, a schedule that came too late: the next round runs it.
+    if (received <= reported_seq || (stale && !had_switch_over)) {
+      push({Event::restart, -1, {}, now()});
+      return;
+    }
+    reported_seq = received;
+    push({Event::report, stale ? 1 : 0, {}, now()});
+  }
+
   void disable(const std::string& why, bool tell_server = true) {
     spdlog::warn("perseus: rank {}: disabled, training continues at default clocks: {}", options.rank, why);
     enabled = false;
@@ -449,6 +633,8 @@ struct Client::Impl {
     }
     if (registered_reset) unregister_clock_reset(gpu.get(), options.device);
     registered_reset = false;
+    // After the controller: it hands the last round's result over on its way out.
+    stop_exchange(std::min(options.request_timeout, std::chrono::milliseconds(2000)));
   }
 };
 
@@ -477,6 +663,7 @@ void Client::on_step_begin() {
   if (!impl_->enabled) return;
   impl_->progress.fetch_add(1, std::memory_order_relaxed);
   impl_->cursor = 0;
+  impl_->begin_iteration();
   impl_->push({Event::step_begin, -1, {}, impl_->now()});
 }
 
@@ -487,7 +674,7 @@ void Client::on_instruction_begin(std::string_view name) {
   const auto& names = im.options.pipe_schedule;
   int state = -1;
   if (im.cursor < names.size() && names[im.cursor] == name) {
-    if (!im.mismatched) state = im.schedule[im.cursor];
+    if (!im.mismatched && im.cursor < im.schedule.size()) state = im.schedule[im.cursor];
     ++im.cursor;
   } else if (!im.mismatched &&
              std::find(im.known_names.begin(), im.known_names.end(), name) != im.known_names.end()) {
@@ -512,42 +699,35 @@ void Client::on_step_end() {
     im.schedule_mismatch(fmt::format("it ran {} of the {} registered instructions", im.cursor,
                                      im.options.pipe_schedule.size()));
   im.push({Event::step_end, -1, {}, im.now()});
-  if (++im.iterations < im.options.report_every) return;
-  im.iterations = 0;
-  if (im.outage_since && SteadyClock::now() < im.next_attempt) {
-    im.wait_drained();
-    im.drop_round_data();  // nobody to report it to; the restarted server reruns the round
-    return;
+  if (++im.iterations >= im.round_length()) im.end_round();
+  if (!im.exchange_news.load()) return;
+  std::optional<std::string> done, failure;
+  bool unreachable = false;
+  {
+    std::lock_guard lock(im.exchange_mutex);
+    done = im.done_detail, failure = im.failure;
+    unreachable = im.failure_unreachable;
   }
-  try {
-    im.wait_drained();
-    im.report();
-    im.fetch_schedule();
-    ++im.round;
-    if (im.outage_since) {
-      spdlog::info("perseus: rank {}: the server is back after {:.1f} s", im.options.rank,
-                   std::chrono::duration<double>(SteadyClock::now() - *im.outage_since).count());
-      im.outage_since.reset();
-    }
-  } catch (const ProfilingDone& e) {
-    spdlog::info("perseus: rank {}: the server says training is done: {}", im.options.rank, e.what());
+  if (done) {
+    spdlog::info("perseus: rank {}: the server says training is done: {}", im.options.rank, *done);
     im.enabled = false;
     im.stop_controller();
-    if (im.options.stop_on_done) throw;
-  } catch (const ServerUnreachable& e) {
-    if (im.server_unreachable(e)) return;
-    std::string why = fmt::format("the server was unreachable for {} s: {}",
-                                  std::chrono::duration_cast<std::chrono::seconds>(im.options.retry_for).count(), e.what());
-    if (!im.options.fail_open) {
-      im.enabled = false;
-      im.stop_controller();
-      throw Error(why);
-    }
-    im.disable(why, false);  // nobody to tell
-  } catch (const std::exception& e) {
-    if (!im.options.fail_open) throw;
-    im.disable(e.what());
+    if (im.options.stop_on_done) throw ProfilingDone(*done);
+    return;
   }
+  if (!im.options.fail_open) {
+    im.enabled = false;
+    im.stop_controller();
+    if (!unreachable) im.leave(*failure);
+    throw Error(*failure);
+  }
+  im.disable(*failure, !unreachable);  // an unreachable server: nobody to tell
+}
+
+bool Client::wait_for_server(std::chrono::milliseconds timeout) {
+  if (!impl_->enabled) return true;
+  flush();
+  return impl_->wait_exchange(timeout);
 }
 
 bool Client::enabled() const { return impl_->enabled; }

@@ -2,11 +2,13 @@
 
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <optional>
 
 #include "perseus/util/error.hpp"
@@ -29,6 +31,7 @@ struct HttpClient::Impl {
   std::string host, port;
   std::string token;
   std::string job_secret, received_job_secret;
+  std::atomic<bool> cancelled{false};
 };
 
 HttpClient::HttpClient(const std::string& url, std::string token) : impl_(std::make_unique<Impl>()), url_(url) {
@@ -50,31 +53,20 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
                               std::chrono::milliseconds timeout) {
   // One retry: a kept-alive connection the server closed in between fails on first use.
   for (int attempt = 0;; ++attempt) {
-    try {
-      if (!impl_->stream) {
-        impl_->stream.emplace(impl_->io);
-        impl_->buffer.clear();
-        impl_->buffer.reserve(16u << 10);
-        tcp::resolver resolver(impl_->io);
-        impl_->stream->expires_after(timeout.count() > 0 ? timeout : std::chrono::milliseconds(30000));
-        impl_->stream->connect(resolver.resolve(impl_->host, impl_->port));
-        impl_->stream->socket().set_option(tcp::no_delay(true));
-      }
-      http::request<http::string_body> req(http::string_to_verb(method), target, 11);
-      req.set(http::field::host, impl_->host);
-      req.set(http::field::content_type, "application/json");
-      if (!impl_->token.empty()) req.set(http::field::authorization, "Bearer " + impl_->token);
-      if (!impl_->job_secret.empty()) req.set(kJobSecretHeader, impl_->job_secret);
-      req.keep_alive(true);
-      req.body() = body;
-      req.prepare_payload();
-      if (timeout.count() > 0) impl_->stream->expires_after(timeout);
-      else impl_->stream->expires_never();
-      // Synchronous calls ignore tcp_stream's timer, so run them on the io_context.
-      beast::error_code ec;
-      http::response<http::string_body> res;
-      auto& buffer = impl_->buffer;
-      bool done = false;
+    if (impl_->cancelled.load()) throw ServerUnreachable(fmt::format("{} {}{}: cancelled", method, url_, target));
+    beast::error_code ec;
+    bool done = false;
+    http::response<http::string_body> res;
+    http::request<http::string_body> req(http::string_to_verb(method), target, 11);
+    req.set(http::field::host, impl_->host);
+    req.set(http::field::content_type, "application/json");
+    if (!impl_->token.empty()) req.set(http::field::authorization, "Bearer " + impl_->token);
+    if (!impl_->job_secret.empty()) req.set(kJobSecretHeader, impl_->job_secret);
+    req.keep_alive(true);
+    req.body() = body;
+    req.prepare_payload();
+    auto& buffer = impl_->buffer;
+    auto exchange = [&] {
       http::async_write(*impl_->stream, req, [&](beast::error_code e, std::size_t) {
         if (e) {
           ec = e;
@@ -86,22 +78,65 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
           done = true;
         });
       });
+    };
+    // Everything (name lookup and connect included) runs on the io_context, so the deadline bounds
+    // the whole request, and cancel() from another thread ends it at once.
+    tcp::resolver resolver(impl_->io);
+    if (!impl_->stream) {
+      impl_->stream.emplace(impl_->io);
+      buffer.clear();
+      buffer.reserve(16u << 10);
+      resolver.async_resolve(impl_->host, impl_->port, [&](beast::error_code e, tcp::resolver::results_type results) {
+        if (e) {
+          ec = e;
+          done = true;
+          return;
+        }
+        impl_->stream->async_connect(results, [&](beast::error_code e2, const tcp::endpoint&) {
+          if (e2) {
+            ec = e2;
+            done = true;
+            return;
+          }
+          impl_->stream->socket().set_option(tcp::no_delay(true), e2);
+          exchange();
+        });
+      });
+    } else {
+      exchange();
+    }
+    impl_->io.restart();
+    if (timeout.count() > 0) impl_->io.run_for(timeout);
+    else impl_->io.run();
+    if (!done) {  // out of time: abandon the connection (its answer must not reach a later request)
+      resolver.cancel();
+      impl_->stream->socket().close(ec);
       impl_->io.restart();
-      impl_->io.run();
-      if (!done || ec) throw beast::system_error(ec ? ec : beast::error_code(asio::error::timed_out));
+      impl_->io.run();  // the cancelled handlers finish at once
+      ec = beast::error::timeout;
+    }
+    if (!ec) {
       if (!res.keep_alive()) impl_->stream.reset();
       auto secret = res.find(kJobSecretHeader);
       impl_->received_job_secret = secret != res.end() ? std::string(secret->value()) : std::string();
       return {static_cast<int>(res.result_int()), res.body()};
-    } catch (const beast::system_error& e) {
-      impl_->stream.reset();
-      bool stale = e.code() == http::error::end_of_stream || e.code() == asio::error::connection_reset ||
-                   e.code() == asio::error::broken_pipe;
-      if (attempt == 0 && stale) continue;
-      throw ServerUnreachable(fmt::format("{} {}{}: {}", method, url_, target,
-                              e.code() == beast::error::timeout ? "no answer in time" : e.code().message()));
     }
+    impl_->stream.reset();
+    bool stale = ec == http::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    if (attempt == 0 && stale && !impl_->cancelled.load()) continue;
+    if (impl_->cancelled.load()) throw ServerUnreachable(fmt::format("{} {}{}: cancelled", method, url_, target));
+    if (ec == beast::error::timeout)
+      throw ServerTimeout(fmt::format("{} {}{}: no answer in {} ms", method, url_, target, timeout.count()));
+    throw ServerUnreachable(fmt::format("{} {}{}: {}", method, url_, target, ec.message()));
   }
+}
+
+void HttpClient::cancel() {
+  impl_->cancelled.store(true);
+  asio::post(impl_->io, [impl = impl_.get()] {
+    beast::error_code ignored;
+    if (impl->stream) impl->stream->socket().close(ignored);
+  });
 }
 
 void HttpClient::set_job_secret(std::string secret) { impl_->job_secret = std::move(secret); }

@@ -50,6 +50,9 @@ struct JobManager::Job {
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
   std::string end_detail;
   bool restored = false;  // restored from the store and the interrupted round has not restarted yet
+  bool stale_round = false;  // a rank ran this round with a stale schedule: its results are not used
+  bool repeat = false;       // the next round runs the current schedules again
+  SteadyClock::time_point watched;  // the watchdog's last look
   struct Beat {
     bool seen = false;  // this rank sends heartbeats (the artifact's client does not)
     std::uint64_t progress = 0;
@@ -296,11 +299,18 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
                  result.rank, job.round);
     return;
   }
-  if (job.phase != Phase::running)
+  if (job.phase == Phase::registering)
     throw RequestError(409, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
                                         "started)", result.rank, job.round));
-  if (job.results[r])
-    throw RequestError(409, fmt::format("rank {} already reported its result for round {}", result.rank, job.round));
+  // A client sends its next result only after asking for (and getting) the next schedule, so a
+  // result while the job asks, or a second one for this round, is a retry of one this server has
+  // (the answer to the first went to a connection the client had given up on): acknowledged.
+  if (job.phase != Phase::running || job.results[r]) {
+    spdlog::debug("job {}: rank {} sent its result of round {} again", job_id, result.rank,
+                  job.phase == Phase::running ? job.round : job.round - 1);
+    return;
+  }
+  if (result.stale) job.stale_round = true;
   if (std::string why = implausible_result(result, max_power_w(*job.ranks[r])); !why.empty()) {
     spdlog::warn("job {}: rank {}'s result of round {} rejected, it is no measurement: {}", job_id, result.rank,
                  job.round, why);
@@ -366,6 +376,12 @@ void JobManager::check_finished(Job& job) {
 void JobManager::arm_watchdog(Job& job) {
   job.watchdog_armed = true;
   double period = std::clamp(settings_.dead_rank_timeout_s / 4, 0.05, 5.0);
+  auto now = SteadyClock::now();
+  if (job.watched != SteadyClock::time_point{} && now - job.watched > std::chrono::duration<double>(2 * period + 1)) {
+    // This server was not running (SIGSTOP, a stalled machine): the ranks' silence was its own.
+    for (auto& b : job.beats) b.last = b.progressed = now;
+  }
+  job.watched = now;
   job.watchdog.expires_after(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(period)));
   job.watchdog.async_wait([this, id = job.info.job_id](const boost::system::error_code& ec) {
     if (ec) return;
@@ -489,42 +505,52 @@ json JobManager::answer(const Job& job, std::size_t rank) const {
   return to_json(schedule);
 }
 
-void JobManager::send_schedules(Job& job) {
+bool JobManager::next_schedules(Job& job) {
+  auto fail = [&](const std::string& detail) {
+    end(job, detail);
+    return false;
+  };
   std::vector<PowerStateSchedule> schedules;
   try {
     schedules = job.scheduler->next_schedule();
   } catch (const SchedulerDone& e) {
-    return end(job, fmt::format("[profiling-done] {}", e.what()));
+    return fail(fmt::format("[profiling-done] {}", e.what()));
   } catch (const std::exception& e) {
-    return end(job, fmt::format("[job-failed] scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what()));
+    return fail(fmt::format("[job-failed] scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what()));
   }
   // A scheduler bug must not reach a GPU: one schedule per rank, one supported state per entry.
   std::vector<std::optional<PowerStateSchedule>> by_rank(job.ranks.size());
   for (auto& s : schedules) {
     if (s.rank < 0 || s.rank >= job.info.world_size || by_rank[static_cast<std::size_t>(s.rank)])
-      return end(job, fmt::format("[job-failed] scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank));
+      return fail(fmt::format("[job-failed] scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank));
     const RankInfo& info = *job.ranks[static_cast<std::size_t>(s.rank)];
     if (info.pipe_schedule.empty()) {  // Zeus's client: the scheduler names each instruction
       bool named = !s.power_states.empty() && s.instructions.size() == s.power_states.size() &&
                    std::all_of(s.instructions.begin(), s.instructions.end(), is_compute_instruction);
       if (!named)
-        return end(job, fmt::format("[job-failed] scheduler {} cannot serve rank {}: Zeus's client does not send its "
-                                    "instruction order, so only a scheduler that takes it from a plan can "
-                                    "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank));
+        return fail(fmt::format("[job-failed] scheduler {} cannot serve rank {}: Zeus's client does not send its "
+                                "instruction order, so only a scheduler that takes it from a plan can "
+                                "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank));
     } else if (s.power_states.size() != info.pipe_schedule.size())
-      return end(job, fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
-                                  settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
+      return fail(fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
+                              settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
     for (int state : s.power_states)
       if (std::find(info.power_state_range.begin(), info.power_state_range.end(), state) == info.power_state_range.end())
-        return end(job, fmt::format("[job-failed] scheduler {} gave rank {} power state {}, which its GPU does not support",
-                                    settings_.scheduler, s.rank, state));
+        return fail(fmt::format("[job-failed] scheduler {} gave rank {} power state {}, which its GPU does not support",
+                                settings_.scheduler, s.rank, state));
     by_rank[static_cast<std::size_t>(s.rank)] = std::move(s);
   }
   job.current.clear();
   for (auto& s : by_rank) {
-    if (!s) return end(job, fmt::format("[job-failed] scheduler {} gave no schedule for some rank", settings_.scheduler));
+    if (!s) return fail(fmt::format("[job-failed] scheduler {} gave no schedule for some rank", settings_.scheduler));
     job.current.push_back(std::move(*s));
   }
+  return true;
+}
+
+void JobManager::send_schedules(Job& job) {
+  if (!job.repeat && !next_schedules(job)) return;
+  job.repeat = false;
   auto now = SteadyClock::now();
   if (job.round_started) {
     double took = std::chrono::duration<double>(now - *job.round_started).count();
@@ -562,6 +588,16 @@ double round_mean(const std::vector<double>& values) {
 
 }  // namespace
 
+// The round's schedules run again under the same number; nothing of this run is used.
+void JobManager::run_round_again(Job& job) {
+  job.stale_round = false;
+  job.repeat = true;
+  job.phase = Phase::asking;
+  for (auto& r : job.results) r.reset();
+  job.reported = 0;
+  arm_timer(job, "ask for the schedule");
+}
+
 void JobManager::finish_round(Job& job) {
   // A round with a rejected result is run again, unobserved and unrecorded, so that no scheduler
   // decides on it and no profile holds it; a few in a row end the job saying why.
@@ -573,13 +609,18 @@ void JobManager::finish_round(Job& job) {
     spdlog::warn("job {}: round {} runs again: {} rank(s) sent results that are no measurement", job.info.job_id,
                  job.round, job.rejected.size());
     job.rejected.clear();
-    for (auto& r : job.results) r.reset();
-    job.reported = 0;
-    job.phase = Phase::asking;
-    return arm_timer(job, "ask for the schedule");
+    return run_round_again(job);
   }
   job.rejected.clear();
   job.rejected_rounds = 0;
+  if (job.stale_round) {  // measurements of mixed schedules: the round runs again, under its number
+    std::vector<int> stale;
+    for (const auto& r : job.results)
+      if (r && r->stale) stale.push_back(r->rank);
+    spdlog::info("job {}: round {} runs again: ranks [{}] had not received its schedule when it began", job.info.job_id,
+                 job.round, fmt::join(stale, ", "));
+    return run_round_again(job);
+  }
   std::vector<ProfilingResult> results;
   for (auto& r : job.results) results.push_back(std::move(*r));
   // What the round measured: time the slowest rank's, energy every rank's; the same per pipeline.

@@ -361,11 +361,13 @@ json to_zeus_json(const PowerStateSchedule& schedule) {
 }
 
 json to_json(const ProfilingResult& result) {
-  return {{"rank", result.rank},
-          {"iter_time", result.iter_time},
-          {"iter_energy", result.iter_energy},
-          {"time_breakdown", result.time_breakdown},
-          {"energy_breakdown", result.energy_breakdown}};
+  json out = {{"rank", result.rank},
+              {"iter_time", result.iter_time},
+              {"iter_energy", result.iter_energy},
+              {"time_breakdown", result.time_breakdown},
+              {"energy_breakdown", result.energy_breakdown}};
+  if (result.stale) out["stale"] = true;
+  return out;
 }
 
 std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,

@@ -107,6 +107,12 @@ ProfilingResult profiling_result_from_text(std::string_view text) {
   result.iter_energy = number_list(required(body, "iter_energy"), "iter_energy");
   result.time_breakdown = breakdown(body, "time_breakdown");
   result.energy_breakdown = breakdown(body, "energy_breakdown");
+  dom::element stale;
+  if (!body["stale"].get(stale)) {
+    bool flag = false;
+    if (stale.get_bool().get(flag)) bad("stale", fmt::format("expected true or false, got {}", type_name(stale)));
+    result.stale = flag;
+  }
   return result;
 }
 

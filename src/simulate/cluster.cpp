@@ -87,6 +87,7 @@ class Cluster {
     SimulationSummary summary;
     summary.ranks = static_cast<int>(ranks_.size());
     start_clients(summary);
+    began_ = SteadyClock::now();
     double t = 0;
     Window whole(config_.pipelines), window(config_.pipelines);
     whole.first = window.first = 1;
@@ -118,6 +119,10 @@ class Cluster {
       summary.reports.push_back(report);
       if (on_report) on_report(report);
     }
+    summary.training_seconds = std::chrono::duration<double>(SteadyClock::now() - began_).count();
+    // The last round's exchange ends before any rank leaves (a rank that finished while others
+    // wait at the barrier would fail the job).
+    wait_for_server(std::chrono::seconds(10));
     summary.whole = whole.report(summary.iterations);
     for (auto& r : ranks_) {
       if (r.client && !r.client->enabled()) ++summary.disabled_ranks;
@@ -183,6 +188,9 @@ class Cluster {
     if (c.round_iterations < 1) usage("--round-iterations must be at least 1");
     if (!(c.noise >= 0 && c.noise <= 1)) usage("--noise must be between 0 and 1");
     if (!(c.gpu_speed_spread >= 0 && c.gpu_speed_spread <= 1)) usage("--gpu-speed-spread must be between 0 and 1");
+    if (!(c.time_scale >= 0 && c.time_scale <= 1000)) usage("--time-scale must be between 0 and 1000");
+    if (!(c.request_timeout_s >= 0.01 && c.request_timeout_s <= 3600))
+      usage("--request-timeout must be between 0.01 and 3600 seconds");
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
@@ -233,10 +241,12 @@ class Cluster {
         o.report_every = config_.round_iterations;
         o.gpu = rp->gpu;
         o.inline_controller = true;
+        o.switch_over_iteration = config_.time_scale > 0;  // in simulated time it waits for the server instead
         o.clock = [rp] {
           return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
         };
         o.heartbeat_interval = std::chrono::milliseconds(1000);
+        o.request_timeout = std::chrono::milliseconds(static_cast<long long>(config_.request_timeout_s * 1000));
         o.broadcast_job_id = [&](const std::string& value) {
           if (rp->rank == 0) {
             std::call_once(once, [&] { id_promise.set_value(value); });
@@ -327,6 +337,9 @@ class Cluster {
       t1 = std::max(t1, end);
     }
     out.time = t1 - t0;  // the gradient synchronisation: everybody waits for the slowest pipeline
+    if (config_.time_scale > 0)  // keep pace with wall time
+      std::this_thread::sleep_until(began_ + std::chrono::duration_cast<SteadyClock::duration>(
+                                                 std::chrono::duration<double>(config_.time_scale * t1)));
     out.pipeline_energy.assign(static_cast<std::size_t>(config_.pipelines), 0);
     for (auto& r : ranks_) {
       r.gpu->add_energy(config_.p2p_power * (t1 - r.last_end));
@@ -340,32 +353,33 @@ class Cluster {
     return out;
   }
 
-  // on_step_end on every rank; at a round boundary they report and wait for the next schedule
-  // together (the server's barrier), so each rank does it on its own thread then.
+  // on_step_end on every rank (it never waits on the server). In simulated time the network takes
+  // no time: at a round boundary the simulation waits for every rank's exchange with the server.
   void step_end_all(int k, std::optional<std::string>& done) {
-    std::mutex mutex;
-    auto end_one = [&](Rank& r) {
-      if (!r.client) return;
+    for (auto& r : ranks_) {
+      if (!r.client) continue;
       try {
         r.client->on_step_end();
       } catch (const client::ProfilingDone& e) {
-        std::lock_guard lock(mutex);
         if (!done) done = e.what();
       } catch (const std::exception& e) {
         spdlog::warn("simulated rank {}: {}", r.rank, e.what());
       }
-    };
-    if (k % config_.round_iterations != 0) {
-      for (auto& r : ranks_) end_one(r);
-      return;
     }
-    std::vector<std::thread> threads;
-    threads.reserve(ranks_.size());
-    for (auto& r : ranks_) threads.emplace_back([&, rp = &r] { end_one(*rp); });
-    for (auto& t : threads) t.join();
+    if (config_.time_scale <= 0 && k % config_.round_iterations == 0) wait_for_server(std::chrono::seconds(60));
+  }
+
+  void wait_for_server(std::chrono::milliseconds timeout) {
+    auto until = SteadyClock::now() + timeout;
+    for (auto& r : ranks_) {
+      if (!r.client) continue;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - SteadyClock::now());
+      if (left.count() <= 0 || !r.client->wait_for_server(left)) break;
+    }
   }
 
   const SimulationConfig& config_;
+  SteadyClock::time_point began_;  // the first iteration's start in wall time
   std::mt19937_64 rng_;
   std::vector<CostTable> tables_;
   std::vector<Rank> ranks_;

@@ -29,6 +29,7 @@ def test_hooks_apply_the_schedule(serve):
         client.on_instruction_end(name)
     client.on_step_end()
     assert client.round == 1
+    client.flush()  # the controller thread applied every clock change
     assert locked_clocks()[before:] == [1200, 1005, 1200, 1005]
     client.close()
     assert not client.enabled
@@ -41,6 +42,9 @@ def test_profiling_done_is_a_python_exception(serve, tmp_path):
     url = serve("PointSolution", f'{{"solution_path": "{plans}", "warmup_iters": 0}}')
     with perseus.Client(rank=0, server_url=url, num_microbatches=2, report_every=1, nvml_library=FAKE_NVML,
                         fail_open=False) as client:
+        client.on_step_begin()
+        client.on_step_end()  # the round's result goes out; the server's answer comes in the background
+        assert client.wait_for_server(10)
         client.on_step_begin()
         with pytest.raises(perseus.ProfilingDone, match=r"\[profiling-done\]"):
             client.on_step_end()

@@ -105,6 +105,7 @@ def test_context_managers_drive_the_hooks(serve):
                 with client.instruction(name):
                     calls.append(name)
         assert client.round == 1  # the step's end reported the round
+        client.flush()  # the controller thread applied every clock change
         assert locked_clocks()[before:] == [1200, 1005, 1200, 1005]
         assert calls == ["sync", "forward", "sync", "sync", "backward", "sync"] * 2
     assert not client.enabled  # leaving the with block closed it

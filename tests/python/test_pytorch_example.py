@@ -71,7 +71,9 @@ def test_every_rank_follows_the_plan_instruction_by_instruction(run):
         assert [name[0] for name in plan["instructions"][rank]] == [name[0].upper() for name in order]
         log = run / "plan" / f"gpu{rank}.log"
         for iteration, (begin, end) in enumerate(instruction_clocks(log)):
-            warmup = iteration < REPORT_EVERY  # PointSolution's one warm-up round at the top clock
+            # PointSolution's one warm-up round at the top clock, and the next round's switch-over
+            # iteration, during which the plan arrives.
+            warmup = iteration < REPORT_EVERY + 1
             expected = [TOP_CLOCK] * len(order) if warmup else plan["frequencies"][rank]
             assert begin == end == expected, f"rank {rank}, iteration {iteration}"
         assert ends_at_default_clocks(log)
@@ -80,7 +82,8 @@ def test_every_rank_follows_the_plan_instruction_by_instruction(run):
 def test_the_server_recorded_every_round(run):
     (job,) = [p for p in (run / "plan" / "dump").iterdir() if p.is_dir()]  # also holds .perseus.db
     assert job.name.endswith(f"+torch+mlp+uniform+dp1+pp{STAGES}+tp1+mbs16+nmb{MICROBATCHES}+PointSolution")
-    rounds = ITERATIONS // REPORT_EVERY
+    # The first round, then rounds of a switch-over iteration and REPORT_EVERY measured ones.
+    rounds = 1 + (ITERATIONS - REPORT_EVERY) // (REPORT_EVERY + 1)
     for r in range(rounds):
         results = json.loads((job / f"{r}.prof.json").read_text())
         assert sorted(result["rank"] for result in results) == list(range(STAGES))

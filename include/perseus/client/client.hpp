@@ -10,8 +10,15 @@
 //
 // The hooks only enqueue: a controller thread owns the GPU library, locks the clock the
 // schedule gives the instruction, and reads the GPU's energy counter at instruction boundaries.
-// Every `report_every` iterations, on_step_end reports the round's measurements to the server
-// and fetches the next schedule, which takes effect at the next on_step_begin.
+// Training never waits on the network: an exchange thread talks to the server. At the end of each
+// round on_step_end hands the round's measurements to it, and it sends them and asks for the next
+// round's schedule (the server answers once every rank asked). The first round has
+// `report_every` iterations; each later one begins with a switch-over iteration (not measured),
+// during which that answer arrives, then `report_every` measured ones. A schedule takes effect at
+// the round's first iteration if it is there, else at its first measured one; a rank without it
+// by then keeps its current schedule and marks that round's result stale, which the server does not
+// use (it runs the round again). Every request has a deadline (request_timeout). The server's
+// answers that end perseus (done, failed) take effect at the next on_step_end.
 //
 // Each iteration must run pipe_schedule's names in order (names not in it are measured and leave the
 // clock alone); a rank that does not is kept at default clocks with one warning (strict_schedule:
@@ -70,10 +77,14 @@ struct ClientOptions {
   // the daemon the rank needs no privileges and a killed rank's clocks are reset at once.
   std::string gpud_socket;
   std::shared_ptr<gpu::GpuLibrary> gpu;  // use this instead of loading NVML
-  std::chrono::milliseconds request_timeout{30000};  // for everything but the schedule barrier
-  // When the server goes away mid-training (restart, network), training continues at the current
-  // schedule and the client tries again at round boundaries (1 s apart at first, doubling to
-  // 30 s) for this long, then gives up as fail_open says. A restarted server resumes the job.
+  // Deadline of every request (the schedule barrier's too; a barrier that takes longer is asked
+  // again). The constructor waits this long at most for the first schedule.
+  std::chrono::milliseconds request_timeout{30000};
+  // When the server goes away mid-training (restart, pause, network), training continues at the
+  // current schedule and the exchange thread tries again (about 0.5 s apart at first, doubling to
+  // 10 s; at once after a request that ran past its deadline)
+  // for this long, then gives up as fail_open says. A restarted server resumes the job and every
+  // rank rejoins at a round boundary; a result the server already had is acknowledged again.
   std::chrono::milliseconds retry_for{std::chrono::minutes(5)};
   // A background thread tells the server this rank is alive, and how far training got, this often,
   // so that a killed or hung rank is named within seconds (perseus serve --dead-rank-timeout)
@@ -92,6 +103,11 @@ struct ClientOptions {
   // controller thread: every reading is then taken at the hook's own time. For simulated GPUs
   // (perseus simulate) and tests; on a real GPU it puts NVML's latency on the training thread.
   bool inline_controller = false;
+  // Rounds after the first begin with a switch-over iteration (see above). false: every round has
+  // report_every iterations and a schedule that is not there at its start waits for the next
+  // round; for a caller that waits for the server at round ends (perseus simulate in simulated
+  // time, where the network takes no time).
+  bool switch_over_iteration = true;
 };
 
 class Client {
@@ -124,6 +140,12 @@ class Client {
 
   // Waits until the controller thread applied everything enqueued so far (for tests).
   void flush();
+
+  // Waits at most `timeout` until the exchange with the server settled: the results handed over
+  // were sent and the next schedule arrived (or the server is away and the exchange backs off).
+  // Real training never calls it; perseus simulate (in simulated time, where the network takes no
+  // time) and tests do. True when it settled.
+  bool wait_for_server(std::chrono::milliseconds timeout);
 
  private:
   struct Impl;

@@ -16,6 +16,13 @@ class ServerUnreachable : public Error {
   using Error::Error;
 };
 
+// The server took the connection but did not answer within the deadline (stopped, hung, or a
+// barrier that takes longer).
+class ServerTimeout : public ServerUnreachable {
+ public:
+  using ServerUnreachable::ServerUnreachable;
+};
+
 struct HttpReply {
   int status = 0;
   std::string body;
@@ -28,9 +35,12 @@ class HttpClient {
   explicit HttpClient(const std::string& url, std::string token = "");
   ~HttpClient();
   // Throws ServerUnreachable when the server cannot be reached or does not answer within `timeout`
-  // (zero: wait as long as it takes, for the schedule barrier).
+  // (name lookup and connect included; zero: no deadline).
   HttpReply request(const std::string& method, const std::string& target, const std::string& body,
                     std::chrono::milliseconds timeout);
+  // From any thread: ends the request in progress (ServerUnreachable "cancelled") and refuses
+  // later ones. For shutting down a thread that may be waiting on the server.
+  void cancel();
   const std::string& url() const { return url_; }
   // A job's secret (perseus serve gives one to a registration that asks with "new"): sent as the
   // Perseus-Job-Secret header on every later request; "" sends none.

@@ -103,7 +103,9 @@ class JobManager {
   void advance(Job& job);
   void start_rounds(Job& job);
   void send_schedules(Job& job);
+  bool next_schedules(Job& job);  // the scheduler's next round into job.current; false: the job ended
   void finish_round(Job& job);
+  void run_round_again(Job& job);
   nlohmann::json answer(const Job& job, std::size_t rank) const;  // the rank's schedule, in its dialect
   void end(Job& job, const std::string& detail);
   void forget_later(Job& job);

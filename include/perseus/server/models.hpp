@@ -104,6 +104,10 @@ struct ProfilingResult {
   std::vector<double> iter_energy;  // joules, per iteration
   Breakdown time_breakdown;         // instruction -> per iteration -> per occurrence, seconds
   Breakdown energy_breakdown;       // same shape, joules
+  // perseus's client: this rank did not run the round's schedule from the round's start (it
+  // arrived late), so the round's measurements mix schedules and the round is run again.
+  // Optional in the body ("stale": true); the artifact's server ignores it.
+  bool stale = false;
 };
 
 // Parsing checks every field and throws RequestError(422) naming it. `what` prefixes the

@@ -5,7 +5,8 @@
 // time and energy at the clock the client locked (between two profiled clocks: the next slower one),
 // a GPU with nothing to run draws P_block, and the D data-parallel pipelines meet at a gradient
 // synchronisation at the end of every iteration. Time is simulated (nothing sleeps), so a run is
-// fast, and the GPUs are deterministic for a seed. The tensor-parallel ranks of a stage run each
+// fast, and the GPUs are deterministic for a seed; with a time scale the cluster keeps pace with
+// wall time instead (for faults injected at realistic iteration lengths). The tensor-parallel ranks of a stage run each
 // instruction together: it ends when the slowest of them ends, and each draws the profile's energy
 // (the profile is per GPU).
 #include <atomic>
@@ -60,6 +61,11 @@ struct SimulationConfig {
   // Sigma of a log-normal factor (median 1) per GPU on its every instruction's time and energy,
   // drawn once from the seed: GPUs of one cluster are not equally fast.
   double gpu_speed_spread = 0;
+  // 0: pure simulated time (nothing sleeps; at each round boundary the simulation waits for the
+  // clients' exchange with the server, as if the network took no time). F > 0: each iteration
+  // takes F x its simulated time in wall time and nothing waits for the server, as in training.
+  double time_scale = 0;
+  double request_timeout_s = 30;  // the clients' deadline for each request to the server
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
 };
 
@@ -84,6 +90,7 @@ struct SimulationSummary {
   int ranks = 0;
   int disabled_ranks = 0;    // ranks on which perseus gave up (training went on at default clocks)
   int clock_locks = 0;       // clock changes the clients made, all ranks
+  double training_seconds = 0;  // wall time of the iterations (clients' start and close not included)
   WindowReport whole;        // every iteration
   std::vector<WindowReport> reports;
 };
