@@ -137,7 +137,9 @@ RoundClocks TurnkeyController::next_round() {
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
-      if (config_.probe_every > 0 && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
+      // Not while a straggler is followed: its rounds are not all-max's.
+      if (config_.probe_every > 0 && !straggler_ &&
+          (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
       }
@@ -629,6 +631,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   baseline_samples_ = {a, probe};
   probe_samples_.clear();
   estimate_baseline();
+  ++baseline_corrections_;
   decide("baseline corrected",
          fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration, outside the baseline's "
                      "{:.6g} s and {:.6g} J; the baseline is now theirs (conditions x{:.3f})",
@@ -660,14 +663,20 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 void TurnkeyController::judge_plan() {
   if (straggler_ || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
-  if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_) {
+  // The saving plan again once conditions changed since the step-up (the cluster's pace, or the
+  // baseline), and not before retry_after rounds: under the same conditions it would fail the same way.
+  const bool changed = std::abs(reference().conditions - conditions_at_step_) > 0.01 ||
+                       baseline_corrections_ != corrections_at_step_;
+  if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_ && changed) {
     ChosenPlan before_plan = *target_plan_;
     target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate());
     saving_plan_.reset();
     retry_round_ = -1;
     steps_since_retry_ = 0;
     plan_reason_ = "tried again after a step-up: conditions may have changed";
-    decide("retrying", fmt::format("{} rounds after stepping up: from {} back to {}", retry_interval_,
+    decide("retrying", fmt::format("conditions changed since stepping up (x{:.3f} then, x{:.3f} now{}): from {} back "
+                                   "to {}", conditions_at_step_, reference().conditions,
+                                   baseline_corrections_ != corrections_at_step_ ? ", baseline corrected" : "",
                                    describe(before_plan), describe(*target_plan_)));
     deployed_once_ = false;
     return assign_plans("saving plan again");
@@ -694,6 +703,8 @@ void TurnkeyController::judge_plan() {
   ++step_ups_;
   ++steps_since_retry_;
   if (!saving_plan_) saving_plan_ = before_plan;
+  conditions_at_step_ = reference().conditions;
+  corrections_at_step_ = baseline_corrections_;
   if (config_.retry_after > 0) {
     retry_interval_ = retry_interval_ > 0 ? 2 * retry_interval_ : config_.retry_after;
     retry_round_ = round_ + retry_interval_;

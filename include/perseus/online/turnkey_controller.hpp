@@ -39,7 +39,8 @@ struct ControllerConfig {
   int max_step_ups = 8;
   // While deployed, one all-max round every this many rounds re-checks the baseline (0: never).
   int probe_every = 40;
-  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each time).
+  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each
+  // time), once conditions changed since the step-up (the reference's pace, or a corrected baseline).
   int retry_after = 60;
   // Deployed rounds that saving and slowdown are measured over.
   int report_rounds = 60;
@@ -161,6 +162,8 @@ class TurnkeyController {
   double scale() const { return scale_; }  // measured all-max time over the model's
   int step_ups() const { return step_ups_; }
   const std::optional<ActiveStraggler>& straggler() const { return straggler_; }
+  // What detection says now, in every phase (before deployment nobody slows down for it yet).
+  const std::optional<Straggler>& detected_straggler() const { return detector_.current(); }
   // Mean of the rounds on the current plans; none before any.
   struct Measured {
     double iteration_time = 0, energy = 0;
@@ -234,6 +237,8 @@ class TurnkeyController {
   std::string plan_reason_;
   std::optional<ChosenPlan> saving_plan_;      // the plan stepped up from, tried again later
   int retry_round_ = -1, retry_interval_ = 0;
+  double conditions_at_step_ = 1;  // the reference's conditions at the last step-up
+  int baseline_corrections_ = 0, corrections_at_step_ = 0;
   std::unique_ptr<struct VariabilityState> variability_;
   double idle_power_sum_ = 0;
   int idle_power_rounds_ = 0;
