@@ -6,7 +6,8 @@ Prints the true saving and slowdown, what the server reported (with its interval
 the ideal saving (`perseus whatif`'s noise-free saving at T'/T = 1, the same choice rule).
 
     python3 bench/turnkey_robustness.py [--perseus build/src/perseus] [--shared ../shared]
-                                        [--only noise|disturbances] [--seeds 3] [--profiles gpt3-a100,...]
+                                        [--only noise|disturbances] [--seeds 3] [--first-seed 1]
+                                        [--sigmas 0,0.01,0.02,0.03] [--profiles gpt3-a100,...]
 """
 import argparse
 import json
@@ -136,6 +137,7 @@ def main():
     parser.add_argument("--iterations", type=int, default=1000)
     parser.add_argument("--only", choices=["noise", "disturbances"])
     parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--sigmas", default="0,0.01,0.02,0.03")
     parser.add_argument("--profiles", default=",".join(PROFILES))
     args = parser.parse_args()
@@ -145,7 +147,7 @@ def main():
     if args.only != "disturbances":
         for name in args.profiles.split(","):
             for sigma in [float(s) for s in args.sigmas.split(",")]:
-                for seed in range(1, args.seeds + 1 if sigma > 0 else 2):
+                for seed in range(args.first_seed, args.first_seed + (args.seeds if sigma > 0 else 1)):
                     run_case(args, f"noise {sigma} seed {seed}", name,
                              ["--noise", str(sigma), "--seed", str(seed)], 501)
     if args.only != "noise":

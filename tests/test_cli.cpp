@@ -431,11 +431,13 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   } unset;
   perseus::testing::ServeProcess serve(dir_ / "serve", "Perseus", R"({"wait_for_plan": true})", "--token-file token");
   ASSERT_NE(serve.port, 0);
-  auto r = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 400 "
+  // 700 iterations: the server's saving and slowdown cover the last 60 rounds (300 iterations), past
+  // the straggler and the rounds its recovery takes to detect.
+  auto r = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 700 "
                "--report-every 50 --straggler 1:1.2@201-300 --json --server " + serve.url());
   ASSERT_EQ(r.code, 0) << r.output;
   auto lines = json_lines(r.output);
-  ASSERT_EQ(lines.size(), 9u) << r.output;  // 8 reports and the summary
+  ASSERT_EQ(lines.size(), 15u) << r.output;  // 14 reports and the summary
   const auto& summary = lines.back()["summary"];
   const auto& server = summary["server"];
   ASSERT_TRUE(server.is_object()) << summary.dump();

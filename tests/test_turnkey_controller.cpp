@@ -214,6 +214,7 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
   auto cluster = small_cluster(1);
   const int top = cluster.shape().clocks.front();
   cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };
+  cluster.factor = [](int, int r, int) { return r >= 30 ? 1.04 : 1.0; };  // then the cluster slows down
   auto c = config();
   c.retry_after = 10;
   c.slowdown = 1.05;  // plans between the target's and all-max's time exist to step to

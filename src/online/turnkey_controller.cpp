@@ -137,7 +137,9 @@ RoundClocks TurnkeyController::next_round() {
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
-      if (config_.probe_every > 0 && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
+      // Not while a straggler is followed: its rounds are not all-max's.
+      if (config_.probe_every > 0 && !straggler_ &&
+          (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
       }
@@ -545,9 +547,29 @@ std::optional<TurnkeyController::Measured> TurnkeyController::measured() const {
 
 namespace {
 
-// Mean of per-round ratios with a 95% interval that adds the baseline's relative uncertainty.
+// The plain mean of `values` with a 95% interval (t quantiles for few).
+Estimate mean_interval(const std::vector<double>& values) {
+  Estimate out;
+  if (values.empty()) return out;
+  for (double v : values) out.value += v;
+  out.value /= double(values.size());
+  double half = 0;
+  if (values.size() > 1) {
+    double var = 0;
+    for (double v : values) var += (v - out.value) * (v - out.value);
+    var /= double(values.size() - 1);
+    static const double t[] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
+    double q = values.size() - 1 <= 10 ? t[values.size() - 1] : 1.96;
+    half = q * std::sqrt(var / double(values.size()));
+  }
+  out.low = out.value - half;
+  out.high = out.value + half;
+  return out;
+}
+
+// Per-round ratios' mean, its interval widened by the baseline's relative uncertainty.
 Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relative_half_width) {
-  Estimate e = robust_mean(ratios);
+  Estimate e = mean_interval(ratios);
   double spread = (e.high - e.low) / 2;
   double half = std::sqrt(spread * spread + std::pow(e.value * baseline_relative_half_width, 2));
   return {e.value, e.value - half, e.value + half};
@@ -555,34 +577,32 @@ Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relat
 
 }  // namespace
 
-// The share of deployed rounds that ran the plans: probes run all-max (no saving, no slowdown),
-// and what training gets is the mix.
-double TurnkeyController::plan_share() const {
-  int total = plan_rounds_ + probes_;
-  return total > 0 ? double(plan_rounds_) / total : 1.0;
-}
-
 std::optional<Estimate> TurnkeyController::saving() const {
-  if (measured_.empty() || baseline_energy_ <= 0) return std::nullopt;
+  if (recent_.empty() || baseline_energy_ <= 0) return std::nullopt;
   std::vector<double> ratios;
-  for (const auto& r : measured_) ratios.push_back(r.energy / r.reference.energy);
+  for (const auto& r : recent_) ratios.push_back(r.energy / r.reference.energy);
   Estimate e = ratio_estimate(ratios, (baseline_energy_estimate_.high - baseline_energy_estimate_.value) / baseline_energy_);
-  const double f = plan_share();
-  return Estimate{f * (1 - e.value), f * (1 - e.high), f * (1 - e.low)};
+  return Estimate{1 - e.value, 1 - e.high, 1 - e.low};
 }
 
 std::optional<Estimate> TurnkeyController::slowdown() const {
-  if (measured_.empty() || baseline_time_ <= 0) return std::nullopt;
+  if (recent_.empty() || baseline_time_ <= 0) return std::nullopt;
   std::vector<double> ratios;
-  for (const auto& r : measured_) ratios.push_back(r.time / r.reference.iteration_time);
+  for (const auto& r : recent_) ratios.push_back(r.time / r.reference.iteration_time);
   Estimate e = ratio_estimate(ratios, (baseline_time_estimate_.high - baseline_time_estimate_.value) / baseline_time_);
-  const double f = plan_share();
-  return Estimate{f * (e.value - 1), f * (e.low - 1), f * (e.high - 1)};
+  return Estimate{e.value - 1, e.low - 1, e.high - 1};
+}
+
+void TurnkeyController::remember(const RoundMeasurement& m) {
+  recent_.push_back({m.iteration_time, m.energy, reference()});
+  if (recent_.size() > static_cast<std::size_t>(std::max(config_.report_rounds, 1))) recent_.erase(recent_.begin());
 }
 
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
   rounds_since_probe_ = 0;
+  conditions_ = pipeline_conditions(m);
+  remember(m);
   auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;  // a straggler's round
   auto c = pipeline_conditions(m);
@@ -611,6 +631,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   baseline_samples_ = {a, probe};
   probe_samples_.clear();
   estimate_baseline();
+  ++baseline_corrections_;
   decide("baseline corrected",
          fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration, outside the baseline's "
                      "{:.6g} s and {:.6g} J; the baseline is now theirs (conditions x{:.3f})",
@@ -619,12 +640,10 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   ++rounds_on_plan_;
-  ++plan_rounds_;
   ++rounds_since_probe_;
   conditions_ = pipeline_conditions(m);
-  PlanRound round{m.iteration_time, m.energy, {}};
-  round.reference = reference();
-  measured_.push_back(round);
+  remember(m);
+  measured_.push_back(recent_.back());
   if (measured_.size() > 10) measured_.erase(measured_.begin());
 
   // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction.
@@ -644,14 +663,20 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 void TurnkeyController::judge_plan() {
   if (straggler_ || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
-  if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_) {
+  // The saving plan again once conditions changed since the step-up (the cluster's pace, or the
+  // baseline), and not before retry_after rounds: under the same conditions it would fail the same way.
+  const bool changed = std::abs(reference().conditions - conditions_at_step_) > 0.01 ||
+                       baseline_corrections_ != corrections_at_step_;
+  if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_ && changed) {
     ChosenPlan before_plan = *target_plan_;
     target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate(), shape_.pipelines);
     saving_plan_.reset();
     retry_round_ = -1;
     steps_since_retry_ = 0;
     plan_reason_ = "tried again after a step-up: conditions may have changed";
-    decide("retrying", fmt::format("{} rounds after stepping up: from {} back to {}", retry_interval_,
+    decide("retrying", fmt::format("conditions changed since stepping up (x{:.3f} then, x{:.3f} now{}): from {} back "
+                                   "to {}", conditions_at_step_, reference().conditions,
+                                   baseline_corrections_ != corrections_at_step_ ? ", baseline corrected" : "",
                                    describe(before_plan), describe(*target_plan_)));
     deployed_once_ = false;
     return assign_plans("saving plan again");
@@ -678,6 +703,8 @@ void TurnkeyController::judge_plan() {
   ++step_ups_;
   ++steps_since_retry_;
   if (!saving_plan_) saving_plan_ = before_plan;
+  conditions_at_step_ = reference().conditions;
+  corrections_at_step_ = baseline_corrections_;
   if (config_.retry_after > 0) {
     retry_interval_ = retry_interval_ > 0 ? 2 * retry_interval_ : config_.retry_after;
     retry_round_ = round_ + retry_interval_;

@@ -80,8 +80,8 @@ def test_zeus_docs_server_command_runs_as_written(scratch):
 def test_turnkey_in_one_minute_deploys_and_follows_the_straggler(scratch):
     code, output = run_snippet(snippet("## Turnkey in one minute"), scratch, timeout=120)
     assert code == 0, f"exit {code} (None: still running after 120 s):\n{output[-3000:]}"
-    assert "server: done (Perseus), round 120, saving 15." in output, output[-3000:]
-    assert "  deployed: saving 15." in output, output[-3000:]
+    assert "server: done (Perseus), round 120, saving 17." in output, output[-3000:]
+    assert "  deployed: saving 17." in output, output[-3000:]
     (decisions,) = scratch.glob("turnkey/*/decisions.json")
     events = [d["event"] for d in json.loads(decisions.read_text())]
     assert "straggler detected" in events and "straggler recovered" in events, events

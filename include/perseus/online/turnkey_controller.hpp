@@ -39,8 +39,11 @@ struct ControllerConfig {
   int max_step_ups = 8;
   // While deployed, one all-max round every this many rounds re-checks the baseline (0: never).
   int probe_every = 40;
-  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each time).
+  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each
+  // time), once conditions changed since the step-up (the reference's pace, or a corrected baseline).
   int retry_after = 60;
+  // Deployed rounds that saving and slowdown are measured over.
+  int report_rounds = 60;
   std::optional<double> unit_time;
   CostModelKind cost_model = CostModelKind::automatic;
   ScanOptions scan;
@@ -159,15 +162,17 @@ class TurnkeyController {
   double scale() const { return scale_; }  // measured all-max time over the model's
   int step_ups() const { return step_ups_; }
   const std::optional<ActiveStraggler>& straggler() const { return straggler_; }
+  // What detection says now, in every phase (before deployment nobody slows down for it yet).
+  const std::optional<Straggler>& detected_straggler() const { return detector_.current(); }
   // Mean of the rounds on the current plans; none before any.
   struct Measured {
     double iteration_time = 0, energy = 0;
     int rounds = 0;
   };
   std::optional<Measured> measured() const;
-  // Against reference(): 1 - energy/reference energy and time/reference time - 1, with 95% intervals,
-  // for the rounds on the current plans weighted by the share of deployed rounds that were not
-  // probes (what training gets).
+  // Against reference(): 1 - energy/reference energy and time/reference time - 1 (each round's,
+  // averaged over the last report_rounds deployed rounds, probes and plan changes included: what
+  // training got), with 95% intervals.
   std::optional<Estimate> saving() const;
   std::optional<Estimate> slowdown() const;
   const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
@@ -187,7 +192,7 @@ class TurnkeyController {
   bool observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios);
   void observe_probe(const RoundMeasurement& m);
   void judge_plan();
-  double plan_share() const;
+  void remember(const RoundMeasurement& m);
   void observe_warmup(int round, const RoundMeasurement& m);
   void observe_profiling(const RoundMeasurement& m);
   void observe_deployed(const RoundMeasurement& m);
@@ -223,7 +228,6 @@ class TurnkeyController {
   std::vector<AllMaxRound> probe_samples_;     // probes that disagreed with the baseline, in a row
   int warmup_seen_ = 0;                        // warm-up rounds observed
   int probes_ = 0;
-  int plan_rounds_ = 0;  // deployed rounds that ran the plans
   bool probing_ = false;                       // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
   bool ran_plan_ = false;                      // the round running now runs the plans
@@ -233,6 +237,8 @@ class TurnkeyController {
   std::string plan_reason_;
   std::optional<ChosenPlan> saving_plan_;      // the plan stepped up from, tried again later
   int retry_round_ = -1, retry_interval_ = 0;
+  double conditions_at_step_ = 1;  // the reference's conditions at the last step-up
+  int baseline_corrections_ = 0, corrections_at_step_ = 0;
   std::unique_ptr<struct VariabilityState> variability_;
   double idle_power_sum_ = 0;
   int idle_power_rounds_ = 0;
@@ -251,6 +257,7 @@ class TurnkeyController {
     Reference reference;
   };
   std::vector<PlanRound> measured_;  // the last rounds on the current plans
+  std::vector<PlanRound> recent_;    // the last deployed rounds, probes included
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   StragglerDetector detector_;
   std::optional<StragglerTold> told_straggler_;

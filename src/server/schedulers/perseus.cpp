@@ -209,6 +209,9 @@ class PerseusScheduler final : public Scheduler {
                           {"source", s->told ? "api" : "detected"},
                           {"dp_rank", s->pipeline ? json(*s->pipeline) : json(nullptr)},
                           {"iteration_time", s->compute_time * c.scale()}};
+    else if (const auto& d = c.detected_straggler(); d && c.phase() != online::ControllerPhase::deployed)
+      out["straggler"] = {{"slowdown", d->slowdown}, {"source", "detected"}, {"dp_rank", d->pipeline},
+                          {"iteration_time", nullptr}};
     json recent = json::array();
     const auto& decisions = c.decisions();
     for (std::size_t i = decisions.size() > 20 ? decisions.size() - 20 : 0; i < decisions.size(); ++i)
@@ -262,7 +265,7 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
                         {"warmup_rounds", "wait_for_plan", "slowdown", "deadline", "tolerance", "verify_rounds", "max_step_ups",
                          "profile_path", "minimum_power_state", "unit_time", "cost_model", "coarse_step", "stop_after",
                          "descent", "fill_gap", "interpolate", "refine_passes", "straggler_threshold", "straggler_rounds",
-                         "probe_every", "retry_after"});
+                         "probe_every", "retry_after", "report_rounds"});
   PerseusConfig config;
   online::ControllerConfig& c = config.controller;
   c.warmup_rounds = checked.integer("warmup_rounds").value_or(c.warmup_rounds);
@@ -285,6 +288,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   if (c.probe_every < 0) checked.fail("probe_every", "must be at least 0 (0: no probes)");
   c.retry_after = checked.integer("retry_after").value_or(c.retry_after);
   if (c.retry_after < 0) checked.fail("retry_after", "must be at least 0 (0: never)");
+  c.report_rounds = checked.integer("report_rounds").value_or(c.report_rounds);
+  if (c.report_rounds < 1) checked.fail("report_rounds", "must be at least 1");
   c.max_step_ups = checked.integer("max_step_ups").value_or(c.max_step_ups);
   if (c.max_step_ups < 0) checked.fail("max_step_ups", "must be at least 0");
   config.profile_path = checked.string("profile_path").value_or("");
