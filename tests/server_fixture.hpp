@@ -19,8 +19,10 @@
 namespace perseus::testing {
 
 struct TestServer {
-  explicit TestServer(server::ServerSettings settings, const std::string& token = "") {
-    auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+  // `factory`: the scheduler, when not the one settings name.
+  explicit TestServer(server::ServerSettings settings, const std::string& token = "",
+                      server::SchedulerFactory factory = {}) {
+    if (!factory) factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
     jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings, factory);
     http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0, token);
     url = "http://127.0.0.1:" + std::to_string(http->port());

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -45,6 +46,8 @@ struct ServeArgs {
   int max_world_size = kDefaults.max_world_size;
   double dead_rank_timeout = kDefaults.dead_rank_timeout_s;
   double max_job_idle = kDefaults.max_job_idle_s;
+  bool record_ranks = kDefaults.record_ranks;
+  int record_rounds = kDefaults.record_rounds;
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
   // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
@@ -140,11 +143,16 @@ int serve(ServeArgs args) {
   settings.max_world_size = args.max_world_size;
   settings.dead_rank_timeout_s = args.dead_rank_timeout;
   settings.max_job_idle_s = args.max_job_idle;
+  settings.record_ranks = args.record_ranks;
+  settings.record_rounds = args.record_rounds;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));
   auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+
+  // A file-size limit reached (a full quota) must fail the write, which is retried, not kill the server.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   // Every waiting rank holds a connection: allow as many as the hard limit permits.
   rlimit files{};
@@ -245,6 +253,16 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
                   "out (else PERSEUS_MAX_JOB_IDLE_TIME, then ZEUS_PFO_MAX_JOB_IDLE_TIME; 0: kept until exit)")
       ->envname("PERSEUS_MAX_JOB_IDLE_TIME")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_flag("--record-ranks", args->record_ranks,
+                "Record every rank's result and schedule per round (N.prof.json, N.sched.json) instead of one result per "
+                "pipeline stage (its ranks folded: time max, energy sum) and each stage's distinct schedules")
+      ->envname("PERSEUS_RECORD_RANKS");
+  cmd->add_option("--record-rounds", args->record_rounds,
+                  "Keep each job's per-round record files of only its last this many rounds (0: all); the job store "
+                  "keeps what a restart needs regardless")
+      ->envname("PERSEUS_RECORD_ROUNDS")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,

@@ -10,7 +10,8 @@ nlohmann::json info_json(const ServerSettings& s) {
           {"mode", s.mode},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
           {"round_timeout_s", s.round_timeout_s}, {"job_retention_s", s.job_retention_s},
           {"max_world_size", s.max_world_size}, {"dead_rank_timeout_s", s.dead_rank_timeout_s},
-          {"max_job_idle_s", s.max_job_idle_s}};
+          {"max_job_idle_s", s.max_job_idle_s}, {"record_ranks", s.record_ranks},
+          {"record_rounds", s.record_rounds}};
 }
 
 nlohmann::json artifact_server_info(const ServerSettings& s) {

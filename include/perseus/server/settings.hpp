@@ -26,6 +26,12 @@ struct ServerSettings {
   // A job of Zeus's client (which asks for one schedule and never reports) is forgotten this long
   // after its schedule went out (Zeus's max_job_idle_time; its records stay on disk). 0: kept.
   double max_job_idle_s = 7 * 24 * 3600;
+  // Per-round records: by default N.prof.json holds one result per pipeline stage (its ranks folded:
+  // time max, energy sum) and N.sched.json the schedules of each stage's first rank plus any rank
+  // whose schedule differs, so a round's records grow with stages and pipelines, not ranks. On:
+  // every rank's result and schedule, as the artifact writes them.
+  bool record_ranks = false;
+  int record_rounds = 0;  // keep the record files of the last this many rounds per job; 0: all
 };
 
 // The body of GET /info.

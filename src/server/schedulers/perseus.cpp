@@ -136,9 +136,21 @@ class PerseusScheduler final : public Scheduler {
     }
   }
 
-  void observe(const std::vector<ProfilingResult>& results) override {
+  void observe(const std::vector<ProfilingResult>& results) override { observe(measure(results)); }
+
+  // The round as the loop sees it, not per rank: a restarted server replays exactly this.
+  json round_record(const std::vector<ProfilingResult>& results) const override { return to_json(measure(results)); }
+  void replay(const json& record) override {
+    if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
+    observe(round_measurement_from_json(record));
+  }
+
+  RoundMeasurement measure(const std::vector<ProfilingResult>& results) const {
+    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, microbatches_);
+  }
+
+  void observe(const RoundMeasurement& m) {
     int round = round_++;
-    RoundMeasurement m = analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, microbatches_);
     last_pipeline_time_ = m.pipeline_time;
     last_pipeline_energy_ = m.pipeline_energy;
     switch (phase_) {

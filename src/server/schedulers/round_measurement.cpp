@@ -104,4 +104,32 @@ RoundMeasurement analyze_round(const std::vector<ProfilingResult>& results, cons
   return out;
 }
 
+nlohmann::json to_json(const RoundMeasurement& m) {
+  nlohmann::json instructions = nlohmann::json::array();
+  for (const auto& [key, value] : m.instructions)
+    instructions.push_back({key.first, std::string(to_string(key.second)), value.first, value.second});
+  return {{"iteration_time", m.iteration_time},
+          {"energy", m.energy},
+          {"instructions", instructions},
+          {"blocking_power", m.blocking_power ? nlohmann::json(*m.blocking_power) : nlohmann::json(nullptr)},
+          {"pipeline_time", m.pipeline_time},
+          {"pipeline_energy", m.pipeline_energy}};
+}
+
+RoundMeasurement round_measurement_from_json(const nlohmann::json& j) {
+  RoundMeasurement m;
+  m.iteration_time = j.at("iteration_time").get<double>();
+  m.energy = j.at("energy").get<double>();
+  for (const auto& i : j.at("instructions")) {
+    std::string kind = i.at(1).get<std::string>();
+    if (kind != "forward" && kind != "backward") throw std::runtime_error(fmt::format("unknown kind '{}'", kind));
+    m.instructions[{i.at(0).get<int>(), kind == "forward" ? InstructionKind::forward : InstructionKind::backward}] = {
+        i.at(2).get<double>(), i.at(3).get<double>()};
+  }
+  if (!j.at("blocking_power").is_null()) m.blocking_power = j.at("blocking_power").get<double>();
+  m.pipeline_time = j.at("pipeline_time").get<std::vector<double>>();
+  m.pipeline_energy = j.at("pipeline_energy").get<std::vector<double>>();
+  return m;
+}
+
 }  // namespace perseus::server
