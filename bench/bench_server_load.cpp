@@ -210,6 +210,8 @@ int main(int argc, char** argv) {
     }
   }
   double register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("registered %d ranks in %.2f s; rounds start\n", load.ranks, register_s);
+  std::fflush(stdout);
   load.job_id = perseus::client::encode_path_segment(load.job_id);
 
   // A realistic result: per iteration, one time and energy per forward and backward, measured
@@ -259,7 +261,10 @@ int main(int argc, char** argv) {
               http_server ? fmt::format("in-process server, {} threads", server_threads).c_str() : url.c_str(),
               register_s);
   std::printf("rounds/s %.1f\n", load.rounds / total_s);
-  std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
+  if (http_server)
+    std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
+  else
+    std::printf("CPU per round: simulated ranks %.1f ms (the server's: its process)\n", client_cpu_ms);
   std::printf("round cycle ms (first ask .. last result):     p50 %.2f  p99 %.2f  max %.2f\n",
               percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
               *std::max_element(latencies_ms.begin(), latencies_ms.end()));

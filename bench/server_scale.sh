@@ -19,14 +19,24 @@ ulimit -n "$(ulimit -Hn)"
 server=$!
 for _ in $(seq 200); do grep -q 'listening on' "$work/serve.out" 2>/dev/null && break; sleep 0.05; done
 url=$(grep -o 'http://[0-9.]*:[0-9]*' "$work/serve.out")
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14 + $15) / hz}' "/proc/$server/stat"; }
 "$build/bench/perseus_bench_server_load" --url "$url" --ranks "$ranks" --rounds "$rounds" --stages 16 \
-  --tensor-parallel 8 --iterations 5 --microbatches 16
-echo "server peak memory: $(awk '/VmHWM/ {printf "%.0f MB", $2 / 1024}' "/proc/$server/status")," \
-  "CPU: $(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/proc/$server/stat") (registration and all rounds)"
-sleep 1  # the records are written on the server's writer thread
+  --tensor-parallel 8 --iterations 5 --microbatches 16 > "$work/bench.out" &
+bench=$!
+until grep -q 'rounds start' "$work/bench.out" 2>/dev/null; do kill -0 "$bench" 2>/dev/null || break; sleep 0.05; done
+registered_cpu=$(cpu)
+registered_memory=$(awk '/VmRSS/ {printf "%.0f MB", $2 / 1024}' "/proc/$server/status")
+wait "$bench"
+cat "$work/bench.out"
+echo "server: CPU $registered_cpu s to register the ranks, $(echo "$(cpu) $registered_cpu $rounds" | awk '{printf "%.2f", ($1 - $2) / $3}') s per round;" \
+  "memory $registered_memory once registered, peak $(awk '/VmHWM/ {printf "%.0f MB", $2 / 1024}' "/proc/$server/status")"
+kill "$server"; wait "$server" || true  # the writes queued are done, the store checkpointed
 job=$(find "$work/dump" -mindepth 1 -maxdepth 1 -type d | head -1)
 prof=$(find "$job" -name '*.prof.json' | wc -l)
 echo "records: $prof rounds in $job"
-echo "per round: $(cat "$job"/1.prof.json | wc -c) bytes N.prof.json, $(cat "$job"/1.sched.json | wc -c) bytes N.sched.json"
-echo "job store: $(du -cb "$work/dump"/.perseus.db* | tail -1 | cut -f1) bytes for the job, its $ranks ranks and $prof rounds"
-echo "all records: $(du -sb "$work/dump" | cut -f1) bytes"
+echo "per round: $(wc -c < "$job"/1.prof.json) bytes N.prof.json, $(wc -c < "$job"/1.sched.json) bytes N.sched.json"
+if command -v sqlite3 > /dev/null; then
+  echo "job store per round: $(sqlite3 "$work/dump/.perseus.db" 'SELECT max(length(results)) FROM rounds') bytes" \
+       "(ranks' registrations: $(sqlite3 "$work/dump/.perseus.db" 'SELECT sum(length(info)) FROM ranks') bytes)"
+fi
+echo "job store file: $(du -cb "$work/dump"/.perseus.db* | tail -1 | cut -f1) bytes; all records: $(du -sb "$work/dump" | cut -f1) bytes"
