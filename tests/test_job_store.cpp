@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <chrono>
 #include <filesystem>
@@ -13,6 +15,7 @@
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
 #include "perseus/simulate/cluster.hpp"
+#include "perseus/util/atomic_file.hpp"
 #include "perseus/profile/profile.hpp"
 #include "server_fixture.hpp"
 
@@ -131,6 +134,54 @@ TEST(BackgroundWriter, RetriesAFailingWriteInOrderAndDropsWhatDoesNotFit) {
   EXPECT_EQ(done, expected);
   EXPECT_EQ(writer.failures(), 3u);
   EXPECT_EQ(writer.dropped(), third ? 0u : 1u);
+}
+
+// --- Round records: bounded by stages by default, every rank on request, the last N rounds kept ----
+
+struct RecordsTest : testing::ServerDirTest {
+  // A job of 2 stages x 2 pipelines run for `rounds` rounds; its records folder.
+  std::filesystem::path run(server::ServerSettings s, int rounds) {
+    testing::TestServer server(s);
+    std::string id = json::parse(server.post("/register_job", testing::job_body(2, 2)).body);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_EQ(server.post("/register_rank", testing::rank_body(id, r, r % 2, {"forward", "backward"}, {1410, 1200, 1000},
+                                                                  r / 2)).status, 200);
+    std::string path = "/schedule/" + client::encode_path_segment(id);
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<std::future<client::HttpReply>> asks;
+      for (int r = 0; r < 4; ++r) asks.push_back(server.get_async(path + "?rank=" + std::to_string(r)));
+      for (auto& a : asks) EXPECT_EQ(a.get().status, 200);
+      for (int r = 0; r < 4; ++r)
+        EXPECT_EQ(server.post("/result/" + client::encode_path_segment(id), testing::result_body(r, 1.0 + r)).status, 200);
+    }
+    EXPECT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));
+    return dir / id;
+  }
+};
+
+TEST_F(RecordsTest, ARoundRecordsOneResultPerStageUnlessEveryRankIsAskedFor) {
+  auto job = run(settings("AllMaxFrequency3D"), 1);
+  json prof = json::parse(read_file(job / "0.prof.json"));
+  ASSERT_EQ(prof.size(), 2u);  // stages, not ranks
+  EXPECT_EQ(prof[1]["rank"], 1);
+  EXPECT_EQ(prof[1]["iter_time"], json({4.0, 4.0}));        // the slowest of ranks 1 and 3
+  EXPECT_EQ(prof[1]["iter_energy"], json({200.0, 200.0}));  // both ranks' energy
+  EXPECT_EQ(json::parse(read_file(job / "0.sched.json")).size(), 2u);  // one schedule per stage: all equal
+  std::filesystem::remove_all(dir);
+  auto s = settings("AllMaxFrequency3D");
+  s.record_ranks = true;
+  job = run(s, 1);
+  EXPECT_EQ(json::parse(read_file(job / "0.prof.json")).size(), 4u);
+  EXPECT_EQ(json::parse(read_file(job / "0.sched.json")).size(), 4u);
+}
+
+TEST_F(RecordsTest, RetentionKeepsTheLastRoundsFiles) {
+  auto s = settings("AllMaxFrequency3D");
+  s.record_rounds = 2;
+  auto job = run(s, 4);
+  for (int round = 0; round < 4; ++round)
+    for (const char* kind : {"prof", "sched"})
+      EXPECT_EQ(std::filesystem::exists(job / fmt::format("{}.{}.json", round, kind)), round >= 2) << round << kind;
 }
 
 // --- Replay: a restarted server's scheduler decides as the one that saw every rank's results ------

@@ -26,6 +26,9 @@
 //   max(dead_rank_timeout_s, 3 x the typical round time). Ranks that never send heartbeats (the
 //   artifact's client) are only subject to round_timeout_s.
 //
+// Disk writes (record files, the job store) never run on the strand: they go to a BackgroundWriter,
+// which retries a failed one, so a slow, full or locked disk does not slow a round.
+//
 // With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
 // restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
 // when the server went away (or after the last round the store holds in full). That round runs again; a result reported for it after the restart is
