@@ -9,9 +9,13 @@
 // release, from the last rank's schedule request (when the barrier can open) to the last rank
 // holding its schedule. Prints rounds per second, CPU per round and p50/p99/max.
 //
-//   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--iterations I]
-//                             [--microbatches M] [--threads T] [--dump DIR]
-// Each result carries I iterations of M forward and M backward times and energies.
+//   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--tensor-parallel T]
+//                             [--iterations I] [--microbatches M] [--threads T] [--dump DIR]
+//                             [--scheduler NAME] [--url URL]
+// Each result carries I iterations of M forward and M backward times and energies. The job is
+// S stages x N/(S*T) pipelines x T tensor-parallel ranks (rank = (dp x S + pp) x T + tp). With
+// --url the ranks load a `perseus serve` already running there (its own process, so that its
+// memory can be read on its own) and the server-side options are that server's.
 #include <algorithm>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -24,6 +28,8 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
+#include <fmt/format.h>
 #include <random>
 #include <spdlog/spdlog.h>
 #include <thread>
@@ -140,9 +146,13 @@ int main(int argc, char** argv) {
   int stages = 8;
   int iterations = 5, microbatches = 16;  // per reported result
   int server_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::string dump;
+  std::string dump, url, scheduler = "AllMaxFrequency3D";
+  int tp = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--ranks")) load.ranks = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--tensor-parallel")) tp = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--url")) url = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--scheduler")) scheduler = argv[i + 1];
+    else if (!std::strcmp(argv[i], "--ranks")) load.ranks = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--rounds")) load.rounds = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--stages")) stages = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--dump")) dump = argv[i + 1];
@@ -150,7 +160,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--microbatches")) microbatches = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) server_threads = std::max(1, std::atoi(argv[i + 1]));
   }
-  if (load.ranks % stages != 0) stages = 1;
+  if (load.ranks % (stages * tp) != 0) stages = 1, tp = 1;
   raise_open_file_limit();
 
   perseus::server::ServerSettings settings;
@@ -158,23 +168,29 @@ int main(int argc, char** argv) {
   settings.dump_dir = dump.empty() ? "." : dump;
   settings.log_level = "warning";
   spdlog::set_level(spdlog::level::warn);
+  settings.scheduler = scheduler;
   asio::io_context server_io(server_threads);
-  perseus::server::JobManager jobs(asio::make_strand(server_io), settings,
-                                   perseus::server::configure_scheduler("AllMaxFrequency3D", json::object()));
-  perseus::server::HttpServer http_server(server_io, jobs, "127.0.0.1", 0);
+  std::optional<perseus::server::JobManager> jobs;
+  std::optional<perseus::server::HttpServer> http_server;
   std::vector<std::thread> server_pool;
-  for (int t = 0; t < server_threads; ++t)
-    server_pool.emplace_back([&] {
-      pthread_setname_np(pthread_self(), "server-io");  // so that profilers can tell the sides apart
-      server_io.run();
-    });
-  std::string url = "http://127.0.0.1:" + std::to_string(http_server.port());
+  if (url.empty()) {
+    jobs.emplace(asio::make_strand(server_io), settings, perseus::server::configure_scheduler(scheduler, json::object()));
+    http_server.emplace(server_io, *jobs, "127.0.0.1", 0);
+    for (int t = 0; t < server_threads; ++t)
+      server_pool.emplace_back([&] {
+        pthread_setname_np(pthread_self(), "server-io");  // so that profilers can tell the sides apart
+        server_io.run();
+      });
+    url = "http://127.0.0.1:" + std::to_string(http_server->port());
+  }
+  auto colon = url.rfind(':');
+  auto port = static_cast<unsigned short>(std::atoi(url.c_str() + colon + 1));
 
-  // Register the job and its ranks (not timed): dp = ranks / stages.
+  // Register the job and its ranks (not timed).
   perseus::client::HttpClient setup(url);
-  int dp = load.ranks / stages;
+  int dp = load.ranks / (stages * tp);
   json job = {{"job_id", ""},          {"pp_degree", stages},          {"dp_degree", dp},
-              {"tp_degree", 1},        {"world_size", load.ranks},     {"framework", "bench"},
+              {"tp_degree", tp},       {"world_size", load.ranks},     {"framework", "bench"},
               {"model_name", "load"},  {"partition_method", "uniform"}, {"microbatch_size", 1},
               {"num_microbatches", 16}};
   load.job_id = json::parse(setup.request("POST", "/register_job", job.dump(), std::chrono::seconds(10)).body).get<std::string>();
@@ -184,7 +200,8 @@ int main(int argc, char** argv) {
   for (int c = 1410; c >= 210; c -= 15) clocks.push_back(c);
   auto t0 = Clock::now();
   for (int r = 0; r < load.ranks; ++r) {
-    json rank = {{"job_id", load.job_id}, {"rank", r}, {"dp_rank", r / stages}, {"pp_rank", r % stages}, {"tp_rank", 0},
+    json rank = {{"job_id", load.job_id}, {"rank", r}, {"dp_rank", r / (stages * tp)}, {"pp_rank", r / tp % stages},
+                 {"tp_rank", r % tp},
                  {"pipe_schedule", schedule}, {"power_state_range", clocks}};
     auto reply = setup.request("POST", "/register_rank", rank.dump(), std::chrono::seconds(10));
     if (reply.status != 200) {
@@ -193,6 +210,8 @@ int main(int argc, char** argv) {
     }
   }
   double register_s = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("registered %d ranks in %.2f s; rounds start\n", load.ranks, register_s);
+  std::fflush(stdout);
   load.job_id = perseus::client::encode_path_segment(load.job_id);
 
   // A realistic result: per iteration, one time and energy per forward and backward, measured
@@ -218,7 +237,7 @@ int main(int argc, char** argv) {
 
   load.round_stats.resize(static_cast<std::size_t>(load.rounds));
   asio::io_context client_io(1);
-  tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), http_server.port());
+  tcp::endpoint endpoint(asio::ip::make_address("127.0.0.1"), port);
   for (int r = 0; r < load.ranks; ++r) {
     std::make_shared<Rank>(client_io, r, load, result_of(r))->start(endpoint);
   }
@@ -234,13 +253,18 @@ int main(int argc, char** argv) {
     latencies_ms.push_back(std::chrono::duration<double, std::milli>(r.end - r.start).count());
     release_ms.push_back(std::chrono::duration<double, std::milli>(r.released - r.last_ask).count());
   }
-  asio::post(server_io, [&] { http_server.stop(); });
+  if (http_server) asio::post(server_io, [&] { http_server->stop(); });
   server_io.stop();
   for (auto& t : server_pool) t.join();
-  std::printf("ranks %d (pp %d x dp %d), rounds %d, result body %zu bytes, server threads %d, registration %.2f s\n",
-              load.ranks, stages, dp, load.rounds, body_bytes, server_threads, register_s);
+  std::printf("ranks %d (pp %d x dp %d x tp %d), rounds %d, result body %zu bytes, %s, registration %.2f s\n",
+              load.ranks, stages, dp, tp, load.rounds, body_bytes,
+              http_server ? fmt::format("in-process server, {} threads", server_threads).c_str() : url.c_str(),
+              register_s);
   std::printf("rounds/s %.1f\n", load.rounds / total_s);
-  std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
+  if (http_server)
+    std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
+  else
+    std::printf("CPU per round: simulated ranks %.1f ms (the server's: its process)\n", client_cpu_ms);
   std::printf("round cycle ms (first ask .. last result):     p50 %.2f  p99 %.2f  max %.2f\n",
               percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
               *std::max_element(latencies_ms.begin(), latencies_ms.end()));

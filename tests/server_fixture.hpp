@@ -19,9 +19,11 @@
 namespace perseus::testing {
 
 struct TestServer {
-  explicit TestServer(server::ServerSettings settings, const std::string& token = "", server::HttpLimits limits = {})
+  // `factory`: the scheduler, when not the one settings name.
+  explicit TestServer(server::ServerSettings settings, const std::string& token = "", server::HttpLimits limits = {},
+                      server::SchedulerFactory factory = {})
       : token(token) {
-    auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+    if (!factory) factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
     jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings, factory);
     http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0, token, limits);
     url = "http://127.0.0.1:" + std::to_string(http->port());

@@ -53,6 +53,7 @@ TEST_F(ClientTest, EachInstructionRunsAtItsScheduledClock) {
   // Clocks are reset when the client goes away.
   EXPECT_EQ(gpu->current_graphics_clock(0), 1410u);
 
+  ASSERT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));  // records are written on their own thread
   fs::path prof;
   for (const auto& entry : fs::recursive_directory_iterator(dir))
     if (entry.path().filename() == "0.prof.json") prof = entry.path();

@@ -154,6 +154,7 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(next0.get().status, 200);
 
   fs::path job_dir = dir / id;
+  ASSERT_TRUE(server.jobs->flush_records(10s));  // records are written on their own thread
   json ranks = json::parse(read_file(job_dir / "ranks.json"));
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[0]["power_state_range"], json({1410, 1200, 1000}));
@@ -400,6 +401,7 @@ TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
     status = server.call("GET", "/schedule/" + id + "?rank=1").status;
   }
   EXPECT_EQ(status, 404);
+  ASSERT_TRUE(server.jobs->flush_records(10s));
   EXPECT_TRUE(fs::exists(dir / id / "perseus.json"));
   EXPECT_EQ(json::parse(server.call("GET", "/info").body)["job_retention_s"], 2.0);
 }

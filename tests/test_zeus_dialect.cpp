@@ -82,6 +82,7 @@ TEST_F(ZeusDialect, AZeusClientGetsItsPlanAsInstructionFrequencyPairs) {
   // Zeus's ProfilingResult is the artifact's: accepted.
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
   // The records say what the clients got, in their dialect.
+  ASSERT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));
   auto sched0 = dir / id / "ranks.json";
   EXPECT_NE(read_file(sched0).find("available_frequencies"), std::string::npos);
 }

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <cstdio>
@@ -56,6 +57,8 @@ struct ServeArgs {
   long long max_connections_per_peer = -1;  // -1: half the open-file limit
   double idle_timeout = std::chrono::duration<double>(server::HttpLimits{}.idle_timeout).count();
   double write_timeout = std::chrono::duration<double>(server::HttpLimits{}.write_timeout).count();
+  bool record_ranks = kDefaults.record_ranks;
+  int record_rounds = kDefaults.record_rounds;
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
   // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
@@ -157,11 +160,16 @@ int serve(ServeArgs args) {
   settings.max_jobs = args.max_jobs;
   settings.max_total_ranks = args.max_total_ranks;
   settings.max_job_entries = args.max_job_entries;
+  settings.record_ranks = args.record_ranks;
+  settings.record_rounds = args.record_rounds;
   if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));
   auto factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
+
+  // A file-size limit reached (a full quota) must fail the write, which is retried, not kill the server.
+  std::signal(SIGXFSZ, SIG_IGN);
 
   // Every waiting rank holds a connection: allow as many as the hard limit permits.
   rlimit files{};
@@ -315,6 +323,16 @@ Runner add_serve_command(CLI::App& app) {
                   "Seconds a client may take to receive a reply before its connection is dropped")
       ->envname("PERSEUS_WRITE_TIMEOUT")
       ->check(CLI::Range(0.001, 86400.0))
+      ->capture_default_str();
+  cmd->add_flag("--record-ranks", args->record_ranks,
+                "Record every rank's result and schedule per round (N.prof.json, N.sched.json) instead of one result per "
+                "pipeline stage (its ranks folded: time max, energy sum) and each stage's distinct schedules")
+      ->envname("PERSEUS_RECORD_RANKS");
+  cmd->add_option("--record-rounds", args->record_rounds,
+                  "Keep each job's per-round record files of only its last this many rounds (0: all); the job store "
+                  "keeps what a restart needs regardless")
+      ->envname("PERSEUS_RECORD_ROUNDS")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "

@@ -71,22 +71,26 @@ struct JobManager::Job {
   boost::asio::steady_timer watchdog;
 };
 
-template <typename Write>
-void JobManager::persist(const Job& job, Write write) {
+void JobManager::persist(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes) {
   if (!store_) return;
-  try {
-    write(*store_);
-  } catch (const std::exception& e) {
-    // Training goes on; only a restart would lose this job's progress. Say so loudly.
-    spdlog::error("job {}: could not save its state in {}: {}", job.info.job_id, store_->file().string(), e.what());
-  }
+  // A failed write is retried on the writer; training goes on meanwhile.
+  writer_->post(fmt::format("job {}'s state to {}", job.info.job_id, store_->file().string()), bytes,
+                [store = store_.get(), write = std::move(write)] { write(*store); });
 }
 
 JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
     : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {
   if (!settings_.dump_data) return;
   store_ = std::make_unique<JobStore>(fs::path(settings_.dump_dir) / ".perseus.db");  // hidden from dump/* globs
-  for (auto& stored : store_->load()) restore(std::move(stored));
+  writer_ = std::make_unique<BackgroundWriter>();
+  std::vector<StoredJob> stored;
+  try {
+    stored = store_->load();
+  } catch (const std::exception& e) {
+    spdlog::error("could not read the jobs stored in {} ({}); starting without them (they stay in the file)",
+                  store_->file().string(), e.what());
+  }
+  for (auto& job : stored) restore(std::move(job));
 }
 
 void JobManager::restore(StoredJob stored) {
@@ -115,14 +119,17 @@ void JobManager::restore(StoredJob stored) {
   start_rounds(ref);
   if (ref.phase == Phase::ended) return;
   // Replay the completed rounds into the new scheduler: its progress comes back as it was.
+  int r = 0;
   try {
-    for (int r = 0; r < stored.rounds; ++r) {
+    for (; r < stored.rounds; ++r) {
       (void)ref.scheduler->next_schedule();
-      ref.scheduler->observe(stored.results[static_cast<std::size_t>(r)].value_or(std::vector<ProfilingResult>{}));
+      const json& record = stored.records[static_cast<std::size_t>(r)];
+      if (record.is_null()) ref.scheduler->observe({});
+      else ref.scheduler->replay(record);
     }
   } catch (const std::exception& e) {
-    return end(ref, fmt::format("[job-failed] could not resume after a server restart (replaying round {}): {}",
-                                ref.round, e.what()));
+    return end(ref, fmt::format("[job-failed] could not resume after a server restart (replaying round {}): {}", r,
+                                e.what()));
   }
   ref.round = stored.rounds;
   ref.restored = true;
@@ -188,14 +195,10 @@ void JobManager::make_room(int world_size) {
 }
 
 void JobManager::forget(const std::string& id) {
-  if (store_) {
-    try {
-      store_->forget_job(id);
-    } catch (const std::exception& e) {
-      spdlog::error("job {}: could not remove it from {}: {}", id, store_->file().string(), e.what());
-    }
-  }
-  jobs_.erase(id);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  persist(*it->second, [id](JobStore& store) { store.forget_job(id); });
+  jobs_.erase(it);
   spdlog::debug("job {}: forgotten", id);
 }
 
@@ -227,7 +230,7 @@ std::string JobManager::register_job(JobInfo info, bool with_secret) {
   spdlog::info("job {} registered: world size {}", id, info.world_size);
   dump(ref, "perseus.json", artifact_server_info(settings_));  // what the artifact's load_info() reads
   dump(ref, "job.json", {{"server", info_json(settings_)}, {"job", public_json(info)}});
-  persist(ref, [&](JobStore& store) { store.add_job(ref.info); });
+  persist(ref, [info = ref.info](JobStore& store) { store.add_job(info); });
   arm_timer(ref, "register");
   return id;
 }
@@ -259,7 +262,7 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
                                           info.pp_rank, info.tp_rank));
   slot = std::move(info);
   ++job.registered;
-  persist(job, [&](JobStore& store) { store.add_rank(job_id, *slot); });
+  persist(job, [job_id, rank = *slot](JobStore& store) { store.add_rank(job_id, rank); });
   spdlog::debug("job {}: rank {} registered ({}/{})", job_id, slot->rank, job.registered, j.world_size);
   advance(job);
 }
@@ -442,7 +445,8 @@ void JobManager::start_rounds(Job& job) {
   for (auto& r : job.ranks) context.ranks.push_back(*r);
   json ranks = json::array();
   for (const auto& r : context.ranks) ranks.push_back(to_json(r));
-  dump(job, "ranks.json", ranks);
+  std::size_t bytes = 512 * ranks.size();
+  dump(job, "ranks.json", std::move(ranks), bytes);
   try {
     job.scheduler = factory_(context);
   } catch (const std::exception& e) {
@@ -635,17 +639,20 @@ void JobManager::finish_round(Job& job) {
   job.measured = {{"round", job.round}, {"iteration_time", time}, {"energy", energy}};
   job.pipelines = json::array();
   for (const auto& [dp, p] : by_pipeline) job.pipelines.push_back({{"dp_rank", dp}, {"iteration_time", p.first}, {"energy", p.second}});
-  if (settings_.dump_data) {
-    json sched = json::array(), prof = json::array();
-    for (std::size_t r = 0; r < job.current.size(); ++r) sched.push_back(answer(job, r));
-    for (const auto& r : results) prof.push_back(to_json(r));
-    dump(job, fmt::format("{}.sched.json", job.round), sched);
-    dump(job, fmt::format("{}.prof.json", job.round), prof);
-  }
+  record_round(job, results);
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
-  persist(job, [&](JobStore& store) {
-    store.add_round(job.info.job_id, job.round, job.scheduler->observes_results() ? &results : nullptr);
-  });
+  if (store_) {
+    json record;  // null: the scheduler resumes without this round's results
+    try {
+      if (job.scheduler->observes_results()) record = job.scheduler->round_record(results);
+    } catch (const std::exception&) {
+      // observe() meets the same problem below and ends the job, which is what a restart restores.
+    }
+    std::size_t bytes = 1024 + (record.is_null() ? 0 : 32 * record.size());
+    persist(job, [id = job.info.job_id, round = job.round, record = std::move(record)](JobStore& store) {
+      store.add_round(id, round, record);
+    }, bytes);
+  }
   ++job.round;
   job.phase = Phase::asking;
   for (auto& r : job.results) r.reset();
@@ -674,7 +681,7 @@ void JobManager::end(Job& job, const std::string& detail) {
     }
   }
   job.scheduler.reset();
-  persist(job, [&](JobStore& store) { store.end_job(job.info.job_id, detail); });
+  persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
   if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
   answer_waiting(job, 500, detail);
@@ -720,15 +727,61 @@ void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
   });
 }
 
-void JobManager::dump(const Job& job, const std::string& name, const json& content) const {
+void JobManager::record_round(const Job& job, const std::vector<ProfilingResult>& results) const {
   if (!settings_.dump_data) return;
-  try {
-    fs::create_directories(job.dir);
-    write_file_atomic(job.dir / name, content.dump() + "\n");
-  } catch (const std::exception& e) {
-    // Losing a record must not stop training; say so loudly.
-    spdlog::error("job {}: could not write {}: {}", job.info.job_id, (job.dir / name).string(), e.what());
+  json sched = json::array(), prof = json::array();
+  std::size_t values = 0;  // numbers in the results recorded, for the writer's queue bound
+  auto count = [&](const ProfilingResult& r) {
+    values += r.iter_time.size() + r.iter_energy.size();
+    for (const auto* b : {&r.time_breakdown, &r.energy_breakdown})
+      for (const auto& [name, iterations] : *b)
+        for (const auto& it : iterations) values += it.size();
+  };
+  if (settings_.record_ranks) {
+    for (std::size_t r = 0; r < job.current.size(); ++r) sched.push_back(answer(job, r));
+    for (const auto& r : results) prof.push_back(to_json(r)), count(r);
+  } else {
+    // Each stage's first rank, and every rank whose schedule differs from it (its own plan).
+    std::map<int, std::size_t> first;
+    for (std::size_t r = 0; r < job.current.size(); ++r) {
+      auto [it, fresh] = first.emplace(job.ranks[r]->pp_rank, r);
+      const auto& mine = job.current[r];
+      const auto& theirs = job.current[it->second];
+      if (fresh || mine.power_states != theirs.power_states || mine.instructions != theirs.instructions)
+        sched.push_back(answer(job, r));
+    }
+    std::vector<int> stage_of;
+    for (const auto& r : job.ranks) stage_of.push_back(r->pp_rank);
+    std::vector<ProfilingResult> folded;
+    try {
+      folded = fold_stages(results, stage_of);
+    } catch (const std::exception& e) {
+      // Ranks disagree on what they measured: keep the iterations, without per-instruction detail.
+      spdlog::warn("job {}: round {}'s results fold per stage only without their breakdowns: {}", job.info.job_id,
+                   job.round, e.what());
+      auto bare = results;
+      for (auto& r : bare) r.time_breakdown.clear(), r.energy_breakdown.clear();
+      folded = fold_stages(bare, stage_of);
+    }
+    for (const auto& r : folded) prof.push_back(to_json(r)), count(r);
   }
+  dump(job, fmt::format("{}.sched.json", job.round), std::move(sched), 4096 + 8 * job.current.size());
+  dump(job, fmt::format("{}.prof.json", job.round), std::move(prof), 1024 + 24 * values);
+  if (settings_.record_rounds > 0 && job.round >= settings_.record_rounds) {
+    int old = job.round - settings_.record_rounds;
+    writer_->post(fmt::format("job {}: removing round {}'s records", job.info.job_id, old), 256, [dir = job.dir, old] {
+      for (const char* kind : {"sched", "prof"}) fs::remove(dir / fmt::format("{}.{}.json", old, kind));
+    });
+  }
+}
+
+void JobManager::dump(const Job& job, const std::string& name, json content, std::size_t bytes) const {
+  if (!settings_.dump_data) return;
+  fs::path path = job.dir / name;
+  writer_->post(path.string(), bytes, [path, content = std::move(content)] {
+    fs::create_directories(path.parent_path());
+    write_file_atomic(path, content.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
+  });
 }
 
 void JobManager::answer_waiting(Job& job, int status, const std::string& detail) {

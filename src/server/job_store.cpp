@@ -5,7 +5,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <spdlog/spdlog.h>
+
+#include <chrono>
 #include <map>
+#include <stdexcept>
 
 #include "perseus/util/error.hpp"
 
@@ -80,23 +84,57 @@ JobInfo job_info_from_stored(const std::string& text) {
   return info;
 }
 
+// Opens `file` and makes the schema; the SQLite result code, `why` set on failure.
+int open_database(const std::filesystem::path& file, sqlite3*& handle, std::string& why) {
+  if (sqlite3_open(file.c_str(), &handle) != SQLITE_OK) {
+    why = sqlite3_errmsg(handle);
+    return sqlite3_errcode(handle);
+  }
+  sqlite3_busy_timeout(handle, 10000);  // at start only: another process may hold a lock for a while
+  char* message = nullptr;
+  int rc = sqlite3_exec(handle, kSchema, nullptr, nullptr, &message);
+  if (rc != SQLITE_OK) {
+    why = message ? message : sqlite3_errstr(rc);
+    sqlite3_free(message);
+  }
+  return rc;
+}
+
 }  // namespace
 
 JobStore::JobStore(const std::filesystem::path& file) : db_(std::make_unique<Db>()), file_(file) {
   std::error_code ignored;
   if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ignored);
-  if (sqlite3_open(file.c_str(), &db_->handle) != SQLITE_OK)
-    throw Error(fmt::format("cannot open the job store {}: {}", file.string(), sqlite3_errmsg(db_->handle)));
-  sqlite3_busy_timeout(db_->handle, 5000);
-  char* message = nullptr;
-  if (sqlite3_exec(db_->handle, kSchema, nullptr, nullptr, &message) != SQLITE_OK) {
-    std::string why = message ? message : "unknown error";
-    sqlite3_free(message);
-    throw Error(fmt::format("cannot use the job store {}: {}", file.string(), why));
+  std::string why;
+  int rc = open_database(file, db_->handle, why);
+  if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) {
+    // Refusing to start would keep every job away until someone deletes the file by hand.
+    auto aside = file;
+    aside += fmt::format(".unreadable-{}", std::chrono::duration_cast<std::chrono::seconds>(
+                                               std::chrono::system_clock::now().time_since_epoch()).count());
+    spdlog::error("the job store {} cannot be read ({}): moved it to {} and started a new one; jobs it held are not "
+                  "resumed", file.string(), why, aside.string());
+    sqlite3_close(db_->handle);
+    db_->handle = nullptr;
+    std::filesystem::rename(file, aside, ignored);
+    for (const char* suffix : {"-wal", "-shm"}) {
+      auto side = file;
+      side += suffix;
+      auto side_aside = aside;
+      side_aside += suffix;
+      std::filesystem::rename(side, side_aside, ignored);
+    }
+    rc = open_database(file, db_->handle, why);
   }
+  if (rc != SQLITE_OK) throw Error(fmt::format("cannot use the job store {}: {}", file.string(), why));
+  set_busy_timeout(std::chrono::milliseconds(1000));
 }
 
 JobStore::~JobStore() = default;
+
+void JobStore::set_busy_timeout(std::chrono::milliseconds timeout) {
+  sqlite3_busy_timeout(db_->handle, static_cast<int>(timeout.count()));
+}
 
 void JobStore::add_job(const JobInfo& info) {
   Statement(db_->handle, "INSERT OR REPLACE INTO jobs (job_id, info) VALUES (?, ?)")
@@ -113,16 +151,11 @@ void JobStore::add_rank(const std::string& job_id, const RankInfo& rank) {
       .step();
 }
 
-void JobStore::add_round(const std::string& job_id, int round, const std::vector<ProfilingResult>* results) {
+void JobStore::add_round(const std::string& job_id, int round, const json& record) {
   Statement s(db_->handle, "INSERT OR REPLACE INTO rounds (job_id, round, results) VALUES (?, ?, ?)");
   s.bind(1, job_id).bind(2, round);
-  if (results) {
-    json all = json::array();
-    for (const auto& r : *results) all.push_back(to_json(r));
-    s.bind(3, all.dump());
-  } else {
-    s.bind_null(3);
-  }
+  if (record.is_null()) s.bind_null(3);
+  else s.bind(3, record.dump(-1, ' ', false, json::error_handler_t::replace));
   s.step();
 }
 
@@ -136,40 +169,75 @@ void JobStore::forget_job(const std::string& job_id) {
 
 std::vector<StoredJob> JobStore::load() {
   std::map<std::string, StoredJob> jobs;
+  std::vector<std::string> unreadable;
   {
     Statement s(db_->handle, "SELECT job_id, info, ended, end_detail FROM jobs");
     while (s.step()) {
-      StoredJob& job = jobs[s.text(0)];
-      job.info = job_info_from_stored(s.text(1));
-      job.ended = s.integer(2) != 0;
-      job.end_detail = s.text(3);
+      std::string id = s.text(0);
+      try {
+        StoredJob job;
+        job.info = job_info_from_stored(s.text(1));
+        if (job.info.job_id != id) throw std::runtime_error(fmt::format("it names job '{}'", job.info.job_id));
+        job.ended = s.integer(2) != 0;
+        job.end_detail = s.text(3);
+        jobs.emplace(id, std::move(job));
+      } catch (const std::exception& e) {
+        spdlog::warn("job store {}: dropped job {}: its stored registration cannot be read ({})", file_.string(),
+                     id, e.what());
+        unreadable.push_back(id);
+      }
     }
   }
   {
-    Statement s(db_->handle, "SELECT job_id, info FROM ranks ORDER BY job_id, rank");
+    Statement s(db_->handle, "SELECT job_id, rank, info FROM ranks ORDER BY job_id, rank");
     while (s.step()) {
       auto it = jobs.find(s.text(0));
       if (it == jobs.end()) continue;
-      it->second.ranks.push_back(rank_info_from_json(json::parse(s.text(1))));
+      try {
+        RankInfo rank = rank_info_from_json(json::parse(s.text(2)));
+        if (rank.rank != s.integer(1)) throw std::runtime_error(fmt::format("it names rank {}", rank.rank));
+        it->second.ranks.push_back(std::move(rank));
+      } catch (const std::exception& e) {
+        spdlog::warn("job store {}: job {}: rank {}'s stored registration cannot be read ({}); the job waits for it "
+                     "to register again", file_.string(), it->first, s.integer(1), e.what());
+      }
     }
   }
+  std::map<std::string, int> cut;  // job -> the first round not resumed
   {
     Statement s(db_->handle, "SELECT job_id, round, results FROM rounds ORDER BY job_id, round");
     while (s.step()) {
       auto it = jobs.find(s.text(0));
-      if (it == jobs.end()) continue;
+      if (it == jobs.end() || cut.count(it->first) != 0) continue;
       StoredJob& job = it->second;
-      if (s.integer(1) != job.rounds)
-        throw Error(fmt::format("job store {}: job {} is missing round {}", file_.string(), s.text(0), job.rounds));
-      ++job.rounds;
-      if (s.is_null(2)) {
-        job.results.emplace_back();
+      std::string why;
+      json record;
+      if (s.integer(1) != job.rounds) {
+        why = "is missing";
+      } else if (!s.is_null(2)) {
+        try {
+          record = json::parse(s.text(2));
+        } catch (const std::exception& e) {
+          why = fmt::format("cannot be read ({})", e.what());
+        }
+      }
+      if (!why.empty()) {
+        spdlog::warn("job store {}: job {}: round {} {}; the job resumes after round {} (later stored rounds are "
+                     "dropped)", file_.string(), it->first, job.rounds, why, job.rounds - 1);
+        cut[it->first] = job.rounds;
         continue;
       }
-      std::vector<ProfilingResult> results;
-      for (const auto& r : json::parse(s.text(2))) results.push_back(profiling_result_from_text(r.dump()));
-      job.results.emplace_back(std::move(results));
+      ++job.rounds;
+      job.records.push_back(std::move(record));
     }
+  }
+  // Deleted now, so that a later start does not take the dropped rows for the rounds after the cut.
+  try {
+    for (const auto& id : unreadable) forget_job(id);
+    for (const auto& [id, round] : cut)
+      Statement(db_->handle, "DELETE FROM rounds WHERE job_id = ? AND round >= ?").bind(1, id).bind(2, round).step();
+  } catch (const std::exception& e) {
+    spdlog::warn("job store {}: could not delete the rows it dropped: {}", file_.string(), e.what());
   }
   std::vector<StoredJob> out;
   for (auto& [id, job] : jobs) out.push_back(std::move(job));

@@ -16,6 +16,18 @@ nlohmann::json Scheduler::status() const {
   return out;
 }
 
+nlohmann::json Scheduler::round_record(const std::vector<ProfilingResult>& results) const {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& r : results) out.push_back(to_json(r));
+  return out;
+}
+
+void Scheduler::replay(const nlohmann::json& record) {
+  std::vector<ProfilingResult> results;
+  for (const auto& r : record) results.push_back(profiling_result_from_text(r.dump()));
+  observe(results);
+}
+
 void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
   throw RequestError(409, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
 }
@@ -133,6 +145,7 @@ Breakdown fold_breakdowns(const std::vector<const Breakdown*>& all, Fold fold) {
 class ThreeDParallel final : public Scheduler {
  public:
   ThreeDParallel(const SchedulerContext& context, const SchedulerFactory& inner) : ranks_(context.ranks) {
+    for (const auto& r : context.ranks) stage_of_.push_back(r.pp_rank);
     SchedulerContext staged = context;
     staged.job.dp_degree = 1;
     staged.job.tp_degree = 1;
@@ -164,40 +177,50 @@ class ThreeDParallel final : public Scheduler {
 
   bool observes_results() const override { return inner_->observes_results(); }
 
-  void observe(const std::vector<ProfilingResult>& results) override {
-    std::map<int, std::vector<const ProfilingResult*>> by_stage;
-    std::map<int, int> stage_of;
-    for (const auto& r : ranks_) stage_of[r.rank] = r.pp_rank;
-    for (const auto& result : results) by_stage[stage_of.at(result.rank)].push_back(&result);
-    std::vector<ProfilingResult> folded;
-    for (auto& [stage, group] : by_stage) {
-      ProfilingResult f;
-      f.rank = stage;
-      std::vector<const std::vector<double>*> times, energies;
-      std::vector<const Breakdown*> time_b, energy_b;
-      for (const auto* g : group) {
-        times.push_back(&g->iter_time);
-        energies.push_back(&g->iter_energy);
-        time_b.push_back(&g->time_breakdown);
-        energy_b.push_back(&g->energy_breakdown);
-      }
-      auto max = [](double a, double b) { return std::max(a, b); };
-      auto sum = [](double a, double b) { return a + b; };
-      f.iter_time = fold_lists(times, max);
-      f.iter_energy = fold_lists(energies, sum);
-      f.time_breakdown = fold_breakdowns(time_b, max);
-      f.energy_breakdown = fold_breakdowns(energy_b, sum);
-      folded.push_back(std::move(f));
-    }
-    inner_->observe(folded);
+  void observe(const std::vector<ProfilingResult>& results) override { inner_->observe(fold_stages(results, stage_of_)); }
+  // The inner scheduler sees one folded result per stage: its own record of those is exact.
+  nlohmann::json round_record(const std::vector<ProfilingResult>& results) const override {
+    return inner_->round_record(fold_stages(results, stage_of_));
   }
+  void replay(const nlohmann::json& record) override { inner_->replay(record); }
 
  private:
   std::vector<RankInfo> ranks_;
+  std::vector<int> stage_of_;  // by rank
   std::unique_ptr<Scheduler> inner_;
 };
 
 }  // namespace
+
+std::vector<ProfilingResult> fold_stages(const std::vector<ProfilingResult>& results, const std::vector<int>& stage_of) {
+  std::map<int, std::vector<const ProfilingResult*>> by_stage;
+  for (const auto& result : results) {
+    if (result.rank < 0 || static_cast<std::size_t>(result.rank) >= stage_of.size())
+      throw std::runtime_error(fmt::format("a result names rank {}, which the job does not have", result.rank));
+    by_stage[stage_of[static_cast<std::size_t>(result.rank)]].push_back(&result);
+  }
+  std::vector<ProfilingResult> folded;
+  for (auto& [stage, group] : by_stage) {
+    ProfilingResult f;
+    f.rank = stage;
+    std::vector<const std::vector<double>*> times, energies;
+    std::vector<const Breakdown*> time_b, energy_b;
+    for (const auto* g : group) {
+      times.push_back(&g->iter_time);
+      energies.push_back(&g->iter_energy);
+      time_b.push_back(&g->time_breakdown);
+      energy_b.push_back(&g->energy_breakdown);
+    }
+    auto max = [](double a, double b) { return std::max(a, b); };
+    auto sum = [](double a, double b) { return a + b; };
+    f.iter_time = fold_lists(times, max);
+    f.iter_energy = fold_lists(energies, sum);
+    f.time_breakdown = fold_breakdowns(time_b, max);
+    f.energy_breakdown = fold_breakdowns(energy_b, sum);
+    folded.push_back(std::move(f));
+  }
+  return folded;
+}
 
 SchedulerFactory make_3d_parallel(SchedulerFactory inner) {
   return [inner](const SchedulerContext& context) -> std::unique_ptr<Scheduler> {

@@ -11,7 +11,8 @@ nlohmann::json info_json(const ServerSettings& s) {
           {"round_timeout_s", s.round_timeout_s}, {"job_retention_s", s.job_retention_s},
           {"max_world_size", s.max_world_size}, {"dead_rank_timeout_s", s.dead_rank_timeout_s},
           {"max_job_idle_s", s.max_job_idle_s}, {"max_jobs", s.max_jobs},
-          {"max_total_ranks", s.max_total_ranks}, {"max_job_entries", s.max_job_entries}};
+          {"max_total_ranks", s.max_total_ranks}, {"max_job_entries", s.max_job_entries},
+          {"record_ranks", s.record_ranks}, {"record_rounds", s.record_rounds}};
 }
 
 std::chrono::steady_clock::duration clamped_duration(double seconds) {

@@ -179,8 +179,8 @@ class Cluster {
       usage(fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.microbatches, c.stages));
     if (c.pipelines < 1) usage("--pipelines must be at least 1");
     if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
-    if (static_cast<long long>(c.stages) * c.pipelines * c.tensor_parallel > 1024)
-      usage("at most 1024 simulated ranks (stages x pipelines x tensor-parallel)");
+    if (static_cast<long long>(c.stages) * c.pipelines * c.tensor_parallel > 16384)
+      usage("at most 16384 simulated ranks (stages x pipelines x tensor-parallel)");
     if (static_cast<long long>(c.microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
     if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power)) usage("--p2p-power must be a non-negative number of watts");
     if (c.iterations < 1) usage("--iterations must be at least 1");

@@ -28,16 +28,21 @@
 //   max(dead_rank_timeout_s, 3 x the typical round time). Ranks that never send heartbeats (the
 //   artifact's client) are only subject to round_timeout_s.
 //
+// Disk writes (record files, the job store) never run on the strand: they go to a BackgroundWriter,
+// which retries a failed one, so a slow, full or locked disk does not slow a round.
+//
 // With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
 // restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
-// when the server went away. That round runs again; a result reported for it after the restart is
+// when the server went away (or after the last round the store holds in full). That round runs again; a result reported for it after the restart is
 // accepted and dropped (it may be incomplete), so no measurement is taken twice or half.
 #include <boost/asio/any_io_executor.hpp>
+#include <chrono>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
 #include "perseus/server/models.hpp"
 #include "perseus/server/scheduler.hpp"
@@ -88,6 +93,10 @@ class JobManager {
   // Answers every waiting request with 503 and `why`; used when the server stops.
   void shutdown(const std::string& why);
 
+  // Waits until every record and store write queued so far is on disk (tests); true when done.
+  // Callable from any thread.
+  bool flush_records(std::chrono::milliseconds limit) { return !writer_ || writer_->flush(limit); }
+
   std::size_t job_count() const { return jobs_.size(); }
   std::size_t restored_count() const { return restored_; }
 
@@ -115,16 +124,19 @@ class JobManager {
   void arm_watchdog(Job& job);
   void check_ranks_alive(Job& job);
   void check_finished(Job& job);  // fails the job when ranks wait for one whose training ended
-  void dump(const Job& job, const std::string& name, const nlohmann::json& content) const;
+  // Record files and store writes go to writer_ (never written on the strand); `bytes`: a size
+  // estimate for the writer's queue bound.
+  void dump(const Job& job, const std::string& name, nlohmann::json content, std::size_t bytes = 4096) const;
+  void record_round(const Job& job, const std::vector<ProfilingResult>& results) const;
   void restore(StoredJob stored);
-  template <typename Write>
-  void persist(const Job& job, Write write);  // a store write that must not stop the job if it fails
+  void persist(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes = 1024);
 
   boost::asio::any_io_executor executor_;
   ServerSettings settings_;
   SchedulerFactory factory_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::unique_ptr<JobStore> store_;
+  std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
   std::size_t restored_ = 0;
 };
 

@@ -42,6 +42,12 @@ class Scheduler {
   // Whether observe() depends on the results' values (a restarted server replays every round
   // into a new scheduler: with false, it keeps only the round count, not the measurements).
   virtual bool observes_results() const { return true; }
+  // What a restarted server stores of a round to replay it (job_store.hpp): bounded by the job's
+  // stages, instruction kinds and pipelines, never by its ranks. replay(round_record(results)) must
+  // leave the scheduler as observe(results) does: the same later schedules. Default: the results
+  // themselves (schedulers of pure pipelines see one rank per stage).
+  virtual nlohmann::json round_record(const std::vector<ProfilingResult>& results) const;
+  virtual void replay(const nlohmann::json& record);
   // Whether next_schedule() can answer now. While false, the job manager holds the round's
   // schedule requests (the ranks wait at the barrier) until the scheduler calls context.wake.
   virtual bool ready() const { return true; }
@@ -76,5 +82,10 @@ std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_sche
 // dp 0, tp 0 rank, renumbered to its pp_rank), results folded per stage (time: max, energy:
 // sum), and its schedules are copied to every rank of the stage.
 SchedulerFactory make_3d_parallel(SchedulerFactory inner);
+
+// `results` folded per pipeline stage as the 3D-parallel wrapper does (time: max, energy: sum, per
+// iteration and per occurrence), one per stage with rank = the stage, by stage. `stage_of`: each
+// rank's pp_rank, by rank.
+std::vector<ProfilingResult> fold_stages(const std::vector<ProfilingResult>& results, const std::vector<int>& stage_of);
 
 }  // namespace perseus::server

@@ -38,6 +38,12 @@ struct ServerSettings {
   // round's results grow with. A register_rank beyond it gets 422 before anything is stored.
   // 0: no limit. The default holds 16,384 ranks of 1,024 instructions each.
   long long max_job_entries = 16384LL * 1024;
+  // Per-round records: by default N.prof.json holds one result per pipeline stage (its ranks folded:
+  // time max, energy sum) and N.sched.json the schedules of each stage's first rank plus any rank
+  // whose schedule differs, so a round's records grow with stages and pipelines, not ranks. On:
+  // every rank's result and schedule, as the artifact writes them.
+  bool record_ranks = false;
+  int record_rounds = 0;  // keep the record files of the last this many rounds per job; 0: all
 };
 
 // The longest duration a setting may have (~31.7 years): longer ones would overflow the clock's

@@ -128,9 +128,18 @@ class PerseusScheduler final : public Scheduler {
     return out;
   }
 
-  void observe(const std::vector<ProfilingResult>& results) override {
-    controller_->observe(analyze_round(results, context_.ranks, context_.job.dp_degree, orders_,
-                                       controller_->shape().microbatches, occurrences_ || controller_->wants_occurrences()));
+  void observe(const std::vector<ProfilingResult>& results) override { controller_->observe(measure(results)); }
+
+  // The round as the loop sees it, not per rank: a restarted server replays exactly this.
+  json round_record(const std::vector<ProfilingResult>& results) const override { return to_json(measure(results)); }
+  void replay(const json& record) override {
+    if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
+    controller_->observe(round_measurement_from_json(record));
+  }
+
+  online::RoundMeasurement measure(const std::vector<ProfilingResult>& results) const {
+    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, controller_->shape().microbatches,
+                         occurrences_ || controller_->wants_occurrences());
   }
 
   json status() const override {

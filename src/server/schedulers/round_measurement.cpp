@@ -7,6 +7,7 @@
 
 #include "perseus/pipeline/makespan.hpp"
 #include "perseus/server/physical_bounds.hpp"
+#include "perseus/util/safe_text.hpp"
 
 namespace perseus::server {
 
@@ -101,7 +102,8 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
       mine.first += mean_time;
       mine.second += mean_energy;
       ++pipeline_counts[static_cast<std::size_t>(info.dp_rank)][{info.pp_rank, kind}];
-      if (occurrences) out.occurrences[{info.pp_rank, kind}].push_back(all_kept(result.time_breakdown, name));
+      // One set per GPU of the pipeline stage: its tensor-parallel peers finish together, so one says it all.
+      if (occurrences && info.tp_rank == 0) out.occurrences[{info.pp_rank, kind}].push_back(all_kept(result.time_breakdown, name));
       busy_time += total(times), busy_energy += total(energies);
       std::size_t k = 0;  // the k-th occurrence of this kind is the k-th slot of this kind in the order
       for (std::size_t slot = 0; slot < order.size() && k < times.size(); ++slot)
@@ -131,6 +133,63 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
   // A few milliseconds of idle time on a coarse energy counter can make it absurd: then it is not measured.
   if (out.blocking_power) out.blocking_power = plausible_blocking_power(*out.blocking_power, ranks);
   return out;
+}
+
+namespace {
+
+using Instructions = std::map<online::StageKind, std::pair<double, double>>;
+
+nlohmann::json instructions_json(const Instructions& instructions) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& [key, value] : instructions)
+    out.push_back({key.first, std::string(to_string(key.second)), value.first, value.second});
+  return out;
+}
+
+online::StageKind stage_kind(const nlohmann::json& stage, const nlohmann::json& kind_name) {
+  std::string kind = kind_name.get<std::string>();
+  if (kind != "forward" && kind != "backward") throw std::runtime_error(fmt::format("unknown kind '{}'", safe_text(kind)));
+  return {stage.get<int>(), kind == "forward" ? InstructionKind::forward : InstructionKind::backward};
+}
+
+Instructions instructions_from_json(const nlohmann::json& j) {
+  Instructions out;
+  for (const auto& i : j) out[stage_kind(i.at(0), i.at(1))] = {i.at(2).get<double>(), i.at(3).get<double>()};
+  return out;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const online::RoundMeasurement& m) {
+  nlohmann::json per_pipeline = nlohmann::json::array();
+  for (const auto& p : m.pipeline_instructions) per_pipeline.push_back(instructions_json(p));
+  nlohmann::json occurrences = nlohmann::json::array();
+  for (const auto& [key, sets] : m.occurrences)
+    occurrences.push_back({key.first, std::string(to_string(key.second)), sets});
+  return {{"iteration_time", m.iteration_time},
+          {"energy", m.energy},
+          {"instructions", instructions_json(m.instructions)},
+          {"pipeline_instructions", per_pipeline},
+          {"blocking_power", m.blocking_power ? nlohmann::json(*m.blocking_power) : nlohmann::json(nullptr)},
+          {"pipeline_time", m.pipeline_time},
+          {"pipeline_energy", m.pipeline_energy},
+          {"slot_time", m.slot_time},
+          {"occurrences", occurrences}};
+}
+
+online::RoundMeasurement round_measurement_from_json(const nlohmann::json& j) {
+  online::RoundMeasurement m;
+  m.iteration_time = j.at("iteration_time").get<double>();
+  m.energy = j.at("energy").get<double>();
+  m.instructions = instructions_from_json(j.at("instructions"));
+  for (const auto& p : j.at("pipeline_instructions")) m.pipeline_instructions.push_back(instructions_from_json(p));
+  if (!j.at("blocking_power").is_null()) m.blocking_power = j.at("blocking_power").get<double>();
+  m.pipeline_time = j.at("pipeline_time").get<std::vector<double>>();
+  m.pipeline_energy = j.at("pipeline_energy").get<std::vector<double>>();
+  m.slot_time = j.at("slot_time").get<std::vector<std::vector<std::vector<double>>>>();
+  for (const auto& o : j.at("occurrences"))
+    m.occurrences[stage_kind(o.at(0), o.at(1))] = o.at(2).get<std::vector<std::vector<double>>>();
+  return m;
 }
 
 }  // namespace perseus::server

@@ -43,13 +43,31 @@ class ZeusGlobalPowerLimit final : public Scheduler {
   void observe(const std::vector<ProfilingResult>& results) override {
     // Round 0 warmed up; rounds 1..L profiled limits_[0..L-1]; later rounds ran the optimum.
     std::size_t profiled = static_cast<std::size_t>(round_);
-    ++round_;
-    if (profiled == 0 || profiled > limits_.size()) return;  // warm-up or deployed
-    measured_[limits_[profiled - 1]] = measure_round(results, config_.warmup_step_ratio, "ZeusGlobalPowerLimit");
-    if (profiled == limits_.size()) choose();
+    if (profiled == 0 || profiled > limits_.size()) return (void)++round_;  // warm-up or deployed
+    observe(measure_round(results, config_.warmup_step_ratio, "ZeusGlobalPowerLimit"));
+  }
+
+  // A profiling round is its job-wide means; other rounds need nothing.
+  nlohmann::json round_record(const std::vector<ProfilingResult>& results) const override {
+    std::size_t profiled = static_cast<std::size_t>(round_);
+    if (profiled == 0 || profiled > limits_.size()) return nlohmann::json::object();
+    auto m = measure_round(results, config_.warmup_step_ratio, "ZeusGlobalPowerLimit");
+    return {{"time", m.time}, {"energy", m.energy}, {"power", m.power}};
+  }
+  void replay(const nlohmann::json& record) override {
+    if (record.is_array()) return Scheduler::replay(record);  // every rank's results, as older stores kept them
+    std::size_t profiled = static_cast<std::size_t>(round_);
+    if (profiled == 0 || profiled > limits_.size()) return (void)++round_;
+    observe(RoundMeans{record.at("time").get<double>(), record.at("energy").get<double>(), record.at("power").get<double>()});
   }
 
  private:
+  void observe(const RoundMeans& m) {
+    std::size_t profiled = static_cast<std::size_t>(round_++);
+    measured_[limits_[profiled - 1]] = m;
+    if (profiled == limits_.size()) choose();
+  }
+
   std::vector<PowerStateSchedule> everyone_at(int limit) const {
     std::vector<PowerStateSchedule> out;
     for (const auto& r : context_.ranks) out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), limit)});
