@@ -251,6 +251,7 @@ TEST_F(BoundsTest, ModelNamesBecomeSafeFileNamesAndJobIdsAreBounded) {
   ASSERT_EQ(reply.status, 200) << reply.body;
   auto id = json::parse(reply.body).get<std::string>();
   EXPECT_NE(id.find("+meta-llama_Llama-2-7b_v=1_x+"), std::string::npos) << id;
+  ASSERT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));  // records are written on their own thread
   EXPECT_TRUE(std::filesystem::is_directory(dir / id)) << "the records go to one directory named by the id";
   json dots = job_body(1);
   dots["partition_method"] = "..";

@@ -131,7 +131,7 @@ class PerseusScheduler final : public Scheduler {
   void observe(const std::vector<ProfilingResult>& results) override { controller_->observe(measure(results)); }
 
   // The round as the loop sees it, not per rank: a restarted server replays exactly this.
-  json round_record(const std::vector<ProfilingResult>& results) const override { return to_json(measure(results)); }
+  json round_record(const std::vector<ProfilingResult>& results) const override { return server::to_json(measure(results)); }
   void replay(const json& record) override {
     if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
     controller_->observe(round_measurement_from_json(record));
