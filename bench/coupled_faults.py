@@ -10,6 +10,7 @@ undisturbed run's, the job's end (phase, rounds) and how many ranks gave perseus
 import argparse
 import json
 import os
+import sys
 import signal
 import socket
 import subprocess
@@ -18,13 +19,11 @@ import time
 import urllib.request
 from pathlib import Path
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_server import free_port  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_server(binary, port, work, scheduler):

@@ -13,12 +13,14 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from local_server import free_port, wait_for  # noqa: E402
 
 PROFILES = {  # name: (file, microbatches, P_block W)
     "gpt3-a100": ("gpt3-175b+a100_sxm_bf16.csv", 12, 83.64),
@@ -40,21 +42,6 @@ DISTURBANCES = [
 ]
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def wait_for(url, seconds=20):
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            urllib.request.urlopen(url + "/info", timeout=1).read()
-            return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"no server at {url}")
 
 
 def simulate(args, scheduler, profile, microbatches, p_block, extra):
