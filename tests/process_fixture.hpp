@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -26,6 +27,14 @@ inline std::filesystem::path test_dir() {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// Lines of `text` that contain `needle`.
+inline std::size_t count_lines_with(const std::string& text, const std::string& needle) {
+  std::istringstream in(text);
+  std::size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
+  return n;
 }
 
 inline std::string read_if_exists(const std::filesystem::path& path) {

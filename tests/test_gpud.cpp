@@ -43,6 +43,22 @@ struct GpudTest : ::testing::Test {
     fs::remove_all(dir);
     start();
   }
+  // A server that runs forwards at 1200 MHz and backwards at 1005 MHz.
+  static server::ServerSettings two_frequencies() {
+    server::ServerSettings s;
+    s.scheduler = "TwoFrequencies";
+    s.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
+    s.dump_data = false;
+    return s;
+  }
+  // A one-microbatch rank of that server, through this test's daemon.
+  client::ClientOptions client_options(const std::string& url) const {
+    client::ClientOptions o;
+    o.server_url = url;
+    o.num_microbatches = 1;
+    o.gpud_socket = socket;
+    return o;
+  }
   void start(gpud::DaemonOptions options = {}) {
     options.socket_path = socket;
     daemon = std::make_unique<gpud::Daemon>(io, nvml, options);
@@ -212,16 +228,9 @@ TEST_F(GpudTest, NoDaemonIsAClearError) {
 // pointed at the same GPU is refused at start (perseus off for it, with the reason), not silently
 // fighting over the clock.
 TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
-  server::ServerSettings s;
-  s.scheduler = "TwoFrequencies";
-  s.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
-  s.dump_data = false;
-  TestServer server(s);
-  client::ClientOptions o;
-  o.server_url = server.url;
-  o.num_microbatches = 1;
+  TestServer server(two_frequencies());
+  client::ClientOptions o = client_options(server.url);
   o.report_every = 1;
-  o.gpud_socket = socket;
   o.fail_open = false;
   client::Client c(o);
   c.on_step_begin();
@@ -358,16 +367,9 @@ TEST_F(GpudTest, AClientReconnectsToARestartedDaemonAndSetsItsClocksAgain) {
 // The training client on a restarted daemon: perseus stays on, the next instructions' clocks
 // reach the GPU, and the iterations measured while the daemon was away are dropped, not sent in part.
 TEST_F(GpudTest, TheClientGoesOnApplyingClocksAfterTheDaemonRestarts) {
-  server::ServerSettings s;
-  s.scheduler = "TwoFrequencies";
-  s.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
-  s.dump_data = false;
-  TestServer server(s);
-  client::ClientOptions o;
-  o.server_url = server.url;
-  o.num_microbatches = 1;
+  TestServer server(two_frequencies());
+  client::ClientOptions o = client_options(server.url);
   o.report_every = 100;
-  o.gpud_socket = socket;
   o.fail_open = false;
   client::Client c(o);
   auto step = [&](unsigned* forward_clock) {

@@ -18,6 +18,7 @@
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/profile/profile.hpp"
 #include "server_fixture.hpp"
+#include "simulate_fixtures.hpp"
 
 namespace perseus {
 namespace {
@@ -223,19 +224,11 @@ bool same(const std::vector<server::PowerStateSchedule>& a, const std::vector<se
 }
 
 simulate::SimulationConfig cluster(const std::string& url, int iterations) {
-  simulate::SimulationConfig c;
-  c.profile = read_profile(std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv");
-  c.stages = 8;
+  auto c = testing::gpt3_cluster(url, 2, iterations);
   c.microbatches = 8;
-  c.pipelines = 2;
   c.tensor_parallel = 2;
   c.noise = 0.02;  // tensor-parallel ranks and pipelines measure different times
   c.seed = 3;
-  c.p2p_power = 83.64;
-  c.server_url = url;
-  c.iterations = iterations;
-  c.report_every = 10;
-  c.model_name = "gpt3";
   return c;
 }
 

@@ -18,6 +18,7 @@
 #include "perseus/simulate/simulated_gpu.hpp"
 #include "perseus/util/error.hpp"
 #include "server_fixture.hpp"
+#include "simulate_fixtures.hpp"
 
 namespace perseus {
 namespace {
@@ -158,23 +159,9 @@ TEST(PipelineMakespan, InterleavedCriticalPathByHand) {
   EXPECT_DOUBLE_EQ(pipeline_makespan(orders, 2, durations), 15.0);
 }
 
-std::string profile_path(const std::string& name) {
-  return std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/" + name;
-}
+using testing::gpt3_cluster;
 
-simulate::SimulationConfig gpt3_cluster(const std::string& url, int pipelines, int iterations) {
-  simulate::SimulationConfig c;
-  c.profile = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
-  c.stages = 8;
-  c.microbatches = 12;
-  c.pipelines = pipelines;
-  c.p2p_power = 83.64;
-  c.server_url = url;
-  c.iterations = iterations;
-  c.report_every = 10;
-  c.model_name = "gpt3";
-  return c;
-}
+std::string profile_path(const std::string& name) { return testing::shared_profile_path(name); }
 
 Emulator gpt3_emulator() {
   EmulatorConfig config;

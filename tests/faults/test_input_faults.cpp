@@ -84,13 +84,6 @@ std::string gpud_line(const std::string& path, const std::string& line) {
   return reply;
 }
 
-std::size_t count_lines_with(const std::string& text, const std::string& needle) {
-  std::istringstream in(text);
-  std::size_t n = 0;
-  for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
-  return n;
-}
-
 // The test's gpud socket: short, as a Unix socket path must be (108 bytes at most).
 std::string socket_of(const fs::path& dir) {
   return (fs::temp_directory_path() / fmt::format("pgd-{}-{}.sock", ::getpid(), std::hash<std::string>{}(dir.string()) % 1000000))

@@ -38,13 +38,6 @@ int connect_to(int port) {
   return fd;
 }
 
-std::size_t count_lines_with(const std::string& text, const std::string& needle) {
-  std::istringstream in(text);
-  std::size_t n = 0;
-  for (std::string line; std::getline(in, line);) n += line.find(needle) != std::string::npos;
-  return n;
-}
-
 // Issue 11, fault 5: out of file descriptors, the accept loop spun a core and logged millions of
 // lines. Now it logs once, backs off, and serves again once descriptors free up.
 TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {

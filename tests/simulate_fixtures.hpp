@@ -1,0 +1,29 @@
+#pragma once
+// The simulated cluster most tests run: GPT-3 175B on A100s (the Perseus authors' profile), 8
+// stages, 12 microbatches, against a server at `url`.
+#include <string>
+
+#include "perseus/profile/profile.hpp"
+#include "perseus/simulate/cluster.hpp"
+
+namespace perseus::testing {
+
+inline std::string shared_profile_path(const std::string& name) {
+  return std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/" + name;
+}
+
+inline simulate::SimulationConfig gpt3_cluster(const std::string& url, int pipelines, int iterations) {
+  simulate::SimulationConfig c;
+  c.profile = read_profile(shared_profile_path("gpt3-175b+a100_sxm_bf16.csv"));
+  c.stages = 8;
+  c.microbatches = 12;
+  c.pipelines = pipelines;
+  c.p2p_power = 83.64;
+  c.server_url = url;
+  c.iterations = iterations;
+  c.report_every = 10;
+  c.model_name = "gpt3";
+  return c;
+}
+
+}  // namespace perseus::testing
