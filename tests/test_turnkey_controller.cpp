@@ -221,7 +221,7 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
   TurnkeyController controller(c, cluster.shape(), cluster.profile);
   testing::run_rounds(controller, cluster, 60);
   ASSERT_TRUE(has(events(controller), "stepped up")) << ::testing::PrintToString(events(controller));
-  EXPECT_TRUE(has(events(controller), "retrying"));
+  EXPECT_TRUE(has(events(controller), "retrying")) << ::testing::PrintToString(events(controller));
   const auto& log = controller.decisions();
   auto first_step = std::find_if(log.begin(), log.end(), [](const auto& d) { return d.event == "stepped up"; });
   EXPECT_EQ(first_step->detail.find("to all-max"), std::string::npos) << first_step->detail;

@@ -17,6 +17,8 @@ struct VariabilityState {
 
 namespace {
 
+constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
+
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
   std::sort(values.begin(), values.end());
@@ -107,6 +109,13 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
 TurnkeyController::~TurnkeyController() = default;
 
 std::vector<std::array<double, 2>> TurnkeyController::variability() const { return variability_->estimator.estimate().sigma; }
+
+Variability TurnkeyController::choice_variability() const {
+  auto v = variability_->estimator.estimate();
+  for (auto& stage : v.sigma)
+    for (double& sigma : stage) sigma *= caution_;
+  return v;
+}
 
 bool TurnkeyController::ready() const {
   return !(config_.wait_for_plan && phase_ == ControllerPhase::planning && !planner_.ready());
@@ -421,7 +430,7 @@ void TurnkeyController::deploy_plan() {
                                 pwl.empty() ? "exponential everywhere"
                                             : fmt::format("piecewise-linear for {} (the exponential fit failed), "
                                                           "exponential elsewhere", fmt::join(pwl, ", "))));
-  target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate(), shape_.pipelines);
+  target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
   plan_reason_ = "the cheapest plan predicted to meet the target";
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
@@ -466,7 +475,7 @@ void TurnkeyController::assign_plans(const std::string& why) {
   std::optional<ChosenPlan> slowed_plan;
   // The others finish by the straggler's time, but never later than the target asks.
   if (next && next->compute_time > target_plan_->time) {
-    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, next->compute_time, variability_->estimator.estimate(), shape_.pipelines);
+    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, next->compute_time, choice_variability(), shape_.pipelines);
     for (std::size_t d = 0; d < slowed.size(); ++d)
       if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
   }
@@ -669,7 +678,8 @@ void TurnkeyController::judge_plan() {
                        baseline_corrections_ != corrections_at_step_;
   if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_ && changed) {
     ChosenPlan before_plan = *target_plan_;
-    target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), variability_->estimator.estimate(), shape_.pipelines);
+    caution_ = 1;
+    target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
     saving_plan_.reset();
     retry_round_ = -1;
     steps_since_retry_ = 0;
@@ -691,14 +701,23 @@ void TurnkeyController::judge_plan() {
   if (measured_time <= target * (1 + config_.tolerance)) return;
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
-  auto v = variability_->estimator.estimate();
   if (steps_since_retry_ >= config_.max_step_ups) {
     target_plan_ = all_max(*plans_);
   } else {
     // Correct the prediction by what was measured and take the next plan that then meets the target.
+    const double faster = target_plan_->time * (1 - config_.tolerance / 2);
     double correction = measured_time / (target_plan_->time * scale_);
-    double deadline = std::min(target / (scale_ * correction), target_plan_->time * (1 - config_.tolerance / 2));
-    target_plan_ = plan_choice::step_up(*plans_, *target_plan_, deadline, v, shape_.pipelines);
+    ChosenPlan next = plan_choice::step_up(*plans_, *target_plan_, std::min(target / (scale_ * correction), faster),
+                                           choice_variability(), shape_.pipelines);
+    if (!next.point && next.fit_steps == 0) {
+      // Only all-max meets the corrected time: under noise the miss is the model's (it grows with
+      // how many paths a plan balances), not an offset every plan shares. The next, more cautious
+      // plan instead: judged under more noise, predicted faster than the one that missed.
+      caution_ *= kCautionStep;
+      next = plan_choice::step_up(*plans_, *target_plan_, std::min(target_deadline(), faster), choice_variability(),
+                                  shape_.pipelines);
+    }
+    target_plan_ = std::move(next);
   }
   ++step_ups_;
   ++steps_since_retry_;

@@ -180,6 +180,7 @@ class TurnkeyController {
   const std::vector<Decision>& decisions() const { return decisions_; }
 
  private:
+  struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
   void decide(const std::string& event, const std::string& detail);
   std::size_t scan_index(int stage, InstructionKind kind) const;
   double target_deadline() const;
@@ -233,6 +234,10 @@ class TurnkeyController {
   bool ran_plan_ = false;                      // the round running now runs the plans
   bool last_round_on_plans_ = false;           // the last round observed ran the plans
   int steps_since_retry_ = 0;
+  // What plans are chosen under: the measured variability times this. A plan that runs slower than
+  // its prediction shows what the model leaves out (the online profile's own measurement error,
+  // which a plan balanced on it leans on) acting like more noise, so each step-up raises it.
+  double caution_ = 1;
   std::vector<double> conditions_;             // per pipeline, the last deployed round's
   std::string plan_reason_;
   std::optional<ChosenPlan> saving_plan_;      // the plan stepped up from, tried again later
