@@ -2,7 +2,10 @@
 // `perseus serve` as a separate process, for tests that need real process boundaries (signals,
 // resource limits, restarts): started through the shell in `dir`, its ready line read for the port,
 // stopped with SIGTERM (or killed) when the test is done with it.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,6 +30,20 @@ inline std::filesystem::path test_dir() {
   std::filesystem::remove_all(dir);
   std::filesystem::create_directories(dir);
   return dir;
+}
+
+// A TCP connection to 127.0.0.1:port; -1 when refused.
+inline int connect_to(int port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
 }
 
 // Lines of `text` that contain `needle`.

@@ -31,15 +31,8 @@ using namespace std::chrono_literals;
 
 // One raw HTTP/1.1 exchange (the target sent as is, no client-side escaping); the reply's text.
 std::string raw_http(int port, const std::string& request) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return "";
-  }
+  int fd = connect_to(port);
+  if (fd < 0) return "";
   timeval limit{10, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof limit);
   for (std::size_t sent = 0; sent < request.size();) {

@@ -25,19 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-int connect_to(int port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_port = htons(static_cast<std::uint16_t>(port));
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 // Issue 11, fault 5: out of file descriptors, the accept loop spun a core and logged millions of
 // lines. Now it logs once, backs off, and serves again once descriptors free up.
 TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
