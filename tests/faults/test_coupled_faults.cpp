@@ -69,6 +69,11 @@ void expect_undisturbed(const json& summary, int fault_round) {
 }
 
 TEST(CoupledFaults, AServerKilledAndRestartedDoesNotSlowCoupledRanks) {
+#ifdef PERSEUS_SANITIZED
+  // Paced at 8.5 ms per iteration: the sanitized server and clients answer slower than an iteration,
+  // so every round runs again on stale schedules and none completes; the release build runs this test.
+  GTEST_SKIP() << "paced faster than the sanitized build answers; covered by the release build";
+#endif
   auto dir = test_dir();
   auto serve = std::make_unique<ServeProcess>(dir, "AllMaxFrequency", "{}");
   ASSERT_NE(serve->port, 0);
@@ -89,6 +94,11 @@ TEST(CoupledFaults, AServerKilledAndRestartedDoesNotSlowCoupledRanks) {
 // Stopped for 3 s against a request deadline of 1 s: the paused server's requests time out on
 // every rank, and the retried results it already had are acknowledged.
 TEST(CoupledFaults, AServerStoppedLongerThanTheRequestDeadlineDoesNotSlowCoupledRanks) {
+#ifdef PERSEUS_SANITIZED
+  // Paced at 8.5 ms per iteration: the sanitized server and clients answer slower than an iteration,
+  // so every round runs again on stale schedules and none completes; the release build runs this test.
+  GTEST_SKIP() << "paced faster than the sanitized build answers; covered by the release build";
+#endif
   auto dir = test_dir();
   ServeProcess serve(dir, "AllMaxFrequency", "{}");
   ASSERT_NE(serve.port, 0);

@@ -180,6 +180,11 @@ TEST(InputFaults, GpudRefusesASocketPathThatIsNotASocketAndLeavesNoSocketBehind)
 }
 
 TEST(InputFaults, GpudOutOfDescriptorsLogsOnceAndServesAgain) {
+#ifdef PERSEUS_SANITIZED
+  // UBSan's vptr check probes memory through a pipe, so with no descriptor free it reports a false
+  // "invalid vptr" and stops the daemon; the release build runs this test.
+  GTEST_SKIP() << "needs free descriptors under UBSan; covered by the release build";
+#endif
   auto dir = test_dir();
   pid_t gpud = start_gpud(dir, "gpud", "--idle-timeout 0", "prlimit --nofile=24:24");
   ASSERT_GT(gpud, 0) << read_if_exists(dir / "gpud.err");
