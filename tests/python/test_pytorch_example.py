@@ -71,11 +71,16 @@ def test_every_rank_follows_the_plan_instruction_by_instruction(run):
         assert [name[0] for name in plan["instructions"][rank]] == [name[0].upper() for name in order]
         log = run / "plan" / f"gpu{rank}.log"
         for iteration, (begin, end) in enumerate(instruction_clocks(log)):
-            # PointSolution's one warm-up round at the top clock, and the next round's switch-over
-            # iteration, during which the plan arrives.
-            warmup = iteration < REPORT_EVERY + 1
-            expected = [TOP_CLOCK] * len(order) if warmup else plan["frequencies"][rank]
-            assert begin == end == expected, f"rank {rank}, iteration {iteration}"
+            # PointSolution's one warm-up round at the top clock, then the next round's switch-over
+            # iteration, during which the plan arrives: each instruction at the top clock or the plan's.
+            assert begin == end, f"rank {rank}, iteration {iteration}"
+            if iteration < REPORT_EVERY:
+                assert begin == [TOP_CLOCK] * len(order), f"rank {rank}, iteration {iteration}"
+            elif iteration == REPORT_EVERY:
+                for clock, planned in zip(begin, plan["frequencies"][rank]):
+                    assert clock in (TOP_CLOCK, planned), f"rank {rank}, iteration {iteration}"
+            else:
+                assert begin == plan["frequencies"][rank], f"rank {rank}, iteration {iteration}"
         assert ends_at_default_clocks(log)
 
 
