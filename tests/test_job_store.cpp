@@ -243,12 +243,14 @@ void expect_replay_decides_the_same(const std::string& scheduler, const json& ar
   {
     testing::TestServer server(settings, "", {}, [&](const server::SchedulerContext& context) {
       live.context = context;
+      // The server's wake holds its strand, which must not outlive the server's io_context; the
+      // restored scheduler below has no server and is polled with ready().
+      live.context.wake = [] {};
       return std::make_unique<Recorder>(inner(context), live);
     });
     (void)simulate::simulate_cluster(cluster(server.url, iterations));
   }
   ASSERT_GT(live.results.size(), 5u) << scheduler;
-  live.context.wake = [] {};  // the live server is gone; this test polls ready()
   auto restored = inner(live.context);
   std::size_t record_bytes = 0, result_bytes = 0;
   for (std::size_t round = 0; round < live.results.size(); ++round) {
