@@ -9,6 +9,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <algorithm>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -50,15 +51,19 @@ struct Daemon {
     std::string out = line + "\n";
     for (std::size_t sent = 0; sent < out.size();) {
       ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;  // libFuzzer's timeout alarm (SIGALRM) interrupts system calls
       if (n <= 0) __builtin_trap();  // the daemon closed a connection it should have answered
       sent += static_cast<std::size_t>(n);
     }
     std::string reply;
     for (;;) {
       pollfd p{fd, POLLIN, 0};
-      if (::poll(&p, 1, 10000) <= 0) __builtin_trap();  // no answer in 10 s: a hang
+      int ready = ::poll(&p, 1, 10000);
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) __builtin_trap();  // no answer in 10 s: a hang
       char c = 0;
       ssize_t n = ::recv(fd, &c, 1, 0);
+      if (n < 0 && errno == EINTR) continue;
       if (n <= 0) {
         ::close(fd);
         fd = -1;
