@@ -6,8 +6,10 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh --deps-only
 if [ "${1:-}" = "--sanitize" ]; then
   build=build-asan
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERSEUS_WERROR=ON \
-    -DPERSEUS_SANITIZE=ON -DPERSEUS_BUILD_BENCH=OFF
+  # -Og -g1: a third of -O2 -g's compile time under the sanitizers, with the line numbers their
+  # reports need.
+  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-Og -g1 -DNDEBUG" \
+    -DPERSEUS_WERROR=ON -DPERSEUS_SANITIZE=ON -DPERSEUS_BUILD_BENCH=OFF
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 else
   build=build
