@@ -228,5 +228,51 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
   ASSERT_TRUE(controller.slowdown());
 }
 
+// --- Judged with the noise's uncertainty ------------------------------------------------------
+
+TEST(TurnkeyController, ANoisyBaselineIsMeasuredUntilItsIntervalIsWithinThePrecision) {
+  auto quiet = small_cluster(2);
+  auto noisy = small_cluster(2);
+  noisy.noise = 0.03;
+  noisy.iterations = 6;  // short rounds: each round's mean varies by a fraction of a percent
+  TurnkeyController a(config(), quiet.shape(), quiet.profile), b(config(), noisy.shape(), noisy.profile);
+  testing::run_rounds(a, quiet, 12);
+  testing::run_rounds(b, noisy, 100);
+  EXPECT_EQ(a.baseline_rounds(), config().warmup_rounds - 1);  // noise-free: exact at once
+  ASSERT_TRUE(b.has_baseline());
+  EXPECT_GT(b.baseline_rounds(), config().warmup_rounds - 1);
+  const auto& e = b.baseline_time_estimate();
+  EXPECT_LE((e.high - e.low) / 2, config().baseline_precision * e.value * (1 + 1e-9));
+  // Probes agree with it within its rounds' spread: noise alone does not replace it.
+  EXPECT_GE(b.probes(), 1);
+  EXPECT_FALSE(has(events(b), "baseline corrected")) << ::testing::PrintToString(events(b));
+}
+
+TEST(TurnkeyController, NoisyRoundsOfAPlanWithinTheToleranceDoNotStepItUp) {
+  // The plan meets the target (the profile is the truth); only its rounds are noisy. Judged on the
+  // median of a few rounds against a point baseline, such a plan was condemned by chance.
+  for (std::uint64_t seed = 1; seed <= 4; ++seed) {
+    auto cluster = small_cluster(2);
+    cluster.noise = 0.03;
+    cluster.iterations = 1;
+    cluster.seed = seed;
+    TurnkeyController controller(config(), cluster.shape(), cluster.profile);
+    testing::run_rounds(controller, cluster, 120);
+    ASSERT_EQ(controller.phase(), online::ControllerPhase::deployed);
+    EXPECT_EQ(controller.step_ups(), 0) << "seed " << seed << ": " << ::testing::PrintToString(events(controller));
+  }
+}
+
+TEST(TurnkeyController, UnderNoiseAPlanMeasurablyTooSlowIsStillSteppedUp) {
+  auto cluster = small_cluster(2);
+  const int top = cluster.shape().clocks.front();
+  cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };
+  cluster.noise = 0.03;
+  cluster.iterations = 1;
+  TurnkeyController controller(config(), cluster.shape(), cluster.profile);
+  testing::run_rounds(controller, cluster, 120);
+  EXPECT_GE(controller.step_ups(), 1) << ::testing::PrintToString(events(controller));
+}
+
 }  // namespace
 }  // namespace perseus

@@ -18,6 +18,22 @@ struct VariabilityState {
 namespace {
 
 constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
+// Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
+constexpr std::size_t kJudgedRounds = 40;
+
+// The 95% two-sided t quantile for the mean of n values (1.96 for many).
+double t_quantile(std::size_t n) {
+  static const double t[] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
+  return n >= 2 && n - 1 <= 10 ? t[n - 1] : 1.96;
+}
+
+// `e` (the mean of n values) with its interval at least as wide as values of standard deviation
+// `floor_sd` give: a few rounds that agree by chance must not look precise.
+Estimate at_least_as_wide(Estimate e, std::size_t n, double floor_sd) {
+  if (n == 0 || floor_sd <= 0) return e;
+  double half = std::max((e.high - e.low) / 2, t_quantile(n) * floor_sd / std::sqrt(double(n)));
+  return {e.value, e.value - half, e.value + half};
+}
 
 double median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -42,6 +58,15 @@ std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, con
   auto it = m.instructions.find(key);
   if (it == m.instructions.end()) return std::nullopt;
   return ClockMeasurement{it->second.first, it->second.second};
+}
+
+double sample_stddev(const std::vector<double>& values) {
+  if (values.size() < 2) return 0;
+  double mean = 0, var = 0;
+  for (double v : values) mean += v;
+  mean /= double(values.size());
+  for (double v : values) var += (v - mean) * (v - mean);
+  return std::sqrt(var / double(values.size() - 1));
 }
 
 }  // namespace
@@ -70,9 +95,7 @@ Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept)
     for (double v : used) var += (v - out.value) * (v - out.value);
     var /= double(used.size() - 1);
     // t quantiles for few rounds (95%, two-sided), 1.96 for many.
-    static const double t[] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
-    double q = used.size() - 1 <= 10 ? t[used.size() - 1] : 1.96;
-    half = q * std::sqrt(var / double(used.size()));
+    half = t_quantile(used.size()) * std::sqrt(var / double(used.size()));
   }
   out.low = out.value - half;
   out.high = out.value + half;
@@ -240,11 +263,13 @@ void TurnkeyController::estimate_baseline() {
     }
   if (kept_times.empty()) kept_times = times, kept_energies = energies;
   baseline_time_estimate_ = robust_mean(kept_times);
+  baseline_time_estimate_ = at_least_as_wide(baseline_time_estimate_, kept_times.size(), round_spread_floor(baseline_time_estimate_.value));
   baseline_energy_estimate_ = robust_mean(kept_energies);
   baseline_time_ = baseline_time_estimate_.value;
   baseline_energy_ = baseline_energy_estimate_.value;
   baseline_conditions_ = kept_times.empty() || conditions <= 0 ? 1 : conditions / double(kept_times.size());
   baseline_rounds_ = static_cast<int>(kept_times.size());
+  baseline_round_spread_ = {std::max(sample_stddev(kept_times), round_spread_floor(baseline_time_)), sample_stddev(kept_energies)};
   baseline_rejected_ = static_cast<int>(times.size() - kept_times.size());
 }
 
@@ -266,6 +291,20 @@ std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement&
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
   for (const auto& [key, sets] : m.occurrences)
     for (const auto& durations : sets) variability_->estimator.add(key.first, key.second, durations);
+  auto first = m.occurrences.find({0, InstructionKind::forward});
+  if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty())
+    iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size()) / shape_.microbatches);
+  noise_sigma_ = variability_->estimator.estimate().max();
+}
+
+// What noise alone makes one round's mean iteration time vary by, at least: a critical path's
+// instructions (about 2 (microbatches + stages - 1) of them in a pipeline schedule), each with the
+// measured sigma, summed over the round's iterations. Real rounds vary more (the path is not
+// one, and durations differ), so this only keeps a few rounds that agree by chance from looking
+// precise.
+double TurnkeyController::round_spread_floor(double iteration_time) const {
+  const double path = 2.0 * (shape_.microbatches + shape_.stages - 1);
+  return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
 // Detection in rounds where every pipeline runs the same clocks: each one's compute-bound time
@@ -292,9 +331,12 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   // The first warm-up round carries start-up effects; the others are the baseline, outliers left out.
   if (round > 0 || config_.warmup_rounds <= 1) add_baseline(m, 1);
   if (warmup_seen_ < std::max(config_.warmup_rounds, 1)) return;
-  // Outliers left too few rounds: go on measuring, up to three times the warm-up.
+  // Outliers left too few rounds, or the baseline is not yet precise enough: go on measuring.
   const int wanted = std::max(config_.warmup_rounds - 1, 1);
-  if (baseline_rounds_ < wanted && warmup_seen_ < 3 * std::max(config_.warmup_rounds, 1)) return;
+  const double half_width = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
+  const bool precise = baseline_time_ > 0 && half_width <= config_.baseline_precision * baseline_time_;
+  if ((baseline_rounds_ < wanted || !precise) && warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
+    return;
   if (baseline_samples_.empty()) add_baseline(m, 1);
   decide("baseline", fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
                                  "blocking power {}",
@@ -487,6 +529,7 @@ void TurnkeyController::assign_plans(const std::string& why) {
   deployed_once_ = true;
   if (!changed) return;
   measured_.clear();
+  judged_.clear();
   rounds_on_plan_ = 0;
   std::string who;
   for (std::size_t d = 0; d < slowed_.size(); ++d)
@@ -567,9 +610,7 @@ Estimate mean_interval(const std::vector<double>& values) {
     double var = 0;
     for (double v : values) var += (v - out.value) * (v - out.value);
     var /= double(values.size() - 1);
-    static const double t[] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
-    double q = values.size() - 1 <= 10 ? t[values.size() - 1] : 1.96;
-    half = q * std::sqrt(var / double(values.size()));
+    half = t_quantile(values.size()) * std::sqrt(var / double(values.size()));
   }
   out.low = out.value - half;
   out.high = out.value + half;
@@ -617,16 +658,21 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   auto c = pipeline_conditions(m);
   double conditions = c.empty() ? 1 : median(c);
   AllMaxRound probe{m.iteration_time, m.energy, conditions};
-  const double time_band = std::max(baseline_time_ * config_.tolerance, baseline_time_estimate_.high - baseline_time_estimate_.low);
-  const double energy_band =
-      std::max(baseline_energy_ * config_.tolerance, baseline_energy_estimate_.high - baseline_energy_estimate_.low);
+  // One probe round is as noisy as one baseline round: it disagrees when it is further from the
+  // baseline than the tolerance, the baseline's interval and three of its rounds' spread allow.
+  const double time_band = std::max({baseline_time_ * config_.tolerance, baseline_time_estimate_.high - baseline_time_estimate_.low,
+                                     3 * baseline_round_spread_[0]});
+  const double energy_band = std::max({baseline_energy_ * config_.tolerance,
+                                       baseline_energy_estimate_.high - baseline_energy_estimate_.low,
+                                       3 * baseline_round_spread_[1]});
   auto agrees = [&](const AllMaxRound& a, double t, double e) {
     return std::abs(a.time - t) <= time_band && std::abs(a.energy - e) <= energy_band;
   };
   if (agrees(probe, baseline_time_, baseline_energy_)) {
     probe_samples_.clear();
     baseline_samples_.push_back(probe);
-    if (baseline_samples_.size() > 12) baseline_samples_.erase(baseline_samples_.begin());
+    if (baseline_samples_.size() > static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)))
+      baseline_samples_.erase(baseline_samples_.begin());
     return estimate_baseline();
   }
   probe_samples_.push_back(probe);
@@ -654,6 +700,8 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   remember(m);
   measured_.push_back(recent_.back());
   if (measured_.size() > 10) measured_.erase(measured_.begin());
+  judged_.push_back(recent_.back().time * baseline_time_ / recent_.back().reference.iteration_time);
+  if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
 
   // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction.
   std::vector<double> ratios;
@@ -691,14 +739,18 @@ void TurnkeyController::judge_plan() {
     deployed_once_ = false;
     return assign_plans("saving plan again");
   }
-  // The median round over the reference's stretch, so that one disturbed round does not count.
-  std::vector<double> normalized;
-  std::size_t first = measured_.size() > 5 ? measured_.size() - 5 : 0;
-  for (std::size_t i = first; i < measured_.size(); ++i)
-    normalized.push_back(measured_[i].time * baseline_time_ / measured_[i].reference.iteration_time);
-  double measured_time = median(normalized);
+  // The plan's rounds at the baseline's conditions (outlying rounds left out), against the target
+  // with both uncertainties: a step-up only when even the low end of the 95% interval is above the
+  // tolerance. Without noise the interval is the point; with it, the evidence grows with every
+  // round on the plan, so a plan measurably too slow is caught, and one that only looks so in a
+  // few noisy rounds is not.
+  const Estimate plan_time = at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_time_));
+  const double baseline_half = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
+  const double ratio = plan_time.value / baseline_time_;
+  const double ratio_half = std::hypot((plan_time.high - plan_time.low) / 2 / baseline_time_, ratio * baseline_half / baseline_time_);
+  double measured_time = plan_time.value;
   double target = target_time();
-  if (measured_time <= target * (1 + config_.tolerance)) return;
+  if ((ratio - ratio_half) * baseline_time_ <= target * (1 + config_.tolerance)) return;
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
   if (steps_since_retry_ >= config_.max_step_ups) {
@@ -728,10 +780,13 @@ void TurnkeyController::judge_plan() {
     retry_interval_ = retry_interval_ > 0 ? 2 * retry_interval_ : config_.retry_after;
     retry_round_ = round_ + retry_interval_;
   }
-  plan_reason_ = fmt::format("stepped up: measured {:.6g} s (at the baseline's conditions) was above the target {:.6g} s "
-                             "by more than {:.2g}%", measured_time, target, 100 * config_.tolerance);
-  decide("stepped up", fmt::format("measured {:.6g} s (at the baseline's conditions) is above the target {:.6g} s by more "
-                                   "than {:.2g}%: from {} to {}", measured_time, target, 100 * config_.tolerance,
+  const std::string evidence = fmt::format("measured {:.6g} s (95%: from {:.6g} s with the baseline's uncertainty, over "
+                                           "{} rounds, at the baseline's conditions)",
+                                           measured_time, (ratio - ratio_half) * baseline_time_, judged_.size());
+  plan_reason_ = fmt::format("stepped up: {} was above the target {:.6g} s by more than {:.2g}%", evidence, target,
+                             100 * config_.tolerance);
+  decide("stepped up", fmt::format("{} is above the target {:.6g} s by more than {:.2g}%: from {} to {}", evidence,
+                                   target, 100 * config_.tolerance,
                                    describe(before_plan), describe(*target_plan_)));
   deployed_once_ = false;
   assign_plans("faster plan");

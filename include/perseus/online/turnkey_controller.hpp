@@ -27,8 +27,13 @@ namespace perseus::online {
 struct ControllerConfig {
   // Top-clock rounds before profiling. The first carries start-up effects; the others are the
   // baseline, less rounds in which a pipeline was slower than the rest and outliers in time or
-  // energy (median +- 3.5 scaled MADs); up to three times as many rounds when too few are clean.
+  // energy (median +- 3.5 scaled MADs). More rounds, up to max_baseline_rounds, while too few are
+  // clean or the baseline's time is not yet known to within baseline_precision (the half-width
+  // of its 95% interval, a fraction of it): on a noisy cluster a short baseline would condemn or
+  // pass plans by its own error.
   int warmup_rounds = 5;
+  double baseline_precision = 0.0015;
+  int max_baseline_rounds = 40;
   bool wait_for_plan = false;  // hold the rounds while planning (else: train at the top clock)
   bool interpolate = true;     // plan with the clocks between measured ones too (interpolated)
   int refine_passes = 0;       // measure the interpolated clocks a plan runs, then plan again
@@ -190,6 +195,7 @@ class TurnkeyController {
   std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
   std::vector<double> pipeline_conditions(const RoundMeasurement& m) const;
   void add_variability(const RoundMeasurement& m);
+  double round_spread_floor(double iteration_time) const;
   bool observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios);
   void observe_probe(const RoundMeasurement& m);
   void judge_plan();
@@ -226,6 +232,9 @@ class TurnkeyController {
   };
   std::vector<AllMaxRound> baseline_samples_;  // clean all-max rounds the baseline is estimated from
   double baseline_conditions_ = 1;             // the conditions those rounds ran under
+  std::array<double, 2> baseline_round_spread_{};  // standard deviation of one of those rounds: time, energy
+  double noise_sigma_ = 0;                     // the largest (stage, kind) sigma measured so far
+  int iterations_per_round_ = 1;               // as the warm-up and profiling rounds ran them
   std::vector<AllMaxRound> probe_samples_;     // probes that disagreed with the baseline, in a row
   int warmup_seen_ = 0;                        // warm-up rounds observed
   int probes_ = 0;
@@ -262,6 +271,7 @@ class TurnkeyController {
     Reference reference;
   };
   std::vector<PlanRound> measured_;  // the last rounds on the current plans
+  std::vector<double> judged_;       // the rounds on the current plans, at the baseline's conditions
   std::vector<PlanRound> recent_;    // the last deployed rounds, probes included
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   StragglerDetector detector_;
