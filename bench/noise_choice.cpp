@@ -9,7 +9,7 @@
 //
 //   build/bench/perseus_bench_noise_choice [--shared ../shared] [--sigmas 0,0.01,0.02,0.03]
 //       [--seeds 3] [--iterations 500] [--pipelines 2] [--microbatches 12] [--profiles gpt3-175b+a100_sxm_bf16.csv,...]
-//       [--allowance 0.3] [--samples 64] [--starts 6]
+//       [--allowance 0.5] [--samples 64] [--starts 6]
 #include <fmt/format.h>
 
 #include <ctime>

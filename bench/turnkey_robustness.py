@@ -8,6 +8,7 @@ the ideal saving (`perseus whatif`'s noise-free saving at T'/T = 1, the same cho
     python3 bench/turnkey_robustness.py [--perseus build/src/perseus] [--shared ../shared]
                                         [--only noise|disturbances] [--seeds 3] [--first-seed 1]
                                         [--sigmas 0,0.01,0.02,0.03] [--profiles gpt3-a100,...]
+                                        [--scheduler-args '{"refine_passes": 1}']
 """
 import argparse
 import json
@@ -48,7 +49,7 @@ def simulate(args, scheduler, profile, microbatches, p_block, extra):
     """Runs one server and one simulation; (reports, final server status)."""
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    sched_args = json.dumps({"wait_for_plan": True}) if scheduler == "Perseus" else "{}"
+    sched_args = json.dumps({"wait_for_plan": True, **json.loads(args.scheduler_args)}) if scheduler == "Perseus" else "{}"
     with tempfile.TemporaryDirectory() as dump:
         server = subprocess.Popen([args.perseus, "serve", "--scheduler", scheduler, "--port", str(port), "--dump-dir",
                                    dump, "--scheduler-args", sched_args],
@@ -127,6 +128,7 @@ def main():
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--sigmas", default="0,0.01,0.02,0.03")
     parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--scheduler-args", default="{}", help="more Perseus scheduler arguments (JSON object)")
     args = parser.parse_args()
     print("| scenario | profile | true saving | true slowdown | reported saving [95%] | reported slowdown | ideal | "
           "share of ideal | reported-true (pp) | step-ups | wall (s) |")

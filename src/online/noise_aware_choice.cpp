@@ -604,7 +604,7 @@ double expected_all_max_time(const PlanningOutput& plans, const Variability& v, 
 double deadline_for(const PlanningOutput& plans, double slowdown, const Variability& v,
                     const NoiseAwareOptions& options) {
   const auto top = expected_time_and_energy(plans, all_max(plans).frequencies, v, options);
-  return slowdown * (top.time + options.allowance * top.time_stddev);
+  return slowdown * (top.time + std::min(options.allowance * top.time_stddev, options.max_allowance * top.time));
 }
 
 ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,

@@ -168,7 +168,7 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = 0;
     response_.result(static_cast<http::status>(response.status));
     response_.set(http::field::server, "perseus");
-    response_.set(http::field::content_type, "application/json");
+    response_.set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) response_.set(name, value);
     if (unauthorized_) response_.set(http::field::www_authenticate, "Bearer");
     unauthorized_ = false;

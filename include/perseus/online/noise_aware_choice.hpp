@@ -13,7 +13,8 @@
 // baseline is itself a noisy run: its mean exceeds all-max's noise-free time. Callers that ask for
 // "no slower than all-max by a factor x" pass
 //     deadline = deadline_for(plans, x, v, options)
-//              = x * (expected all-max time + options.allowance * its standard deviation)
+//              = x * (expected all-max time + min(options.allowance * its standard deviation,
+//                                                   options.max_allowance * expected all-max time))
 // so that x = 1 means "no slower than all-max under the same noise"; a measured time converts to
 // these terms by the factor expected_all_max_time / measured all-max baseline (what the model
 // leaves out: gradient synchronisation, launch gaps). ChosenPlan::time and ::energy of what these
@@ -89,8 +90,9 @@ struct NoiseAwareOptions {
   int max_improve_rounds = 400; // Monte Carlo evaluations of the local search on the best plan
   double step_margin = 1e-3;   // step_up: at least this fraction faster than the current plan
   // deadline_for: standard deviations of all-max's iteration time under the noise above its mean
-  // (see the top).
-  double allowance = 0.3;
+  // (see the top), and at most this fraction of that mean (what the slowdown it costs stays within).
+  double allowance = 0.5;
+  double max_allowance = 0.0015;
 };
 
 struct NoisyEstimate {

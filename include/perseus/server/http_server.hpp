@@ -19,8 +19,9 @@ namespace perseus::server {
 
 struct HttpResponse {
   int status = 200;
-  std::string body;  // JSON text
+  std::string body;  // JSON text, unless content_type says otherwise
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra response headers
+  std::string content_type = "application/json";
 };
 
 // The request header that carries a job's secret (asked for with the value `new` on

@@ -274,7 +274,7 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
                         {"warmup_rounds", "wait_for_plan", "slowdown", "deadline", "tolerance", "verify_rounds", "max_step_ups",
                          "profile_path", "minimum_power_state", "unit_time", "cost_model", "coarse_step", "stop_after",
                          "descent", "fill_gap", "interpolate", "refine_passes", "straggler_threshold", "straggler_rounds",
-                         "probe_every", "retry_after", "report_rounds"});
+                         "probe_every", "retry_after", "report_rounds", "baseline_precision", "max_baseline_rounds"});
   PerseusConfig config;
   online::ControllerConfig& c = config.controller;
   c.warmup_rounds = checked.integer("warmup_rounds").value_or(c.warmup_rounds);
@@ -293,6 +293,11 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   if (!(c.tolerance >= 0 && c.tolerance < 1)) checked.fail("tolerance", "must be in [0, 1)");
   c.verify_rounds = checked.integer("verify_rounds").value_or(c.verify_rounds);
   if (c.verify_rounds < 1) checked.fail("verify_rounds", "must be at least 1");
+  c.baseline_precision = checked.number("baseline_precision").value_or(c.baseline_precision);
+  if (!(c.baseline_precision > 0 && c.baseline_precision < 1)) checked.fail("baseline_precision", "must be in (0, 1)");
+  c.max_baseline_rounds = checked.integer("max_baseline_rounds").value_or(c.max_baseline_rounds);
+  if (c.max_baseline_rounds < 1 || c.max_baseline_rounds > 10000)
+    checked.fail("max_baseline_rounds", "must be between 1 and 10000");
   c.probe_every = checked.integer("probe_every").value_or(c.probe_every);
   if (c.probe_every < 0) checked.fail("probe_every", "must be at least 0 (0: no probes)");
   c.retry_after = checked.integer("retry_after").value_or(c.retry_after);
