@@ -95,6 +95,7 @@ struct SyntheticCluster {
     for (const auto& [key, sum] : sums) m.instructions[key] = {sum.first / counts[key], sum.second / counts[key]};
     for (std::size_t d = 0; d < D; ++d) m.pipeline_time[d] = pipeline_makespan(orders, microbatches, m.slot_time[d]);
     m.blocking_power = p_block;
+    m.iterations = iterations;
     return m;
   }
 

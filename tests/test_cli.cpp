@@ -214,6 +214,14 @@ TEST_F(Cli, StatusShowsTheJobsOfARunningServer) {
   auto gone = run("status --server http://127.0.0.1:1");
   EXPECT_EQ(gone.code, 66) << gone.output;
   EXPECT_NE(gone.output.find("is `perseus serve` running there?"), std::string::npos) << gone.output;
+  // --watch: refreshes until Ctrl-C (one block after another when not on a terminal), then exits 0.
+  auto watched = run("status --server " + url + " --watch 0.2", "timeout --foreground --preserve-status -s INT 1");
+  EXPECT_EQ(watched.code, 0) << watched.output;
+  EXPECT_GE(perseus::testing::count_lines_with(watched.output, "perseus status " + url + " every 0.2 s at "), 2u)
+      << watched.output;
+  EXPECT_GE(perseus::testing::count_lines_with(watched.output, "job " + id), 2u) << watched.output;
+  auto too_fast = run("status --server " + url + " --watch 0");
+  EXPECT_EQ(too_fast.code, 64) << too_fast.output;
 }
 
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {

@@ -58,6 +58,7 @@ struct ServeArgs {
   double idle_timeout = std::chrono::duration<double>(server::HttpLimits{}.idle_timeout).count();
   double write_timeout = std::chrono::duration<double>(server::HttpLimits{}.write_timeout).count();
   bool record_ranks = kDefaults.record_ranks;
+  bool metrics_public = false;
   int record_rounds = kDefaults.record_rounds;
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
@@ -189,6 +190,7 @@ int serve(ServeArgs args) {
   };
   limits.idle_timeout = milliseconds(args.idle_timeout);
   limits.write_timeout = milliseconds(args.write_timeout);
+  limits.public_metrics = args.metrics_public;
 
   unsigned threads = args.threads != 0 ? args.threads : std::max(1u, std::thread::hardware_concurrency());
   boost::asio::io_context io(static_cast<int>(threads));
@@ -338,6 +340,10 @@ Runner add_serve_command(CLI::App& app) {
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "
                   "'Authorization: Bearer <token>' (401 otherwise); clients: the token option or PERSEUS_TOKEN")
       ->envname("PERSEUS_TOKEN_FILE");
+  cmd->add_flag("--metrics-public", args->metrics_public,
+                "GET /metrics answers without the token (for a Prometheus scraper on a trusted network); every other "
+                "route still needs it")
+      ->envname("PERSEUS_METRICS_PUBLIC");
   cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
                                               "handled one request at a time regardless")
       ->capture_default_str();

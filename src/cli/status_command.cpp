@@ -1,12 +1,18 @@
 // `perseus status`: what a running `perseus serve` is doing, job by job (GET /jobs, /jobs/{id}).
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <optional>
+#include <thread>
 #include <nlohmann/json.hpp>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/interrupt.hpp"
 #include "perseus/cli/server_call.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/util/error.hpp"
@@ -21,6 +27,7 @@ struct StatusArgs {
   std::string server = "http://127.0.0.1:7787";
   std::string job_id;
   bool json = false;
+  std::optional<double> watch;  // seconds between refreshes
 };
 
 std::string number(const json& value, const char* unit) {
@@ -94,7 +101,7 @@ void print_job(const json& job) {
   if (job["end_detail"].is_string()) print(fmt::format("  ended: {}\n", job["end_detail"].get<std::string>()));
 }
 
-int run_status(const StatusArgs& args) {
+int show_status(const StatusArgs& args) {
   ServerCall call(args.server);
   json body = call("GET", args.job_id.empty() ? "/jobs" : "/jobs/" + client::encode_path_segment(args.job_id));
   if (args.json) {
@@ -115,6 +122,36 @@ int run_status(const StatusArgs& args) {
   return kExitOk;
 }
 
+// Redraws the status every `seconds` until Ctrl-C: in place on a terminal (cursor home, clear),
+// else one block after another, each headed by its time. A failed refresh (the server restarting)
+// is shown and retried, not fatal.
+int watch_status(const StatusArgs& args, double seconds) {
+  StopOnSignal stop;
+  const bool terminal = ::isatty(STDOUT_FILENO) != 0;
+  while (!stop.flag()->load()) {
+    std::time_t now = std::time(nullptr);
+    char clock[32];
+    std::strftime(clock, sizeof clock, "%H:%M:%S", std::localtime(&now));
+    if (terminal) print("\x1b[H\x1b[2J");
+    print(fmt::format("perseus status {} every {} s at {} (Ctrl-C to stop)\n", args.server, seconds, clock));
+    try {
+      show_status(args);
+    } catch (const Error& e) {
+      print(fmt::format("  {}\n", e.what()));
+    }
+    std::fflush(stdout);
+    for (auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+         std::chrono::steady_clock::now() < until && !stop.flag()->load();)
+      std::this_thread::sleep_for(std::min<std::chrono::duration<double>>(until - std::chrono::steady_clock::now(), 50ms));
+  }
+  return kExitOk;
+}
+
+int run_status(const StatusArgs& args) {
+  if (args.watch) return watch_status(args, *args.watch);
+  return show_status(args);
+}
+
 }  // namespace
 
 Runner add_status_command(CLI::App& app) {
@@ -123,6 +160,10 @@ Runner add_status_command(CLI::App& app) {
   cmd->add_option("job_id", args->job_id, "One job (default: every job)");
   cmd->add_option("--server", args->server, "perseus serve's URL (token: PERSEUS_TOKEN)")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print the server's JSON as it is");
+  cmd->add_option("--watch", args->watch, "Refresh every SECONDS (default 2) until Ctrl-C, in place on a terminal")
+      ->expected(0, 1)
+      ->default_str("2")
+      ->check(CLI::Range(0.1, 3600.0));
   return [args] { return run_status(*args); };
 }
 

@@ -645,6 +645,8 @@ std::optional<Estimate> TurnkeyController::slowdown() const {
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
   recent_.push_back({m.iteration_time, m.energy, reference()});
+  energy_saved_ += (recent_.back().reference.energy - m.energy) * m.iterations;
+  deployed_iterations_ += m.iterations;
   if (recent_.size() > static_cast<std::size_t>(std::max(config_.report_rounds, 1))) recent_.erase(recent_.begin());
 }
 

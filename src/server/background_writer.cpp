@@ -52,6 +52,11 @@ std::size_t BackgroundWriter::failures() const {
   return failures_;
 }
 
+std::size_t BackgroundWriter::written() const {
+  std::lock_guard lock(mutex_);
+  return written_;
+}
+
 std::size_t BackgroundWriter::dropped() const {
   std::lock_guard lock(mutex_);
   return dropped_;
@@ -66,6 +71,8 @@ bool BackgroundWriter::attempt(Task& task) {
     try {
       task.write();
       if (failed > 0) spdlog::warn("{}: written after {} failed attempts", task.what, failed);
+      std::lock_guard lock(mutex_);
+      ++written_;
       return true;
     } catch (const std::exception& e) {
       std::lock_guard lock(mutex_);

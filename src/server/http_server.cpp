@@ -1,4 +1,5 @@
 #include "perseus/server/http_server.hpp"
+#include "perseus/server/metrics.hpp"
 
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -72,8 +73,12 @@ class Session : public std::enable_shared_from_this<Session> {
         peer_(std::move(peer)) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
+    jobs_.http_metrics().connection_opened();
   }
-  ~Session() { peers_->release(peer_); }
+  ~Session() {
+    peers_->release(peer_);
+    jobs_.http_metrics().connection_closed();
+  }
 
   void start() { read_header(); }
 
@@ -111,7 +116,10 @@ class Session : public std::enable_shared_from_this<Session> {
   void on_header(beast::error_code ec) {
     if (read_failed(ec)) return;
     const auto& header = parser_->get();
-    if (!token_.empty() && !authorized(header)) {
+    started_ = std::chrono::steady_clock::now();
+    route_ = route_of(std::string_view(header.target().data(), header.target().size()).substr(0, header.target().find('?')));
+    const bool public_route = limits_.public_metrics && route_ == "metrics" && header.method() == http::verb::get;
+    if (!token_.empty() && !public_route && !authorized(header)) {
       unauthorized_ = true;
       return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
                          "or PERSEUS_TOKEN)");
@@ -167,6 +175,8 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.version(version_ != 0 ? version_ : request_.version());
     version_ = 0;
     response_.result(static_cast<http::status>(response.status));
+    jobs_.http_metrics().request_done(route_, response.status,
+                                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
     response_.set(http::field::server, "perseus");
     response_.set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) response_.set(name, value);
@@ -237,6 +247,8 @@ class Session : public std::enable_shared_from_this<Session> {
   std::shared_ptr<PeerCounts> peers_;
   asio::ip::address peer_;
   bool unauthorized_ = false;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::string_view route_ = "other";  // route_of's: a static string
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;

@@ -503,6 +503,14 @@ json JobManager::job_status(const std::string& job_id) const {
   return out;
 }
 
+std::string JobManager::metrics_text() const {
+  json statuses = json::array();
+  for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
+  StoreCounters store;
+  if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
+  return render_metrics(statuses, http_metrics_.snapshot(), store, PERSEUS_VERSION);
+}
+
 json JobManager::answer(const Job& job, std::size_t rank) const {
   const auto& schedule = job.current[rank];
   if (job.ranks[rank] && job.ranks[rank]->dialect == Dialect::zeus) return to_zeus_json(schedule);

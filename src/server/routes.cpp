@@ -54,6 +54,14 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "GET") return fail(405, "Method Not Allowed");
       return respond(ok(info_json(jobs.settings())));
     }
+    if (path == "/metrics") {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      return on_jobs(jobs, std::move(respond), [&jobs](auto& reply) {
+        HttpResponse response{200, jobs.metrics_text()};
+        response.content_type = kMetricsContentType;
+        reply(std::move(response));
+      });
+    }
     if (path == "/register_job") {
       if (method != "POST") return fail(405, "Method Not Allowed");
       JobInfo info = job_info_from_json(parse_body(body));

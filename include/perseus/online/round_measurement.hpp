@@ -17,6 +17,7 @@ using StageKind = std::pair<int, InstructionKind>;
 struct RoundMeasurement {
   double iteration_time = 0;  // the slowest rank's, per iteration
   double energy = 0;          // every rank's, per iteration
+  int iterations = 0;         // iterations the round ran (0: not known)
   // Per (stage, kind): mean time and energy of one instruction over the stage's ranks.
   std::map<StageKind, std::pair<double, double>> instructions;
   // The same per data-parallel pipeline (so that a slow pipeline's numbers can be left out).

@@ -180,6 +180,10 @@ class TurnkeyController {
   // training got), with 95% intervals.
   std::optional<Estimate> saving() const;
   std::optional<Estimate> slowdown() const;
+  // Joules saved so far: per deployed round (probes included), (reference - measured energy per
+  // iteration) x the round's iterations.
+  double energy_saved() const { return energy_saved_; }
+  long long deployed_iterations() const { return deployed_iterations_; }  // in those rounds
   const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
   const std::vector<double>& last_pipeline_energy() const { return last_pipeline_energy_; }
   const std::vector<Decision>& decisions() const { return decisions_; }
@@ -273,6 +277,8 @@ class TurnkeyController {
   std::vector<PlanRound> measured_;  // the last rounds on the current plans
   std::vector<double> judged_;       // the rounds on the current plans, at the baseline's conditions
   std::vector<PlanRound> recent_;    // the last deployed rounds, probes included
+  double energy_saved_ = 0;
+  long long deployed_iterations_ = 0;
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   StragglerDetector detector_;
   std::optional<StragglerTold> told_straggler_;

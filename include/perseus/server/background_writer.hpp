@@ -40,6 +40,7 @@ class BackgroundWriter {
   bool flush(std::chrono::milliseconds limit);
 
   std::size_t failures() const;  // failed attempts so far (retries included)
+  std::size_t written() const;   // writes done so far
   std::size_t dropped() const;   // writes dropped because the queue was full
 
  private:
@@ -56,7 +57,7 @@ class BackgroundWriter {
   std::condition_variable wake_, idle_;
   std::deque<Task> queue_;
   std::size_t queued_bytes_ = 0;
-  std::size_t failures_ = 0, dropped_ = 0;
+  std::size_t failures_ = 0, dropped_ = 0, written_ = 0;
   bool busy_ = false, stopping_ = false, dropping_ = false;
   std::chrono::steady_clock::time_point stop_by_;
   std::thread thread_;

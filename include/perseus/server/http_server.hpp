@@ -59,6 +59,8 @@ struct HttpLimits {
   std::chrono::milliseconds idle_timeout{60000};
   // A reply the client does not take within this long drops the connection.
   std::chrono::milliseconds write_timeout{30000};
+  // GET /metrics answers without the token (for scrapers on a trusted network).
+  bool public_metrics = false;
 };
 
 class HttpServer {

@@ -44,6 +44,7 @@
 
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
+#include "perseus/server/metrics.hpp"
 #include "perseus/server/models.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
@@ -97,6 +98,11 @@ class JobManager {
   // Callable from any thread.
   bool flush_records(std::chrono::milliseconds limit) { return !writer_ || writer_->flush(limit); }
 
+  // GET /metrics: every job's status and the server's counters, as Prometheus text.
+  std::string metrics_text() const;
+  // The HTTP front's counters (updated from every I/O thread; thread-safe).
+  HttpMetrics& http_metrics() { return http_metrics_; }
+
   std::size_t job_count() const { return jobs_.size(); }
   std::size_t restored_count() const { return restored_; }
 
@@ -138,6 +144,7 @@ class JobManager {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
   std::size_t restored_ = 0;
+  HttpMetrics http_metrics_;
 };
 
 }  // namespace perseus::server

@@ -175,6 +175,8 @@ class PerseusScheduler final : public Scheduler {
     out["slowdown_ci"] = nullptr;
     out["reference"] = nullptr;
     out["straggler"] = nullptr;
+    out["energy_saved"] = c.energy_saved();
+    out["deployed_iterations"] = c.deployed_iterations();
     if (c.plans() && c.target_plan()) {
       const auto& p = *c.target_plan();
       const auto& plans = *c.plans();

@@ -83,6 +83,7 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
     const RankInfo& info = ranks.at(static_cast<std::size_t>(result.rank));
     double t = mean_kept(result.iter_time), e = mean_kept(result.iter_energy);
     out.iteration_time = std::max(out.iteration_time, t);
+    out.iterations = std::max(out.iterations, static_cast<int>(result.iter_time.size()));
     out.energy += e;
     out.pipeline_energy[static_cast<std::size_t>(info.dp_rank)] += e;
     double busy_time = 0, busy_energy = 0;

@@ -1,0 +1,211 @@
+// GET /metrics: the Prometheus text exposition format, built from the jobs' status replies and the
+// HTTP front's counters (metrics.hpp).
+#include "perseus/server/metrics.hpp"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <optional>
+#include <vector>
+
+namespace perseus::server {
+namespace {
+
+using nlohmann::json;
+
+// Label values may hold any text (job ids are sanitised, but not for this format).
+std::string escape_label(std::string_view value) {
+  std::string out;
+  out.reserve(value.size());
+  for (char c : value) {
+    if (c == '\\') out += "\\\\";
+    else if (c == '"') out += "\\\"";
+    else if (c == '\n') out += "\\n";
+    else out += c;
+  }
+  return out;
+}
+
+std::string number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
+  return fmt::format("{}", v);
+}
+
+using Labels = std::vector<std::pair<std::string, std::string>>;
+
+std::string label_text(const Labels& labels) {
+  if (labels.empty()) return "";
+  std::string out = "{";
+  for (std::size_t i = 0; i < labels.size(); ++i)
+    out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, escape_label(labels[i].second));
+  return out + "}";
+}
+
+// Families in the order first added, each with its HELP and TYPE once and then its samples.
+class Exposition {
+ public:
+  void add(const std::string& name, const char* type, const char* help, const Labels& labels, double value,
+           const std::string& suffix = "") {
+    auto it = index_.find(name);
+    if (it == index_.end()) {
+      it = index_.emplace(name, families_.size()).first;
+      families_.push_back({name, type, help, {}});
+    }
+    families_[it->second].samples.push_back(fmt::format("{}{}{} {}", name, suffix, label_text(labels), number(value)));
+  }
+  std::string text() const {
+    std::string out;
+    for (const auto& f : families_) {
+      out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", f.name, f.help, f.name, f.type);
+      for (const auto& s : f.samples) out += s + "\n";
+    }
+    return out;
+  }
+
+ private:
+  struct Family {
+    std::string name;
+    const char* type;
+    const char* help;
+    std::vector<std::string> samples;
+  };
+  std::vector<Family> families_;
+  std::map<std::string, std::size_t> index_;
+};
+
+// The number at `path` (keys, then an optional array index) in `status`, if there is one.
+const json* at(const json& status, std::initializer_list<std::string_view> path) {
+  const json* j = &status;
+  for (auto key : path) {
+    if (!j->is_object()) return nullptr;
+    auto it = j->find(std::string(key));
+    if (it == j->end()) return nullptr;
+    j = &*it;
+  }
+  return j;
+}
+
+std::optional<double> number_at(const json& status, std::initializer_list<std::string_view> path) {
+  const json* j = at(status, path);
+  if (!j || !j->is_number()) return std::nullopt;
+  return j->get<double>();
+}
+
+// The phases a job is shown in, one-hot: the server's own and the turnkey scheduler's.
+constexpr std::array<const char*, 8> kPhases = {"registering", "running", "warmup", "profiling",
+                                                "planning",    "deployed", "done",  "failed"};
+
+void add_job(Exposition& out, const json& status) {
+  const std::string id = status.value("job_id", std::string());
+  const Labels job{{"job_id", id}};
+  const std::string phase = status.value("phase", std::string());
+  for (const char* p : kPhases)
+    out.add("perseus_job_phase", "gauge", "1 for the phase the job is in (registering, running, warmup, profiling, "
+                                          "planning, deployed, done, failed), 0 for the others",
+            {{"job_id", id}, {"phase", p}}, phase == p ? 1 : 0);
+  auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
+    if (auto v = number_at(status, path)) out.add(name, "gauge", help, job, *v);
+  };
+  gauge("perseus_job_round", "Rounds the job has run", {"round"});
+  gauge("perseus_job_ranks_registered", "Ranks registered", {"registered"});
+  gauge("perseus_job_ranks_expected", "Ranks the job was registered with (its world size)", {"world_size"});
+  gauge("perseus_job_baseline_iteration_seconds", "All-max baseline: time per iteration", {"baseline", "iteration_time"});
+  gauge("perseus_job_baseline_energy_joules", "All-max baseline: energy per iteration, every GPU", {"baseline", "energy"});
+  gauge("perseus_job_measured_iteration_seconds", "Time per iteration on the current plans (the last rounds)",
+        {"measured", "iteration_time"});
+  gauge("perseus_job_measured_energy_joules", "Energy per iteration on the current plans (the last rounds), every GPU",
+        {"measured", "energy"});
+  gauge("perseus_job_saving_ratio", "Energy saved against the reference (1 - energy / reference energy)", {"saving"});
+  gauge("perseus_job_slowdown_ratio", "Time against the reference (time / reference time - 1)", {"slowdown"});
+  for (const auto& [key, name] : {std::pair{"saving_ci", "perseus_job_saving_ratio_bound"},
+                                  std::pair{"slowdown_ci", "perseus_job_slowdown_ratio_bound"}}) {
+    const json* ci = at(status, {key});
+    if (!ci || !ci->is_array() || ci->size() != 2 || !(*ci)[0].is_number() || !(*ci)[1].is_number()) continue;
+    for (int i = 0; i < 2; ++i)
+      out.add(name, "gauge", "The 95% interval of the ratio of the same name", {{"job_id", id}, {"bound", i ? "high" : "low"}},
+              (*ci)[static_cast<std::size_t>(i)].get<double>());
+  }
+  if (auto v = number_at(status, {"energy_saved"}))
+    out.add("perseus_job_energy_saved_joules_total", "counter",
+            "Energy saved so far: per deployed round, (reference - measured energy per iteration) x its iterations", job, *v);
+  if (const json* s = at(status, {"straggler"}); s && (s->is_object() || s->is_null()))
+    out.add("perseus_job_straggler_slowdown_ratio", "gauge", "The straggler's time over the baseline's (1: none)", job,
+            s->is_object() && s->contains("slowdown") && (*s)["slowdown"].is_number() ? (*s)["slowdown"].get<double>() : 1.0);
+  if (auto v = number_at(status, {"plan", "step_ups"}))
+    out.add("perseus_job_step_ups_total", "counter", "Steps to a faster plan since the job began", job, *v);
+}
+
+}  // namespace
+
+std::string_view route_of(std::string_view path) {
+  static constexpr std::array<std::string_view, 11> kRoutes = {
+      "info", "register_job", "register_rank", "schedule", "result", "heartbeat", "jobs", "straggler", "leave", "metrics", ""};
+  if (path == "/") return "page";
+  if (path.empty() || path.front() != '/') return "other";
+  std::string_view first = path.substr(1, path.find('/', 1) == std::string_view::npos ? std::string_view::npos
+                                                                                      : path.find('/', 1) - 1);
+  for (auto r : kRoutes)
+    if (!r.empty() && r == first) return r;
+  return "other";
+}
+
+void HttpMetrics::request_done(std::string_view route, int status, double seconds) {
+  std::lock_guard lock(mutex_);
+  ++counts_.requests[{std::string(route), status}];
+  auto& latency = counts_.latency[std::string(route)];
+  std::size_t bucket = 0;
+  while (bucket < kLatencyBuckets.size() && seconds > kLatencyBuckets[bucket]) ++bucket;
+  if (bucket < kLatencyBuckets.size()) ++latency.buckets[bucket];
+  ++latency.count;
+  latency.sum += seconds;
+}
+
+HttpMetrics::Snapshot HttpMetrics::snapshot() const {
+  std::lock_guard lock(mutex_);
+  Snapshot out = counts_;
+  out.open_connections = open_connections_.load();
+  return out;
+}
+
+std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, const StoreCounters& store,
+                           const std::string& version) {
+  Exposition out;
+  out.add("perseus_build_info", "gauge", "The server's version", {{"version", version}}, 1);
+  std::map<std::string, int> by_phase;
+  for (const char* p : kPhases) by_phase[p] = 0;
+  if (jobs.is_array())
+    for (const auto& status : jobs) {
+      if (!status.is_object()) continue;
+      ++by_phase[status.value("phase", std::string("other"))];
+      add_job(out, status);
+    }
+  for (const auto& [phase, n] : by_phase) out.add("perseus_jobs", "gauge", "Jobs held, by phase", {{"phase", phase}}, n);
+  for (const auto& [key, n] : http.requests)
+    out.add("perseus_http_requests_total", "counter", "HTTP requests answered, by route and status",
+            {{"route", key.first}, {"code", std::to_string(key.second)}}, static_cast<double>(n));
+  for (const auto& [route, h] : http.latency) {
+    std::uint64_t cumulative = 0;
+    for (std::size_t b = 0; b < kLatencyBuckets.size(); ++b) {
+      cumulative += h.buckets[b];
+      out.add("perseus_http_request_duration_seconds", "histogram",
+              "Time from a request's arrival to its reply (a schedule request includes its wait at the barrier)",
+              {{"route", route}, {"le", number(kLatencyBuckets[b])}}, static_cast<double>(cumulative), "_bucket");
+    }
+    out.add("perseus_http_request_duration_seconds", "histogram", "", {{"route", route}, {"le", "+Inf"}},
+            static_cast<double>(h.count), "_bucket");
+    out.add("perseus_http_request_duration_seconds", "histogram", "", {{"route", route}}, h.sum, "_sum");
+    out.add("perseus_http_request_duration_seconds", "histogram", "", {{"route", route}}, static_cast<double>(h.count),
+            "_count");
+  }
+  out.add("perseus_http_connections_open", "gauge", "HTTP connections open now", {}, static_cast<double>(http.open_connections));
+  out.add("perseus_store_writes_total", "counter", "Disk writes done (job store and record files)", {},
+          static_cast<double>(store.writes));
+  out.add("perseus_store_write_failures_total", "counter", "Disk write attempts that failed (each is retried)", {},
+          static_cast<double>(store.failures));
+  out.add("perseus_store_writes_dropped_total", "counter", "Disk writes dropped because the write queue was full", {},
+          static_cast<double>(store.dropped));
+  return out.text();
+}
+
+}  // namespace perseus::server
