@@ -11,12 +11,15 @@
 //
 //   perseus_bench_server_load [--ranks N] [--rounds R] [--stages S] [--tensor-parallel T]
 //                             [--iterations I] [--microbatches M] [--threads T] [--dump DIR]
-//                             [--scheduler NAME] [--url URL]
+//                             [--scheduler NAME] [--url URL] [--scrape-hz F]
 // Each result carries I iterations of M forward and M backward times and energies. The job is
 // S stages x N/(S*T) pipelines x T tensor-parallel ranks (rank = (dp x S + pp) x T + tp). With
 // --url the ranks load a `perseus serve` already running there (its own process, so that its
-// memory can be read on its own) and the server-side options are that server's.
+// memory can be read on its own) and the server-side options are that server's. --scrape-hz F:
+// a scraper on its own thread and connection reads GET /metrics F times a second while the rounds
+// run (what a Prometheus scraper costs the round rate).
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   int iterations = 5, microbatches = 16;  // per reported result
   int server_threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::string dump, url, scheduler = "AllMaxFrequency3D";
+  double scrape_hz = 0;
   int tp = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--tensor-parallel")) tp = std::max(1, std::atoi(argv[i + 1]));
@@ -159,6 +163,7 @@ int main(int argc, char** argv) {
     else if (!std::strcmp(argv[i], "--iterations")) iterations = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--microbatches")) microbatches = std::atoi(argv[i + 1]);
     else if (!std::strcmp(argv[i], "--threads")) server_threads = std::max(1, std::atoi(argv[i + 1]));
+    else if (!std::strcmp(argv[i], "--scrape-hz")) scrape_hz = std::max(0.0, std::atof(argv[i + 1]));
   }
   if (load.ranks % (stages * tp) != 0) stages = 1, tp = 1;
   raise_open_file_limit();
@@ -241,9 +246,33 @@ int main(int argc, char** argv) {
   for (int r = 0; r < load.ranks; ++r) {
     std::make_shared<Rank>(client_io, r, load, result_of(r))->start(endpoint);
   }
+  std::atomic<bool> rounds_done{false};
+  std::size_t scrapes = 0, scrape_bytes = 0;
+  double scrape_ms = 0;
+  std::thread scraper;
+  if (scrape_hz > 0)
+    scraper = std::thread([&] {
+      perseus::client::HttpClient metrics(url);
+      const auto period = std::chrono::duration<double>(1.0 / scrape_hz);
+      auto next = Clock::now();
+      while (!rounds_done.load()) {
+        auto t = Clock::now();
+        auto reply = metrics.request("GET", "/metrics", "", std::chrono::seconds(10));
+        scrape_ms += std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+        scrape_bytes = reply.body.size();
+        ++scrapes;
+        next += std::chrono::duration_cast<Clock::duration>(period);
+        while (!rounds_done.load() && Clock::now() < next) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      }
+    });
   auto start = Clock::now();
   double server_cpu0 = cpu_seconds(server_pool), client_cpu0 = this_thread_cpu_seconds();
   client_io.run();
+  rounds_done = true;
+  if (scraper.joinable()) scraper.join();
+  if (scrapes > 0)
+    std::printf("scraped GET /metrics %zu times (%.1f per second asked), %.2f ms each on average, %zu bytes\n", scrapes,
+                scrape_hz, scrape_ms / double(scrapes), scrape_bytes);
   double total_s = std::chrono::duration<double>(Clock::now() - start).count();
   double server_cpu_ms = (cpu_seconds(server_pool) - server_cpu0) * 1e3 / load.rounds;
   double client_cpu_ms = (this_thread_cpu_seconds() - client_cpu0) * 1e3 / load.rounds;
