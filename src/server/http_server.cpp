@@ -73,11 +73,11 @@ class Session : public std::enable_shared_from_this<Session> {
         peer_(std::move(peer)) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
-    jobs_.http_metrics().connection_opened();
+    metrics_->connection_opened();
   }
   ~Session() {
     peers_->release(peer_);
-    jobs_.http_metrics().connection_closed();
+    metrics_->connection_closed();
   }
 
   void start() { read_header(); }
@@ -175,7 +175,7 @@ class Session : public std::enable_shared_from_this<Session> {
     response_.version(version_ != 0 ? version_ : request_.version());
     version_ = 0;
     response_.result(static_cast<http::status>(response.status));
-    jobs_.http_metrics().request_done(route_, response.status,
+    metrics_->request_done(route_, response.status,
                                       std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
     response_.set(http::field::server, "perseus");
     response_.set(http::field::content_type, response.content_type);
@@ -249,6 +249,7 @@ class Session : public std::enable_shared_from_this<Session> {
   bool unauthorized_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string_view route_ = "other";  // route_of's: a static string
+  std::shared_ptr<HttpMetrics> metrics_ = jobs_.http_metrics();
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
   http::request<http::string_body> request_;

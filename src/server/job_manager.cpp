@@ -508,7 +508,7 @@ std::string JobManager::metrics_text() const {
   for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
   StoreCounters store;
   if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
-  return render_metrics(statuses, http_metrics_.snapshot(), store, PERSEUS_VERSION);
+  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION);
 }
 
 json JobManager::answer(const Job& job, std::size_t rank) const {

@@ -100,8 +100,9 @@ class JobManager {
 
   // GET /metrics: every job's status and the server's counters, as Prometheus text.
   std::string metrics_text() const;
-  // The HTTP front's counters (updated from every I/O thread; thread-safe).
-  HttpMetrics& http_metrics() { return http_metrics_; }
+  // The HTTP front's counters (updated from every I/O thread; thread-safe). Shared: a session
+  // the io_context destroys after the job manager still counts itself closed.
+  const std::shared_ptr<HttpMetrics>& http_metrics() const { return http_metrics_; }
 
   std::size_t job_count() const { return jobs_.size(); }
   std::size_t restored_count() const { return restored_; }
@@ -144,7 +145,7 @@ class JobManager {
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
   std::size_t restored_ = 0;
-  HttpMetrics http_metrics_;
+  std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
 };
 
 }  // namespace perseus::server
