@@ -1,6 +1,7 @@
 // `perseus gpud --metrics-address`: the exposition text is well formed (parsed strictly here), shows
 // exactly the GPU a client locked and owns, counts the reset when that client goes, keeps serving
 // whatever requests it gets, and leaves out only what it could not read.
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -197,6 +198,30 @@ TEST_F(GpudMetricsProcess, AnythingButGetMetricsIsRefusedAndItServesOn) {
   Exposition still = scrape();
   EXPECT_EQ(still.plain("perseus_gpud_gpus"), 2.0);
   EXPECT_TRUE(ServeProcess::alive(pid));
+}
+
+TEST_F(GpudMetricsProcess, ScrapeConnectionsAreCappedAndFreedWhenTheyClose) {
+  std::vector<int> idle;
+  for (int i = 0; i < 8; ++i) idle.push_back(connect_to(port));  // the most it keeps open (MetricsLimits)
+  std::string refused = raw_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_EQ(refused, "") << "a ninth connection is closed unanswered";
+  for (int fd : idle) ::close(fd);
+  EXPECT_TRUE(eventually([&] {
+    return raw_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").starts_with("HTTP/1.1 200");
+  }));
+}
+
+// The parser above is what makes the tests strict: it must reject what Prometheus would.
+TEST(GpudMetricsText, TheTestsParserRejectsMalformedExpositions) {
+  const std::string family = "# HELP perseus_gpud_x X.\n# TYPE perseus_gpud_x gauge\n";
+  EXPECT_NONFATAL_FAILURE(Exposition("perseus_gpud_x 1\n"), "sample before its TYPE");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + "perseus_gpud_x{gpu=0} 1\n"), "malformed line");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + "perseus_gpud_x{gpu=\"0\"} 1 2\n"), "malformed line");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + "perseus_gpud_x 1.5W\n"), "not a number");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + "perseus_gpud_x 1\nperseus_gpud_x 2\n"), "sample repeated");
+  EXPECT_NONFATAL_FAILURE(Exposition("# HELP perseus_gpud_n N.\n# TYPE perseus_gpud_n counter\n"), "end in _total");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + family), "declared twice");
+  EXPECT_NONFATAL_FAILURE(Exposition(family + "perseus_gpud_x 1"), "ends with a newline");
 }
 
 // A GPU library whose every read works except GPU 1's power draw, and which fails the test if
