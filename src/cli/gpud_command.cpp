@@ -6,9 +6,11 @@
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
+#include <optional>
 
 #include "perseus/cli/commands.hpp"
 #include "perseus/gpud/daemon.hpp"
+#include "perseus/gpud/metrics_endpoint.hpp"
 #include "perseus/gpud/protocol.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/safe_text.hpp"
@@ -22,6 +24,7 @@ struct GpudArgs {
   std::string socket_group;
   std::string nvml;
   std::string log_level = "info";
+  std::string metrics_address;  // "": no metrics listener
   double idle_timeout_s = 60;
 };
 
@@ -41,6 +44,13 @@ int run_gpud(const GpudArgs& args) {
   if (level == spdlog::level::off && args.log_level != "off")
     throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, off", args.log_level), kExitUsage);
   spdlog::set_level(level);
+  std::optional<gpud::MetricsAddress> metrics_address;
+  if (!args.metrics_address.empty()) {
+    metrics_address = gpud::parse_metrics_address(args.metrics_address);
+    if (!gpud::is_loopback(metrics_address->host))
+      spdlog::warn("--metrics-address {}: not a loopback address, so anyone who can reach it reads which GPUs are "
+                   "owned and locked (no authentication; keep it behind a firewall)", args.metrics_address);
+  }
 
   std::shared_ptr<gpu::GpuLibrary> library;
   try {
@@ -52,16 +62,24 @@ int run_gpud(const GpudArgs& args) {
   gpud::DaemonOptions options{args.socket, mode, args.socket_group};
   options.idle_timeout = std::chrono::milliseconds(static_cast<long long>(args.idle_timeout_s * 1000));
   gpud::Daemon daemon(io, library, options);
+  std::optional<gpud::MetricsEndpoint> metrics;  // after the daemon: it reads the daemon's state
+  if (metrics_address) metrics.emplace(io, daemon, library, *metrics_address);
   boost::asio::signal_set signals(io, SIGINT, SIGTERM, SIGHUP);
   signals.async_wait([&](const boost::system::error_code& ec, int signal) {
     if (ec) return;
     spdlog::info("signal {}: stopping", signal);
+    if (metrics) metrics->stop();
     daemon.stop();
     io.stop();
   });
   std::printf("perseus gpud: listening on %s (%u GPU%s, mode %04o%s)\n", args.socket.c_str(), library->device_count(),
               library->device_count() == 1 ? "" : "s", mode,
               args.socket_group.empty() ? "" : fmt::format(", group {}", args.socket_group).c_str());
+  if (metrics) {
+    const std::string& host = metrics_address->host;
+    std::printf("perseus gpud: metrics on http://%s:%u/metrics\n",
+                host.find(':') != std::string::npos ? fmt::format("[{}]", host).c_str() : host.c_str(), metrics->port());
+  }
   std::fflush(stdout);
   // Every request's failure is answered on its connection; should anything still escape a
   // handler, the daemon goes on serving: stopping would reset every GPU under the running ranks.
@@ -91,6 +109,9 @@ Runner add_gpud_command(CLI::App& app) {
   cmd->add_option("--idle-timeout", args->idle_timeout_s,
                   "Seconds after which a connection that owns no GPU and sends nothing is closed (0: never)")
       ->capture_default_str();
+  cmd->add_option("--metrics-address", args->metrics_address,
+                  "Serve Prometheus metrics (GET /metrics: per GPU its locked clock, owner, power, energy, resets) "
+                  "on HOST:PORT, or on 127.0.0.1:PORT given a PORT alone; off by default");
   cmd->add_option("--log-level", args->log_level, "debug, info, warning, error or off")->capture_default_str();
   return [args] { return run_gpud(*args); };
 }

@@ -38,6 +38,7 @@ class NvmlLibrary final : public GpuLibrary {
     resolve(get_count_, "nvmlDeviceGetCount_v2");
     resolve(get_handle_, "nvmlDeviceGetHandleByIndex_v2");
     resolve(get_name_, "nvmlDeviceGetName");
+    get_uuid_ = reinterpret_cast<nvml::GetNameFn>(dlsym(handle_, "nvmlDeviceGetUUID"));  // optional: uuid() says so
     resolve(get_mem_clocks_, "nvmlDeviceGetSupportedMemoryClocks");
     resolve(get_gr_clocks_, "nvmlDeviceGetSupportedGraphicsClocks");
     resolve(set_gpu_locked_, "nvmlDeviceSetGpuLockedClocks");
@@ -67,6 +68,14 @@ class NvmlLibrary final : public GpuLibrary {
   std::string name(unsigned device) override {
     char buffer[96] = {};
     check(get_name_(handle(device), buffer, sizeof buffer), "nvmlDeviceGetName", device);
+    return buffer;
+  }
+
+  std::string uuid(unsigned device) override {
+    if (get_uuid_ == nullptr)
+      throw GpuError(GpuErrorKind::not_supported, fmt::format("{} does not export nvmlDeviceGetUUID", path_));
+    char buffer[96] = {};  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+    check(get_uuid_(handle(device), buffer, sizeof buffer), "nvmlDeviceGetUUID", device);
     return buffer;
   }
 
@@ -177,6 +186,7 @@ class NvmlLibrary final : public GpuLibrary {
   nvml::GetCountFn get_count_ = nullptr;
   nvml::GetHandleByIndexFn get_handle_ = nullptr;
   nvml::GetNameFn get_name_ = nullptr;
+  nvml::GetNameFn get_uuid_ = nullptr;
   nvml::GetSupportedMemoryClocksFn get_mem_clocks_ = nullptr;
   nvml::GetSupportedGraphicsClocksFn get_gr_clocks_ = nullptr;
   nvml::SetLockedClocksFn set_gpu_locked_ = nullptr;

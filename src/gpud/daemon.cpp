@@ -39,6 +39,7 @@ namespace {
 // What one connection changed on one GPU it owns: what closing the connection must undo.
 struct Touched {
   bool graphics = false, memory = false, power_limit = false;
+  bool any() const { return graphics || memory || power_limit; }
   unsigned limit_before_mw = 0;  // the power limit before this connection first set one: what it gets back
 };
 
@@ -59,6 +60,9 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   void reset_all(const char* why);
   // Undoes `touched` on `device`; returns what failed ("" when nothing did).
   std::string reset(unsigned device, const Touched& touched);
+  // reset() on behalf of a client, counted in the GPU's resets.
+  std::string undo(unsigned device, const Touched& touched);
+  void count_request(const std::string& op, std::string_view outcome) { ++requests[{op, std::string(outcome)}]; }
   json handle(Connection& connection, const Request& request);
   void check_device(unsigned device) const {
     if (device >= device_count)
@@ -76,6 +80,8 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   DaemonOptions options;
   unsigned device_count = 0;
   std::vector<Connection*> owner;                    // per GPU: the connection that owns it
+  std::vector<GpuState> state;                       // per GPU: locked clocks and resets (owned: from `owner`)
+  std::map<std::pair<std::string, std::string>, std::uint64_t> requests;
   std::map<unsigned, std::vector<unsigned>> clocks;  // supported graphics clocks at the top memory clock
   std::vector<std::weak_ptr<Connection>> connections;
   bool stopped = false;
@@ -108,6 +114,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
     daemon_->release(*this);
   }
 
+  bool is_open() const { return !closed_; }
+
   std::map<unsigned, Touched> owned;  // GPUs this connection owns, and what it changed on each
   pid_t pid = 0;
   uid_t uid = 0;
@@ -134,6 +142,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (ec == asio::error::not_found) {  // a line longer than any request: not a perseus client
+      daemon_->count_request("malformed", "invalid_argument");
       return write(safe_dump(json{{"ok", false}, {"kind", "invalid_argument"},
                                   {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}) + "\n", true);
     }
@@ -147,14 +156,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // invalid UTF-8 replaced, so serialising it cannot throw.
   std::string answer(std::string_view line) {
     json reply;
+    std::string op = "malformed";
     try {
-      reply = {{"ok", true}, {"value", daemon_->handle(*this, parse_request(line))}};
+      Request request = parse_request(line);
+      op = request.op;
+      reply = {{"ok", true}, {"value", daemon_->handle(*this, request)}};
     } catch (const GpuError& e) {
       reply = {{"ok", false}, {"kind", error_kind_name(e.kind())}, {"error", safe_text(e.what(), kMaxErrorBytes)}};
     } catch (const std::exception& e) {
       spdlog::error("pid {}: request failed: {}", pid, safe_text(e.what()));
       reply = {{"ok", false}, {"kind", "other"}, {"error", safe_text(e.what(), kMaxErrorBytes)}};
     }
+    daemon_->count_request(op, reply["ok"].get<bool>() ? "ok" : reply["kind"].get_ref<const std::string&>());
     return safe_dump(reply);
   }
 
@@ -276,12 +289,26 @@ std::string Daemon::Impl::reset(unsigned device, const Touched& touched) {
       failed.push_back(fmt::format("{}: {}", what, e.what()));
     }
   };
-  attempt(touched.graphics, "graphics clock", [&] { gpu->reset_graphics_clock(device); });
-  attempt(touched.memory, "memory clock", [&] { gpu->reset_memory_clock(device); });
+  attempt(touched.graphics, "graphics clock", [&] {
+    gpu->reset_graphics_clock(device);
+    state[device].locked_graphics_mhz = 0;
+  });
+  attempt(touched.memory, "memory clock", [&] {
+    gpu->reset_memory_clock(device);
+    state[device].locked_memory_mhz = 0;
+  });
   attempt(touched.power_limit, "power limit", [&] {
     gpu->set_power_limit_mw(device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).max_mw);
   });
   return fmt::format("{}", fmt::join(failed, "; "));
+}
+
+std::string Daemon::Impl::undo(unsigned device, const Touched& touched) {
+  if (!touched.any()) return "";
+  std::string failed = reset(device, touched);
+  ++state[device].resets;
+  if (!failed.empty()) ++state[device].reset_failures;
+  return failed;
 }
 
 void Daemon::Impl::reset_all(const char* why) {
@@ -316,7 +343,7 @@ void Daemon::Impl::claim(Connection& connection, unsigned device) {
 void Daemon::Impl::release(Connection& connection) {
   for (const auto& [device, touched] : connection.owned) {
     auto start = std::chrono::steady_clock::now();
-    std::string failed = reset(device, touched);
+    std::string failed = undo(device, touched);
     auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
     if (failed.empty())
       spdlog::info("GPU {}: pid {} disconnected; what it set is reset ({} µs)", device, connection.pid, took.count());
@@ -357,7 +384,7 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     Touched touched = connection.owned[device];
     connection.owned.erase(device);
     owner[device] = nullptr;
-    std::string failed = reset(device, touched);
+    std::string failed = undo(device, touched);
     if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
     return nullptr;
   }
@@ -376,9 +403,11 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     if (lock_graphics) {
       touched.graphics = true;  // before the call: a partial failure must still be undone
       gpu->lock_graphics_clock(device, low, high);
+      state[device].locked_graphics_mhz = high;
     } else {
       touched.memory = true;
       gpu->lock_memory_clock(device, low, high);
+      state[device].locked_memory_mhz = high;
     }
     return nullptr;
   }
@@ -401,16 +430,18 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     if (op == "reset_graphics_clock") {
       gpu->reset_graphics_clock(device);  // errors keep NVML's kind (no_permission, ...)
       touched.graphics = false;
+      state[device].locked_graphics_mhz = 0;
     } else {
       gpu->reset_memory_clock(device);
       touched.memory = false;
+      state[device].locked_memory_mhz = 0;
     }
     return nullptr;
   }
   if (op == "reset") {  // everything, whoever set it (perseus gpu reset)
     claim(connection, device);
     connection.owned[device] = Touched{};
-    std::string failed = reset(device, Touched{true, true, true});
+    std::string failed = undo(device, Touched{true, true, true});
     if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
     return nullptr;
   }
@@ -421,12 +452,23 @@ Daemon::Daemon(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, Daemo
     : impl_(std::make_shared<Impl>(io, std::move(gpu), std::move(options))) {
   impl_->device_count = impl_->gpu->device_count();
   impl_->owner.assign(impl_->device_count, nullptr);
+  impl_->state.assign(impl_->device_count, GpuState{});
   impl_->listen();
   impl_->reset_all("gpud started");
   impl_->accept();
 }
 
 Daemon::~Daemon() { stop(); }
+
+DaemonStats Daemon::stats() const {
+  DaemonStats out;
+  out.gpus = impl_->state;
+  for (unsigned d = 0; d < impl_->device_count; ++d) out.gpus[d].owned = impl_->owner[d] != nullptr;
+  for (const auto& weak : impl_->connections)
+    if (auto connection = weak.lock()) out.connections += connection->is_open();
+  out.requests = impl_->requests;
+  return out;
+}
 
 void Daemon::stop() {
   if (impl_->stopped) return;

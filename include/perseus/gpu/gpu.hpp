@@ -32,6 +32,11 @@ class GpuLibrary {
   virtual ~GpuLibrary() = default;
   virtual unsigned device_count() = 0;
   virtual std::string name(unsigned device) = 0;
+  // NVML's stable identifier ("GPU-" and a UUID), which survives re-enumeration unlike the index.
+  // Libraries that cannot tell throw GpuError(not_supported).
+  virtual std::string uuid(unsigned device) {
+    throw GpuError(GpuErrorKind::not_supported, "GPU " + std::to_string(device) + ": no UUID from this GPU library");
+  }
   // Descending, as NVML lists them.
   virtual std::vector<unsigned> supported_memory_clocks(unsigned device) = 0;
   virtual std::vector<unsigned> supported_graphics_clocks(unsigned device, unsigned memory_clock) = 0;

@@ -8,8 +8,12 @@
 // Every GPU is reset when the daemon starts and when it stops.
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "perseus/gpu/gpu.hpp"
 
@@ -21,6 +25,25 @@ struct DaemonOptions {
   std::string socket_group;     // "" keeps the daemon's group
   // A connection that owns no GPU is closed after this long without a request (0: never).
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+};
+
+// What the daemon knows of one GPU beyond what NVML reports: what its clients set on it.
+struct GpuState {
+  bool owned = false;                // a live connection owns it
+  unsigned locked_graphics_mhz = 0;  // the SM clock a client locked it to (the top of the range); 0: not locked
+  unsigned locked_memory_mhz = 0;
+  // Resets of what a client set, when it disconnected, released the GPU or asked for a reset (not
+  // the daemon's own resets at start and stop), and how many of them failed in part.
+  std::uint64_t resets = 0, reset_failures = 0;
+};
+
+// A snapshot for the daemon's metrics (metrics_endpoint.hpp).
+struct DaemonStats {
+  std::vector<GpuState> gpus;  // by NVML index
+  std::size_t connections = 0;  // open client connections
+  // Requests answered, by operation ("malformed" for a line that is not a request) and outcome
+  // ("ok" or the GpuErrorKind's name): both from fixed lists, so the map stays small.
+  std::map<std::pair<std::string, std::string>, std::uint64_t> requests;
 };
 
 class Daemon {
@@ -35,6 +58,9 @@ class Daemon {
   // Closes every connection (resetting what each set), resets every GPU and removes the socket
   // file. Call on io's thread (or with io stopped); the destructor calls it too.
   void stop();
+
+  // Call on io's thread.
+  DaemonStats stats() const;
 
  private:
   friend class Connection;  // one client's connection (daemon.cpp)

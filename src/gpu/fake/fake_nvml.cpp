@@ -233,6 +233,19 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice
   });
 }
 
+// A fixed UUID per index, shaped like NVML's: "GPU-" and 8-4-4-4-12 hex digits.
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
+  return getter("nvmlDeviceGetUUID", device, [&](FakeGpu&, std::string&) {
+    long index = -1;
+    gpu_of(state(), device, &index);
+    char text[64];
+    std::snprintf(text, sizeof text, "GPU-fa4e0000-0000-4000-8000-%012lx", static_cast<unsigned long>(index));
+    if (uuid == nullptr || length <= std::strlen(text)) return nv::kInsufficientSize;
+    std::strcpy(uuid, text);
+    return nv::kSuccess;
+  });
+}
+
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned* count,
                                                                     unsigned* clocks) {
   return getter("nvmlDeviceGetSupportedMemoryClocks", device, [&](FakeGpu&, std::string&) {
