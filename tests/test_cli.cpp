@@ -428,7 +428,7 @@ double intrinsic_saving(const std::string& profile) {
 // 0.5% slowdown; a 1.2x straggler is detected without any API call, the other pipeline slows down
 // to it (less energy), and returns when it recovers.
 TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
-  const std::string profile = std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv";
+  const std::string profile = std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv";
   // The simulated ranks register their jobs with a secret; perseus straggler below acts as the
   // administrator, with the server's token (every command here gets it from PERSEUS_TOKEN).
   fs::create_directories(dir_ / "serve");
@@ -493,7 +493,7 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
 }
 
 TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
-  const std::string profile = std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv";
+  const std::string profile = std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv";
   perseus::testing::ServeProcess serve(dir_ / "serve", "AllMaxFrequency", "{}", "--no-dump");
   ASSERT_NE(serve.port, 0);
   const std::string shape = " --stages 8 --microbatches 12 --p2p-power 83.64 --server " + serve.url();

@@ -266,7 +266,7 @@ TEST(StepUp, StrictlyFasterAndNotAllMaxWhileAFrontierPlanMeets) {
 // judged with fresh draws against an all-max twin (bench/noise_choice.cpp over more cases).
 TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
   PlanningInput input;
-  input.profile = read_profile(std::string(PERSEUS_SHARED_DIR) + "/data/sosp24/stage_profile/gpt3-175b+a100_sxm_bf16.csv");
+  input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
   input.config.num_stages = 8;
   input.config.num_microbatches = 12;
   input.config.p_block = 83.64;
