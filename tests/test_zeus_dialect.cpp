@@ -163,13 +163,22 @@ TEST_F(ZeusDialect, ZeusBodiesAreValidatedAsZeusValidatesThem) {
   for (const auto& c : std::vector<Case>{{zero_pp, 422, "'pp_degree'"},
                                          {wrong_world, 422, "'world_size'"},
                                          {given_id, 422, "'job_id'"},
-                                         {zeus_job(2, 1, 1, "a/b"), 422, "'job_metadata'"},
+                                         {zeus_job(2, 1, 1, "a?b"), 422, "'job_metadata'"},
                                          {zeus_job(2, 1, 1, 7), 422, "'job_metadata'"},
                                          {zeus_job(2, 1, 1, std::string(201, 'x')), 422, "'job_metadata'"}}) {
     auto reply = server.post("/register_job", c.body);
     EXPECT_EQ(reply.status, c.status) << c.body.dump();
     EXPECT_NE(reply.body.find(c.field), std::string::npos) << reply.body;
   }
+  // A Hugging Face model name: its '/' stays in the id (the routes take the rest of the path) and
+  // becomes '_' only in the records' directory name.
+  auto hf = server.post("/register_job", zeus_job(2, 1, 1, "meta-llama/Llama-2-7b"));
+  ASSERT_EQ(hf.status, 200) << hf.body;
+  std::string hf_id = json::parse(hf.body).get<std::string>();
+  EXPECT_EQ(hf_id.substr(19), "+dp1+pp2+tp1+AllMaxFrequency+meta-llama/Llama-2-7b");
+  EXPECT_EQ(server.post("/register_rank/" + hf_id, zeus_rank(0, 0)).status, 200);
+  EXPECT_EQ(server.call("GET", "/jobs/" + hf_id).status, 200);
+  EXPECT_EQ(server::records_dir_name(hf_id).find('/'), std::string::npos);
   std::string id = json::parse(server.post("/register_job", zeus_job(2, 1, 1, "")).body).get<std::string>();
   EXPECT_EQ(id.substr(19), "+dp1+pp2+tp1+AllMaxFrequency") << "an empty job_metadata adds nothing, as in Zeus";
   json rank = zeus_rank(0, 0);

@@ -96,7 +96,7 @@ JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings set
 void JobManager::restore(StoredJob stored) {
   std::string id = stored.info.job_id;
   auto job = std::make_unique<Job>(executor_, stored.info);
-  job->dir = fs::path(settings_.dump_dir) / id;
+  job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));
   ++restored_;
@@ -224,7 +224,7 @@ std::string JobManager::register_job(JobInfo info, bool with_secret) {
   info.job_secret = with_secret ? new_job_secret() : "";
   info.job_id = id;
   auto job = std::make_unique<Job>(executor_, info);
-  job->dir = fs::path(settings_.dump_dir) / id;
+  job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));
   spdlog::info("job {} registered: world size {}", id, info.world_size);

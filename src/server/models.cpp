@@ -96,8 +96,10 @@ std::string id_part(const json& body, const std::string& name) {
   return sanitize_id_part(text);
 }
 
-// Zeus's optional job_metadata ends the job id, so it becomes a directory name and part of
-// every URL Zeus's client builds without escaping.
+// Zeus's optional job_metadata ends the job id, so it is part of every URL Zeus's client builds
+// without escaping: '?', '#' and '%' would change what those URLs mean. A '/' (a Hugging Face
+// model name such as meta-llama/Llama-2-7b) does not: the routes take the rest of the path as the
+// id; in the records' directory name it is replaced (records_dir_name).
 std::string job_metadata(const json& body) {
   auto it = body.find("job_metadata");
   if (it == body.end() || it->is_null()) return "";
@@ -105,8 +107,8 @@ std::string job_metadata(const json& body) {
   auto text = it->get<std::string>();
   if (text.size() > kMaxJobIdBytes) bad("job_metadata", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
   for (char c : text)
-    if (c == '/' || c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
-      bad("job_metadata", fmt::format("'{}' may not contain '/', '\\', '?', '#', '%' or control characters", safe_text(text)));
+    if (c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
+      bad("job_metadata", fmt::format("'{}' may not contain '\\', '?', '#', '%' or control characters", safe_text(text)));
   return text;
 }
 
@@ -145,6 +147,12 @@ std::string sanitize_id_part(std::string_view text) {
     }
   }
   if (out == "." || out == "..") out.assign(out.size(), '_');
+  return out;
+}
+
+std::string records_dir_name(const std::string& job_id) {
+  std::string out = job_id;
+  std::replace(out.begin(), out.end(), '/', '_');
   return out;
 }
 

@@ -138,6 +138,9 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
 std::string sanitize_id_part(std::string_view text);
 // Throws RequestError(422) when `job_id` is longer than kMaxJobIdBytes.
 void check_job_id_length(const std::string& job_id);
+// The job's records directory under the dump directory: its id with '/' (allowed in Zeus's
+// job_metadata, e.g. a Hugging Face model name) replaced, so that it is one directory.
+std::string records_dir_name(const std::string& job_id);
 
 // Parses JSON text; throws RequestError(422) saying where it is malformed.
 nlohmann::json parse_body(const std::string& text);
