@@ -12,6 +12,7 @@ packages=(
   python3-pip python3-venv python3-setuptools python3-wheel python3-mypy python3-torch
   libgtest-dev libgmock-dev libbenchmark-dev libtinyxml2-dev
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()
