@@ -94,6 +94,9 @@ TEST_F(WebPageTest, PicturesOfAJobWithoutAPlanAre404WithADetail) {
     EXPECT_EQ(server.call("GET", path_of("no-such-job") + what).status, 404) << what;
     EXPECT_EQ(server.call("POST", path_of(id) + what, "{}").status, 405) << what;
   }
+  auto bare = server.call("GET", "/jobs/frontier");  // a job id, not a picture of one
+  EXPECT_EQ(bare.status, 404);
+  EXPECT_NE(bare.body.find("unknown job 'frontier'"), std::string::npos) << bare.body;
   // The summaries carry saving and slowdown for the page's list: null from a scheduler that measures none.
   json jobs = json::parse(server.call("GET", "/jobs").body);
   ASSERT_EQ(jobs.size(), 1u);

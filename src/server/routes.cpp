@@ -124,11 +124,12 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     }
     // What the web page draws of one job: its frontier (JSON) and its deployed plan's timeline (SVG).
     // These suffixes win over a job id that would end with them.
-    if (under("/jobs/") && (path.ends_with("/frontier") || path.ends_with("/timeline.svg"))) {
+    const std::size_t jobs_prefix = std::string("/jobs/").size(), last_slash = path.rfind('/');
+    if (under("/jobs/") && last_slash >= jobs_prefix &&
+        (path.ends_with("/frontier") || path.ends_with("/timeline.svg"))) {
       if (method != "GET") return fail(405, "Method Not Allowed");
       bool svg = path.ends_with("/timeline.svg");
-      std::size_t prefix = std::string("/jobs/").size();
-      std::string id = path.substr(prefix, path.rfind('/') - prefix);
+      std::string id = path.substr(jobs_prefix, last_slash - jobs_prefix);
       return on_jobs(jobs, std::move(respond), [&jobs, id, svg](auto& reply) {
         if (!svg) return reply(ok(jobs.job_frontier(id)));
         reply({200, jobs.job_timeline_svg(id), {{"Content-Security-Policy", kSvgPolicy}}, "image/svg+xml"});
