@@ -13,6 +13,7 @@ packages=(
   python3-prometheus-client
   libgtest-dev libgmock-dev libbenchmark-dev libtinyxml2-dev
   clang libclang-rt-14-dev
+  chromium
 )
 
 missing=()

@@ -118,8 +118,8 @@ class Session : public std::enable_shared_from_this<Session> {
     const auto& header = parser_->get();
     started_ = std::chrono::steady_clock::now();
     route_ = route_of(std::string_view(header.target().data(), header.target().size()).substr(0, header.target().find('?')));
-    const bool public_route = limits_.public_metrics && route_ == "metrics" && header.method() == http::verb::get;
-    if (!token_.empty() && !public_route && !authorized(header)) {
+    const bool public_metrics = limits_.public_metrics && route_ == "metrics" && header.method() == http::verb::get;
+    if (!token_.empty() && !authorized(header) && !public_page(header) && !public_metrics) {
       unauthorized_ = true;
       return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
                          "or PERSEUS_TOKEN)");
@@ -156,7 +156,8 @@ class Session : public std::enable_shared_from_this<Session> {
     std::string method(request_.method_string());
     std::string target(request_.target());
     Credentials credentials;
-    credentials.admin = !token_.empty();  // with a token, only its holder gets this far
+    // With a token, only its holder gets this far, but for the web page (public_page).
+    credentials.admin = !token_.empty() && authorized(request_);
     if (auto it = request_.find(kJobSecretHeader); it != request_.end())
       credentials.job_secret = std::string(it->value());
     route_request(
@@ -193,6 +194,12 @@ class Session : public std::enable_shared_from_this<Session> {
       if (!self->response_.keep_alive()) return self->close();
       self->read_header();
     });
+  }
+
+  // The web page (web_page.hpp) holds no job data: exactly GET / needs no token, every other
+  // target does (the page asks for it when a JSON route answers 401).
+  static bool public_page(const http::request_parser<http::string_body>::value_type& header) {
+    return header.method() == http::verb::get && header.target() == "/";
   }
 
   bool authorized(const http::request_parser<http::string_body>::value_type& header) const {

@@ -64,6 +64,8 @@ struct JobManager::Job {
   double typical_round_s = 0;  // moving average of the time between round starts
   json measured = nullptr;     // the last finished round, per iteration: {iteration_time, energy}
   json scheduler_status = nullptr;  // the scheduler's own status when the job ended
+  json frontier_at_end = nullptr;   // and its frontier and timeline (Scheduler::frontier, timeline)
+  std::function<std::string()> timeline_at_end;
   std::set<int> finished;           // ranks whose training ended (POST /leave with finished)
   json pipelines = json::array();  // the same per data-parallel pipeline
   SteadyClock::time_point ended_at;  // which ended job goes first when room is needed
@@ -461,7 +463,7 @@ json JobManager::scheduler_status(const Job& job) const {
   return job.scheduler ? job.scheduler->status() : json(nullptr);
 }
 
-json JobManager::summary(const Job& job, const json&) const {
+json JobManager::summary(const Job& job, const json& own) const {
   std::string phase = job.phase == Phase::registering ? "registering"
                       : job.phase != Phase::ended     ? "running"
                       : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
@@ -469,13 +471,17 @@ json JobManager::summary(const Job& job, const json&) const {
   // A scheduler's own phases (warmup, profiling, ...) while the job runs.
   if (job.phase != Phase::ended && job.scheduler)
     if (auto own_phase = job.scheduler->phase()) phase = *own_phase;
+  // What a list of jobs shows of each: the scheduler's saving and slowdown (null where it has none).
+  auto own_field = [&own](const char* key) { return own.is_object() && own.contains(key) ? own[key] : json(nullptr); };
   return {{"job_id", job.info.job_id},
           {"scheduler", settings_.scheduler},
           {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
           {"phase", phase},
           {"round", job.round},
           {"world_size", job.info.world_size},
-          {"registered", job.registered}};
+          {"registered", job.registered},
+          {"saving", own_field("saving")},
+          {"slowdown", own_field("slowdown")}};
 }
 
 json JobManager::jobs_summary() const {
@@ -509,6 +515,27 @@ std::string JobManager::metrics_text() const {
   StoreCounters store;
   if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
   return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION);
+}
+
+json JobManager::job_frontier(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
+  const Job& job = *it->second;
+  json out = job.phase == Phase::ended ? job.frontier_at_end : job.scheduler ? job.scheduler->frontier() : json(nullptr);
+  if (out.is_null()) throw RequestError(404, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
+                                                         "plans one, once it has profiled the job", job_id));
+  return out;
+}
+
+std::string JobManager::job_timeline_svg(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
+  const Job& job = *it->second;
+  auto draw = job.phase == Phase::ended ? job.timeline_at_end
+              : job.scheduler           ? job.scheduler->timeline()
+                                        : std::function<std::string()>();
+  if (!draw) throw RequestError(404, fmt::format("job '{}' has no deployed plan to draw (yet)", job_id));
+  return draw();
 }
 
 json JobManager::answer(const Job& job, std::size_t rank) const {
@@ -685,6 +712,8 @@ void JobManager::end(Job& job, const std::string& detail) {
   if (job.scheduler) {
     try {
       job.scheduler_status = job.scheduler->status();
+      job.frontier_at_end = job.scheduler->frontier();
+      job.timeline_at_end = job.scheduler->timeline();
     } catch (const std::exception&) {
     }
   }

@@ -9,6 +9,7 @@
 
 #include "perseus/server/http_server.hpp"
 #include "perseus/server/replies.hpp"
+#include "perseus/server/web_page.hpp"
 #include "perseus/util/safe_text.hpp"
 
 namespace perseus::server {
@@ -50,6 +51,14 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     jobs.authorize(id, secret, admin);
   };
   try {
+    // The web page (web_page.hpp): static, no job data in it; the one route the token does not guard
+    // (exactly GET /, see http_server.cpp).
+    if (path == "/") {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      HttpResponse page{200, std::string(web_page()), {{"Content-Security-Policy", kWebPagePolicy},
+                                                       {"Cache-Control", "no-cache"}}, kWebPageContentType};
+      return respond(std::move(page));
+    }
     if (path == "/info") {
       if (method != "GET") return fail(405, "Method Not Allowed");
       return respond(ok(info_json(jobs.settings())));
@@ -119,6 +128,19 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         allowed(id);
         jobs.heartbeat(id, beat);
         reply(ok(nullptr));
+      });
+    }
+    // What the web page draws of one job: its frontier (JSON) and its deployed plan's timeline (SVG).
+    // These suffixes win over a job id that would end with them.
+    const std::size_t jobs_prefix = std::string("/jobs/").size(), last_slash = path.rfind('/');
+    if (under("/jobs/") && last_slash >= jobs_prefix &&
+        (path.ends_with("/frontier") || path.ends_with("/timeline.svg"))) {
+      if (method != "GET") return fail(405, "Method Not Allowed");
+      bool svg = path.ends_with("/timeline.svg");
+      std::string id = path.substr(jobs_prefix, last_slash - jobs_prefix);
+      return on_jobs(jobs, std::move(respond), [&jobs, id, svg](auto& reply) {
+        if (!svg) return reply(ok(jobs.job_frontier(id)));
+        reply({200, jobs.job_timeline_svg(id), {{"Content-Security-Policy", kSvgPolicy}}, "image/svg+xml"});
       });
     }
     if (path == "/jobs" || under("/jobs/")) {

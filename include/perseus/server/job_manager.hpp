@@ -90,6 +90,10 @@ class JobManager {
   // GET /jobs: one summary per job; GET /jobs/{id}: one job in detail (404 when unknown).
   nlohmann::json jobs_summary() const;
   nlohmann::json job_status(const std::string& job_id) const;
+  // GET /jobs/{id}/frontier and /jobs/{id}/timeline.svg: the scheduler's (Scheduler::frontier and
+  // timeline), kept after the job ended; 404 for an unknown job or one with no frontier or plan (yet).
+  nlohmann::json job_frontier(const std::string& job_id) const;
+  std::string job_timeline_svg(const std::string& job_id) const;
 
   // Answers every waiting request with 503 and `why`; used when the server stops.
   void shutdown(const std::string& why);

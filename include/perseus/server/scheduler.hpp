@@ -60,6 +60,13 @@ class Scheduler {
   // POST /straggler (a notice) and DELETE /straggler (none). Schedulers that do not follow
   // stragglers refuse with RequestError 409.
   virtual void set_straggler(const std::optional<StragglerNotice>& notice);
+  // What the web page draws (GET /jobs/{id}/frontier and /jobs/{id}/timeline.svg), for a scheduler
+  // that plans: frontier(), the planned frontier, at most kMaxFrontierPoints points (null when none);
+  // timeline(), a function that draws the deployed plan's pipeline timeline as SVG, holding what it
+  // needs so that it may outlive the scheduler (empty when there is no plan). None by default.
+  static constexpr std::size_t kMaxFrontierPoints = 1000;
+  virtual nlohmann::json frontier() const { return nullptr; }
+  virtual std::function<std::string()> timeline() const { return {}; }
 };
 
 using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const SchedulerContext&)>;

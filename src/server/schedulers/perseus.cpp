@@ -7,11 +7,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <deque>
 #include <filesystem>
 #include <optional>
 #include <set>
 
 #include "perseus/online/turnkey_controller.hpp"
+#include "perseus/plot/svg.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "round_measurement.hpp"
 #include "scheduler_args.hpp"
@@ -128,13 +130,17 @@ class PerseusScheduler final : public Scheduler {
     return out;
   }
 
-  void observe(const std::vector<ProfilingResult>& results) override { controller_->observe(measure(results)); }
+  void observe(const std::vector<ProfilingResult>& results) override {
+    controller_->observe(measure(results));
+    note_history();
+  }
 
   // The round as the loop sees it, not per rank: a restarted server replays exactly this.
   json round_record(const std::vector<ProfilingResult>& results) const override { return server::to_json(measure(results)); }
   void replay(const json& record) override {
     if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
     controller_->observe(round_measurement_from_json(record));
+    note_history();
   }
 
   online::RoundMeasurement measure(const std::vector<ProfilingResult>& results) const {
@@ -228,7 +234,61 @@ class PerseusScheduler final : public Scheduler {
     for (std::size_t i = decisions.size() > 20 ? decisions.size() - 20 : 0; i < decisions.size(); ++i)
       recent.push_back(to_json(decisions[i]));
     out["decisions"] = recent;
+    json history = json::array();
+    for (const auto& h : history_) history.push_back({{"round", h.round}, {"saving", h.saving}, {"slowdown", h.slowdown}});
+    out["history"] = std::move(history);
     return out;
+  }
+
+  // In the job's units, as the status's plan: seconds and joules per iteration of the whole job
+  // (the emulator's times scaled to the measured all-max, its energies to every pipeline and GPU).
+  json frontier() const override {
+    const auto& c = *controller_;
+    if (!c.plans()) return nullptr;
+    const auto& candidates = c.plans()->candidates;  // frontier points slowest first, then all-max
+    const double gpus = context_.job.dp_degree * context_.job.tp_degree;
+    auto point = [&](double time, double energy) { return json{{"time", time * c.scale()}, {"energy", energy * gpus}}; };
+    const std::size_t n = candidates.size() - 1;
+    const std::size_t kept = std::min(n, kMaxFrontierPoints);
+    json points = json::array();
+    for (std::size_t k = 0; k < kept; ++k) {  // evenly spaced, the first and last included
+      const auto& p = candidates[kept == 1 ? 0 : k * (n - 1) / (kept - 1)];
+      points.push_back({p.time * c.scale(), p.energy * gpus});
+    }
+    json out = {{"points", std::move(points)},
+                {"frontier_points", n},
+                {"all_max", point(c.plans()->all_max().time, c.plans()->all_max().energy)},
+                {"deployed", nullptr},
+                {"baseline", nullptr},
+                {"measured", nullptr}};
+    if (const auto* p = c.target_plan()) {
+      out["deployed"] = point(p->time, p->energy);
+      out["deployed"]["label"] = p->label();
+    }
+    if (c.has_baseline()) out["baseline"] = {{"time", c.baseline_time()}, {"energy", c.baseline_energy()}};
+    if (auto m = c.measured()) out["measured"] = {{"time", m->iteration_time}, {"energy", m->energy}};
+    return out;
+  }
+
+  std::function<std::string()> timeline() const override {
+    const auto* plans = controller_->plans();
+    const auto* plan = controller_->target_plan();
+    if (!plans || !plan || !plans->emulator) return {};
+    std::size_t instructions = 0;
+    for (const auto& stage : plan->frequencies) instructions += stage.size();
+    std::string label = plan->label();
+    if (instructions > kMaxTimelineInstructions)
+      return [instructions, label] () -> std::string {
+        throw RequestError(404, fmt::format("the plan ({}) runs {} forwards and backwards per pipeline: too many to "
+                                            "draw (at most {})", label, instructions, kMaxTimelineInstructions));
+      };
+    return [emulator = plans->emulator, frequencies = plan->frequencies, label] {
+      EmulationResult run = emulator->run(frequencies);
+      TimelineOptions options;
+      options.title = fmt::format("{}: {:.4f} s, {:.1f} J per iteration of one pipeline (emulated)", label,
+                                  run.iteration_time, run.energy);
+      return timeline_svg(run, options);
+    };
   }
 
   void set_straggler(const std::optional<StragglerNotice>& notice) override {
@@ -238,6 +298,24 @@ class PerseusScheduler final : public Scheduler {
 
  private:
   static json to_json(const online::Decision& d) { return {{"round", d.round}, {"event", d.event}, {"detail", d.detail}}; }
+
+  // The status's `history`: the saving and slowdown it reported after each of the last deployed rounds.
+  static constexpr std::size_t kHistoryRounds = 500;
+  // A timeline's SVG takes ~400 bytes per box: this bounds one at ~3 MB.
+  static constexpr std::size_t kMaxTimelineInstructions = 8192;
+  struct HistoryPoint {
+    int round = 0;
+    double saving = 0, slowdown = 0;
+  };
+  void note_history() {
+    const auto& c = *controller_;
+    if (c.phase() != online::ControllerPhase::deployed) return;
+    auto saving = c.saving();
+    auto slowdown = c.slowdown();
+    if (!saving || !slowdown) return;
+    history_.push_back({c.round(), saving->value, slowdown->value});
+    if (history_.size() > kHistoryRounds) history_.pop_front();
+  }
 
   // Every decision goes to the log and the job's records.
   void record(const online::Decision& d) {
@@ -265,6 +343,7 @@ class PerseusScheduler final : public Scheduler {
   fs::path profile_path_;
   std::vector<std::vector<Instruction>> orders_;
   std::vector<json> decisions_;
+  std::deque<HistoryPoint> history_;
   bool occurrences_ = false;  // the round running now is one the controller wants every duration of
   std::unique_ptr<online::TurnkeyController> controller_;  // last: its hooks point at the members above
 };
