@@ -144,6 +144,17 @@ TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
       << started.output;
   auto no_records = run("serve --port 0", "timeout --foreground -s INT 1 env ZEUS_PFO_DUMP_DATA=false");
   EXPECT_NE(no_records.output.find("no records"), std::string::npos) << no_records.output;
+  // Zeus's documented command gives only the scheduler's arguments: Zeus's default scheduler,
+  // PointSolution, then; and Zeus reads its settings' names in any case.
+  auto zeus_default = run("serve --port 0", "timeout --foreground -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" +
+                                                good + "\"}' ZEUS_PFO_DUMP_DIR=" + records);
+  EXPECT_NE(zeus_default.output.find("scheduler PointSolution, mode frequency"), std::string::npos) << zeus_default.output;
+  auto lower = run("serve", "zeus_pfo_scheduler=Nope");
+  EXPECT_NE(lower.output.find("unknown scheduler 'Nope'"), std::string::npos) << lower.output;
+  auto lower_args = run("serve --port 0", "timeout --foreground -s INT 1 env zeus_pfo_scheduler_args='{\"solution_path\": \"" +
+                                              good + "\"}' zeus_pfo_dump_dir=" + records);
+  EXPECT_NE(lower_args.output.find("scheduler PointSolution, mode frequency, records in " + records), std::string::npos)
+      << lower_args.output;
 }
 
 // Power-limit schedulers set the mode; a --mode that contradicts them is a usage error.

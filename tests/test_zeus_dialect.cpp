@@ -228,5 +228,35 @@ TEST_F(ZeusDialect, AZeusJobSurvivesARestart) {
   EXPECT_EQ(json::parse(replies[1].body)["frequencies"][2], json::parse(R"(["forward", 1005])"));
 }
 
+// A plan made for another GPU model: clocks this rank's GPU lacks.
+class ForeignPlan final : public server::Scheduler {
+ public:
+  explicit ForeignPlan(const server::SchedulerContext& context) : ranks_(static_cast<int>(context.ranks.size())) {}
+  std::vector<server::PowerStateSchedule> next_schedule() override {
+    std::vector<server::PowerStateSchedule> out;
+    for (int r = 0; r < ranks_; ++r) out.push_back({r, {1410, 1250, 900}});
+    return out;
+  }
+  void observe(const std::vector<server::ProfilingResult>&) override {}
+
+ private:
+  int ranks_;
+};
+
+TEST_F(ZeusDialect, APlanClockTheGpuLacksIsServedAsTheNearestSupportedOneBelowIt) {
+  TestServer server(settings(), "", {}, [](const server::SchedulerContext& c) {
+    return std::make_unique<ForeignPlan>(c);
+  });
+  json job = {{"pp_degree", 1}, {"dp_degree", 1}, {"tp_degree", 1}, {"world_size", 1}, {"job_metadata", "foreign"}};
+  std::string id = json::parse(server.post("/register_job", job).body).get<std::string>();
+  json rank = {{"job_id", id}, {"rank", 0}, {"dp_rank", 0}, {"pp_rank", 0}, {"tp_rank", 0},
+               {"pipe_schedule", {"forward", "backward", "forward"}}, {"power_state_range", {1410, 1305, 1200, 1005}}};
+  ASSERT_EQ(server.post("/register_rank", rank).status, 200);
+  auto reply = server.call("GET", "/schedule/" + client::encode_path_segment(id) + "?rank=0");
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  // 1250 -> 1200 (below it), 900 (below everything) -> 1005, the lowest the GPU has.
+  EXPECT_EQ(json::parse(reply.body)["power_states"], json({1410, 1200, 1005}));
+}
+
 }  // namespace
 }  // namespace perseus::testing

@@ -11,7 +11,10 @@
 
 #include <sys/resource.h>
 
+#include <unistd.h>  // environ
+
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <chrono>
 #include <csignal>
@@ -67,16 +70,37 @@ struct ServeArgs {
               *dump_dir_opt = nullptr, *max_job_idle_opt = nullptr, *mode_opt = nullptr;
 };
 
+// A ZEUS_PFO_* setting as Zeus's settings read it: the name in any case (zeus_pfo_scheduler too),
+// the exact spelling first.
+const char* zeus_getenv(const char* name) {
+  if (const char* exact = std::getenv(name); exact != nullptr) return exact;
+  const std::size_t length = std::strlen(name);
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const char* eq = std::strchr(*entry, '=');
+    if (eq == nullptr || static_cast<std::size_t>(eq - *entry) != length) continue;
+    if (std::equal(static_cast<const char*>(*entry), eq, name, [](char a, char b) { return std::toupper(static_cast<unsigned char>(a)) == b; }))
+      return eq + 1;
+  }
+  return nullptr;
+}
+
 const char* zeus_env(const CLI::Option* given, const char* name) {
   if (given != nullptr && given->count() > 0) return nullptr;
-  const char* value = std::getenv(name);
+  const char* value = zeus_getenv(name);
   return value != nullptr && *value != '\0' ? value : nullptr;
 }
 
 // Zeus's pipeline-frequency server settings (ZEUS_PFO_*), so that Zeus's documented commands work
 // as written; the flags and PERSEUS_* come first.
 void apply_zeus_env(ServeArgs& args) {
-  if (const char* v = zeus_env(args.scheduler_opt, "ZEUS_PFO_SCHEDULER")) args.scheduler = v;
+  if (const char* v = zeus_env(args.scheduler_opt, "ZEUS_PFO_SCHEDULER")) {
+    args.scheduler = v;
+  } else if (args.scheduler_opt != nullptr && args.scheduler_opt->count() == 0 &&
+             zeus_env(nullptr, "ZEUS_PFO_SCHEDULER_ARGS") != nullptr) {
+    // Zeus's server configured as its docs show (only the scheduler's arguments): its default
+    // scheduler, PointSolution, not perseus's.
+    args.scheduler = "PointSolution";
+  }
   if (const char* v = zeus_env(args.scheduler_args_opt, "ZEUS_PFO_SCHEDULER_ARGS")) args.scheduler_args = v;
   if (const char* v = zeus_env(args.log_level_opt, "ZEUS_PFO_LOG_LEVEL")) args.log_level = v;
   if (const char* v = zeus_env(args.dump_dir_opt, "ZEUS_PFO_DUMP_DIR")) args.dump_dir = v;
@@ -109,8 +133,8 @@ bool is_loopback(const std::string& host) {
   return !ec && address.is_loopback();
 }
 
-bool env_bool(const char* name, bool fallback) {
-  const char* value = std::getenv(name);
+// `value`: the variable `name`'s (null when unset).
+bool env_bool(const char* name, const char* value, bool fallback) {
   if (value == nullptr || *value == '\0') return fallback;
   std::string v(value);
   std::transform(v.begin(), v.end(), v.begin(), ::tolower);
@@ -151,7 +175,9 @@ int serve(ServeArgs args) {
                 kExitUsage);
   settings.mode = own_mode.value_or(args.mode);
   settings.dump_dir = args.dump_dir;
-  settings.dump_data = args.no_dump ? false : env_bool("PERSEUS_DUMP_DATA", env_bool("ZEUS_PFO_DUMP_DATA", true));
+  settings.dump_data = args.no_dump ? false
+                                    : env_bool("PERSEUS_DUMP_DATA", std::getenv("PERSEUS_DUMP_DATA"),
+                                               env_bool("ZEUS_PFO_DUMP_DATA", zeus_getenv("ZEUS_PFO_DUMP_DATA"), true));
   settings.log_level = args.log_level;
   settings.round_timeout_s = args.round_timeout;
   settings.job_retention_s = args.job_retention;

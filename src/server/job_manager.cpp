@@ -67,6 +67,7 @@ struct JobManager::Job {
   json frontier_at_end = nullptr;   // and its frontier and timeline (Scheduler::frontier, timeline)
   std::function<std::string()> timeline_at_end;
   std::set<int> finished;           // ranks whose training ended (POST /leave with finished)
+  std::set<int> unsupported_warned;  // power states a scheduler gave that some rank lacks, warned of once
   json pipelines = json::array();  // the same per data-parallel pipeline
   SteadyClock::time_point ended_at;  // which ended job goes first when room is needed
   boost::asio::steady_timer timer;
@@ -573,10 +574,19 @@ bool JobManager::next_schedules(Job& job) {
     } else if (s.power_states.size() != info.pipe_schedule.size())
       return fail(fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
                               settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
-    for (int state : s.power_states)
-      if (std::find(info.power_state_range.begin(), info.power_state_range.end(), state) == info.power_state_range.end())
-        return fail(fmt::format("[job-failed] scheduler {} gave rank {} power state {}, which its GPU does not support",
-                                settings_.scheduler, s.rank, state));
+    // A state the rank's GPU lacks (a plan made on another GPU model; Zeus serves it as it is):
+    // the nearest supported one below it, or the lowest the GPU has.
+    for (int& state : s.power_states) {
+      const auto& range = info.power_state_range;  // descending
+      if (std::find(range.begin(), range.end(), state) != range.end()) continue;
+      auto below = std::find_if(range.begin(), range.end(), [state](int s) { return s < state; });
+      int served = below != range.end() ? *below : range.back();
+      if (job.unsupported_warned.insert(state).second)
+        spdlog::warn("job {}: scheduler {} gave rank {} power state {}, which its GPU does not support; serving {} "
+                     "(the nearest below it) wherever a rank lacks it",
+                     job.info.job_id, settings_.scheduler, s.rank, state, served);
+      state = served;
+    }
     by_rank[static_cast<std::size_t>(s.rank)] = std::move(s);
   }
   job.current.clear();
