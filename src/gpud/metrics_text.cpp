@@ -8,22 +8,11 @@
 
 #include "perseus/gpud/metrics_endpoint.hpp"
 #include "perseus/util/error.hpp"
+#include "perseus/util/prometheus_text.hpp"
 #include "perseus/util/safe_text.hpp"
 
 namespace perseus::gpud {
 namespace {
-
-// A label value with the three characters the format escapes escaped.
-std::string escape_label(std::string_view value) {
-  std::string out;
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
 
 class Exposition {
  public:
@@ -102,7 +91,7 @@ std::vector<std::string> gpu_labels(gpu::GpuLibrary& gpu, unsigned device_count)
       } catch (const std::exception&) {
       }
     }
-    out.push_back(fmt::format("gpu=\"{}\",uuid=\"{}\"", d, escape_label(safe_text(id, 200))));
+    out.push_back(fmt::format("gpu=\"{}\",uuid=\"{}\"", d, prometheus_label_value(safe_text(id, 200))));
   }
   return out;
 }

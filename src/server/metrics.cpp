@@ -8,23 +8,12 @@
 #include <optional>
 #include <vector>
 
+#include "perseus/util/prometheus_text.hpp"
+
 namespace perseus::server {
 namespace {
 
 using nlohmann::json;
-
-// Label values may hold any text (job ids are sanitised, but not for this format).
-std::string escape_label(std::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
-}
 
 std::string number(double v) {
   if (std::isnan(v)) return "NaN";
@@ -38,7 +27,7 @@ std::string label_text(const Labels& labels) {
   if (labels.empty()) return "";
   std::string out = "{";
   for (std::size_t i = 0; i < labels.size(); ++i)
-    out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, escape_label(labels[i].second));
+    out += fmt::format("{}{}=\"{}\"", i ? "," : "", labels[i].first, prometheus_label_value(labels[i].second));
   return out + "}";
 }
 

@@ -4,9 +4,9 @@ saving as GET /jobs/{job_id} says them, with no console message (an uncaught err
 Skipped, saying so, where Chromium is not installed. CTest runs this with the label `process`."""
 import json
 import os
-import re
 import shutil
 import subprocess
+import sys
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+from serve_process import start_serve, stop_all  # noqa: E402
 BINARY = os.environ.get("PERSEUS_BINARY") or shutil.which("perseus") or ""
 EXAMPLES = Path(os.environ.get("PERSEUS_EXAMPLES_DIR") or ROOT / "examples")
 CHROMIUM = next((shutil.which(name) for name in ("chromium", "chromium-browser") if shutil.which(name)), None)
@@ -32,22 +34,13 @@ def serve(tmp_path):
     procs = []
 
     def start(token_file=None):
-        assert BINARY, "no perseus binary: set PERSEUS_BINARY or put perseus on PATH"
-        command = [BINARY, "serve", "--port", "0", "--dump-dir", str(tmp_path / "dump"), "--scheduler", "Perseus",
-                   "--scheduler-args", '{"wait_for_plan": true}']
-        if token_file:
-            command += ["--token-file", str(token_file)]
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc, url = start_serve(BINARY, tmp_path / "dump", "Perseus", '{"wait_for_plan": true}',
+                                ["--token-file", str(token_file)] if token_file else [])
         procs.append(proc)
-        line = proc.stdout.readline()
-        port = re.search(r"127\.0\.0\.1:(\d+)", line)
-        assert port, f"no ready line: {line!r}"
-        return f"http://127.0.0.1:{port.group(1)}"
+        return url
 
     yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
+    stop_all(procs)
 
 
 class Page(HTMLParser):

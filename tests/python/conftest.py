@@ -1,10 +1,8 @@
 """Fixtures of the Python tests: a real `perseus serve` on a free port."""
-import re
-import subprocess
-
 import pytest
 
 from fakegpu import BINARY
+from serve_process import start_serve, stop_all
 
 
 @pytest.fixture
@@ -13,18 +11,9 @@ def serve(tmp_path):
     procs = []
 
     def start(scheduler, args="{}"):
-        assert BINARY, "no perseus binary: set PERSEUS_BINARY or put perseus on PATH"
-        proc = subprocess.Popen(
-            [BINARY, "serve", "--port", "0", "--dump-dir", str(tmp_path / "dump"), "--scheduler", scheduler,
-             "--scheduler-args", args],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        proc, url = start_serve(BINARY, tmp_path / "dump", scheduler, args)
         procs.append(proc)
-        line = proc.stdout.readline()
-        port = re.search(r"127\.0\.0\.1:(\d+)", line)
-        assert port, f"no ready line: {line!r}"
-        return f"http://127.0.0.1:{port.group(1)}"
+        return url
 
     yield start
-    for proc in procs:
-        proc.terminate()
-        proc.wait(timeout=10)
+    stop_all(procs)

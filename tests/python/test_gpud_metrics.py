@@ -1,15 +1,13 @@
 """`perseus gpud --metrics-address`: Prometheus' own text parser reads its /metrics, and the GPU a
 client locked is the one it shows locked."""
 import json
-import os
-import re
 import socket
-import subprocess
 import urllib.request
 
 import pytest
 
 from fakegpu import BINARY, FAKE_NVML
+from serve_process import start_gpud_metrics
 
 parser = pytest.importorskip("prometheus_client.parser", reason="Debian's python3-prometheus-client is not installed")
 
@@ -27,15 +25,8 @@ def by_gpu(family):
 def test_prometheus_parses_gpud_metrics(tmp_path):
     assert BINARY, "no perseus binary: set PERSEUS_BINARY or put perseus on PATH"
     sock = str(tmp_path / "gpud.sock")
-    env = dict(os.environ, PERSEUS_FAKE_NVML_GPUS="2")
-    proc = subprocess.Popen([BINARY, "gpud", "--socket", sock, "--nvml", FAKE_NVML, "--metrics-address", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
+    proc, url = start_gpud_metrics(BINARY, FAKE_NVML, sock)
     try:
-        url = None
-        for _ in range(2):  # the socket's line, then the metrics'
-            found = re.search(r"metrics on (http://\S+)", proc.stdout.readline())
-            url = url or (found and found.group(1))
-        assert url, "gpud printed no metrics address"
         families = scrape(url)
         assert all(name.startswith("perseus_gpud_") for name in families)
         assert families["perseus_gpud_energy_joules"].type == "counter"  # the parser drops _total

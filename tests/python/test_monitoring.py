@@ -89,22 +89,15 @@ def test_the_dashboard_queries_only_metrics_perseus_exports(turnkey_run):
 
 def gpud_metrics_text():
     """gpud's GET /metrics on the fake NVML (2 GPUs, one with its clock locked by a client)."""
-    import os
     import socket
     import tempfile
 
     from fakegpu import FAKE_NVML
+    from serve_process import start_gpud_metrics
     with tempfile.TemporaryDirectory() as tmp:
-        sock = os.path.join(tmp, "gpud.sock")
-        proc = subprocess.Popen([BINARY, "gpud", "--socket", sock, "--nvml", FAKE_NVML, "--metrics-address", "127.0.0.1:0"],
-                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                env=dict(os.environ, PERSEUS_FAKE_NVML_GPUS="2"))
+        sock = tmp + "/gpud.sock"
+        proc, url = start_gpud_metrics(BINARY, FAKE_NVML, sock)
         try:
-            url = None
-            for _ in range(2):  # the socket's ready line, then the metrics'
-                found = re.search(r"metrics on (http://\S+)", proc.stdout.readline())
-                url = url or (found and found.group(1))
-            assert url, "gpud printed no metrics address"
             with socket.socket(socket.AF_UNIX) as client:  # so that the lock-only samples are there too
                 client.connect(sock)
                 client.sendall(json.dumps({"op": "lock_graphics_clock", "device": 1, "min": 1200, "max": 1200}).encode() + b"\n")
