@@ -69,37 +69,35 @@ double sample_stddev(const std::vector<double>& values) {
   return std::sqrt(var / double(values.size() - 1));
 }
 
+// The plain mean of `values` with a 95% interval (t quantiles for few).
+Estimate mean_interval(const std::vector<double>& values) {
+  Estimate out;
+  if (values.empty()) return out;
+  for (double v : values) out.value += v;
+  out.value /= double(values.size());
+  const double half = values.size() > 1 ? t_quantile(values.size()) * sample_stddev(values) / std::sqrt(double(values.size())) : 0;
+  out.low = out.value - half;
+  out.high = out.value + half;
+  return out;
+}
+
 }  // namespace
 
 Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept) {
-  Estimate out;
   if (kept) kept->assign(values.size(), false);
-  if (values.empty()) return out;
+  if (values.empty()) return {};
   double mid = median(values);
   std::vector<double> deviations;
   for (double v : values) deviations.push_back(std::abs(v - mid));
   // A floor on the spread: rounds that agree to a part in 10^4 are all kept.
   double spread = std::max(1.4826 * median(deviations), 1e-4 * std::abs(mid));
-  double sum = 0;
   std::vector<double> used;
   for (std::size_t i = 0; i < values.size(); ++i)
     if (std::abs(values[i] - mid) <= 3.5 * spread) {
       used.push_back(values[i]);
-      sum += values[i];
       if (kept) (*kept)[i] = true;
     }
-  out.value = sum / double(used.size());
-  double half = 0;
-  if (used.size() > 1) {
-    double var = 0;
-    for (double v : used) var += (v - out.value) * (v - out.value);
-    var /= double(used.size() - 1);
-    // t quantiles for few rounds (95%, two-sided), 1.96 for many.
-    half = t_quantile(used.size()) * std::sqrt(var / double(used.size()));
-  }
-  out.low = out.value - half;
-  out.high = out.value + half;
-  return out;
+  return mean_interval(used);
 }
 
 const char* to_string(ControllerPhase phase) {
@@ -598,24 +596,6 @@ std::optional<TurnkeyController::Measured> TurnkeyController::measured() const {
 }
 
 namespace {
-
-// The plain mean of `values` with a 95% interval (t quantiles for few).
-Estimate mean_interval(const std::vector<double>& values) {
-  Estimate out;
-  if (values.empty()) return out;
-  for (double v : values) out.value += v;
-  out.value /= double(values.size());
-  double half = 0;
-  if (values.size() > 1) {
-    double var = 0;
-    for (double v : values) var += (v - out.value) * (v - out.value);
-    var /= double(values.size() - 1);
-    half = t_quantile(values.size()) * std::sqrt(var / double(values.size()));
-  }
-  out.low = out.value - half;
-  out.high = out.value + half;
-  return out;
-}
 
 // Per-round ratios' mean, its interval widened by the baseline's relative uncertainty.
 Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relative_half_width) {

@@ -141,7 +141,7 @@ void JobManager::restore(StoredJob stored) {
 
 JobManager::~JobManager() = default;
 
-JobManager::Job& JobManager::find(const std::string& job_id) {
+JobManager::Job& JobManager::find(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
   if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
   return *it->second;
@@ -492,9 +492,7 @@ json JobManager::jobs_summary() const {
 }
 
 json JobManager::job_status(const std::string& job_id) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
-  const Job& job = *it->second;
+  const Job& job = find(job_id);
   const json own = scheduler_status(job);
   json out = summary(job, own);
   out["job"] = public_json(job.info);
@@ -519,9 +517,7 @@ std::string JobManager::metrics_text() const {
 }
 
 json JobManager::job_frontier(const std::string& job_id) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
-  const Job& job = *it->second;
+  const Job& job = find(job_id);
   json out = job.phase == Phase::ended ? job.frontier_at_end : job.scheduler ? job.scheduler->frontier() : json(nullptr);
   if (out.is_null()) throw RequestError(404, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
                                                          "plans one, once it has profiled the job", job_id));
@@ -529,9 +525,7 @@ json JobManager::job_frontier(const std::string& job_id) const {
 }
 
 std::string JobManager::job_timeline_svg(const std::string& job_id) const {
-  auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
-  const Job& job = *it->second;
+  const Job& job = find(job_id);
   auto draw = job.phase == Phase::ended ? job.timeline_at_end
               : job.scheduler           ? job.scheduler->timeline()
                                         : std::function<std::string()>();

@@ -113,7 +113,7 @@ class JobManager {
 
  private:
   struct Job;
-  Job& find(const std::string& job_id);
+  Job& find(const std::string& job_id) const;  // 404 when unknown
   void make_room(int world_size);  // forgets ended jobs early for max_jobs / max_total_ranks, or 503
   void forget(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
