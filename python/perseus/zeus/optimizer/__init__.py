@@ -1,0 +1,1 @@
+"""Zeus's ``zeus.optimizer``: the power-limit and pipeline-frequency optimizers."""
