@@ -1,5 +1,5 @@
 // perseus.EnergyMonitor, perseus.GlobalPowerLimitOptimizer and the optimum selectors (Zeus's
-// power-limit API, seed zeus-power-limit-api.txt) for Python; python/perseus/power_limit.py adds
+// power-limit API) for Python; python/perseus/power_limit.py adds
 // the torch.distributed combine and the Hugging Face callback.
 #include <pybind11/functional.h>
 #include <pybind11/pybind11.h>
