@@ -15,6 +15,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 from pathlib import Path
 from typing import Callable, Dict, List, Tuple
 
@@ -61,14 +62,16 @@ def code_blocks(page: str) -> List[Tuple[str, str, str]]:
 
 
 def commands(page: str) -> List[Tuple[str, str]]:
-    """(heading, script) of a page's ```sh blocks that this suite runs."""
+    """(heading, script) of a page's ```sh blocks that this suite runs in order (the quick start's main
+    job runs first for every page, see quick_start_main_job)."""
     return [(heading, code) for language, heading, code in code_blocks(page)
-            if language == "sh" and code not in RUN_ELSEWHERE]
+            if language == "sh" and code not in RUN_ELSEWHERE and not code.startswith(QUICK_START_SETUP)]
 
 
 def quick_start_main_job() -> str:
     """The README's first command without the setup that built the tree under test."""
-    (first,) = [code for _, code in commands("README.md") if code.startswith(QUICK_START_SETUP)]
+    (first,) = [code for language, _, code in code_blocks("README.md")
+                if language == "sh" and code.startswith(QUICK_START_SETUP)]
     return first[len(QUICK_START_SETUP):]
 
 
@@ -89,6 +92,8 @@ def run_snippet(script, cwd, timeout, env=None):
     left running (a server in the background) cannot outlive the test or keep it waiting."""
     if env is None:
         env = {k: v for k, v in os.environ.items() if not k.startswith("PERSEUS_FAKE_NVML")}
+        # `python3` in a snippet is the interpreter running these tests (the one with the package's deps).
+        env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
     with open(cwd / "snippet.out", "w+") as out:
         proc = subprocess.Popen(["bash", "-c", script], cwd=cwd, env=env, stdout=out,
                                 stderr=subprocess.STDOUT, start_new_session=True)
@@ -141,7 +146,7 @@ def check_pictures(scratch: Path, output: str) -> None:
         assert "<svg" in (scratch / picture).read_text()[:500], picture
 
 
-def check_torchrun(scratch: Path, output: str) -> None:
+def check_ranks(scratch: Path, output: str) -> None:
     assert "iteration 5 loss" in output, output[-3000:]
     assert "done" in output and "AllMaxFrequency" in output, output[-3000:]
 
@@ -153,7 +158,7 @@ CHECKS: Dict[Tuple[str, str, int], Callable[[Path, str], None]] = {
     ("docs/server.md", "Trying it without a GPU", 0): check_fake_gpu_profile,
     ("docs/cli.md", "`perseus plans`", 0): check_plans,
     ("docs/cli.md", "`perseus plot`: pictures", 0): check_pictures,
-    ("docs/cluster.md", "Launching with torchrun", 0): check_torchrun,
+    ("docs/cluster.md", "Launching with torchrun", 0): check_ranks,
 }
 
 
@@ -188,7 +193,8 @@ def test_the_readme_stays_short_and_self_contained():
     for page in PAGES:
         body = (ROOT / page).read_text()
         assert not re.search(r"DESIGN|[Ii]ssue \d|shared/", body), page
-        for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", body):
+        prose = re.sub(r"`[^`\n]*`", "", re.sub(r"```.*?```", "", body, flags=re.S))
+        for link in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", prose):
             if not link.startswith("http"):
                 assert (ROOT / page).parent.joinpath(link).resolve().exists() or link in (
                     "zeus.md", "docs/zeus.md", "energy-monitoring.md", "docs/energy-monitoring.md"), (page, link)
@@ -275,13 +281,18 @@ def test_the_slurm_script_runs_a_job_with_stand_ins_for_slurm(scratch):
     bin_dir = scratch / "slurm-bin"
     bin_dir.mkdir()
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho localhost\n")
-    (bin_dir / "srun").write_text('#!/bin/bash\nwhile [[ $1 == -* ]]; do shift; done\nexec "$@"\n')
+    (bin_dir / "srun").write_text(  # one node: --ntasks-per-node=N tasks with Slurm's task variables
+        '#!/bin/bash\nn=1\nwhile [[ $1 == -* ]]; do [[ $1 == --ntasks-per-node=* ]] && n=${1#*=}; shift; done\n'
+        'pids=()\nfor ((i = 0; i < n; ++i)); do\n'
+        '  SLURM_PROCID=$i SLURM_NTASKS=$n SLURM_LOCALID=$i "$@" & pids+=($!)\ndone\n'
+        'status=0\nfor p in "${pids[@]}"; do wait $p || status=1; done\nexit $status\n')
     for tool in ("scontrol", "srun"):
         (bin_dir / tool).chmod(0o755)
     build = scratch / "build"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PERSEUS_FAKE_NVML")}
     env.update(PATH=f"{bin_dir}:{env['PATH']}", SLURM_JOB_ID="42", SLURM_JOB_NODELIST="localhost",
                GPUS_PER_NODE="2", PERSEUS=str(build / "src/perseus"), PERSEUS_PORT=str(free_port()),
+               PYTHON=sys.executable, MASTER_PORT=str(free_port()),
                PYTHONPATH=str(build / "python"), PERSEUS_NVML_LIBRARY=os.environ.get("PERSEUS_FAKE_NVML", ""))
     code, output = run_snippet("docs/deploy/slurm-train.sh examples/pytorch/pipeline_train.py --iterations 4",
                                scratch, timeout=180, env=env)
