@@ -200,6 +200,23 @@ def test_the_readme_stays_short_and_self_contained():
                     "zeus.md", "docs/zeus.md", "energy-monitoring.md", "docs/energy-monitoring.md"), (page, link)
 
 
+def heading_anchors(page: Path) -> set:
+    """The anchors of a page's headings, as GitHub makes them."""
+    prose = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)
+    return {re.sub(r"[^\w\- ]", "", h.strip().lower()).replace(" ", "-")
+            for h in re.findall(r"^#+ (.*)$", prose, flags=re.M)}
+
+
+def test_every_link_into_a_page_names_a_heading_it_has():
+    for page in PAGES:
+        prose = re.sub(r"```.*?```", "", (ROOT / page).read_text(), flags=re.S)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)]+)\)", prose):
+            linked = (ROOT / page).parent.joinpath(target).resolve() if target else ROOT / page
+            if linked.name in ("zeus.md", "energy-monitoring.md") and not linked.exists():
+                continue
+            assert anchor in heading_anchors(linked), (page, target, anchor)
+
+
 def test_zeus_docs_server_command_runs_as_written(scratch):
     """The line for Zeus users (Zeus's documented command with perseus serve), as written, with a
     Zeus-format plan at the path it names."""
