@@ -22,16 +22,20 @@ import tempfile
 import weakref
 from abc import ABC, abstractmethod
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Sequence, Tuple, Union
 
 from ._callback import Callback
 from ._perseus import EnergyMonitor as _CompiledMonitor
 from ._perseus import Measurement, _Gpus
 
-try:  # Zeus writes its models against pydantic 1's interface, which pydantic 2 keeps as pydantic.v1
-    from pydantic.v1 import BaseModel, PositiveFloat, PositiveInt, ValidationError
-except ImportError:  # pragma: no cover - pydantic 1 (Debian's python3-pydantic)
-    from pydantic import BaseModel, PositiveFloat, PositiveInt, ValidationError  # type: ignore[assignment]
+# Zeus writes its models against pydantic 1's interface, which pydantic 2 keeps as pydantic.v1.
+if TYPE_CHECKING:
+    from pydantic import BaseModel, PositiveFloat, PositiveInt, ValidationError
+else:
+    try:
+        from pydantic.v1 import BaseModel, PositiveFloat, PositiveInt, ValidationError
+    except ImportError:  # pydantic 1 (Debian's python3-pydantic)
+        from pydantic import BaseModel, PositiveFloat, PositiveInt, ValidationError
 
 __all__ = [
     "Done",

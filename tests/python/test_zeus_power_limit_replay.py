@@ -65,7 +65,7 @@ class FakeNvmlLog:
     """Reads the fake NVML's call log as it grows: the power limits set, per device."""
 
     def __init__(self) -> None:
-        self.file = open(os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid())))
+        self.file = open(os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid())), "a+")
         self.file.seek(0, os.SEEK_END)
         self.limit_mw: Dict[int, int] = {}
         self.calls: List[Tuple[int, int]] = []  # (device, mW), each successful set
