@@ -2,13 +2,16 @@
 changed: one process per GPU (``torchrun``), each monitoring its own GPU; the optimizer all-reduces
 the measurements (energy summed, time the longest) so every rank settles on the same limit.
 
-Without GPUs it runs on CPU (gloo) and perseus's fake NVML with one fake GPU per rank:
+Without GPUs it runs on CPU (gloo) and perseus's fake NVML with one fake GPU per rank. Under
+``torchrun`` each process is one rank; run directly, it starts ``--nproc`` ranks itself:
 
-    torchrun --nproc_per_node 2 examples/power_limit/data_parallel.py
+    python3 examples/power_limit/data_parallel.py --nproc 2
 """
 from __future__ import annotations
 
+import argparse
 import os
+import socket
 import time
 
 import torch
@@ -20,7 +23,14 @@ from perseus.zeus.monitor import ZeusMonitor
 from perseus.zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer
 
 
-def main() -> None:
+def rank_main(local_rank: int, world_size: int, port: int) -> None:
+    """One rank started by this script (torchrun sets the same variables itself)."""
+    os.environ.update(RANK=str(local_rank), LOCAL_RANK=str(local_rank), WORLD_SIZE=str(world_size),
+                      LOCAL_WORLD_SIZE=str(world_size), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    train()
+
+
+def train() -> None:
     if "PERSEUS_NVML_LIBRARY" not in os.environ:  # no GPU here: fake ones, one per rank
         os.environ["PERSEUS_NVML_LIBRARY"] = perseus.fake_nvml_library()
         os.environ.setdefault("PERSEUS_FAKE_NVML_GPUS", os.environ.get("LOCAL_WORLD_SIZE", "1"))
@@ -48,6 +58,19 @@ def main() -> None:
     print(f"rank {dist.get_rank()}: optimal power limit {plo.state.optimal_power_limit // 1000} W, "
           f"measured {[(m.power_limit, round(m.time, 4)) for m in plo.measurements]}")
     dist.destroy_process_group()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nproc", type=int, default=2, help="ranks to start when not run by torchrun")
+    args = parser.parse_args()
+    if "RANK" in os.environ:  # started by torchrun
+        train()
+        return
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = int(s.getsockname()[1])
+    torch.multiprocessing.spawn(rank_main, args=(args.nproc, port), nprocs=args.nproc)
 
 
 if __name__ == "__main__":
