@@ -56,7 +56,7 @@ def train() -> None:
         plo.on_epoch_end()
     assert isinstance(plo.state, Done)
     print(f"rank {dist.get_rank()}: optimal power limit {plo.state.optimal_power_limit // 1000} W, "
-          f"measured {[(m.power_limit, round(m.time, 4)) for m in plo.measurements]}")
+          f"measured {[(m.power_limit, round(m.time, 4)) for m in plo.measurements]}", flush=True)
     dist.destroy_process_group()
 
 

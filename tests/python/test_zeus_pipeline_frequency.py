@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import os
 import socket
 import threading
 from typing import Any, Dict, Iterator, List
@@ -32,6 +33,7 @@ def free_port() -> int:
 @pytest.fixture
 def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     monkeypatch.setenv("PERSEUS_NVML_LIBRARY", FAKE_NVML)
+    open(os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid())), "a").close()  # log_lines() before any call
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
