@@ -10,6 +10,7 @@ Without GPUs it runs on CPU (gloo) and perseus's fake NVML with one fake GPU per
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import socket
 import time
@@ -70,7 +71,14 @@ def main() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = int(s.getsockname()[1])
-    torch.multiprocessing.spawn(rank_main, args=(args.nproc, port), nprocs=args.nproc)
+    context = multiprocessing.get_context("spawn")
+    ranks = [context.Process(target=rank_main, args=(rank, args.nproc, port)) for rank in range(args.nproc)]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join()
+    if any(process.exitcode != 0 for process in ranks):
+        raise SystemExit(f"a rank failed: exit codes {[process.exitcode for process in ranks]}")
 
 
 if __name__ == "__main__":
