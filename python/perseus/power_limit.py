@@ -332,7 +332,7 @@ class GlobalPowerLimitOptimizer(Callback):
         self.enabled = True
         self._applied = [0]  # shared with the exit hook
         self._gpus: Optional[_Gpus] = None
-        self._nvml_indices = _nvml_indices(monitor)
+        self._nvml_indices: List[int] = []
         self.state: Union[Ready, Warmup, Profiling, Done]
 
         loaded = self.profile_path is not None and self.profile_path.exists()
@@ -340,6 +340,10 @@ class GlobalPowerLimitOptimizer(Callback):
             assert self.profile_path is not None
             self.measurements = read_profile(self.profile_path)
         try:
+            try:
+                self._nvml_indices = _nvml_indices(monitor)
+            except ValueError as error:  # e.g. CUDA_VISIBLE_DEVICES by UUID and a monitor without NVML indices
+                raise RuntimeError(str(error)) from None
             self._gpus = _Gpus(nvml_library, gpud_socket)
             ranges = [self._gpus.power_limit_range(i) for i in self._nvml_indices]
             if not ranges:

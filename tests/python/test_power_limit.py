@@ -141,3 +141,32 @@ def test_denied_limits_fail_open_or_raise_as_zeus(tmp_path):
     assert run.returncode == 0, run.stderr[-2000:]
     assert "raised: SYS_ADMIN capability is required" in run.stdout
     assert "power limit optimizer disabled" in run.stderr
+
+
+def test_cuda_visible_devices_picks_the_gpu_the_optimizer_caps(tmp_path):
+    """CUDA_VISIBLE_DEVICES=2,3 and a monitor of CUDA device 1: only NVML GPU 3's limit changes (a
+    monitor's own nvml_gpu_indices, where it has them, are taken as they are)."""
+    script = textwrap.dedent("""
+        from types import SimpleNamespace
+        from perseus.zeus import GlobalPowerLimitOptimizer
+        class Monitor:
+            gpu_indices = [1]
+            def begin_window(self, key, sync_execution=True): pass
+            def end_window(self, key, sync_execution=True, cancel=False):
+                return SimpleNamespace(time=1.0, gpu_energy={1: 100.0}, total_energy=100.0)
+        plo = GlobalPowerLimitOptimizer(Monitor(), wait_steps=0, warmup_steps=1, profile_steps=1, pl_step=250)
+        for _ in range(5):
+            plo.on_step_begin()
+        print(plo.state)
+        class Pinned(Monitor):
+            nvml_gpu_indices = [0]
+        GlobalPowerLimitOptimizer(Pinned(), pl_step=250).close()
+    """)
+    log = tmp_path / "gpu.log"
+    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_GPUS="4", PERSEUS_FAKE_NVML_LOG=str(log),
+               CUDA_VISIBLE_DEVICES="2,3")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("optimal_power_limit=")
+    devices = [f[2] for f in log_lines(str(log)) if f[1] == "nvmlDeviceSetPowerManagementLimit"]
+    assert devices and set(devices[:-1]) == {"3"} and devices[-1] == "0", devices
