@@ -442,7 +442,9 @@ class GlobalPowerLimitOptimizer(Callback):
 
     def _finish_profiling(self, power_limit: int) -> None:
         measurement = self.monitor.end_window(self._window(power_limit))
-        energy, time = float(sum(measurement.gpu_energy.values())), float(measurement.time)
+        gpu_energy = getattr(measurement, "gpu_energy", None)
+        energy = float(sum(gpu_energy.values()) if gpu_energy is not None else measurement.total_energy)
+        time = float(measurement.time)
         combine = self.combine or _torch_combine()
         if combine is not None:
             energy, time = combine(energy, time)

@@ -170,3 +170,14 @@ def test_cuda_visible_devices_picks_the_gpu_the_optimizer_caps(tmp_path):
     assert run.stdout.startswith("optimal_power_limit=")
     devices = [f[2] for f in log_lines(str(log)) if f[1] == "nvmlDeviceSetPowerManagementLimit"]
     assert devices and set(devices[:-1]) == {"3"} and devices[-1] == "0", devices
+
+
+def test_a_bad_profile_names_its_file_and_field(monitor, tmp_path):
+    profile = tmp_path / "plo.json"
+    profile.write_text('{"measurements": [{"power_limit": 300, "energy": 1067.5, "time": 8.2}, '
+                       '{"power_limit": "high", "energy": 1.0, "time": 1.0}]}')
+    with pytest.raises(ValueError, match=r"plo.json: measurements\.1\.power_limit: "):
+        perseus.GlobalPowerLimitOptimizer(monitor, profile_path=profile)
+    profile.write_text('{"measurements": [{"power_limit": 300, "energy": 1067.5, "time": 8.2}')
+    with pytest.raises(ValueError, match="plo.json: not a readable JSON power limit profile"):
+        perseus.GlobalPowerLimitOptimizer(monitor, profile_path=profile)
