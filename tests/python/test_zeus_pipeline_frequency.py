@@ -8,6 +8,8 @@ import http.server
 import json
 import os
 import socket
+import subprocess
+import sys
 import threading
 from typing import Any, Dict, Iterator, List
 
@@ -148,3 +150,49 @@ def test_an_iteration_unlike_the_plan_resets_the_clocks(serve: Any, tmp_path: An
     with pytest.raises(RuntimeError, match="The next expected instruction is not backward: forward"):
         iterations(strict, ["forward", "backward"], 1)
     strict.close()
+
+
+RANK_SCRIPT = """
+import sys
+import torch.distributed as dist
+from perseus.zeus.optimizer.pipeline_frequency import PipelineFrequencyOptimizer
+rank, port, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+opt = PipelineFrequencyOptimizer(rank=rank, dp_rank=0, pp_rank=rank, tp_rank=0, device_id=rank, dp_degree=1,
+                                 pp_degree=2, tp_degree=1, world_size=2, server_url=url, fail_open=False)
+for _ in range(2):
+    opt.on_step_begin()
+    for name, _ in opt.freq_schedule:
+        opt.on_instruction_begin(name)
+        opt.on_instruction_end(name)
+    opt.on_step_end()
+opt.close()
+dist.destroy_process_group()
+"""
+
+
+def test_two_pipeline_stages_each_follow_their_own_plan(serve: Any, tmp_path: Any) -> None:
+    stages = [[("forward", 1395), ("forward", 1380), ("backward", 1410), ("backward", 1200)],
+              [("forward", 1410), ("backward", 1410), ("forward", 1005), ("backward", 1395)]]
+    plan = tmp_path / "freqs_pipeline_00003.py"
+    plan.write_text("[\n" + "".join("[" + ", ".join(f"('{n}', {c})" for n, c in s) + "],\n" for s in stages) + "]\n")
+    url = serve("PointSolution", json.dumps({"solution_path": str(plan)}))
+    script = tmp_path / "rank.py"
+    script.write_text(RANK_SCRIPT)
+    port = str(free_port())
+    procs = []
+    for rank in (0, 1):
+        env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_GPUS="2",
+                   PERSEUS_FAKE_NVML_LOG=str(tmp_path / f"gpu{rank}.log"))
+        procs.append(subprocess.Popen([sys.executable, str(script), str(rank), port, url], env=env,
+                                      stderr=subprocess.PIPE, text=True))
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err[-2000:]
+    for rank, stage in enumerate(stages):
+        calls = [(f[1], f[2], f[3]) for f in log_lines(str(tmp_path / f"gpu{rank}.log")) if "GpuLockedClocks" in f[1]]
+        locked = [int(c) for name, device, c in calls if name == "nvmlDeviceSetGpuLockedClocks"]
+        assert {device for _, device, _ in calls} == {str(rank)}, "each rank its own GPU"
+        distinct = [c for i, (_, c) in enumerate(stage * 2) if i == 0 or c != (stage * 2)[i - 1][1]]
+        assert locked == distinct, f"rank {rank}: its stage's clocks from the first iteration"
+        assert calls[-1][0] == "nvmlDeviceResetGpuLockedClocks"
