@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <queue>
+#include <set>
+
+#include "perseus/pipeline/dependencies.hpp"
 
 #include "perseus/util/error.hpp"
 
@@ -12,32 +15,42 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
                                const std::vector<int>& extra_forwards, int virtual_stages) {
   check_schedule_shape(schedule, num_stages, num_microbatches, virtual_stages);
   check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
+  virtual_stages = schedule_virtual_stages(schedule, virtual_stages);
   PipelineDag dag;
   dag.extra_forwards = extra_forwards;
   dag.num_stages = num_stages;
   dag.num_microbatches = num_microbatches;
   dag.schedule = schedule;
   dag.virtual_stages = virtual_stages;
-  const int model_stages = dag.num_model_stages();
-  // node id of (model stage, kind, microbatch), to wire cross-stage edges without comparing all pairs
-  std::vector<std::vector<int>> forward_id(model_stages, std::vector<int>(num_microbatches, -1));
-  auto backward_id = forward_id;
   for (int s = 0; s < num_stages; ++s) {
     std::vector<int> ids;
     for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches,
                                            extra_forwards.empty() ? 0 : extra_forwards[s], virtual_stages)) {
-      const int id = static_cast<int>(dag.instructions.size());
+      ids.push_back(static_cast<int>(dag.instructions.size()));
       dag.instructions.push_back(inst);
-      ids.push_back(id);
-      (inst.kind == InstructionKind::forward ? forward_id : backward_id)[model_stage(inst, num_stages)][inst.microbatch] = id;
     }
     for (std::size_t i = 1; i < ids.size(); ++i) dag.edges.emplace_back(ids[i - 1], ids[i]);
     dag.stage_nodes.push_back(std::move(ids));
   }
-  for (int k = 0; k + 1 < model_stages; ++k) {
-    for (int m = 0; m < num_microbatches; ++m) {
-      dag.edges.emplace_back(forward_id[k][m], forward_id[k + 1][m]);
-      dag.edges.emplace_back(backward_id[k + 1][m], backward_id[k][m]);
+  // Data edges: from the node producing an item to every node needing it, unless the stage's own
+  // order already puts them one after the other.
+  const DataItems items(dag.num_model_stages(), num_microbatches);
+  std::vector<int> producer(static_cast<std::size_t>(items.size()), -1);
+  std::vector<int> produces, needs;
+  for (int id = 0; id < static_cast<int>(dag.instructions.size()); ++id) {
+    items.of(dag.instructions[id], num_stages, produces, needs);
+    for (int item : produces) producer[item] = id;
+  }
+  std::set<std::pair<int, int>> chain(dag.edges.begin(), dag.edges.end());
+  for (int id = 0; id < static_cast<int>(dag.instructions.size()); ++id) {
+    items.of(dag.instructions[id], num_stages, produces, needs);
+    for (int item : needs) {
+      const int from = producer[item];
+      if (from < 0)
+        throw Error(fmt::format("the {} schedule runs {} on stage {} without the instruction it needs",
+                                to_string(schedule), short_name(dag.instructions[id], virtual_stages),
+                                dag.instructions[id].stage));
+      if (from != id && chain.insert({from, id}).second) dag.edges.emplace_back(from, id);
     }
   }
   const int n = static_cast<int>(dag.instructions.size());
