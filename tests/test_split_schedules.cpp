@@ -207,8 +207,9 @@ std::string case_name(const testing::TestParamInfo<ExactCase>& info) {
 class ExactFront : public testing::TestWithParam<ExactCase> {};
 
 // The Pareto front of (time, energy) over the enumerated clock plans, judged by the emulator in the
-// planner's time units; perseus's frontier, each point's clocks emulated the same way, reaches every
-// point of it: as fast or faster at no more energy.
+// planner's time units; perseus's frontier (its start plan and every point), each point's clocks
+// emulated the same way, reaches every point of it: as fast (up to the quantization) at no more
+// energy.
 TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
   const auto c = GetParam();
   const int K = c.stages * schedule_virtual_stages(c.schedule, 1);
@@ -267,7 +268,7 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
   const auto problem = make_planning_problem(profile, config);
   const auto frontier = solve_frontier(problem);
   std::vector<std::pair<double, double>> perseus;
-  for (std::size_t p = 0; p < frontier.points.size(); ++p) {
+  for (std::size_t p = static_cast<std::size_t>(-1); p + 1 <= frontier.points.size(); ++p) {  // the start plan first
     const auto durations = frontier.durations_at(p);
     std::vector<std::vector<int>> knobs(layout.size());
     for (std::size_t s = 0; s < layout.size(); ++s)
@@ -276,11 +277,19 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
     perseus.push_back(emulator.time_and_energy(knobs));
   }
   ASSERT_FALSE(perseus.empty());
+  // Zero-bubble schedules run only split parts here, whose clocks are one time unit apart: every
+  // planned duration is a clock, and the frontier is exact. A whole backward (I + W) or a pair has
+  // clocks two or more units apart; a planned duration between two runs at the faster one, so the
+  // frontier may need one unit more time for the same energy: the quantization.
+  const bool exact = c.schedule == ScheduleKind::zb_h1 || c.schedule == ScheduleKind::zbv;
+  const double slack = exact ? 0 : unit;
   for (const auto& [time, energy] : front) {
     const bool reached = std::any_of(perseus.begin(), perseus.end(), [&](const auto& q) {
-      return q.first <= time + 1e-9 && q.second <= energy + 1e-6;
+      return q.first <= time + slack + 1e-9 && q.second <= energy + 1e-6;
     });
-    EXPECT_TRUE(reached) << fmt::format("no perseus point reaches ({:.4f} s, {:.4f} J)", time, energy);
+    std::string points;
+    for (const auto& q : perseus) points += fmt::format(" ({:.4f}, {:.4f})", q.first, q.second);
+    EXPECT_TRUE(reached) << fmt::format("no perseus point reaches ({:.4f} s, {:.4f} J); perseus:{}", time, energy, points);
   }
   // The fastest point is the all-max plan's time.
   EXPECT_NEAR(std::min_element(perseus.begin(), perseus.end())->first, front.front().first, 1e-9);
