@@ -2,8 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <queue>
 #include <set>
+#include <tuple>
 
 #include "perseus/pipeline/dependencies.hpp"
 
@@ -33,7 +35,16 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
     dag.stage_nodes.push_back(std::move(ids));
   }
   // Data edges: from the node producing an item to every node needing it, unless the stage's own
-  // order already puts them one after the other.
+  // order already runs the producer first (an edge the chain implies only enlarges the solver's
+  // networks).
+  std::vector<int> slot(dag.instructions.size());
+  for (const auto& ids : dag.stage_nodes)
+    for (std::size_t i = 0; i < ids.size(); ++i) slot[static_cast<std::size_t>(ids[i])] = static_cast<int>(i);
+  auto implied = [&](int from, int to) {
+    const auto& a = dag.instructions[static_cast<std::size_t>(from)];
+    const auto& b = dag.instructions[static_cast<std::size_t>(to)];
+    return a.stage == b.stage && slot[static_cast<std::size_t>(from)] < slot[static_cast<std::size_t>(to)];
+  };
   const DataItems items(dag.num_model_stages(), num_microbatches);
   std::vector<int> producer(static_cast<std::size_t>(items.size()), -1);
   std::vector<int> produces, needs;
@@ -41,7 +52,10 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
     items.of(dag.instructions[id], num_stages, produces, needs);
     for (int item : produces) producer[item] = id;
   }
-  std::set<std::pair<int, int>> chain(dag.edges.begin(), dag.edges.end());
+  // Listed boundary by boundary between model stages k and k + 1, microbatch by microbatch, the
+  // forward's edge before the backward's: the order the solver has always seen for 1F1B (its
+  // minimum cuts break ties by it).
+  std::vector<std::tuple<int, int, int, int, int>> data;  // (boundary, microbatch, backward?, from, to)
   for (int id = 0; id < static_cast<int>(dag.instructions.size()); ++id) {
     items.of(dag.instructions[id], num_stages, produces, needs);
     for (int item : needs) {
@@ -50,9 +64,17 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
         throw Error(fmt::format("the {} schedule runs {} on stage {} without the instruction it needs",
                                 to_string(schedule), short_name(dag.instructions[id], virtual_stages),
                                 dag.instructions[id].stage));
-      if (from != id && chain.insert({from, id}).second) dag.edges.emplace_back(from, id);
+      if (from == id || implied(from, id)) continue;
+      const bool gradient = items.is_gradient(item);
+      data.emplace_back(items.model_stage(item) - (gradient ? 1 : 0), items.microbatch(item), gradient ? 1 : 0, from, id);
     }
   }
+  std::stable_sort(data.begin(), data.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) < std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  });
+  std::set<std::pair<int, int>> seen(dag.edges.begin(), dag.edges.end());
+  for (const auto& [boundary, microbatch, backward, from, to] : data)
+    if (seen.insert({from, to}).second) dag.edges.emplace_back(from, to);
   const int n = static_cast<int>(dag.instructions.size());
   dag.source = n;
   dag.sink = n + 1;

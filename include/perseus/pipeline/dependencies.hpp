@@ -27,6 +27,9 @@ class DataItems {
   int size() const { return 2 * K_ * M_; }
   // Items `inst` produces and needs, appended to the vectors (cleared first).
   void of(const Instruction& inst, int num_stages, std::vector<int>& produces, std::vector<int>& needs) const;
+  bool is_gradient(int item) const { return item >= K_ * M_; }
+  int model_stage(int item) const { return (item % (K_ * M_)) / M_; }
+  int microbatch(int item) const { return item % M_; }
 
  private:
   int activation(int k, int m) const { return k * M_ + m; }
