@@ -31,8 +31,14 @@ std::vector<std::vector<bool>> envpipe_envelope(const Emulator& emulator) {
   for (int s = 0; s < S; ++s) {
     std::vector<bool> row;
     for (const auto& inst : layout[s]) {
-      row.push_back(s == S - 1 || (inst.kind == InstructionKind::forward && inst.microbatch == 0) ||
-                    (inst.kind == InstructionKind::backward && inst.microbatch == M - 1));
+      // The last stage, every first forward and every last backward (its input or weight part, or an
+      // overlapped pair holding either).
+      const bool first_forward = inst.microbatch == 0 && (inst.kind == InstructionKind::forward ||
+                                                           inst.kind == InstructionKind::forward_backward);
+      const int backward_microbatch = inst.kind == InstructionKind::forward_backward ? inst.pair_microbatch
+                                      : is_backward_part(inst.kind)                 ? inst.microbatch
+                                                                                    : -1;
+      row.push_back(s == S - 1 || first_forward || backward_microbatch == M - 1);
     }
     envelope.push_back(std::move(row));
   }

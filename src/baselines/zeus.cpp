@@ -59,9 +59,8 @@ Plan zeus_global_plan(const Emulator& emulator, const Profile& profile, const Ze
   check_options(options);
   const int S = emulator.config().num_stages;
   std::vector<const std::vector<int>*> lists;
-  for (int k = 0; k < S * emulator.config().virtual_stages; ++k) {
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) lists.push_back(&emulator.clocks(k, kind));
-  }
+  for (const auto& stage : emulator.layout())
+    for (const auto& inst : stage) lists.push_back(&emulator.clocks(inst));
   const auto clocks = common_clocks(lists);
   if (clocks.empty()) throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), kExitDataError);
   const double max_power = max_power_of(options, profile);
@@ -81,15 +80,13 @@ Plan zeus_global_plan(const Emulator& emulator, const Profile& profile, const Ze
 Plan zeus_stage_plan(const Emulator& emulator, const Profile& profile, const ZeusOptions& options) {
   check_options(options);
   const int S = emulator.config().num_stages;
-  const int M = emulator.config().num_microbatches;
   const double max_power = max_power_of(options, profile);
-  const int V = emulator.config().virtual_stages;
   std::vector<int> chosen(S);
   for (int s = 0; s < S; ++s) {
-    // One clock for the GPU: profiled for every model chunk it holds (model stage c * S + s).
+    // One clock for the GPU: profiled for every instruction it runs (every model chunk it holds).
+    const auto& order = emulator.layout()[static_cast<std::size_t>(s)];
     std::vector<const std::vector<int>*> lists;
-    for (int c = 0; c < V; ++c)
-      for (auto kind : {InstructionKind::forward, InstructionKind::backward}) lists.push_back(&emulator.clocks(c * S + s, kind));
+    for (const auto& inst : order) lists.push_back(&emulator.clocks(inst));
     const auto clocks = common_clocks(lists);
     if (clocks.empty()) {
       throw Error(fmt::format("{}: stage {} has no clock profiled for both forward and backward", profile.source, s),
@@ -98,10 +95,9 @@ Plan zeus_stage_plan(const Emulator& emulator, const Profile& profile, const Zeu
     double best_cost = std::numeric_limits<double>::infinity();
     for (int clock : clocks) {
       double cost = 0;
-      for (int c = 0; c < V; ++c) {
-        const auto f = *emulator.cost(c * S + s, InstructionKind::forward, clock);
-        const auto b = *emulator.cost(c * S + s, InstructionKind::backward, clock);
-        cost += M * (options.eta * (f.energy + b.energy) + (1 - options.eta) * max_power * (f.time + b.time));
+      for (const auto& inst : order) {
+        const auto c = *emulator.cost(inst, clock);
+        cost += options.eta * c.energy + (1 - options.eta) * max_power * c.time;
       }
       if (cost < best_cost) {
         best_cost = cost;

@@ -119,9 +119,9 @@ int run_optimize(OptimizeArgs& args) {
     }
     std::vector<std::string> fallbacks;  // with auto: where the exponential fit failed
     for (int stage = 0; stage < problem.dag.num_model_stages(); ++stage)
-      for (auto kind : {InstructionKind::forward, InstructionKind::backward})
-        if (args.config.cost_model == CostModelKind::automatic &&
-            problem.specs[PlanningProblem::spec_index(stage, kind)].model->name() == "pwl")
+      for (auto kind : kAllInstructionKinds)
+        if (const auto& model = problem.specs[PlanningProblem::spec_index(stage, kind)].model;
+            args.config.cost_model == CostModelKind::automatic && model && model->name() == "pwl")
           fallbacks.push_back(fmt::format("stage {} {}", stage, to_string(kind)));
     if (!fallbacks.empty())
       std::fprintf(stderr, "%s\n", fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
@@ -144,8 +144,9 @@ Runner add_optimize_command(CLI::App& app) {
   cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: 1f1b, gpipe, interleaved (Megatron-LM's interleaved 1F1B; needs --virtual-stages), "
-                  "or envpipe (1F1B with EnvPipe's extra forwards)")
-      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "envpipe"}));
+                  "zb-h1, zbv, dualpipev (zero-bubble and DualPipeV: the profile needs backward_input/backward_weight "
+                  "rows), or envpipe (1F1B with EnvPipe's extra forwards)")
+      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
   cmd->add_option("--virtual-stages", args->config.virtual_stages,
                   "With --schedule interleaved: model chunks per stage, V >= 2. The profile then has S x V model stages: "
                   "stage = chunk x S + pipeline stage, or a chunk column beside stage = pipeline stage")

@@ -49,9 +49,10 @@ void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_requir
   cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(CLI::NonNegativeNumber);
   cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(CLI::PositiveNumber);
   cmd->add_option("--schedule", args.schedule,
-                  "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), or envpipe (1F1B with "
-                  "EnvPipe's extra forwards)")
-      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "envpipe"}));
+                  "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), zb-h1, zbv, dualpipev "
+                  "(zero-bubble and DualPipeV: a profile with backward_input/backward_weight rows), or envpipe (1F1B "
+                  "with EnvPipe's extra forwards)")
+      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
   cmd->add_option("--virtual-stages", args.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
       ->check(CLI::Range(1, 1024));

@@ -166,7 +166,7 @@ Runner add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--request-timeout", c.request_timeout_s, "Seconds each client request to the server may take")
       ->capture_default_str();
-  cmd->add_option("--schedule", args->schedule, "1f1b, gpipe or interleaved (with --virtual-stages)")->capture_default_str();
+  cmd->add_option("--schedule", args->schedule, "1f1b, gpipe, interleaved (with --virtual-stages), zb-h1, zbv or dualpipev")->capture_default_str();
   cmd->add_option("--virtual-stages", c.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages)")
       ->capture_default_str()->check(CLI::Range(1, 1024));

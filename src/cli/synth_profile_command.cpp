@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/profile/backward_split.hpp"
 #include "perseus/profile/synthetic.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
@@ -11,6 +12,8 @@ namespace perseus::cli {
 Runner add_synth_profile_command(CLI::App& app) {
   auto gpu = std::make_shared<SyntheticGpu>();
   auto out = std::make_shared<std::string>();
+  auto from = std::make_shared<std::string>();
+  auto split = std::make_shared<double>(0);
   auto* cmd = app.add_subcommand("synth-profile", "Generate a stage profile from a small GPU model (for trying perseus without GPUs)");
   cmd->add_option("--stages", gpu->num_stages, "Pipeline stages")->capture_default_str()->check(CLI::PositiveNumber);
   cmd->add_option("--forward-time", gpu->forward_time, "Seconds per forward of a middle stage at the top clock")->capture_default_str();
@@ -19,9 +22,21 @@ Runner add_synth_profile_command(CLI::App& app) {
   cmd->add_option("--clock-step", gpu->clock_step, "Clock step, MHz")->capture_default_str();
   cmd->add_option("--noise", gpu->noise, "Relative measurement noise (0 = none)")->capture_default_str();
   cmd->add_option("--seed", gpu->seed, "Noise seed")->capture_default_str();
+  cmd->add_option("--split-backward", *split,
+                  "Split every backward into backward_input (this share of its time and energy) and backward_weight "
+                  "(the rest), as zero-bubble schedules run them; e.g. 0.5")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--from", *from,
+                  "Instead of the GPU model, read this profile (use with --split-backward to split a measured profile)")
+      ->check(CLI::ExistingFile);
   cmd->add_option("--out", *out, "Output CSV (default: standard output)");
-  return [gpu, out] {
-    const std::string csv = synthetic_profile_csv(*gpu);
+  return [gpu, out, from, split] {
+    std::string csv = from->empty() ? synthetic_profile_csv(*gpu) : std::string();
+    if (!from->empty() || *split != 0) {
+      Profile profile = from->empty() ? parse_profile(csv, "synthetic profile") : read_profile(*from);
+      if (*split != 0) profile = split_backward(profile, *split);
+      csv = profile_csv(profile);
+    }
     if (out->empty()) std::fputs(csv.c_str(), stdout); else write_file_atomic(*out, csv);
     return kExitOk;
   };

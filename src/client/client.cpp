@@ -31,7 +31,7 @@ std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int n
                                                int virtual_stages) {
   std::vector<std::string> out;
   for (const auto& i : stage_schedule(kind, pp_rank, pp_degree, num_microbatches, 0, virtual_stages))
-    out.push_back(i.kind == InstructionKind::forward ? "forward" : "backward");
+    out.emplace_back(to_string(i.kind));
   return out;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <random>
 
+#include "perseus/pipeline/schedule_profile.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/pyfloat.hpp"
 
@@ -27,15 +28,16 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     throw Error("the time quantum must be a non-negative number of seconds", kExitUsage);
   }
   check_schedule_shape(config_.schedule, config_.num_stages, config_.num_microbatches, config_.virtual_stages);
+  config_.virtual_stages = schedule_virtual_stages(config_.schedule, config_.virtual_stages);
   const int model_stages = config_.num_stages * config_.virtual_stages;
-  const Profile model = by_model_stage(profile, config_.num_stages);
-  check_profile_covers(model, model_stages);
+  const Profile model = profile_for_schedule(by_model_stage(profile, config_.num_stages), config_.schedule,
+                                             config_.num_stages, model_stages);
   dag_ = build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches,
                             config_.extra_forwards, config_.virtual_stages);
 
-  tables_.resize(2 * static_cast<std::size_t>(model_stages));
+  tables_.resize(kNumInstructionKinds * static_cast<std::size_t>(model_stages));
   for (int s = 0; s < model_stages; ++s) {
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+    for (auto kind : kAllInstructionKinds) {
       auto rows = model.rows_for(s, kind);
       std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
       auto& t = tables_[operation_index(s, kind)];

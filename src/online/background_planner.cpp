@@ -49,10 +49,10 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   if (frontier.interrupted) throw std::runtime_error("planning was stopped");
   PlanningOutput out;
   out.record = make_frontier_record(problem, frontier, {input.profile.source, to_string(config.cost_model)});
-  for (int s = 0; s < config.num_stages; ++s)
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward})
-      out.cost_models[fmt::format("stage {} {}", s, to_string(kind))] =
-          problem.specs[PlanningProblem::spec_index(s, kind)].model->name();
+  for (int s = 0; s < problem.dag.num_model_stages(); ++s)
+    for (auto kind : kAllInstructionKinds)
+      if (const auto& model = problem.specs[PlanningProblem::spec_index(s, kind)].model)
+        out.cost_models[fmt::format("stage {} {}", s, to_string(kind))] = model->name();
   if (!input.record_dir.empty()) write_frontier_record(out.record, input.record_dir);
 
   EmulatorConfig emulator_config;
@@ -60,6 +60,7 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   emulator_config.num_microbatches = config.num_microbatches;
   emulator_config.schedule = config.schedule;
   emulator_config.extra_forwards = config.extra_forwards;
+  emulator_config.virtual_stages = config.virtual_stages;
   emulator_config.p_block = config.p_block;
   auto shared = std::make_shared<Emulator>(input.profile, emulator_config);
   out.emulator = shared;

@@ -2,7 +2,12 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <queue>
+#include <set>
+#include <tuple>
+
+#include "perseus/pipeline/dependencies.hpp"
 
 #include "perseus/util/error.hpp"
 
@@ -12,34 +17,64 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
                                const std::vector<int>& extra_forwards, int virtual_stages) {
   check_schedule_shape(schedule, num_stages, num_microbatches, virtual_stages);
   check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
+  virtual_stages = schedule_virtual_stages(schedule, virtual_stages);
   PipelineDag dag;
   dag.extra_forwards = extra_forwards;
   dag.num_stages = num_stages;
   dag.num_microbatches = num_microbatches;
   dag.schedule = schedule;
   dag.virtual_stages = virtual_stages;
-  const int model_stages = dag.num_model_stages();
-  // node id of (model stage, kind, microbatch), to wire cross-stage edges without comparing all pairs
-  std::vector<std::vector<int>> forward_id(model_stages, std::vector<int>(num_microbatches, -1));
-  auto backward_id = forward_id;
   for (int s = 0; s < num_stages; ++s) {
     std::vector<int> ids;
     for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches,
                                            extra_forwards.empty() ? 0 : extra_forwards[s], virtual_stages)) {
-      const int id = static_cast<int>(dag.instructions.size());
+      ids.push_back(static_cast<int>(dag.instructions.size()));
       dag.instructions.push_back(inst);
-      ids.push_back(id);
-      (inst.kind == InstructionKind::forward ? forward_id : backward_id)[model_stage(inst, num_stages)][inst.microbatch] = id;
     }
     for (std::size_t i = 1; i < ids.size(); ++i) dag.edges.emplace_back(ids[i - 1], ids[i]);
     dag.stage_nodes.push_back(std::move(ids));
   }
-  for (int k = 0; k + 1 < model_stages; ++k) {
-    for (int m = 0; m < num_microbatches; ++m) {
-      dag.edges.emplace_back(forward_id[k][m], forward_id[k + 1][m]);
-      dag.edges.emplace_back(backward_id[k + 1][m], backward_id[k][m]);
+  // Data edges: from the node producing an item to every node needing it, unless the stage's own
+  // order already runs the producer first (an edge the chain implies only enlarges the solver's
+  // networks).
+  std::vector<int> slot(dag.instructions.size());
+  for (const auto& ids : dag.stage_nodes)
+    for (std::size_t i = 0; i < ids.size(); ++i) slot[static_cast<std::size_t>(ids[i])] = static_cast<int>(i);
+  auto implied = [&](int from, int to) {
+    const auto& a = dag.instructions[static_cast<std::size_t>(from)];
+    const auto& b = dag.instructions[static_cast<std::size_t>(to)];
+    return a.stage == b.stage && slot[static_cast<std::size_t>(from)] < slot[static_cast<std::size_t>(to)];
+  };
+  const DataItems items(dag.num_model_stages(), num_microbatches);
+  std::vector<int> producer(static_cast<std::size_t>(items.size()), -1);
+  std::vector<int> produces, needs;
+  for (int id = 0; id < static_cast<int>(dag.instructions.size()); ++id) {
+    items.of(dag.instructions[id], num_stages, produces, needs);
+    for (int item : produces) producer[item] = id;
+  }
+  // Listed boundary by boundary between model stages k and k + 1, microbatch by microbatch, the
+  // forward's edge before the backward's: the order the solver has always seen for 1F1B (its
+  // minimum cuts break ties by it).
+  std::vector<std::tuple<int, int, int, int, int>> data;  // (boundary, microbatch, backward?, from, to)
+  for (int id = 0; id < static_cast<int>(dag.instructions.size()); ++id) {
+    items.of(dag.instructions[id], num_stages, produces, needs);
+    for (int item : needs) {
+      const int from = producer[item];
+      if (from < 0)
+        throw Error(fmt::format("the {} schedule runs {} on stage {} without the instruction it needs",
+                                to_string(schedule), short_name(dag.instructions[id], virtual_stages),
+                                dag.instructions[id].stage));
+      if (from == id || implied(from, id)) continue;
+      const bool gradient = items.is_gradient(item);
+      data.emplace_back(items.model_stage(item) - (gradient ? 1 : 0), items.microbatch(item), gradient ? 1 : 0, from, id);
     }
   }
+  std::stable_sort(data.begin(), data.end(), [](const auto& a, const auto& b) {
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) < std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+  });
+  std::set<std::pair<int, int>> seen(dag.edges.begin(), dag.edges.end());
+  for (const auto& [boundary, microbatch, backward, from, to] : data)
+    if (seen.insert({from, to}).second) dag.edges.emplace_back(from, to);
   const int n = static_cast<int>(dag.instructions.size());
   dag.source = n;
   dag.sink = n + 1;

@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "perseus/pipeline/dependencies.hpp"
+
 namespace perseus {
 
 double run_pipeline(const std::vector<std::vector<Instruction>>& orders, int num_microbatches, double start,
                     const std::function<double(int, std::size_t, double)>& run) {
   const int S = static_cast<int>(orders.size()), M = num_microbatches;
-  int V = 1;  // model chunks per stage (interleaved schedules)
+  int K = S;  // model stages
   for (const auto& order : orders)
-    for (const auto& inst : order) V = std::max(V, inst.chunk + 1);
-  const int K = S * V;  // model stages
+    for (const auto& inst : order)
+      for (const auto& part : instruction_parts(inst, S)) K = std::max(K, part.model_stage + 1);
+  const DataItems items(K, M);
   const double unset = -1;
-  std::vector<double> forward_end(static_cast<std::size_t>(K) * static_cast<std::size_t>(M), unset);
-  std::vector<double> backward_end(forward_end);
+  std::vector<double> ready_at(static_cast<std::size_t>(items.size()), unset);
   std::vector<std::size_t> cursor(static_cast<std::size_t>(S), 0);
   std::vector<double> free_at(static_cast<std::size_t>(S), start);
-  auto at = [M](int s, int m) { return static_cast<std::size_t>(s) * static_cast<std::size_t>(M) + static_cast<std::size_t>(m); };
+  std::vector<int> produces, needs;
   std::size_t left = 0;
   for (const auto& order : orders) left += order.size();
   while (left > 0) {
@@ -26,16 +28,17 @@ double run_pipeline(const std::vector<std::vector<Instruction>>& orders, int num
       const auto& order = orders[static_cast<std::size_t>(s)];
       auto& c = cursor[static_cast<std::size_t>(s)];
       while (c < order.size()) {
-        const Instruction& inst = order[c];
-        const int k = model_stage(inst, S);
+        items.of(order[c], S, produces, needs);
         double ready = start;
-        if (inst.kind == InstructionKind::forward && k > 0) ready = forward_end[at(k - 1, inst.microbatch)];
-        if (inst.kind == InstructionKind::backward)
-          ready = k + 1 < K ? backward_end[at(k + 1, inst.microbatch)] : forward_end[at(k, inst.microbatch)];
-        if (ready == unset) break;
+        bool waiting = false;
+        for (int item : needs) {
+          waiting = waiting || ready_at[static_cast<std::size_t>(item)] == unset;
+          ready = std::max(ready, ready_at[static_cast<std::size_t>(item)]);
+        }
+        if (waiting) break;
         double end = run(s, c, std::max(ready, free_at[static_cast<std::size_t>(s)]));
         free_at[static_cast<std::size_t>(s)] = end;
-        (inst.kind == InstructionKind::forward ? forward_end : backward_end)[at(k, inst.microbatch)] = end;
+        for (int item : produces) ready_at[static_cast<std::size_t>(item)] = end;
         ++c, --left, progress = true;
       }
     }

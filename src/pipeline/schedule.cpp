@@ -16,12 +16,19 @@ struct ScheduleEntry {
   ScheduleKind kind;
   const char* name;
   std::vector<Instruction> (*order)(int stage, const ScheduleShape& shape, int extra_forwards);
+  bool split_backward = false;  // runs backward_input / backward_weight
+  bool pairs = false;           // runs forward_backward pairs
+  bool v_shape = false;         // two chunks per stage in a V
+  int min_microbatches_per_model_stage = 0;  // M >= this * S * V
 };
 
 constexpr ScheduleEntry kSchedules[] = {
     {ScheduleKind::one_f_one_b, "1f1b", &schedules::one_f_one_b},
     {ScheduleKind::gpipe, "gpipe", &schedules::gpipe},
     {ScheduleKind::interleaved, "interleaved", &schedules::interleaved},
+    {ScheduleKind::zb_h1, "zb-h1", &schedules::zb_h1, true},
+    {ScheduleKind::zbv, "zbv", &schedules::zbv, true, false, true},
+    {ScheduleKind::dualpipev, "dualpipev", &schedules::dualpipev, true, true, true, 1},
 };
 
 const ScheduleEntry& entry(ScheduleKind kind) {
@@ -40,9 +47,17 @@ std::optional<ScheduleKind> parse_schedule_kind(std::string_view text) {
   return std::nullopt;
 }
 
+bool splits_backward(ScheduleKind kind) { return entry(kind).split_backward; }
+bool overlaps_pairs(ScheduleKind kind) { return entry(kind).pairs; }
+
+int schedule_virtual_stages(ScheduleKind kind, int requested) { return entry(kind).v_shape ? 2 : requested; }
+
 std::string short_name(const Instruction& inst, int virtual_stages) {
-  return fmt::format("{}{}{}", inst.kind == InstructionKind::forward ? 'F' : 'B', inst.microbatch,
-                     virtual_stages > 1 ? fmt::format("c{}", inst.chunk) : "");
+  auto chunk = [&](int c) { return virtual_stages > 1 || inst.v_placement ? fmt::format("c{}", c) : std::string(); };
+  static constexpr char kLetter[] = {'F', 'B', 'I', 'W', 'F'};
+  if (inst.kind == InstructionKind::forward_backward)
+    return fmt::format("F{}{}+B{}{}", inst.microbatch, chunk(inst.chunk), inst.pair_microbatch, chunk(inst.pair_chunk));
+  return fmt::format("{}{}{}", kLetter[static_cast<int>(inst.kind)], inst.microbatch, chunk(inst.chunk));
 }
 
 std::string schedule_names() {
@@ -54,6 +69,20 @@ std::string schedule_names() {
 void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1)
     throw Error("a schedule needs stages >= 1 and microbatches >= 1", kExitUsage);
+  const ScheduleEntry& e = entry(kind);
+  if (e.v_shape) {
+    if (virtual_stages != 1 && virtual_stages != 2)
+      throw Error(fmt::format("the {} schedule runs two model chunks per stage in a V; --virtual-stages must be 2 (or "
+                              "left out), got {}",
+                              e.name, virtual_stages),
+                  kExitUsage);
+    if (num_microbatches < e.min_microbatches_per_model_stage * 2 * num_stages)
+      throw Error(fmt::format("the {} schedule needs at least as many microbatches as model stages (2 x {} stages = "
+                              "{}), as PyTorch's ScheduleDualPipeV requires; got {}",
+                              e.name, num_stages, 2 * num_stages, num_microbatches),
+                  kExitUsage);
+    return;
+  }
   if (kind != ScheduleKind::interleaved) {
     if (virtual_stages != 1)
       throw Error(fmt::format("--virtual-stages {} needs --schedule interleaved ({} runs one model chunk per stage)",
@@ -80,7 +109,8 @@ std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_st
                 kExitUsage);
   }
   check_schedule_shape(kind, num_stages, num_microbatches, virtual_stages);
-  return entry(kind).order(stage, {num_stages, num_microbatches, virtual_stages}, extra_forwards);
+  return entry(kind).order(stage, {num_stages, num_microbatches, schedule_virtual_stages(kind, virtual_stages)},
+                           extra_forwards);
 }
 
 void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards,

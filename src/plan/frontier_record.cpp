@@ -53,7 +53,9 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.stop_reason = frontier.stop_reason;
   record.interrupted = frontier.interrupted;
   record.start_quant_time = frontier.start_quant_time;
-  for (const auto& spec : problem.specs) record.model_descriptions.push_back(spec.model->name() + ": " + spec.model->describe());
+  for (const auto& spec : problem.specs)
+    record.model_descriptions.push_back(spec.model ? spec.model->name() + ": " + spec.model->describe()
+                                                   : "none: the schedule runs no such instruction");
 
   // (stage, slot) of every instruction node
   std::vector<std::pair<int, int>> position(dag.instructions.size());
@@ -109,7 +111,9 @@ json per_operation_models(const FrontierRecord& record) {
   json out = json::array();
   for (std::size_t i = 0; i < record.model_descriptions.size(); ++i) {
     const auto& text = record.model_descriptions[i];
-    out.push_back({{"stage", i / 2}, {"instruction", to_string(i % 2 == 0 ? InstructionKind::forward : InstructionKind::backward)},
+    if (text.rfind("none:", 0) == 0) continue;
+    out.push_back({{"stage", i / kNumInstructionKinds},
+                   {"instruction", to_string(kAllInstructionKinds[i % kNumInstructionKinds])},
                    {"model", text.substr(0, text.find(':'))}});
   }
   return out;

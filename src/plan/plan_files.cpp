@@ -165,7 +165,9 @@ class ListParser {
     std::string name = text_.substr(start, pos_ - start);
     if (pos_ >= text_.size() || text_[pos_] != quote) fail("unterminated string");
     ++pos_;
-    if (name != "forward" && name != "backward") fail(fmt::format("instruction '{}' is not 'forward' or 'backward'", safe_text(name)));
+    if (!parse_instruction_kind(name))
+      fail(fmt::format("instruction '{}' is not forward, backward, backward_input, backward_weight or forward_backward",
+                       safe_text(name)));
     return name;
   }
   // Whitespace and comments (which run to the end of their line) are skipped.

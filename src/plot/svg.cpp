@@ -106,14 +106,18 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
                        left, y, plot_width, row - gap);
     for (const auto& i : run.instructions[s]) {
       const double x = x_of(i.start), w = std::max(0.5, x_of(i.start + i.duration) - x);
-      const char kind = i.instruction.kind == InstructionKind::forward ? 'F' : 'B';
+      // F forward, B backward, I input-gradient part, W weight-gradient part (dashed: local work
+      // that fills bubbles), P an overlapped forward/backward pair.
+      static constexpr char kKindLetter[] = {'F', 'B', 'I', 'W', 'P'};
+      const char kind = kKindLetter[static_cast<int>(i.instruction.kind)];
+      const char* dash = i.instruction.kind == InstructionKind::backward_weight ? "\" stroke-dasharray=\"3,2" : "";
       const std::string name = short_name(i.instruction, virtual_stages);
       svg += fmt::format(
           "<rect class=\"instruction\" data-stage=\"{}\" data-kind=\"{}\" data-microbatch=\"{}\" data-chunk=\"{}\" "
           "data-frequency=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" stroke=\"#333\" "
-          "stroke-width=\"0.5\"><title>{} stage {}: {} MHz, start {:.4f} s, {:.4f} s, {:.2f} J</title></rect>\n",
+          "stroke-width=\"0.5{}\"><title>{} stage {}: {} MHz, start {:.4f} s, {:.4f} s, {:.2f} J</title></rect>\n",
           s, kind, i.instruction.microbatch, i.instruction.chunk, i.frequency, x, y, w, row - gap,
-          ramp((value_of(i) - lo) / (hi - lo)), name, s, i.frequency, i.start, i.duration, i.energy);
+          ramp((value_of(i) - lo) / (hi - lo)), dash, name, s, i.frequency, i.start, i.duration, i.energy);
       if (w >= 16) {
         svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.2f}\" text-anchor=\"middle\" font-size=\"9\">{}</text>\n",
                            x + w / 2, y + (row - gap) / 2 + 3, name);

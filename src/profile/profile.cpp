@@ -58,6 +58,34 @@ double positive_finite(std::string_view text, const std::string& source, std::si
   return *value;
 }
 
+// Per (stage, chunk): either `backward` rows or both split kinds, never a mix.
+void check_backward_kinds(const Profile& profile) {
+  std::map<std::tuple<int, int, int>, const ProfileRow*> first;  // (stage, chunk, kind) -> first row
+  for (const auto& row : profile.rows) first.try_emplace({row.stage, row.chunk, static_cast<int>(row.kind)}, &row);
+  auto find = [&](const ProfileRow& row, InstructionKind kind) -> const ProfileRow* {
+    const auto it = first.find({row.stage, row.chunk, static_cast<int>(kind)});
+    return it == first.end() ? nullptr : it->second;
+  };
+  for (const auto& [key, row] : first) {
+    const auto kind = static_cast<InstructionKind>(std::get<2>(key));
+    const std::string where = fmt::format("stage {}{}", row->stage,
+                                          profile.has_chunks ? fmt::format(" chunk {}", row->chunk) : "");
+    if (kind == InstructionKind::backward_input || kind == InstructionKind::backward_weight) {
+      const auto other = kind == InstructionKind::backward_input ? InstructionKind::backward_weight
+                                                                  : InstructionKind::backward_input;
+      if (!find(*row, other))
+        throw InputError(profile.source, row->line, "instruction",
+                         fmt::format("{} has {} rows but no {} rows; a split backward needs both parts", where,
+                                     to_string(kind), to_string(other)));
+      if (const auto* whole = find(*row, InstructionKind::backward))
+        throw InputError(profile.source, row->line, "instruction",
+                         fmt::format("{} has {} rows and backward rows (line {}); give either the whole backward or "
+                                     "its two parts",
+                                     where, to_string(kind), whole->line));
+    }
+  }
+}
+
 }  // namespace
 
 int Profile::max_stage() const {
@@ -119,7 +147,9 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     const auto kind = parse_instruction_kind(fields[columns.index[1]]);
     if (!kind) {
       throw InputError(source, n, "instruction",
-                       fmt::format("'{}' is not 'forward' or 'backward'", fields[columns.index[1]]));
+                       fmt::format("'{}' is not forward, backward, backward_input, backward_weight or "
+                                   "forward_backward",
+                                   fields[columns.index[1]]));
     }
     row.kind = *kind;
     const auto freq = parse_integer(fields[columns.index[2]]);
@@ -143,6 +173,7 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     profile.rows.push_back(row);
   }
   if (profile.rows.empty()) throw InputError(source, 0, "", "no data rows after the header");
+  check_backward_kinds(profile);
   return profile;
 }
 
@@ -177,11 +208,13 @@ void check_profile_covers(const Profile& profile, int num_stages) {
   for (int stage = 0; stage < num_stages; ++stage) {
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       bool found = false;
-      for (const auto& row : profile.rows) found = found || (row.stage == stage && row.kind == kind);
+      for (const auto& row : profile.rows)
+        found = found || (row.stage == stage && (row.kind == kind || (kind == InstructionKind::backward &&
+                                                                      row.kind == InstructionKind::backward_input)));
       if (!found) {
         throw InputError(profile.source, 0, "stage",
                          fmt::format("no {} rows for stage {} (every stage 0..{} needs forward "
-                                     "and backward rows)",
+                                     "and backward rows, or forward and backward_input/backward_weight rows)",
                                      to_string(kind), stage, num_stages - 1));
       }
     }

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "field_checks.hpp"
+#include "perseus/profile/instruction_kind.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/safe_text.hpp"
 
@@ -164,12 +165,13 @@ void check_job_id_length(const std::string& job_id) {
 }
 
 const std::vector<std::string>& pipe_instruction_names() {
-  static const std::vector<std::string> names = {"load", "forward", "backward", "p2p",   "cc",
-                                                 "step", "low",     "high",     "other", "pure_backward"};
+  static const std::vector<std::string> names = {"load",  "forward", "backward", "p2p",           "cc",
+                                                 "step",  "low",     "high",     "other",         "pure_backward",
+                                                 "backward_input", "backward_weight", "forward_backward"};
   return names;
 }
 
-bool is_compute_instruction(const std::string& name) { return name == "forward" || name == "backward"; }
+bool is_compute_instruction(const std::string& name) { return parse_instruction_kind(name).has_value(); }
 
 json parse_body(const std::string& text) {
   try {

@@ -18,6 +18,7 @@
 
 #include "perseus/client/client.hpp"
 #include "perseus/pipeline/makespan.hpp"
+#include "perseus/pipeline/schedule_profile.hpp"
 #include "perseus/simulate/simulated_gpu.hpp"
 #include "perseus/util/error.hpp"
 
@@ -195,15 +196,17 @@ class Cluster {
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
     check_schedule_shape(c.schedule, c.stages, c.microbatches, c.virtual_stages);
-    check_profile_covers(by_model_stage(c.profile, c.stages), c.stages * c.virtual_stages);
+    profile_for_schedule(by_model_stage(c.profile, c.stages), c.schedule, c.stages,
+                         c.stages * schedule_virtual_stages(c.schedule, c.virtual_stages));
   }
 
   void build_tables() {  // per model stage
-    const Profile model = by_model_stage(config_.profile, config_.stages);
-    const int model_stages = config_.stages * config_.virtual_stages;
-    tables_.resize(static_cast<std::size_t>(model_stages) * 2);
+    const int model_stages = config_.stages * schedule_virtual_stages(config_.schedule, config_.virtual_stages);
+    const Profile model =
+        profile_for_schedule(by_model_stage(config_.profile, config_.stages), config_.schedule, config_.stages, model_stages);
+    tables_.resize(static_cast<std::size_t>(model_stages) * kNumInstructionKinds);
     for (int s = 0; s < model_stages; ++s)
-      for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+      for (auto kind : kAllInstructionKinds) {
         auto rows = model.rows_for(s, kind);
         std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
         CostTable& table = tables_[table_index(s, kind)];
@@ -216,7 +219,7 @@ class Cluster {
   }
 
   static std::size_t table_index(int stage, InstructionKind kind) {
-    return static_cast<std::size_t>(stage) * 2 + (kind == InstructionKind::forward ? 0 : 1);
+    return static_cast<std::size_t>(operation_index(stage, kind));
   }
 
   // Every rank constructs its client at once, as training processes do: rank 0 registers the job
@@ -286,7 +289,7 @@ class Cluster {
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
     const CostTable& table = tables_[table_index(model_stage(inst, config_.stages), inst.kind)];
-    const char* name = inst.kind == InstructionKind::forward ? "forward" : "backward";
+    const char* name = to_string(inst.kind).data();
     const int T = config_.tensor_parallel;
     durations_.assign(static_cast<std::size_t>(T), 0);
     energies_.assign(static_cast<std::size_t>(T), 0);

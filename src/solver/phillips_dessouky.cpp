@@ -171,7 +171,7 @@ class Solver {
   };
 
   PipelineTimes initial_times() {
-    for (const auto& spec : problem_.specs) tables_.push_back(make_table(spec));
+    for (const auto& spec : problem_.specs) tables_.push_back(spec.model ? make_table(spec) : SpecTable{});
     const auto& insts = problem_.dag.instructions;
     for (std::size_t i = 0; i < insts.size(); ++i) {
       table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
@@ -519,8 +519,11 @@ std::vector<int> Frontier::durations_at(std::size_t point) const {
 }
 
 Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& options) {
-  if (problem.specs.size() != static_cast<std::size_t>(2 * problem.dag.num_model_stages())) {
-    throw Error("planning problem needs forward and backward specs for every stage");
+  for (const auto& inst : problem.dag.instructions) {
+    const auto index = static_cast<std::size_t>(PlanningProblem::spec_index(model_stage(inst, problem.dag.num_stages), inst.kind));
+    if (index >= problem.specs.size() || !problem.specs[index].model)
+      throw Error(fmt::format("planning problem has no {} spec for model stage {}", to_string(inst.kind),
+                              model_stage(inst, problem.dag.num_stages)));
   }
   if (options.threads < 0 || options.threads > 2)
     throw Error("solver threads must be 0 (automatic), 1 or 2", kExitUsage);

@@ -8,6 +8,7 @@
 #include <exception>
 #include <thread>
 
+#include "perseus/pipeline/schedule_profile.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus {
@@ -29,6 +30,8 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
   std::vector<std::size_t> distinct;
   std::vector<std::size_t> fitted_by(problem.specs.size());
   for (std::size_t i = 0; i < problem.specs.size(); ++i) {
+    fitted_by[i] = i;
+    if (problem.specs[i].options.options().empty()) continue;  // a kind the schedule does not run
     const auto same = std::find_if(distinct.begin(), distinct.end(), [&](std::size_t j) {
       return same_fit_input(problem.specs[i].options.options(), problem.specs[j].options.options());
     });
@@ -78,7 +81,9 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
   if (config.virtual_stages < 1 || config.virtual_stages > 1024)
     throw Error("--virtual-stages must be in [1, 1024]", kExitUsage);
-  const long long instructions = 2LL * config.num_stages * config.num_microbatches * config.virtual_stages;
+  const int virtual_stages = schedule_virtual_stages(config.schedule, config.virtual_stages);
+  const long long instructions =
+      (splits_backward(config.schedule) ? 3LL : 2LL) * config.num_stages * config.num_microbatches * virtual_stages;
   if (instructions > kMaxInstructions)
     throw Error(fmt::format("--stages {} x --microbatches {}{} is {} instructions; the planner handles at most {}",
                             config.num_stages, config.num_microbatches,
@@ -86,19 +91,28 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                             instructions, kMaxInstructions),
                 kExitUsage);
   check_schedule_shape(config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages);
-  const int model_stages = config.num_stages * config.virtual_stages;
-  check_profile_covers(profile, model_stages);
-
   PlanningProblem problem;
+  const int model_stages = config.num_stages * virtual_stages;
+  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
+                                   config.extra_forwards, config.virtual_stages);
+  const Profile rows = profile_for_schedule(profile, config.schedule, config.num_stages, model_stages);
+  std::vector<bool> used(kNumInstructionKinds * static_cast<std::size_t>(model_stages), false);
+  for (const auto& inst : problem.dag.instructions)
+    used[PlanningProblem::spec_index(model_stage(inst, config.num_stages), inst.kind)] = true;
+
   problem.unit_time = config.unit_time;
   problem.p_block = config.p_block;
   const OptionsConfig options_config{config.unit_time, config.p_block, config.noise_factor};
-  problem.specs.resize(2 * static_cast<std::size_t>(model_stages));
+  problem.specs.resize(kNumInstructionKinds * static_cast<std::size_t>(model_stages));
   std::vector<std::string> whats;  // per spec, for error messages
   for (int stage = 0; stage < model_stages; ++stage) {
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
+    for (auto kind : kAllInstructionKinds) {
+      if (!used[PlanningProblem::spec_index(stage, kind)]) {
+        whats.emplace_back();
+        continue;
+      }
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
-      spec.options = build_options(profile.rows_for(stage, kind), options_config);
+      spec.options = build_options(rows.rows_for(stage, kind), options_config);
       const std::string what =
           fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
       const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
@@ -116,8 +130,6 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
     }
   }
   fit_cost_models(problem, config, whats);
-  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
-                                   config.extra_forwards, config.virtual_stages);
   return problem;
 }
 

@@ -87,7 +87,7 @@ def test_default_pipe_schedule_interleaved_is_megatrons_order():
 
 
 def test_default_pipe_schedule_rejects_bad_input():
-    with pytest.raises(ValueError, match="1f1b, gpipe, interleaved"):
+    with pytest.raises(ValueError, match="1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev"):
         perseus.default_pipe_schedule(0, 2, 3, schedule="zigzag")
     with pytest.raises(ValueError, match="stage"):
         perseus.default_pipe_schedule(2, 2, 3)

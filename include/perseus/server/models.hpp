@@ -25,7 +25,7 @@ class RequestError : public std::runtime_error {
 
 // Instruction names a rank's pipe schedule may use (the artifact's PipeInstruction).
 const std::vector<std::string>& pipe_instruction_names();
-bool is_compute_instruction(const std::string& name);  // forward or backward
+bool is_compute_instruction(const std::string& name);  // an instruction kind: forward, backward, backward_input, ...
 
 // The server speaks two dialects, told apart by the request bodies: the Perseus
 // artifact's (pipe_schedule, power_state_range, power_states) and Zeus master's

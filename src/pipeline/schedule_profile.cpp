@@ -1,0 +1,63 @@
+#include "perseus/pipeline/schedule_profile.hpp"
+
+#include <fmt/format.h>
+
+#include <map>
+
+#include "perseus/profile/backward_split.hpp"
+#include "perseus/util/error.hpp"
+
+namespace perseus {
+
+namespace {
+
+std::map<int, const ProfileRow*> by_clock(const Profile& profile, int stage, InstructionKind kind) {
+  std::map<int, const ProfileRow*> rows;
+  for (const auto& row : profile.rows)
+    if (row.stage == stage && row.kind == kind) rows[row.frequency] = &row;
+  return rows;
+}
+
+// forward_backward rows of model stage k from its forward and its partner's whole backward.
+void add_pair_rows(Profile& profile, int k, int partner) {
+  if (!by_clock(profile, k, InstructionKind::forward_backward).empty()) return;
+  const auto forwards = by_clock(profile, k, InstructionKind::forward);
+  const auto backwards = by_clock(profile, partner, InstructionKind::backward);
+  std::vector<ProfileRow> rows;
+  for (const auto& [clock, forward] : forwards) {
+    const auto backward = backwards.find(clock);
+    if (backward == backwards.end()) continue;
+    ProfileRow row = *forward;
+    row.kind = InstructionKind::forward_backward;
+    row.time += backward->second->time;
+    row.energy += backward->second->energy;
+    rows.push_back(row);
+  }
+  if (rows.empty())
+    throw InputError(profile.source, forwards.begin()->second->line, "frequency",
+                     fmt::format("stage {}'s forward and stage {}'s backward share no clock, so their overlapped pair "
+                                 "has no row; add forward_backward rows for stage {}",
+                                 k, partner, k));
+  profile.rows.insert(profile.rows.end(), rows.begin(), rows.end());
+}
+
+}  // namespace
+
+Profile profile_for_schedule(const Profile& model_profile, ScheduleKind kind, int num_stages, int num_model_stages) {
+  check_profile_covers(model_profile, num_model_stages);
+  if (splits_backward(kind)) {
+    for (int k = 0; k < num_model_stages; ++k)
+      if (!has_split_backward(model_profile, k))
+        throw InputError(model_profile.source, 0, "instruction",
+                         fmt::format("the {} schedule splits every backward into backward_input and backward_weight, "
+                                     "but stage {} has only whole backward rows; profile the two parts, or split the "
+                                     "backwards with `perseus synth-profile --from PROFILE --split-backward 0.5`",
+                                     to_string(kind), k));
+  }
+  Profile profile = with_whole_backward(model_profile);
+  if (overlaps_pairs(kind))
+    for (int k = 0; k < num_model_stages; ++k) add_pair_rows(profile, k, 2 * num_stages - 1 - k);
+  return profile;
+}
+
+}  // namespace perseus
