@@ -2,9 +2,9 @@
 // reads what the client writes, exactly, and rejects what the other decoders reject, naming the field.
 #include <gtest/gtest.h>
 
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 namespace {
 
 using nlohmann::json;
@@ -98,4 +98,4 @@ TEST(ResultParser, EveryFieldIsCheckedAndNamed) {
 }
 
 }  // namespace
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -19,7 +19,7 @@
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::client {
@@ -48,7 +48,7 @@ struct Event {
 
 // Appends one iteration's values per instruction name to a round's breakdown: every name seen in
 // the round gets a row per iteration, empty where it did not run.
-void append_iteration(server::Breakdown& rounds, const std::map<std::string, std::vector<double>>& step,
+void append_iteration(protocol::Breakdown& rounds, const std::map<std::string, std::vector<double>>& step,
                       std::size_t iterations_before) {
   for (const auto& [name, values] : step) rounds[name];
   for (auto& [name, rows] : rounds) {
@@ -93,7 +93,7 @@ struct Client::Impl {
   std::thread exchange;
   std::mutex exchange_mutex;
   std::condition_variable exchange_wake, exchange_settled;
-  std::optional<server::ProfilingResult> outbox;  // a round's result to send
+  std::optional<protocol::ProfilingResult> outbox;  // a round's result to send
   bool want_schedule = false;                     // ask for the next schedule (after sending outbox)
   std::optional<std::vector<int>> inbox;          // a schedule that arrived and is not in use yet
   std::uint64_t received_seq = 0;                 // schedules that arrived
@@ -113,7 +113,7 @@ struct Client::Impl {
   std::deque<Event> queue;
   std::uint64_t enqueued = 0, processed = 0;
   bool stopping = false;
-  server::ProfilingResult round_data;  // this round's measurements so far
+  protocol::ProfilingResult round_data;  // this round's measurements so far
   std::thread controller;
 
   // Controller thread only.
@@ -198,7 +198,7 @@ struct Client::Impl {
           break;
         }
         case Event::report: {
-          server::ProfilingResult data;
+          protocol::ProfilingResult data;
           {
             std::lock_guard lock(mutex);
             data = std::move(round_data);
@@ -283,7 +283,7 @@ struct Client::Impl {
   // rank asked), with a deadline like every request.
   std::vector<int> fetch_schedule() {
     json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr);
-    auto states = server::schedule_from_json(reply).power_states;
+    auto states = protocol::schedule_from_json(reply).power_states;
     if (states.size() != options.pipe_schedule.size())
       throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
     return states;
@@ -291,7 +291,7 @@ struct Client::Impl {
 
   // A round's result for the exchange thread, which then asks for the next schedule. A result still
   // waiting to go out (the server is away) is kept: it answers the schedule the server runs.
-  void hand_over(server::ProfilingResult data) {
+  void hand_over(protocol::ProfilingResult data) {
     {
       std::lock_guard lock(exchange_mutex);
       if (!outbox) outbox = std::move(data);
@@ -316,11 +316,11 @@ struct Client::Impl {
         continue;
       }
       exchange_busy = true;
-      std::optional<server::ProfilingResult> result = outbox;
+      std::optional<protocol::ProfilingResult> result = outbox;
       lock.unlock();
       std::optional<std::vector<int>> schedule;
       try {
-        if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), server::to_json(*result));
+        if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), protocol::to_json(*result));
         lock.lock();
         outbox.reset();
         lock.unlock();
@@ -435,10 +435,10 @@ struct Client::Impl {
       job_id = o.job_id;
       use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET") : o.job_secret);
     } else if (o.rank == 0) {
-      server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
+      protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
       http->set_job_secret("new");  // ask for one
-      job_id = call("POST", "/register_job", server::to_json(job)).get<std::string>();
+      job_id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
       use_job_secret(http->received_job_secret());
       joined_broadcast = true;
       if (o.broadcast_job_id) o.broadcast_job_id(job_secret.empty() ? job_id : job_id + '\n' + job_secret);
@@ -450,12 +450,12 @@ struct Client::Impl {
     }
     for (const auto& name : options.pipe_schedule)
       if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
-    server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
+    protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     try {  // the bound on what this rank may measure (physical_bounds.hpp)
       rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
     } catch (const std::exception&) {
     }
-    call("POST", "/register_rank", server::to_json(rank));
+    call("POST", "/register_rank", protocol::to_json(rank));
     if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();
     start_exchange();

@@ -1,5 +1,5 @@
 #include "perseus/server/job_manager.hpp"
-#include "perseus/server/physical_bounds.hpp"
+#include "perseus/server/wire.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>

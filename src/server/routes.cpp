@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "perseus/server/http_server.hpp"
-#include "perseus/server/replies.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/web_page.hpp"
 #include "perseus/util/safe_text.hpp"
 

@@ -45,7 +45,7 @@
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
 #include "perseus/server/metrics.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
 

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/settings.hpp"
 
 namespace perseus::server {

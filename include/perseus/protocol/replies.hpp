@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 inline constexpr std::size_t kMaxDetailBytes = 1000;  // an error's detail; what it quotes is cut to fit
 
@@ -23,4 +23,4 @@ std::optional<std::string> query_value(std::string_view query, std::string_view 
 // The `rank` query parameter; RequestError(422) when missing or not an integer.
 int rank_parameter(std::string_view query);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -1,13 +1,13 @@
-#include "perseus/server/replies.hpp"
+#include "perseus/protocol/replies.hpp"
 
 #include <fmt/format.h>
 
 #include <charconv>
 
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 #include "perseus/util/safe_text.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 std::string error_body(std::string_view detail) {
   return safe_dump(nlohmann::json{{"detail", safe_text(detail, kMaxDetailBytes)}});
@@ -60,4 +60,4 @@ int rank_parameter(std::string_view query) {
   return rank;
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -4,7 +4,7 @@
 #include <optional>
 #include <string>
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 // Throws RequestError(422, "field '<field>': <problem>").
 [[noreturn]] void bad_field(const std::string& field, const std::string& problem);
@@ -15,4 +15,4 @@ int int_from_integer(long long value, const std::string& field);
 // Integral floats such as 4.0 are what a Python client may send for an integer: those, nothing else.
 std::optional<int> int_from_float(double value);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

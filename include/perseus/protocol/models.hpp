@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 // A request the server refuses: the HTTP status and the `detail` it answers with.
 class RequestError : public std::runtime_error {
@@ -145,4 +145,4 @@ std::string records_dir_name(const std::string& job_id);
 // Parses JSON text; throws RequestError(422) saying where it is malformed.
 nlohmann::json parse_body(const std::string& text);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -1,4 +1,4 @@
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -11,7 +11,7 @@
 #include "perseus/util/csv.hpp"
 #include "perseus/util/safe_text.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 void bad_field(const std::string& field, const std::string& problem) {
   throw RequestError(422, fmt::format("field '{}': {}", safe_text(field, 200), problem));
@@ -393,4 +393,4 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
                      info.num_microbatches, scheduler_name);
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol
