@@ -29,7 +29,8 @@ TEST(Solver, HandComputedChain) {
     EXPECT_EQ(f.durations_at(i), durations[i]);
   }
   EXPECT_NEAR(f.points[1].cost_change, 1.5, 1e-9);
-  EXPECT_EQ(f.stop_reason, "the minimum cut crosses a fixed dependency: the iteration cannot get shorter");
+  EXPECT_EQ(f.stop_reason, StopReason::fixed_dependency_in_cut);
+  EXPECT_EQ(f.stop_text(), "the minimum cut crosses a fixed dependency: the iteration cannot get shorter");
 }
 
 TEST(Solver, SlowsDownWhereTheCutCrossesBackward) {
@@ -76,6 +77,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
     }
     EXPECT_EQ(a.durations_at(a.points.size() - 1), b.durations_at(b.points.size() - 1));
     EXPECT_EQ(a.stop_reason, b.stop_reason);
+    EXPECT_EQ(a.stop_instruction, b.stop_instruction);
     // The reference's cut rule differs only on residuals of exactly 1e-6 J.
     const Frontier r = solve_frontier(problem);
     EXPECT_EQ(r.points.size(), a.points.size());
@@ -155,7 +157,7 @@ TEST(Solver, StopRequestLeavesAValidShorterFrontier) {
   EXPECT_TRUE(f.interrupted);
   EXPECT_EQ(f.points.size(), 5u);
   EXPECT_EQ(seen, 5u);
-  EXPECT_EQ(f.stop_reason, "interrupted");
+  EXPECT_EQ(f.stop_reason, StopReason::interrupted);
 }
 
 // With a second thread the flows run ahead of the times: an interrupt keeps exactly the points the
@@ -227,6 +229,7 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
       ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
     }
     EXPECT_EQ(a.stop_reason, b.stop_reason);
+    EXPECT_EQ(a.stop_instruction, b.stop_instruction);
     points += a.points.size();
     changes += a.changes.size();
   }

@@ -50,7 +50,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.virtual_stages = dag.virtual_stages;
   record.unit_time = problem.unit_time;
   record.p_block = problem.p_block;
-  record.stop_reason = frontier.stop_reason;
+  record.stop_reason = frontier.stop_text();
   record.interrupted = frontier.interrupted;
   record.start_quant_time = frontier.start_quant_time;
   for (const auto& spec : problem.specs) record.model_descriptions.push_back(spec.model->name() + ": " + spec.model->describe());

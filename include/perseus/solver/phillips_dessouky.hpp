@@ -70,14 +70,34 @@ struct FrontierPoint {
   std::size_t changes_begin = 0; // this point's changes are changes[changes_begin, next begin)
 };
 
+// Why a frontier ends: the solver was interrupted, or its next step cannot shorten the iteration.
+enum class StopReason {
+  none,                      // not solved yet
+  interrupted,               // SolverOptions::stop was set
+  no_feasible_flow,          // no flow within the bounds on the critical subgraph
+  no_forward_cut_arc,        // the minimum cut crosses no arc forward
+  fixed_dependency_in_cut,   // the cut crosses a dependency, whose duration is fixed
+  instruction_at_fastest,    // an instruction to shorten already runs at its fastest clock
+  instruction_at_slowest,    // an instruction to lengthen already runs at its slowest clock
+  negligible_cost_change,    // a step changes the cost by less than 1e-6
+};
+
+// The reason in words, as `perseus optimize` prints it and frontier records keep it. `instruction`:
+// the instruction the reason names (instruction_at_fastest and instruction_at_slowest), e.g.
+// "F3 on stage 1".
+std::string to_string(StopReason reason, const std::string& instruction = "");
+
 struct Frontier {
   std::vector<int> start_durations;  // per instruction: the slowest plan the solver starts from
   int start_quant_time = 0;
   double start_effective_cost = 0;
   std::vector<FrontierPoint> points;  // slowest first, as the reference emits them
   std::vector<DurationChange> changes;
-  std::string stop_reason;
+  StopReason stop_reason = StopReason::none;
+  std::string stop_instruction;  // the instruction stop_reason names, if it names one
   bool interrupted = false;
+
+  std::string stop_text() const { return to_string(stop_reason, stop_instruction); }
 
   std::size_t changes_end(std::size_t point) const {
     return point + 1 < points.size() ? points[point + 1].changes_begin : changes.size();
