@@ -71,7 +71,7 @@ TEST(Replies, ErrorBodiesAndTargetsAreValidForAnyBytes) {
     rank_parameter("rank=%FF");
     FAIL();
   } catch (const protocol::RequestError& e) {
-    EXPECT_EQ(e.status(), 422);
+    EXPECT_EQ(e.refusal(), protocol::Refusal::invalid_request);
     EXPECT_NO_THROW(json::parse(error_body(e.what())));
   }
 }

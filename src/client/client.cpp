@@ -19,7 +19,9 @@
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
+#include "perseus/protocol/job_outcome.hpp"
 #include "perseus/protocol/models.hpp"
+#include "perseus/protocol/power_mode.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::client {
@@ -66,7 +68,7 @@ struct Client::Impl {
   std::unique_ptr<HttpClient> http;
   std::string job_id;
   std::string job_secret;  // "" when the job has none (an older server, or joined by id without one)
-  std::string mode = "frequency";
+  protocol::PowerMode mode = protocol::PowerMode::frequency;
   unsigned limit_before_mw = 0;  // power-limit mode: what close() restores
   bool enabled = false;
   bool registered_reset = false;
@@ -148,7 +150,7 @@ struct Client::Impl {
   void apply(int state) {
     if (state < 0 || state == applied) return;
     try {
-      if (mode == "power limit") gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
+      if (mode == protocol::PowerMode::power_limit) gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
       else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
       applied = state;
     } catch (const std::exception& e) {
@@ -236,7 +238,7 @@ struct Client::Impl {
 
   void reset_clocks() {
     try {
-      if (mode == "power limit") {  // back to the limit the GPU had before (an admin's cap stays)
+      if (mode == protocol::PowerMode::power_limit) {  // back to the limit the GPU had before (an admin's cap stays)
         gpu->set_power_limit_mw(options.device, limit_before_mw != 0 ? limit_before_mw
                                                                      : gpu->power_limit_range(options.device).max_mw);
       } else {
@@ -273,7 +275,7 @@ struct Client::Impl {
       std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                                ? parsed["detail"].get<std::string>()
                                : reply.body;
-      if (detail.find("[profiling-done]") != std::string::npos) throw ProfilingDone(detail);
+      if (protocol::says_done(detail)) throw ProfilingDone(detail);
       throw Error(fmt::format("{} {}: HTTP {}: {}", method, target, reply.status, detail));
     }
     return parsed;
@@ -412,11 +414,11 @@ struct Client::Impl {
       if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
     http = std::make_unique<HttpClient>(o.server_url, options.token);
     json info = call("GET", "/info", nullptr);
-    mode = info.value("mode", std::string("frequency"));
+    mode = protocol::parse_power_mode(info.value("mode", std::string("frequency"))).value_or(protocol::PowerMode::frequency);
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
 
     std::vector<int> states;
-    if (mode == "power limit") {
+    if (mode == protocol::PowerMode::power_limit) {
       limit_before_mw = gpu->power_limit_mw(o.device);
       auto range = gpu->power_limit_range(o.device);
       for (unsigned w = range.max_mw / 1000; w >= (range.min_mw + 999) / 1000 && w > 0; w -= std::min(w, 25u))
@@ -736,7 +738,7 @@ const std::string& Client::job_secret() const { return impl_->job_secret; }
 int Client::round() const { return impl_->round; }
 std::vector<int> Client::schedule() const { return impl_->schedule; }
 const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }
-std::string Client::mode() const { return impl_->mode; }
+std::string Client::mode() const { return std::string(protocol::to_string(impl_->mode)); }
 
 void Client::close(bool finished) {
   const bool was_enabled = impl_->enabled;

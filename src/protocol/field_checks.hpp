@@ -6,7 +6,7 @@
 
 namespace perseus::protocol {
 
-// Throws RequestError(422, "field '<field>': <problem>").
+// Throws RequestError(invalid_request, "field '<field>': <problem>").
 [[noreturn]] void bad_field(const std::string& field, const std::string& problem);
 
 // A JSON integer as an int; out of int range is a bad field.
