@@ -10,14 +10,9 @@ namespace perseus {
 
 PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches,
                                const std::vector<int>& extra_forwards, int virtual_stages) {
-  check_schedule_shape(schedule, num_stages, num_microbatches, virtual_stages);
-  check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
   PipelineDag dag;
-  dag.extra_forwards = extra_forwards;
-  dag.num_stages = num_stages;
-  dag.num_microbatches = num_microbatches;
-  dag.schedule = schedule;
-  dag.virtual_stages = virtual_stages;
+  dag.shape() = {num_stages, num_microbatches, schedule, extra_forwards, virtual_stages};
+  dag.check();
   const int model_stages = dag.num_model_stages();
   // node id of (model stage, kind, microbatch), to wire cross-stage edges without comparing all pairs
   std::vector<std::vector<int>> forward_id(model_stages, std::vector<int>(num_microbatches, -1));

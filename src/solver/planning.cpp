@@ -85,7 +85,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                             config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
                             instructions, kMaxInstructions),
                 kExitUsage);
-  check_schedule_shape(config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages);
+  config.check();
   const int model_stages = config.num_stages * config.virtual_stages;
   check_profile_covers(profile, model_stages);
 
