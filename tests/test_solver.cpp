@@ -3,6 +3,7 @@
 #include <array>
 #include <random>
 
+#include "max_flow_oracle.hpp"
 #include "perseus/solver/phillips_dessouky.hpp"
 #include "perseus/util/error.hpp"
 #include "solver_fixtures.hpp"
@@ -65,7 +66,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
     const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule, c.virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
-    oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier a = solve_frontier(problem, fast);
     const Frontier b = solve_frontier(problem, oracle);
     SCOPED_TRACE(testing::Message() << c.stages << " stages, " << c.microbatches << " microbatches, seed " << c.seed);
@@ -121,7 +122,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
                                     << " microbatches, " << to_string(schedule) << " V=" << virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
-    oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier a = solve_frontier(problem, fast);
     const Frontier b = solve_frontier(problem, oracle);
     ASSERT_EQ(a.points.size(), b.points.size());
@@ -130,7 +131,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
       ASSERT_DOUBLE_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
     }
     SolverOptions reference_oracle;
-    reference_oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    reference_oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier r = solve_frontier(problem);
     const Frontier ro = solve_frontier(problem, reference_oracle);
     ASSERT_FALSE(r.points.empty());

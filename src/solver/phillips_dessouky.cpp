@@ -242,7 +242,7 @@ class Solver {
   }
 
   bool may_guess() const {
-    return times_worker_->has_thread() && options_.algorithm == MaxFlowAlgorithm::dinic && !rebuild_ &&
+    return times_worker_->has_thread() && !options_.max_flow_oracle && !rebuild_ &&
            network_.has_flow();
   }
 
@@ -401,14 +401,17 @@ class Solver {
   bool solve_flow(bool same_arcs) {
     const int source = compact_id_[graph_.source], sink = compact_id_[graph_.sink];
     const int num_nodes = static_cast<int>(compact_nodes_.size());
-    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+    if (!options_.max_flow_oracle) {
       return same_arcs ? network_.resolve(arcs_, changed_critical_, rule())
                        : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule());
     }
-    return bounded_max_flow_into(num_nodes, arcs_, source, sink, options_.algorithm, nullptr, rule(), flow_);
+    auto flow = options_.max_flow_oracle(num_nodes, arcs_, source, sink, rule());
+    if (!flow) return false;
+    flow_ = std::move(*flow);
+    return true;
   }
   std::int64_t flow_of(int i) const {
-    return options_.algorithm == MaxFlowAlgorithm::dinic ? network_.flow(i) : flow_[i];
+    return !options_.max_flow_oracle ? network_.flow(i) : flow_[i];
   }
   Feasibility rule() const {
     return options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
@@ -417,7 +420,7 @@ class Solver {
   // The critical arcs the minimum cut crosses forward (speed_up_) and backward (slow_down_), in
   // arc order. Its source side: nodes reachable from the source through unsaturated arcs.
   void find_cut() {
-    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+    if (!options_.max_flow_oracle) {
       network_.min_cut(arcs_, rule(), cut_forward_, cut_backward_);
     } else {
       find_cut_from_the_arcs();

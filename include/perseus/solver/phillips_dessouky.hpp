@@ -1,11 +1,23 @@
 #pragma once
-// The Phillips–Dessouky time–cost trade-off solver (DESIGN §2.5). Starting from every
-// instruction at its slowest option, each iteration shortens the iteration by one unit time at
-// the least added cost, found as a minimum cut of the critical subgraph.
+// The Phillips–Dessouky time–cost trade-off solver.
+//
+// Problem: every instruction of the pipeline's DAG (an activity network) may run at one of several
+// durations, each with a cost (its energy, as the cost model gives it); find, for every iteration
+// time from the slowest plan's down to the shortest reachable, a plan of least summed cost: the
+// time–energy frontier.
+//
+// Algorithm: S. Phillips and M. I. Dessouky, "Solving the project time/cost tradeoff problem using
+// the minimal cut concept", Management Science 24(4), 1977. Starting from every instruction at its
+// slowest option, each step shortens the iteration by one unit time at the least added cost: a
+// minimum cut of the critical subgraph, whose arcs carry the cost of shortening (forward) or the
+// saving of lengthening (backward) as flow bounds (max_flow.hpp). Perseus (Chung et al., SOSP 2024)
+// applies it to per-instruction GPU clocks; the `reference` cut rule reproduces its planner's
+// floating-point decisions, and so its frontiers.
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +58,15 @@ enum class CutRule {
   exact,
 };
 
+// A maximum flow within the bounds (max_flow.hpp's problem), or nullopt when no flow meets every
+// lower bound: what tests check the solver's own flow network against.
+using MaxFlowOracle = std::function<std::optional<std::vector<std::int64_t>>(
+    int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink, Feasibility feasibility)>;
+
 struct SolverOptions {
-  MaxFlowAlgorithm algorithm = MaxFlowAlgorithm::dinic;
+  // When set, each point's flow comes from it (and the cut from that flow's arcs) instead of the
+  // solver's incremental Dinic network.
+  MaxFlowOracle max_flow_oracle;
   CutRule cut_rule = CutRule::reference;
   const std::atomic<bool>* stop = nullptr;  // checked every iteration; set by Ctrl-C
   std::function<void(std::size_t points, int quant_time)> on_progress;  // after each point
