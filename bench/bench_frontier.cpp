@@ -7,6 +7,7 @@
 
 #include <filesystem>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/solver/planning.hpp"
 
 using namespace perseus;
@@ -29,7 +30,7 @@ void plan_frontier(benchmark::State& state, std::string profile_name, bool a40, 
   config.num_stages = 8;
   config.num_microbatches = microbatches;
   config.unit_time = a40 ? 0.0001 : 0.001;
-  config.p_block = a40 ? 70.38 : 83.64;
+  config.p_block = a40 ? kA40BlockingPowerW : kA100BlockingPowerW;
   const Profile profile = read_profile(path);
   std::size_t points = 0;
   for (auto _ : state) {
@@ -55,7 +56,7 @@ void fit_cost_models(benchmark::State& state, std::string profile_name, bool a40
   config.num_stages = 8;
   config.num_microbatches = 12;
   config.unit_time = a40 ? 0.0001 : 0.001;
-  config.p_block = a40 ? 70.38 : 83.64;
+  config.p_block = a40 ? kA40BlockingPowerW : kA100BlockingPowerW;
   const Profile profile = read_profile(path);
   for (auto _ : state) {
     auto problem = make_planning_problem(profile, config);

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
 #include "perseus/profile/profile.hpp"
@@ -44,10 +45,10 @@ struct Args {
   int baseline_rounds = 3;     // all-max rounds the variability is estimated from
   int round_iterations = 10;   // iterations per round
   NoiseAwareOptions options;   // --samples, --starts, --allowance
-  std::vector<Case> cases{{"gpt3-175b+a100_sxm_bf16.csv", 83.64},
-                          {"bloom+a100_sxm_bf16.csv", 83.64},
-                          {"gpt3-175b+a40_bf16.csv", 70.38},
-                          {"bloom+a40_bf16.csv", 70.38}};
+  std::vector<Case> cases{{"gpt3-175b+a100_sxm_bf16.csv", kA100BlockingPowerW},
+                          {"bloom+a100_sxm_bf16.csv", kA100BlockingPowerW},
+                          {"gpt3-175b+a40_bf16.csv", kA40BlockingPowerW},
+                          {"bloom+a40_bf16.csv", kA40BlockingPowerW}};
 };
 
 std::vector<std::string> split(const std::string& s) {

@@ -1,12 +1,5 @@
-<<<<<<< HEAD
-// perseus.EnergyMonitor, perseus.GlobalPowerLimitOptimizer and the optimum selectors (Zeus's
-// power-limit API) for Python; python/perseus/power_limit.py adds
-// the torch.distributed combine and the Hugging Face callback.
-#include <pybind11/functional.h>
-=======
 // perseus.EnergyMonitor (Zeus's ZeusMonitor) and the GPU controls perseus.zeus's optimizers use;
 // the optimizers themselves are Python (python/perseus/power_limit.py, python/perseus/zeus/).
->>>>>>> zeusapi
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 

@@ -3,6 +3,7 @@
 // stages, 12 microbatches, against a server at `url`.
 #include <string>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/simulate/cluster.hpp"
 
@@ -21,7 +22,7 @@ inline simulate::SimulationConfig gpt3_cluster(const std::string& url, int pipel
   c.stages = 8;
   c.microbatches = 12;
   c.pipelines = pipelines;
-  c.p2p_power = 83.64;
+  c.p2p_power = kA100BlockingPowerW;
   c.server_url = url;
   c.iterations = iterations;
   c.report_every = 10;

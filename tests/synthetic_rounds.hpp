@@ -31,7 +31,7 @@ struct SyntheticCluster {
 
   online::JobShape shape() const {
     online::JobShape s;
-    s.stages = stages, s.microbatches = microbatches, s.pipelines = pipelines;
+    s.num_stages = stages, s.num_microbatches = microbatches, s.pipelines = pipelines;
     for (const auto& row : profile.rows)
       if (row.stage == 0 && row.kind == InstructionKind::forward) s.clocks.push_back(row.frequency);
     std::sort(s.clocks.rbegin(), s.clocks.rend());

@@ -3,6 +3,7 @@
 #include <optional>
 #include <random>
 
+#include "max_flow_oracle.hpp"
 #include "perseus/solver/bounded_flow_network.hpp"
 
 using namespace perseus;

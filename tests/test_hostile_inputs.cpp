@@ -6,8 +6,8 @@
 #include <string>
 
 #include "perseus/plan/plan_files.hpp"
-#include "perseus/server/physical_bounds.hpp"
-#include "perseus/server/replies.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
+#include "perseus/protocol/replies.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/safe_text.hpp"
 #include "server_fixture.hpp"
@@ -16,10 +16,10 @@ namespace perseus::testing {
 namespace {
 
 using nlohmann::json;
-using server::error_body;
-using server::kMaxDetailBytes;
-using server::percent_decode;
-using server::rank_parameter;
+using protocol::error_body;
+using protocol::kMaxDetailBytes;
+using protocol::percent_decode;
+using protocol::rank_parameter;
 
 std::string nested(std::size_t depth) { return std::string(depth, '[') + std::string(depth, ']'); }
 
@@ -70,19 +70,19 @@ TEST(Replies, ErrorBodiesAndTargetsAreValidForAnyBytes) {
   try {
     rank_parameter("rank=%FF");
     FAIL();
-  } catch (const server::RequestError& e) {
-    EXPECT_EQ(e.status(), 422);
+  } catch (const protocol::RequestError& e) {
+    EXPECT_EQ(e.refusal(), protocol::Refusal::invalid_request);
     EXPECT_NO_THROW(json::parse(error_body(e.what())));
   }
 }
 
 TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
-  server::ProfilingResult ok{0, {1.0, 1.0}, {200.0, 210.0}, {{"forward", {{0.2}, {0.2}}}}, {{"forward", {{50.0}, {50.0}}}}};
-  EXPECT_EQ(server::implausible_result(ok, 300), "");
+  protocol::ProfilingResult ok{0, {1.0, 1.0}, {200.0, 210.0}, {{"forward", {{0.2}, {0.2}}}}, {{"forward", {{50.0}, {50.0}}}}};
+  EXPECT_EQ(protocol::implausible_result(ok, 300), "");
   auto with = [&](auto change) {
     auto r = ok;
     change(r);
-    return server::implausible_result(r, 300);
+    return protocol::implausible_result(r, 300);
   };
   EXPECT_EQ(with([](auto& r) { r.iter_energy[1] = -5; }), "iteration 1 used -5 J");
   EXPECT_EQ(with([](auto& r) { r.iter_energy[0] = 0; }), "iteration 0 used 0 J");
@@ -99,13 +99,13 @@ TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
   EXPECT_NE(with([](auto& r) { r.iter_time.clear(), r.iter_energy.clear(); }).find("no iteration was measured"),
             std::string::npos);
   EXPECT_EQ(with([](auto& r) { r.energy_breakdown["forward"][0][0] = 0; }), "") << "a short instruction may read 0 J";
-  EXPECT_EQ(server::max_power_w(server::RankInfo{}), server::kMaxPlausibleGpuPowerW);
-  server::RankInfo gpu300;
+  EXPECT_EQ(protocol::max_power_w(protocol::RankInfo{}), protocol::kMaxPlausibleGpuPowerW);
+  protocol::RankInfo gpu300;
   gpu300.max_power_w = 300;
-  EXPECT_EQ(server::plausible_blocking_power(83.6, {gpu300}), 83.6);
-  EXPECT_EQ(server::plausible_blocking_power(1001, {gpu300}), std::nullopt) << "1,001 W on a 300 W GPU";
-  EXPECT_EQ(server::plausible_blocking_power(-1, {gpu300}), std::nullopt);
-  EXPECT_EQ(server::plausible_blocking_power(1001, {server::RankInfo{}}), 1001.0);
+  EXPECT_EQ(protocol::plausible_blocking_power(83.6, {gpu300}), 83.6);
+  EXPECT_EQ(protocol::plausible_blocking_power(1001, {gpu300}), std::nullopt) << "1,001 W on a 300 W GPU";
+  EXPECT_EQ(protocol::plausible_blocking_power(-1, {gpu300}), std::nullopt);
+  EXPECT_EQ(protocol::plausible_blocking_power(1001, {protocol::RankInfo{}}), 1001.0);
 }
 
 TEST(PlanFiles, ANestedJsonPlanIsAnErrorNotACrash) {
@@ -169,7 +169,7 @@ TEST_F(HostileRequests, ARankWithAnUnphysicalResultMakesTheRoundRunAgainThenEnds
   EXPECT_EQ(status["round"], 1) << "the round runs again";
   EXPECT_EQ(status["measured"]["energy"], 100.0) << "the rejected result is not recorded";
   EXPECT_EQ(round(100.0)["round"], 2) << "a good result ends the repeats";
-  for (int i = 0; i < server::kMaxRejectedRounds; ++i) EXPECT_EQ(round(-1.0)["phase"], "running");
+  for (int i = 0; i < protocol::kMaxRejectedRounds; ++i) EXPECT_EQ(round(-1.0)["phase"], "running");
   status = round(-1.0);
   EXPECT_EQ(status["phase"], "failed");
   EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=0").status, 500);

@@ -5,6 +5,7 @@
 #include <thread>
 #include <tuple>
 
+#include "max_flow_oracle.hpp"
 #include "perseus/solver/max_flow.hpp"
 
 using namespace perseus;

@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
 #include "perseus/plan/frontier_record.hpp"
@@ -269,7 +270,7 @@ TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
   input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
   input.config.num_stages = 8;
   input.config.num_microbatches = 12;
-  input.config.p_block = 83.64;
+  input.config.p_block = kA100BlockingPowerW;
   input.config.unit_time = automatic_unit_time(input.profile);
   const PlanningOutput plans = plan_online(input);
   const Emulator& emulator = *plans.emulator;
@@ -306,7 +307,7 @@ TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
       const auto b = emulator.run(plan, emulator_noise(truth, 5001 + 2 * it));
       const double t = std::max(a.iteration_time, b.iteration_time);
       time += t;
-      energy += a.energy + b.energy + 8 * 83.64 * (2 * t - a.iteration_time - b.iteration_time);
+      energy += a.energy + b.energy + 8 * kA100BlockingPowerW * (2 * t - a.iteration_time - b.iteration_time);
     }
     return std::pair{time, energy};
   };

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/solver/planning.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -49,7 +50,7 @@ TEST_P(ReferenceFrontier, MatchesPointForPoint) {
   config.num_stages = 8;
   config.num_microbatches = c.microbatches;
   config.unit_time = a40 ? 0.0001 : 0.001;
-  config.p_block = a40 ? 70.38 : 83.64;
+  config.p_block = a40 ? kA40BlockingPowerW : kA100BlockingPowerW;
   const auto problem = make_planning_problem(read_profile(profile_path), config);
   const auto record = make_frontier_record(problem, solve_frontier(problem), {"", "exp"});
 

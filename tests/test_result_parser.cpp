@@ -2,9 +2,11 @@
 // reads what the client writes, exactly, and rejects what the other decoders reject, naming the field.
 #include <gtest/gtest.h>
 
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/job_outcome.hpp"
+#include "perseus/protocol/models.hpp"
+#include "perseus/protocol/replies.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 namespace {
 
 using nlohmann::json;
@@ -13,7 +15,7 @@ std::string detail_of(const std::string& body) {
   try {
     profiling_result_from_text(body);
   } catch (const RequestError& e) {
-    EXPECT_EQ(e.status(), 422);
+    EXPECT_EQ(e.refusal(), protocol::Refusal::invalid_request);
     return e.what();
   }
   ADD_FAILURE() << "accepted: " << body;
@@ -65,7 +67,7 @@ TEST(ResultParser, MalformedJsonIsA422NamingTheBody) {
     parse_body(R"({"pp_degree": 1e400})");
     ADD_FAILURE() << "accepted 1e400";
   } catch (const RequestError& e) {
-    EXPECT_EQ(e.status(), 422);
+    EXPECT_EQ(e.refusal(), protocol::Refusal::invalid_request);
     EXPECT_NE(std::string(e.what()).find("1e400"), std::string::npos) << e.what();
   }
 }
@@ -98,4 +100,30 @@ TEST(ResultParser, EveryFieldIsCheckedAndNamed) {
 }
 
 }  // namespace
-}  // namespace perseus::server
+}  // namespace perseus::protocol
+
+namespace perseus::protocol {
+namespace {
+
+TEST(JobOutcomeText, IsTheArtifactsMarkerThenWhy) {
+  EXPECT_EQ(to_detail(JobOutcome::done("the plans ran")), "[profiling-done] the plans ran");
+  EXPECT_EQ(to_detail(JobOutcome::failed("rank 3 left")), "[job-failed] rank 3 left");
+  EXPECT_EQ(outcome_from_detail("[job-failed] rank 3 left"), JobOutcome::failed("rank 3 left"));
+  EXPECT_EQ(outcome_from_detail("[profiling-done] x"), JobOutcome::done("x"));
+  EXPECT_EQ(outcome_from_detail("internal error"), std::nullopt);
+  EXPECT_TRUE(says_done("scheduler: [profiling-done] x"));
+  EXPECT_FALSE(says_done("[job-failed] x"));
+}
+
+TEST(RefusalStatus, EachKindHasItsHttpStatus) {
+  EXPECT_EQ(http_status(Refusal::invalid_request), 422);
+  EXPECT_EQ(http_status(Refusal::forbidden), 403);
+  EXPECT_EQ(http_status(Refusal::not_found), 404);
+  EXPECT_EQ(http_status(Refusal::conflict), 409);
+  EXPECT_EQ(http_status(Refusal::job_ended), 500);
+  EXPECT_EQ(http_status(Refusal::over_capacity), 503);
+  EXPECT_EQ(http_status(Refusal::server_stopping), 503);
+}
+
+}  // namespace
+}  // namespace perseus::protocol

@@ -261,9 +261,9 @@ TEST(Schedulers, ZeusGlobalPowerLimitProfilesEachLimitAndKeepsTheCheapest) {
 
   EXPECT_THROW(configure_scheduler("ZeusGlobalPowerLimit", {{"eta_knob", 1.5}}), Error);
   EXPECT_THROW(configure_scheduler("ZeusGlobalPowerLimit", {{"warmup_step_ratio", 1.0}}), Error);
-  EXPECT_EQ(scheduler_mode("ZeusGlobalPowerLimit3D"), "power limit");
-  EXPECT_EQ(scheduler_mode("AllMaxPowerLimit"), "power limit");
-  EXPECT_EQ(scheduler_mode("PointSolution"), "frequency");
+  EXPECT_EQ(scheduler_mode("ZeusGlobalPowerLimit3D"), PowerMode::power_limit);
+  EXPECT_EQ(scheduler_mode("AllMaxPowerLimit"), PowerMode::power_limit);
+  EXPECT_EQ(scheduler_mode("PointSolution"), PowerMode::frequency);
   EXPECT_FALSE(scheduler_mode("InstructionProfiler"));
 }
 

@@ -3,6 +3,7 @@
 #include <array>
 #include <random>
 
+#include "max_flow_oracle.hpp"
 #include "perseus/solver/phillips_dessouky.hpp"
 #include "perseus/util/error.hpp"
 #include "solver_fixtures.hpp"
@@ -29,7 +30,8 @@ TEST(Solver, HandComputedChain) {
     EXPECT_EQ(f.durations_at(i), durations[i]);
   }
   EXPECT_NEAR(f.points[1].cost_change, 1.5, 1e-9);
-  EXPECT_EQ(f.stop_reason, "the minimum cut crosses a fixed dependency: the iteration cannot get shorter");
+  EXPECT_EQ(f.stop_reason, StopReason::fixed_dependency_in_cut);
+  EXPECT_EQ(f.stop_text(), "the minimum cut crosses a fixed dependency: the iteration cannot get shorter");
 }
 
 TEST(Solver, SlowsDownWhereTheCutCrossesBackward) {
@@ -64,7 +66,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
     const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule, c.virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
-    oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier a = solve_frontier(problem, fast);
     const Frontier b = solve_frontier(problem, oracle);
     SCOPED_TRACE(testing::Message() << c.stages << " stages, " << c.microbatches << " microbatches, seed " << c.seed);
@@ -76,6 +78,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
     }
     EXPECT_EQ(a.durations_at(a.points.size() - 1), b.durations_at(b.points.size() - 1));
     EXPECT_EQ(a.stop_reason, b.stop_reason);
+    EXPECT_EQ(a.stop_instruction, b.stop_instruction);
     // The reference's cut rule differs only on residuals of exactly 1e-6 J.
     const Frontier r = solve_frontier(problem);
     EXPECT_EQ(r.points.size(), a.points.size());
@@ -119,7 +122,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
                                     << " microbatches, " << to_string(schedule) << " V=" << virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
-    oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier a = solve_frontier(problem, fast);
     const Frontier b = solve_frontier(problem, oracle);
     ASSERT_EQ(a.points.size(), b.points.size());
@@ -128,7 +131,7 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
       ASSERT_DOUBLE_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
     }
     SolverOptions reference_oracle;
-    reference_oracle.algorithm = MaxFlowAlgorithm::boost_push_relabel;
+    reference_oracle.max_flow_oracle = boost_max_flow_oracle();
     const Frontier r = solve_frontier(problem);
     const Frontier ro = solve_frontier(problem, reference_oracle);
     ASSERT_FALSE(r.points.empty());
@@ -155,7 +158,7 @@ TEST(Solver, StopRequestLeavesAValidShorterFrontier) {
   EXPECT_TRUE(f.interrupted);
   EXPECT_EQ(f.points.size(), 5u);
   EXPECT_EQ(seen, 5u);
-  EXPECT_EQ(f.stop_reason, "interrupted");
+  EXPECT_EQ(f.stop_reason, StopReason::interrupted);
 }
 
 // With a second thread the flows run ahead of the times: an interrupt keeps exactly the points the
@@ -227,6 +230,7 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
       ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
     }
     EXPECT_EQ(a.stop_reason, b.stop_reason);
+    EXPECT_EQ(a.stop_instruction, b.stop_instruction);
     points += a.points.size();
     changes += a.changes.size();
   }

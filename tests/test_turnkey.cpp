@@ -7,6 +7,7 @@
 #include <fstream>
 #include <map>
 
+#include "perseus/profile/blocking_power.hpp"
 #include "perseus/emulate/emulator.hpp"
 #include "perseus/online/clock_scan.hpp"
 #include "perseus/online/straggler_detector.hpp"
@@ -167,7 +168,7 @@ Emulator gpt3_emulator() {
   EmulatorConfig config;
   config.num_stages = 8;
   config.num_microbatches = 12;
-  config.p_block = 83.64;
+  config.p_block = kA100BlockingPowerW;
   return Emulator(read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv")), config);
 }
 
@@ -247,7 +248,7 @@ TEST_F(SimulateTest, AStragglerStretchesItsPipelineAndTheOthersWaitForIt) {
   EXPECT_NEAR(after.iteration_time, after.pipelines[1].compute_time, 1e-9);  // everybody waits
   // Pipeline 0 blocks for the extra time at P_block: 8 GPUs x 83.64 W.
   EXPECT_NEAR(after.pipelines[0].energy - before.pipelines[0].energy,
-              8 * 83.64 * (after.iteration_time - before.iteration_time), 1e-6);
+              8 * kA100BlockingPowerW * (after.iteration_time - before.iteration_time), 1e-6);
   EXPECT_TRUE(after.pipelines[1].straggling);
   EXPECT_FALSE(before.pipelines[1].straggling);
 }
@@ -369,7 +370,7 @@ TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   EXPECT_EQ(s["phase"], "done");
   EXPECT_EQ(s["end_detail"], "[profiling-done] training finished: every rank closed its client");
   // The blocking power measured from the ranks' waiting time and energy, not told.
-  EXPECT_NEAR(s["p_block"].get<double>(), 83.64, 1e-3);
+  EXPECT_NEAR(s["p_block"].get<double>(), kA100BlockingPowerW, 1e-3);
   EXPECT_NEAR(s["baseline"]["iteration_time"].get<double>(), 2.836511, 1e-5);
   // At most a third of one-round-per-clock profiling.
   EXPECT_LE(s["profiling"]["rounds"].get<int>() * 3, s["profiling"]["clocks_available"].get<int>());
@@ -553,7 +554,7 @@ TEST(PerseusArguments, AreCheckedAtServerStart) {
       EXPECT_EQ(e.exit_code(), kExitUsage) << bad.dump();
     }
   }
-  EXPECT_EQ(server::scheduler_mode("Perseus"), "frequency");
+  EXPECT_EQ(server::scheduler_mode("Perseus"), protocol::PowerMode::frequency);
 }
 
 }  // namespace
@@ -571,7 +572,7 @@ TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
   simulate::SimulationConfig big = gpt3_cluster(server.url, 1, 1000000);
   big.profile = read_profile(a40);
   big.microbatches = 256;  // a frontier of many thousands of points over 4,096 instructions
-  big.p2p_power = 70.38;
+  big.p2p_power = kA40BlockingPowerW;
   big.model_name = "big";
   std::atomic<bool> stop_big{false};
   big.stop = &stop_big;

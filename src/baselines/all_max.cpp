@@ -5,11 +5,7 @@ namespace perseus {
 Plan emulated_plan(const Emulator& emulator, std::vector<std::vector<int>> frequencies) {
   const auto& config = emulator.config();
   Plan plan;
-  plan.num_stages = config.num_stages;
-  plan.num_microbatches = config.num_microbatches;
-  plan.schedule = config.schedule;
-  plan.extra_forwards = config.extra_forwards;
-  plan.virtual_stages = config.virtual_stages;
+  plan.shape() = config.shape();
   const auto [time, energy] = emulator.time_and_energy(frequencies);
   plan.time = time;
   plan.energy = energy;

@@ -63,7 +63,7 @@ class Progress {
 void check_frontier(const FrontierRecord& record, const Frontier& frontier) {
   if (record.points.empty() && !frontier.interrupted)
     throw Error(fmt::format("no frontier: the solver found no plan ({}); a frontier needs some (stage, instruction) "
-                            "with more than one usable clock, and times and energies whose sums are finite", frontier.stop_reason),
+                            "with more than one usable clock, and times and energies whose sums are finite", frontier.stop_text()),
                 kExitFailure);
   for (std::size_t i = 0; i < record.points.size(); ++i)
     if (!std::isfinite(record.points[i].time) || !std::isfinite(record.points[i].energy))
@@ -127,7 +127,7 @@ int run_optimize(OptimizeArgs& args) {
       std::fprintf(stderr, "%s\n", fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
                                                "exponential elsewhere", fmt::join(fallbacks, ", ")).c_str());
     std::fprintf(stderr, "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
-                 frontier.stop_reason.c_str(), args.out.c_str());
+                 frontier.stop_text().c_str(), args.out.c_str());
   }
   return frontier.interrupted ? kExitInterrupted : kExitOk;
 }

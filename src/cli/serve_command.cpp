@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/protocol/power_mode.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
@@ -44,7 +45,7 @@ struct ServeArgs {
   int port = 7787;
   std::string scheduler = kDefaults.scheduler;
   std::string scheduler_args = kDefaults.scheduler_args.dump();
-  std::string mode = kDefaults.mode;
+  std::string mode{protocol::to_string(kDefaults.mode)};
   std::string dump_dir = kDefaults.dump_dir;
   bool no_dump = !kDefaults.dump_data;
   std::string log_level = kDefaults.log_level;
@@ -166,14 +167,15 @@ int serve(ServeArgs args) {
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args), kExitUsage);
   }
-  if (args.mode != "frequency" && args.mode != "power limit")
-    throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
+  const auto mode = protocol::parse_power_mode(args.mode);
+  if (!mode) throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
   // A scheduler made for one mode sets it; a --mode (or PERSEUS_MODE) that contradicts it is refused.
   auto own_mode = server::scheduler_mode(args.scheduler);
-  if (own_mode && args.mode_opt->count() > 0 && *own_mode != args.mode)
-    throw Error(fmt::format("--mode '{}' contradicts scheduler {}, which sets {}s", args.mode, args.scheduler, *own_mode),
+  if (own_mode && args.mode_opt->count() > 0 && *own_mode != *mode)
+    throw Error(fmt::format("--mode '{}' contradicts scheduler {}, which sets {}s", args.mode, args.scheduler,
+                            protocol::to_string(*own_mode)),
                 kExitUsage);
-  settings.mode = own_mode.value_or(args.mode);
+  settings.mode = own_mode.value_or(*mode);
   settings.dump_dir = args.dump_dir;
   settings.dump_data = args.no_dump ? false
                                     : env_bool("PERSEUS_DUMP_DATA", std::getenv("PERSEUS_DUMP_DATA"),
@@ -240,7 +242,7 @@ int serve(ServeArgs args) {
   });
 
   std::printf("perseus serve: listening on http://%s:%u (scheduler %s, mode %s, %s)\n", args.host.c_str(),
-              static_cast<unsigned>(http.port()), settings.scheduler.c_str(), settings.mode.c_str(),
+              static_cast<unsigned>(http.port()), settings.scheduler.c_str(), std::string(protocol::to_string(settings.mode)).c_str(),
               settings.dump_data ? fmt::format("records in {}", settings.dump_dir).c_str() : "no records");
   std::fflush(stdout);
   std::vector<std::thread> pool;

@@ -34,13 +34,9 @@ struct WhatIfArgs {
 
 FrontierRecord plan_frontier(const Pipeline& pipeline, const std::string& cost_model, const std::string& profile) {
   PlanningConfig config;
-  config.num_stages = pipeline.config.num_stages;
-  config.num_microbatches = pipeline.config.num_microbatches;
+  config.shape() = pipeline.config.shape();
   config.unit_time = pipeline.unit_time;
   config.p_block = pipeline.config.p_block;
-  config.schedule = pipeline.config.schedule;
-  config.extra_forwards = pipeline.config.extra_forwards;
-  config.virtual_stages = pipeline.config.virtual_stages;
   config.cost_model = *parse_cost_model_kind(cost_model);  // CLI checked the name
   const auto problem = make_planning_problem(pipeline.profile, config);
   return make_frontier_record(problem, solve_frontier(problem), {profile, cost_model});

@@ -19,7 +19,9 @@
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/job_outcome.hpp"
+#include "perseus/protocol/models.hpp"
+#include "perseus/protocol/power_mode.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::client {
@@ -48,7 +50,7 @@ struct Event {
 
 // Appends one iteration's values per instruction name to a round's breakdown: every name seen in
 // the round gets a row per iteration, empty where it did not run.
-void append_iteration(server::Breakdown& rounds, const std::map<std::string, std::vector<double>>& step,
+void append_iteration(protocol::Breakdown& rounds, const std::map<std::string, std::vector<double>>& step,
                       std::size_t iterations_before) {
   for (const auto& [name, values] : step) rounds[name];
   for (auto& [name, rows] : rounds) {
@@ -66,7 +68,7 @@ struct Client::Impl {
   std::unique_ptr<HttpClient> http;
   std::string job_id;
   std::string job_secret;  // "" when the job has none (an older server, or joined by id without one)
-  std::string mode = "frequency";
+  protocol::PowerMode mode = protocol::PowerMode::frequency;
   unsigned limit_before_mw = 0;  // power-limit mode: what close() restores
   bool enabled = false;
   bool registered_reset = false;
@@ -93,7 +95,7 @@ struct Client::Impl {
   std::thread exchange;
   std::mutex exchange_mutex;
   std::condition_variable exchange_wake, exchange_settled;
-  std::optional<server::ProfilingResult> outbox;  // a round's result to send
+  std::optional<protocol::ProfilingResult> outbox;  // a round's result to send
   bool want_schedule = false;                     // ask for the next schedule (after sending outbox)
   std::optional<std::vector<int>> inbox;          // a schedule that arrived and is not in use yet
   std::uint64_t received_seq = 0;                 // schedules that arrived
@@ -113,7 +115,7 @@ struct Client::Impl {
   std::deque<Event> queue;
   std::uint64_t enqueued = 0, processed = 0;
   bool stopping = false;
-  server::ProfilingResult round_data;  // this round's measurements so far
+  protocol::ProfilingResult round_data;  // this round's measurements so far
   std::thread controller;
 
   // Controller thread only.
@@ -148,7 +150,7 @@ struct Client::Impl {
   void apply(int state) {
     if (state < 0 || state == applied) return;
     try {
-      if (mode == "power limit") gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
+      if (mode == protocol::PowerMode::power_limit) gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
       else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
       applied = state;
     } catch (const std::exception& e) {
@@ -198,7 +200,7 @@ struct Client::Impl {
           break;
         }
         case Event::report: {
-          server::ProfilingResult data;
+          protocol::ProfilingResult data;
           {
             std::lock_guard lock(mutex);
             data = std::move(round_data);
@@ -236,7 +238,7 @@ struct Client::Impl {
 
   void reset_clocks() {
     try {
-      if (mode == "power limit") {  // back to the limit the GPU had before (an admin's cap stays)
+      if (mode == protocol::PowerMode::power_limit) {  // back to the limit the GPU had before (an admin's cap stays)
         gpu->set_power_limit_mw(options.device, limit_before_mw != 0 ? limit_before_mw
                                                                      : gpu->power_limit_range(options.device).max_mw);
       } else {
@@ -273,7 +275,7 @@ struct Client::Impl {
       std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                                ? parsed["detail"].get<std::string>()
                                : reply.body;
-      if (detail.find("[profiling-done]") != std::string::npos) throw ProfilingDone(detail);
+      if (protocol::says_done(detail)) throw ProfilingDone(detail);
       throw Error(fmt::format("{} {}: HTTP {}: {}", method, target, reply.status, detail));
     }
     return parsed;
@@ -283,7 +285,7 @@ struct Client::Impl {
   // rank asked), with a deadline like every request.
   std::vector<int> fetch_schedule() {
     json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr);
-    auto states = server::schedule_from_json(reply).power_states;
+    auto states = protocol::schedule_from_json(reply).power_states;
     if (states.size() != options.pipe_schedule.size())
       throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
     return states;
@@ -291,7 +293,7 @@ struct Client::Impl {
 
   // A round's result for the exchange thread, which then asks for the next schedule. A result still
   // waiting to go out (the server is away) is kept: it answers the schedule the server runs.
-  void hand_over(server::ProfilingResult data) {
+  void hand_over(protocol::ProfilingResult data) {
     {
       std::lock_guard lock(exchange_mutex);
       if (!outbox) outbox = std::move(data);
@@ -316,11 +318,11 @@ struct Client::Impl {
         continue;
       }
       exchange_busy = true;
-      std::optional<server::ProfilingResult> result = outbox;
+      std::optional<protocol::ProfilingResult> result = outbox;
       lock.unlock();
       std::optional<std::vector<int>> schedule;
       try {
-        if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), server::to_json(*result));
+        if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), protocol::to_json(*result));
         lock.lock();
         outbox.reset();
         lock.unlock();
@@ -412,11 +414,11 @@ struct Client::Impl {
       if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
     http = std::make_unique<HttpClient>(o.server_url, options.token);
     json info = call("GET", "/info", nullptr);
-    mode = info.value("mode", std::string("frequency"));
+    mode = protocol::parse_power_mode(info.value("mode", std::string("frequency"))).value_or(protocol::PowerMode::frequency);
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
 
     std::vector<int> states;
-    if (mode == "power limit") {
+    if (mode == protocol::PowerMode::power_limit) {
       limit_before_mw = gpu->power_limit_mw(o.device);
       auto range = gpu->power_limit_range(o.device);
       for (unsigned w = range.max_mw / 1000; w >= (range.min_mw + 999) / 1000 && w > 0; w -= std::min(w, 25u))
@@ -435,10 +437,10 @@ struct Client::Impl {
       job_id = o.job_id;
       use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET") : o.job_secret);
     } else if (o.rank == 0) {
-      server::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
+      protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
       http->set_job_secret("new");  // ask for one
-      job_id = call("POST", "/register_job", server::to_json(job)).get<std::string>();
+      job_id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
       use_job_secret(http->received_job_secret());
       joined_broadcast = true;
       if (o.broadcast_job_id) o.broadcast_job_id(job_secret.empty() ? job_id : job_id + '\n' + job_secret);
@@ -450,12 +452,12 @@ struct Client::Impl {
     }
     for (const auto& name : options.pipe_schedule)
       if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
-    server::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
+    protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     try {  // the bound on what this rank may measure (physical_bounds.hpp)
       rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
     } catch (const std::exception&) {
     }
-    call("POST", "/register_rank", server::to_json(rank));
+    call("POST", "/register_rank", protocol::to_json(rank));
     if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();
     start_exchange();
@@ -736,7 +738,7 @@ const std::string& Client::job_secret() const { return impl_->job_secret; }
 int Client::round() const { return impl_->round; }
 std::vector<int> Client::schedule() const { return impl_->schedule; }
 const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }
-std::string Client::mode() const { return impl_->mode; }
+std::string Client::mode() const { return std::string(protocol::to_string(impl_->mode)); }
 
 void Client::close(bool finished) {
   const bool was_enabled = impl_->enabled;

@@ -27,7 +27,7 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
   if (!(config_.quantum >= 0) || !std::isfinite(config_.quantum)) {
     throw Error("the time quantum must be a non-negative number of seconds", kExitUsage);
   }
-  check_schedule_shape(config_.schedule, config_.num_stages, config_.num_microbatches, config_.virtual_stages);
+  config_.check();
   config_.virtual_stages = schedule_virtual_stages(config_.schedule, config_.virtual_stages);
   const int model_stages = config_.num_stages * config_.virtual_stages;
   const Profile model = profile_for_schedule(by_model_stage(profile, config_.num_stages), config_.schedule,

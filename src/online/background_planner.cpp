@@ -56,11 +56,7 @@ PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* 
   if (!input.record_dir.empty()) write_frontier_record(out.record, input.record_dir);
 
   EmulatorConfig emulator_config;
-  emulator_config.num_stages = config.num_stages;
-  emulator_config.num_microbatches = config.num_microbatches;
-  emulator_config.schedule = config.schedule;
-  emulator_config.extra_forwards = config.extra_forwards;
-  emulator_config.virtual_stages = config.virtual_stages;
+  emulator_config.shape() = config.shape();
   emulator_config.p_block = config.p_block;
   auto shared = std::make_shared<Emulator>(input.profile, emulator_config);
   out.emulator = shared;

@@ -117,14 +117,14 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
       hooks_(std::move(hooks)),
       reused_profile_(std::move(reused)),
       detector_(config_.detector) {
-  if (shape_.stages < 1 || shape_.microbatches < 1 || shape_.pipelines < 1)
+  if (shape_.num_stages < 1 || shape_.num_microbatches < 1 || shape_.pipelines < 1)
     throw std::invalid_argument("the job needs at least one stage, microbatch and pipeline");
   if (shape_.clocks.empty()) throw std::invalid_argument("no clock to run");
   reused_ = reused_profile_.has_value();
-  for (int s = 0; s < shape_.stages; ++s) orders_.push_back(stage_schedule(shape_.schedule, s, shape_.stages, shape_.microbatches));
-  for (int s = 0; s < shape_.stages; ++s)
+  for (int s = 0; s < shape_.num_stages; ++s) orders_.push_back(stage_schedule(shape_.schedule, s, shape_.num_stages, shape_.num_microbatches));
+  for (int s = 0; s < shape_.num_stages; ++s)
     for (int k = 0; k < 2; ++k) scans_.emplace_back(shape_.clocks, config_.scan);
-  variability_ = std::make_unique<VariabilityState>(shape_.stages);
+  variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
 }
 
 TurnkeyController::~TurnkeyController() = default;
@@ -291,7 +291,7 @@ void TurnkeyController::add_variability(const RoundMeasurement& m) {
     for (const auto& durations : sets) variability_->estimator.add(key.first, key.second, durations);
   auto first = m.occurrences.find({0, InstructionKind::forward});
   if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty())
-    iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size()) / shape_.microbatches);
+    iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size()) / shape_.num_microbatches);
   noise_sigma_ = variability_->estimator.estimate().max();
 }
 
@@ -301,7 +301,7 @@ void TurnkeyController::add_variability(const RoundMeasurement& m) {
 // one, and durations differ), so this only keeps a few rounds that agree by chance from looking
 // precise.
 double TurnkeyController::round_spread_floor(double iteration_time) const {
-  const double path = 2.0 * (shape_.microbatches + shape_.stages - 1);
+  const double path = 2.0 * (shape_.num_microbatches + shape_.num_stages - 1);
   return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
@@ -348,7 +348,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
     return start_planning(*reused_profile_);
   }
   // The top clock of every scan was just measured (from the pipelines that ran as fast as the others).
-  for (int s = 0; s < shape_.stages; ++s)
+  for (int s = 0; s < shape_.num_stages; ++s)
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       auto measured = clean_instruction(m, disturbed, {s, kind});
       auto& scan = scans_[scan_index(s, kind)];
@@ -367,7 +367,7 @@ bool TurnkeyController::profiling_done() const {
 RoundClocks TurnkeyController::profiling_clocks() {
   issued_.clear();
   std::vector<std::vector<int>> stages;
-  for (int s = 0; s < shape_.stages; ++s) {
+  for (int s = 0; s < shape_.num_stages; ++s) {
     auto f = scans_[scan_index(s, InstructionKind::forward)].next();
     auto b = scans_[scan_index(s, InstructionKind::backward)].next();
     issued_.push_back({f, b});
@@ -385,7 +385,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   observe_straggler(m, m.pipeline_time);
   // A slow pipeline's instructions are not the profile's: measured from the others only.
   auto disturbed = disturbed_pipelines(m);
-  for (int s = 0; s < shape_.stages && static_cast<std::size_t>(s) < issued_.size(); ++s)
+  for (int s = 0; s < shape_.num_stages && static_cast<std::size_t>(s) < issued_.size(); ++s)
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       auto clock = kind == InstructionKind::forward ? issued_[static_cast<std::size_t>(s)].first
                                                     : issued_[static_cast<std::size_t>(s)].second;
@@ -400,7 +400,7 @@ void TurnkeyController::finish_profiling() {
   Profile profile;
   profile.source = hooks_.profile_source;
   std::size_t measured = 0;
-  for (int s = 0; s < shape_.stages; ++s)
+  for (int s = 0; s < shape_.num_stages; ++s)
     for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
       const auto& scan = scans_[scan_index(s, kind)];
       measured += scan.measured().size();
@@ -416,9 +416,7 @@ void TurnkeyController::finish_profiling() {
 
 void TurnkeyController::start_planning(Profile profile) {
   PlanningInput input;
-  input.config.num_stages = shape_.stages;
-  input.config.num_microbatches = shape_.microbatches;
-  input.config.schedule = shape_.schedule;
+  input.config.shape() = shape_.shape();
   input.config.p_block = p_block_.value_or(0);
   input.config.cost_model = config_.cost_model;
   input.config.unit_time = config_.unit_time.value_or(automatic_unit_time(profile));
@@ -441,7 +439,7 @@ void TurnkeyController::plan_ready() {
     // interpolated, then plan again.
     ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
     std::size_t asked = 0;
-    for (int s = 0; s < shape_.stages; ++s) {
+    for (int s = 0; s < shape_.num_stages; ++s) {
       const auto& order = orders_[static_cast<std::size_t>(s)];
       for (std::size_t slot = 0; slot < order.size(); ++slot)
         if (scans_[scan_index(s, order[slot].kind)].request(wanted.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
@@ -574,7 +572,7 @@ Reference TurnkeyController::reference() const {
   const double band = 0.01;
   if (std::abs(slowest - 1) <= band && !straggler_) return ref;
   const double D = static_cast<double>(c.size());
-  const double gpus = static_cast<double>(shape_.stages * shape_.gpus_per_stage);
+  const double gpus = static_cast<double>(shape_.num_stages * shape_.gpus_per_stage);
   ref.conditions = slowest;
   ref.iteration_time = baseline_time_ * slowest;
   ref.energy = 0;

@@ -15,15 +15,10 @@ namespace perseus {
 
 PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_microbatches,
                                const std::vector<int>& extra_forwards, int virtual_stages) {
-  check_schedule_shape(schedule, num_stages, num_microbatches, virtual_stages);
-  check_extra_forwards(schedule, extra_forwards, num_stages, num_microbatches);
   virtual_stages = schedule_virtual_stages(schedule, virtual_stages);
   PipelineDag dag;
-  dag.extra_forwards = extra_forwards;
-  dag.num_stages = num_stages;
-  dag.num_microbatches = num_microbatches;
-  dag.schedule = schedule;
-  dag.virtual_stages = virtual_stages;
+  dag.shape() = {num_stages, num_microbatches, schedule, extra_forwards, virtual_stages};
+  dag.check();
   for (int s = 0; s < num_stages; ++s) {
     std::vector<int> ids;
     for (const auto& inst : stage_schedule(schedule, s, num_stages, num_microbatches,

@@ -43,14 +43,10 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.profile = info.profile;
   record.cost_model = info.cost_model;
   record.recompute = info.recompute;
-  record.num_stages = dag.num_stages;
-  record.num_microbatches = dag.num_microbatches;
-  record.schedule = dag.schedule;
-  record.extra_forwards = dag.extra_forwards;
-  record.virtual_stages = dag.virtual_stages;
+  record.shape() = dag.shape();
   record.unit_time = problem.unit_time;
   record.p_block = problem.p_block;
-  record.stop_reason = frontier.stop_reason;
+  record.stop_reason = frontier.stop_text();
   record.interrupted = frontier.interrupted;
   record.start_quant_time = frontier.start_quant_time;
   for (const auto& spec : problem.specs)
@@ -341,11 +337,7 @@ Plan plan_at(const FrontierRecord& record, std::size_t index) {
                 kExitUsage);
   }
   Plan plan;
-  plan.num_stages = record.num_stages;
-  plan.num_microbatches = record.num_microbatches;
-  plan.schedule = record.schedule;
-  plan.extra_forwards = record.extra_forwards;
-  plan.virtual_stages = record.virtual_stages;
+  plan.shape() = record.shape();
   plan.frequencies = record.start_frequencies;
   advance_plan(record, plan, index);
   return plan;

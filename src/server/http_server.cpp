@@ -20,7 +20,7 @@
 #include <limits>
 #include <optional>
 
-#include "perseus/server/replies.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::server {

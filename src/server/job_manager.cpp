@@ -1,5 +1,5 @@
 #include "perseus/server/job_manager.hpp"
-#include "perseus/server/physical_bounds.hpp"
+#include "perseus/server/wire.hpp"
 
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
@@ -48,7 +48,7 @@ struct JobManager::Job {
   int rejected_rounds = 0;              // rounds in a row run again because of them
   int reported = 0;
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
-  std::string end_detail;
+  JobOutcome outcome;  // once ended
   bool restored = false;  // restored from the store and the interrupted round has not restarted yet
   bool stale_round = false;  // a rank ran this round with a stale schedule: its results are not used
   bool repeat = false;       // the next round runs the current schedules again
@@ -111,7 +111,7 @@ void JobManager::restore(StoredJob stored) {
   if (stored.ended) {
     ref.phase = Phase::ended;
     ref.ended_at = SteadyClock::now();
-    ref.end_detail = stored.end_detail;
+    ref.outcome = outcome_from_detail(stored.end_detail).value_or(JobOutcome::failed(stored.end_detail));
     spdlog::info("job {} restored (ended: {})", id, stored.end_detail);
     return forget_later(ref);
   }
@@ -131,8 +131,8 @@ void JobManager::restore(StoredJob stored) {
       else ref.scheduler->replay(record);
     }
   } catch (const std::exception& e) {
-    return end(ref, fmt::format("[job-failed] could not resume after a server restart (replaying round {}): {}", r,
-                                e.what()));
+    return end(ref, JobOutcome::failed(fmt::format("could not resume after a server restart (replaying round {}): {}", r,
+                                e.what())));
   }
   ref.round = stored.rounds;
   ref.restored = true;
@@ -143,13 +143,13 @@ JobManager::~JobManager() = default;
 
 JobManager::Job& JobManager::find(const std::string& job_id) const {
   auto it = jobs_.find(job_id);
-  if (it == jobs_.end()) throw RequestError(404, fmt::format("unknown job '{}'", job_id));
+  if (it == jobs_.end()) throw RequestError(Refusal::not_found, fmt::format("unknown job '{}'", job_id));
   return *it->second;
 }
 
 void JobManager::check_rank(const Job& job, int rank) const {
   if (rank < 0 || rank >= job.info.world_size)
-    throw RequestError(404, fmt::format("rank {} is out of range for job '{}' (world size {})", rank, job.info.job_id,
+    throw RequestError(Refusal::not_found, fmt::format("rank {} is out of range for job '{}' (world size {})", rank, job.info.job_id,
                                         job.info.world_size));
 }
 
@@ -185,9 +185,9 @@ void JobManager::make_room(int world_size) {
     if (!too_many_jobs && !too_many_ranks) return;
     if (!first_ended) {
       if (too_many_jobs)
-        throw RequestError(503, fmt::format("this server already holds {} running jobs, its limit (perseus serve "
+        throw RequestError(Refusal::over_capacity, fmt::format("this server already holds {} running jobs, its limit (perseus serve "
                                             "--max-jobs); try again when one ended", jobs_.size()));
-      throw RequestError(503, fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
+      throw RequestError(Refusal::over_capacity, fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
                                           "{} (perseus serve --max-total-ranks); try again when one ended",
                                           ranks, world_size, settings_.max_total_ranks));
     }
@@ -208,7 +208,7 @@ void JobManager::forget(const std::string& id) {
 void JobManager::authorize(const std::string& job_id, const std::string& secret, bool admin) {
   const Job& job = find(job_id);
   if (admin || job.info.job_secret.empty() || constant_time_equal(secret, job.info.job_secret)) return;
-  throw RequestError(403, fmt::format("job '{}' was registered with a secret: this request must carry it (header {}) "
+  throw RequestError(Refusal::forbidden, fmt::format("job '{}' was registered with a secret: this request must carry it (header {}) "
                                       "or the server's bearer token",
                                       job_id, kJobSecretHeader));
 }
@@ -217,7 +217,7 @@ std::string JobManager::job_secret(const std::string& job_id) { return find(job_
 
 std::string JobManager::register_job(JobInfo info, bool with_secret) {
   if (info.world_size > settings_.max_world_size)
-    throw RequestError(422, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
                                         "(perseus serve --max-world-size)", info.world_size, settings_.max_world_size));
   std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
   std::string id = base;
@@ -242,26 +242,26 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
   Job& job = find(job_id);
   check_rank(job, info.rank);
   const JobInfo& j = job.info;
-  if (info.dp_rank >= j.dp_degree) throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
-  if (info.pp_rank >= j.pp_degree) throw RequestError(422, fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
-  if (info.tp_rank >= j.tp_degree) throw RequestError(422, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
+  if (info.dp_rank >= j.dp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
+  if (info.pp_rank >= j.pp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
+  if (info.tp_rank >= j.tp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
   if (info.dialect == Dialect::perseus && info.pipe_schedule.empty())
-    throw RequestError(422, "field 'pipe_schedule': must not be empty");
+    throw RequestError(Refusal::invalid_request, "field 'pipe_schedule': must not be empty");
   // What the job's schedules and results will hold if every rank's schedule is this long.
   long long entries = static_cast<long long>(j.world_size) * static_cast<long long>(std::max<std::size_t>(1, info.pipe_schedule.size()));
   if (settings_.max_job_entries > 0 && entries > settings_.max_job_entries)
-    throw RequestError(422, fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
                                         "server's limit of {} (perseus serve --max-job-entries)",
                                         info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
   if (slot) {
     if (*slot == info) return;  // a retry
-    throw RequestError(409, fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
+    throw RequestError(Refusal::conflict, fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
   }
   for (const auto& other : job.ranks)
     if (other && other->dp_rank == info.dp_rank && other->pp_rank == info.pp_rank && other->tp_rank == info.tp_rank)
-      throw RequestError(409, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank, info.dp_rank,
+      throw RequestError(Refusal::conflict, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank, info.dp_rank,
                                           info.pp_rank, info.tp_rank));
   slot = std::move(info);
   ++job.registered;
@@ -274,18 +274,18 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
   Job& job = find(job_id);
   check_rank(job, rank);
   auto r = static_cast<std::size_t>(rank);
-  if (job.phase == Phase::ended) return reply(500, {{"detail", job.end_detail}});
+  if (job.phase == Phase::ended) return reply(Refusal::job_ended, {{"detail", to_detail(job.outcome)}});
   if (!job.ranks[r])
-    throw RequestError(404, fmt::format("rank {} has not registered in job '{}'", rank, job_id));
+    throw RequestError(Refusal::not_found, fmt::format("rank {} has not registered in job '{}'", rank, job_id));
   // Asking again before reporting this round's result is a retry: the answer to the first request
   // went to a connection the client had given up on. It gets the same schedule again.
   if (job.phase == Phase::running && !job.results[r]) {
     spdlog::debug("job {}: rank {} asked again for round {}'s schedule", job_id, rank, job.round);
-    return reply(200, answer(job, r));
+    return reply(std::nullopt, answer(job, r));
   }
   job.beats[r].progressed = SteadyClock::now();
   if (job.waiting[r]) {
-    job.waiting[r](409, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
+    job.waiting[r](Refusal::conflict, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
   } else {
     ++job.asked;
   }
@@ -306,7 +306,7 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
     return;
   }
   if (job.phase == Phase::registering)
-    throw RequestError(409, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
+    throw RequestError(Refusal::conflict, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
                                         "started)", result.rank, job.round));
   // A client sends its next result only after asking for (and getting) the next schedule, so a
   // result while the job asks, or a second one for this round, is a retry of one this server has
@@ -330,9 +330,9 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
 void JobManager::heartbeat(const std::string& job_id, const Heartbeat& beat) {
   Job& job = find(job_id);
   check_rank(job, beat.rank);
-  if (job.phase == Phase::ended) throw RequestError(500, job.end_detail);
+  if (job.phase == Phase::ended) throw RequestError(Refusal::job_ended, to_detail(job.outcome));
   if (!job.ranks[static_cast<std::size_t>(beat.rank)])
-    throw RequestError(404, fmt::format("rank {} has not registered in job '{}'", beat.rank, job_id));
+    throw RequestError(Refusal::not_found, fmt::format("rank {} has not registered in job '{}'", beat.rank, job_id));
   auto& b = job.beats[static_cast<std::size_t>(beat.rank)];
   auto now = SteadyClock::now();
   if (!b.seen || beat.progress != b.progress) b.progressed = now;
@@ -349,19 +349,19 @@ void JobManager::leave(const std::string& job_id, const Leave& leave) {
   if (leave.finished) {
     job.finished.insert(leave.rank);
     if (static_cast<int>(job.finished.size()) == job.info.world_size)
-      return end(job, "[profiling-done] training finished: every rank closed its client");
+      return end(job, JobOutcome::done("training finished: every rank closed its client"));
     return check_finished(job);
   }
-  end(job, fmt::format("[job-failed] rank {} cannot take part{}{}; every rank continues without perseus", leave.rank,
-                       leave.reason.empty() ? "" : ": ", leave.reason));
+  end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus", leave.rank,
+                       leave.reason.empty() ? "" : ": ", leave.reason)));
 }
 
 void JobManager::straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice) {
   Job& job = find(job_id);
   if (notice && notice->dp_rank && *notice->dp_rank >= job.info.dp_degree)
-    throw RequestError(422, fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
-  if (job.phase == Phase::ended) throw RequestError(409, fmt::format("job '{}' has ended: {}", job_id, job.end_detail));
-  if (!job.scheduler) throw RequestError(409, fmt::format("job '{}' has not started: not every rank registered", job_id));
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
+  if (job.phase == Phase::ended) throw RequestError(Refusal::conflict, fmt::format("job '{}' has ended: {}", job_id, to_detail(job.outcome)));
+  if (!job.scheduler) throw RequestError(Refusal::conflict, fmt::format("job '{}' has not started: not every rank registered", job_id));
   job.scheduler->set_straggler(notice);
   spdlog::info("job {}: straggler {}", job_id,
                !notice ? std::string("cleared through the API")
@@ -375,8 +375,8 @@ void JobManager::check_finished(Job& job) {
   std::vector<int> waiting;
   for (std::size_t r = 0; r < job.waiting.size(); ++r)
     if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
-  end(job, fmt::format("[job-failed] ranks [{}] finished training while ranks [{}] wait for the next round; they "
-                       "continue without perseus", fmt::join(job.finished, ", "), fmt::join(waiting, ", ")));
+  end(job, JobOutcome::failed(fmt::format("ranks [{}] finished training while ranks [{}] wait for the next round; they "
+                       "continue without perseus", fmt::join(job.finished, ", "), fmt::join(waiting, ", "))));
 }
 
 void JobManager::arm_watchdog(Job& job) {
@@ -411,14 +411,14 @@ void JobManager::check_ranks_alive(Job& job) {
     const RankInfo& info = *job.ranks[r];
     std::string who = fmt::format("rank {} (dp {}, pp {}, tp {})", r, info.dp_rank, info.pp_rank, info.tp_rank);
     if (seconds(b.last) > bound)
-      return end(job, fmt::format("[job-failed] {} stopped: no heartbeat for {:.0f} s (the process is gone or "
+      return end(job, JobOutcome::failed(fmt::format("{} stopped: no heartbeat for {:.0f} s (the process is gone or "
                                   "unreachable); the other ranks continue without perseus",
-                                  who, seconds(b.last)));
+                                  who, seconds(b.last))));
     bool others_wait = !waiting.empty() && !job.waiting[r];
     if (others_wait && seconds(b.progressed) > bound)
-      return end(job, fmt::format("[job-failed] {} made no progress for {:.0f} s while ranks [{}] wait for it at "
+      return end(job, JobOutcome::failed(fmt::format("{} made no progress for {:.0f} s while ranks [{}] wait for it at "
                                   "the round barrier (hung?); the other ranks continue without perseus",
-                                  who, seconds(b.progressed), fmt::join(waiting, ", ")));
+                                  who, seconds(b.progressed), fmt::join(waiting, ", "))));
   }
 }
 
@@ -453,7 +453,7 @@ void JobManager::start_rounds(Job& job) {
   try {
     job.scheduler = factory_(context);
   } catch (const std::exception& e) {
-    return end(job, fmt::format("[job-failed] scheduler {} could not start: {}", settings_.scheduler, e.what()));
+    return end(job, JobOutcome::failed(fmt::format("scheduler {} could not start: {}", settings_.scheduler, e.what())));
   }
   job.phase = Phase::asking;
   arm_timer(job, "ask for the schedule");
@@ -467,8 +467,8 @@ json JobManager::scheduler_status(const Job& job) const {
 json JobManager::summary(const Job& job, const json& own) const {
   std::string phase = job.phase == Phase::registering ? "registering"
                       : job.phase != Phase::ended     ? "running"
-                      : job.end_detail.rfind("[profiling-done]", 0) == 0 ? "done"
-                                                                         : "failed";
+                      : job.outcome.is_done()         ? "done"
+                                                      : "failed";
   // A scheduler's own phases (warmup, profiling, ...) while the job runs.
   if (job.phase != Phase::ended && job.scheduler)
     if (auto own_phase = job.scheduler->phase()) phase = *own_phase;
@@ -499,7 +499,7 @@ json JobManager::job_status(const std::string& job_id) const {
   out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
   out["reported"] = job.phase == Phase::running ? job.reported : 0;
   out["typical_round_s"] = job.typical_round_s;
-  out["end_detail"] = job.phase == Phase::ended ? json(job.end_detail) : json(nullptr);
+  out["end_detail"] = job.phase == Phase::ended ? json(to_detail(job.outcome)) : json(nullptr);
   out["measured"] = job.measured;
   out["pipelines"] = job.pipelines;
   if (own.is_object())
@@ -519,7 +519,7 @@ std::string JobManager::metrics_text() const {
 json JobManager::job_frontier(const std::string& job_id) const {
   const Job& job = find(job_id);
   json out = job.phase == Phase::ended ? job.frontier_at_end : job.scheduler ? job.scheduler->frontier() : json(nullptr);
-  if (out.is_null()) throw RequestError(404, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
+  if (out.is_null()) throw RequestError(Refusal::not_found, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
                                                          "plans one, once it has profiled the job", job_id));
   return out;
 }
@@ -529,7 +529,7 @@ std::string JobManager::job_timeline_svg(const std::string& job_id) const {
   auto draw = job.phase == Phase::ended ? job.timeline_at_end
               : job.scheduler           ? job.scheduler->timeline()
                                         : std::function<std::string()>();
-  if (!draw) throw RequestError(404, fmt::format("job '{}' has no deployed plan to draw (yet)", job_id));
+  if (!draw) throw RequestError(Refusal::not_found, fmt::format("job '{}' has no deployed plan to draw (yet)", job_id));
   return draw();
 }
 
@@ -540,34 +540,34 @@ json JobManager::answer(const Job& job, std::size_t rank) const {
 }
 
 bool JobManager::next_schedules(Job& job) {
-  auto fail = [&](const std::string& detail) {
-    end(job, detail);
+  auto fail = [&](const JobOutcome& outcome) {
+    end(job, outcome);
     return false;
   };
   std::vector<PowerStateSchedule> schedules;
   try {
     schedules = job.scheduler->next_schedule();
   } catch (const SchedulerDone& e) {
-    return fail(fmt::format("[profiling-done] {}", e.what()));
+    return fail(JobOutcome::done(e.what()));
   } catch (const std::exception& e) {
-    return fail(fmt::format("[job-failed] scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what()));
+    return fail(JobOutcome::failed(fmt::format("scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what())));
   }
   // A scheduler bug must not reach a GPU: one schedule per rank, one supported state per entry.
   std::vector<std::optional<PowerStateSchedule>> by_rank(job.ranks.size());
   for (auto& s : schedules) {
     if (s.rank < 0 || s.rank >= job.info.world_size || by_rank[static_cast<std::size_t>(s.rank)])
-      return fail(fmt::format("[job-failed] scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank));
+      return fail(JobOutcome::failed(fmt::format("scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank)));
     const RankInfo& info = *job.ranks[static_cast<std::size_t>(s.rank)];
     if (info.pipe_schedule.empty()) {  // Zeus's client: the scheduler names each instruction
       bool named = !s.power_states.empty() && s.instructions.size() == s.power_states.size() &&
                    std::all_of(s.instructions.begin(), s.instructions.end(), is_compute_instruction);
       if (!named)
-        return fail(fmt::format("[job-failed] scheduler {} cannot serve rank {}: Zeus's client does not send its "
+        return fail(JobOutcome::failed(fmt::format("scheduler {} cannot serve rank {}: Zeus's client does not send its "
                                 "instruction order, so only a scheduler that takes it from a plan can "
-                                "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank));
+                                "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank)));
     } else if (s.power_states.size() != info.pipe_schedule.size())
-      return fail(fmt::format("[job-failed] scheduler {} gave rank {} {} power states for {} instructions",
-                              settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size()));
+      return fail(JobOutcome::failed(fmt::format("scheduler {} gave rank {} {} power states for {} instructions",
+                              settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size())));
     // A state the rank's GPU lacks (a plan made on another GPU model; Zeus serves it as it is):
     // the nearest supported one below it, or the lowest the GPU has.
     for (int& state : s.power_states) {
@@ -585,7 +585,7 @@ bool JobManager::next_schedules(Job& job) {
   }
   job.current.clear();
   for (auto& s : by_rank) {
-    if (!s) return fail(fmt::format("[job-failed] scheduler {} gave no schedule for some rank", settings_.scheduler));
+    if (!s) return fail(JobOutcome::failed(fmt::format("scheduler {} gave no schedule for some rank", settings_.scheduler)));
     job.current.push_back(std::move(*s));
   }
   return true;
@@ -613,7 +613,7 @@ void JobManager::send_schedules(Job& job) {
   for (std::size_t r = 0; r < job.waiting.size(); ++r) {
     Reply reply = std::move(job.waiting[r]);
     job.waiting[r] = nullptr;
-    reply(200, answer(job, r));
+    reply(std::nullopt, answer(job, r));
   }
   spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
 }
@@ -647,8 +647,8 @@ void JobManager::finish_round(Job& job) {
   if (!job.rejected.empty() && job.scheduler->observes_results()) {
     const auto& [rank, why] = *job.rejected.begin();
     if (++job.rejected_rounds > kMaxRejectedRounds)
-      return end(job, fmt::format("[job-failed] round {} was rejected {} times in a row: rank {}'s results are no "
-                                  "measurement ({})", job.round, job.rejected_rounds, rank, why));
+      return end(job, JobOutcome::failed(fmt::format("round {} was rejected {} times in a row: rank {}'s results are no "
+                                  "measurement ({})", job.round, job.rejected_rounds, rank, why)));
     spdlog::warn("job {}: round {} runs again: {} rank(s) sent results that are no measurement", job.info.job_id,
                  job.round, job.rejected.size());
     job.rejected.clear();
@@ -699,18 +699,19 @@ void JobManager::finish_round(Job& job) {
   try {
     job.scheduler->observe(results);
   } catch (const SchedulerDone& e) {
-    return end(job, fmt::format("[profiling-done] {}", e.what()));
+    return end(job, JobOutcome::done(e.what()));
   } catch (const std::exception& e) {
-    return end(job, fmt::format("[job-failed] scheduler {} failed observing round {}: {}", settings_.scheduler,
-                                job.round - 1, e.what()));
+    return end(job, JobOutcome::failed(fmt::format("scheduler {} failed observing round {}: {}", settings_.scheduler,
+                                job.round - 1, e.what())));
   }
   arm_timer(job, "ask for the schedule");
 }
 
-void JobManager::end(Job& job, const std::string& detail) {
+void JobManager::end(Job& job, const JobOutcome& outcome) {
   job.phase = Phase::ended;
   job.ended_at = SteadyClock::now();
-  job.end_detail = detail;
+  job.outcome = outcome;
+  const std::string detail = to_detail(outcome);
   job.timer.cancel();
   job.watchdog.cancel();
   if (job.scheduler) {
@@ -723,9 +724,9 @@ void JobManager::end(Job& job, const std::string& detail) {
   }
   job.scheduler.reset();
   persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
-  if (detail.rfind("[profiling-done]", 0) == 0) spdlog::info("job {}: {}", job.info.job_id, detail);
+  if (outcome.is_done()) spdlog::info("job {}: {}", job.info.job_id, detail);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
-  answer_waiting(job, 500, detail);
+  answer_waiting(job, Refusal::job_ended, detail);
   forget_later(job);
 }
 
@@ -763,8 +764,8 @@ void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
                                                   : job.results[i].has_value();
       if (!done) missing.push_back(r);
     }
-    end(job, fmt::format("[job-failed] round {} timed out after {} s: ranks [{}] did not {}", round,
-                         settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for));
+    end(job, JobOutcome::failed(fmt::format("round {} timed out after {} s: ranks [{}] did not {}", round,
+                         settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for)));
   });
 }
 
@@ -825,12 +826,12 @@ void JobManager::dump(const Job& job, const std::string& name, json content, std
   });
 }
 
-void JobManager::answer_waiting(Job& job, int status, const std::string& detail) {
+void JobManager::answer_waiting(Job& job, Refusal refusal, const std::string& detail) {
   for (auto& reply : job.waiting) {
     if (!reply) continue;
     Reply r = std::move(reply);
     reply = nullptr;
-    r(status, {{"detail", detail}});
+    r(refusal, {{"detail", detail}});
   }
   job.asked = 0;
 }
@@ -839,7 +840,7 @@ void JobManager::shutdown(const std::string& why) {
   for (auto& [id, job] : jobs_) {
     job->timer.cancel();
     job->watchdog.cancel();
-    answer_waiting(*job, 503, why);
+    answer_waiting(*job, Refusal::server_stopping, why);
   }
 }
 

@@ -8,7 +8,7 @@
 #include <optional>
 
 #include "perseus/server/http_server.hpp"
-#include "perseus/server/replies.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/web_page.hpp"
 #include "perseus/util/safe_text.hpp"
 
@@ -29,7 +29,7 @@ void on_jobs(JobManager& jobs, std::function<void(HttpResponse)> respond, Work w
     try {
       work(respond);
     } catch (const RequestError& e) {
-      respond(error_response(e.status(), e.what()));
+      respond(error_response(http_status(e.refusal()), e.what()));
     } catch (const std::exception& e) {
       spdlog::error("job manager: {}", safe_text(e.what()));
       respond(error_response(500, fmt::format("internal error: {}", e.what())));
@@ -90,10 +90,10 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (path != "/register_rank") {
         std::string from_path = path.substr(std::string("/register_rank/").size());
         if (!info.job_id.empty() && info.job_id != from_path)
-          throw RequestError(422, "field 'job_id': differs from the job id in the path");
+          throw RequestError(Refusal::invalid_request, "field 'job_id': differs from the job id in the path");
         info.job_id = from_path;
       }
-      if (info.job_id.empty()) throw RequestError(422, "field 'job_id': missing");
+      if (info.job_id.empty()) throw RequestError(Refusal::invalid_request, "field 'job_id': missing");
       return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), allowed](auto& reply) mutable {
         std::string id = info.job_id;
         allowed(id);
@@ -107,7 +107,9 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       int rank = rank_parameter(query);
       return on_jobs(jobs, std::move(respond), [&jobs, id, rank, allowed](auto& reply) {
         allowed(id);
-        jobs.request_schedule(id, rank, [reply](int status, const json& body) { reply({status, json_body(body)}); });
+        jobs.request_schedule(id, rank, [reply](std::optional<Refusal> refusal, const json& body) {
+          reply({refusal ? http_status(*refusal) : 200, json_body(body)});
+        });
       });
     }
     if (under("/result/")) {
@@ -173,8 +175,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     }
     return fail(404, "Not Found");
   } catch (const RequestError& e) {
-    spdlog::debug("{} {} -> {} {}", method, safe_text(target), e.status(), e.what());
-    return fail(e.status(), e.what());
+    spdlog::debug("{} {} -> {} {}", method, safe_text(target), http_status(e.refusal()), e.what());
+    return fail(http_status(e.refusal()), e.what());
   } catch (const std::exception& e) {
     spdlog::error("{} {}: {}", method, safe_text(target), safe_text(e.what()));
     return fail(500, fmt::format("internal error: {}", e.what()));

@@ -29,7 +29,7 @@ void Scheduler::replay(const nlohmann::json& record) {
 }
 
 void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
-  throw RequestError(409, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
+  throw RequestError(Refusal::conflict, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
 }
 
 

@@ -12,18 +12,18 @@ namespace {
 struct Entry {
   const char* name;
   SchedulerFactory (*configure)(const nlohmann::json&);
-  const char* mode;  // what its power states are: "frequency", "power limit", or nullptr for either
+  std::optional<PowerMode> mode;  // what its power states are; none: either
 };
 
-constexpr Entry kSchedulers[] = {
-    {"AllMaxFrequency", configure_all_max_frequency, "frequency"},
-    {"TwoFrequencies", configure_two_frequencies, "frequency"},
-    {"InstructionProfiler", configure_instruction_profiler, nullptr},
-    {"PointSolution", configure_point_solution, "frequency"},
-    {"AllMaxPowerLimit", configure_all_max_power_limit, "power limit"},
-    {"ZeusGlobalPowerLimit", configure_zeus_global_power_limit, "power limit"},
-    {"ZeusLocalPowerState", configure_zeus_local_power_state, nullptr},
-    {"Perseus", configure_perseus, "frequency"},
+const Entry kSchedulers[] = {
+    {"AllMaxFrequency", configure_all_max_frequency, PowerMode::frequency},
+    {"TwoFrequencies", configure_two_frequencies, PowerMode::frequency},
+    {"InstructionProfiler", configure_instruction_profiler, std::nullopt},
+    {"PointSolution", configure_point_solution, PowerMode::frequency},
+    {"AllMaxPowerLimit", configure_all_max_power_limit, PowerMode::power_limit},
+    {"ZeusGlobalPowerLimit", configure_zeus_global_power_limit, PowerMode::power_limit},
+    {"ZeusLocalPowerState", configure_zeus_local_power_state, std::nullopt},
+    {"Perseus", configure_perseus, PowerMode::frequency},
 };
 
 const Entry* find_entry(const std::string& name) {
@@ -43,10 +43,10 @@ std::vector<std::string> scheduler_names() {
   return names;
 }
 
-std::optional<std::string> scheduler_mode(const std::string& name) {
+std::optional<PowerMode> scheduler_mode(const std::string& name) {
   const Entry* e = find_entry(name);
-  if (e == nullptr || e->mode == nullptr) return std::nullopt;
-  return std::string(e->mode);
+  if (e == nullptr) return std::nullopt;
+  return e->mode;
 }
 
 SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args) {

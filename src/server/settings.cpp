@@ -7,7 +7,7 @@ namespace perseus::server {
 
 nlohmann::json info_json(const ServerSettings& s) {
   return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", s.log_level},
-          {"mode", s.mode},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
+          {"mode", protocol::to_string(s.mode)},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
           {"round_timeout_s", s.round_timeout_s}, {"job_retention_s", s.job_retention_s},
           {"max_world_size", s.max_world_size}, {"dead_rank_timeout_s", s.dead_rank_timeout_s},
           {"max_job_idle_s", s.max_job_idle_s}, {"max_jobs", s.max_jobs},
@@ -25,7 +25,7 @@ nlohmann::json artifact_server_info(const ServerSettings& s) {
   std::string level = s.log_level;
   std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
   return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", level},
-          {"mode", s.mode},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir}};
+          {"mode", protocol::to_string(s.mode)},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir}};
 }
 
 }  // namespace perseus::server

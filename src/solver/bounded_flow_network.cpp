@@ -85,9 +85,9 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
   fill.assign(ends_start_.begin(), ends_start_.end() - 1);
   for (int c = 0; c < num_chains; ++c) {
     const int leaving = fill[chains_[c].from]++, entering = fill[chains_[c].to]++;
-    ends_at_[leaving] = 2 * c;  // leaves the node
+    ends_at_[leaving] = chain_direction(c, true);  // leaves the node
     ends_other_[leaving] = chains_[c].to;
-    ends_at_[entering] = 2 * c + 1;  // enters it
+    ends_at_[entering] = chain_direction(c, false);  // enters it
     ends_other_[entering] = chains_[c].from;
   }
   chain_slot_.clear();
@@ -188,7 +188,7 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
     }
   }
   dinic_.set_residual(back_edge_, kUnbounded);
-  dinic_.set_residual(back_edge_ ^ 1, 0);
+  dinic_.set_residual(Dinic::reverse(back_edge_), 0);
   bool feasible = true;
   carried_.clear();
   if (dinic_.max_flow(super_source, super_sink, demand) < demand) {
@@ -207,14 +207,14 @@ bool BoundedFlowNetwork::route(Feasibility feasibility) {
   for (int v : unbalanced_) {
     for (int edge : {supply_edge_[v], drain_edge_[v]}) {
       dinic_.set_residual(edge, 0);
-      dinic_.set_residual(edge ^ 1, 0);
+      dinic_.set_residual(Dinic::reverse(edge), 0);
     }
     excess_[v] = 0;
     listed_[v] = 0;
   }
   unbalanced_.clear();
   dinic_.set_residual(back_edge_, 0);
-  dinic_.set_residual(back_edge_ ^ 1, 0);
+  dinic_.set_residual(Dinic::reverse(back_edge_), 0);
   if (!feasible) return false;
   dinic_.max_flow(end_source_, end_sink_, kUnbounded, /*first_only=*/true);
   has_flow_ = true;
@@ -239,7 +239,7 @@ bool BoundedFlowNetwork::solve(int num_nodes, const std::vector<BoundedArc>& arc
     const BoundedArc& chain = chains_[c];
     const std::int64_t x = initial ? std::clamp((*initial)[chain_first_[c]], chain.lower, chain.upper) : chain.lower;
     dinic_.set_residual(chain_edge_[c], chain.upper - x);
-    dinic_.set_residual(chain_edge_[c] ^ 1, x - chain.lower);
+    dinic_.set_residual(Dinic::reverse(chain_edge_[c]), x - chain.lower);
     add_excess(chain.to, x);
     add_excess(chain.from, -x);
   }
@@ -282,7 +282,7 @@ bool BoundedFlowNetwork::resolve(const std::vector<BoundedArc>& arcs, const std:
     const BoundedArc& chain = chains_[c];
     const std::int64_t x = std::clamp(f, chain.lower, chain.upper);
     dinic_.set_residual(chain_edge_[c], chain.upper - x);
-    dinic_.set_residual(chain_edge_[c] ^ 1, x - chain.lower);
+    dinic_.set_residual(Dinic::reverse(chain_edge_[c]), x - chain.lower);
     add_excess(chain.to, x - f);
     add_excess(chain.from, f - x);
   }
@@ -340,7 +340,7 @@ bool BoundedFlowNetwork::chain_open(int c, bool forward, std::int64_t residual, 
 
 // first_closed's walk, arc by arc.
 int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
-  const std::int64_t f = chains_[c].upper - dinic_.residual_at(chain_slot_[2 * c]);
+  const std::int64_t f = chains_[c].upper - dinic_.residual_at(chain_slot_[chain_direction(c, true)]);
   const int begin = member_start_[c], end = member_start_[c + 1];
   for (int k = 0; k < end - begin; ++k) {
     const int i = members_[forward ? begin + k : end - 1 - k];
@@ -362,7 +362,7 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   forward.clear();
   backward.clear();
   if (chain_slot_.empty()) {
-    for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(edge ^ 1));
+    for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(Dinic::reverse(edge)));
     slot_chain_.assign(dinic_.num_slots(), -1);
     for (std::size_t k = 0; k < chain_slot_.size(); ++k) slot_chain_[chain_slot_[k]] = static_cast<int>(k);
     end_slot_.resize(ends_at_.size());
@@ -373,19 +373,19 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   bool narrowed = false;
   if (searched && rule != Feasibility::exact) {
     for (int slot : dinic_.residual_side_unit_edges()) {
-      const int k = slot_chain_[slot];  // 2c: chain c forward, 2c + 1: backward
+      const int k = slot_chain_[slot];  // a chain direction
       if (k < 0) {  // reached by a helper edge: not a search of the chains
         searched = false;
         break;
       }
-      if (!chain_open(k >> 1, !(k & 1), dinic_.residual_at(slot), arcs, rule)) {
-        cut_off_[(k & 1) ? chains_[k >> 1].from : chains_[k >> 1].to] = 1;
+      if (!chain_open(chain_of_direction(k), is_forward(k), dinic_.residual_at(slot), arcs, rule)) {
+        cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 1;
         narrowed = true;
       }
     }
     if (!searched) {
       for (int slot : dinic_.residual_side_unit_edges())
-        if (const int k = slot_chain_[slot]; k >= 0) cut_off_[(k & 1) ? chains_[k >> 1].from : chains_[k >> 1].to] = 0;
+        if (const int k = slot_chain_[slot]; k >= 0) cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 0;
       narrowed = false;
     }
   }
@@ -426,13 +426,13 @@ void BoundedFlowNetwork::narrow_side(const std::vector<BoundedArc>& arcs, Feasib
   }
   // The chain at entry k of node v's ends, taken from its other end into v: open?
   auto open_into = [&](int k) {
-    const int c = ends_at_[k] >> 1;
-    const bool forward = ends_at_[k] & 1;  // the chain enters v: its forward direction
+    const int c = chain_of_direction(ends_at_[k]);
+    const bool forward = !is_forward(ends_at_[k]);  // the chain enters v: its forward direction
     return chain_open(c, forward, chain_residual(c, forward), arcs, rule);
   };
   auto open_from = [&](int k) {
-    const int c = ends_at_[k] >> 1;
-    const bool forward = !(ends_at_[k] & 1);  // the chain leaves v
+    const int c = chain_of_direction(ends_at_[k]);
+    const bool forward = is_forward(ends_at_[k]);  // the chain leaves v
     return chain_open(c, forward, chain_residual(c, forward), arcs, rule);
   };
   std::vector<int>& back = side_;  // scratch: nodes found on the side again, to search from
@@ -469,7 +469,7 @@ void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasib
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
       const int v = ends_other_[k];
       if (in_side_[v]) continue;
-      if (chain_open(ends_at_[k] >> 1, !(ends_at_[k] & 1), dinic_.residual_at(end_slot_[k]), arcs, rule)) {
+      if (chain_open(chain_of_direction(ends_at_[k]), is_forward(ends_at_[k]), dinic_.residual_at(end_slot_[k]), arcs, rule)) {
         in_side_[v] = 1;
         side_.push_back(v);
       }
@@ -488,11 +488,11 @@ void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibil
     // its end): read in order, where the ends' lists would be read all over memory.
     for (int slot = dinic_.first_slots_begin(u), end = dinic_.first_slots_end(u); slot < end; ++slot) {
       const int k = slot_chain_[slot];
-      const bool leaves = !(k & 1);
+      const bool leaves = is_forward(k);
       const bool other_in = in_side(dinic_.head_at(slot));
       if (other_in && !leaves) continue;  // inside: seen from its start
       if (other_in && dinic_.residual_at(slot) >= 2) continue;  // inside, every arc open ahead
-      const int c = k >> 1;
+      const int c = chain_of_direction(k);
       const bool start_in = leaves || other_in, end_in = !leaves || other_in;
       const int length = member_start_[c + 1] - member_start_[c];
       // From the start, nodes up to the first closed arc are on the source side; from the end, back

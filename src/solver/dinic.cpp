@@ -57,7 +57,7 @@ void Dinic::build_adjacency() {
     const int slot = slot_of_[e];
     head_[slot] = to_[e];
     slot_cap_[slot] = cap_[e];
-    reverse_[slot] = slot_of_[e ^ 1];
+    reverse_[slot] = slot_of_[reverse(e)];
   }
   level_.assign(num_nodes_, -1);
   base_ = 0;

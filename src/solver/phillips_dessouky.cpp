@@ -120,7 +120,7 @@ class Solver {
       if (options_.stop && options_.stop->load(std::memory_order_relaxed)) {
         keep_confirmed(frontier);
         frontier.interrupted = true;
-        frontier.stop_reason = "interrupted";
+        frontier.stop_reason = StopReason::interrupted;
         break;
       }
       const std::size_t pending = pushed_ - consumed_;
@@ -136,8 +136,9 @@ class Solver {
       } else {
         network_.end_checkpoints();
       }
-      std::string reason;
-      if (step(frontier, reason)) {
+      StopReason reason = StopReason::none;
+      std::string instruction;
+      if (step(frontier, reason, instruction)) {
         times_worker_->publish(++pushed_);
         continue;
       }
@@ -146,6 +147,7 @@ class Solver {
         if (!take_results(frontier) || pushed_ > consumed_) continue;
       }
       frontier.stop_reason = reason;
+      frontier.stop_instruction = instruction;
       break;
     }
     return frontier;
@@ -240,33 +242,34 @@ class Solver {
   }
 
   bool may_guess() const {
-    return times_worker_->has_thread() && options_.algorithm == MaxFlowAlgorithm::dinic && !rebuild_ &&
+    return times_worker_->has_thread() && !options_.max_flow_oracle && !rebuild_ &&
            network_.has_flow();
   }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
-  bool step(Frontier& frontier, std::string& reason) {
+  bool step(Frontier& frontier, StopReason& reason, std::string& instruction) {
     if (!flow_and_cut()) {
-      reason = "no feasible flow on the critical subgraph";
+      reason = StopReason::no_feasible_flow;
       return false;
     }
     const auto& speed_up = speed_up_;
     const auto& slow_down = slow_down_;
     if (speed_up.empty()) {
-      reason = "no arc crosses the minimum cut forward";
+      reason = StopReason::no_forward_cut_arc;
       return false;
     }
     double cost_change = 0;
     for (int a : speed_up) {
       const int inst = graph_.instruction[a];
       if (inst < 0) {
-        reason = "the minimum cut crosses a fixed dependency: the iteration cannot get shorter";
+        reason = StopReason::fixed_dependency_in_cut;
         return false;
       }
       const SpecTable& t = tables_[table_of_[inst]];
       const int d = duration_[inst];
       if (d - 1 < t.min) {
-        reason = fmt::format("instruction {} already runs at its fastest clock", describe(inst));
+        reason = StopReason::instruction_at_fastest;
+        instruction = describe(inst);
         return false;
       }
       cost_change += std::fabs(t.at(d - 1) - t.at(d));
@@ -277,13 +280,14 @@ class Solver {
       const SpecTable& t = tables_[table_of_[inst]];
       const int d = duration_[inst];
       if (d + 1 > t.max) {
-        reason = fmt::format("instruction {} already runs at its slowest clock", describe(inst));
+        reason = StopReason::instruction_at_slowest;
+        instruction = describe(inst);
         return false;
       }
       cost_change -= std::fabs(t.at(d) - t.at(d + 1));
     }
     if (std::fabs(cost_change) < kFpError) {
-      reason = "shortening further changes the cost by less than 1e-6";
+      reason = StopReason::negligible_cost_change;
       return false;
     }
 
@@ -397,14 +401,17 @@ class Solver {
   bool solve_flow(bool same_arcs) {
     const int source = compact_id_[graph_.source], sink = compact_id_[graph_.sink];
     const int num_nodes = static_cast<int>(compact_nodes_.size());
-    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+    if (!options_.max_flow_oracle) {
       return same_arcs ? network_.resolve(arcs_, changed_critical_, rule())
                        : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule());
     }
-    return bounded_max_flow_into(num_nodes, arcs_, source, sink, options_.algorithm, nullptr, rule(), flow_);
+    auto flow = options_.max_flow_oracle(num_nodes, arcs_, source, sink, rule());
+    if (!flow) return false;
+    flow_ = std::move(*flow);
+    return true;
   }
   std::int64_t flow_of(int i) const {
-    return options_.algorithm == MaxFlowAlgorithm::dinic ? network_.flow(i) : flow_[i];
+    return !options_.max_flow_oracle ? network_.flow(i) : flow_[i];
   }
   Feasibility rule() const {
     return options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
@@ -413,7 +420,7 @@ class Solver {
   // The critical arcs the minimum cut crosses forward (speed_up_) and backward (slow_down_), in
   // arc order. Its source side: nodes reachable from the source through unsaturated arcs.
   void find_cut() {
-    if (options_.algorithm == MaxFlowAlgorithm::dinic) {
+    if (!options_.max_flow_oracle) {
       network_.min_cut(arcs_, rule(), cut_forward_, cut_backward_);
     } else {
       find_cut_from_the_arcs();
@@ -510,6 +517,23 @@ class Solver {
 };
 
 }  // namespace
+
+std::string to_string(StopReason reason, const std::string& instruction) {
+  switch (reason) {
+    case StopReason::none: return "not solved";
+    case StopReason::interrupted: return "interrupted";
+    case StopReason::no_feasible_flow: return "no feasible flow on the critical subgraph";
+    case StopReason::no_forward_cut_arc: return "no arc crosses the minimum cut forward";
+    case StopReason::fixed_dependency_in_cut:
+      return "the minimum cut crosses a fixed dependency: the iteration cannot get shorter";
+    case StopReason::instruction_at_fastest:
+      return fmt::format("instruction {} already runs at its fastest clock", instruction);
+    case StopReason::instruction_at_slowest:
+      return fmt::format("instruction {} already runs at its slowest clock", instruction);
+    case StopReason::negligible_cost_change: return "shortening further changes the cost by less than 1e-6";
+  }
+  return "unknown";
+}
 
 std::vector<int> Frontier::durations_at(std::size_t point) const {
   std::vector<int> durations = start_durations;

@@ -90,7 +90,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                             config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
                             instructions, kMaxInstructions),
                 kExitUsage);
-  check_schedule_shape(config.schedule, config.num_stages, config.num_microbatches, config.virtual_stages);
+  config.check();
   PlanningProblem problem;
   const int model_stages = config.num_stages * virtual_stages;
   problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,

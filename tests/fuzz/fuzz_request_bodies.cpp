@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "perseus/server/models.hpp"
-#include "perseus/server/physical_bounds.hpp"
-#include "perseus/server/replies.hpp"
+#include "perseus/protocol/models.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
+#include "perseus/protocol/replies.hpp"
 
 namespace {
 
@@ -23,7 +23,7 @@ void reply(const std::string& body) {
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
-  using namespace perseus::server;
+  using namespace perseus::protocol;
   try {
     switch (data[0] % 8) {
       case 0: reply(json_body(to_json(job_info_from_json(parse_body(body))))); break;   // POST /register_job

@@ -11,16 +11,12 @@
 #include <vector>
 
 #include "perseus/pipeline/dag.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/profile/profile.hpp"
 
 namespace perseus {
 
-struct EmulatorConfig {
-  int num_stages = 0;
-  int num_microbatches = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  std::vector<int> extra_forwards;  // per stage, 1f1b only
-  int virtual_stages = 1;           // model chunks per stage, interleaved only
+struct EmulatorConfig : PipelineShape {
   double p_block = 0;               // watts while waiting
   // When > 0, instruction times are floored to multiples of this, as the planner quantizes
   // them, so that frontier plans are judged in the planner's own time units.

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "perseus/online/background_planner.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/online/clock_scan.hpp"
 #include "perseus/online/round_measurement.hpp"
 #include "perseus/online/straggler_detector.hpp"
@@ -55,12 +56,9 @@ struct ControllerConfig {
   DetectorOptions detector;
 };
 
-// The job as the controller sees it.
-struct JobShape {
-  int stages = 1;
-  int microbatches = 1;
+// The job as the controller sees it: its pipelines' shape, and how many run side by side.
+struct JobShape : PipelineShape {
   int pipelines = 1;  // data parallel
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   std::vector<int> clocks;  // every rank supports these, descending
   int gpus_per_stage = 1;   // tensor parallel: GPUs that run one stage of one pipeline
 };

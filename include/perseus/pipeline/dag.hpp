@@ -6,15 +6,11 @@
 #include <vector>
 
 #include "perseus/pipeline/schedule.hpp"
+#include "perseus/pipeline/shape.hpp"
 
 namespace perseus {
 
-struct PipelineDag {
-  int num_stages = 0;
-  int num_microbatches = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  std::vector<int> extra_forwards;  // per stage (empty: none); see stage_schedule
-  int virtual_stages = 1;           // model chunks per stage (interleaved)
+struct PipelineDag : PipelineShape {
   std::vector<Instruction> instructions;  // node i < instructions.size() is instructions[i]
   std::vector<std::vector<int>> stage_nodes;  // per stage (GPU), node ids in execution order
   int source = 0;  // == instructions.size()

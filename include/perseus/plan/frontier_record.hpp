@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "perseus/pipeline/schedule.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/solver/phillips_dessouky.hpp"
 
 namespace perseus {
@@ -28,13 +29,8 @@ struct SlotChange {
   int frequency = 0;
 };
 
-struct FrontierRecord {
+struct FrontierRecord : PipelineShape {
   std::string profile;
-  int num_stages = 0;
-  int num_microbatches = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
-  int virtual_stages = 1;           // model chunks per stage (interleaved)
   double unit_time = 0;
   double p_block = 0;
   std::string cost_model;
@@ -52,15 +48,10 @@ struct FrontierRecord {
 };
 
 // One frequency plan: the clock of every forward and backward of every stage, in schedule order.
-struct Plan {
+struct Plan : PipelineShape {
   std::optional<std::size_t> index;  // frontier point, when it came from a frontier
   double time = 0;
   double energy = 0;
-  int num_stages = 0;
-  int num_microbatches = 0;
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  std::vector<int> extra_forwards;  // per stage; empty for the plain schedule
-  int virtual_stages = 1;           // model chunks per stage (interleaved)
   std::vector<std::vector<int>> frequencies;
 
   // Instructions of each stage in schedule order, matching `frequencies`.

@@ -45,7 +45,7 @@
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
 #include "perseus/server/metrics.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
 
@@ -54,7 +54,8 @@ namespace perseus::server {
 class JobManager {
  public:
   // status, JSON body. Called exactly once per schedule request, now or later.
-  using Reply = std::function<void(int, const nlohmann::json&)>;
+  // A schedule request's answer: the schedule (no refusal), or why it is refused and the detail.
+  using Reply = std::function<void(std::optional<Refusal>, const nlohmann::json&)>;
 
   // `executor` must serialize its handlers (a strand, or a single-threaded io_context's executor).
   JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory);
@@ -127,10 +128,10 @@ class JobManager {
   void finish_round(Job& job);
   void run_round_again(Job& job);
   nlohmann::json answer(const Job& job, std::size_t rank) const;  // the rank's schedule, in its dialect
-  void end(Job& job, const std::string& detail);
+  void end(Job& job, const JobOutcome& outcome);
   void forget_later(Job& job);
   void forget_after(Job& job, double seconds);  // 0: never
-  void answer_waiting(Job& job, int status, const std::string& detail);  // every stored schedule request
+  void answer_waiting(Job& job, Refusal refusal, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void arm_watchdog(Job& job);
   void check_ranks_alive(Job& job);

@@ -21,7 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 
 namespace perseus::server {
 

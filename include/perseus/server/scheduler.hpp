@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/server/settings.hpp"
 
 namespace perseus::server {
@@ -75,9 +75,9 @@ using SchedulerFactory = std::function<std::unique_ptr<Scheduler>(const Schedule
 // before any job registers. Throws perseus::Error (usage) naming the argument.
 SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args);
 std::vector<std::string> scheduler_names();
-// The mode a scheduler's power states are in ("frequency" or "power limit"); none when it works
-// in either (InstructionProfiler) or is unknown.
-std::optional<std::string> scheduler_mode(const std::string& name);
+// The mode a scheduler's power states are in; none when it works in either (InstructionProfiler)
+// or is unknown.
+std::optional<PowerMode> scheduler_mode(const std::string& name);
 
 // Per-stage clocks for forward and backward -> one power state per pipe_schedule entry: other
 // instructions inherit the clock of the preceding forward/backward (before the first, the

@@ -6,13 +6,15 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "perseus/protocol/power_mode.hpp"
+
 namespace perseus::server {
 
 struct ServerSettings {
   std::string scheduler = "AllMaxFrequency";
   nlohmann::json scheduler_args = nlohmann::json::object();
   std::string log_level = "INFO";
-  std::string mode = "frequency";  // or "power limit"
+  protocol::PowerMode mode = protocol::PowerMode::frequency;
   bool dump_data = true;
   std::string dump_dir = "./dump";
   double round_timeout_s = 1800;  // a round (all ranks ask, then all report) must finish in this; 0: never

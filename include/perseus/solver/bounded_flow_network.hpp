@@ -5,7 +5,8 @@
 // depends only on the arcs' endpoints (the series contraction, the residual network) is built
 // once; a re-solve starts from the last flow, so only the endpoints of the changed arcs (and the
 // source and sink) are out of balance, and its work follows the change, not the network.
-// The flow is the one bounded_max_flow's Dinic path finds with the last flow as its warm start.
+// The flow is max_flow.hpp's two-phase one (a feasible circulation, then a maximum flow on its
+// residual), each phase by Dinic, warm-started from the last flow.
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -58,8 +59,13 @@ class BoundedFlowNetwork {
   void build_network();
   bool set_chain_bounds(int chain, const std::vector<BoundedArc>& arcs, Feasibility feasibility);
   void add_excess(int node, std::int64_t amount);
+  // A chain direction: chain c taken forward (its edge, 2c) or backward (its reverse edge, 2c + 1).
+  // ends_at_, chain_slot_ and slot_chain_ are indexed by or hold these.
+  static int chain_direction(int c, bool forward) { return 2 * c + (forward ? 0 : 1); }
+  static int chain_of_direction(int k) { return k >> 1; }
+  static bool is_forward(int k) { return (k & 1) == 0; }
   std::int64_t chain_residual(int c, bool forward) const {
-    return dinic_.residual_at(chain_slot_[2 * c + (forward ? 0 : 1)]);
+    return dinic_.residual_at(chain_slot_[chain_direction(c, forward)]);
   }
   bool chain_open(int c, bool forward, std::int64_t residual, const std::vector<BoundedArc>& arcs,
                   Feasibility rule) const;
@@ -81,7 +87,7 @@ class BoundedFlowNetwork {
   std::vector<int> chain_of_;                        // per arc: its chain
   std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
   std::vector<int> member_start_, members_;          // per chain: its arcs, start to end
-  std::vector<int> ends_start_, ends_at_;            // per end: 2c (chain c leaves it), 2c+1 (enters)
+  std::vector<int> ends_start_, ends_at_;            // per end: the chain direction leaving or entering it
   std::vector<int> ends_other_;                      // per entry of ends_at_: the chain's other end
   std::vector<BoundedArc> chains_;                   // per chain: its ends and bounds
   std::vector<int> end_chains_;                      // chains that start or end at the source or sink
@@ -92,9 +98,9 @@ class BoundedFlowNetwork {
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   std::vector<int> helper_order_;  // the ends in the order their helper edges are added
   int back_edge_ = -1;
-  std::vector<int> chain_slot_;  // per chain: the slots of its edge and reverse edge (once laid out)
+  std::vector<int> chain_slot_;  // per chain direction: the slot of its edge (once laid out)
   std::vector<int> end_slot_;    // per entry of ends_at_: the slot of its chain's edge leaving that end
-  std::vector<int> slot_chain_;  // per slot: 2c / 2c + 1 for chain c's edge / reverse edge, -1 for helpers
+  std::vector<int> slot_chain_;  // per slot: the chain direction whose edge it holds, -1 for helpers
   bool has_flow_ = false;  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
   // feasibility rule let pass (one unit at most per node).

@@ -1,8 +1,19 @@
 #pragma once
 // Maximum flow with lower and upper bounds on arcs, in integer units.
-// The solver needs, per iteration, a maximum s-t flow that respects lb <= f <= ub on every arc
-// (docs/design.md#the-solver). Two implementations: a Dinic solver written for this shape of graph,
-// and Boost.Graph's push-relabel, kept as the test oracle.
+//
+// Problem: on a directed graph whose arcs carry bounds lb <= f <= ub, find an s-t flow of maximum
+// value that respects every bound, or say that none does. The Phillips–Dessouky solver needs one
+// per frontier point, on the critical subgraph of the pipeline's DAG, to find the cheapest way to
+// shorten the iteration (its minimum cut).
+//
+// Algorithm: the classic reduction of bounded flow to two plain maximum flows (Ahuja, Magnanti and
+// Orlin, "Network Flows", 1993, §6.7): first a feasible circulation, with every lower bound moved to
+// a super source and super sink and an unbounded t->s arc; then a maximum s-t flow on the residual
+// of that circulation. Each plain maximum flow is Dinic's blocking-flow algorithm (E. A. Dinic,
+// "Algorithm for solution of a problem of maximum flow in networks with power estimation", Soviet
+// Math. Doklady 11, 1970), O(V^2 E), written for this graph's shape: BoundedFlowNetwork keeps one
+// network across frontier points and re-solves from the last flow. Tests check it against
+// Boost.Graph's push-relabel (Goldberg and Tarjan, J. ACM 35(4), 1988).
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -20,15 +31,19 @@ struct BoundedArc {
   std::int64_t upper = 0;
 };
 
-enum class MaxFlowAlgorithm { dinic, boost_push_relabel };
-
 // When the lower bounds count as met. exact: every unit. reference: as the reference planner
 // decides it, per node in floating point (`abs(flow - capacity) > 1e-6` on values k * 1e-6), so a
 // node whose lower bounds fall short by one 1e-6 unit may still count as satisfied.
 enum class Feasibility { exact, reference };
 
 // Whether `flow` units meet a demand of `capacity` units under `rule`.
-bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule);
+inline bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule) {
+  const std::int64_t shortfall = capacity - flow;
+  if (shortfall <= 0) return true;
+  if (shortfall >= 2 || rule == Feasibility::exact) return false;
+  constexpr double kFpError = 1e-6;
+  return !(static_cast<double>(capacity) * kFpError - static_cast<double>(flow) * kFpError > kFpError);
+}
 // Whether a residual of `high - low` units counts as open (an unsaturated arc) under `rule`: any
 // unit, or as the reference decides `high - low > 1e-6` on values k * 1e-6.
 inline bool residual_open(std::int64_t high, std::int64_t low, Feasibility rule) {
@@ -40,22 +55,6 @@ inline bool residual_open(std::int64_t high, std::int64_t low, Feasibility rule)
   return static_cast<double>(high) * kFpError - static_cast<double>(low) * kFpError > kFpError;
 }
 
-// Returns the flow on each arc of a maximum s-t flow within the bounds, or nullopt when no flow
-// satisfies every lower bound (first a feasible circulation with an infinite t->s arc, then a
-// maximum flow on its residual, as the reference planner does). `initial`, when given, is a
-// per-arc starting flow within the bounds (a warm start; the Dinic solver uses it, the oracle
-// ignores it).
-std::optional<std::vector<std::int64_t>> bounded_max_flow(
-    int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
-    MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial = nullptr,
-    Feasibility feasibility = Feasibility::exact);
-// The same into `flow` (resized to the arcs; false: no feasible flow). With Dinic it allocates
-// nothing once the thread's buffers have grown to the network's size: the planner calls it once
-// per frontier point.
-bool bounded_max_flow_into(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
-                           MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial,
-                           Feasibility feasibility, std::vector<std::int64_t>& flow);
-
 // Plain max flow on a residual network; reusable across calls to avoid reallocations.
 class Dinic {
  public:
@@ -65,6 +64,8 @@ class Dinic {
   // feasibility phase). Either way a node's edges are taken in the order they were added.
   void reset(int num_nodes, int first_edges = 0);
   int add_edge(int from, int to, std::int64_t capacity);  // returns the forward edge id
+  // Edges come in pairs, forward then reverse: ids 2i and 2i + 1.
+  static int reverse(int edge) { return edge ^ 1; }
   // `first_only`: only the first edges take part, as on a network of just those.
   std::int64_t max_flow(int source, int sink, std::int64_t limit, bool first_only = false);
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }

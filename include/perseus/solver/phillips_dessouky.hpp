@@ -1,11 +1,23 @@
 #pragma once
-// The Phillips–Dessouky time–cost trade-off solver (docs/design.md#the-solver). Starting from every
-// instruction at its slowest option, each iteration shortens the iteration by one unit time at
-// the least added cost, found as a minimum cut of the critical subgraph.
+// The Phillips–Dessouky time–cost trade-off solver.
+//
+// Problem: every instruction of the pipeline's DAG (an activity network) may run at one of several
+// durations, each with a cost (its energy, as the cost model gives it); find, for every iteration
+// time from the slowest plan's down to the shortest reachable, a plan of least summed cost: the
+// time–energy frontier.
+//
+// Algorithm: S. Phillips and M. I. Dessouky, "Solving the project time/cost tradeoff problem using
+// the minimal cut concept", Management Science 24(4), 1977. Starting from every instruction at its
+// slowest option, each step shortens the iteration by one unit time at the least added cost: a
+// minimum cut of the critical subgraph, whose arcs carry the cost of shortening (forward) or the
+// saving of lengthening (backward) as flow bounds (max_flow.hpp). Perseus (Chung et al., SOSP 2024)
+// applies it to per-instruction GPU clocks; the `reference` cut rule reproduces its planner's
+// floating-point decisions, and so its frontiers.
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,8 +58,15 @@ enum class CutRule {
   exact,
 };
 
+// A maximum flow within the bounds (max_flow.hpp's problem), or nullopt when no flow meets every
+// lower bound: what tests check the solver's own flow network against.
+using MaxFlowOracle = std::function<std::optional<std::vector<std::int64_t>>(
+    int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink, Feasibility feasibility)>;
+
 struct SolverOptions {
-  MaxFlowAlgorithm algorithm = MaxFlowAlgorithm::dinic;
+  // When set, each point's flow comes from it (and the cut from that flow's arcs) instead of the
+  // solver's incremental Dinic network.
+  MaxFlowOracle max_flow_oracle;
   CutRule cut_rule = CutRule::reference;
   const std::atomic<bool>* stop = nullptr;  // checked every iteration; set by Ctrl-C
   std::function<void(std::size_t points, int quant_time)> on_progress;  // after each point
@@ -70,14 +89,34 @@ struct FrontierPoint {
   std::size_t changes_begin = 0; // this point's changes are changes[changes_begin, next begin)
 };
 
+// Why a frontier ends: the solver was interrupted, or its next step cannot shorten the iteration.
+enum class StopReason {
+  none,                      // not solved yet
+  interrupted,               // SolverOptions::stop was set
+  no_feasible_flow,          // no flow within the bounds on the critical subgraph
+  no_forward_cut_arc,        // the minimum cut crosses no arc forward
+  fixed_dependency_in_cut,   // the cut crosses a dependency, whose duration is fixed
+  instruction_at_fastest,    // an instruction to shorten already runs at its fastest clock
+  instruction_at_slowest,    // an instruction to lengthen already runs at its slowest clock
+  negligible_cost_change,    // a step changes the cost by less than 1e-6
+};
+
+// The reason in words, as `perseus optimize` prints it and frontier records keep it. `instruction`:
+// the instruction the reason names (instruction_at_fastest and instruction_at_slowest), e.g.
+// "F3 on stage 1".
+std::string to_string(StopReason reason, const std::string& instruction = "");
+
 struct Frontier {
   std::vector<int> start_durations;  // per instruction: the slowest plan the solver starts from
   int start_quant_time = 0;
   double start_effective_cost = 0;
   std::vector<FrontierPoint> points;  // slowest first, as the reference emits them
   std::vector<DurationChange> changes;
-  std::string stop_reason;
+  StopReason stop_reason = StopReason::none;
+  std::string stop_instruction;  // the instruction stop_reason names, if it names one
   bool interrupted = false;
+
+  std::string stop_text() const { return to_string(stop_reason, stop_instruction); }
 
   std::size_t changes_end(std::size_t point) const {
     return point + 1 < points.size() ? points[point + 1].changes_begin : changes.size();

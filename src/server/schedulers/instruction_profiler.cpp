@@ -34,7 +34,7 @@ class InstructionProfiler final : public Scheduler {
  public:
   InstructionProfiler(const SchedulerContext& context, ProfilerConfig config) : context_(context), config_(config) {
     require_pure_pipeline(context, "InstructionProfiler");
-    if (context.settings.mode != "frequency")
+    if (context.settings.mode != PowerMode::frequency)
       throw std::runtime_error("InstructionProfiler profiles clocks; run the server with --mode frequency");
     // Clocks every rank supports, high to low.
     std::set<int> common(context.ranks.front().power_state_range.begin(), context.ranks.front().power_state_range.end());

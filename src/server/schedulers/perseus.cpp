@@ -52,21 +52,21 @@ int count_forwards(const RankInfo& rank) {
 // The job's shape from its ranks; throws std::runtime_error saying what does not fit.
 online::JobShape job_shape(const SchedulerContext& context, int minimum_power_state) {
   online::JobShape shape;
-  shape.stages = context.job.pp_degree;
+  shape.num_stages = context.job.pp_degree;
   shape.pipelines = context.job.dp_degree;
-  shape.microbatches = count_forwards(context.ranks.front());
+  shape.num_microbatches = count_forwards(context.ranks.front());
   std::optional<ScheduleKind> kind;
   for (const auto& r : context.ranks) {
-    if (count_forwards(r) != shape.microbatches)
+    if (count_forwards(r) != shape.num_microbatches)
       throw std::runtime_error(fmt::format("rank {} runs {} forwards per iteration, rank 0 runs {}", r.rank,
-                                           count_forwards(r), shape.microbatches));
-    auto mine = schedule_of(r, shape.stages, shape.microbatches);
+                                           count_forwards(r), shape.num_microbatches));
+    auto mine = schedule_of(r, shape.num_stages, shape.num_microbatches);
     if (!mine || (kind && *mine != *kind))
       throw std::runtime_error(fmt::format("rank {}'s forwards and backwards follow neither 1F1B nor GPipe for stage "
                                            "{} of {} with {} microbatches; the turnkey loop plans those schedules "
                                            "(for Megatron-LM's interleaved one, plan with perseus optimize --schedule "
                                            "interleaved and serve the frontier with PointSolution)",
-                                           r.rank, r.pp_rank, shape.stages, shape.microbatches));
+                                           r.rank, r.pp_rank, shape.num_stages, shape.num_microbatches));
     kind = mine;
   }
   shape.schedule = *kind;
@@ -85,7 +85,7 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
 }
 
 void check_ranks(const SchedulerContext& context) {
-  if (context.settings.mode != "frequency")
+  if (context.settings.mode != PowerMode::frequency)
     throw std::runtime_error("Perseus plans clocks; run the server with --mode frequency");
   for (const auto& r : context.ranks)
     if (r.pipe_schedule.empty())
@@ -101,7 +101,7 @@ class PerseusScheduler final : public Scheduler {
     check_ranks(context);
     online::JobShape shape = job_shape(context, config.minimum_power_state);
     shape.gpus_per_stage = context.job.tp_degree;
-    for (int s = 0; s < shape.stages; ++s) orders_.push_back(stage_schedule(shape.schedule, s, shape.stages, shape.microbatches));
+    for (int s = 0; s < shape.num_stages; ++s) orders_.push_back(stage_schedule(shape.schedule, s, shape.num_stages, shape.num_microbatches));
     std::optional<Profile> reused;
     if (!config.profile_path.empty() && fs::exists(profile_path_)) reused = read_profile(profile_path_);
     online::ControllerHooks hooks;
@@ -144,7 +144,7 @@ class PerseusScheduler final : public Scheduler {
   }
 
   online::RoundMeasurement measure(const std::vector<ProfilingResult>& results) const {
-    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, controller_->shape().microbatches,
+    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, controller_->shape().num_microbatches,
                          occurrences_ || controller_->wants_occurrences());
   }
 
@@ -279,7 +279,7 @@ class PerseusScheduler final : public Scheduler {
     std::string label = plan->label();
     if (instructions > kMaxTimelineInstructions)
       return [instructions, label] () -> std::string {
-        throw RequestError(404, fmt::format("the plan ({}) runs {} forwards and backwards per pipeline: too many to "
+        throw RequestError(Refusal::not_found, fmt::format("the plan ({}) runs {} forwards and backwards per pipeline: too many to "
                                             "draw (at most {})", label, instructions, kMaxTimelineInstructions));
       };
     return [emulator = plans->emulator, frequencies = plan->frequencies, label] {

@@ -6,7 +6,7 @@
 #include <stdexcept>
 
 #include "perseus/pipeline/makespan.hpp"
-#include "perseus/server/physical_bounds.hpp"
+#include "perseus/server/wire.hpp"
 #include "perseus/util/safe_text.hpp"
 
 namespace perseus::server {

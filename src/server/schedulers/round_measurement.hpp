@@ -6,7 +6,7 @@
 
 #include "perseus/online/round_measurement.hpp"
 #include "perseus/pipeline/schedule.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/server/wire.hpp"
 
 namespace perseus::server {
 

@@ -7,9 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 // Used when a rank does not say its GPU's maximum power limit (the artifact's and Zeus's clients):
 // no GPU draws more.
@@ -33,4 +33,4 @@ double max_power_w(const RankInfo& rank);
 // kPowerSlack). A few milliseconds of idle time on a coarse energy counter can make it absurd.
 std::optional<double> plausible_blocking_power(double watts, const std::vector<RankInfo>& ranks);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

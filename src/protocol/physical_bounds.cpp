@@ -1,4 +1,4 @@
-#include "perseus/server/physical_bounds.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "perseus/util/safe_text.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 namespace {
 
@@ -67,4 +67,4 @@ std::string implausible_result(const ProfilingResult& result, double max_power) 
   return "";
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

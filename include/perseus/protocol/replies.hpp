@@ -7,9 +7,14 @@
 #include <string>
 #include <string_view>
 
-namespace perseus::server {
+#include "perseus/protocol/models.hpp"
+
+namespace perseus::protocol {
 
 inline constexpr std::size_t kMaxDetailBytes = 1000;  // an error's detail; what it quotes is cut to fit
+
+// The HTTP status of a refused request (the artifact's and Zeus's clients match on 500 for an ended job).
+int http_status(Refusal refusal);
 
 // {"detail": "..."}, the body of every error reply.
 std::string error_body(std::string_view detail);
@@ -20,7 +25,7 @@ std::string json_body(const nlohmann::json& body);
 std::string percent_decode(std::string_view text);
 // The value of `key` in a query string, decoded ('+' in a query means space).
 std::optional<std::string> query_value(std::string_view query, std::string_view key);
-// The `rank` query parameter; RequestError(422) when missing or not an integer.
+// The `rank` query parameter; RequestError (invalid_request) when missing or not an integer.
 int rank_parameter(std::string_view query);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -4,9 +4,9 @@
 #include <optional>
 #include <string>
 
-namespace perseus::server {
+namespace perseus::protocol {
 
-// Throws RequestError(422, "field '<field>': <problem>").
+// Throws RequestError(invalid_request, "field '<field>': <problem>").
 [[noreturn]] void bad_field(const std::string& field, const std::string& problem);
 
 // A JSON integer as an int; out of int range is a bad field.
@@ -15,4 +15,4 @@ int int_from_integer(long long value, const std::string& field);
 // Integral floats such as 4.0 are what a Python client may send for an integer: those, nothing else.
 std::optional<int> int_from_float(double value);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

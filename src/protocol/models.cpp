@@ -1,4 +1,4 @@
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -12,10 +12,10 @@
 #include "perseus/util/csv.hpp"
 #include "perseus/util/safe_text.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 
 void bad_field(const std::string& field, const std::string& problem) {
-  throw RequestError(422, fmt::format("field '{}': {}", safe_text(field, 200), problem));
+  throw RequestError(Refusal::invalid_request, fmt::format("field '{}': {}", safe_text(field, 200), problem));
 }
 
 int int_from_integer(long long value, const std::string& field) {
@@ -159,7 +159,7 @@ std::string records_dir_name(const std::string& job_id) {
 
 void check_job_id_length(const std::string& job_id) {
   if (job_id.size() > kMaxJobIdBytes)
-    throw RequestError(422, fmt::format("the job id would be {} bytes, at most {}: shorten framework, model_name, "
+    throw RequestError(Refusal::invalid_request, fmt::format("the job id would be {} bytes, at most {}: shorten framework, model_name, "
                                         "partition_method or job_metadata",
                                         job_id.size(), kMaxJobIdBytes));
 }
@@ -178,11 +178,11 @@ json parse_body(const std::string& text) {
     check_json_depth(text);
     return json::parse(text);
   } catch (const JsonTooDeep& e) {
-    throw RequestError(422, fmt::format("field 'body': {}", e.what()));
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'body': {}", e.what()));
   } catch (const json::parse_error& e) {
-    throw RequestError(422, fmt::format("field 'body': malformed JSON at byte {}", e.byte));
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'body': malformed JSON at byte {}", e.byte));
   } catch (const json::exception& e) {  // e.g. 406: a number too large for a double
-    throw RequestError(422, fmt::format("field 'body': {}", e.what()));
+    throw RequestError(Refusal::invalid_request, fmt::format("field 'body': {}", e.what()));
   }
 }
 
@@ -395,4 +395,4 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
                      info.num_microbatches, scheduler_name);
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

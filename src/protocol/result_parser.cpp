@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 
 #include "field_checks.hpp"
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
 namespace {
 
 namespace dom = simdjson::dom;
@@ -116,4 +116,4 @@ ProfilingResult profiling_result_from_text(std::string_view text) {
   return result;
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

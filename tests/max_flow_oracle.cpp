@@ -1,26 +1,21 @@
+// The test-only max-flow oracle: Boost.Graph's push-relabel on the bounded problem, literally as
+// the reference planner solves it, to check the solver's own Dinic network against; and the Dinic
+// network behind the same call (one per thread, kept while the arcs' endpoints stay the same, as
+// the planner keeps its own across frontier points).
+#include "max_flow_oracle.hpp"
+
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/push_relabel_max_flow.hpp>
+
 #include <algorithm>
 #include <limits>
 
 #include "perseus/solver/bounded_flow_network.hpp"
-#include "perseus/solver/max_flow.hpp"
 
 namespace perseus {
-
 namespace {
 
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max() / 8;
-
-// The network is kept per thread while the arcs' endpoints stay the same: only bounds are set anew.
-bool with_dinic(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>* initial, int source,
-                int sink, Feasibility feasibility, std::vector<std::int64_t>& flow) {
-  thread_local BoundedFlowNetwork network;
-  if (!network.solve(n, arcs, source, sink, initial, feasibility)) return false;
-  flow.resize(arcs.size());
-  for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = network.flow(static_cast<int>(i));
-  return true;
-}
 
 using Traits = boost::adjacency_list_traits<boost::vecS, boost::vecS, boost::directedS>;
 using Graph = boost::adjacency_list<
@@ -93,37 +88,32 @@ std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<Bou
   return flow;
 }
 
-}  // namespace
 
-bool bounded_max_flow_into(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink,
-                           MaxFlowAlgorithm algorithm, const std::vector<std::int64_t>* initial,
-                           Feasibility feasibility, std::vector<std::int64_t>& flow) {
-  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) {
-    auto result = with_boost(num_nodes, arcs, source, sink, feasibility);
-    if (!result) return false;
-    flow = std::move(*result);
-    return true;
-  }
-  return with_dinic(num_nodes, arcs, initial, source, sink, feasibility, flow);
+bool with_dinic(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>* initial, int source,
+                int sink, Feasibility feasibility, std::vector<std::int64_t>& flow) {
+  thread_local BoundedFlowNetwork network;
+  if (!network.solve(n, arcs, source, sink, initial, feasibility)) return false;
+  flow.resize(arcs.size());
+  for (std::size_t i = 0; i < arcs.size(); ++i) flow[i] = network.flow(static_cast<int>(i));
+  return true;
 }
 
-std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes,
-                                                          const std::vector<BoundedArc>& arcs,
-                                                          int source, int sink,
-                                                          MaxFlowAlgorithm algorithm,
+}  // namespace
+
+std::optional<std::vector<std::int64_t>> bounded_max_flow(int num_nodes, const std::vector<BoundedArc>& arcs,
+                                                          int source, int sink, MaxFlowAlgorithm algorithm,
                                                           const std::vector<std::int64_t>* initial,
                                                           Feasibility feasibility) {
+  if (algorithm == MaxFlowAlgorithm::boost_push_relabel) return with_boost(num_nodes, arcs, source, sink, feasibility);
   std::vector<std::int64_t> flow;
-  if (!bounded_max_flow_into(num_nodes, arcs, source, sink, algorithm, initial, feasibility, flow)) return std::nullopt;
+  if (!with_dinic(num_nodes, arcs, initial, source, sink, feasibility, flow)) return std::nullopt;
   return flow;
 }
 
-bool demand_met(std::int64_t capacity, std::int64_t flow, Feasibility rule) {
-  const std::int64_t shortfall = capacity - flow;
-  if (shortfall <= 0) return true;
-  if (shortfall >= 2 || rule == Feasibility::exact) return false;
-  constexpr double kFpError = 1e-6;
-  return !(static_cast<double>(capacity) * kFpError - static_cast<double>(flow) * kFpError > kFpError);
+MaxFlowOracle boost_max_flow_oracle() {
+  return [](int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink, Feasibility feasibility) {
+    return with_boost(num_nodes, arcs, source, sink, feasibility);
+  };
 }
 
 }  // namespace perseus

@@ -1,13 +1,26 @@
-#include "perseus/server/replies.hpp"
+#include "perseus/protocol/replies.hpp"
 
 #include <fmt/format.h>
 
 #include <charconv>
 
-#include "perseus/server/models.hpp"
+#include "perseus/protocol/models.hpp"
 #include "perseus/util/safe_text.hpp"
 
-namespace perseus::server {
+namespace perseus::protocol {
+
+int http_status(Refusal refusal) {
+  switch (refusal) {
+    case Refusal::invalid_request: return 422;
+    case Refusal::forbidden: return 403;
+    case Refusal::not_found: return 404;
+    case Refusal::conflict: return 409;
+    case Refusal::job_ended: return 500;
+    case Refusal::over_capacity:
+    case Refusal::server_stopping: return 503;
+  }
+  return 500;
+}
 
 std::string error_body(std::string_view detail) {
   return safe_dump(nlohmann::json{{"detail", safe_text(detail, kMaxDetailBytes)}});
@@ -52,12 +65,12 @@ std::optional<std::string> query_value(std::string_view query, std::string_view 
 
 int rank_parameter(std::string_view query) {
   auto value = query_value(query, "rank");
-  if (!value) throw RequestError(422, "query parameter 'rank': missing");
+  if (!value) throw RequestError(Refusal::invalid_request, "query parameter 'rank': missing");
   int rank = 0;
   auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), rank);
   if (ec != std::errc() || ptr != value->data() + value->size() || value->empty())
-    throw RequestError(422, fmt::format("query parameter 'rank': expected an integer, got '{}'", safe_text(*value)));
+    throw RequestError(Refusal::invalid_request, fmt::format("query parameter 'rank': expected an integer, got '{}'", safe_text(*value)));
   return rank;
 }
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -11,16 +11,28 @@
 #include <string_view>
 #include <vector>
 
-namespace perseus::server {
+namespace perseus::protocol {
 
-// A request the server refuses: the HTTP status and the `detail` it answers with.
+// Why the server refuses a request. Domain code says which; http_status (replies.hpp) is the one
+// place that turns it into the HTTP status the reply carries.
+enum class Refusal {
+  invalid_request,  // a field, the body or a query parameter is bad, or over a limit of the job
+  forbidden,        // the job's secret is missing or wrong
+  not_found,        // no such job, rank or resource (yet)
+  conflict,         // the request contradicts the job's state (already registered, no round running)
+  job_ended,        // the job has ended: the detail is its outcome (the artifact's clients match on it)
+  over_capacity,    // the server holds as many jobs or ranks as it may
+  server_stopping,  // the server is shutting down
+};
+
+// A request the server refuses: why, and the `detail` it answers with.
 class RequestError : public std::runtime_error {
  public:
-  RequestError(int status, const std::string& detail) : std::runtime_error(detail), status_(status) {}
-  int status() const { return status_; }
+  RequestError(Refusal refusal, const std::string& detail) : std::runtime_error(detail), refusal_(refusal) {}
+  Refusal refusal() const { return refusal_; }
 
  private:
-  int status_;
+  Refusal refusal_;
 };
 
 // Instruction names a rank's pipe schedule may use (the artifact's PipeInstruction).
@@ -110,7 +122,7 @@ struct ProfilingResult {
   bool stale = false;
 };
 
-// Parsing checks every field and throws RequestError(422) naming it. `what` prefixes the
+// Parsing checks every field and throws RequestError (invalid_request) naming it. `what` prefixes the
 // field, e.g. "body".
 JobInfo job_info_from_json(const nlohmann::json& body);
 RankInfo rank_info_from_json(const nlohmann::json& body);
@@ -136,13 +148,13 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
 // A free-text part of a job id made safe as a file name and a URL path segment: '/', '\\', '+',
 // '?', '#', '%', control characters and invalid UTF-8 become '_' ("." and ".." too).
 std::string sanitize_id_part(std::string_view text);
-// Throws RequestError(422) when `job_id` is longer than kMaxJobIdBytes.
+// Throws RequestError (invalid_request) when `job_id` is longer than kMaxJobIdBytes.
 void check_job_id_length(const std::string& job_id);
 // The job's records directory under the dump directory: its id with '/' (allowed in Zeus's
 // job_metadata, e.g. a Hugging Face model name) replaced, so that it is one directory.
 std::string records_dir_name(const std::string& job_id);
 
-// Parses JSON text; throws RequestError(422) saying where it is malformed.
+// Parses JSON text; throws RequestError (invalid_request) saying where it is malformed.
 nlohmann::json parse_body(const std::string& text);
 
-}  // namespace perseus::server
+}  // namespace perseus::protocol

@@ -1,0 +1,23 @@
+#pragma once
+// The shape of a training pipeline, as the planner, the emulator, frontier records and plans all
+// declare it: embedded in each (they derive from it), copied whole and checked in one place.
+#include <vector>
+
+#include "perseus/pipeline/schedule.hpp"
+
+namespace perseus {
+
+struct PipelineShape {
+  int num_stages = 0;
+  int num_microbatches = 0;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  std::vector<int> extra_forwards;  // per stage, 1f1b only (EnvPipe's reordered schedule); empty: none
+  int virtual_stages = 1;           // model chunks per stage, interleaved only: the profile has S * V stages
+
+  // Throws Error (kExitUsage) saying what is wrong: check_schedule_shape, then check_extra_forwards.
+  void check() const;
+  PipelineShape& shape() { return *this; }
+  const PipelineShape& shape() const { return *this; }
+};
+
+}  // namespace perseus
