@@ -25,29 +25,7 @@ class PySelector : public OptimumSelector {
 }  // namespace
 
 void bind_power_limit(py::module_& m) {
-  py::class_<Measurement>(m, "Measurement", "What one measurement window saw.")
-      .def_readonly("time", &Measurement::time, "Seconds.")
-      .def_readonly("gpu_energy", &Measurement::gpu_energy, "Joules by GPU index.")
-      .def_readonly("total_energy", &Measurement::total_energy, "Joules, every GPU.")
-      .def("__repr__", [](const Measurement& x) {
-        return "Measurement(time=" + std::to_string(x.time) + ", total_energy=" + std::to_string(x.total_energy) + ")";
-      });
-
-  py::class_<EnergyMonitor>(m, "EnergyMonitor",
-                            "GPU time and energy in named windows (Zeus's ZeusMonitor), nested or overlapping.")
-      .def(py::init([](std::optional<std::vector<unsigned>> gpu_indices, const std::string& nvml_library,
-                       const std::string& gpud_socket) {
-             std::shared_ptr<perseus::gpu::GpuLibrary> gpus = perseus::gpud::open_gpu_library(gpud_socket, nvml_library);
-             return std::make_unique<EnergyMonitor>(gpus, gpu_indices.value_or(std::vector<unsigned>{}));
-           }),
-           py::arg("gpu_indices") = py::none(), py::arg("nvml_library") = "", py::arg("gpud_socket") = "",
-           "Args:\n    gpu_indices: NVML indices to measure; None: every GPU.\n"
-           "    nvml_library: path of libnvidia-ml (\"\": $PERSEUS_NVML_LIBRARY or the driver's).\n"
-           "    gpud_socket: go through `perseus gpud` (\"\": $PERSEUS_GPUD_SOCKET, else NVML directly).")
-      .def_property_readonly("gpu_indices", &EnergyMonitor::gpu_indices)
-      .def("_begin_window", &EnergyMonitor::begin_window, py::arg("key"))
-      .def("_end_window", &EnergyMonitor::end_window, py::arg("key"), py::arg("cancel") = false);
-
+  // Measurement and EnergyMonitor: monitor_bindings.cpp (bound first).
   py::class_<PowerLimitMeasurement>(m, "PowerLimitMeasurement", "Energy (J) and time (s) measured at one power limit (W).")
       .def(py::init<int, double, double>(), py::arg("power_limit"), py::arg("energy"), py::arg("time"))
       .def_readwrite("power_limit", &PowerLimitMeasurement::power_limit, "Watts.")

@@ -17,6 +17,7 @@
 
 #include "clock_reset.hpp"
 #include "perseus/client/http_client.hpp"
+#include "perseus/gpu/visible_devices.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/server/models.hpp"
@@ -414,6 +415,7 @@ struct Client::Impl {
     json info = call("GET", "/info", nullptr);
     mode = info.value("mode", std::string("frequency"));
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
+    options.device = gpu::nvml_index(*gpu, o.device, o.cuda_visible_devices);  // from here on NVML's index
 
     std::vector<int> states;
     if (mode == "power limit") {

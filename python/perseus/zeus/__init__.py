@@ -41,7 +41,7 @@ class PipelineFrequencyOptimizer:
         if perseus.torch._distributed() is None:
             raise RuntimeError("Instantiate `PipelineFrequencyOptimizer` after `init_process_group`.")
         self._arguments = dict(rank=rank, dp_rank=dp_rank, pp_rank=pp_rank, tp_rank=tp_rank,
-                               device=perseus.torch.nvml_device_index(device_id), dp_degree=dp_degree,
+                               device=device_id, dp_degree=dp_degree,
                                pp_degree=pp_degree, tp_degree=tp_degree, world_size=world_size, server_url=server_url,
                                framework="zeus", model_name=re.sub(r"[/\\+\x00-\x1f]", "-", job_metadata or "") or "model",
                                **options)
