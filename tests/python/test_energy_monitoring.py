@@ -262,3 +262,15 @@ def test_power_monitor_energy_matches_the_energy_counter(gpu_env):
     watts = [w for _, w in power.get_power_timeline(gpu_index=0, start_time=start, end_time=end)[0]]
     assert max(watts) == pytest.approx(300.0) and min(watts) < 201.0, "the timeline saw both limits"
     assert power.get_power(time=start)[0] == pytest.approx(300.0)
+
+
+def test_the_documented_example_runs(tmp_path, gpu_env):
+    text = open(os.path.join(os.path.dirname(__file__), "..", "..", "docs", "energy-monitoring.md")).read()
+    blocks = text.split("```python\n")[1:]
+    assert len(blocks) == 1, "one example, run here"
+    write_tree(tmp_path / "powercap")
+    proc = subprocess.run([sys.executable, "-c", blocks[0].split("```")[0]], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, PERSEUS_POWERCAP_ROOT=str(tmp_path / "powercap")))
+    assert proc.returncode == 0, proc.stderr
+    assert "step 2:" in proc.stdout and "CPUs {0: 0.0, 1: 0.0}" in proc.stdout
+    assert (tmp_path / "energy.csv").read_text().count("\n") == 5, "the header and four windows"

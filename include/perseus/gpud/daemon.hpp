@@ -27,7 +27,7 @@ struct DaemonOptions {
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
   // The powercap tree whose RAPL counters the "rapl" operation serves ("": $PERSEUS_POWERCAP_ROOT,
   // else /sys/class/powercap); serve_rapl false refuses it (no_permission).
-  std::string powercap_root;
+  std::string powercap_root{};
   bool serve_rapl = true;
 };
 
