@@ -1,4 +1,4 @@
-// Full-frontier planning time and peak memory for the measured profiles in ../shared/data
+// Full-frontier planning time and peak memory for the measured profiles of the reference data set
 // (GPT-3 175B and Bloom, A100 and A40, 8 stages) at 12, 24, 48 and 96 microbatches.
 // Run: build/bench/perseus_bench_frontier [--benchmark_filter=a40.*96]
 // Each case reports wall time, the number of frontier points and the process's peak RSS so far.

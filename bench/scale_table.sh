@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The planner at scale (issue 13's table): `perseus optimize` on synthetic profiles (perseus
+# The planner at scale (docs/benchmarks.md): `perseus optimize` on synthetic profiles (perseus
 # synth-profile, default GPU model) for S in {4, 8, 16, 32} stages x M in {16, 64, 256} microbatches x unit
 # time {1, 0.1} ms: frontier points, wall time and peak memory. A case over the time limit (default 300 s)
 # is stopped and reported as skipped.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The turnkey loop on the four shipped real profiles (issue 10's table): for each, `perseus serve
+"""The turnkey loop on the four published real profiles (docs/benchmarks.md): for each, `perseus serve
 --scheduler Perseus` and `perseus simulate` with 2 pipelines, then the server's verdict next to the
 plan planned from the full profile (`perseus whatif`'s non-straggler saving at T'/T = 1, the same
 choice rule) and the rounds a one-round-per-clock profiler takes.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Savings on the shipped real profiles (../shared/data/sosp24): for each model, GPU and microbatch
+# Savings on the Perseus authors' four published profiles (their data set): for each model, GPU and microbatch
 # count, the intrinsic saving of perseus's fastest plan and EnvPipe's against all-max, and the
 # savings with a straggler at T'/T = 1.05, 1.1, 1.2, 1.5 (global batch 1536 microbatches).
 # Usage: scripts/savings_report.sh [BUILD_DIR] [MICROBATCHES...]   (default: build 12 24 48 96)

@@ -170,7 +170,7 @@ TEST_F(Cli, PowerLimitSchedulersSetTheMode) {
   EXPECT_NE(either.output.find("mode power limit"), std::string::npos) << either.output;
 }
 
-// Issue 13, inputs that broke the planner: each is now a clear error naming the limit, or works.
+// Inputs at the planner's limits: each is a clear error naming the limit, or works.
 TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
   const std::string base = example_ + " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o").string();
   auto tiny_unit = run("optimize " + base + " --unit-time 1e-12");  // durations became -2147483648
@@ -434,7 +434,7 @@ double intrinsic_saving(const std::string& profile) {
 
 }  // namespace
 
-// Issue 10's end-to-end check: perseus serve --scheduler Perseus + perseus simulate on a real profile
+// The turnkey loop end to end: perseus serve --scheduler Perseus + perseus simulate on a real profile
 // with 2 pipelines deploys a plan whose measured saving is within 1 point of whatif's, at no more than
 // 0.5% slowdown; a 1.2x straggler is detected without any API call, the other pipeline slows down
 // to it (less energy), and returns when it recovers.
@@ -537,7 +537,7 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   EXPECT_EQ(uncovered.code, 65) << uncovered.output;
 }
 
-// Issue 13: --recompute plans 1F1B with activation recomputation; the frontier records it, so that
+// --recompute plans 1F1B with activation recomputation; the frontier records it, so that
 // emulate, whatif and plot judge its plans with recomputation too.
 TEST_F(Cli, RecomputeIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   const std::string with = (dir_ / "with").string(), without = (dir_ / "without").string();

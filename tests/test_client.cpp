@@ -166,9 +166,9 @@ std::vector<unsigned> run_iteration(client::Client& c, gpu::GpuLibrary& gpu, con
   return clocks;
 }
 
-// Issue 11, fault 4: an order other than the registered one used to get other instructions'
-// clocks silently (here F,F,B,B against F,B,F,B ran the second forward at the backward's slot's
-// clock list position). Now the rank warns once and stays at default clocks, still in every round.
+// An order other than the registered one would give instructions other instructions' clocks
+// silently (here F,F,B,B against F,B,F,B would run the second forward at the backward's slot's
+// clock). The rank warns once and stays at default clocks, still in every round.
 TEST_F(ClientTest, AnOrderOtherThanThePipeScheduleKeepsTheRankAtDefaultClocks) {
   TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
@@ -225,8 +225,8 @@ TEST_F(ClientTest, FewerOrMoreInstructionsThanRegisteredAreAMismatchToo) {
   }
 }
 
-// Issue 11, fault 3: a server that goes away used to disable perseus at the first refused
-// connection. Now training continues at the current schedule while the client retries for
+// A server that goes away must not disable perseus at the first refused connection: training
+// continues at the current schedule while the client retries for
 // retry_for, and only then gives up (here: raises, since fail_open is off).
 TEST_F(ClientTest, AServerThatGoesAwayIsRetriedForAWhileAndTrainingContinues) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);

@@ -224,7 +224,7 @@ TEST(DeadlineFit, RaisesCriticalClocksUntilTheDeadlineHolds) {
 namespace perseus {
 namespace {
 
-// Issue 13, recomputation: every backward runs its forward again first, at the backward's clock.
+// Recomputation: every backward runs its forward again first, at the backward's clock.
 TEST(Recomputation, BackwardsGetTheirForwardsTimeAndEnergyAtTheSameClock) {
   const Profile profile = parse_profile(
       "stage,instruction,frequency,time,energy\n"

@@ -78,7 +78,7 @@ TEST(MaxFlow, InfeasibleLowerBoundsAreReported) {
   EXPECT_FALSE(bounded_max_flow(3, arcs, 0, 2, MaxFlowAlgorithm::boost_push_relabel));
 }
 
-// Issue 13: the reference decides feasibility per node in floating point (`abs(flow - capacity) >
+// The reference planner decides feasibility per node in floating point (`abs(flow - capacity) >
 // 1e-6` on values k * 1e-6), so a node short of its lower bounds by exactly one unit may still count
 // as satisfied, depending on k; two units never do. The reference rule follows it, the exact rule not.
 TEST(MaxFlow, AOneUnitShortfallIsDecidedAsTheReferenceDecidesIt) {
@@ -138,8 +138,8 @@ TEST(MaxFlow, SeriesArcsShareTheTightestBounds) {
   EXPECT_EQ(*flow, (std::vector<std::int64_t>{6, 6, 6}));
 }
 
-// Issue 13: the recursive augmenting-path search overflowed the call stack on long critical paths
-// (>= 50,000 microbatches). A 500,000-node path with a parallel shortcut now runs in constant stack.
+// A recursive augmenting-path search overflows the call stack on long critical paths (>= 50,000
+// microbatches). A 500,000-node path with a parallel shortcut must run in constant stack.
 TEST(MaxFlow, DinicHandlesPathsDeeperThanTheCallStack) {
   const int n = 500000;
   Dinic dinic;

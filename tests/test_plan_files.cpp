@@ -103,7 +103,7 @@ TEST(PlanFiles, JsonPlanValidation) {
   EXPECT_THROW(parse_json_plan(R"({"time": 1})", "p.json"), InputError);
 }
 
-// Found by fuzz_plan_json and in issue 13: each is a clear error naming the file and field.
+// Found by fuzz_plan_json and by hand: each is a clear error naming the file and field.
 TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
   auto message = [](const std::string& text) { return error_of(parse_json_plan, text, "p.json"); };
   EXPECT_NE(message(R"({"frequencies": [[1410]], "energy": 405.96E620})").find("p.json"), std::string::npos)

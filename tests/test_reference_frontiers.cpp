@@ -1,4 +1,4 @@
-// The planner against the Perseus authors' frontiers in ../shared/data (skipped when absent):
+// The planner against the Perseus authors' frontiers in the reference data set (skipped when absent):
 // same number of points, same times, energies within a relative tolerance.
 #include <fmt/format.h>
 #include <gtest/gtest.h>

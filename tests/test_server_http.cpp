@@ -223,8 +223,8 @@ TEST_F(ServerTest, RegistrationRetriesAreIdempotentAndConflictsRefused) {
   EXPECT_EQ(server.post("/register_rank/" + id, body).status, 200);
 }
 
-// Fault 5 of issue 11: a client whose schedule request timed out retries; the first answer went to
-// the connection it closed. The retry must get the round's schedule (it used to get 409 forever).
+// A client whose schedule request timed out retries; the first answer went to the connection it
+// closed. The retry must get the round's schedule, not a 409 for a second request of the round.
 TEST_F(ServerTest, AScheduleRequestTheClientGaveUpOnIsAnsweredAgainOnRetry) {
   TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1000}}));
   std::string id = start_job(server, 2);

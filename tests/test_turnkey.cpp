@@ -1,4 +1,4 @@
-// The turnkey loop (issue 10, DESIGN §5): the online profiler's clock choice, straggler detection,
+// The turnkey loop (docs/design.md#the-turnkey-loop): the online profiler's clock choice, straggler detection,
 // the simulated cluster, and the Perseus scheduler end to end in-process (server + simulated ranks).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// The turnkey controller on its own (DESIGN §5): synthetic rounds in, clocks and decisions out,
+// The turnkey controller on its own: synthetic rounds in, clocks and decisions out,
 // no server and no processes.
 #include <gtest/gtest.h>
 

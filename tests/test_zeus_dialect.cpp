@@ -1,4 +1,4 @@
-// Zeus master's pipeline-frequency protocol on the same server (issue 12, DESIGN §7): the
+// Zeus master's pipeline-frequency protocol on the same server (docs/design.md#zeus-compatibility): the
 // bodies below are what Zeus's pydantic models send (JobInfo, RankInfo) and parse
 // (FrequencySchedule), written out by hand.
 #include <gtest/gtest.h>

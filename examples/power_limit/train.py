@@ -1,9 +1,7 @@
-"""Zeus's power-limit optimizer on perseus: a small model trained on CPU with
-perseus.GlobalPowerLimitOptimizer finding, during training, the power limit that minimises
-Zeus's time-energy cost, then keeping it.
+"""Zeus's power-limit optimizer on perseus: a single-GPU training script, written as for Zeus
+with only the import changed (``perseus.zeus`` for ``zeus``). A small model trains on CPU while
+GlobalPowerLimitOptimizer finds the power limit that minimises Zeus's time-energy cost, then keeps it.
 
-The integration is Zeus's: a monitor, the optimizer, `on_step_begin()` before each step and
-`on_epoch_end()` after each epoch (with `from perseus.zeus import ...` Zeus's own names work).
 Without a GPU it runs on perseus's fake NVML, whose power limits cap the SM clock.
 
     python3 examples/power_limit/train.py --epochs 3 --steps-per-epoch 40 [--profile plo.json]
@@ -18,6 +16,8 @@ import torch
 from torch import nn
 
 import perseus
+from perseus.zeus.monitor import ZeusMonitor
+from perseus.zeus.optimizer.power_limit import Done, GlobalPowerLimitOptimizer, ZeusCost
 
 
 def main() -> None:
@@ -36,12 +36,12 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     inputs, targets = torch.randn(512, 64), torch.randn(512, 1)
 
-    monitor = perseus.EnergyMonitor()
-    plo = perseus.GlobalPowerLimitOptimizer(monitor, perseus.ZeusCost(eta_knob=0.5), warmup_steps=args.warmup_steps,
-                                            profile_steps=args.profile_steps, pl_step=args.pl_step,
-                                            profile_path=args.profile)
+    monitor = ZeusMonitor(gpu_indices=[0])
+    plo = GlobalPowerLimitOptimizer(monitor, ZeusCost(eta_knob=0.5), warmup_steps=args.warmup_steps,
+                                    profile_steps=args.profile_steps, pl_step=args.pl_step, profile_path=args.profile)
     monitor.begin_window("training")
     for epoch in range(args.epochs):
+        plo.on_epoch_begin()
         for step in range(args.steps_per_epoch):
             plo.on_step_begin()
             batch = slice((step * 32) % 512, (step * 32) % 512 + 32)
@@ -53,11 +53,12 @@ def main() -> None:
             time.sleep(0.004 * 1410 / perseus.current_gpu_clock())
             plo.on_step_end()
         plo.on_epoch_end()
-        print(f"epoch {epoch}: loss {loss.item():.4f}, power limit optimizer {plo.state} at {plo.current_power_limit} W")
+        print(f"epoch {epoch}: loss {loss.item():.4f}, power limit optimizer {type(plo.state).__name__} "
+              f"at {plo.current_power_limit // 1000} W")
     total = monitor.end_window("training")
-    print(f"optimal power limit: {plo.optimal_power_limit} W; training took {total.time:.2f} s and "
-          f"{total.total_energy:.1f} J")
-    plo.close()
+    if isinstance(plo.state, Done):
+        print(f"optimal power limit: {plo.state.optimal_power_limit // 1000} W")
+    print(f"training took {total.time:.2f} s and {total.total_energy:.1f} J")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Callable, Optional, Sequence
 
 import perseus
@@ -63,6 +64,8 @@ def nvml_device_index(cuda_index: int, visible: Optional[str] = None, nvml_libra
     Raises:
         ValueError: no such CUDA device is visible, or the list names a MIG instance.
     """
+    if visible is None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return cuda_index  # every GPU visible in NVML's order: no need to ask NVML
     return _perseus.nvml_device_index(cuda_index, visible, nvml_library)
 
 

@@ -1,4 +1,4 @@
-// `perseus gpud`: the per-node privileged daemon that owns NVML (DESIGN §6, gpud/daemon.hpp).
+// `perseus gpud`: the per-node privileged daemon that owns NVML (gpud/daemon.hpp).
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <fmt/format.h>

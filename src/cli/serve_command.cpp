@@ -1,4 +1,4 @@
-// `perseus serve`: the control plane training ranks talk to (DESIGN §3.1).
+// `perseus serve`: the control plane training ranks talk to (docs/design.md#the-http-protocol).
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/signal_set.hpp>

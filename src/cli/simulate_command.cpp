@@ -1,4 +1,4 @@
-// `perseus simulate`: a simulated cluster training against a perseus server (DESIGN §5), so that
+// `perseus simulate`: a simulated cluster training against a perseus server, so that
 // the online loop runs, is tested and is shown without GPUs.
 #include <fmt/format.h>
 

@@ -1,4 +1,4 @@
-// The routes of DESIGN §3.1, mapped onto the job manager: requests are parsed and checked on
+// The HTTP routes (docs/server.md#http-api), mapped onto the job manager: requests are parsed and checked on
 // whichever I/O thread read them, then handed to the job manager's strand. Paths are percent-decoded; job ids
 // contain '+', which clients may send as is or as %2B.
 #include <fmt/format.h>

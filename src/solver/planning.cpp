@@ -73,7 +73,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   if (!(config.noise_factor > 0 && config.noise_factor <= 1)) {
     throw Error("--noise-factor must be in (0, 1]", kExitUsage);
   }
-  // Bounds on what one run may make the planner allocate and compute (issue 13): a plan has two
+  // Bounds on what one run may make the planner allocate and compute: a plan has two
   // instructions per (stage, microbatch), and path lengths are summed in 32-bit time units.
   constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
   if (config.virtual_stages < 1 || config.virtual_stages > 1024)

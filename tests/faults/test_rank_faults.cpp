@@ -36,7 +36,7 @@ std::string trainer(const ServeProcess& serve, const std::string& env) {
 
 const char* kTwoClocks = R"({"forward_freq": 1200, "backward_freq": 1005})";
 
-// The fault as issue 11 found it: the driver keeps locked clocks after the process is gone, and
+// The fault gpud exists for: the driver keeps locked clocks after the process is gone, and
 // nothing outlives the rank to undo them. (With the real driver the GPU then stays slow until
 // someone resets it by hand; the fake NVML's log shows the last call was a lock.)
 TEST(RankFaults, WithoutGpudNothingResetsASigkilledRanksClock) {

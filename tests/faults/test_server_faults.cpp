@@ -25,8 +25,8 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-// Issue 11, fault 5: out of file descriptors, the accept loop spun a core and logged millions of
-// lines. Now it logs once, backs off, and serves again once descriptors free up.
+// Out of file descriptors, an accept loop that retries at once spins a core and logs millions of
+// lines. The server logs once, backs off, and serves again once descriptors free up.
 TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 #ifdef PERSEUS_SANITIZED
   // UBSan's vptr check probes memory through a pipe, so with no descriptor free it reports a false
@@ -97,7 +97,7 @@ bool ends_at_default_clock(const fs::path& log) {
   return true;
 }
 
-// Issue 11, fault 1, with processes: one rank's GPU refuses clock changes (no permission). It
+// With processes: one rank's GPU refuses clock changes (no permission). It
 // cannot use perseus, but it still takes part in the job-id broadcast and tells the server it is
 // out, so rank 0 is not held at the barrier: both train all their iterations.
 TEST(ServerFaults, ARankWhoseGpuRefusesLeavesAndNobodyWaitsForIt) {
@@ -117,8 +117,8 @@ TEST(ServerFaults, ARankWhoseGpuRefusesLeavesAndNobodyWaitsForIt) {
   fs::remove_all(dir);
 }
 
-// Issue 11: a rank that dies used to hold every other rank at the barrier for --round-timeout
-// (1,800 s). Now the server names it within the dead-rank bound, the job fails, and the other
+// A rank that dies must not hold every other rank at the barrier for --round-timeout (1,800 s):
+// the server names it within the dead-rank bound, the job fails, and the other
 // rank trains on without perseus, its clocks reset.
 TEST(ServerFaults, AKilledRankIsNamedWithinTheBoundAndTheOthersTrainOn) {
   auto dir = test_dir();
@@ -217,8 +217,8 @@ TEST(ServerFaults, ADeployedPlanStaysDeployedAcrossAServerKill) {
   fs::remove_all(dir);
 }
 
-// Issue 11, fault 3: a server restart used to turn perseus off for the rest of training and lose
-// the profiling run. Now the server is killed (-9) mid-profiling and started again: the ranks keep
+// A server restart must neither turn perseus off for the rest of training nor lose the profiling
+// run: the server is killed (-9) mid-profiling and started again; the ranks keep
 // training, come back, and the same job finishes profiling, every clock measured exactly once.
 TEST(ServerFaults, AServerKilledMidProfilingResumesTheSameJob) {
   auto dir = test_dir();

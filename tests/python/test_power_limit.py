@@ -1,10 +1,9 @@
 """Zeus's power-limit optimizer from Python on the fake NVML (whose power limits cap the clock,
 so a lower limit draws less power): the limits it sets, the selector's choice, Zeus's profile
-format, user-written selectors, Zeus's names, and two data-parallel ranks over torch.distributed
-ending at the same limit."""
+format, user-written selectors, Zeus's names and units (mW, state classes), and fail-open where
+the GPU refuses limits."""
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -57,27 +56,30 @@ def test_optimizer_profiles_every_limit_and_keeps_the_least_energy(monitor, tmp_
     profile = tmp_path / "plo.json"
     plo = perseus.GlobalPowerLimitOptimizer(monitor, perseus.Energy(), wait_steps=1, warmup_steps=1,
                                             profile_steps=3, pl_step=50, profile_path=profile)
-    assert plo.power_limits == [400, 350, 300, 250, 200, 150]
-    assert plo.state == "Ready"
+    assert plo.power_limits == [400_000, 350_000, 300_000, 250_000, 200_000, 150_000]
+    assert plo.state == perseus.Ready(next_power_limit=400_000, steps=2)
     run_steps(plo, 1)
-    assert plo.state == "Ready", "wait_steps"
+    assert isinstance(plo.state, perseus.Ready), "wait_steps"
     run_steps(plo, 2)
-    assert (plo.state, plo.current_power_limit) == ("Profiling", 400)
+    assert plo.state == perseus.Profiling(current_power_limit=400_000, steps=3)
+    assert plo.current_power_limit == 400_000
     run_steps(plo, 22)  # 4 steps per limit (warm-up 1, profiling 3): the last ends at step 26
-    assert plo.state == "Profiling"
+    assert isinstance(plo.state, perseus.Profiling)
     run_steps(plo, 1)
-    assert plo.state == "Done"
-    assert plo.optimal_power_limit == 150, [(m.power_limit, m.energy) for m in plo.measurements]
-    assert [m.power_limit for m in plo.measurements] == plo.power_limits
+    least = min(plo.measurements, key=lambda m: m.energy).power_limit
+    assert plo.state == perseus.Done(optimal_power_limit=least * 1000)
+    assert [m.power_limit * 1000 for m in plo.measurements] == plo.power_limits
     saved = json.loads(profile.read_text())
-    assert [m["power_limit"] for m in saved["measurements"]] == plo.power_limits
+    assert [m["power_limit"] * 1000 for m in saved["measurements"]] == plo.power_limits
     assert set(saved["measurements"][0]) == {"power_limit", "energy", "time"}
     plo.close()
-    assert limits_set_since(start) == [400, 350, 300, 250, 200, 150, 400], "the maximum restored at the end"
+    optimum_set = [least] if least != 150 else []  # not set again when it is the last limit measured
+    restored = [400] if least != 400 else []
+    assert limits_set_since(start) == [400, 350, 300, 250, 200, 150] + optimum_set + restored
 
     # The saved profile (Zeus's format, either way) skips profiling.
     again = perseus.zeus.GlobalPowerLimitOptimizer(monitor, perseus.zeus.Energy(), profile_path=str(profile))
-    assert (again.state, again.current_power_limit) == ("Done", 150)
+    assert (again.state, again.current_power_limit) == (perseus.zeus.Done(optimal_power_limit=least * 1000), least * 1000)
     again.close()
 
 
@@ -89,11 +91,11 @@ def test_epoch_end_restarts_the_limit_and_user_selectors_choose(monitor):
     plo = perseus.GlobalPowerLimitOptimizer(monitor, Highest(), wait_steps=0, warmup_steps=1, profile_steps=2,
                                             pl_step=200)
     run_steps(plo, 3)
-    assert (plo.state, plo.current_power_limit) == ("Profiling", 400)
+    assert (plo.state, plo.current_power_limit) == (perseus.Profiling(current_power_limit=400_000, steps=1), 400_000)
     plo.on_epoch_end()
-    assert plo.state == "Ready" and plo.measurements == []
+    assert plo.state == perseus.Ready(next_power_limit=400_000, steps=1) and plo.measurements == []
     run_steps(plo, 8)
-    assert plo.state == "Done" and plo.optimal_power_limit == 400
+    assert plo.state == perseus.Done(optimal_power_limit=400_000)
     plo.close()
 
 
@@ -102,112 +104,80 @@ def test_selectors_check_their_arguments():
         perseus.ZeusCost(1.5)
     with pytest.raises(ValueError):
         perseus.MaxSlowdownConstraint(0.5)
-    m = [perseus.PowerLimitMeasurement(300, 100.0, 1.0), perseus.PowerLimitMeasurement(200, 80.0, 1.3)]
+    m = [perseus.PowerLimitMeasurement(power_limit=300, energy=100.0, time=1.0),
+         perseus.PowerLimitMeasurement(power_limit=200, energy=80.0, time=1.3)]
     assert perseus.MaxSlowdownConstraint(1.2).select(m) == 300
     assert perseus.zeus.ZeusCost(eta_knob=1.0).select(m) == 200
-    assert perseus.zeus.ZeusMonitor is perseus.EnergyMonitor
+    with pytest.raises(ValueError):
+        perseus.PowerLimitMeasurement(power_limit=0, energy=1.0, time=1.0)
 
 
 def test_hugging_face_callback_shape(monitor):
     callback = perseus.HFGlobalPowerLimitOptimizer(monitor, wait_steps=0, warmup_steps=1, profile_steps=1, pl_step=250)
     callback.on_step_begin(None, None, None)
     callback.on_epoch_end(None, None, None, model=None, extra=1)
-    assert callback.optimizer.state == "Ready"
+    assert isinstance(callback.optimizer.state, perseus.Ready)
     callback.optimizer.close()
 
 
-RANK_SCRIPT = textwrap.dedent("""
-    import json, sys, time
-    import torch.distributed as dist
-    import perseus
-    rank, port, out = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    seen = []
-    class Record(perseus.OptimumSelector):
-        def select(self, measurements):
-            seen.extend((m.power_limit, m.energy, m.time) for m in measurements)
-            return min(measurements, key=lambda m: m.energy).power_limit
-    plo = perseus.GlobalPowerLimitOptimizer(perseus.EnergyMonitor(), Record(), wait_steps=0, warmup_steps=1,
-                                            profile_steps=2, pl_step=100)
-    for _ in range(16):
-        plo.on_step_begin()
-        time.sleep(0.003 * (1 + rank))  # rank 1 is slower: only the combined numbers agree
-    json.dump({"state": plo.state, "optimal": plo.optimal_power_limit, "seen": seen}, open(out, "w"))
-    plo.close()
-    dist.destroy_process_group()
-""")
+def test_denied_limits_fail_open_or_raise_as_zeus(tmp_path):
+    """Without permission perseus's optimizer warns and stands aside; fail_open=False raises Zeus's RuntimeError."""
+    script = textwrap.dedent("""
+        import sys
+        import perseus
+        from perseus.zeus import GlobalPowerLimitOptimizer, ZeusMonitor, Done
+        plo = GlobalPowerLimitOptimizer(ZeusMonitor())
+        assert not plo.enabled and isinstance(plo.state, Done), plo.state
+        for _ in range(5):
+            plo.on_step_begin(); plo.on_step_end()
+        try:
+            GlobalPowerLimitOptimizer(ZeusMonitor(), fail_open=False)
+        except RuntimeError as error:
+            print("raised:", error)
+    """)
+    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_DENY="1",
+               PERSEUS_FAKE_NVML_LOG=str(tmp_path / "gpu.log"))
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "raised: SYS_ADMIN capability is required" in run.stdout
+    assert "power limit optimizer disabled" in run.stderr
 
 
-def test_two_data_parallel_ranks_end_at_the_same_limit(tmp_path):
-    pytest.importorskip("torch")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    script = tmp_path / "rank.py"
-    script.write_text(RANK_SCRIPT)
-    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML)
-    procs = []
-    for rank in (0, 1):
-        env_rank = dict(env, PERSEUS_FAKE_NVML_LOG=str(tmp_path / f"gpu{rank}.log"))
-        procs.append(subprocess.Popen([sys.executable, str(script), str(rank), str(port), str(tmp_path / f"{rank}.json")],
-                                      env=env_rank, stderr=subprocess.PIPE, text=True))
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err[-2000:]
-    results = [json.loads((tmp_path / f"{rank}.json").read_text()) for rank in (0, 1)]
-    assert results[0]["state"] == results[1]["state"] == "Done"
-    assert results[0]["seen"] == results[1]["seen"], "energy summed and time maximised over both ranks"
-    assert results[0]["optimal"] == results[1]["optimal"]
-    for rank in (0, 1):
-        limits = [int(f[3]) // 1000 for f in log_lines(str(tmp_path / f"gpu{rank}.log"))
-                  if f[1] == "nvmlDeviceSetPowerManagementLimit"]
-        assert limits[-1] == 400 and results[rank]["optimal"] in limits
+def test_cuda_visible_devices_picks_the_gpu_the_optimizer_caps(tmp_path):
+    """CUDA_VISIBLE_DEVICES=2,3 and a monitor of CUDA device 1: only NVML GPU 3's limit changes (a
+    monitor's own nvml_gpu_indices, where it has them, are taken as they are)."""
+    script = textwrap.dedent("""
+        from types import SimpleNamespace
+        from perseus.zeus import GlobalPowerLimitOptimizer
+        class Monitor:
+            gpu_indices = [1]
+            def begin_window(self, key, sync_execution=True): pass
+            def end_window(self, key, sync_execution=True, cancel=False):
+                return SimpleNamespace(time=1.0, gpu_energy={1: 100.0}, total_energy=100.0)
+        plo = GlobalPowerLimitOptimizer(Monitor(), wait_steps=0, warmup_steps=1, profile_steps=1, pl_step=250)
+        for _ in range(5):
+            plo.on_step_begin()
+        print(plo.state)
+        class Pinned(Monitor):
+            nvml_gpu_indices = [0]
+        GlobalPowerLimitOptimizer(Pinned(), pl_step=250).close()
+    """)
+    log = tmp_path / "gpu.log"
+    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_GPUS="4", PERSEUS_FAKE_NVML_LOG=str(log),
+               CUDA_VISIBLE_DEVICES="2,3")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.startswith("optimal_power_limit=")
+    devices = [f[2] for f in log_lines(str(log)) if f[1] == "nvmlDeviceSetPowerManagementLimit"]
+    assert devices and set(devices[:-1]) == {"3"} and devices[-1] == "0", devices
 
 
-def test_the_example_finds_a_limit_and_reuses_its_profile(tmp_path):
-    pytest.importorskip("torch")
-    example = os.path.join(os.path.dirname(__file__), "..", "..", "examples", "power_limit", "train.py")
+def test_a_bad_profile_names_its_file_and_field(monitor, tmp_path):
     profile = tmp_path / "plo.json"
-    env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_LOG=str(tmp_path / "gpu.log"))
-    first = subprocess.run([sys.executable, example, "--epochs", "3", "--profile", str(profile)], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert first.returncode == 0, first.stderr[-2000:]
-    assert "epoch 2: " in first.stdout and "Done at" in first.stdout, first.stdout
-    chosen = int(first.stdout.split("optimal power limit: ")[1].split(" W")[0])
-    measured = json.loads(profile.read_text())["measurements"]
-    assert [m["power_limit"] for m in measured] == [400, 350, 300, 250, 200, 150]
-    assert chosen in (m["power_limit"] for m in measured)
-    again = subprocess.run([sys.executable, example, "--epochs", "1", "--profile", str(profile)], env=env,
-                           capture_output=True, text=True, timeout=120)
-    assert f"epoch 0: loss" in again.stdout and f"Done at {chosen} W" in again.stdout, again.stdout
-
-
-def test_zeus_pipeline_frequency_optimizer_learns_its_order_and_follows_the_server(serve, tmp_path, monkeypatch):
-    """Zeus's PipelineFrequencyOptimizer, constructed as Zeus's docs show, over perseus's client."""
-    dist = pytest.importorskip("torch.distributed")
-    url = serve("TwoFrequencies", '{"forward_freq": 1200, "backward_freq": 1005}')
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    start = len(log_lines())
-    try:
-        pfo = perseus.zeus.PipelineFrequencyOptimizer(
-            rank=0, dp_rank=0, pp_rank=0, tp_rank=0, device_id=0, dp_degree=1, pp_degree=1, tp_degree=1,
-            world_size=1, server_url=url, job_metadata="gpt3/xl", nvml_library=FAKE_NVML, report_every=2,
-            fail_open=False)
-        for _ in range(4):
-            pfo.on_step_begin()
-            for name in ("forward", "forward", "backward", "backward"):
-                pfo.on_instruction_begin(name)
-                pfo.on_instruction_end(name)
-            pfo.on_step_end()
-        client = pfo.client
-        assert client is not None and client.enabled
-        assert client.pipe_schedule == ["forward", "forward", "backward", "backward"]
-        assert "+zeus+gpt3-xl+" in client.job_id and "+nmb2+TwoFrequencies" in client.job_id
-        client.close()
-    finally:
-        dist.destroy_process_group()
-    locked = [int(f[3]) for f in log_lines()[start:] if f[1] == "nvmlDeviceSetGpuLockedClocks"]
-    assert 1200 in locked and 1005 in locked, "the server's clocks from the second iteration on"
+    profile.write_text('{"measurements": [{"power_limit": 300, "energy": 1067.5, "time": 8.2}, '
+                       '{"power_limit": "high", "energy": 1.0, "time": 1.0}]}')
+    with pytest.raises(ValueError, match=r"plo.json: measurements\.1\.power_limit: "):
+        perseus.GlobalPowerLimitOptimizer(monitor, profile_path=profile)
+    profile.write_text('{"measurements": [{"power_limit": 300, "energy": 1067.5, "time": 8.2}')
+    with pytest.raises(ValueError, match="plo.json: not a readable JSON power limit profile"):
+        perseus.GlobalPowerLimitOptimizer(monitor, profile_path=profile)

@@ -1,5 +1,5 @@
 #pragma once
-// The all-max baseline (DESIGN §4): every instruction at the top clock the profile has for it.
+// The all-max baseline: every instruction at the top clock the profile has for it.
 // What training runs today, and what every saving is measured against.
 #include "perseus/emulate/emulator.hpp"
 #include "perseus/plan/frontier_record.hpp"

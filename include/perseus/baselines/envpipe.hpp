@@ -1,5 +1,5 @@
 #pragma once
-// EnvPipe (ATC'23) as DESIGN §4 describes it, planning from a stage profile.
+// EnvPipe (ATC'23) as docs/design.md#baselines-and-the-emulator describes it, planning from a stage profile.
 // The outer envelope (every unit of the last stage, and each stage's first forward and last
 // backward) runs at the top clock; every other unit starts at its (stage, kind)'s energy-optimal
 // clock (least energy per instruction). Then, while the critical path leaves the envelope, the

@@ -1,5 +1,5 @@
 #pragma once
-// Zeus-style baselines (DESIGN §4). Zeus picks a GPU power limit by the cost
+// Zeus-style baselines (docs/design.md#baselines-and-the-emulator). Zeus picks a GPU power limit by the cost
 //   eta * E + (1 - eta) * MaxPower * T.
 // A power limit acts on a GPU by capping its clock: under a limit the GPU settles on the highest
 // clock whose power fits. Every limit therefore maps to one clock, and searching limits is

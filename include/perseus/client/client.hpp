@@ -1,5 +1,5 @@
 #pragma once
-// The training-side client (DESIGN §3.2). Construct one per rank; rank 0 registers the job and
+// The training-side client (docs/design.md#the-client). Construct one per rank; rank 0 registers the job and
 // the job id reaches the other ranks through `broadcast_job_id`; every rank registers with its
 // pipe schedule and its GPU's clocks. Then, in the training loop:
 //

@@ -1,6 +1,6 @@
 #pragma once
 // Fitting a plan to a deadline on the measured pipeline. The planner works in floored unit times
-// (DESIGN §2.2), so a frontier plan can run a little longer on real times than predicted, by up
+// (docs/design.md#execution-options), so a frontier plan can run a little longer than predicted, by up
 // to about one unit per instruction on its critical path. Before deploying a plan for "finish by
 // T'", perseus raises clocks on the real critical path until it does: each step raises the path's
 // non-top units that sit at the path's lowest clock by one profile clock step.

@@ -1,5 +1,5 @@
 #pragma once
-// The emulator (DESIGN §4): executes a clock plan on the modeled pipeline of a measured profile.
+// The emulator: executes a clock plan on the modeled pipeline of a measured profile.
 // Each instruction takes the profile's time and energy at its clock, a GPU with nothing to run
 // draws P_block, and the iteration ends when the last instruction ends. Every plan and baseline
 // is judged by this one meter.

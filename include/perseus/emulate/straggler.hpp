@@ -1,5 +1,5 @@
 #pragma once
-// Large-scale what-if (DESIGN §4, the Perseus paper's emulation): D data-parallel pipelines, one
+// Large-scale what-if (the Perseus paper's emulation): D data-parallel pipelines, one
 // of them a straggler whose iteration takes T' = factor * T (T: the all-max iteration time). The
 // gradient synchronization makes every pipeline wait for the slowest, so the others either keep
 // their plan and block at P_block for the rest (all-max, EnvPipe, Zeus) or, with perseus, pick

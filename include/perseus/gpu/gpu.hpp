@@ -1,5 +1,5 @@
 #pragma once
-// GPU control behind one interface (DESIGN §3.2): list devices and their clocks, lock and reset
+// GPU control behind one interface (docs/design.md#the-client): list devices and their clocks, lock and reset
 // clocks, power limits, and the cumulative energy counter. The NVML implementation loads the
 // library at run time, so perseus builds and runs on machines without a GPU.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// `perseus gpud`: the one privileged process per node that owns NVML (DESIGN §6). Training ranks
+// `perseus gpud`: the one privileged process per node that owns NVML. Training ranks
 // talk to it over a Unix socket (protocol.hpp) and need no root. A connection that changes a GPU
 // owns it until the connection closes; a second connection trying to change it is refused (busy).
 // When a connection closes, for any reason — exit, exception, SIGKILL, OOM kill — the daemon

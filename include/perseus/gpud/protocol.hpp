@@ -1,5 +1,5 @@
 #pragma once
-// The wire format between `perseus gpud` and its clients (DESIGN §6): one JSON object per line
+// The wire format between `perseus gpud` and its clients: one JSON object per line
 // over a Unix stream socket. A request names an operation and its arguments,
 //   {"op": "lock_graphics_clock", "device": 0, "min": 1200, "max": 1200}
 // and gets one reply line, {"ok": true, "value": ...} or {"ok": false, "kind": "busy", "error": "..."},

@@ -1,5 +1,5 @@
 #pragma once
-// Cost models (DESIGN §2.3): effective energy as a function of the quantized duration, defined
+// Cost models (docs/design.md#cost-models): effective energy as a function of the quantized duration, defined
 // for every integer between an operation's fastest and slowest option.
 #include <memory>
 #include <optional>

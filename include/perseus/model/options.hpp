@@ -1,5 +1,5 @@
 #pragma once
-// Execution options of one (stage, instruction) (DESIGN §2.2): the Pareto-optimal clocks of the
+// Execution options of one (stage, instruction): the Pareto-optimal clocks of the
 // profile, their quantized times and effective energies.
 #include <string>
 #include <vector>

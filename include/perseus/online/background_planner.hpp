@@ -1,5 +1,5 @@
 #pragma once
-// Planning inside the server (DESIGN §5): the frontier of a profile measured online, computed on a
+// Planning inside the server: the frontier of a profile measured online, computed on a
 // worker thread so that the server's I/O threads keep serving every other job (and this one: its
 // ranks keep training at the top clock meanwhile). Each frontier plan, and all-max, is then run on
 // the emulator with the measured profile, so that plans are chosen by what they are predicted to

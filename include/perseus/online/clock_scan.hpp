@@ -1,5 +1,5 @@
 #pragma once
-// Online profiling of one (stage, forward|backward) (DESIGN §5): which clock to measure next.
+// Online profiling of one (stage, forward|backward): which clock to measure next.
 // Coarse to fine: first every `coarse_step`-th clock from the top down, stopping once energy has
 // risen over `stop_after` consecutive clocks (the Perseus docs' rule; the coarse points cover that
 // many clocks) after it first fell below the top clock's energy by `descent` (GPUs whose energy is

@@ -1,5 +1,5 @@
 #pragma once
-// Choosing plans for the cluster they run on (DESIGN §5). Real GPUs vary from one kernel to the
+// Choosing plans for the cluster they run on. Real GPUs vary from one kernel to the
 // next. A plan that balances many near-critical paths ends later under that noise than its
 // noise-free emulated time says (the iteration ends with the longest of many noisy paths), more
 // so than all-max, which leaves slack beside its critical paths. So plans are judged here by their expected

@@ -1,5 +1,5 @@
 #pragma once
-// What one round measured, in the terms the turnkey controller decides with (DESIGN §5): the job's
+// What one round measured, in the terms the turnkey controller decides with: the job's
 // iteration time and energy, each (stage, kind)'s instruction time and energy, the blocking power,
 // and each data-parallel pipeline's compute-bound iteration time (its schedule run with its own
 // measured instruction durations). Plain numbers: whoever runs the ranks fills it in.

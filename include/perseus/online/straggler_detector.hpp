@@ -1,5 +1,5 @@
 #pragma once
-// Straggler detection (DESIGN §5): every round the server knows each data-parallel pipeline's own
+// Straggler detection: every round the server knows each data-parallel pipeline's own
 // compute-bound iteration time (its schedule run with its measured instruction durations) and what
 // the plan it runs predicts. A pipeline whose measured/predicted ratio is above the median of the
 // others' by more than `threshold` for `rounds` rounds in a row is a straggler; it is cleared after

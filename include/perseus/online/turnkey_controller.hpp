@@ -1,5 +1,5 @@
 #pragma once
-// The turnkey loop (DESIGN §5) as a controller of its own: rounds measured go in, each round's
+// The turnkey loop as a controller of its own: rounds measured go in, each round's
 // clocks per pipeline and the decisions taken come out. It measures the all-max baseline, profiles
 // every (stage, kind) online (clocks top down, coarse to fine, early stop, every stage and kind at
 // once), plans on a worker thread, deploys the cheapest plan that meets the target, verifies it
@@ -110,7 +110,7 @@ struct Estimate {
 Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept = nullptr);
 
 // What the reported numbers are measured against: the all-max baseline as the current conditions
-// would make it run (a whole-cluster slowdown or a straggler stretches it; DESIGN §5).
+// would make it run (a whole-cluster slowdown or a straggler stretches it; docs/design.md#the-turnkey-loop).
 struct Reference {
   std::string name;           // "all-max baseline", "... at the straggler's pace", "... under current conditions"
   double iteration_time = 0;  // seconds per iteration

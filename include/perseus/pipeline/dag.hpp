@@ -1,5 +1,5 @@
 #pragma once
-// The pipeline's dependency DAG (DESIGN §2.4), activity on node: one node per instruction, plus
+// The pipeline's dependency DAG, activity on node: one node per instruction, plus
 // a dummy source before every node without predecessors and a dummy sink after every node
 // without successors.
 #include <utility>

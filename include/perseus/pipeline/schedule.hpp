@@ -1,5 +1,5 @@
 #pragma once
-// Pipeline schedules (DESIGN §2.4): the order in which each stage runs its forwards and
+// Pipeline schedules: the order in which each stage runs its forwards and
 // backwards. Each schedule is one file under src/pipeline/schedules/ plus a line in the registry
 // (src/pipeline/schedule.cpp).
 #include <optional>

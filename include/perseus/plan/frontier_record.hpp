@@ -1,5 +1,5 @@
 #pragma once
-// The planner's output directory (DESIGN §2.6): the frontier, and a compact record of every plan
+// The planner's output directory: the frontier, and a compact record of every plan
 // on it (the starting plan plus, per point, the instructions whose clock changed), from which any
 // plan is reconstructed exactly without re-running the solver.
 #include <filesystem>

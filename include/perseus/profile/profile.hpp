@@ -1,5 +1,5 @@
 #pragma once
-// A stage profile (DESIGN §2.1): time and energy of one forward or backward of one microbatch,
+// A stage profile (docs/design.md#profiles): time and energy of one forward or backward of one microbatch,
 // per pipeline stage and SM clock.
 #include <cstddef>
 #include <filesystem>

@@ -1,5 +1,5 @@
 #pragma once
-// Every job's state and its round loop (DESIGN §3.1): ask the scheduler for the next schedules,
+// Every job's state and its round loop: ask the scheduler for the next schedules,
 // wait until every rank asked, answer each, wait for one result per rank, record, let the
 // scheduler observe, repeat. Every method must be called on executor(), a strand, so job state
 // needs no locks while the HTTP sessions (parsing included) run on all I/O threads; a waiting

@@ -1,5 +1,5 @@
 #pragma once
-// The server's memory across restarts (DESIGN §6): every job, its ranks' registrations and its
+// The server's memory across restarts: every job, its ranks' registrations and its
 // completed rounds, in SQLite (WAL mode, one transaction per change, so a kill -9 loses at most the
 // round in progress). A restarted server rebuilds each job by creating its scheduler again and
 // replaying the rounds into it — next_schedule(), then Scheduler::replay() with each round's stored

@@ -1,5 +1,5 @@
 #pragma once
-// The messages of the HTTP API (DESIGN §3.1), field for field as the Perseus artifact server
+// The messages of the HTTP API, field for field as the Perseus artifact server
 // sends and accepts them, with the validation that turns a bad request into a 422 naming the
 // field.
 #include <chrono>
@@ -27,7 +27,7 @@ class RequestError : public std::runtime_error {
 const std::vector<std::string>& pipe_instruction_names();
 bool is_compute_instruction(const std::string& name);  // forward or backward
 
-// The server speaks two dialects, told apart by the request bodies (DESIGN §7): the Perseus
+// The server speaks two dialects, told apart by the request bodies: the Perseus
 // artifact's (pipe_schedule, power_state_range, power_states) and Zeus master's
 // pipeline-frequency optimizer's (available_frequencies, frequencies as [instruction, MHz]).
 enum class Dialect { perseus, zeus };

@@ -1,5 +1,5 @@
 #pragma once
-// Schedulers decide each round's power states (DESIGN §3.1). A scheduler is one class behind
+// Schedulers decide each round's power states. A scheduler is one class behind
 // this interface plus one entry in the registry (scheduler_registry.cpp).
 #include <filesystem>
 #include <functional>
@@ -52,7 +52,7 @@ class Scheduler {
   // schedule requests (the ranks wait at the barrier) until the scheduler calls context.wake.
   virtual bool ready() const { return true; }
   // What GET /jobs/{id} shows of the scheduler's own state, each key at the top level. Every
-  // scheduler has `profiling`, `plan`, `baseline`, `saving`, `slowdown` and `straggler` (DESIGN §5;
+  // scheduler has `profiling`, `plan`, `baseline`, `saving`, `slowdown` and `straggler` (the turnkey loop's;
   // null here: only a scheduler that plans online fills them in).
   virtual nlohmann::json status() const;
   // The job's phase while it runs, when the scheduler has phases of its own (warmup, profiling...).

@@ -1,5 +1,5 @@
 #pragma once
-// `perseus simulate` (DESIGN §5): a training cluster that no machine here has. S x D x T ranks run
+// `perseus simulate`: a training cluster that no machine here has. S x D x T ranks run
 // through the real client library (registration, every hook, rounds, results) against a perseus
 // server; each rank's GPU is simulated from a measured profile: an instruction takes the profile's
 // time and energy at the clock the client locked (between two profiled clocks: the next slower one),

@@ -1,5 +1,5 @@
 #pragma once
-// One GPU of `perseus simulate` (DESIGN §5): it has the clocks of a measured profile, remembers the
+// One GPU of `perseus simulate`: it has the clocks of a measured profile, remembers the
 // clock a client locked, and its energy counter is what the simulator says it consumed up to the
 // simulated time of the reading. It does no timing itself; the simulator asks it which clock is
 // locked and charges time and energy from the profile.

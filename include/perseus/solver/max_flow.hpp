@@ -1,7 +1,7 @@
 #pragma once
 // Maximum flow with lower and upper bounds on arcs, in integer units.
 // The solver needs, per iteration, a maximum s-t flow that respects lb <= f <= ub on every arc
-// (DESIGN §2.5 step 3). Two implementations: a Dinic solver written for this shape of graph,
+// (docs/design.md#the-solver). Two implementations: a Dinic solver written for this shape of graph,
 // and Boost.Graph's push-relabel, kept as the test oracle.
 #include <cstddef>
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// The Phillips–Dessouky time–cost trade-off solver (DESIGN §2.5). Starting from every
+// The Phillips–Dessouky time–cost trade-off solver (docs/design.md#the-solver). Starting from every
 // instruction at its slowest option, each iteration shortens the iteration by one unit time at
 // the least added cost, found as a minimum cut of the critical subgraph.
 #include <atomic>

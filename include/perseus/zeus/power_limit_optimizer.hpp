@@ -1,5 +1,5 @@
 #pragma once
-// Zeus's GlobalPowerLimitOptimizer (seed zeus-power-limit-api.txt, DESIGN §7): one power limit for
+// Zeus's GlobalPowerLimitOptimizer (docs/design.md#zeus-compatibility): one power limit for
 // every GPU of the monitor, found by just-in-time profiling during training. Power limits go from
 // the GPUs' maximum down in pl_step watts, never below their minimum; each is warmed up for
 // warmup_steps steps and measured for profile_steps; an epoch end in between starts that limit

@@ -1,4 +1,4 @@
-// The turnkey scheduler (DESIGN §5): a thin adapter between the job manager and the turnkey
+// The turnkey scheduler: a thin adapter between the job manager and the turnkey
 // controller (online/turnkey_controller.hpp), which holds the loop. Here: checking the ranks'
 // schedules and clocks, turning results into round measurements and the controller's clocks into
 // each rank's power states, the profile file, the decision records and the status JSON.

@@ -16,6 +16,7 @@ from time import time
 from typing import IO, Any, Dict, List, Optional, Union
 
 from ..._perseus import EnergyMonitor as _CompiledMonitor
+from ..._perseus import nvml_device_index
 
 __all__ = ["Measurement", "ZeusMonitor", "sync_execution"]
 
@@ -89,6 +90,9 @@ class ZeusMonitor(_CompiledMonitor):
         super().__init__(gpu_indices, nvml_library, gpud_socket, cpu_indices=cpu_indices,
                          approx_instant_energy=approx_instant_energy)
         self.approx_instant_energy = approx_instant_energy
+        #: The NVML index of each of ``gpu_indices`` (what a power-limit optimizer caps).
+        self.nvml_gpu_indices: List[int] = [nvml_device_index(i, None, nvml_library, gpud_socket)
+                                            for i in self.gpu_indices]
         self.sync_with = sync_execution_with
         self._start_times: Dict[str, float] = {}
         self.log_file: Optional[IO[str]] = None
