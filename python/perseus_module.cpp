@@ -9,6 +9,7 @@
 
 #include "perseus/client/client.hpp"
 #include "perseus/gpu/gpu.hpp"
+#include "perseus/gpu/visible_devices.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/util/error.hpp"
 
@@ -56,6 +57,11 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   return std::make_unique<Client>(std::move(o));
 }
 
+// The node's GPUs numbered as CUDA numbers them ($CUDA_VISIBLE_DEVICES), read-only helpers' view.
+std::shared_ptr<perseus::gpu::GpuLibrary> visible_gpus(const std::string& library) {
+  return perseus::gpu::cuda_numbered(perseus::gpu::load_nvml(library), perseus::gpu::cuda_visible_devices_from_env());
+}
+
 perseus::ScheduleKind schedule_kind(const std::string& name) {
   auto kind = perseus::parse_schedule_kind(name);
   if (!kind) throw py::value_error("schedule must be one of " + perseus::schedule_names() + ", not '" + name + "'");
@@ -83,8 +89,8 @@ Args:
     pp_degree: number of pipeline stages.
     tp_degree: tensor-parallel ranks per stage.
     world_size: total ranks; must equal dp_degree * pp_degree * tp_degree.
-    device: the GPU's NVML index (not the CUDA index when CUDA_VISIBLE_DEVICES is set;
-        perseus.torch.Client maps it for you).
+    device: the GPU as CUDA numbers it: with CUDA_VISIBLE_DEVICES=2,3, device 1 is NVML's GPU 3
+        (indices or GPU-UUIDs; unset: NVML's numbering).
     server_url: URL of `perseus serve`.
     framework: job metadata, part of the job id.
     model_name: job metadata, part of the job id.
@@ -124,6 +130,7 @@ Args:
 
 }  // namespace
 
+void bind_monitor(py::module_& m);      // monitor_bindings.cpp
 void bind_power_limit(py::module_& m);  // power_limit_bindings.cpp
 
 PYBIND11_MODULE(_perseus, m) {
@@ -227,20 +234,21 @@ PYBIND11_MODULE(_perseus, m) {
   m.def(
       "gpu_clocks",
       [](unsigned device, const std::string& library) {
-        auto gpu = perseus::gpu::load_nvml(library);
+        auto gpu = visible_gpus(library);
         auto memory = gpu->supported_memory_clocks(device);
         return gpu->supported_graphics_clocks(device, memory.front());
       },
       py::arg("device") = 0, py::arg("nvml_library") = "",
       "Supported graphics clocks (MHz, highest first) of a GPU at its top memory clock; read-only.\n\n"
-      "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
 
   m.def(
       "current_gpu_clock",
-      [](unsigned device, const std::string& library) { return perseus::gpu::load_nvml(library)->current_graphics_clock(device); },
+      [](unsigned device, const std::string& library) { return visible_gpus(library)->current_graphics_clock(device); },
       py::arg("device") = 0, py::arg("nvml_library") = "",
       "The SM clock (MHz) a GPU runs at now (a power limit may hold it below its lock); read-only.\n\n"
-      "Args:\n    device: the GPU's NVML index.\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
 
+  bind_monitor(m);
   bind_power_limit(m);
 }

@@ -30,7 +30,7 @@ LAYERS = [
     ["plan"],
     ["emulate"],
     ["baselines", "plot"],
-    ["gpu"],
+    ["gpu", "cpu"],
     ["gpud"],
     ["protocol"],
     ["client", "zeus"],

@@ -18,6 +18,7 @@ import os
 from typing import Any, Callable, Optional, Sequence
 
 import perseus
+from perseus import _perseus
 
 __all__ = ["Client", "broadcast_job_id", "nvml_device_index"]
 
@@ -45,29 +46,27 @@ def broadcast_job_id(job_id: str) -> str:
 _broadcast_over_torch = broadcast_job_id  # the constructor's argument of the same name hides it
 
 
-def nvml_device_index(cuda_index: int, visible: Optional[str] = None) -> int:
+def nvml_device_index(cuda_index: int, visible: Optional[str] = None, nvml_library: str = "") -> int:
     """The NVML index of CUDA device ``cuda_index``.
 
     CUDA numbers only the GPUs in ``CUDA_VISIBLE_DEVICES``, NVML numbers every GPU: with
-    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA device 0 is NVML device 2.
+    ``CUDA_VISIBLE_DEVICES=2,3`` CUDA device 0 is NVML device 2. The list may name GPUs by index
+    or by UUID (``GPU-...``, or a unique prefix); as in CUDA it ends at the first entry that names
+    no GPU. Every perseus entry point (clients, monitors) maps indices this way itself; this is for
+    code that talks to NVML directly.
 
     Args:
         cuda_index: the CUDA device index (e.g. ``torch.cuda.current_device()``).
-        visible: the ``CUDA_VISIBLE_DEVICES`` value; ``None`` reads the environment.
+        visible: a ``CUDA_VISIBLE_DEVICES`` value; ``None`` reads the environment.
+        nvml_library: path of libnvidia-ml (UUIDs and the GPU count come from it); ``""``:
+            ``$PERSEUS_NVML_LIBRARY``, else the driver's.
 
     Raises:
-        ValueError: the list names GPUs by UUID or is shorter than ``cuda_index``; pass
-            ``device=`` (the NVML index) to the client instead.
+        ValueError: no such CUDA device is visible, or the list names a MIG instance.
     """
-    if visible is None:
-        visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None or visible.strip() == "":
-        return cuda_index
-    entries = [entry.strip() for entry in visible.split(",")]
-    if cuda_index >= len(entries) or not entries[cuda_index].isdigit():
-        raise ValueError(f"perseus: cannot map CUDA device {cuda_index} to an NVML index with "
-                         f"CUDA_VISIBLE_DEVICES={visible!r}; pass device= (the NVML index) explicitly")
-    return int(entries[cuda_index])
+    if visible is None and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        return cuda_index  # every GPU visible in NVML's order: no need to ask NVML
+    return _perseus.nvml_device_index(cuda_index, visible, nvml_library)
 
 
 def _distributed() -> Any:
@@ -84,8 +83,8 @@ class Client(perseus.Client):
       ``dp_degree * pp_degree * tp_degree``).
     - ``broadcast_job_id``: :func:`broadcast_job_id` over ``torch.distributed`` when it is
       initialised and the world has more than one rank.
-    - ``device``: the NVML index of ``torch.cuda.current_device()`` where CUDA is available
-      (mapped through ``CUDA_VISIBLE_DEVICES``), else 0.
+    - ``device``: ``torch.cuda.current_device()`` where CUDA is available, else 0 (a CUDA index:
+      the client maps it to NVML's through ``CUDA_VISIBLE_DEVICES``).
     - ``synchronize``: the current CUDA stream's ``synchronize`` where CUDA is available, so
       :meth:`instruction` measures the instruction's kernels, not just their launch.
 
@@ -108,7 +107,7 @@ class Client(perseus.Client):
             broadcast_job_id = _broadcast_over_torch
         cuda = torch.cuda.is_available()
         if device is None:
-            device = nvml_device_index(torch.cuda.current_device()) if cuda else 0
+            device = torch.cuda.current_device() if cuda else 0
         if synchronize is None and cuda:
             synchronize = _cuda_synchronize
         super().__init__(rank=rank, world_size=world_size, device=device, broadcast_job_id=broadcast_job_id,

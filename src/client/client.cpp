@@ -17,6 +17,7 @@
 
 #include "clock_reset.hpp"
 #include "perseus/client/http_client.hpp"
+#include "perseus/gpu/visible_devices.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/protocol/job_outcome.hpp"
@@ -416,6 +417,7 @@ struct Client::Impl {
     json info = call("GET", "/info", nullptr);
     mode = protocol::parse_power_mode(info.value("mode", std::string("frequency"))).value_or(protocol::PowerMode::frequency);
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
+    options.device = gpu::nvml_index(*gpu, o.device, o.cuda_visible_devices);  // from here on NVML's index
 
     std::vector<int> states;
     if (mode == protocol::PowerMode::power_limit) {

@@ -45,7 +45,7 @@ struct Settings {
 // where a timeout must really end the wait (a hung daemon must not hang the training rank).
 // A broken connection is replaced by a new one at the next call (at once, then at most every
 // kRetryInterval while the daemon does not answer), which first sets again what this client had set.
-class GpudLibrary final : public gpu::GpuLibrary {
+class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
  public:
   GpudLibrary(std::string path, std::chrono::milliseconds timeout) : path_(std::move(path)), timeout_(timeout) {
     if (path_.empty() || path_.size() >= sizeof(sockaddr_un::sun_path))
@@ -56,6 +56,14 @@ class GpudLibrary final : public gpu::GpuLibrary {
 
   unsigned device_count() override { return call({{"op", "device_count"}}).get<unsigned>(); }
   std::string name(unsigned d) override { return on(d, "name").get<std::string>(); }
+  std::string uuid(unsigned d) override { return on(d, "uuid").get<std::string>(); }
+  std::vector<cpu::RaplReading> read_rapl() override {
+    std::vector<cpu::RaplReading> out;
+    for (const json& r : call({{"op", "rapl"}}))
+      out.push_back({r.at("package").get<unsigned>(), r.at("dram").get<bool>(), r.at("energy_uj").get<std::uint64_t>(),
+                     r.at("max_energy_range_uj").get<std::uint64_t>()});
+    return out;
+  }
   std::vector<unsigned> supported_memory_clocks(unsigned d) override {
     return on(d, "supported_memory_clocks").get<std::vector<unsigned>>();
   }
@@ -241,6 +249,27 @@ class GpudLibrary final : public gpu::GpuLibrary {
 
 std::unique_ptr<gpu::GpuLibrary> connect(const std::string& socket_path, std::chrono::milliseconds timeout) {
   return std::make_unique<GpudLibrary>(socket_path, timeout);
+}
+
+std::unique_ptr<cpu::RaplSource> connect_rapl(const std::string& socket_path, std::chrono::milliseconds timeout) {
+  return std::make_unique<GpudLibrary>(socket_path, timeout);
+}
+
+std::unique_ptr<cpu::RaplSource> open_rapl(const std::string& gpud_socket) {
+  try {
+    return cpu::powercap_tree(cpu::powercap_root());
+  } catch (const cpu::RaplError& e) {
+    std::string socket = gpud_socket_from(gpud_socket);
+    if (e.kind() != cpu::RaplErrorKind::unreadable || socket.empty()) throw;
+    try {
+      auto source = connect_rapl(socket);
+      (void)source->read_rapl();
+      return source;
+    } catch (const std::exception& through_gpud) {
+      throw cpu::RaplError(cpu::RaplErrorKind::unreadable,
+                           fmt::format("{}; through perseus gpud: {}", e.what(), through_gpud.what()));
+    }
+  }
 }
 
 std::string gpud_socket_from(const std::string& gpud_socket) {

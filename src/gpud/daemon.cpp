@@ -22,6 +22,7 @@
 #include <map>
 #include <vector>
 
+#include "perseus/cpu/rapl.hpp"
 #include "perseus/gpud/protocol.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/safe_text.hpp"
@@ -71,6 +72,7 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   void claim(Connection& connection, unsigned device);
   void release(Connection& connection);
   const std::vector<unsigned>& graphics_clocks(unsigned device);
+  json rapl_readings();
 
   asio::io_context& io;
   local::acceptor acceptor;
@@ -84,6 +86,7 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   std::map<std::pair<std::string, std::string>, std::uint64_t> requests;
   std::map<unsigned, std::vector<unsigned>> clocks;  // supported graphics clocks at the top memory clock
   std::vector<std::weak_ptr<Connection>> connections;
+  std::unique_ptr<cpu::RaplSource> rapl;  // opened at the first "rapl" request
   bool stopped = false;
 };
 
@@ -358,10 +361,12 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
   const std::string& op = request.op;
   if (op == "hello") return {{"version", kProtocolVersion}, {"devices", device_count}, {"pid", ::getpid()}};
   if (op == "device_count") return device_count;
+  if (op == "rapl") return rapl_readings();
 
   const unsigned device = request.device;
   check_device(device);
   if (op == "name") return gpu->name(device);
+  if (op == "uuid") return gpu->uuid(device);
   if (op == "supported_memory_clocks") return gpu->supported_memory_clocks(device);
   if (op == "supported_graphics_clocks") return gpu->supported_graphics_clocks(device, request.memory);
   if (op == "current_graphics_clock") return gpu->current_graphics_clock(device);
@@ -446,6 +451,22 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     return nullptr;
   }
   throw bad(fmt::format("field 'op': unknown operation '{}'", op));  // parse_request knows no other
+}
+
+json Daemon::Impl::rapl_readings() {
+  if (!options.serve_rapl) throw GpuError(GpuErrorKind::no_permission, "this perseus gpud does not serve RAPL readings");
+  try {
+    if (!rapl) rapl = cpu::powercap_tree(options.powercap_root.empty() ? cpu::powercap_root() : options.powercap_root);
+    json out = json::array();
+    for (const auto& r : rapl->read_rapl())
+      out.push_back({{"package", r.package}, {"dram", r.dram}, {"energy_uj", r.energy_uj},
+                     {"max_energy_range_uj", r.max_energy_range_uj}});
+    return out;
+  } catch (const cpu::RaplError& e) {
+    rapl.reset();  // the tree may appear (a module loaded) or become readable later
+    throw GpuError(e.kind() == cpu::RaplErrorKind::absent ? GpuErrorKind::not_supported : GpuErrorKind::no_permission,
+                   e.what());
+  }
 }
 
 Daemon::Daemon(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options)

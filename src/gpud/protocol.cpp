@@ -34,14 +34,14 @@ unsigned unsigned_arg(const json& request, const char* name) {
   return it->get<unsigned>();
 }
 
-// Each operation and the arguments it needs besides `device` (none for the first two).
+// Each operation and the arguments it needs besides `device` (none for the first three).
 struct Operation {
   std::string_view name;
   bool device;
   std::array<const char*, 2> args;
 };
-constexpr std::array<Operation, 19> kOperations{{
-    {"hello", false, {}}, {"device_count", false, {}}, {"name", true, {}}, {"supported_memory_clocks", true, {}},
+constexpr std::array<Operation, 21> kOperations{{
+    {"hello", false, {}}, {"device_count", false, {}}, {"rapl", false, {}}, {"name", true, {}}, {"uuid", true, {}}, {"supported_memory_clocks", true, {}},
     {"supported_graphics_clocks", true, {"memory", nullptr}}, {"current_graphics_clock", true, {}},
     {"current_memory_clock", true, {}}, {"power_limit", true, {}}, {"power_limit_range", true, {}},
     {"total_energy", true, {}}, {"power_usage", true, {}}, {"claim", true, {}}, {"release", true, {}},

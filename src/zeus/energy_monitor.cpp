@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <stdexcept>
 
@@ -9,13 +10,36 @@ namespace perseus::zeus {
 
 EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, std::vector<unsigned> gpu_indices, Clock clock,
                              double power_sample_interval_s)
-    : gpus_(std::move(gpus)), indices_(std::move(gpu_indices)), clock_(std::move(clock)) {
+    : EnergyMonitor(std::move(gpus), [&] {
+        EnergyMonitorOptions o;
+        if (!gpu_indices.empty()) o.gpu_indices = std::move(gpu_indices);
+        o.clock = std::move(clock);
+        o.power_sample_interval_s = power_sample_interval_s;
+        return o;
+      }()) {}
+
+EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, EnergyMonitorOptions options)
+    : gpus_(std::move(gpus)), rapl_(std::move(options.rapl)), approx_instant_energy_(options.approx_instant_energy),
+      clock_(std::move(options.clock)) {
   if (!gpus_) throw std::invalid_argument("EnergyMonitor needs a GPU library");
   unsigned count = gpus_->device_count();
-  if (indices_.empty())
+  if (options.gpu_indices) {
+    indices_ = *options.gpu_indices;
+    for (unsigned i : indices_)
+      if (i >= count)
+        throw std::invalid_argument(fmt::format("GPU index {}: {} GPU{} visible", i, count, count == 1 ? " is" : "s are"));
+  } else {
     for (unsigned i = 0; i < count; ++i) indices_.push_back(i);
-  for (unsigned i : indices_)
-    if (i >= count) throw std::invalid_argument(fmt::format("GPU index {}: this node has {} GPUs", i, count));
+  }
+  if (rapl_) {
+    auto packages = rapl_->packages();
+    cpu_indices_ = options.cpu_indices.value_or(packages);
+    for (unsigned i : cpu_indices_)
+      if (std::find(packages.begin(), packages.end(), i) == packages.end())
+        throw std::invalid_argument(fmt::format("CPU index {}: no RAPL package zone intel-rapl:{}", i, i));
+  } else if (options.cpu_indices && !options.cpu_indices->empty()) {
+    throw std::invalid_argument("CPU indices given, but there are no RAPL readings");
+  }
   if (!clock_) {
     auto start = std::chrono::steady_clock::now();
     clock_ = [start] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
@@ -30,20 +54,46 @@ EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, std::vector<
     }
   }
   last_sample_ = clock_();
-  if (!integrated_j_.empty() && power_sample_interval_s > 0) {
-    sampler_ = std::thread([this, power_sample_interval_s] {
-      while (!stop_) {
-        std::this_thread::sleep_for(std::chrono::duration<double>(power_sample_interval_s));
-        std::lock_guard lock(mutex_);
-        sample_power();
-      }
-    });
-  }
+  double power_interval = integrated_j_.empty() ? 0 : options.power_sample_interval_s;
+  double rapl_interval = rapl_ && !cpu_indices_.empty() ? options.rapl_sample_interval_s : 0;
+  if (power_interval > 0 || rapl_interval > 0)
+    sampler_ = std::thread([this, power_interval, rapl_interval] { run_sampler(power_interval, rapl_interval); });
 }
 
 EnergyMonitor::~EnergyMonitor() {
-  stop_ = true;
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
   if (sampler_.joinable()) sampler_.join();
+}
+
+// Power samples for GPUs without a counter; RAPL reads often enough that no counter wraps twice
+// between two reads.
+void EnergyMonitor::run_sampler(double power_interval_s, double rapl_interval_s) {
+  using Seconds = std::chrono::duration<double>;
+  auto now = std::chrono::steady_clock::now();
+  auto next_power = now + Seconds(power_interval_s), next_rapl = now + Seconds(rapl_interval_s);
+  std::unique_lock lock(mutex_);
+  while (!stop_) {
+    auto next = power_interval_s > 0 && (rapl_interval_s <= 0 || next_power < next_rapl) ? next_power : next_rapl;
+    wake_.wait_until(lock, next, [&] { return stop_; });
+    if (stop_) break;
+    now = std::chrono::steady_clock::now();
+    if (power_interval_s > 0 && now >= next_power) {
+      sample_power();
+      next_power = now + Seconds(power_interval_s);
+    }
+    if (rapl_interval_s > 0 && now >= next_rapl) {
+      try {
+        (void)rapl_->read();
+      } catch (const std::exception&) {
+        // a failed read is retried at the next; a window's own reads report errors
+      }
+      next_rapl = now + Seconds(rapl_interval_s);
+    }
+  }
 }
 
 bool EnergyMonitor::integrates_power(unsigned index) const { return integrated_j_.count(index) != 0; }
@@ -72,13 +122,15 @@ std::map<unsigned, double> EnergyMonitor::read_energy_j() {
   return out;
 }
 
-void EnergyMonitor::begin_window(const std::string& name) {
+void EnergyMonitor::begin_window(const std::string& name, bool restart) {
   std::lock_guard lock(mutex_);
-  if (windows_.count(name) != 0) throw std::invalid_argument(fmt::format("measurement window '{}' is already open", name));
+  if (windows_.count(name) != 0 && !restart)
+    throw std::invalid_argument(fmt::format("measurement window '{}' is already open", name));
   Window w;
   w.energy_j = read_energy_j();
+  if (rapl_ && !cpu_indices_.empty()) w.rapl = rapl_->read();
   w.start = clock_();
-  windows_.emplace(name, std::move(w));
+  windows_.insert_or_assign(name, std::move(w));
 }
 
 Measurement EnergyMonitor::end_window(const std::string& name, bool cancel) {
@@ -88,12 +140,35 @@ Measurement EnergyMonitor::end_window(const std::string& name, bool cancel) {
   Window w = std::move(it->second);
   windows_.erase(it);
   Measurement m;
-  if (cancel) return m;
+  if (cancel) {
+    for (unsigned i : indices_) m.gpu_energy[i] = 0;
+    if (!cpu_indices_.empty()) {
+      m.cpu_energy.emplace();
+      for (unsigned c : cpu_indices_) (*m.cpu_energy)[c] = 0;
+    }
+    return m;
+  }
+  std::map<unsigned, double> power_w;
+  if (approx_instant_energy_)
+    for (unsigned i : indices_) power_w[i] = gpus_->power_usage_mw(i) / 1000.0;
   auto energy = read_energy_j();
   m.time = clock_() - w.start;
   for (unsigned i : indices_) {
-    m.gpu_energy[i] = energy[i] - w.energy_j[i];
-    m.total_energy += m.gpu_energy[i];
+    double joules = energy[i] - w.energy_j[i];
+    if (joules == 0 && approx_instant_energy_) joules = power_w[i] * m.time;
+    m.gpu_energy[i] = joules;
+    m.total_energy += joules;
+  }
+  if (rapl_ && !cpu_indices_.empty()) {
+    auto now = rapl_->read();
+    m.cpu_energy.emplace();
+    for (unsigned c : cpu_indices_) {
+      (*m.cpu_energy)[c] = now.cpu_j[c] - w.rapl.cpu_j[c];
+      if (rapl_->has_dram(c)) {
+        if (!m.dram_energy) m.dram_energy.emplace();
+        (*m.dram_energy)[c] = now.dram_j[c] - w.rapl.dram_j[c];
+      }
+    }
   }
   return m;
 }

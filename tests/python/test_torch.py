@@ -13,21 +13,7 @@ import torch.distributed as dist  # noqa: E402
 import perseus.torch  # noqa: E402
 
 
-@pytest.mark.parametrize("visible,cuda_index,expected", [
-    (None, 1, 1), ("", 0, 0), ("2,3", 0, 2), ("2, 3", 1, 3), ("7", 0, 7),
-], ids=["unset", "empty", "first-of-two", "spaces", "single"])
-def test_nvml_index_follows_cuda_visible_devices(visible, cuda_index, expected, monkeypatch):
-    if visible is None:
-        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    else:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
-    assert perseus.torch.nvml_device_index(cuda_index) == expected
-
-
-@pytest.mark.parametrize("visible,cuda_index", [("GPU-8c1d-44", 0), ("2,3", 2)], ids=["uuid", "out-of-range"])
-def test_nvml_index_refuses_what_it_cannot_map(visible, cuda_index):
-    with pytest.raises(ValueError, match="pass device="):
-        perseus.torch.nvml_device_index(cuda_index, visible)
+# nvml_device_index and the CUDA device a client drives: test_energy_monitoring.py (on 4 fake GPUs).
 
 
 def test_defaults_without_torch_distributed(serve):

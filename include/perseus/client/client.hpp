@@ -30,12 +30,14 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "perseus/gpu/gpu.hpp"
+#include "perseus/gpu/visible_devices.hpp"
 #include "perseus/pipeline/schedule.hpp"
 
 namespace perseus::client {
@@ -56,7 +58,10 @@ class ScheduleMismatch : public std::runtime_error {
 struct ClientOptions {
   int rank = 0, dp_rank = 0, pp_rank = 0, tp_rank = 0;
   int dp_degree = 1, pp_degree = 1, tp_degree = 1, world_size = 1;
-  unsigned device = 0;  // GPU index as NVML numbers it
+  // The GPU, as CUDA numbers it: CUDA device `device` of cuda_visible_devices (CUDA_VISIBLE_DEVICES,
+  // read when the options are made; nullopt: unset, so the NVML index) is the GPU the client drives.
+  unsigned device = 0;
+  std::optional<std::string> cuda_visible_devices = gpu::cuda_visible_devices_from_env();
   std::string server_url = "http://127.0.0.1:7787";
   std::string token;  // the server's bearer token (perseus serve --token-file); "" -> $PERSEUS_TOKEN
   // Job metadata: part of the job id.

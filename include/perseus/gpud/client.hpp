@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "perseus/cpu/rapl.hpp"
 #include "perseus/gpu/gpu.hpp"
 
 namespace perseus::gpud {
@@ -23,6 +24,16 @@ std::unique_ptr<gpu::GpuLibrary> connect(const std::string& socket_path,
 // $PERSEUS_GPUD_SOCKET is set), NVML loaded from `nvml_library` (load_nvml's rules) otherwise.
 std::unique_ptr<gpu::GpuLibrary> open_gpu_library(const std::string& gpud_socket = "",
                                                   const std::string& nvml_library = "");
+
+// RAPL counters read by the daemon at `socket_path` (its "rapl" operation), over a connection of
+// their own. Calls fail with GpuError.
+std::unique_ptr<cpu::RaplSource> connect_rapl(const std::string& socket_path,
+                                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
+
+// The RAPL source a process should use: the powercap tree at cpu::powercap_root(); where this
+// process may not read it, the daemon at `gpud_socket` (or $PERSEUS_GPUD_SOCKET) when one is
+// given. Throws cpu::RaplError when neither gives readings.
+std::unique_ptr<cpu::RaplSource> open_rapl(const std::string& gpud_socket = "");
 
 // The socket open_gpu_library would use: gpud_socket, else $PERSEUS_GPUD_SOCKET, else "".
 std::string gpud_socket_from(const std::string& gpud_socket);

@@ -25,6 +25,10 @@ struct DaemonOptions {
   std::string socket_group;     // "" keeps the daemon's group
   // A connection that owns no GPU is closed after this long without a request (0: never).
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  // The powercap tree whose RAPL counters the "rapl" operation serves ("": $PERSEUS_POWERCAP_ROOT,
+  // else /sys/class/powercap); serve_rapl false refuses it (no_permission).
+  std::string powercap_root{};
+  bool serve_rapl = true;
 };
 
 // What the daemon knows of one GPU beyond what NVML reports: what its clients set on it.

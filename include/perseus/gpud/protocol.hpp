@@ -4,6 +4,9 @@
 //   {"op": "lock_graphics_clock", "device": 0, "min": 1200, "max": 1200}
 // and gets one reply line, {"ok": true, "value": ...} or {"ok": false, "kind": "busy", "error": "..."},
 // where kind is a GpuErrorKind's name, so the client raises the same GpuError NVML would have.
+// Besides the GPU operations, {"op": "uuid", "device": N} answers the GPU's UUID, and
+// {"op": "rapl"} the daemon's RAPL counters (cpu/rapl.hpp) for callers that may not read them:
+// [{"package": 0, "dram": false, "energy_uj": ..., "max_energy_range_uj": ...}, ...].
 #include <optional>
 #include <string>
 #include <string_view>

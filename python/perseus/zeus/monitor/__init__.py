@@ -1,7 +1,7 @@
-"""Zeus's ``zeus.monitor``: ``from perseus.zeus.monitor import ZeusMonitor``."""
+"""Zeus's ``zeus.monitor``: ``from perseus.zeus.monitor import ZeusMonitor, PowerMonitor``."""
 from __future__ import annotations
 
-from ...power_limit import EnergyMonitor as ZeusMonitor
-from ...power_limit import Measurement
+from .energy import Measurement, ZeusMonitor
+from .power import PowerMonitor
 
-__all__ = ["Measurement", "ZeusMonitor"]
+__all__ = ["Measurement", "PowerMonitor", "ZeusMonitor"]
