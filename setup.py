@@ -83,13 +83,17 @@ def missing_build_requirements() -> "list[tuple[str, str]]":
     debian = is_debian_python()
     use_debian = (f"or use Debian's interpreter, which scripts/setup.sh --deps-only equips: "
                   f"`{DEBIAN_PYTHON} -m venv --system-site-packages .venv && . .venv/bin/activate`")
+    if debian and sys.prefix != sys.base_prefix:  # a venv of Debian's interpreter
+        use_debian = (f"or make the venv with `{DEBIAN_PYTHON} -m venv --system-site-packages .venv`: only then does "
+                      f"it see the Debian packages scripts/setup.sh --deps-only installs")
     missing = []
     if sys.version_info < (3, 9):
         missing.append((f"Python 3.9 or newer (this is {sys.version.split()[0]})", use_debian))
     if importlib.util.find_spec("wheel") is None and \
             importlib.util.find_spec("setuptools.command.bdist_wheel") is None:
-        missing.append(("the `wheel` package (this setuptools has no bdist_wheel without it)",
-                        "`sudo apt-get install python3-wheel`" if debian else f"`{python} -m pip install wheel`, {use_debian}"))
+        fix = "`sudo apt-get install python3-wheel`" if debian and sys.prefix == sys.base_prefix else \
+            f"`{python} -m pip install wheel`, {use_debian}"
+        missing.append(("the `wheel` package (this setuptools has no bdist_wheel without it)", fix))
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").exists():
         missing.append((f"this interpreter's C headers ({include}/Python.h)",
@@ -136,16 +140,17 @@ def run_showing_progress(command: "list[str]", out) -> None:
         raise subprocess.CalledProcessError(process.returncode, command)
 
 
-def reusable_build_dir() -> "Path | None":
-    """The checkout's build/ from scripts/setup.sh, when it is configured for this interpreter."""
+def reusable_build_dir() -> "tuple[Path | None, str]":
+    """The checkout's build/ from scripts/setup.sh when it is configured for this interpreter, else
+    None and why not."""
     build = ROOT / "build"
     if not (build / "CMakeCache.txt").exists():
-        return None
+        return None, ""
     try:
         check_reused_interpreter(build)
     except RuntimeError:
-        return None
-    return build
+        return None, f"{build} is configured for another interpreter; "
+    return build, ""
 
 
 class CMakeBuild(build_ext):
@@ -153,7 +158,7 @@ class CMakeBuild(build_ext):
 
     def build_extension(self, ext: Extension) -> None:
         explicit = os.environ.get("PERSEUS_CMAKE_BUILD_DIR")
-        reuse = Path(explicit).resolve() if explicit else reusable_build_dir()
+        reuse, why_not = (Path(explicit).resolve(), "") if explicit else reusable_build_dir()
         tag = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
         build_dir = reuse or ROOT / "build" / "pip" / tag
         configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir)]
@@ -176,8 +181,8 @@ class CMakeBuild(build_ext):
         if reuse:
             out.write(f"perseus: building the Python package in {build_dir} (reused: only what changed is compiled)\n")
         else:
-            out.write(f"perseus: building the Python package in {build_dir} (the first time about 10 minutes on 2 "
-                      f"cores; `scripts/setup.sh` first lets pip reuse its build/)\n")
+            out.write(f"perseus: {why_not}building the Python package in {build_dir} (the first time about 10 "
+                      f"minutes on 2 cores; after `scripts/setup.sh` pip reuses its build/ for {DEBIAN_PYTHON})\n")
         out.flush()
         if not reuse:
             run_showing_progress(configure, out)
