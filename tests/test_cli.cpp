@@ -418,7 +418,9 @@ TEST_F(Cli, ServeHelpListsEverySchedulerTheRegistryKnows) {
   auto help = run("serve --help");
   EXPECT_EQ(help.code, 0) << help.output;
   for (const auto& name : perseus::server::scheduler_names())
-    if (!name.ends_with("3D")) EXPECT_TRUE(has(help, name)) << name << "\n" << help.output;
+    if (!name.ends_with("3D")) {
+      EXPECT_TRUE(has(help, name)) << name << "\n" << help.output;
+    }
   EXPECT_TRUE(has(help, "ZeusLocalPowerState")) << help.output;
   EXPECT_TRUE(has(help, "Perseus,")) << help.output;
 }

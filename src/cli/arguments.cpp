@@ -91,10 +91,16 @@ std::string kind_of(const CLI::Option* option) {
   return "value";
 }
 
+std::string a_kind(const CLI::Option* option) {
+  const std::string kind = kind_of(option);
+  return (kind == "integer" ? "an " : "a ") + kind;
+}
+
 std::string with_kind(std::string message, const CLI::Option* option) {
-  const std::string placeholder = kKindPlaceholder;
-  for (auto at = message.find(placeholder); at != std::string::npos; at = message.find(placeholder))
-    message.replace(at, placeholder.size(), kind_of(option));
+  for (const auto& [placeholder, words] : {std::pair<std::string, std::string>{kAKindPlaceholder, a_kind(option)},
+                                          std::pair<std::string, std::string>{kKindPlaceholder, kind_of(option)}})
+    for (auto at = message.find(placeholder); at != std::string::npos; at = message.find(placeholder))
+      message.replace(at, placeholder.size(), words);
   return message;
 }
 
@@ -145,11 +151,6 @@ std::optional<std::string> missing_required(const std::vector<CLI::App*>& chain,
     return fmt::format("a command is required: one of {}", fmt::join(subcommand_names(*last), ", "));
   if (missing.empty()) return std::nullopt;
   return fmt::format("missing {} (required)", fmt::join(missing, ", "));
-}
-
-std::string a_kind(const CLI::Option* option) {
-  const std::string kind = kind_of(option);
-  return (kind == "integer" ? "an " : "a ") + kind;
 }
 
 struct Failure {
@@ -213,7 +214,7 @@ CLI::Validator between_text(const std::string& low, const std::string& high, dou
       [=](std::string& value) -> std::string {
         const auto number = parse_number(value);
         if (number && *number >= low_value && *number <= high_value) return "";
-        return std::string("must be a ") + kKindPlaceholder + " from " + low + " to " + high + got(value);
+        return std::string("must be ") + kAKindPlaceholder + " from " + low + " to " + high + got(value);
       },
       fmt::format("[{} - {}]", low, high));
 }

@@ -14,8 +14,10 @@
 namespace perseus::cli {
 
 // The validators' messages say "{kind}" where report_parse_error puts the option's kind of value
-// ("integer" or "number", from the option's type), e.g. "must be a positive integer, got 'four'".
+// ("integer" or "number", from the option's type), e.g. "must be a positive integer, got 'four'",
+// and "{a kind}" where it goes with its article ("an integer").
 inline constexpr const char* kKindPlaceholder = "{kind}";
+inline constexpr const char* kAKindPlaceholder = "{a kind}";
 
 CLI::Validator positive();
 CLI::Validator non_negative();
