@@ -45,11 +45,12 @@ def run(example):
 def instruction_clocks(log):
     """Per iteration, the clock each instruction began and ended at: an iteration reads the
     energy counter at its start, at each instruction's begin and end, and at its end; the
-    example's energy window reads it once before the first iteration and once after the last."""
+    example's EnergyMonitor reads it twice before the first iteration (when made and when its
+    window opens) and once after the last (when the window closes)."""
     reads = clocks_at_energy_reads(log)
     per_iteration = 2 + 2 * 2 * MICROBATCHES
-    assert len(reads) == 2 + ITERATIONS * per_iteration, f"{log}: {len(reads)} energy reads"
-    reads = reads[1:-1]
+    assert len(reads) == 3 + ITERATIONS * per_iteration, f"{log}: {len(reads)} energy reads"
+    reads = reads[2:-1]
     iterations = [reads[i * per_iteration:(i + 1) * per_iteration] for i in range(ITERATIONS)]
     return [(iteration[1:-1:2], iteration[2:-1:2]) for iteration in iterations]
 
