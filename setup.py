@@ -2,19 +2,28 @@
 
 The CMake target perseus_python_package lays the whole package out in <build>/python/perseus/;
 the compiled module, the `perseus` binary and the fake NVML are copied from there into the
-wheel. The build is for the interpreter running this (sys.executable).
+wheel. The build is for the interpreter running this (sys.executable). Before anything is built,
+the tools the build needs are checked, and what is missing is named with the command that installs
+it.
+
+Build folder: PERSEUS_CMAKE_BUILD_DIR if set; else the checkout's build/ when scripts/setup.sh has
+configured it for this interpreter (only what changed since is compiled); else build/pip/<interpreter>
+(a build of its own, about 10 minutes on 2 cores the first time). Unless PERSEUS_CMAKE_BUILD_DIR is
+set (as scripts set it), the build's progress goes to the terminal even while pip hides the build's
+output.
 
 Environment:
-  PERSEUS_CMAKE_BUILD_DIR  reuse this CMake build directory (e.g. `build` after scripts/setup.sh)
-                           instead of build/pip/<interpreter>; only the package target is built
+  PERSEUS_CMAKE_BUILD_DIR  reuse this configured CMake build directory (it must be for this interpreter)
   PERSEUS_BUILD_JOBS       parallel build jobs (default: the number of CPUs)
 """
+import importlib.util
 import os
 import re
 import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 from setuptools import Extension, setup
@@ -46,26 +55,141 @@ def check_reused_interpreter(build_dir: Path) -> None:
         raise RuntimeError(f"setup.py: {build_dir} builds the module for {built_for}, but pip runs "
                            f"{os.path.realpath(sys.executable)}; unset PERSEUS_CMAKE_BUILD_DIR to build for it")
 
+DEBIAN_PYTHON = "/usr/bin/python3"
+BUILDING = {"dist_info", "bdist_wheel", "build_ext", "build", "install", "develop", "editable_wheel", "bdist_egg"}
+
+
+def is_debian_python() -> bool:
+    """Debian's interpreter, or a virtual environment made from it: scripts/setup.sh installs its
+    build tools (python3-wheel, pybind11-dev, python3-dev)."""
+    return os.path.realpath(sys.executable) == os.path.realpath(DEBIAN_PYTHON)
+
+
+def pybind11_cmake_dir() -> "str | None":
+    """Where pybind11's CMake files are for this build: pybind11 installed into this interpreter
+    (pip install pybind11) first, else Debian's pybind11-dev (headers only; it serves any interpreter)."""
+    if importlib.util.find_spec("pybind11") is not None:
+        import pybind11  # type: ignore[import-not-found]
+        return str(pybind11.get_cmake_dir())
+    for prefix in ("/usr/lib/cmake/pybind11", "/usr/share/cmake/pybind11", "/usr/local/lib/cmake/pybind11"):
+        if Path(prefix, "pybind11Config.cmake").exists():
+            return prefix
+    return None
+
+
+def missing_build_requirements() -> "list[tuple[str, str]]":
+    """(what is missing, the command that installs it) for each tool the build needs and lacks."""
+    python = sys.executable
+    debian = is_debian_python()
+    use_debian = (f"or use Debian's interpreter, which scripts/setup.sh --deps-only equips: "
+                  f"`{DEBIAN_PYTHON} -m venv --system-site-packages .venv && . .venv/bin/activate`")
+    if debian and sys.prefix != sys.base_prefix:  # a venv of Debian's interpreter
+        use_debian = (f"or make the venv with `{DEBIAN_PYTHON} -m venv --system-site-packages .venv`: only then does "
+                      f"it see the Debian packages scripts/setup.sh --deps-only installs")
+    missing = []
+    if sys.version_info < (3, 9):
+        missing.append((f"Python 3.9 or newer (this is {sys.version.split()[0]})", use_debian))
+    if importlib.util.find_spec("wheel") is None and \
+            importlib.util.find_spec("setuptools.command.bdist_wheel") is None:
+        fix = "`sudo apt-get install python3-wheel`" if debian and sys.prefix == sys.base_prefix else \
+            f"`{python} -m pip install wheel`, {use_debian}"
+        missing.append(("the `wheel` package (this setuptools has no bdist_wheel without it)", fix))
+    include = Path(sysconfig.get_paths()["include"])
+    if not (include / "Python.h").exists():
+        missing.append((f"this interpreter's C headers ({include}/Python.h)",
+                        "`sudo apt-get install python3-dev`" if debian else f"your Python distribution's development package, {use_debian}"))
+    if pybind11_cmake_dir() is None:
+        missing.append(("pybind11", "`sudo apt-get install pybind11-dev`" if debian else f"`{python} -m pip install pybind11`, {use_debian}"))
+    if shutil.which("cmake") is None:
+        missing.append(("CMake", "`sudo apt-get install cmake` (scripts/setup.sh --deps-only installs every C++ dependency)"))
+    if shutil.which("g++") is None and shutil.which("c++") is None:
+        missing.append(("a C++20 compiler", "`sudo apt-get install g++-12` (scripts/setup.sh --deps-only installs every C++ dependency)"))
+    return missing
+
+
+def check_build_requirements() -> None:
+    """Stops before the build starts, in one paragraph, when something the build needs is missing."""
+    missing = missing_build_requirements()
+    if missing:
+        lines = [f"perseus cannot be built for {sys.executable} (Python {sys.version.split()[0]}): it needs"]
+        lines += [f"  - {what}: {fix}" for what, fix in missing]
+        sys.exit("\n".join(lines))
+
+
+def progress_stream(to_terminal: bool):
+    """Where build progress goes: the terminal itself when there is one and a person runs pip (pip
+    hides what the build prints unless run with -v), else standard error."""
+    if to_terminal:
+        try:
+            return open("/dev/tty", "w")
+        except OSError:
+            pass
+    return sys.stderr
+
+
+def run_showing_progress(command: "list[str]", out) -> None:
+    """Runs a build step, copying its output to `out` line by line (ninja's [done/total] lines)."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            out.write(line)
+            out.flush()
+            if out is not sys.stderr:
+                sys.stderr.write(line)  # also in pip's log (pip -v)
+    if process.returncode != 0:
+        raise subprocess.CalledProcessError(process.returncode, command)
+
+
+def reusable_build_dir() -> "tuple[Path | None, str]":
+    """The checkout's build/ from scripts/setup.sh when it is configured for this interpreter, else
+    None and why not."""
+    build = ROOT / "build"
+    if not (build / "CMakeCache.txt").exists():
+        return None, ""
+    try:
+        check_reused_interpreter(build)
+    except RuntimeError:
+        return None, f"{build} is configured for another interpreter; "
+    return build, ""
+
 
 class CMakeBuild(build_ext):
     """Runs CMake instead of compiling sources itself."""
 
     def build_extension(self, ext: Extension) -> None:
-        reuse = os.environ.get("PERSEUS_CMAKE_BUILD_DIR")
+        explicit = os.environ.get("PERSEUS_CMAKE_BUILD_DIR")
+        reuse, why_not = (Path(explicit).resolve(), "") if explicit else reusable_build_dir()
         tag = sysconfig.get_config_var("SOABI") or f"py{sys.version_info[0]}{sys.version_info[1]}"
-        build_dir = Path(reuse).resolve() if reuse else ROOT / "build" / "pip" / tag
+        build_dir = reuse or ROOT / "build" / "pip" / tag
         configure = ["cmake", "-S", str(ROOT), "-B", str(build_dir)]
         if reuse:
             check_reused_interpreter(build_dir)
         else:
             configure.append(f"-DPython3_EXECUTABLE={sys.executable}")
             configure += ["-DCMAKE_BUILD_TYPE=Release", "-DPERSEUS_BUILD_TESTS=OFF", "-DPERSEUS_BUILD_BENCH=OFF"]
-            if shutil.which("ninja") and not (build_dir / "CMakeCache.txt").exists():
-                configure += ["-G", "Ninja"]
+            cmake_dir = pybind11_cmake_dir()
+            if cmake_dir:
+                configure.append(f"-Dpybind11_DIR={cmake_dir}")
+            if not (build_dir / "CMakeCache.txt").exists():
+                if shutil.which("ninja"):
+                    configure += ["-G", "Ninja"]
+                if shutil.which("ccache"):
+                    configure += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache", "-DCMAKE_C_COMPILER_LAUNCHER=ccache"]
         jobs = os.environ.get("PERSEUS_BUILD_JOBS", str(os.cpu_count() or 1))
-        subprocess.run(configure, check=True)
-        subprocess.run(["cmake", "--build", str(build_dir), "--target", "perseus_python_package", "--parallel", jobs],
-                       check=True)
+        out = progress_stream(to_terminal=not explicit)  # scripts name the folder and keep quiet
+        started = time.monotonic()
+        if reuse:
+            out.write(f"perseus: building the Python package in {build_dir} (reused: only what changed is compiled)\n")
+        else:
+            out.write(f"perseus: {why_not}building the Python package in {build_dir} (the first time about 10 "
+                      f"minutes on 2 cores; after `scripts/setup.sh` pip reuses its build/ for {DEBIAN_PYTHON})\n")
+        out.flush()
+        if not reuse:
+            run_showing_progress(configure, out)
+        run_showing_progress(["cmake", "--build", str(build_dir), "--target", "perseus_python_package", "--parallel", jobs],
+                             out)
+        out.write(f"perseus: built in {time.monotonic() - started:.0f} s\n")
+        out.flush()
 
         built = build_dir / "python" / "perseus"
         modules = list(built.glob("_perseus*.so"))
@@ -79,6 +203,9 @@ class CMakeBuild(build_ext):
             destination.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(built / part, destination)
 
+
+if BUILDING.intersection(sys.argv[1:]):
+    check_build_requirements()
 
 setup(
     version=project_version(),

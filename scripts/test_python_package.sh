@@ -48,6 +48,19 @@ echo "== the README's command: pip install --no-build-isolation . into a venv"
 (cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-readme/bin/pip" install -q --no-build-isolation .)
 "$work/venv-readme/bin/python" -c 'import perseus, perseus.torch; print("pip install . ->", perseus.__version__)'
 
+echo "== an interpreter without the build's tools: pip says what is missing before anything is built"
+"$python" -m venv "$work/venv-bare"  # no system site packages: setuptools without wheel
+if "$work/venv-bare/bin/python" -c 'import wheel' 2>/dev/null; then
+  echo "(a bare venv has wheel here: nothing to check)"
+elif bare=$(cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-bare/bin/pip" install -q --no-index \
+    --no-build-isolation . 2>&1); then
+  echo "pip install . in a venv without wheel succeeded; expected it to name the missing package" >&2; exit 1
+elif ! grep -q "perseus cannot be built for .* it needs" <<<"$bare" || ! grep -q "the \`wheel\` package" <<<"$bare"; then
+  echo "pip install . without wheel did not name it:" >&2; echo "$bare" >&2; exit 1
+else
+  echo "pip without wheel: $(grep -o "the \`wheel\` package[^:]*" <<<"$bare")"
+fi
+
 echo "== cmake --install"
 cmake --install "$build" --prefix "$work/prefix" >/dev/null
 "$work/prefix/bin/perseus" --version

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "perseus/client/http_client.hpp"
+#include "perseus/server/scheduler.hpp"
 #include "process_fixture.hpp"
 
 #include "perseus/util/atomic_file.hpp"
@@ -339,6 +340,90 @@ TEST_F(Cli, EmulateBadInputs) {
 }
 
 namespace {
+
+bool has(const Result& r, const std::string& text) { return r.output.find(text) != std::string::npos; }
+
+// Every bad command line reads the same way: the flag, what it must be, what was given, and for a
+// misspelt command, flag or value the nearest right one; exit 64.
+TEST_F(Cli, UsageErrorsNameTheFlagWhatItMustBeAndWhatWasGiven) {
+  const std::string shape = " --microbatches 6 --p2p-power 75 --out " + (dir_ / "x").string();
+  auto words = run("optimize " + example_ + " --stages four" + shape);
+  EXPECT_EQ(words.code, 64);
+  EXPECT_TRUE(has(words, "perseus optimize: error: --stages must be a positive integer, got 'four'")) << words.output;
+  EXPECT_FALSE(has(words, "1797693")) << words.output;
+  EXPECT_TRUE(has(words, "Run 'perseus optimize --help'")) << words.output;
+  auto zero = run("optimize " + example_ + " --stages 0" + shape);
+  EXPECT_EQ(zero.code, 64);
+  EXPECT_TRUE(has(zero, "--stages must be a positive integer, got '0'")) << zero.output;
+  auto power = run("optimize " + example_ + " --stages 4 --microbatches 6 --p2p-power -5 --out x");
+  EXPECT_EQ(power.code, 64);
+  EXPECT_TRUE(has(power, "--p2p-power must be a non-negative number, got '-5'")) << power.output;
+  auto fraction = run("optimize " + example_ + " --stages 4" + shape + " --threads 3");
+  EXPECT_EQ(fraction.code, 64);
+  EXPECT_TRUE(has(fraction, "--threads must be an integer from 0 to 2, got '3'")) << fraction.output;
+  auto retention = run("serve --job-retention 2e9");
+  EXPECT_EQ(retention.code, 64);
+  EXPECT_TRUE(has(retention, "--job-retention must be a number from 0 to 1000000000, got '2e9'")) << retention.output;
+  // An option without a check: the conversion fails in the same words.
+  auto unchecked = run("simulate " + example_ + " --stages 4.5 --microbatches 6 --p2p-power 75");
+  EXPECT_EQ(unchecked.code, 64);
+  EXPECT_TRUE(has(unchecked, "--stages must be an integer, got '4.5'")) << unchecked.output;
+  auto schedule = run("optimize " + example_ + " --stages 4" + shape + " --schedule gpip");
+  EXPECT_EQ(schedule.code, 64);
+  EXPECT_TRUE(has(schedule, "--schedule must be one of 1f1b, gpipe, interleaved, envpipe, got 'gpip'; did you mean "
+                            "'gpipe'?")) << schedule.output;
+  EXPECT_EQ(run("optimize " + example_ + " --stages 4" + shape + " --quiet").code, 0);
+}
+
+TEST_F(Cli, UnknownCommandsAndOptionsGetTheNearestKnownOne) {
+  auto command = run("optimise " + example_);
+  EXPECT_EQ(command.code, 64);
+  EXPECT_TRUE(has(command, "perseus: error: unknown command 'optimise'; did you mean 'optimize'?")) << command.output;
+  auto nested = run("plans exprot " + dir_.string());
+  EXPECT_EQ(nested.code, 64);
+  EXPECT_TRUE(has(nested, "perseus plans: error: unknown command 'exprot'; did you mean 'export'?")) << nested.output;
+  auto nothing_near = run("frobnicate");
+  EXPECT_EQ(nothing_near.code, 64);
+  EXPECT_TRUE(has(nothing_near, "unknown command 'frobnicate' (one of: optimize, plans,")) << nothing_near.output;
+
+  auto option = run("optimize " + example_ + " --stage 4 --microbatches 6 --p2p-power 75 --out x");
+  EXPECT_EQ(option.code, 64);
+  EXPECT_TRUE(has(option, "perseus optimize: error: unknown option '--stage'; did you mean '--stages'?")) << option.output;
+  EXPECT_FALSE(has(option, "unexpected argument '4'")) << option.output;  // the unknown option's value
+  auto assigned = run("serve --prot=7787");
+  EXPECT_EQ(assigned.code, 64);
+  EXPECT_TRUE(has(assigned, "unknown option '--prot'; did you mean '--port'?")) << assigned.output;
+
+  auto none = run("");
+  EXPECT_EQ(none.code, 64);
+  EXPECT_TRUE(has(none, "perseus: error: a command is required: one of optimize, plans,")) << none.output;
+}
+
+TEST_F(Cli, EveryMissingRequiredArgumentIsReportedAtOnce) {
+  auto r = run("optimize " + example_);
+  EXPECT_EQ(r.code, 64);
+  EXPECT_TRUE(has(r, "perseus optimize: error: missing --stages, --microbatches, --p2p-power, --out (required)"))
+      << r.output;
+  auto positional = run("optimize --stages 4 --microbatches 6 --p2p-power 75");
+  EXPECT_EQ(positional.code, 64);
+  EXPECT_TRUE(has(positional, "missing profile, --out (required)")) << positional.output;
+  // With a bad value besides: both problems, one line each.
+  auto both = run("optimize " + example_ + " --stages four");
+  EXPECT_EQ(both.code, 64);
+  EXPECT_TRUE(has(both, "--stages must be a positive integer, got 'four'")) << both.output;
+  EXPECT_TRUE(has(both, "missing --microbatches, --p2p-power, --out (required)")) << both.output;
+}
+
+TEST_F(Cli, ServeHelpListsEverySchedulerTheRegistryKnows) {
+  auto help = run("serve --help");
+  EXPECT_EQ(help.code, 0) << help.output;
+  for (const auto& name : perseus::server::scheduler_names())
+    if (!name.ends_with("3D")) {
+      EXPECT_TRUE(has(help, name)) << name << "\n" << help.output;
+    }
+  EXPECT_TRUE(has(help, "ZeusLocalPowerState")) << help.output;
+  EXPECT_TRUE(has(help, "Perseus,")) << help.output;
+}
 
 TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   auto unknown = run("serve --scheduler Nope");

@@ -5,6 +5,9 @@
 #   2. plan:   PointSolution with the plan `perseus optimize` made for a 4-stage, 4-microbatch
 #              pipeline from the shipped example profile (within 10% of the fastest time),
 #              after one warm-up round at the top clock.
+# Prints each phase's last-stage loss and every rank's time and GPU energy, then the two phases'
+# total energy. Fails (exit 1) when perseus was off on any rank in any phase (fail-open turned it
+# off: that rank trained at default clocks, so the comparison would say nothing about the plan).
 # Usage: examples/pytorch/run.sh [OUT_DIR]        (default out/pytorch-example)
 # Environment: ITERATIONS (default 12), PYTHON (default python3), PERSEUS (the perseus command;
 # default "$PYTHON -m perseus", the one in the Python package), PERSEUS_NVML_LIBRARY (default the
@@ -66,6 +69,25 @@ run() {
   fi
   echo "== $phase ($scheduler): last stage's loss, first and last iteration"
   grep '^iteration' "$dir/rank$((stages - 1)).out" | sed -n '1p;$p'
+  local off=()
+  for ((rank = 0; rank < stages; ++rank)); do
+    local summary
+    summary=$(grep "^rank $rank: perseus " "$dir/rank$rank.out" || echo "rank $rank: perseus OFF (no summary line)")
+    echo "$summary"
+    case "$summary" in *"perseus OFF"*) off+=("$rank") ;; esac
+  done
+  if ((${#off[@]})); then
+    grep -h "disabled, training continues" "$dir"/rank*.out >&2 || true
+    echo "run.sh: perseus was off on rank(s) ${off[*]} in phase $phase (fail-open turned it off; the warning above" \
+      "says why): those ranks trained at default clocks, so this run's energy says nothing about perseus" >&2
+    exit 1
+  fi
+}
+
+# total_energy PHASE: the GPU energy of every rank of the phase, summed (joules).
+total_energy() {
+  cat "$out/$1"/rank*.out | awk '/^rank [0-9]+: perseus / { for (i = 1; i < NF; ++i) if ($i == "energy") e += $(i + 1) }
+    END { printf "%.1f", e }'
 }
 
 run allmax AllMaxFrequency '{}'
@@ -73,4 +95,7 @@ run allmax AllMaxFrequency '{}'
 "${perseus[@]}" optimize "$here/../synthetic-4stage.csv" --stages "$stages" --microbatches "$microbatches" \
   --p2p-power 75 --out "$out/frontier" --quiet
 run plan PointSolution "{\"solution_path\": \"$out/frontier\", \"slowdown\": 1.1, \"warmup_iters\": 1}"
+allmax=$(total_energy allmax) plan=$(total_energy plan)
+echo "== GPU energy of all ranks: allmax $allmax J, plan $plan J ($(awk -v a="$allmax" -v p="$plan" \
+  'BEGIN { printf "%.1f%%", 100 * (a - p) / a }') less; the plan phase includes its warm-up round at the top clock)"
 echo "records, fake-GPU call logs and rank outputs: $out"

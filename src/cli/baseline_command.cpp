@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/plan_source.hpp"
 #include "perseus/plan/plan_files.hpp"
@@ -52,7 +53,7 @@ int run_baseline_command(const BaselineArgs& args) {
 Runner add_baseline_command(CLI::App& app) {
   auto args = std::make_shared<BaselineArgs>();
   auto* cmd = app.add_subcommand("baseline", "Plan with a baseline (all-max, EnvPipe, Zeus-style) and write the plan");
-  cmd->add_option("name", args->name, "Baseline")->required()->check(CLI::IsMember(baseline_names()));
+  cmd->add_option("name", args->name, "Baseline")->required()->check(one_of(baseline_names()));
   add_pipeline_options(cmd, args->pipeline, true);
   add_zeus_options(cmd, args->options.zeus);
   cmd->add_option("--out", args->out, "Write the plan (.json or the artifact's .py format)");

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/plan_source.hpp"
 #include "perseus/emulate/judge.hpp"
@@ -154,16 +155,16 @@ Runner add_emulate_command(CLI::App& app) {
   add_pipeline_options(cmd, args->pipeline, false);
   add_plan_source_options(cmd, args->source);
   cmd->add_option("--noise", args->noise, "Per-instruction log-normal noise sigma on time and energy (0: none)")
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(between(0.0, 1.0));
   cmd->add_option("--repeat", args->repeat, "Noisy runs to report mean and spread over")->capture_default_str()
-      ->check(CLI::Range(1, 1000000));
+      ->check(between(1, 1000000));
   cmd->add_option("--seed", args->seed, "Seed of the first noisy run (run r uses seed + r)")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--all-points", args->all_points, "Judge every --frontier point: model-predicted vs emulated energy");
   cmd->add_option("--out", args->out, "With --all-points: write the per-point CSV here");
   cmd->add_option("--timeline", args->timeline, "Also draw the run as an SVG timeline into this file");
   cmd->add_option("--color", args->color, "Timeline colour: clock or power")->capture_default_str()
-      ->check(CLI::IsMember({"clock", "power"}));
+      ->check(one_of({"clock", "power"}));
   return [args] { return run_emulate(*args); };
 }
 

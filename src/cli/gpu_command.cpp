@@ -4,6 +4,7 @@
 
 #include <cstdio>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/gpu/gpu.hpp"
 #include "perseus/gpud/client.hpp"
@@ -80,7 +81,7 @@ Runner add_gpu_command(CLI::App& app) {
                                              "defaults (needs root, or the gpud socket; a GPU a live rank owns through "
                                              "gpud is refused)");
   reset->fallthrough();  // --gpud / --nvml after `reset` too
-  reset->add_option("--device", *device, "Only this GPU (NVML index); default: all")->check(CLI::NonNegativeNumber);
+  reset->add_option("--device", *device, "Only this GPU (NVML index); default: all")->check(non_negative());
   return [library, socket, all_clocks, device, reset]() -> int {
     std::unique_ptr<gpu::GpuLibrary> nvml = open_library(*socket, *library);
     if (reset->parsed()) return reset_gpus(*nvml, *device);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <vector>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/util/error.hpp"
 
@@ -35,8 +36,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    return cli::report_parse_error(app, e);
   }
   try {
     for (auto& [command, runner] : commands) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/interrupt.hpp"
 #include "perseus/baselines/envpipe.hpp"
@@ -138,36 +139,36 @@ Runner add_optimize_command(CLI::App& app) {
   auto args = std::make_shared<OptimizeArgs>();
   auto* cmd = app.add_subcommand("optimize", "Compute the complete iteration time-energy frontier of a stage profile");
   cmd->add_option("profile", args->profile, "Stage profile CSV: stage,instruction,frequency,time,energy")->required();
-  cmd->add_option("--stages", args->config.num_stages, "Number of pipeline stages")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(CLI::PositiveNumber);
-  cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(CLI::NonNegativeNumber);
-  cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--stages", args->config.num_stages, "Number of pipeline stages")->required()->check(positive());
+  cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(positive());
+  cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(non_negative());
+  cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(positive());
   cmd->add_option("--schedule", args->schedule,
                   "Pipeline schedule: 1f1b, gpipe, interleaved (Megatron-LM's interleaved 1F1B; needs --virtual-stages), "
                   "zb-h1, zbv, dualpipev (zero-bubble and DualPipeV: the profile needs backward_input/backward_weight "
                   "rows), or envpipe (1F1B with EnvPipe's extra forwards)")
-      ->capture_default_str()->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
+      ->capture_default_str()->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
   cmd->add_option("--virtual-stages", args->config.virtual_stages,
                   "With --schedule interleaved: model chunks per stage, V >= 2. The profile then has S x V model stages: "
                   "stage = chunk x S + pipeline stage, or a chunk column beside stage = pipeline stage")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
+      ->capture_default_str()->check(between(1, 1024));
   cmd->add_option("--extra-forwards", args->config.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_flag("--recompute", args->recompute,
                 "1F1B with activation recomputation: each backward runs its forward again first, at the backward's "
                 "clock (its time and energy are added to the backward's; recorded in plans.json)");
   cmd->add_option("--cost-model", args->cost_model,
                   "auto: exp where it fits, pwl where not; exp: a*exp(b*q)+c fit (the reference, strict); "
                   "pwl: convex piecewise-linear hull")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
+      ->capture_default_str()->check(one_of({"auto", "exp", "pwl"}));
   cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
   cmd->add_option("--threads", args->threads,
                   "Solver threads: 1, or 2 (a second thread computes each point's times while the first solves the "
                   "next points' flows; the same frontier); 0: 2 where the machine has a second core and the pipeline has at least 256 "
                   "instructions")
-      ->capture_default_str()->check(CLI::Range(0, 2));
+      ->capture_default_str()->check(between(0, 2));
   cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();
   cmd->add_flag("--quiet,-q", args->quiet, "No progress display or summary");
   return [args] { return run_optimize(*args); };

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "perseus/baselines/envpipe.hpp"
+#include "perseus/cli/arguments.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/util/error.hpp"
 
@@ -12,9 +13,9 @@ namespace perseus::cli {
 
 void add_selector(CLI::App* cmd, Selector& s) {
   auto* index = cmd->add_option("--index", s.index, "Frontier point (0 = slowest)");
-  auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(CLI::PositiveNumber);
+  auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(positive());
   auto* slow = cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
-                   ->check(CLI::Range(1.0, 1e6));
+                   ->check(between(1.0, 1e6));
   index->excludes(time)->excludes(slow);
   time->excludes(slow);
 }
@@ -44,22 +45,22 @@ std::size_t select(const FrontierRecord& record, const Selector& s) {
 void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required) {
   auto* profile = cmd->add_option("profile", args.profile, "Stage profile CSV: stage,instruction,frequency,time,energy");
   if (profile_required) profile->required();
-  cmd->add_option("--stages", args.stages, "Number of pipeline stages")->check(CLI::PositiveNumber);
-  cmd->add_option("--microbatches", args.microbatches, "Microbatches per iteration")->check(CLI::PositiveNumber);
-  cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(CLI::PositiveNumber);
+  cmd->add_option("--stages", args.stages, "Number of pipeline stages")->check(positive());
+  cmd->add_option("--microbatches", args.microbatches, "Microbatches per iteration")->check(positive());
+  cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(non_negative());
+  cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(positive());
   cmd->add_option("--schedule", args.schedule,
                   "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), zb-h1, zbv, dualpipev "
                   "(zero-bubble and DualPipeV: a profile with backward_input/backward_weight rows), or envpipe (1F1B "
                   "with EnvPipe's extra forwards)")
-      ->check(CLI::IsMember({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
+      ->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
   cmd->add_option("--virtual-stages", args.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
-      ->check(CLI::Range(1, 1024));
+      ->check(between(1, 1024));
   cmd->add_option("--extra-forwards", args.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
   cmd->add_flag("--quantize", args.quantize, "Floor instruction times to the unit time, as the planner does");
   cmd->add_flag("--recompute", args.recompute,
                 "Activation recomputation: each backward runs its forward again first (added to the backward's "
@@ -131,7 +132,7 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
 void add_plan_source_options(CLI::App* cmd, PlanSourceArgs& args) {
   auto* plan = cmd->add_option("--plan", args.plan_file, "Plan file (.json, or the artifact's freqs_pipeline_*.py)");
   auto* frontier = cmd->add_option("--frontier", args.frontier_dir, "Directory written by perseus optimize");
-  auto* baseline = cmd->add_option("--baseline", args.baseline, "Baseline planner")->check(CLI::IsMember(baseline_names()));
+  auto* baseline = cmd->add_option("--baseline", args.baseline, "Baseline planner")->check(one_of(baseline_names()));
   plan->excludes(frontier)->excludes(baseline);
   frontier->excludes(baseline);
   add_selector(cmd, args.selector);
@@ -140,9 +141,9 @@ void add_plan_source_options(CLI::App* cmd, PlanSourceArgs& args) {
 
 void add_zeus_options(CLI::App* cmd, ZeusOptions& options) {
   cmd->add_option("--eta", options.eta, "Zeus baselines: weight of energy in eta*E + (1-eta)*MaxPower*T")
-      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+      ->capture_default_str()->check(between(0.0, 1.0));
   cmd->add_option("--max-power", options.max_power, "Zeus baselines: MaxPower per GPU in watts (default: the profile's highest)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(non_negative());
 }
 
 LoadedSource load_source(const PlanSourceArgs& args) {

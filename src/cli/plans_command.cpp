@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/plan_source.hpp"
 #include "perseus/plan/plan_files.hpp"
@@ -106,8 +107,8 @@ Runner add_plans_command(CLI::App& app) {
   export_cmd->add_option("dir", exp->dir, "Directory written by perseus optimize")->required();
   export_cmd->add_option("--out", exp->out, "Directory to write the plan files into")->required();
   export_cmd->add_option("--format", exp->format, "json, py (the Perseus artifact's), both, or zeus (Zeus's (instruction, clock) tuples)")
-      ->capture_default_str()->check(CLI::IsMember({"json", "py", "both", "zeus"}));
-  export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(one_of({"json", "py", "both", "zeus"}));
+  export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")->check(positive());
   add_selector(export_cmd, exp->selector);
 
   auto read = std::make_shared<ReadArgs>();

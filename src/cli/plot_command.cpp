@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/plan_source.hpp"
 #include "perseus/emulate/judge.hpp"
@@ -106,7 +107,7 @@ Runner add_plot_command(CLI::App& app) {
   add_pipeline_options(timeline_cmd, timeline->pipeline, false);
   add_plan_source_options(timeline_cmd, timeline->source);
   timeline_cmd->add_option("--color", timeline->color, "Colour boxes by clock or average power")->capture_default_str()
-      ->check(CLI::IsMember({"clock", "power"}));
+      ->check(one_of({"clock", "power"}));
   timeline_cmd->add_option("--out", timeline->out, "SVG file to write")->required();
 
   auto frontier = std::make_shared<FrontierArgs>();
@@ -114,7 +115,7 @@ Runner add_plot_command(CLI::App& app) {
   frontier_cmd->add_option("dirs", frontier->dirs, "One or more optimize output directories")->required();
   frontier_cmd->add_option("--names", frontier->names, "Legend names, comma-separated, one per directory")->delimiter(',');
   frontier_cmd->add_option("--baselines", frontier->baselines, "Baselines to mark (planned on the first frontier's profile)")
-      ->delimiter(',')->capture_default_str()->check(CLI::IsMember(baseline_names()));
+      ->delimiter(',')->capture_default_str()->check(one_of(baseline_names()));
   frontier_cmd->add_flag("--no-baselines", frontier->no_baselines, "Mark no baselines");
   frontier_cmd->add_flag("--model", frontier->model, "Plot the planner's predicted energies instead of emulating each point");
   add_selector(frontier_cmd, frontier->mark);

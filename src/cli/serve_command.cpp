@@ -25,9 +25,11 @@
 #include <thread>
 #include <vector>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/protocol/power_mode.hpp"
 #include "perseus/server/http_server.hpp"
+#include "perseus/server/scheduler.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/safe_text.hpp"
@@ -38,7 +40,16 @@ namespace {
 // Defaults come from ServerSettings, so that the flags and the library agree.
 const server::ServerSettings kDefaults;
 // Durations: longer ones would overflow the clocks (and fire at once); refused as a usage error.
-const CLI::Range kSeconds(0.0, server::kMaxSettingSeconds);
+const CLI::Validator kSeconds = between(0.0, server::kMaxSettingSeconds);
+
+// --scheduler's help: every scheduler the registry knows (each also as <name>3D).
+std::string scheduler_help() {
+  std::vector<std::string> names;
+  for (const auto& name : server::scheduler_names())
+    if (!name.ends_with("3D")) names.push_back(name);
+  return fmt::format("{}, or one of those + '3D' (else PERSEUS_SCHEDULER, then ZEUS_PFO_SCHEDULER)",
+                     fmt::join(names, ", "));
+}
 
 struct ServeArgs {
   std::string host = "127.0.0.1";
@@ -261,10 +272,7 @@ Runner add_serve_command(CLI::App& app) {
                                           "what they measured");
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
   cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->capture_default_str();
-  args->scheduler_opt = cmd->add_option("--scheduler", args->scheduler,
-                  "AllMaxFrequency, TwoFrequencies, InstructionProfiler, PointSolution, AllMaxPowerLimit, "
-                  "ZeusGlobalPowerLimit, or one of those + '3D' "
-                  "(else PERSEUS_SCHEDULER, then ZEUS_PFO_SCHEDULER)")
+  args->scheduler_opt = cmd->add_option("--scheduler", args->scheduler, scheduler_help())
       ->envname("PERSEUS_SCHEDULER")
       ->capture_default_str();
   args->scheduler_args_opt = cmd->add_option("--scheduler-args", args->scheduler_args,
@@ -306,7 +314,7 @@ Runner add_serve_command(CLI::App& app) {
                   "Most ranks one job may have: a register_job above it gets 422 (bounds what one request can make "
                   "the server allocate)")
       ->envname("PERSEUS_MAX_WORLD_SIZE")
-      ->check(CLI::Range(1, 1 << 30))
+      ->check(between(1, 1 << 30))
       ->capture_default_str();
   args->max_job_idle_opt = cmd->add_option("--max-job-idle-time", args->max_job_idle,
                   "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
@@ -318,41 +326,41 @@ Runner add_serve_command(CLI::App& app) {
                   "Most jobs held in memory (running, or ended and kept for --job-retention): at the limit the job "
                   "that ended first is forgotten early; with every job running, register_job gets 503")
       ->envname("PERSEUS_MAX_JOBS")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(between(1, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--max-total-ranks", args->max_total_ranks,
                   "Most ranks of all jobs held, summed (register_job allocates ~300 bytes a rank before any rank "
                   "registers): beyond it, once no ended job is left to forget early, register_job gets 503 (0: no limit)")
       ->envname("PERSEUS_MAX_TOTAL_RANKS")
-      ->check(CLI::Range(0LL, 1LL << 40))
+      ->check(between(0LL, 1LL << 40))
       ->capture_default_str();
   cmd->add_option("--max-job-entries", args->max_job_entries,
                   "Most entries one job's schedules may have, world size x a rank's pipe_schedule length (what its "
                   "schedules and results grow with): a register_rank beyond it gets 422 (0: no limit)")
       ->envname("PERSEUS_MAX_JOB_ENTRIES")
-      ->check(CLI::Range(0LL, 1LL << 50))
+      ->check(between(0LL, 1LL << 50))
       ->capture_default_str();
   cmd->add_option("--max-body-bytes", args->max_body_bytes,
                   "Largest request body: a larger one gets 413 before it is read (the largest legitimate one, a "
                   "result of many iterations, is ~20 bytes per measurement)")
       ->envname("PERSEUS_MAX_BODY_BYTES")
-      ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 34))
+      ->check(between(std::size_t{1024}, std::size_t{1} << 34))
       ->capture_default_str();
   cmd->add_option("--max-connections-per-peer", args->max_connections_per_peer,
                   "Most connections one remote address may hold; more are closed as they are accepted (default: "
                   "half the open-file limit; 0: no cap). Each rank holds two or three")
       ->envname("PERSEUS_MAX_CONNECTIONS_PER_PEER")
-      ->check(CLI::Range(0LL, 1LL << 30));
+      ->check(between(0LL, 1LL << 30));
   cmd->add_option("--idle-timeout", args->idle_timeout,
                   "Seconds a kept-alive connection may wait for its next request, or a request take to arrive, "
                   "before it is closed (a schedule request waiting for its round is not idle)")
       ->envname("PERSEUS_IDLE_TIMEOUT")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(between(0.001, 86400.0))
       ->capture_default_str();
   cmd->add_option("--write-timeout", args->write_timeout,
                   "Seconds a client may take to receive a reply before its connection is dropped")
       ->envname("PERSEUS_WRITE_TIMEOUT")
-      ->check(CLI::Range(0.001, 86400.0))
+      ->check(between(0.001, 86400.0))
       ->capture_default_str();
   cmd->add_flag("--record-ranks", args->record_ranks,
                 "Record every rank's result and schedule per round (N.prof.json, N.sched.json) instead of one result per "
@@ -362,7 +370,7 @@ Runner add_serve_command(CLI::App& app) {
                   "Keep each job's per-round record files of only its last this many rounds (0: all); the job store "
                   "keeps what a restart needs regardless")
       ->envname("PERSEUS_RECORD_ROUNDS")
-      ->check(CLI::NonNegativeNumber)
+      ->check(non_negative())
       ->capture_default_str();
   cmd->add_option("--token-file", args->token_file,
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "

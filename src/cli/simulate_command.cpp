@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/interrupt.hpp"
 #include "perseus/cli/server_call.hpp"
@@ -139,7 +140,7 @@ Runner add_simulate_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("simulate", "Train a simulated cluster (GPUs modeled from a profile) against a "
                                              "perseus server, in simulated time (or paced with --time-scale)");
   cmd->add_option("profile", args->profile, "Stage profile CSV (stage,instruction,frequency,time,energy)")
-      ->required()->check(CLI::ExistingFile);
+      ->required()->check(existing_file());
   cmd->add_option("--stages", c.stages, "Pipeline stages S")->required();
   cmd->add_option("--microbatches", c.microbatches, "Microbatches per iteration M")->required();
   cmd->add_option("--p2p-power", c.p2p_power, "Watts a GPU draws while waiting (P_block)")->required();
@@ -169,7 +170,7 @@ Runner add_simulate_command(CLI::App& app) {
   cmd->add_option("--schedule", args->schedule, "1f1b, gpipe, interleaved (with --virtual-stages), zb-h1, zbv or dualpipev")->capture_default_str();
   cmd->add_option("--virtual-stages", c.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages)")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
+      ->capture_default_str()->check(between(1, 1024));
   cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
   return [args] { return run_simulate(*args); };
 }

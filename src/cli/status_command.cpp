@@ -11,6 +11,7 @@
 #include <thread>
 #include <nlohmann/json.hpp>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/interrupt.hpp"
 #include "perseus/cli/server_call.hpp"
@@ -163,7 +164,7 @@ Runner add_status_command(CLI::App& app) {
   cmd->add_option("--watch", args->watch, "Refresh every SECONDS (default 2) until Ctrl-C, in place on a terminal")
       ->expected(0, 1)
       ->default_str("2")
-      ->check(CLI::Range(0.1, 3600.0));
+      ->check(between(0.1, 3600.0));
   return [args] { return run_status(*args); };
 }
 

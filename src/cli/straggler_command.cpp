@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/server_call.hpp"
 #include "perseus/util/error.hpp"
@@ -48,18 +49,18 @@ Runner add_straggler_command(CLI::App& app) {
                                               "that they are not any more");
   cmd->add_option("job_id", args->job_id, "The job (perseus status lists them)")->required();
   auto* slowdown = cmd->add_option("--slowdown", args->slowdown, "Iterations take X times the measured all-max time")
-                       ->check(CLI::Range(1.0, 100.0));
+                       ->check(between(1.0, 100.0));
   auto* time = cmd->add_option("--iteration-time", args->iteration_time, "Iterations take S seconds")
-                   ->check(CLI::PositiveNumber);
+                   ->check(positive());
   auto* clear = cmd->add_flag("--clear", args->clear, "The straggler is gone: back to the target plan");
   cmd->add_option("--dp-rank", args->dp_rank, "The slow pipeline (it keeps its plan; default: every pipeline slows)")
-      ->check(CLI::NonNegativeNumber)->excludes(clear);
+      ->check(non_negative())->excludes(clear);
   slowdown->excludes(time)->excludes(clear);
   time->excludes(clear);
   cmd->add_option("--server", args->server, "perseus serve's URL (token: PERSEUS_TOKEN)")->capture_default_str();
   cmd->callback([cmd, slowdown, time, clear] {
     if (slowdown->count() + time->count() + clear->count() != 1)
-      throw CLI::ValidationError("perseus straggler", "give one of --slowdown, --iteration-time, --clear");
+      throw CLI::ValidationError("give one of --slowdown, --iteration-time, --clear");
     (void)cmd;
   });
   return [args] { return run_straggler(*args); };

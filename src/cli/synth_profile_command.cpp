@@ -1,6 +1,7 @@
 // `perseus synth-profile`: write a stage profile from the documented synthetic GPU model.
 #include <cstdio>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/profile/backward_split.hpp"
 #include "perseus/profile/synthetic.hpp"
@@ -15,7 +16,7 @@ Runner add_synth_profile_command(CLI::App& app) {
   auto from = std::make_shared<std::string>();
   auto split = std::make_shared<double>(0);
   auto* cmd = app.add_subcommand("synth-profile", "Generate a stage profile from a small GPU model (for trying perseus without GPUs)");
-  cmd->add_option("--stages", gpu->num_stages, "Pipeline stages")->capture_default_str()->check(CLI::PositiveNumber);
+  cmd->add_option("--stages", gpu->num_stages, "Pipeline stages")->capture_default_str()->check(positive());
   cmd->add_option("--forward-time", gpu->forward_time, "Seconds per forward of a middle stage at the top clock")->capture_default_str();
   cmd->add_option("--top-clock", gpu->top_clock, "Highest SM clock, MHz")->capture_default_str();
   cmd->add_option("--bottom-clock", gpu->bottom_clock, "Lowest SM clock, MHz")->capture_default_str();

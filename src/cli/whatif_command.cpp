@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/plan_source.hpp"
 #include "perseus/emulate/deadline_fit.hpp"
@@ -117,21 +118,21 @@ Runner add_whatif_command(CLI::App& app) {
   add_pipeline_options(cmd, args->pipeline, false);
   cmd->add_option("--frontier", args->frontier_dir, "Use this optimize output instead of planning in-process");
   cmd->add_option("--cost-model", args->cost_model, "Cost model when planning in-process: auto, exp or pwl (as optimize)")
-      ->capture_default_str()->check(CLI::IsMember({"auto", "exp", "pwl"}));
+      ->capture_default_str()->check(one_of({"auto", "exp", "pwl"}));
   cmd->add_option("--global-batch", args->global_batch, "Microbatches per global batch; D = global batch / microbatches")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  cmd->add_option("--pipelines", args->pipelines, "Data-parallel pipelines D (overrides --global-batch)")->check(CLI::PositiveNumber);
+      ->capture_default_str()->check(positive());
+  cmd->add_option("--pipelines", args->pipelines, "Data-parallel pipelines D (overrides --global-batch)")->check(positive());
   cmd->add_option("--slowdowns", args->slowdowns, "Straggler slowdowns T'/T, comma-separated")->delimiter(',')
-      ->capture_default_str()->check(CLI::Range(1.0, 1e6));
+      ->capture_default_str()->check(between(1.0, 1e6));
   cmd->add_option("--baselines", args->baselines, "Baselines to compare, comma-separated")->delimiter(',')
-      ->capture_default_str()->check(CLI::IsMember(baseline_names()));
+      ->capture_default_str()->check(one_of(baseline_names()));
   add_zeus_options(cmd, args->options.zeus);
   cmd->add_option("--convention", args->convention,
                   "perseus: T is all-max's emulated time, the straggler runs all-max stretched, perseus's pick counts "
                   "the blocking until T', energies emulated; paper: the Perseus evaluation notebook's (T is the "
                   "planner's fastest time, each method's straggler runs its own plan stretched, the pick ignores the "
                   "blocking, frontier energies are the planner's predictions)")
-      ->capture_default_str()->check(CLI::IsMember({"perseus", "paper"}));
+      ->capture_default_str()->check(one_of({"perseus", "paper"}));
   cmd->add_option("--out", args->out, "Write the rows as CSV");
   cmd->add_flag("--quiet,-q", args->quiet, "Print nothing");
   return [args] { return run_whatif(*args); };

@@ -1,8 +1,10 @@
 """examples/pytorch/run.sh: a real 4-stage PyTorch pipeline (gloo, CPU) on the fake NVML, first at
 all-max, then on the planner's plan. Every rank's clock is checked instruction by instruction
-from the fake NVML's call log, and the training loss must go down."""
+from the fake NVML's call log, and the training loss must go down; every rank's time and energy
+are printed, and a run in which perseus was off on a rank fails, saying so."""
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -20,23 +22,35 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch"
 STAGES, MICROBATCHES, REPORT_EVERY, ITERATIONS = 4, 4, 2, 12
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("pytorch-example")
-    env = dict(os.environ, PYTHON=sys.executable, ITERATIONS=str(ITERATIONS))
+def run_example(out, **extra_env):
+    env = dict(os.environ, PYTHON=sys.executable, ITERATIONS=str(ITERATIONS), **extra_env)
     env.pop("PERSEUS_FAKE_NVML_LOG", None)
-    done = subprocess.run(["bash", str(EXAMPLE / "run.sh"), str(out)], env=env, capture_output=True, text=True,
+    return subprocess.run(["bash", str(EXAMPLE / "run.sh"), str(out)], env=env, capture_output=True, text=True,
                           timeout=300)
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pytorch-example")
+    done = run_example(out)
     assert done.returncode == 0, done.stdout + done.stderr
-    return out
+    return out, done.stdout
+
+
+@pytest.fixture(scope="module")
+def run(example):
+    return example[0]
 
 
 def instruction_clocks(log):
     """Per iteration, the clock each instruction began and ended at: an iteration reads the
-    energy counter at its start, at each instruction's begin and end, and at its end."""
+    energy counter at its start, at each instruction's begin and end, and at its end; the
+    example's EnergyMonitor reads it twice before the first iteration (when made and when its
+    window opens) and once after the last (when the window closes)."""
     reads = clocks_at_energy_reads(log)
     per_iteration = 2 + 2 * 2 * MICROBATCHES
-    assert len(reads) == ITERATIONS * per_iteration, f"{log}: {len(reads)} energy reads"
+    assert len(reads) == 3 + ITERATIONS * per_iteration, f"{log}: {len(reads)} energy reads"
+    reads = reads[2:-1]
     iterations = [reads[i * per_iteration:(i + 1) * per_iteration] for i in range(ITERATIONS)]
     return [(iteration[1:-1:2], iteration[2:-1:2]) for iteration in iterations]
 
@@ -92,3 +106,39 @@ def test_the_server_recorded_every_round(run):
     for r in range(rounds):
         results = json.loads((job / f"{r}.prof.json").read_text())
         assert sorted(result["rank"] for result in results) == list(range(STAGES))
+
+
+def rank_summaries(stdout):
+    """Per phase, each rank's summary line: (perseus on?, iterations on, seconds, joules)."""
+    phases, phase = {}, None
+    for line in stdout.splitlines():
+        heading = re.match(r"== (\w+) \(", line)
+        if heading:
+            phase = heading.group(1)
+        summary = re.match(r"rank (\d+): perseus (on|OFF) for (\d+) of (\d+) iterations; \d+ iterations in "
+                           r"([0-9.]+) s, GPU energy ([0-9.]+) J$", line)
+        if summary:
+            rank, state, on, total, seconds, joules = summary.groups()
+            phases.setdefault(phase, {})[int(rank)] = (state == "on", int(on), int(total), float(seconds), float(joules))
+    return phases
+
+
+def test_every_rank_prints_its_time_and_energy_in_both_phases(example):
+    _, stdout = example
+    phases = rank_summaries(stdout)
+    assert sorted(phases) == ["allmax", "plan"], stdout
+    for phase, ranks in phases.items():
+        assert sorted(ranks) == list(range(STAGES)), f"{phase}: {stdout}"
+        for on, iterations_on, iterations, seconds, joules in ranks.values():
+            assert on and iterations_on == iterations == ITERATIONS
+            assert seconds > 0 and joules > 0
+    assert re.search(r"GPU energy of all ranks: allmax [0-9.]+ J, plan [0-9.]+ J \([0-9.-]+% less", stdout), stdout
+
+
+def test_a_run_in_which_perseus_was_off_fails_saying_so(tmp_path):
+    # The fake GPU refuses clock changes: each rank's client fails open and trains on at default clocks.
+    done = run_example(tmp_path, PERSEUS_FAKE_NVML_DENY="1")
+    assert done.returncode != 0, done.stdout
+    assert "perseus OFF for" in done.stdout, done.stdout
+    assert re.search(r"perseus was off on rank\(s\) [0-9 ]+ in phase allmax", done.stderr), done.stderr
+    assert "== plan" not in done.stdout  # it stops at the first phase that proves nothing
