@@ -370,8 +370,8 @@ TEST_F(Cli, UsageErrorsNameTheFlagWhatItMustBeAndWhatWasGiven) {
   EXPECT_TRUE(has(unchecked, "--stages must be an integer, got '4.5'")) << unchecked.output;
   auto schedule = run("optimize " + example_ + " --stages 4" + shape + " --schedule gpip");
   EXPECT_EQ(schedule.code, 64);
-  EXPECT_TRUE(has(schedule, "--schedule must be one of 1f1b, gpipe, interleaved, envpipe, got 'gpip'; did you mean "
-                            "'gpipe'?")) << schedule.output;
+  EXPECT_TRUE(has(schedule, "--schedule must be one of 1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev, envpipe, got "
+                            "'gpip'; did you mean 'gpipe'?")) << schedule.output;
   EXPECT_EQ(run("optimize " + example_ + " --stages 4" + shape + " --quiet").code, 0);
 }
 
