@@ -128,7 +128,7 @@ def main() -> None:
                                   microbatch_size=args.microbatch_size, model_name="mlp", framework="torch",
                                   pipe_schedule=order, report_every=args.report_every, server_url=args.server)
     device = torch.cuda.current_device() if torch.cuda.is_available() else 0
-    monitor = perseus.EnergyMonitor(gpu_indices=[perseus.torch.nvml_device_index(device)])
+    monitor = perseus.EnergyMonitor(gpu_indices=[device])  # CUDA's numbering, as the client's
     iterations = iterations_on = 0
     with client:
         monitor.begin_window("training")
@@ -144,7 +144,8 @@ def main() -> None:
             iterations += 1
             iterations_on += 1
             print(f"stage {stage}: perseus says training is done: {done}", flush=True)
-        used = monitor.end_window("training")
+    # Closed after the client: its worker thread has then made its last energy reads.
+    used = monitor.end_window("training")
     state = "on" if iterations_on == iterations else "OFF"
     print(f"rank {stage}: perseus {state} for {iterations_on} of {iterations} iterations; {iterations} iterations "
           f"in {used.time:.3f} s, GPU energy {used.total_energy:.1f} J", flush=True)
