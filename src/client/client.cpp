@@ -149,7 +149,7 @@ struct Client::Impl {
   double energy_j() { return static_cast<double>(gpu->total_energy_mj(options.device)) / 1000.0; }
 
   void apply(int state) {
-    if (state < 0 || state == applied) return;
+    if (state < 0 || state == applied || clock_reset_started()) return;
     try {
       if (mode == protocol::PowerMode::power_limit) gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
       else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));

@@ -1,9 +1,16 @@
 #include "clock_reset.hpp"
 
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
 #include <atomic>
+#include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <mutex>
+#include <thread>
 
 namespace perseus::client {
 namespace {
@@ -15,11 +22,38 @@ struct Slot {
 
 constexpr int kSlots = 64;
 Slot slots[kSlots];
+
+// Sent by another process: the handler returns at once and the watcher ends the process after
+// the reset. Raised by the faulting thread itself: the handler must not return into the fault,
+// so it waits (bounded) for the watcher's reset and then dies.
+constexpr int kAsynchronous[] = {SIGTERM, SIGHUP, SIGQUIT};
 constexpr int kSignals[] = {SIGTERM, SIGHUP, SIGQUIT, SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL};
-struct sigaction previous[sizeof kSignals / sizeof kSignals[0]];
+constexpr int kSignalCount = sizeof kSignals / sizeof kSignals[0];
+struct sigaction previous[kSignalCount];
+
+// A wedged driver can make a reset call block for good; the process still ends this long after
+// its signal.
+constexpr auto kResetDeadline = std::chrono::seconds(3);
+
 std::once_flag installed;
+std::atomic<bool> reset_started{false};
+pid_t owner = 0;
+int to_watcher[2] = {-1, -1};
+int from_watcher[2] = {-1, -1};
+
+bool asynchronous(int signal) {
+  for (int s : kAsynchronous)
+    if (s == signal) return true;
+  return false;
+}
+
+void restore_previous(int signal) {
+  for (int i = 0; i < kSignalCount; ++i)
+    if (kSignals[i] == signal) sigaction(signal, &previous[i], nullptr);
+}
 
 void reset_all() {
+  if (getpid() != owner) return;  // a forked child: the GPU is its parent's
   for (auto& slot : slots) {
     gpu::GpuLibrary* library = slot.library.exchange(nullptr);
     if (library == nullptr) continue;
@@ -31,18 +65,67 @@ void reset_all() {
   }
 }
 
+// Ends the process with `signal` as if no handler had been installed.
+void die_of(int signal) {
+  restore_previous(signal);
+  kill(getpid(), signal);
+}
+
+void watch() {
+  for (;;) {
+    int signal = 0;
+    ssize_t got = read(to_watcher[0], &signal, sizeof signal);
+    if (got < 0 && errno == EINTR) continue;
+    if (got != static_cast<ssize_t>(sizeof signal)) return;
+    reset_started.store(true);
+    if (asynchronous(signal)) {
+      std::thread([signal] {
+        std::this_thread::sleep_for(kResetDeadline);
+        die_of(signal);
+      }).detach();
+      reset_all();
+      die_of(signal);
+    } else {
+      reset_all();
+      char done = 1;
+      [[maybe_unused]] ssize_t ignored = write(from_watcher[1], &done, 1);
+    }
+  }
+}
+
 void on_signal(int signal) {
-  reset_all();
-  for (std::size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i)
-    if (kSignals[i] == signal) sigaction(signal, &previous[i], nullptr);
-  std::raise(signal);
+  int saved_errno = errno;
+  if (getpid() != owner) {
+    restore_previous(signal);
+    raise(signal);
+    errno = saved_errno;
+    return;
+  }
+  if (write(to_watcher[1], &signal, sizeof signal) == static_cast<ssize_t>(sizeof signal)) {
+    if (asynchronous(signal)) {
+      errno = saved_errno;
+      return;  // the watcher resets and then ends the process
+    }
+    pollfd reply{from_watcher[0], POLLIN, 0};
+    if (poll(&reply, 1, static_cast<int>(std::chrono::milliseconds(kResetDeadline).count())) > 0) {
+      char done = 0;
+      [[maybe_unused]] ssize_t ignored = read(from_watcher[0], &done, 1);
+    }
+  }
+  restore_previous(signal);
+  raise(signal);
+  errno = saved_errno;
 }
 
 void install() {
+  owner = getpid();
   std::atexit(reset_all);
-  for (std::size_t i = 0; i < sizeof kSignals / sizeof kSignals[0]; ++i) {
+  if (pipe2(to_watcher, O_CLOEXEC) != 0 || pipe2(from_watcher, O_CLOEXEC) != 0) return;  // reset at exit only
+  std::thread(watch).detach();
+  for (int i = 0; i < kSignalCount; ++i) {
     struct sigaction action {};
     action.sa_handler = on_signal;
+    action.sa_flags = SA_RESTART;  // the host's system calls go on undisturbed while the watcher works
     sigemptyset(&action.sa_mask);
     sigaction(kSignals[i], &action, &previous[i]);
     // Leave handlers a host program (Python, say) chose for itself alone, except the defaults.
@@ -51,6 +134,8 @@ void install() {
 }
 
 }  // namespace
+
+bool clock_reset_started() { return reset_started.load(std::memory_order_relaxed); }
 
 void register_clock_reset(gpu::GpuLibrary* library, unsigned device) {
   std::call_once(installed, install);

@@ -2,7 +2,9 @@
 // without `perseus gpud`, and what happened to its GPU's clocks (from the fake NVML call log).
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -81,6 +83,44 @@ TEST(RankFaults, WithGpudASigkilledRanksGpuIsResetWithinASecond) {
   std::printf("reset %lld ms after SIGKILL\n", static_cast<long long>(took.count()));
   ::kill(std::stoi(read_file(dir / "gpud.pid")), SIGTERM);
   EXPECT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.err").find("gpud stopping") != std::string::npos; }, 5s));
+  fs::remove_all(dir);
+}
+
+// A rank's own SIGTERM handler resets its clocks; the handler must not call NVML itself, or a
+// signal landing while that thread is inside an NVML call (holding the driver library's lock)
+// hangs the training process for good. The fake NVML holds its lock 2 ms in every clock change,
+// and the signal goes to every thread of the rank but the main one (the thread that changes
+// clocks among them), so most land inside a change: each rank still ends within seconds, of
+// SIGTERM, at default clocks.
+TEST(RankFaults, ASigtermMidDriverCallEndsTheRankAtDefaultClocks) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump");
+  ASSERT_NE(serve.port, 0);
+  for (int attempt = 0; attempt < 6; ++attempt) {
+    std::string log = fmt::format("{}/rank{}.log", dir.string(), attempt);
+    std::string rc = fmt::format("{}/rank{}.rc", dir.string(), attempt);
+    // The wrapper shell's own output goes to /dev/null: a rank that hangs must not hold the test's pipes.
+    std::string command = fmt::format(
+        "({} & echo $! > '{}.pid'; wait $!; echo $? > '{}.part' && mv '{}.part' '{}') > /dev/null 2>&1 &",
+        trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={} PERSEUS_FAKE_NVML_LOCKED_US=2000",
+                                   PERSEUS_FAKE_NVML, log)) + fmt::format(" > '{}.out' 2>&1", rc),
+        rc, rc, rc, rc);
+    ASSERT_EQ(std::system(command.c_str()), 0);
+    ASSERT_TRUE(eventually([&] { return read_if_exists(log).find("SetGpuLockedClocks 0 1005") != std::string::npos; }))
+        << read_if_exists(rc + ".out");
+    pid_t rank = std::stoi(read_file(rc + ".pid"));
+    std::this_thread::sleep_for(std::chrono::milliseconds(3 * attempt));
+    for (const auto& task : fs::directory_iterator(fmt::format("/proc/{}/task", rank))) {
+      long thread = std::stol(task.path().filename().string());
+      if (thread != rank) ::syscall(SYS_tgkill, rank, thread, SIGTERM);
+    }
+    bool ended = eventually([&] { return fs::exists(rc); }, 10s);
+    if (!ended) ::kill(rank, SIGKILL);
+    ASSERT_TRUE(ended) << "attempt " << attempt << ": the rank hung in its SIGTERM handler";
+    EXPECT_EQ(read_file(rc), "143\n") << "attempt " << attempt << ": ends of its SIGTERM";
+    std::string last = last_graphics_call(read_file(log));
+    EXPECT_EQ(last.rfind("nvmlDeviceResetGpuLockedClocks", 0), 0u) << "attempt " << attempt << ": last clock call: " << last;
+  }
   fs::remove_all(dir);
 }
 

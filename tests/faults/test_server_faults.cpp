@@ -57,14 +57,15 @@ TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 
 // Starts a fake training rank in the background (`flags` added); its exit code lands in
 // rank<R>.rc (written whole, then renamed: a test that sees the file sees the code), its fake
-// GPU's call log in gpu<R>.log; returns its pid.
+// GPU's call log in gpu<R>.log; returns its pid. The wrapper shell keeps none of the test's
+// output streams open, so a rank that hangs cannot hold the test runner past the test.
 pid_t start_rank(const fs::path& dir, int port, int rank, int stages, const std::string& flags = "--iterations 100000",
                  const std::string& env = "") {
   std::string command = fmt::format(
       "cd '{}' && ({} PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} --rank {} "
       "--stages {} --microbatches 4 --report-every 2 --job-id-file job_id.txt {} > rank{}.out 2>&1 & "
       "echo $! > rank{}.pid.part && mv rank{}.pid.part rank{}.pid; "
-      "wait $!; echo $? > rank{}.rc.part && mv rank{}.rc.part rank{}.rc) &",
+      "wait $!; echo $? > rank{}.rc.part && mv rank{}.rc.part rank{}.rc) > /dev/null 2>&1 &",
       dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank, rank,
       rank, rank, rank);
   EXPECT_EQ(std::system(command.c_str()), 0);
@@ -212,7 +213,10 @@ TEST(ServerFaults, ADeployedPlanStaysDeployedAcrossAServerKill) {
   EXPECT_EQ(sched[0]["power_states"], nlohmann::json(plan0));
   EXPECT_EQ(sched[1]["power_states"], nlohmann::json(plan1));
   for (pid_t pid : ranks) ::kill(pid, SIGTERM);  // the client's handler resets the clocks
-  EXPECT_TRUE(eventually([&] { return fs::exists(dir / "rank0.rc") && fs::exists(dir / "rank1.rc"); }));
+  bool ended = eventually([&] { return fs::exists(dir / "rank0.rc") && fs::exists(dir / "rank1.rc"); });
+  EXPECT_TRUE(ended) << "a rank did not end of its SIGTERM";
+  if (!ended)
+    for (pid_t pid : ranks) ::kill(pid, SIGKILL);
   for (int r = 0; r < 2; ++r) EXPECT_TRUE(ends_at_default_clock(dir / fmt::format("gpu{}.log", r))) << "rank " << r;
   fs::remove_all(dir);
 }

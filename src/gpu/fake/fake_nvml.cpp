@@ -9,6 +9,9 @@
 //   PERSEUS_FAKE_NVML_LOG         call log path; "%p" becomes the process id
 //   PERSEUS_FAKE_NVML_DENY        1: every set/reset call fails with NO_PERMISSION
 //   PERSEUS_FAKE_NVML_LATENCY_US  sleep this long in every set/reset call, like a real driver
+//   PERSEUS_FAKE_NVML_LOCKED_US   hold the library's lock this long in every set/reset call (a
+//                                 driver call in progress), so a signal handler that called
+//                                 NVML on that thread would deadlock
 //   PERSEUS_FAKE_NVML_LOG_READS   1: log energy-counter reads too (value in mJ), so a test can tell
 //                                 which clock every measured instruction ran at
 #include <algorithm>
@@ -70,6 +73,7 @@ struct State {
   std::FILE* log = nullptr;
   bool deny = false;
   long latency_us = 0;
+  long locked_us = 0;
   bool log_reads = false;
   Clock::time_point start = Clock::now();
 };
@@ -127,6 +131,7 @@ nvmlReturn_t setter(const char* fn, nvmlDevice_t device, const std::string& args
     gpu->advance();
     result = body(*gpu);
   }
+  if (s.locked_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(s.locked_us));
   record(s, fn, index, args, result);
   return result;
 }
@@ -178,6 +183,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
     s.log_reads = log_reads != nullptr && std::strcmp(log_reads, "1") == 0;
     const char* latency = std::getenv("PERSEUS_FAKE_NVML_LATENCY_US");
     s.latency_us = latency != nullptr ? std::atol(latency) : 0;
+    const char* locked = std::getenv("PERSEUS_FAKE_NVML_LOCKED_US");
+    s.locked_us = locked != nullptr ? std::atol(locked) : 0;
     s.initialized = true;
   }
   record(s, "nvmlInit", -1, "", nv::kSuccess);
