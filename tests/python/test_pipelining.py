@@ -247,7 +247,7 @@ def test_a_real_client_follows_the_order_and_locks_each_instructions_clock(serve
         name, local = pipelining.perseus_schedule
         assert pipelining.client.pipe_schedule == perseus.default_pipe_schedule(0, 1, 4, name, local)
         before = len(locked_clocks())
-        for _ in range(2):
+        for _ in range(3):  # rounds after the first begin with a switch-over iteration
             schedule.step()
         pipelining.client.flush()
         assert pipelining.client.enabled and pipelining.client.round == 2
