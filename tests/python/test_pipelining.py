@@ -2,6 +2,7 @@
 (pipelining_standin.py: PyTorch's schedule classes with the action lists PyTorch's generators give,
 run the way PyTorch's runtime runs them; PyTorch >= 2.6 is not a Debian package)."""
 import itertools
+import os
 
 import pytest
 
@@ -256,7 +257,8 @@ def test_a_real_client_follows_the_order_and_locks_each_instructions_clock(serve
 
 
 def test_perseus_torch_makes_the_client_from_the_schedule(serve):
-    pytest.importorskip("torch")  # perseus.torch.Client asks torch for the rank and the device
+    if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing torch is a failure
+        pytest.importorskip("torch")  # perseus.torch.Client asks torch for the rank and the device
     url = serve("AllMaxFrequency")
     schedule, _ = build(ScheduleDualPipeV, 0, 1, 4)
     with perseus.torch.instrument_pipelining(schedule, server_url=url, nvml_library=FAKE_NVML, fail_open=False,
