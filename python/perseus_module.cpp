@@ -165,7 +165,8 @@ PYBIND11_MODULE(_perseus, m) {
           "on_instruction_begin", [](Client& c, const std::string& name) { c.on_instruction_begin(name); },
           py::arg("name"),
           "Marks the start of an instruction; its scheduled clock is locked before it is measured.\n\n"
-          "Args:\n    name: the instruction, e.g. 'forward' or 'backward'; it must be the next entry of "
+          "Args:\n    name: the instruction: 'forward', 'backward', or a zero-bubble schedule's 'backward_input', "
+          "'backward_weight' and DualPipeV's overlapped 'forward_backward'; it must be the next entry of "
           "pipe_schedule (names not in pipe_schedule are measured and keep the current clock).\n\n"
           "Raises:\n    ScheduleMismatch: with strict_schedule, when name is not the next registered instruction.")
       .def(
@@ -227,9 +228,12 @@ PYBIND11_MODULE(_perseus, m) {
       "Args:\n    pp_rank: the stage, 0 <= pp_rank < pp_degree.\n    pp_degree: number of stages.\n"
       "    num_microbatches: microbatches per iteration.\n"
       "    schedule: '1f1b' (DeepSpeed's TrainSchedule; Megatron-LM's non-interleaved 1F1B runs the same order), "
-      "'gpipe' (all forwards, then all backwards) or 'interleaved' (Megatron-LM's interleaved 1F1B).\n"
+      "'gpipe' (all forwards, then all backwards), 'interleaved' (Megatron-LM's interleaved 1F1B), 'zb-h1' "
+      "(ZB-H1: backward_input and backward_weight parts), 'zbv' (ZB-V: two chunks per stage in a V) or "
+      "'dualpipev' (PyTorch's ScheduleDualPipeV order, with overlapped 'forward_backward' pairs).\n"
       "    virtual_stages: with 'interleaved', model chunks per stage (Megatron-LM's "
-      "virtual_pipeline_model_parallel_size); num_microbatches must be a multiple of pp_degree.");
+      "virtual_pipeline_model_parallel_size); num_microbatches must be a multiple of pp_degree. zbv and "
+      "dualpipev always run 2 (1 or 2 accepted).");
 
   m.def(
       "gpu_clocks",
