@@ -248,7 +248,7 @@ std::size_t TurnkeyController::scan_index(const StageKind& operation) const {
 }
 
 std::size_t TurnkeyController::scan_index(const Instruction& inst) const {
-  return scan_index({model_stage(inst, shape_.num_stages), inst.kind});
+  return scan_index(StageKind{model_stage(inst, shape_.num_stages), inst.kind});
 }
 
 void TurnkeyController::add_baseline(const RoundMeasurement& m, double conditions) {

@@ -112,8 +112,9 @@ TEST_P(TurnkeySchedules, DeploysWithTheSavingWhatIfPredicts) {
     EXPECT_FALSE(measured.rows_for(k, InstructionKind::forward).empty()) << "model stage " << k;
     EXPECT_EQ(has_split_backward(measured, k), c.split) << "model stage " << k;
   }
-  if (overlaps_pairs(c.schedule))
+  if (overlaps_pairs(c.schedule)) {
     EXPECT_FALSE(measured.rows_for(0, InstructionKind::forward_backward).empty()) << "no overlapped pair profiled";
+  }
   std::vector<std::string> events;
   for (const auto& d : json::parse(std::ifstream(dir / summary.job_id / "decisions.json"))) events.push_back(d["event"]);
   ASSERT_NE(std::find(events.begin(), events.end(), "deployed"), events.end()) << s.dump();
