@@ -19,8 +19,8 @@ inline std::string shared_profile_path(const std::string& name) {
 inline simulate::SimulationConfig gpt3_cluster(const std::string& url, int pipelines, int iterations) {
   simulate::SimulationConfig c;
   c.profile = read_profile(shared_profile_path("gpt3-175b+a100_sxm_bf16.csv"));
-  c.stages = 8;
-  c.microbatches = 12;
+  c.num_stages = 8;
+  c.num_microbatches = 12;
   c.pipelines = pipelines;
   c.p2p_power = kA100BlockingPowerW;
   c.server_url = url;

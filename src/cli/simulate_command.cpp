@@ -91,8 +91,8 @@ int run_simulate(SimulateArgs& args) {
   if (!args.json)
     std::printf("%s", fmt::format("simulating {} ranks ({} pipelines x {} stages x {} tensor-parallel) of {}, {} "
                                   "microbatches, against {}\n",
-                                  config.pipelines * config.stages * config.tensor_parallel, config.pipelines,
-                                  config.stages, config.tensor_parallel, args.profile, config.microbatches,
+                                  config.pipelines * config.num_stages * config.tensor_parallel, config.pipelines,
+                                  config.num_stages, config.tensor_parallel, args.profile, config.num_microbatches,
                                   config.server_url).c_str());
   auto began = std::chrono::steady_clock::now();
   auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
@@ -141,8 +141,8 @@ Runner add_simulate_command(CLI::App& app) {
                                              "perseus server, in simulated time (or paced with --time-scale)");
   cmd->add_option("profile", args->profile, "Stage profile CSV (stage,instruction,frequency,time,energy)")
       ->required()->check(existing_file());
-  cmd->add_option("--stages", c.stages, "Pipeline stages S")->required();
-  cmd->add_option("--microbatches", c.microbatches, "Microbatches per iteration M")->required();
+  cmd->add_option("--stages", c.num_stages, "Pipeline stages S")->required();
+  cmd->add_option("--microbatches", c.num_microbatches, "Microbatches per iteration M")->required();
   cmd->add_option("--p2p-power", c.p2p_power, "Watts a GPU draws while waiting (P_block)")->required();
   cmd->add_option("--pipelines", c.pipelines, "Data-parallel pipelines D")->capture_default_str();
   cmd->add_option("--tensor-parallel", c.tensor_parallel, "Tensor-parallel ranks per stage T")->capture_default_str();
@@ -169,7 +169,8 @@ Runner add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--schedule", args->schedule, "1f1b, gpipe, interleaved (with --virtual-stages), zb-h1, zbv or dualpipev")->capture_default_str();
   cmd->add_option("--virtual-stages", c.virtual_stages,
-                  "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages)")
+                  "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages); "
+                  "zbv and dualpipev always run 2 (a V)")
       ->capture_default_str()->check(between(1, 1024));
   cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
   return [args] { return run_simulate(*args); };

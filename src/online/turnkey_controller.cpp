@@ -121,9 +121,21 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
     throw std::invalid_argument("the job needs at least one stage, microbatch and pipeline");
   if (shape_.clocks.empty()) throw std::invalid_argument("no clock to run");
   reused_ = reused_profile_.has_value();
-  for (int s = 0; s < shape_.num_stages; ++s) orders_.push_back(stage_schedule(shape_.schedule, s, shape_.num_stages, shape_.num_microbatches));
-  for (int s = 0; s < shape_.num_stages; ++s)
-    for (int k = 0; k < 2; ++k) scans_.emplace_back(shape_.clocks, config_.scan);
+  try {
+    orders_ = shape_.stage_orders();
+  } catch (const std::exception& e) {
+    throw std::invalid_argument(e.what());
+  }
+  stage_of_model_.assign(static_cast<std::size_t>(shape_.num_model_stages()), 0);
+  for (const auto& order : orders_)
+    for (const auto& inst : order) {
+      const int k = model_stage(inst, shape_.num_stages);
+      stage_of_model_.at(static_cast<std::size_t>(k)) = inst.stage;
+      operations_.emplace_back(k, inst.kind);
+    }
+  std::sort(operations_.begin(), operations_.end());
+  operations_.erase(std::unique(operations_.begin(), operations_.end()), operations_.end());
+  for (std::size_t i = 0; i < operations_.size(); ++i) scans_.emplace_back(shape_.clocks, config_.scan);
   variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
 }
 
@@ -230,8 +242,13 @@ void TurnkeyController::decide(const std::string& event, const std::string& deta
   hooks_.decided(decisions_.back());
 }
 
-std::size_t TurnkeyController::scan_index(int stage, InstructionKind kind) const {
-  return static_cast<std::size_t>(stage) * 2 + (kind == InstructionKind::forward ? 0 : 1);
+std::size_t TurnkeyController::scan_index(const StageKind& operation) const {
+  auto it = std::lower_bound(operations_.begin(), operations_.end(), operation);
+  return static_cast<std::size_t>(it - operations_.begin());
+}
+
+std::size_t TurnkeyController::scan_index(const Instruction& inst) const {
+  return scan_index(StageKind{model_stage(inst, shape_.num_stages), inst.kind});
 }
 
 void TurnkeyController::add_baseline(const RoundMeasurement& m, double conditions) {
@@ -287,11 +304,23 @@ std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement&
 }
 
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
-  for (const auto& [key, sets] : m.occurrences)
-    for (const auto& durations : sets) variability_->estimator.add(key.first, key.second, durations);
+  // Kept per stage (GPU): each set is one model stage's durations, so chunks of different sizes do
+  // not count as noise.
+  for (const auto& [key, sets] : m.occurrences) {
+    if (key.first < 0 || static_cast<std::size_t>(key.first) >= stage_of_model_.size()) continue;
+    for (const auto& durations : sets)
+      variability_->estimator.add(stage_of_model_[static_cast<std::size_t>(key.first)], key.second, durations);
+  }
+  // Iterations per round: one set's durations over the times an iteration runs that (model stage, kind).
   auto first = m.occurrences.find({0, InstructionKind::forward});
-  if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty())
-    iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size()) / shape_.num_microbatches);
+  if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty()) {
+    std::size_t per_iteration = 0;
+    for (const auto& order : orders_)
+      for (const auto& inst : order)
+        if (inst.kind == InstructionKind::forward && model_stage(inst, shape_.num_stages) == 0) ++per_iteration;
+    if (per_iteration > 0)
+      iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size() / per_iteration));
+  }
   noise_sigma_ = variability_->estimator.estimate().max();
 }
 
@@ -348,15 +377,16 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
     return start_planning(*reused_profile_);
   }
   // The top clock of every scan was just measured (from the pipelines that ran as fast as the others).
-  for (int s = 0; s < shape_.num_stages; ++s)
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-      auto measured = clean_instruction(m, disturbed, {s, kind});
-      auto& scan = scans_[scan_index(s, kind)];
-      if (measured && scan.next() == shape_.clocks.front()) scan.record(shape_.clocks.front(), *measured);
-    }
+  for (std::size_t i = 0; i < operations_.size(); ++i) {
+    auto measured = clean_instruction(m, disturbed, operations_[i]);
+    auto& scan = scans_[i];
+    if (measured && scan.next() == shape_.clocks.front()) scan.record(shape_.clocks.front(), *measured);
+  }
   phase_ = ControllerPhase::profiling;
-  decide("profiling", fmt::format("{} clocks from {} to {} MHz, coarse step {}, per stage and kind", shape_.clocks.size(),
-                                  shape_.clocks.front(), shape_.clocks.back(), config_.scan.coarse_step));
+  decide("profiling", fmt::format("{} clocks from {} to {} MHz, coarse step {}, per (model stage, kind) of the {} "
+                                  "schedule ({} of them)",
+                                  shape_.clocks.size(), shape_.clocks.front(), shape_.clocks.back(),
+                                  config_.scan.coarse_step, to_string(shape_.schedule), operations_.size()));
   if (profiling_done()) finish_profiling();
 }
 
@@ -366,14 +396,11 @@ bool TurnkeyController::profiling_done() const {
 
 RoundClocks TurnkeyController::profiling_clocks() {
   issued_.clear();
+  for (auto& scan : scans_) issued_.push_back(scan.next());
   std::vector<std::vector<int>> stages;
-  for (int s = 0; s < shape_.num_stages; ++s) {
-    auto f = scans_[scan_index(s, InstructionKind::forward)].next();
-    auto b = scans_[scan_index(s, InstructionKind::backward)].next();
-    issued_.push_back({f, b});
+  for (const auto& order : orders_) {
     std::vector<int> slots;
-    for (const auto& inst : orders_[static_cast<std::size_t>(s)])
-      slots.push_back((inst.kind == InstructionKind::forward ? f : b).value_or(shape_.clocks.front()));
+    for (const auto& inst : order) slots.push_back(issued_[scan_index(inst)].value_or(shape_.clocks.front()));
     stages.push_back(std::move(slots));
   }
   return std::vector<std::vector<std::vector<int>>>(static_cast<std::size_t>(shape_.pipelines), stages);
@@ -385,13 +412,10 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   observe_straggler(m, m.pipeline_time);
   // A slow pipeline's instructions are not the profile's: measured from the others only.
   auto disturbed = disturbed_pipelines(m);
-  for (int s = 0; s < shape_.num_stages && static_cast<std::size_t>(s) < issued_.size(); ++s)
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-      auto clock = kind == InstructionKind::forward ? issued_[static_cast<std::size_t>(s)].first
-                                                    : issued_[static_cast<std::size_t>(s)].second;
-      auto measured = clean_instruction(m, disturbed, {s, kind});
-      if (clock && measured) scans_[scan_index(s, kind)].record(*clock, *measured);
-    }
+  for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
+    auto measured = clean_instruction(m, disturbed, operations_[i]);
+    if (issued_[i] && measured) scans_[i].record(*issued_[i], *measured);
+  }
   issued_.clear();
   if (profiling_done()) finish_profiling();
 }
@@ -400,15 +424,24 @@ void TurnkeyController::finish_profiling() {
   Profile profile;
   profile.source = hooks_.profile_source;
   std::size_t measured = 0;
-  for (int s = 0; s < shape_.num_stages; ++s)
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-      const auto& scan = scans_[scan_index(s, kind)];
-      measured += scan.measured().size();
-      auto rows = config_.interpolate ? scan.interpolated() : scan.measured();
-      for (auto it = rows.rbegin(); it != rows.rend(); ++it)
-        profile.rows.push_back({s, kind, it->first, it->second.time, it->second.energy, 0});
-    }
-  decide("profiled", fmt::format("{} rounds, {} clocks measured over {} (stage, kind) (one round per clock would "
+  auto runs = [&](int stage, InstructionKind kind) {
+    return std::binary_search(operations_.begin(), operations_.end(), StageKind{stage, kind});
+  };
+  for (std::size_t i = 0; i < operations_.size(); ++i) {
+    const auto [stage, kind] = operations_[i];
+    const auto& scan = scans_[i];
+    measured += scan.measured().size();
+    // A profile gives a stage's backward whole or as its two parts: where the schedule runs both
+    // (DualPipeV's whole backwards), the parts go in and the planner runs a whole one as the two
+    // back to back.
+    if (kind == InstructionKind::backward && runs(stage, InstructionKind::backward_input) &&
+        runs(stage, InstructionKind::backward_weight))
+      continue;
+    auto rows = config_.interpolate ? scan.interpolated() : scan.measured();
+    for (auto it = rows.rbegin(); it != rows.rend(); ++it)
+      profile.rows.push_back({stage, kind, it->first, it->second.time, it->second.energy, 0});
+  }
+  decide("profiled", fmt::format("{} rounds, {} clocks measured over {} (model stage, kind) (one round per clock would "
                                  "take {} rounds)", profiling_rounds_, measured, scans_.size(), shape_.clocks.size()));
   hooks_.profiled(profile);
   start_planning(std::move(profile));
@@ -442,7 +475,7 @@ void TurnkeyController::plan_ready() {
     for (int s = 0; s < shape_.num_stages; ++s) {
       const auto& order = orders_[static_cast<std::size_t>(s)];
       for (std::size_t slot = 0; slot < order.size(); ++slot)
-        if (scans_[scan_index(s, order[slot].kind)].request(wanted.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
+        if (scans_[scan_index(order[slot])].request(wanted.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
     }
     if (asked > 0) {
       ++refine_passes_;
@@ -553,7 +586,7 @@ std::vector<double> TurnkeyController::pipeline_conditions(const RoundMeasuremen
       for (std::size_t slot = 0; slot < m.slot_time[d][s].size() && slot < orders_[s].size(); ++slot) {
         int clock = plan ? plan->frequencies[s][slot] : top;
         if (clock != top) continue;
-        auto cost = plans_->emulator->cost(static_cast<int>(s), orders_[s][slot].kind, clock);
+        auto cost = plans_->emulator->cost(orders_[s][slot], clock);
         if (!cost || cost->time <= 0 || m.slot_time[d][s][slot] <= 0) continue;
         if (clock == top) at_top.push_back(m.slot_time[d][s][slot] / cost->time);
       }

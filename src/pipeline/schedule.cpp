@@ -66,6 +66,12 @@ std::string schedule_names() {
   return names;
 }
 
+std::vector<ScheduleKind> all_schedule_kinds() {
+  std::vector<ScheduleKind> kinds;
+  for (const auto& e : kSchedules) kinds.push_back(e.kind);
+  return kinds;
+}
+
 void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1)
     throw Error("a schedule needs stages >= 1 and microbatches >= 1", kExitUsage);

@@ -63,25 +63,23 @@ class Cluster {
  public:
   explicit Cluster(const SimulationConfig& config) : config_(config), rng_(config.seed) {
     check_config();
+    orders_ = config_.stage_orders();  // what each rank runs and registers as its pipe schedule
     build_tables();
     std::vector<unsigned> clocks;
     for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
-    const int world = config_.pipelines * config_.stages * config_.tensor_parallel;
+    const int world = config_.pipelines * config_.num_stages * config_.tensor_parallel;
     ranks_.resize(static_cast<std::size_t>(world));
     std::mt19937_64 speeds(config_.seed ^ 0x5eed5bead5ULL);  // its own stream: the noise stays as it was
     for (int d = 0; d < config_.pipelines; ++d)
-      for (int s = 0; s < config_.stages; ++s)
+      for (int s = 0; s < config_.num_stages; ++s)
         for (int t = 0; t < config_.tensor_parallel; ++t) {
           Rank& r = rank_at(d, s, t);
           r.rank = index(d, s, t);
           r.dp = d, r.pp = s, r.tp = t;
           r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
           r.speed = speed_factor(speeds);
-          r.names = client::default_pipe_schedule(s, config_.stages, config_.microbatches, config_.schedule,
-                                                  config_.virtual_stages);
+          for (const auto& inst : orders_[static_cast<std::size_t>(s)]) r.names.emplace_back(to_string(inst.kind));
         }
-    for (int s = 0; s < config_.stages; ++s)
-      orders_.push_back(stage_schedule(config_.schedule, s, config_.stages, config_.microbatches, 0, config_.virtual_stages));
   }
 
   SimulationSummary run(const std::function<void(const WindowReport&)>& on_report) {
@@ -168,21 +166,21 @@ class Cluster {
     }
   };
 
-  int index(int d, int s, int t) const { return (d * config_.stages + s) * config_.tensor_parallel + t; }
+  int index(int d, int s, int t) const { return (d * config_.num_stages + s) * config_.tensor_parallel + t; }
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
   void check_config() const {
     const auto& c = config_;
     auto usage = [](const std::string& what) { throw Error(what, kExitUsage); };
-    if (c.stages < 1) usage("--stages must be at least 1");
-    if (c.microbatches < 1) usage("--microbatches must be at least 1");
-    if (c.schedule == ScheduleKind::one_f_one_b && c.microbatches < c.stages)
-      usage(fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.microbatches, c.stages));
+    if (c.num_stages < 1) usage("--stages must be at least 1");
+    if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
+    if (c.schedule == ScheduleKind::one_f_one_b && c.num_microbatches < c.num_stages)
+      usage(fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.num_microbatches, c.num_stages));
     if (c.pipelines < 1) usage("--pipelines must be at least 1");
     if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
-    if (static_cast<long long>(c.stages) * c.pipelines * c.tensor_parallel > 16384)
+    if (static_cast<long long>(c.num_stages) * c.pipelines * c.tensor_parallel > 16384)
       usage("at most 16384 simulated ranks (stages x pipelines x tensor-parallel)");
-    if (static_cast<long long>(c.microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
+    if (static_cast<long long>(c.num_microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
     if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power)) usage("--p2p-power must be a non-negative number of watts");
     if (c.iterations < 1) usage("--iterations must be at least 1");
     if (c.report_every < 1) usage("--report-every must be at least 1");
@@ -195,15 +193,14 @@ class Cluster {
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
-    check_schedule_shape(c.schedule, c.stages, c.microbatches, c.virtual_stages);
-    profile_for_schedule(by_model_stage(c.profile, c.stages), c.schedule, c.stages,
-                         c.stages * schedule_virtual_stages(c.schedule, c.virtual_stages));
+    c.check();
+    profile_for_schedule(by_model_stage(c.profile, c.num_stages), c.schedule, c.num_stages, c.num_model_stages());
   }
 
   void build_tables() {  // per model stage
-    const int model_stages = config_.stages * schedule_virtual_stages(config_.schedule, config_.virtual_stages);
+    const int model_stages = config_.num_model_stages();
     const Profile model =
-        profile_for_schedule(by_model_stage(config_.profile, config_.stages), config_.schedule, config_.stages, model_stages);
+        profile_for_schedule(by_model_stage(config_.profile, config_.num_stages), config_.schedule, config_.num_stages, model_stages);
     tables_.resize(static_cast<std::size_t>(model_stages) * kNumInstructionKinds);
     for (int s = 0; s < model_stages; ++s)
       for (auto kind : kAllInstructionKinds) {
@@ -233,13 +230,13 @@ class Cluster {
       threads.emplace_back([&, rp = &r] {
         client::ClientOptions o;
         o.rank = rp->rank, o.dp_rank = rp->dp, o.pp_rank = rp->pp, o.tp_rank = rp->tp;
-        o.dp_degree = config_.pipelines, o.pp_degree = config_.stages, o.tp_degree = config_.tensor_parallel;
+        o.dp_degree = config_.pipelines, o.pp_degree = config_.num_stages, o.tp_degree = config_.tensor_parallel;
         o.world_size = static_cast<int>(ranks_.size());
         o.server_url = config_.server_url;
         o.token = config_.token;
         o.framework = "perseus-simulate";
         o.model_name = config_.model_name;
-        o.num_microbatches = config_.microbatches;
+        o.num_microbatches = config_.num_microbatches;
         o.pipe_schedule = rp->names;
         o.report_every = config_.round_iterations;
         o.gpu = rp->gpu;
@@ -288,7 +285,7 @@ class Cluster {
 
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
-    const CostTable& table = tables_[table_index(model_stage(inst, config_.stages), inst.kind)];
+    const CostTable& table = tables_[table_index(model_stage(inst, config_.num_stages), inst.kind)];
     const char* name = to_string(inst.kind).data();
     const int T = config_.tensor_parallel;
     durations_.assign(static_cast<std::size_t>(T), 0);
@@ -318,7 +315,7 @@ class Cluster {
   }
 
   double run_pipeline_iteration(int d, double t0, double slow) {
-    return run_pipeline(orders_, config_.microbatches, t0, [&](int s, std::size_t slot, double start) {
+    return run_pipeline(orders_, config_.num_microbatches, t0, [&](int s, std::size_t slot, double start) {
       return run_instruction(d, s, orders_[static_cast<std::size_t>(s)][slot], start, slow);
     });
   }

@@ -247,7 +247,7 @@ TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
   testing::TestServer server(settings("Perseus"));  // wait_for_plan off: the default
   simulate::SimulationConfig big = gpt3_cluster(server.url, 1, 1000000);
   big.profile = read_profile(a40);
-  big.microbatches = 256;  // a frontier of many thousands of points over 4,096 instructions
+  big.num_microbatches = 256;  // a frontier of many thousands of points over 4,096 instructions
   big.p2p_power = kA40BlockingPowerW;
   big.model_name = "big";
   std::atomic<bool> stop_big{false};

@@ -225,7 +225,7 @@ bool same(const std::vector<server::PowerStateSchedule>& a, const std::vector<se
 
 simulate::SimulationConfig cluster(const std::string& url, int iterations) {
   auto c = testing::gpt3_cluster(url, 2, iterations);
-  c.microbatches = 8;
+  c.num_microbatches = 8;
   c.tensor_parallel = 2;
   c.noise = 0.02;  // tensor-parallel ranks and pipelines measure different times
   c.seed = 3;

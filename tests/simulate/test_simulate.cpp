@@ -75,8 +75,8 @@ TEST_F(SimulateTest, AnInterleavedPlanServedByPointSolutionRunsAsEmulated) {
                                                          {"slowdown", 1.1}, {"warmup_iters", 1}}));
   simulate::SimulationConfig c;
   c.profile = profile;
-  c.stages = 2;
-  c.microbatches = 4;
+  c.num_stages = 2;
+  c.num_microbatches = 4;
   c.virtual_stages = 2;
   c.schedule = ScheduleKind::interleaved;
   c.p2p_power = 70;
@@ -173,7 +173,7 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
   EXPECT_TRUE(spec.active(2, 10) && spec.active(2, 20));
   EXPECT_FALSE(spec.active(2, 9) || spec.active(2, 21) || spec.active(1, 15));
   simulate::SimulationConfig config = gpt3_cluster("http://127.0.0.1:1", 1, 1);
-  config.microbatches = 4;  // fewer than the 8 stages
+  config.num_microbatches = 4;  // fewer than the 8 stages
   try {
     (void)simulate::simulate_cluster(config);
     ADD_FAILURE() << "1f1b with fewer microbatches than stages was accepted";

@@ -160,7 +160,9 @@ class Client {
 // One stage's forwards and backwards as pipe_schedule names, in the order the schedule runs them:
 // 1f1b is DeepSpeed's TrainSchedule (Megatron-LM's non-interleaved 1F1B runs the same order);
 // interleaved is Megatron-LM's interleaved 1F1B with `virtual_stages` model chunks per stage
-// (num_microbatches counts each microbatch once, not once per chunk).
+// (num_microbatches counts each microbatch once, not once per chunk); zb-h1, zbv and dualpipev
+// name the split parts (backward_input, backward_weight) and DualPipeV's overlapped pairs
+// (forward_backward), the names the hooks then take.
 std::vector<std::string> default_pipe_schedule(int pp_rank, int pp_degree, int num_microbatches,
                                                ScheduleKind kind = ScheduleKind::one_f_one_b, int virtual_stages = 1);
 

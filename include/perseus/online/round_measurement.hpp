@@ -18,7 +18,8 @@ struct RoundMeasurement {
   double iteration_time = 0;  // the slowest rank's, per iteration
   double energy = 0;          // every rank's, per iteration
   int iterations = 0;         // iterations the round ran (0: not known)
-  // Per (stage, kind): mean time and energy of one instruction over the stage's ranks.
+  // Per (model stage, kind) (the stage itself unless the schedule runs model chunks): mean time and
+  // energy of one instruction over the ranks that run it.
   std::map<StageKind, std::pair<double, double>> instructions;
   // The same per data-parallel pipeline (so that a slow pipeline's numbers can be left out).
   std::vector<std::map<StageKind, std::pair<double, double>>> pipeline_instructions;
@@ -27,7 +28,7 @@ struct RoundMeasurement {
   std::vector<double> pipeline_energy;   // per pipeline: its ranks' energy per iteration
   // Per pipeline, stage and slot (schedule order): the instruction's mean measured duration.
   std::vector<std::vector<std::vector<double>>> slot_time;
-  // Per (stage, kind): each occurrence's duration in this round, one set per pipeline and rank
+  // Per (model stage, kind): each occurrence's duration in this round, one set per pipeline and rank
   // (all at one clock while the clocks of a (stage, kind) do not change within a round). Filled
   // only when asked for (warm-up and profiling rounds).
   std::map<StageKind, std::vector<std::vector<double>>> occurrences;

@@ -1,7 +1,8 @@
 #pragma once
 // The turnkey loop as a controller of its own: rounds measured go in, each round's
 // clocks per pipeline and the decisions taken come out. It measures the all-max baseline, profiles
-// every (stage, kind) online (clocks top down, coarse to fine, early stop, every stage and kind at
+// every (model stage, kind) its schedule runs online (the split backward parts and overlapped
+// pairs included; clocks top down, coarse to fine, early stop, every stage and kind at
 // once), plans on a worker thread, deploys the cheapest plan that meets the target, verifies it
 // against the baseline under the current conditions and steps to faster plans when it is measurably
 // slower, and slows the other pipelines down to a straggler's pace (detected from the measured
@@ -56,7 +57,8 @@ struct ControllerConfig {
   DetectorOptions detector;
 };
 
-// The job as the controller sees it: its pipelines' shape, and how many run side by side.
+// The job as the controller sees it: its pipelines' shape (any schedule of the registry), and how
+// many run side by side.
 struct JobShape : PipelineShape {
   int pipelines = 1;  // data parallel
   std::vector<int> clocks;  // every rank supports these, descending
@@ -189,7 +191,8 @@ class TurnkeyController {
  private:
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
   void decide(const std::string& event, const std::string& detail);
-  std::size_t scan_index(int stage, InstructionKind kind) const;
+  std::size_t scan_index(const StageKind& operation) const;
+  std::size_t scan_index(const Instruction& inst) const;
   double target_deadline() const;
   double target_deadline_for(const PlanningOutput& plans) const;
   void add_baseline(const RoundMeasurement& m, double conditions);
@@ -218,9 +221,13 @@ class TurnkeyController {
   ControllerConfig config_;
   JobShape shape_;
   ControllerHooks hooks_;
-  std::vector<std::vector<Instruction>> orders_;
-  std::vector<ClockScan> scans_;  // per (stage, kind)
-  std::vector<std::pair<std::optional<int>, std::optional<int>>> issued_;  // this round's (forward, backward) per stage
+  std::vector<std::vector<Instruction>> orders_;  // per stage, as the schedule runs it
+  // What is profiled: every (model stage, kind) the orders run, sorted; a scan and this round's
+  // clock (issued_) for each.
+  std::vector<StageKind> operations_;
+  std::vector<ClockScan> scans_;
+  std::vector<std::optional<int>> issued_;
+  std::vector<int> stage_of_model_;  // per model stage: the stage (GPU) that runs it
   std::optional<Profile> reused_profile_;
   bool reused_ = false;
   ControllerPhase phase_ = ControllerPhase::warmup;

@@ -46,6 +46,7 @@ enum class ScheduleKind { one_f_one_b, gpipe, interleaved, zb_h1, zbv, dualpipev
 std::string to_string(ScheduleKind kind);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
 std::string schedule_names();  // "1f1b, gpipe, interleaved, ...", for help and errors
+std::vector<ScheduleKind> all_schedule_kinds();  // the registry's, in its order
 
 // Whether the schedule runs backwards split into backward_input and backward_weight (it then needs
 // a profile with split backward rows).

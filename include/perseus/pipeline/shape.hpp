@@ -16,6 +16,10 @@ struct PipelineShape {
 
   // Throws Error (kExitUsage) saying what is wrong: check_schedule_shape, then check_extra_forwards.
   void check() const;
+  // Model stages (profile stages) the schedule runs: num_stages x its chunks per stage.
+  int num_model_stages() const;
+  // Per stage, its instructions in the order the schedule runs them (stage_schedule).
+  std::vector<std::vector<Instruction>> stage_orders() const;
   PipelineShape& shape() { return *this; }
   const PipelineShape& shape() const { return *this; }
 };

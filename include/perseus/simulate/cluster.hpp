@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "perseus/pipeline/schedule.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/profile/profile.hpp"
 
 namespace perseus::simulate {
@@ -40,15 +40,14 @@ struct StragglerSpec {
 // (usage) saying what is wrong.
 StragglerSpec parse_straggler(std::string_view text);
 
-struct SimulationConfig {
+// The pipeline's shape (stages S, microbatches M, schedule, model chunks) is PipelineShape's: every
+// rank runs its stage's order of that schedule (split backward parts, overlapped pairs and the
+// V-shape's chunks included), and the profile has a row set per model stage.
+struct SimulationConfig : PipelineShape {
   Profile profile;
-  int stages = 0;
-  int microbatches = 0;
   int pipelines = 1;        // D, data parallel
   int tensor_parallel = 1;  // T
   double p2p_power = 0;     // watts drawn while a GPU waits
-  ScheduleKind schedule = ScheduleKind::one_f_one_b;
-  int virtual_stages = 1;  // model chunks per stage (interleaved): the profile has stages x this model stages
   std::string server_url = "http://127.0.0.1:7787";
   std::string token;
   std::string model_name = "model";

@@ -32,44 +32,73 @@ struct PerseusConfig {
   int minimum_power_state = 0;
 };
 
-// Which known schedule a rank's forwards and backwards follow.
-std::optional<ScheduleKind> schedule_of(const RankInfo& rank, int stages, int microbatches) {
+std::vector<std::string> compute_names(const RankInfo& rank) {
   std::vector<std::string> compute;
   for (const auto& name : rank.pipe_schedule)
     if (is_compute_instruction(name)) compute.push_back(name);
-  for (auto kind : {ScheduleKind::one_f_one_b, ScheduleKind::gpipe}) {
-    std::vector<std::string> expected;
-    for (const auto& inst : stage_schedule(kind, rank.pp_rank, stages, microbatches)) expected.emplace_back(to_string(inst.kind));
-    if (expected == compute) return kind;
+  return compute;
+}
+
+// Forwards per iteration, those inside overlapped pairs included: microbatches x model chunks.
+int count_forwards(const std::vector<std::string>& compute) {
+  return static_cast<int>(std::count(compute.begin(), compute.end(), "forward") +
+                          std::count(compute.begin(), compute.end(), "forward_backward"));
+}
+
+// Whether every rank's forwards and backwards are what `shape` runs on its stage.
+bool ranks_follow(const std::vector<std::vector<std::string>>& compute, const SchedulerContext& context,
+                  const PipelineShape& shape) {
+  try {
+    shape.check();
+    for (std::size_t i = 0; i < context.ranks.size(); ++i) {
+      const auto order = stage_schedule(shape.schedule, context.ranks[i].pp_rank, shape.num_stages,
+                                        shape.num_microbatches, 0, shape.virtual_stages);
+      if (order.size() != compute[i].size()) return false;
+      for (std::size_t k = 0; k < order.size(); ++k)
+        if (to_string(order[k].kind) != compute[i][k]) return false;
+    }
+    return true;
+  } catch (const std::exception&) {  // a shape the schedule does not take
+    return false;
   }
-  return std::nullopt;
 }
 
-int count_forwards(const RankInfo& rank) {
-  return static_cast<int>(std::count(rank.pipe_schedule.begin(), rank.pipe_schedule.end(), "forward"));
-}
-
-// The job's shape from its ranks; throws std::runtime_error saying what does not fit.
+// The job's shape from its ranks: the first schedule of the registry (and, for one with model
+// chunks, the fewest chunks) whose order every rank follows. Throws std::runtime_error saying what
+// does not fit.
 online::JobShape job_shape(const SchedulerContext& context, int minimum_power_state) {
   online::JobShape shape;
   shape.num_stages = context.job.pp_degree;
   shape.pipelines = context.job.dp_degree;
-  shape.num_microbatches = count_forwards(context.ranks.front());
-  std::optional<ScheduleKind> kind;
-  for (const auto& r : context.ranks) {
-    if (count_forwards(r) != shape.num_microbatches)
-      throw std::runtime_error(fmt::format("rank {} runs {} forwards per iteration, rank 0 runs {}", r.rank,
-                                           count_forwards(r), shape.num_microbatches));
-    auto mine = schedule_of(r, shape.num_stages, shape.num_microbatches);
-    if (!mine || (kind && *mine != *kind))
-      throw std::runtime_error(fmt::format("rank {}'s forwards and backwards follow neither 1F1B nor GPipe for stage "
-                                           "{} of {} with {} microbatches; the turnkey loop plans those schedules "
-                                           "(for Megatron-LM's interleaved one, plan with perseus optimize --schedule "
-                                           "interleaved and serve the frontier with PointSolution)",
-                                           r.rank, r.pp_rank, shape.num_stages, shape.num_microbatches));
-    kind = mine;
+  std::vector<std::vector<std::string>> compute;
+  for (const auto& r : context.ranks) compute.push_back(compute_names(r));
+  const int forwards = count_forwards(compute.front());
+  for (std::size_t i = 0; i < compute.size(); ++i)
+    if (count_forwards(compute[i]) != forwards)
+      throw std::runtime_error(fmt::format("rank {} runs {} forwards per iteration, rank 0 runs {}",
+                                           context.ranks[i].rank, count_forwards(compute[i]), forwards));
+  bool found = false;
+  for (auto kind : all_schedule_kinds()) {
+    // Chunks per stage: the schedule's own where it fixes them, else 1 and then more that divide the forwards.
+    const bool fixed = schedule_virtual_stages(kind, 3) != 3;
+    for (int chunks = schedule_virtual_stages(kind, 1); !found && chunks <= forwards; ++chunks) {
+      if (forwards % chunks != 0) continue;
+      PipelineShape candidate;
+      candidate.num_stages = shape.num_stages;
+      candidate.num_microbatches = forwards / chunks;
+      candidate.schedule = kind;
+      candidate.virtual_stages = chunks;
+      if (ranks_follow(compute, context, candidate)) shape.shape() = candidate, found = true;
+      if (fixed) break;
+    }
+    if (found) break;
   }
-  shape.schedule = *kind;
+  if (!found)
+    throw std::runtime_error(fmt::format("the ranks' forwards and backwards ({} forwards per iteration on each of {} "
+                                         "stages) follow none of the schedules the turnkey loop plans ({}) for any "
+                                         "number of microbatches and model chunks; give each rank its order with "
+                                         "default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule)",
+                                         forwards, shape.num_stages, schedule_names()));
   // Clocks every rank supports, high to low, at or above minimum_power_state.
   std::set<int> common(context.ranks.front().power_state_range.begin(), context.ranks.front().power_state_range.end());
   for (const auto& r : context.ranks) {
@@ -101,7 +130,7 @@ class PerseusScheduler final : public Scheduler {
     check_ranks(context);
     online::JobShape shape = job_shape(context, config.minimum_power_state);
     shape.gpus_per_stage = context.job.tp_degree;
-    for (int s = 0; s < shape.num_stages; ++s) orders_.push_back(stage_schedule(shape.schedule, s, shape.num_stages, shape.num_microbatches));
+    orders_ = shape.stage_orders();
     std::optional<Profile> reused;
     if (!config.profile_path.empty() && fs::exists(profile_path_)) reused = read_profile(profile_path_);
     online::ControllerHooks hooks;

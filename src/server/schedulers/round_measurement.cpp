@@ -47,13 +47,22 @@ std::vector<double> per_occurrence(const Breakdown& breakdown, const char* name,
   return sum;
 }
 
-// Every occurrence of `name` in the kept iterations (per_occurrence checked that there are some).
-std::vector<double> all_kept(const Breakdown& breakdown, const char* name) {
-  const auto& iterations = breakdown.at(name);
-  std::vector<double> out;
-  for (std::size_t i = first_kept(iterations.size()); i < iterations.size(); ++i)
-    out.insert(out.end(), iterations[i].begin(), iterations[i].end());
-  return out;
+// Per occurrence of `kind` in an iteration: the (model stage, kind) of the slot it runs (the k-th
+// occurrence is the k-th slot of that kind in the order).
+std::vector<online::StageKind> occurrence_keys(const std::vector<Instruction>& order, InstructionKind kind,
+                                               int num_stages) {
+  std::vector<online::StageKind> keys;
+  for (const auto& inst : order)
+    if (inst.kind == kind) keys.emplace_back(model_stage(inst, num_stages), kind);
+  return keys;
+}
+
+// The kinds `order` runs, each once, in the order of their first slot.
+std::vector<InstructionKind> kinds_of(const std::vector<Instruction>& order) {
+  std::vector<InstructionKind> kinds;
+  for (const auto& inst : order)
+    if (std::find(kinds.begin(), kinds.end(), inst.kind) == kinds.end()) kinds.push_back(inst.kind);
+  return kinds;
 }
 
 double total(const std::vector<double>& values) {
@@ -90,21 +99,39 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
     const auto& order = orders[static_cast<std::size_t>(info.pp_rank)];
     auto& slots = durations[static_cast<std::size_t>(info.dp_rank)][static_cast<std::size_t>(info.pp_rank)];
     if (slots.empty()) slots.assign(order.size(), 0);
-    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) {
-      const char* name = kind == InstructionKind::forward ? "forward" : "backward";
-      auto times = per_occurrence(result.time_breakdown, name, result.rank);
-      auto energies = per_occurrence(result.energy_breakdown, name, result.rank);
-      double mean_time = total(times) / double(times.size()), mean_energy = total(energies) / double(energies.size());
-      auto& sum = sums[{info.pp_rank, kind}];
-      sum.first += mean_time;
-      sum.second += mean_energy;
-      ++counts[{info.pp_rank, kind}];
-      auto& mine = pipeline_sums[static_cast<std::size_t>(info.dp_rank)][{info.pp_rank, kind}];
-      mine.first += mean_time;
-      mine.second += mean_energy;
-      ++pipeline_counts[static_cast<std::size_t>(info.dp_rank)][{info.pp_rank, kind}];
-      // One set per GPU of the pipeline stage: its tensor-parallel peers finish together, so one says it all.
-      if (occurrences && info.tp_rank == 0) out.occurrences[{info.pp_rank, kind}].push_back(all_kept(result.time_breakdown, name));
+    // Per (model stage, kind): with model chunks (interleaved, V-shape) a stage runs several.
+    for (auto kind : kinds_of(order)) {
+      const std::string name(to_string(kind));
+      auto times = per_occurrence(result.time_breakdown, name.c_str(), result.rank);
+      auto energies = per_occurrence(result.energy_breakdown, name.c_str(), result.rank);
+      const auto keys = occurrence_keys(order, kind, static_cast<int>(S));
+      std::map<online::StageKind, std::pair<double, double>> key_sums;
+      std::map<online::StageKind, int> key_counts;
+      for (std::size_t k = 0; k < times.size() && k < energies.size() && k < keys.size(); ++k) {
+        key_sums[keys[k]].first += times[k];
+        key_sums[keys[k]].second += energies[k];
+        ++key_counts[keys[k]];
+      }
+      for (const auto& [key, key_sum] : key_sums) {
+        double mean_time = key_sum.first / key_counts[key], mean_energy = key_sum.second / key_counts[key];
+        auto& sum = sums[key];
+        sum.first += mean_time;
+        sum.second += mean_energy;
+        ++counts[key];
+        auto& mine = pipeline_sums[static_cast<std::size_t>(info.dp_rank)][key];
+        mine.first += mean_time;
+        mine.second += mean_energy;
+        ++pipeline_counts[static_cast<std::size_t>(info.dp_rank)][key];
+      }
+      // One set per GPU of the pipeline stage and model stage: its tensor-parallel peers finish together, so one
+      // says it all.
+      if (occurrences && info.tp_rank == 0) {
+        std::map<online::StageKind, std::vector<double>> sets;
+        const auto& iterations = result.time_breakdown.at(name);
+        for (std::size_t i = first_kept(iterations.size()); i < iterations.size(); ++i)
+          for (std::size_t k = 0; k < iterations[i].size() && k < keys.size(); ++k) sets[keys[k]].push_back(iterations[i][k]);
+        for (auto& [key, durations] : sets) out.occurrences[key].push_back(std::move(durations));
+      }
       busy_time += total(times), busy_energy += total(energies);
       std::size_t k = 0;  // the k-th occurrence of this kind is the k-th slot of this kind in the order
       for (std::size_t slot = 0; slot < order.size() && k < times.size(); ++slot)
@@ -148,9 +175,10 @@ nlohmann::json instructions_json(const Instructions& instructions) {
 }
 
 online::StageKind stage_kind(const nlohmann::json& stage, const nlohmann::json& kind_name) {
-  std::string kind = kind_name.get<std::string>();
-  if (kind != "forward" && kind != "backward") throw std::runtime_error(fmt::format("unknown kind '{}'", safe_text(kind)));
-  return {stage.get<int>(), kind == "forward" ? InstructionKind::forward : InstructionKind::backward};
+  std::string name = kind_name.get<std::string>();
+  auto kind = parse_instruction_kind(name);
+  if (!kind) throw std::runtime_error(fmt::format("unknown kind '{}'", safe_text(name)));
+  return {stage.get<int>(), *kind};
 }
 
 Instructions instructions_from_json(const nlohmann::json& j) {
