@@ -29,6 +29,7 @@ for m in $microbatches; do
     done
     [ -z "$first" ] && first=$best
     points=$(($(wc -l < "$work/$schedule/iteration_time_energy.csv") - 1))
-    echo "$m microbatches, $schedule: $best s, $(echo "scale=2; $best / $first" | bc)x the first, $points frontier points"
+    printf '%s microbatches, %s: %.2f s, %.2fx the first, %s frontier points\n' "$m" "$schedule" "$best" \
+      "$(echo "scale=4; $best / $first" | bc)" "$points"
   done
 done
