@@ -224,10 +224,6 @@ void PipelineTimes::mark_critical(int arc) {
   (slot >= 0 ? succ_critical_[slot] : extra_succ_critical_[~slot]) = 1;
 }
 
-}  // namespace perseus
-
-namespace perseus {
-
 void PipelineTimes::mark_all_critical(std::vector<int>& out) {
   clear_critical();
   out.clear();
