@@ -105,14 +105,19 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
 // the same steps as before.
 void BoundedFlowNetwork::lay_out_ends_by_search() {
   const int num_chains = static_cast<int>(chains_.size());
-  std::vector<int> out_start(m_ + 1, 0), out(num_chains), fill;
+  std::vector<int>& out_start = ends_start_;  // scratch, filled for the cut afterwards
+  std::vector<int>& out = ends_at_;
+  std::vector<int>& fill = out_arc_;
+  out_start.assign(m_ + 1, 0);
+  out.resize(num_chains);
   for (const auto& chain : chains_) ++out_start[chain.from + 1];
   for (int v = 0; v < m_; ++v) out_start[v + 1] += out_start[v];
   fill.assign(out_start.begin(), out_start.end() - 1);
   for (int c = 0; c < num_chains; ++c) out[fill[chains_[c].from]++] = chains_[c].to;
   std::vector<int>& place = helper_order_;  // per end in the first numbering: its place
   place.assign(m_, -1);
-  std::vector<int> order;
+  std::vector<int>& order = ends_other_;
+  order.clear();
   order.reserve(m_);
   auto meet = [&](int v) {
     if (place[v] >= 0) return;

@@ -155,6 +155,7 @@ class Solver {
 
  private:
   static constexpr std::size_t kWindow = 8;  // points the flows may run ahead of the times
+  static constexpr std::size_t kGuessAfter = 16;  // points in a row that kept their critical arcs
 
   // What one step changed, for the times worker, and what the worker found for it.
   struct Change {
@@ -205,6 +206,7 @@ class Solver {
       point.quant_time = record.makespan;
       point.effective_cost = record.cost;
       ++consumed_;
+      same_streak_ = record.same ? same_streak_ + 1 : 0;
       if (options_.on_progress) options_.on_progress(consumed_, point.quant_time);
       if (!record.same) {
         take_back_after(frontier, consumed_ - 1);
@@ -241,9 +243,13 @@ class Solver {
     frontier.points.resize(consumed_);
   }
 
+  // A refuted guess costs a whole step's flow, a confirmed one saves only the wait for the times,
+  // which are the cheaper side: guess where the critical arcs have stayed put for a while (1F1B:
+  // nearly always), not where they keep changing (zero-bubble schedules, whose critical arcs change
+  // at most points).
   bool may_guess() const {
     return times_worker_->has_thread() && !options_.max_flow_oracle && !rebuild_ &&
-           network_.has_flow();
+           network_.has_flow() && same_streak_ >= kGuessAfter;
   }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
@@ -380,14 +386,14 @@ class Solver {
     compact(graph_.source);
     compact(graph_.sink);
     std::swap(critical_, last_critical_);
-    critical_.clear();
-    critical_index_.assign(num_arcs, -1);
-    times_.clear_critical();
-    for (int a = 0; a < num_arcs; ++a) {
-      if (!times_.is_critical(a)) continue;
-      critical_index_[a] = static_cast<int>(critical_.size());
-      times_.mark_critical(a);
-      critical_.push_back(a);
+    if (critical_index_.size() != static_cast<std::size_t>(num_arcs)) critical_index_.assign(num_arcs, -1);
+    for (int a : last_critical_) critical_index_[a] = -1;
+    times_.mark_all_critical(critical_);
+    arcs_.reserve(critical_.size());
+    initial_flow_.reserve(critical_.size());
+    for (std::size_t i = 0; i < critical_.size(); ++i) {
+      const int a = critical_[i];
+      critical_index_[a] = static_cast<int>(i);
       const int from = compact(graph_.from[a]);
       arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
       initial_flow_.push_back(std::clamp(previous_flow_[a], arcs_.back().lower, arcs_.back().upper));
@@ -511,6 +517,7 @@ class Solver {
   // One record per point not yet taken: [consumed_, pushed_) are the times worker's.
   std::vector<Record> records_;
   std::size_t pushed_ = 0, consumed_ = 0;
+  std::size_t same_streak_ = 0;  // the last points taken that kept their critical arcs
   bool rebuild_ = true;  // the next flow is solved on the critical arcs found anew
   // Declared last, so that its thread stops before the members its items use go.
   std::unique_ptr<InOrderThread> times_worker_;

@@ -224,4 +224,24 @@ void PipelineTimes::mark_critical(int arc) {
   (slot >= 0 ? succ_critical_[slot] : extra_succ_critical_[~slot]) = 1;
 }
 
+void PipelineTimes::mark_all_critical(std::vector<int>& out) {
+  clear_critical();
+  out.clear();
+  const int *finish = finish_.data(), *tail_end = tail_end_.data(), *tail_start = tail_start_.data();
+  const int makespan = makespan_;
+  for (int a = 0; a < num_nodes_; ++a) {
+    const int p = position_[a];
+    if (finish[p] + tail_end[p] != makespan) continue;
+    critical_at_[p] = 1;
+    out.push_back(a);
+  }
+  const int num_dependencies = static_cast<int>(dependency_from_.size());
+  for (int k = 0; k < num_dependencies; ++k) {
+    if (finish[dependency_from_[k]] + tail_start[dependency_to_[k]] != makespan) continue;
+    const int slot = dependency_slot_[k];
+    (slot >= 0 ? succ_critical_[slot] : extra_succ_critical_[~slot]) = 1;
+    out.push_back(num_nodes_ + k);
+  }
+}
+
 }  // namespace perseus

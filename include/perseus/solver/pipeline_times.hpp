@@ -32,6 +32,8 @@ class PipelineTimes {
   // The critical set the planner's flow network is built on: cleared, then marked arc by arc.
   void clear_critical();
   void mark_critical(int arc);
+  // The same in one pass: every critical arc, ascending, into `out`, and the marks set to them.
+  void mark_all_critical(std::vector<int>& out);
 
  private:
   void order_by_start_time(const PipelineDag& dag, const std::vector<int>& pred_start, const std::vector<int>& pred,
