@@ -91,10 +91,10 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     if (record) return from_record;
     throw Error(fmt::format("{} is required (or give --frontier)", option), kExitUsage);
   };
-  auto given = [](int count) { return count > 0 ? std::optional<int>(count) : std::nullopt; };  // 0: not given
-  p.config.num_stages = pick(given(args.shape.num_stages), record ? record->num_stages : 0, "--stages");
-  // Else from a plan file that says (JSON) or names its forwards (Zeus's).
-  auto microbatches = given(args.shape.num_microbatches);
+  auto if_given = [](int count) { return count > 0 ? std::optional<int>(count) : std::nullopt; };  // 0: not given
+  p.config.num_stages = pick(if_given(args.shape.num_stages), record ? record->num_stages : 0, "--stages");
+  // Microbatches not given: from a plan file that says (JSON) or names its forwards (Zeus's).
+  auto microbatches = if_given(args.shape.num_microbatches);
   if (!microbatches && !record && plan_file && plan_file->num_microbatches) microbatches = plan_file->num_microbatches;
   if (!microbatches && !record && plan_file && !plan_file->instructions.empty()) {
     const auto& first = plan_file->instructions.front();
