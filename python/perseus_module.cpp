@@ -227,7 +227,10 @@ PYBIND11_MODULE(_perseus, m) {
       "Args:\n    pp_rank: the stage, 0 <= pp_rank < pp_degree.\n    pp_degree: number of stages.\n"
       "    num_microbatches: microbatches per iteration.\n"
       "    schedule: '1f1b' (DeepSpeed's TrainSchedule; Megatron-LM's non-interleaved 1F1B runs the same order), "
-      "'gpipe' (all forwards, then all backwards) or 'interleaved' (Megatron-LM's interleaved 1F1B).\n"
+      "'gpipe' (all forwards, then all backwards), 'interleaved' (Megatron-LM's interleaved 1F1B), 'zb-h1', 'zbv' "
+      "or 'dualpipev' (the orders of PyTorch's ScheduleInterleavedZeroBubble with one stage per rank, "
+      "ScheduleZBVZeroBubble and ScheduleDualPipeV: backward_input / backward_weight, and forward_backward for an "
+      "overlapped pair).\n"
       "    virtual_stages: with 'interleaved', model chunks per stage (Megatron-LM's "
       "virtual_pipeline_model_parallel_size); num_microbatches must be a multiple of pp_degree.");
 

@@ -10,6 +10,9 @@ With --client-binary (a program that links only the client library, such as test
 also checks that neither its link line in the build tree (--build-dir) nor its symbols and shared
 libraries hold SQLite, the server or the solver: a training job links the client, nothing above.
 
+The tests mirror the areas: every folder under tests/ must be an area of the order or one of the
+test suite's own folders (TEST_FOLDERS), and no test source sits in tests/ itself.
+
 Usage: check_layers.py [--source-dir DIR] [--build-dir DIR --client-binary FILE]
 """
 import argparse
@@ -42,6 +45,9 @@ LAYERS = [
 TIER = {area: tier for tier, areas in enumerate(LAYERS) for area in areas}
 INCLUDE = re.compile(r'^\s*#\s*include\s*"perseus/([A-Za-z0-9_]+)/')
 SOURCE_SUFFIXES = (".hpp", ".cpp", ".h", ".cc", ".in")
+TEST_FOLDERS = {"faults": "fault injection with processes", "fuzz": "libFuzzer harnesses",
+                "python": "the Python package's tests", "browser": "the web page in a browser",
+                "data": "test inputs"}
 
 # What a client-only program must not hold: the server's database, the server, the solver.
 FORBIDDEN_LIBRARIES = ("perseus_server", "perseus_solver", "perseus_online", "sqlite3")
@@ -80,6 +86,21 @@ def include_problems(root):
                     elif TIER[target] >= TIER[area]:
                         relation = "the same tier as" if TIER[target] == TIER[area] else "above"
                         problems.append(f"{rel}:{number}: {area} includes {target}, {relation} it: {line.strip()}")
+    return problems
+
+
+def test_layout_problems(root):
+    tests = os.path.join(root, "tests")
+    if not os.path.isdir(tests):
+        return []
+    problems = []
+    for name in sorted(os.listdir(tests)):
+        path = os.path.join(tests, name)
+        if os.path.isdir(path):
+            if name not in TIER and name not in TEST_FOLDERS and not name.startswith((".", "__")):
+                problems.append(f"tests/{name}/: neither an area nor one of {sorted(TEST_FOLDERS)}")
+        elif name.startswith("test_") and name.endswith(".cpp"):
+            problems.append(f"tests/{name}: belongs in tests/<area>/ for the area it tests")
     return problems
 
 
@@ -130,6 +151,7 @@ def main():
     parser.add_argument("--client-binary")
     args = parser.parse_args()
     problems = include_problems(os.path.abspath(args.source_dir))
+    problems += test_layout_problems(os.path.abspath(args.source_dir))
     if args.client_binary:
         problems += client_problems(args.build_dir, args.client_binary)
     for problem in problems:

@@ -14,7 +14,7 @@ packages=(
   python3-pip python3-venv python3-setuptools python3-wheel python3-mypy python3-torch
   python3-prometheus-client python3-yaml python3-pydantic
   libgtest-dev libgmock-dev libbenchmark-dev libtinyxml2-dev
-  clang libclang-rt-14-dev
+  clang libclang-rt-14-dev clang-format
   chromium
 )
 

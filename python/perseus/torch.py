@@ -11,6 +11,15 @@
                 for kind, run in schedule:            # forward / backward in schedule order
                     with client.instruction(kind):    # synchronises CUDA around the energy reading
                         run()
+
+With ``torch.distributed.pipelining``, one call hooks a schedule's actions and builds the client
+from it (the training loop stays as it is)::
+
+    schedule = ScheduleZBVZeroBubble(stages, n_microbatches=8, loss_fn=loss_fn)
+    with perseus.torch.instrument_pipelining(schedule, server_url="http://perseus-host:7787"):
+        for x, y in loader:
+            schedule.step(x, target=y)
+            optimizer.step()
 """
 from __future__ import annotations
 
@@ -19,8 +28,11 @@ from typing import Any, Callable, Optional, Sequence
 
 import perseus
 from perseus import _perseus
+from perseus._pipelining import Pipelining, perseus_schedule_of, pipe_schedule_of
+from perseus._pipelining import instrument_pipelining as _instrument_pipelining
 
-__all__ = ["Client", "broadcast_job_id", "nvml_device_index"]
+__all__ = ["Client", "Pipelining", "broadcast_job_id", "instrument_pipelining", "nvml_device_index",
+           "perseus_schedule_of", "pipe_schedule_of"]
 
 
 def broadcast_job_id(job_id: str) -> str:
@@ -119,3 +131,36 @@ def _cuda_synchronize() -> None:
     import torch
 
     torch.cuda.current_stream().synchronize()  # type: ignore[no-untyped-call]
+
+
+def instrument_pipelining(schedule: Any, client: Optional[perseus.Client] = None, **client_options: Any) -> Pipelining:
+    """Measures and clocks a ``torch.distributed.pipelining`` schedule's actions on this rank.
+
+    Every training ``schedule.step(...)`` becomes one perseus step, and every compute action it
+    runs one instruction: F ``forward``, B ``backward``, I ``backward_input``, W
+    ``backward_weight``, an overlapped OVERLAP_F_B pair one ``forward_backward``. The rank's
+    order comes from ``schedule.pipeline_order`` (:func:`pipe_schedule_of`). ``schedule.eval()``
+    is not measured. The hooks are fail-open: an error in them or in the client (other than
+    :class:`perseus.ProfilingDone` from a step's end, and :class:`perseus.ScheduleMismatch` with
+    ``strict_schedule=True``) is one ``RuntimeWarning``, after which they stand aside; the step
+    runs unchanged either way.
+
+    Args:
+        schedule: this rank's schedule (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
+            ScheduleInterleavedZeroBubble, ScheduleZBVZeroBubble, ScheduleDualPipeV, or another
+            with a ``pipeline_order``), built before the call.
+        client: a client made elsewhere; its ``pipe_schedule`` should be
+            ``pipe_schedule_of(schedule)`` (a warning says where it differs).
+        **client_options: without ``client``: arguments of the :class:`Client` made here
+            (``server_url``, ``model_name``, ``dp_rank``, ...); ``pp_rank``, ``pp_degree``,
+            ``num_microbatches`` and ``pipe_schedule`` default to the schedule's.
+
+    Returns:
+        A :class:`Pipelining`: ``.client``, ``.pipe_schedule``, ``.perseus_schedule`` (the perseus
+        ``--schedule`` of the same order, see :func:`perseus_schedule_of`), ``detach()``,
+        ``close()``; as a context manager it closes on exit.
+
+    Raises:
+        TypeError: ``schedule`` is not a pipelining schedule, or has no order and no client was given.
+    """
+    return _instrument_pipelining(schedule, client, Client, **client_options)

@@ -2,6 +2,10 @@
 // instruction gets, what is measured and reported, and that problems never stop training.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
 #include <cstdlib>
 #include <future>
 #include <optional>
@@ -339,6 +343,42 @@ TEST_F(ClientTest, TrainingNeverWaitsAtTheBarrier) {
   EXPECT_EQ(server_round(), 1);
   EXPECT_EQ(run_iteration(c0, *gpu, c0.pipe_schedule()), (std::vector<unsigned>{1200, 1200, 1005, 1005}));
   EXPECT_TRUE(c0.enabled());
+}
+
+// A process forked from a training rank (a data-loader worker, say) inherits the rank's signal
+// handlers; its end must leave alone the GPU its parent is still training on.
+TEST_F(ClientTest, AForkedChildsSignalLeavesItsParentsClocksAlone) {
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  fs::create_directories(dir);
+  fs::path log = dir / "nvml.log";
+  ::setenv("PERSEUS_FAKE_NVML_LOG", log.c_str(), 1);
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  ::unsetenv("PERSEUS_FAKE_NVML_LOG");
+  client::Client c(options(server.url, gpu));
+  c.on_step_begin();
+  c.on_instruction_begin("forward");
+  c.flush();
+  ASSERT_EQ(gpu->current_graphics_clock(0), 1200u);
+  auto resets = [&] {
+    std::string text = read_file(log);
+    std::size_t count = 0;
+    for (auto at = text.find("ResetGpuLockedClocks"); at != std::string::npos; at = text.find("ResetGpuLockedClocks", at + 1))
+      ++count;
+    return count;
+  };
+  std::size_t before = resets();
+  pid_t child = ::fork();
+  if (child == 0) {
+    ::raise(SIGTERM);
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM) << "the child ends of its signal";
+  EXPECT_EQ(resets(), before) << "the child reset its parent's GPU";
+  EXPECT_EQ(gpu->current_graphics_clock(0), 1200u);
+  c.on_instruction_end("forward");
+  c.on_step_end();
 }
 
 }  // namespace

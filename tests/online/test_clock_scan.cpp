@@ -1,0 +1,99 @@
+// The online profiler's clock choice: a coarse top-down pass that stops once energy rises past its
+// minimum, a finer pass around it, and linear interpolation for clocks it skipped.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "perseus/online/clock_scan.hpp"
+
+namespace perseus {
+namespace {
+
+using online::ClockMeasurement;
+using online::ClockScan;
+using online::ScanOptions;
+
+std::vector<int> a100_clocks() {
+  std::vector<int> clocks;
+  for (int c = 1410; c >= 855; c -= 15) clocks.push_back(c);
+  return clocks;
+}
+
+// Runs a scan against energy(clock index), returns the clocks in the order it asked for them.
+std::vector<int> run_scan(ClockScan& scan, const std::function<double(std::size_t)>& energy) {
+  std::vector<int> asked;
+  const auto& clocks = scan.clocks();
+  while (auto clock = scan.next()) {
+    asked.push_back(*clock);
+    auto index = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    scan.record(*clock, {1.0 + 0.01 * double(index), energy(index)});
+    if (asked.size() > clocks.size()) break;  // a scan must never ask twice
+  }
+  return asked;
+}
+
+TEST(ClockScan, CoarsePassGoesTopDownEveryNthClockAndStopsAfterEnergyRisesPastTheMinimum) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
+  // U-shaped energy, minimum at index 20 (1110 MHz).
+  auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); });
+  // 0, 5, 10, 15, 20 fall; 25 rises (one coarse step covers 5 clocks): stop there.
+  EXPECT_EQ(asked, (std::vector<int>{1410, 1335, 1260, 1185, 1110, 1035}));
+  EXPECT_TRUE(scan.done());
+  EXPECT_EQ(scan.measured().size(), 6u);
+}
+
+TEST(ClockScan, EnergyFlatOrNoisyNearTheTopDoesNotStopTheScanBeforeItFalls) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
+  // Rises a little for the first 15 clocks (as A40s do), then falls to a minimum at index 30.
+  auto asked = run_scan(scan, [](std::size_t i) {
+    return i < 15 ? 100.0 + 0.1 * double(i) : 101.5 - 0.5 * (double(i) - 15) + (i > 30 ? double(i - 30) : 0.0);
+  });
+  EXPECT_GE(asked.size(), 7u);
+  EXPECT_EQ(asked[6], 1410 - 30 * 15);  // reached the minimum
+}
+
+TEST(ClockScan, StopAfterCoversThatManyClocksAtAFinerStep) {
+  ClockScan scan(a100_clocks(), ScanOptions{2, 5, 0.01, 1.0});
+  auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 10, 2); });
+  // Minimum at index 10; 3 coarse rises (indices 12, 14, 16) cover the 5 clocks of the rule.
+  EXPECT_EQ(asked.back(), a100_clocks()[16]);
+}
+
+TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 0.05});
+  // A steep drop between 1410 and 1335 (20%), then a gentle slope to the minimum at index 20.
+  auto asked = run_scan(scan, [](std::size_t i) {
+    if (i == 0) return 130.0;
+    return 100.0 + 0.01 * std::pow(double(i) - 20, 2);
+  });
+  // The gap 1410 -> 1335 is bisected (1380, then 1395 or 1365 as needed); the gentle part is not filled.
+  std::set<int> filled(asked.begin(), asked.end());
+  EXPECT_TRUE(filled.count(1380));
+  for (int c : {1230, 1215, 1200}) EXPECT_FALSE(filled.count(c)) << c;
+  // Below the early stop nothing is measured.
+  for (int c : asked) EXPECT_GE(c, 1410 - 25 * 15);
+}
+
+TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
+  ClockScan scan({1410, 1395, 1380, 1365, 1350}, ScanOptions{4, 5, 0.01, 1.0});
+  scan.record(1410, {1.0, 100.0});
+  scan.record(1350, {1.4, 80.0});
+  auto all = scan.interpolated();
+  ASSERT_EQ(all.size(), 5u);
+  EXPECT_NEAR(all.at(1380).time, 1.2, 1e-12);
+  EXPECT_NEAR(all.at(1380).energy, 90.0, 1e-12);
+  EXPECT_NEAR(all.at(1395).energy, 95.0, 1e-12);
+  ASSERT_TRUE(scan.done());
+  EXPECT_TRUE(scan.request(1365));
+  EXPECT_FALSE(scan.request(1410));  // measured already
+  EXPECT_FALSE(scan.request(1000));  // not one of its clocks
+  EXPECT_EQ(scan.next(), 1365);
+  scan.record(1365, {1.3, 84.0});
+  EXPECT_TRUE(scan.done());
+}
+
+}  // namespace
+}  // namespace perseus

@@ -1,0 +1,33 @@
+// Which pipeline is a straggler: slower than the others by the threshold for enough rounds.
+#include <gtest/gtest.h>
+
+#include "perseus/online/straggler_detector.hpp"
+
+namespace perseus {
+namespace {
+
+TEST(StragglerDetector, NeedsTheThresholdForTheGivenRoundsAndClearsAfterRecovery) {
+  online::StragglerDetector detector({0.05, 2});
+  EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));  // below the threshold: never
+  EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));
+  EXPECT_FALSE(detector.observe({1.0, 1.2, 1.0}));  // one round is not enough
+  EXPECT_TRUE(detector.observe({1.0, 1.2, 1.0}));
+  ASSERT_TRUE(detector.current());
+  EXPECT_EQ(detector.current()->pipeline, 1);
+  EXPECT_NEAR(detector.current()->slowdown, 1.2, 1e-12);
+  EXPECT_FALSE(detector.observe({1.0, 1.21, 1.0}));  // the same straggler, about as slow
+  EXPECT_FALSE(detector.observe({1.0, 1.01, 1.0}));
+  EXPECT_TRUE(detector.observe({1.0, 1.01, 1.0}));  // recovered for 2 rounds
+  EXPECT_FALSE(detector.current());
+}
+
+TEST(StragglerDetector, ComparesWithTheOthersNotWithOne) {
+  online::StragglerDetector detector({0.05, 1});
+  EXPECT_FALSE(detector.observe({1.1, 1.1, 1.1}));  // everybody slower: nobody to slow down for
+  EXPECT_FALSE(detector.observe({1.3}));            // a lone pipeline
+  EXPECT_TRUE(detector.observe({1.0, 1.0, 1.5, 1.1}));
+  EXPECT_EQ(detector.current()->pipeline, 2);
+}
+
+}  // namespace
+}  // namespace perseus
