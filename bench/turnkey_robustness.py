@@ -7,6 +7,7 @@ the ideal saving (`perseus whatif`'s noise-free saving at T'/T = 1, the same cho
 
     python3 bench/turnkey_robustness.py [--perseus build/src/perseus] [--shared ../shared]
                                         [--only noise|disturbances] [--seeds 3] [--first-seed 1]
+                                        [--iterations 1000] [--report-every 50]
                                         [--sigmas 0,0.01,0.02,0.03] [--profiles gpt3-a100,...]
                                         [--scheduler-args '{"refine_passes": 1}']
 """
@@ -58,7 +59,7 @@ def simulate(args, scheduler, profile, microbatches, p_block, extra):
             wait_for(url)
             lines = subprocess.run([args.perseus, "simulate", profile, "--stages", "8", "--microbatches",
                                     str(microbatches), "--p2p-power", str(p_block), "--pipelines", "2",
-                                    "--iterations", str(args.iterations), "--report-every", "50", "--server", url,
+                                    "--iterations", str(args.iterations), "--report-every", str(args.report_every), "--server", url,
                                     "--json"] + extra,
                                    check=True, capture_output=True, text=True).stdout.splitlines()
         finally:
@@ -123,6 +124,7 @@ def main():
     parser.add_argument("--perseus", default="build/src/perseus")
     parser.add_argument("--shared", default="../shared")
     parser.add_argument("--iterations", type=int, default=1000)
+    parser.add_argument("--report-every", type=int, default=50, help="iterations per round (the client's report_every)")
     parser.add_argument("--only", choices=["noise", "disturbances"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=1)

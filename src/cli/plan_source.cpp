@@ -45,19 +45,28 @@ std::size_t select(const FrontierRecord& record, const Selector& s) {
 void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required) {
   auto* profile = cmd->add_option("profile", args.profile, "Stage profile CSV: stage,instruction,frequency,time,energy");
   if (profile_required) profile->required();
-  cmd->add_option("--stages", args.stages, "Number of pipeline stages")->check(positive());
-  cmd->add_option("--microbatches", args.microbatches, "Microbatches per iteration")->check(positive());
+  cmd->add_option("--stages", args.shape.num_stages, "Number of pipeline stages")->check(positive());
+  cmd->add_option("--microbatches", args.shape.num_microbatches, "Microbatches per iteration")->check(positive());
   cmd->add_option("--p2p-power", args.p_block, "GPU power (W) while blocked on communication")->check(non_negative());
   cmd->add_option("--unit-time", args.unit_time, "Planner time quantum in seconds (default 0.001)")->check(positive());
-  cmd->add_option("--schedule", args.schedule,
+  auto set_schedule = [&args](const std::string& name) {  // one_of checked the name
+    args.schedule_given = true;
+    args.envpipe = name == "envpipe";
+    args.shape.schedule = args.envpipe ? ScheduleKind::one_f_one_b : *parse_schedule_kind(name);
+  };
+  cmd->add_option_function<std::string>("--schedule", set_schedule,
                   "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), zb-h1, zbv, dualpipev "
                   "(zero-bubble and DualPipeV: a profile with backward_input/backward_weight rows), or envpipe (1F1B "
                   "with EnvPipe's extra forwards)")
       ->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
-  cmd->add_option("--virtual-stages", args.virtual_stages,
+  auto set_virtual_stages = [&args](int count) {
+    args.virtual_stages_given = true;
+    args.shape.virtual_stages = count;
+  };
+  cmd->add_option_function<int>("--virtual-stages", set_virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
       ->check(between(1, 1024));
-  cmd->add_option("--extra-forwards", args.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
+  cmd->add_option("--extra-forwards", args.shape.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
   cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
       ->check(non_negative());
@@ -82,8 +91,10 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     if (record) return from_record;
     throw Error(fmt::format("{} is required (or give --frontier)", option), kExitUsage);
   };
-  p.config.num_stages = pick(args.stages, record ? record->num_stages : 0, "--stages");
-  auto microbatches = args.microbatches;  // else from a plan file that says (JSON) or names its forwards (Zeus's)
+  auto if_given = [](int count) { return count > 0 ? std::optional<int>(count) : std::nullopt; };  // 0: not given
+  p.config.num_stages = pick(if_given(args.shape.num_stages), record ? record->num_stages : 0, "--stages");
+  // Microbatches not given: from a plan file that says (JSON) or names its forwards (Zeus's).
+  auto microbatches = if_given(args.shape.num_microbatches);
   if (!microbatches && !record && plan_file && plan_file->num_microbatches) microbatches = plan_file->num_microbatches;
   if (!microbatches && !record && plan_file && !plan_file->instructions.empty()) {
     const auto& first = plan_file->instructions.front();
@@ -95,10 +106,10 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
 
   p.profile = read_profile(profile);
   if (args.recompute || (record && record->recompute)) p.profile = with_recomputation(p.profile);
-  if (!args.schedule.empty()) {
-    p.config.schedule = args.schedule == "envpipe" ? ScheduleKind::one_f_one_b : *parse_schedule_kind(args.schedule);
-    p.config.virtual_stages = args.virtual_stages.value_or(1);
-    if (args.schedule == "envpipe") {
+  if (args.schedule_given) {
+    p.config.schedule = args.shape.schedule;
+    p.config.virtual_stages = args.shape.virtual_stages;
+    if (args.envpipe) {
       p.config.extra_forwards = envpipe_extra_forwards(p.profile, p.config.num_stages, p.config.num_microbatches,
                                                        args.envpipe_memory_cap);
     }
@@ -111,16 +122,16 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     p.config.extra_forwards = plan_file->extra_forwards;
     p.config.virtual_stages = plan_file->virtual_stages;
   }
-  if (args.virtual_stages) {
-    if (record && *args.virtual_stages != record->virtual_stages)
-      throw Error(fmt::format("--virtual-stages {} differs from the frontier's {}", *args.virtual_stages,
+  if (args.virtual_stages_given) {
+    if (record && args.shape.virtual_stages != record->virtual_stages)
+      throw Error(fmt::format("--virtual-stages {} differs from the frontier's {}", args.shape.virtual_stages,
                               record->virtual_stages),
                   kExitUsage);
-    p.config.virtual_stages = *args.virtual_stages;
+    p.config.virtual_stages = args.shape.virtual_stages;
   }
-  if (!args.extra_forwards.empty()) {
-    if (args.schedule == "envpipe") throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
-    p.config.extra_forwards = args.extra_forwards;
+  if (!args.shape.extra_forwards.empty()) {
+    if (args.envpipe) throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
+    p.config.extra_forwards = args.shape.extra_forwards;
   }
   if (record && (p.config.schedule != record->schedule || p.config.extra_forwards != record->extra_forwards)) {
     throw Error("the schedule differs from the frontier's", kExitUsage);

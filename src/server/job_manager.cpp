@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
 
@@ -618,19 +619,6 @@ void JobManager::send_schedules(Job& job) {
   spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
 }
 
-namespace {
-
-// Mean of a round's iterations after its first 2 (as the artifact's analysis), or of all if fewer.
-double round_mean(const std::vector<double>& values) {
-  std::size_t skip = values.size() > 2 ? 2 : 0;
-  if (values.size() == skip) return 0;
-  double sum = 0;
-  for (std::size_t i = skip; i < values.size(); ++i) sum += values[i];
-  return sum / double(values.size() - skip);
-}
-
-}  // namespace
-
 // The round's schedules run again under the same number; nothing of this run is used.
 void JobManager::run_round_again(Job& job) {
   job.stale_round = false;
@@ -670,7 +658,7 @@ void JobManager::finish_round(Job& job) {
   std::map<int, std::pair<double, double>> by_pipeline;
   double time = 0, energy = 0;
   for (const auto& r : results) {
-    double t = round_mean(r.iter_time), e = round_mean(r.iter_energy);
+    double t = protocol::round_mean(r.iter_time), e = protocol::round_mean(r.iter_energy);
     auto& p = by_pipeline[job.ranks[static_cast<std::size_t>(r.rank)]->dp_rank];
     p.first = std::max(p.first, t), p.second += e;
     time = std::max(time, t), energy += e;

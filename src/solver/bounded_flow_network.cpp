@@ -90,7 +90,7 @@ void BoundedFlowNetwork::contract_series(const std::vector<BoundedArc>& arcs) {
     ends_at_[entering] = chain_direction(c, false);  // enters it
     ends_other_[entering] = chains_[c].from;
   }
-  chain_slot_.clear();
+  chain_ref_.clear();
   end_chains_.clear();
   for (int c = 0; c < num_chains; ++c)
     if (chains_[c].from == end_source_ || chains_[c].to == end_source_ || chains_[c].from == end_sink_ ||
@@ -137,7 +137,12 @@ void BoundedFlowNetwork::build_network() {
   const int super_source = m_, super_sink = m_ + 1;
   dinic_.reset(m_ + 2, 2 * static_cast<int>(chains_.size()));
   chain_edge_.clear();
-  for (const auto& chain : chains_) chain_edge_.push_back(dinic_.add_edge(chain.from, chain.to, 0));
+  for (int c = 0; c < static_cast<int>(chains_.size()); ++c) {
+    const int edge = dinic_.add_edge(chains_[c].from, chains_[c].to, 0);
+    dinic_.set_label(edge, chain_direction(c, true));
+    dinic_.set_label(Dinic::reverse(edge), chain_direction(c, false));
+    chain_edge_.push_back(edge);
+  }
   supply_edge_.resize(m_);
   drain_edge_.resize(m_);
   for (int v : helper_order_) {
@@ -345,7 +350,7 @@ bool BoundedFlowNetwork::chain_open(int c, bool forward, std::int64_t residual, 
 
 // first_closed's walk, arc by arc.
 int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
-  const std::int64_t f = chains_[c].upper - dinic_.residual_at(chain_slot_[chain_direction(c, true)]);
+  const std::int64_t f = chains_[c].upper - dinic_.residual(chain_ref_[chain_direction(c, true)]);
   const int begin = member_start_[c], end = member_start_[c + 1];
   for (int k = 0; k < end - begin; ++k) {
     const int i = members_[forward ? begin + k : end - 1 - k];
@@ -366,31 +371,29 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
                                  std::vector<int>& backward) {
   forward.clear();
   backward.clear();
-  if (chain_slot_.empty()) {
-    for (int edge : chain_edge_) chain_slot_.push_back(dinic_.slot(edge)), chain_slot_.push_back(dinic_.slot(Dinic::reverse(edge)));
-    slot_chain_.assign(dinic_.num_slots(), -1);
-    for (std::size_t k = 0; k < chain_slot_.size(); ++k) slot_chain_[chain_slot_[k]] = static_cast<int>(k);
-    end_slot_.resize(ends_at_.size());
-    for (std::size_t k = 0; k < ends_at_.size(); ++k) end_slot_[k] = chain_slot_[ends_at_[k]];
+  if (chain_ref_.empty()) {
+    for (int edge : chain_edge_) chain_ref_.push_back(dinic_.placed(edge)), chain_ref_.push_back(dinic_.placed(Dinic::reverse(edge)));
+    end_ref_.resize(ends_at_.size());
+    for (std::size_t k = 0; k < ends_at_.size(); ++k) end_ref_[k] = chain_ref_[ends_at_[k]];
   }
   if (cut_off_.size() != static_cast<std::size_t>(m_)) cut_off_.assign(m_, 0);
   bool searched = dinic_.residual_side_known();
   bool narrowed = false;
   if (searched && rule != Feasibility::exact) {
-    for (int slot : dinic_.residual_side_unit_edges()) {
-      const int k = slot_chain_[slot];  // a chain direction
+    for (Dinic::EdgeRef edge : dinic_.residual_side_unit_edges()) {
+      const int k = dinic_.label(edge);  // a chain direction
       if (k < 0) {  // reached by a helper edge: not a search of the chains
         searched = false;
         break;
       }
-      if (!chain_open(chain_of_direction(k), is_forward(k), dinic_.residual_at(slot), arcs, rule)) {
+      if (!chain_open(chain_of_direction(k), is_forward(k), dinic_.residual(edge), arcs, rule)) {
         cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 1;
         narrowed = true;
       }
     }
     if (!searched) {
-      for (int slot : dinic_.residual_side_unit_edges())
-        if (const int k = slot_chain_[slot]; k >= 0) cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 0;
+      for (Dinic::EdgeRef edge : dinic_.residual_side_unit_edges())
+        if (const int k = dinic_.label(edge); k >= 0) cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 0;
       narrowed = false;
     }
   }
@@ -474,7 +477,7 @@ void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasib
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
       const int v = ends_other_[k];
       if (in_side_[v]) continue;
-      if (chain_open(chain_of_direction(ends_at_[k]), is_forward(ends_at_[k]), dinic_.residual_at(end_slot_[k]), arcs, rule)) {
+      if (chain_open(chain_of_direction(ends_at_[k]), is_forward(ends_at_[k]), dinic_.residual(end_ref_[k]), arcs, rule)) {
         in_side_[v] = 1;
         side_.push_back(v);
       }
@@ -491,12 +494,12 @@ void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibil
     if (!in_side(u)) continue;  // labelled, but cut off (narrow_side)
     // u's chains as the network lays them out (each chain's edge at its start, its reverse edge at
     // its end): read in order, where the ends' lists would be read all over memory.
-    for (int slot = dinic_.first_slots_begin(u), end = dinic_.first_slots_end(u); slot < end; ++slot) {
-      const int k = slot_chain_[slot];
+    for (Dinic::EdgeRef edge : dinic_.first_edges(u)) {
+      const int k = dinic_.label(edge);
       const bool leaves = is_forward(k);
-      const bool other_in = in_side(dinic_.head_at(slot));
+      const bool other_in = in_side(dinic_.head(edge));
       if (other_in && !leaves) continue;  // inside: seen from its start
-      if (other_in && dinic_.residual_at(slot) >= 2) continue;  // inside, every arc open ahead
+      if (other_in && dinic_.residual(edge) >= 2) continue;  // inside, every arc open ahead
       const int c = chain_of_direction(k);
       const bool start_in = leaves || other_in, end_in = !leaves || other_in;
       const int length = member_start_[c + 1] - member_start_[c];

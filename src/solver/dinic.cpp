@@ -13,6 +13,7 @@ void Dinic::reset(int num_nodes, int first_edges) {
   end_journal();
   from_.clear();
   to_.clear();
+  label_.clear();
   cap_.clear();
 }
 
@@ -29,6 +30,7 @@ int Dinic::add_edge(int from, int to, std::int64_t capacity) {
   from_.push_back(to);
   to_.push_back(from);
   cap_.push_back(0);
+  label_.insert(label_.end(), 2, -1);
   built_ = false;
   return id;
 }
@@ -53,9 +55,11 @@ void Dinic::build_adjacency() {
   head_.resize(num_edges);
   slot_cap_.resize(num_edges);
   reverse_.resize(num_edges);
+  slot_label_.resize(num_edges);
   for (int e = 0; e < num_edges; ++e) {
     const int slot = slot_of_[e];
     head_[slot] = to_[e];
+    slot_label_[slot] = label_[e];
     slot_cap_[slot] = cap_[e];
     reverse_[slot] = slot_of_[reverse(e)];
   }
@@ -76,7 +80,7 @@ template <bool kFirstOnly>
 bool Dinic::bfs(int source, int sink) {
   int* level = level_.data();
   int* queue = queue_.data();
-  int* units = unit_edges_.data();
+  EdgeRef* units = unit_edges_.data();
   int* parent = parent_.data();
   const int* heads = head_.data();
   const std::int64_t* cap = slot_cap_.data();
@@ -105,7 +109,7 @@ bool Dinic::bfs(int source, int sink) {
           level[v] = next_level;
           parent[tail] = u;
           queue[tail++] = v;
-          units[unit_count] = i;  // kept only when one unit reached it
+          units[unit_count] = EdgeRef(i);  // kept only when one unit reached it
           unit_count += c == 1;
         }
       }

@@ -1,4 +1,4 @@
-// CUDA's device numbering at every entry point (monitor, power-limit optimizer, client, gpud) on a
+// CUDA's device numbering at every entry point (monitor, power limits, client, gpud) on a
 // 4-GPU fake NVML; RAPL energy from a fake powercap tree, directly and through gpud; the power
 // timeline of PowerMonitor. Times are simulated where the code takes a clock.
 #include <gtest/gtest.h>
@@ -20,7 +20,6 @@
 #include "perseus/gpud/client.hpp"
 #include "perseus/gpud/daemon.hpp"
 #include "perseus/zeus/energy_monitor.hpp"
-#include "perseus/zeus/power_limit_optimizer.hpp"
 #include "perseus/zeus/power_monitor.hpp"
 #include "server_fixture.hpp"
 
@@ -99,23 +98,22 @@ TEST(VisibleDevicesErrors, AnIndexPastTheVisibleOnesNamesTheVariable) {
   }
 }
 
-// The monitor and the power-limit optimizer: CUDA index 1 of "2,3" is NVML GPU 3, and only it is capped.
-TEST(DevicesPerEntryPoint, MonitorAndPowerLimitOptimizerCapOnlyTheMappedGpu) {
+// The monitor and power limits in CUDA's numbering: CUDA index 1 of "2,3" is NVML GPU 3, and only it
+// is capped. (The Python power-limit optimizer caps the NVML GPUs its monitor maps to: tests/python.)
+TEST(DevicesPerEntryPoint, MonitorAndPowerLimitsTouchOnlyTheMappedGpu) {
   auto nvml = four_gpus();
   auto visible = gpu::cuda_numbered(nvml, "2,3");
   EXPECT_EQ(zeus::EnergyMonitor(visible).gpu_indices(), (std::vector<unsigned>{0, 1})) << "a default monitor";
   zeus::EnergyMonitorOptions mo;
   mo.gpu_indices = std::vector<unsigned>{1};
   zeus::EnergyMonitor monitor(visible, mo);
-  zeus::PowerLimitOptimizerOptions po;
-  po.wait_steps = 0, po.warmup_steps = 0, po.profile_steps = 1, po.pl_step = 100;
-  zeus::GlobalPowerLimitOptimizer optimizer(monitor, po);
-  optimizer.on_step_begin();  // profiling at the top limit
-  optimizer.on_step_end();
-  optimizer.on_step_begin();  // the next limit is set
+  EXPECT_EQ(gpu::nvml_index(*nvml, 1, "2,3"), 3u);
+  const auto range = monitor.gpus().power_limit_range(1);
+  EXPECT_EQ(range.max_mw, kTopLimit);
+  monitor.gpus().set_power_limit_mw(1, range.max_mw - 100000);
   EXPECT_EQ(changed(*nvml), (std::vector<unsigned>{3}));
-  EXPECT_LT(nvml->power_limit_mw(3), kTopLimit);
-  optimizer.close();
+  EXPECT_EQ(nvml->power_limit_mw(3), kTopLimit - 100000);
+  monitor.gpus().set_power_limit_mw(1, range.max_mw);
   EXPECT_TRUE(changed(*nvml).empty()) << "the maximum restored";
   monitor.begin_window("w");
   auto m = monitor.end_window("w");

@@ -9,6 +9,7 @@
 
 #include "perseus/baselines/registry.hpp"
 #include "perseus/emulate/emulator.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/plan/plan_files.hpp"
 
@@ -27,11 +28,12 @@ std::size_t select(const FrontierRecord& record, const Selector& selector);
 
 struct PipelineArgs {
   std::string profile;
-  std::optional<int> stages, microbatches;
+  // The shape as the command line gives it. What it leaves out comes from the frontier or the plan
+  // file: stages or microbatches left 0, and the schedule or virtual stages when not given.
+  PipelineShape shape;
+  bool schedule_given = false, virtual_stages_given = false;
+  bool envpipe = false;  // --schedule envpipe: 1f1b with EnvPipe's extra forwards
   std::optional<double> p_block, unit_time;
-  std::string schedule;         // 1f1b, gpipe, interleaved, envpipe (1f1b with EnvPipe's extra forwards)
-  std::optional<int> virtual_stages;  // interleaved: model chunks per stage
-  std::vector<int> extra_forwards;
   int envpipe_memory_cap = -1;  // extra forwards that fit in memory; -1: no cap
   bool quantize = false;
   bool recompute = false;  // 1F1B with activation recomputation (with_recomputation)

@@ -59,13 +59,13 @@ class BoundedFlowNetwork {
   void build_network();
   bool set_chain_bounds(int chain, const std::vector<BoundedArc>& arcs, Feasibility feasibility);
   void add_excess(int node, std::int64_t amount);
-  // A chain direction: chain c taken forward (its edge, 2c) or backward (its reverse edge, 2c + 1).
-  // ends_at_, chain_slot_ and slot_chain_ are indexed by or hold these.
+  // A chain direction: chain c taken forward (its edge) or backward (its reverse edge), numbered
+  // 2c and 2c + 1. ends_at_, chain_ref_ and the network's edge labels are indexed by or hold these.
   static int chain_direction(int c, bool forward) { return 2 * c + (forward ? 0 : 1); }
   static int chain_of_direction(int k) { return k >> 1; }
   static bool is_forward(int k) { return (k & 1) == 0; }
   std::int64_t chain_residual(int c, bool forward) const {
-    return dinic_.residual_at(chain_slot_[chain_direction(c, forward)]);
+    return dinic_.residual(chain_ref_[chain_direction(c, forward)]);
   }
   bool chain_open(int c, bool forward, std::int64_t residual, const std::vector<BoundedArc>& arcs,
                   Feasibility rule) const;
@@ -98,9 +98,9 @@ class BoundedFlowNetwork {
   std::vector<int> chain_edge_, supply_edge_, drain_edge_;
   std::vector<int> helper_order_;  // the ends in the order their helper edges are added
   int back_edge_ = -1;
-  std::vector<int> chain_slot_;  // per chain direction: the slot of its edge (once laid out)
-  std::vector<int> end_slot_;    // per entry of ends_at_: the slot of its chain's edge leaving that end
-  std::vector<int> slot_chain_;  // per slot: the chain direction whose edge it holds, -1 for helpers
+  // Each chain edge is labelled in the network with its chain direction (helper edges: -1).
+  std::vector<Dinic::EdgeRef> chain_ref_;  // per chain direction: its edge (once laid out)
+  std::vector<Dinic::EdgeRef> end_ref_;    // per entry of ends_at_: its chain's edge leaving that end
   bool has_flow_ = false;  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
   // feasibility rule let pass (one unit at most per node).

@@ -69,10 +69,6 @@ class Dinic {
   // `first_only`: only the first edges take part, as on a network of just those.
   std::int64_t max_flow(int source, int sink, std::int64_t limit, bool first_only = false);
   std::int64_t residual(int edge) const { return built_ ? slot_cap_[slot_of_[edge]] : cap_[edge]; }
-  // Once max_flow has run: where an edge's residual lives, and the residual there.
-  int slot(int edge) const { return slot_of_[edge]; }
-  int num_slots() const { return static_cast<int>(slot_of_.size()); }
-  std::int64_t residual_at(int slot) const { return slot_cap_[slot]; }
   void set_residual(int edge, std::int64_t value) {
     if (!built_) {
       cap_[edge] = value;
@@ -84,6 +80,47 @@ class Dinic {
     slot_cap_[slot] = value;
     reached_count_ = -1;
   }
+  // An edge where it lies in the built network (once max_flow has run, until an edge is added):
+  // reading through it costs no lookup, for callers that read the same edges again and again.
+  class EdgeRef {
+   public:
+    EdgeRef() = default;
+
+   private:
+    friend class Dinic;
+    explicit EdgeRef(int slot) : slot_(slot) {}
+    int slot_ = -1;
+  };
+  EdgeRef placed(int edge) const { return EdgeRef(slot_of_[edge]); }
+  std::int64_t residual(EdgeRef edge) const { return slot_cap_[edge.slot_]; }
+  int head(EdgeRef edge) const { return head_[edge.slot_]; }
+  // A number the caller attaches to an edge (-1 unless set), read back through an EdgeRef, e.g.
+  // which of its own objects the edge stands for.
+  void set_label(int edge, int label) {
+    label_[edge] = label;
+    if (built_) slot_label_[slot_of_[edge]] = label;
+  }
+  int label(EdgeRef edge) const { return slot_label_[edge.slot_]; }
+  // A node's first edges (see reset) as the built network lays them out: in the order they were added.
+  class EdgeRange {
+   public:
+    struct iterator {
+      int slot;
+      EdgeRef operator*() const { return EdgeRef(slot); }
+      iterator& operator++() {
+        ++slot;
+        return *this;
+      }
+      bool operator==(const iterator&) const = default;
+    };
+    EdgeRange(int begin, int end) : begin_(begin), end_(end) {}
+    iterator begin() const { return {begin_}; }
+    iterator end() const { return {end_}; }
+
+   private:
+    int begin_, end_;
+  };
+  EdgeRange first_edges(int node) const { return {begin_first_[node], end_first_[node]}; }
   int num_nodes() const { return num_nodes_; }
   // After a max_flow that ended because no augmenting path was left: its last search labelled
   // every node the source reaches through positive residuals, which is the source side of a
@@ -96,14 +133,11 @@ class Dinic {
   // Per node of residual_side(), in the same order, the node that search first reached it from
   // (-1 for the source): its search tree.
   const int* residual_side_parents() const { return parent_.data(); }
-  // Once max_flow has run: the slots of a node's first edges are [first_slots_begin, _end), each
-  // with the node it leads to.
-  int first_slots_begin(int node) const { return begin_first_[node]; }
-  int first_slots_end(int node) const { return end_first_[node]; }
-  int head_at(int slot) const { return head_[slot]; }
-  // The slots of the edges with exactly one unit left through which that search first reached a
-  // node (where the planner's reference rule may see the edge as closed).
-  std::span<const int> residual_side_unit_edges() const { return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)}; }
+  // The edges with exactly one unit left through which that search first reached a node (where
+  // the planner's reference rule may see the edge as closed).
+  std::span<const EdgeRef> residual_side_unit_edges() const {
+    return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)};
+  }
   // A journal of residual changes (on a built network: once max_flow has run), kept from the first
   // journal_mark() until end_journal(): rollback_to(mark) brings back the residuals of the moment
   // journal_mark() returned `mark` (later marks are gone with it); forget_before(mark) drops what
@@ -146,17 +180,17 @@ class Dinic {
 
   int num_nodes_ = 0;
   bool built_ = false;
-  std::vector<int> from_, to_;  // per edge id, as added
+  std::vector<int> from_, to_, label_;  // per edge id, as added
   std::vector<std::int64_t> cap_;  // per edge id until the adjacency is built
   // Once built, edges live in slots: the first edges' grouped by their tail node, then the others'
   // likewise. slot_of_[edge id], and per slot the head node, residual capacity and the reverse
-  // edge's slot; per node, the range of its first edges' slots and of its others'.
+  // edge's slot, and the caller's label; per node, the range of its first edges' slots and of its others'.
   int first_edges_ = 0;
-  std::vector<int> slot_of_, head_, reverse_;
+  std::vector<int> slot_of_, head_, reverse_, slot_label_;
   std::vector<int> begin_first_, end_first_, begin_other_, end_other_;
   int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
   std::vector<int> parent_;  // per search, per node in queue_ order: the node it was first reached from
-  std::vector<int> unit_edges_;  // per search: slots through which one unit first reached a node
+  std::vector<EdgeRef> unit_edges_;  // per search: edges through which one unit first reached a node
   int unit_count_ = 0;
   int base_ = 0;  // the last search's level 0: lower levels are earlier searches' (or dead ends)
   std::vector<std::int64_t> slot_cap_;

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "perseus/pipeline/makespan.hpp"
+#include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/util/safe_text.hpp"
 
@@ -13,24 +14,16 @@ namespace perseus::server {
 
 namespace {
 
-std::size_t first_kept(std::size_t iterations) { return iterations > 1 ? 1 : 0; }
+using protocol::first_counted_iteration;
 
-double mean_kept(const std::vector<double>& values) {
-  std::size_t skip = first_kept(values.size());
-  if (values.size() <= skip) return 0;
-  double sum = 0;
-  for (std::size_t i = skip; i < values.size(); ++i) sum += values[i];
-  return sum / double(values.size() - skip);
-}
-
-// Per occurrence of `name` in an iteration: the mean over kept iterations.
+// Per occurrence of `name` in an iteration: the mean over counted iterations.
 std::vector<double> per_occurrence(const Breakdown& breakdown, const char* name, int rank) {
   auto it = breakdown.find(name);
   if (it == breakdown.end() || it->second.empty())
     throw std::runtime_error(fmt::format("rank {} reported no '{}' measurements; wrap forward and backward with "
                                          "on_instruction_begin/end", rank, name));
   const auto& iterations = it->second;
-  std::size_t skip = first_kept(iterations.size());
+  std::size_t skip = first_counted_iteration(iterations.size());
   std::vector<double> sum;
   std::size_t n = 0;
   for (std::size_t i = skip; i < iterations.size(); ++i) {
@@ -90,7 +83,7 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
   double idle_time = 0, idle_energy = 0;
   for (const auto& result : results) {
     const RankInfo& info = ranks.at(static_cast<std::size_t>(result.rank));
-    double t = mean_kept(result.iter_time), e = mean_kept(result.iter_energy);
+    double t = protocol::round_mean(result.iter_time), e = protocol::round_mean(result.iter_energy);
     out.iteration_time = std::max(out.iteration_time, t);
     out.iterations = std::max(out.iterations, static_cast<int>(result.iter_time.size()));
     out.energy += e;
@@ -128,7 +121,7 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
       if (occurrences && info.tp_rank == 0) {
         std::map<online::StageKind, std::vector<double>> sets;
         const auto& iterations = result.time_breakdown.at(name);
-        for (std::size_t i = first_kept(iterations.size()); i < iterations.size(); ++i)
+        for (std::size_t i = first_counted_iteration(iterations.size()); i < iterations.size(); ++i)
           for (std::size_t k = 0; k < iterations[i].size() && k < keys.size(); ++k) sets[keys[k]].push_back(iterations[i][k]);
         for (auto& [key, durations] : sets) out.occurrences[key].push_back(std::move(durations));
       }

@@ -1,6 +1,6 @@
 #pragma once
-// A round's results in the turnkey controller's terms (online::RoundMeasurement): the first
-// iteration of each rank's round is dropped when there are more (it may straddle the clock change).
+// A round's results in the turnkey controller's terms (online::RoundMeasurement), over each rank's
+// counted iterations (protocol/round_mean.hpp: its warm-up after the clock change left out).
 #include <nlohmann/json.hpp>
 #include <vector>
 
