@@ -24,8 +24,9 @@ struct Fixture {
     settings.scheduler = "TwoFrequencies";
     settings.scheduler_args = {{"forward_freq", 1200}, {"backward_freq", 1005}};
     settings.dump_data = false;
-    jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings,
-                                                server::configure_scheduler(settings.scheduler, settings.scheduler_args));
+    jobs =
+        std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings,
+                                             server::configure_scheduler(settings.scheduler, settings.scheduler_args));
     http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0);
     thread = std::thread([this] { io.run(); });
     client::ClientOptions o;

@@ -71,11 +71,13 @@ const bool registered = [] {
                                                    {"bloom+a40_bf16.csv", true}};
   for (const auto& [name, a40] : profiles) {
     const std::string fit_label = "fit/" + std::string(name).substr(0, std::string(name).size() - 4);
-    benchmark::RegisterBenchmark(fit_label.c_str(), fit_cost_models, std::string(name), a40)->Unit(benchmark::kMillisecond);
+    benchmark::RegisterBenchmark(fit_label.c_str(), fit_cost_models, std::string(name), a40)
+        ->Unit(benchmark::kMillisecond);
   }
   for (const auto& [name, a40] : profiles) {
     for (int microbatches : {12, 24, 48, 96}) {
-      const std::string label = std::string(name).substr(0, std::string(name).size() - 4) + "/mb" + std::to_string(microbatches);
+      const std::string label =
+          std::string(name).substr(0, std::string(name).size() - 4) + "/mb" + std::to_string(microbatches);
       benchmark::RegisterBenchmark(label.c_str(), plan_frontier, std::string(name), a40, microbatches)
           ->Unit(benchmark::kMillisecond)
           ->Iterations(1)

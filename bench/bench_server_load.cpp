@@ -119,7 +119,8 @@ class Rank : public std::enable_shared_from_this<Rank> {
       http::async_read(self->stream_, self->buffer_, self->res_, [self, next](beast::error_code ec2, std::size_t) {
         if (ec2) return self->fail("read", ec2);
         if (self->res_.result_int() != 200) {
-          std::fprintf(stderr, "rank %d: HTTP %u %s\n", self->rank_, self->res_.result_int(), self->res_.body().c_str());
+          std::fprintf(stderr, "rank %d: HTTP %u %s\n", self->rank_, self->res_.result_int(),
+                       self->res_.body().c_str());
           std::exit(1);
         }
         next();
@@ -179,7 +180,8 @@ int main(int argc, char** argv) {
   std::optional<perseus::server::HttpServer> http_server;
   std::vector<std::thread> server_pool;
   if (url.empty()) {
-    jobs.emplace(asio::make_strand(server_io), settings, perseus::server::configure_scheduler(scheduler, json::object()));
+    jobs.emplace(asio::make_strand(server_io), settings,
+                 perseus::server::configure_scheduler(scheduler, json::object()));
     http_server.emplace(server_io, *jobs, "127.0.0.1", 0);
     for (int t = 0; t < server_threads; ++t)
       server_pool.emplace_back([&] {
@@ -194,20 +196,21 @@ int main(int argc, char** argv) {
   // Register the job and its ranks (not timed).
   perseus::client::HttpClient setup(url);
   int dp = load.ranks / (stages * tp);
-  json job = {{"job_id", ""},          {"pp_degree", stages},          {"dp_degree", dp},
-              {"tp_degree", tp},       {"world_size", load.ranks},     {"framework", "bench"},
+  json job = {{"job_id", ""},          {"pp_degree", stages},           {"dp_degree", dp},
+              {"tp_degree", tp},       {"world_size", load.ranks},      {"framework", "bench"},
               {"model_name", "load"},  {"partition_method", "uniform"}, {"microbatch_size", 1},
               {"num_microbatches", 16}};
-  load.job_id = json::parse(setup.request("POST", "/register_job", job.dump(), std::chrono::seconds(10)).body).get<std::string>();
+  load.job_id =
+      json::parse(setup.request("POST", "/register_job", job.dump(), std::chrono::seconds(10)).body).get<std::string>();
   std::vector<std::string> schedule;
   for (int m = 0; m < 16; ++m) schedule.insert(schedule.end(), {"forward", "backward"});
   std::vector<int> clocks;
   for (int c = 1410; c >= 210; c -= 15) clocks.push_back(c);
   auto t0 = Clock::now();
   for (int r = 0; r < load.ranks; ++r) {
-    json rank = {{"job_id", load.job_id}, {"rank", r}, {"dp_rank", r / (stages * tp)}, {"pp_rank", r / tp % stages},
-                 {"tp_rank", r % tp},
-                 {"pipe_schedule", schedule}, {"power_state_range", clocks}};
+    json rank = {{"job_id", load.job_id},      {"rank", r},         {"dp_rank", r / (stages * tp)},
+                 {"pp_rank", r / tp % stages}, {"tp_rank", r % tp}, {"pipe_schedule", schedule},
+                 {"power_state_range", clocks}};
     auto reply = setup.request("POST", "/register_rank", rank.dump(), std::chrono::seconds(10));
     if (reply.status != 200) {
       std::fprintf(stderr, "register_rank %d: %s\n", r, reply.body.c_str());
@@ -291,9 +294,9 @@ int main(int argc, char** argv) {
               register_s);
   std::printf("rounds/s %.1f\n", load.rounds / total_s);
   if (http_server)
-    std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms, client_cpu_ms);
-  else
-    std::printf("CPU per round: simulated ranks %.1f ms (the server's: its process)\n", client_cpu_ms);
+    std::printf("CPU per round: server %.1f ms (all its threads), simulated ranks %.1f ms\n", server_cpu_ms,
+                client_cpu_ms);
+  else std::printf("CPU per round: simulated ranks %.1f ms (the server's: its process)\n", client_cpu_ms);
   std::printf("round cycle ms (first ask .. last result):     p50 %.2f  p99 %.2f  max %.2f\n",
               percentile(latencies_ms, 0.5), percentile(latencies_ms, 0.99),
               *std::max_element(latencies_ms.begin(), latencies_ms.end()));

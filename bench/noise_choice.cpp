@@ -42,9 +42,9 @@ struct Args {
   int iterations = 500;
   int pipelines = 2;
   int microbatches = 12;
-  int baseline_rounds = 3;     // all-max rounds the variability is estimated from
-  int round_iterations = 10;   // iterations per round
-  NoiseAwareOptions options;   // --samples, --starts, --allowance
+  int baseline_rounds = 3;    // all-max rounds the variability is estimated from
+  int round_iterations = 10;  // iterations per round
+  NoiseAwareOptions options;  // --samples, --starts, --allowance
   std::vector<Case> cases{{"gpt3-175b+a100_sxm_bf16.csv", kA100BlockingPowerW},
                           {"bloom+a100_sxm_bf16.csv", kA100BlockingPowerW},
                           {"gpt3-175b+a40_bf16.csv", kA40BlockingPowerW},
@@ -106,8 +106,8 @@ Variability measure(const Emulator& emulator, const PlanningOutput& plans, const
         const auto run = emulator.run(top, emulator_noise(truth, mix(seed, mix(r, mix(d, it)))));
         for (int s = 0; s < S; ++s)
           for (const auto& unit : run.instructions[static_cast<std::size_t>(s)])
-            sets[static_cast<std::size_t>(s) * 2 + (unit.instruction.kind == InstructionKind::forward ? 0 : 1)].push_back(
-                unit.duration);
+            sets[static_cast<std::size_t>(s) * 2 + (unit.instruction.kind == InstructionKind::forward ? 0 : 1)]
+                .push_back(unit.duration);
       }
       for (int s = 0; s < S; ++s) {
         estimator.add(s, InstructionKind::forward, sets[static_cast<std::size_t>(s) * 2]);
@@ -147,7 +147,8 @@ Truth run_cluster(const Emulator& emulator, const std::vector<std::vector<int>>&
 int main(int argc, char** argv) {
   const Args args = parse(argc, argv);
   std::printf("%-28s %5s %4s %6s %7s %6s %8s %8s %7s %8s %8s %7s %6s %8s  %s\n", "profile", "sigma", "seed", "points",
-              "sigma^", "allow", "slowdown", "saving", "share", "nf-slow", "nf-save", "nf-shr", "ideal", "cpu", "choice");
+              "sigma^", "allow", "slowdown", "saving", "share", "nf-slow", "nf-save", "nf-shr", "ideal", "cpu",
+              "choice");
   for (const auto& c : args.cases) {
     const auto path = std::filesystem::path(args.shared) / "data/sosp24/stage_profile" / c.profile;
     PlanningInput input;
@@ -177,11 +178,11 @@ int main(int argc, char** argv) {
         const auto ours = run_cluster(emulator, chosen.frequencies, args, sigma, truth_seed);
         const auto nf = run_cluster(emulator, ideal_plan.frequencies, args, sigma, truth_seed);
         const double saving = 1 - ours.energy / base.energy, nf_saving = 1 - nf.energy / base.energy;
-        std::printf("%-28s %5.3f %4d %6zu %7.4f %5.2f%% %7.2f%% %7.2f%% %6.0f%% %7.2f%% %7.2f%% %6.0f%% %5.2f%% %7.3fs  %s\n",
-                    c.profile.c_str(), sigma, seed, plans.record.points.size(), v.max(), 100 * allowed,
-                    100 * (ours.time / base.time - 1), 100 * saving, 100 * saving / ideal,
-                    100 * (nf.time / base.time - 1), 100 * nf_saving, 100 * nf_saving / ideal, 100 * ideal, seconds,
-                    chosen.label().c_str());
+        std::printf(
+            "%-28s %5.3f %4d %6zu %7.4f %5.2f%% %7.2f%% %7.2f%% %6.0f%% %7.2f%% %7.2f%% %6.0f%% %5.2f%% %7.3fs  %s\n",
+            c.profile.c_str(), sigma, seed, plans.record.points.size(), v.max(), 100 * allowed,
+            100 * (ours.time / base.time - 1), 100 * saving, 100 * saving / ideal, 100 * (nf.time / base.time - 1),
+            100 * nf_saving, 100 * nf_saving / ideal, 100 * ideal, seconds, chosen.label().c_str());
         std::fflush(stdout);
       }
     }

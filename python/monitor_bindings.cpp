@@ -34,9 +34,7 @@ std::shared_ptr<perseus::cpu::RaplCounters> rapl_for(const std::optional<std::ve
   }
 }
 
-py::object optional_map(const std::optional<std::map<unsigned, double>>& m) {
-  return m ? py::cast(*m) : py::none();
-}
+py::object optional_map(const std::optional<std::map<unsigned, double>>& m) { return m ? py::cast(*m) : py::none(); }
 
 }  // namespace
 
@@ -44,10 +42,12 @@ void bind_monitor(py::module_& m) {
   py::class_<Measurement>(m, "Measurement", "What one measurement window saw.")
       .def_readonly("time", &Measurement::time, "Seconds.")
       .def_readonly("gpu_energy", &Measurement::gpu_energy, "Joules by GPU index.")
-      .def_property_readonly("cpu_energy", [](const Measurement& x) { return optional_map(x.cpu_energy); },
-                             "Joules by CPU package (RAPL), or None.")
-      .def_property_readonly("dram_energy", [](const Measurement& x) { return optional_map(x.dram_energy); },
-                             "Joules by CPU package's DRAM (RAPL), or None.")
+      .def_property_readonly(
+          "cpu_energy", [](const Measurement& x) { return optional_map(x.cpu_energy); },
+          "Joules by CPU package (RAPL), or None.")
+      .def_property_readonly(
+          "dram_energy", [](const Measurement& x) { return optional_map(x.dram_energy); },
+          "Joules by CPU package's DRAM (RAPL), or None.")
       .def_readonly("total_energy", &Measurement::total_energy, "Joules, every GPU.")
       .def("__repr__", [](const Measurement& x) {
         return "Measurement(time=" + std::to_string(x.time) + ", total_energy=" + std::to_string(x.total_energy) + ")";

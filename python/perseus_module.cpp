@@ -25,14 +25,15 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     int microbatch_size, int num_microbatches, std::vector<std::string> pipe_schedule,
                                     int report_every, py::object broadcast_job_id, std::string job_id,
                                     std::string nvml_library, double request_timeout, bool fail_open,
-                                    bool strict_schedule, std::string gpud_socket, std::string token,
-                                    double retry_for, double heartbeat_interval, std::string job_secret) {
+                                    bool strict_schedule, std::string gpud_socket, std::string token, double retry_for,
+                                    double heartbeat_interval, std::string job_secret) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
   o.device = device;
   o.server_url = std::move(server_url);
-  o.framework = std::move(framework), o.model_name = std::move(model_name), o.partition_method = std::move(partition_method);
+  o.framework = std::move(framework), o.model_name = std::move(model_name),
+  o.partition_method = std::move(partition_method);
   o.microbatch_size = microbatch_size, o.num_microbatches = num_microbatches;
   o.pipe_schedule = std::move(pipe_schedule);
   o.report_every = report_every;
@@ -152,9 +153,9 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("microbatch_size") = 1, py::arg("num_microbatches") = 1,
            py::arg("pipe_schedule") = std::vector<std::string>{}, py::arg("report_every") = 5,
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
-           py::arg("request_timeout") = 30.0, py::arg("fail_open") = true,
-           py::arg("strict_schedule") = false, py::arg("gpud_socket") = "", py::arg("token") = "",
-           py::arg("retry_for") = 300.0, py::arg("heartbeat_interval") = 5.0, py::arg("job_secret") = "")
+           py::arg("request_timeout") = 30.0, py::arg("fail_open") = true, py::arg("strict_schedule") = false,
+           py::arg("gpud_socket") = "", py::arg("token") = "", py::arg("retry_for") = 300.0,
+           py::arg("heartbeat_interval") = 5.0, py::arg("job_secret") = "")
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),
@@ -169,8 +170,7 @@ PYBIND11_MODULE(_perseus, m) {
           "pipe_schedule (names not in pipe_schedule are measured and keep the current clock).\n\n"
           "Raises:\n    ScheduleMismatch: with strict_schedule, when name is not the next registered instruction.")
       .def(
-          "on_instruction_end", [](Client& c, const std::string& name) { c.on_instruction_end(name); },
-          py::arg("name"),
+          "on_instruction_end", [](Client& c, const std::string& name) { c.on_instruction_end(name); }, py::arg("name"),
           "Marks the end of an instruction; its time and energy are measured up to here.\n\n"
           "Args:\n    name: the same name as the matching on_instruction_begin.")
       .def("flush", &Client::flush, py::call_guard<py::gil_scoped_release>(),
@@ -243,14 +243,16 @@ PYBIND11_MODULE(_perseus, m) {
       },
       py::arg("device") = 0, py::arg("nvml_library") = "",
       "Supported graphics clocks (MHz, highest first) of a GPU at its top memory clock; read-only.\n\n"
-      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of "
+      "libnvidia-ml; \"\" as for Client.");
 
   m.def(
       "current_gpu_clock",
       [](unsigned device, const std::string& library) { return visible_gpus(library)->current_graphics_clock(device); },
       py::arg("device") = 0, py::arg("nvml_library") = "",
       "The SM clock (MHz) a GPU runs at now (a power limit may hold it below its lock); read-only.\n\n"
-      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of libnvidia-ml; \"\" as for Client.");
+      "Args:\n    device: the GPU as CUDA numbers it (CUDA_VISIBLE_DEVICES applies).\n    nvml_library: path of "
+      "libnvidia-ml; \"\" as for Client.");
 
   bind_monitor(m);
   bind_power_limit(m);

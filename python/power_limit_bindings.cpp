@@ -13,21 +13,30 @@ void bind_power_limit(py::module_& m) {
   // The GPU controls perseus.zeus's Python optimizers need (NVML indices), through gpud where configured.
   py::class_<perseus::gpu::GpuLibrary, std::shared_ptr<perseus::gpu::GpuLibrary>>(m, "_Gpus")
       .def(py::init([](const std::string& nvml_library, const std::string& gpud_socket) {
-             return std::shared_ptr<perseus::gpu::GpuLibrary>(perseus::gpud::open_gpu_library(gpud_socket, nvml_library));
+             return std::shared_ptr<perseus::gpu::GpuLibrary>(
+                 perseus::gpud::open_gpu_library(gpud_socket, nvml_library));
            }),
            py::arg("nvml_library") = "", py::arg("gpud_socket") = "")
       .def("device_count", &perseus::gpu::GpuLibrary::device_count)
-      .def("power_limit_range", [](perseus::gpu::GpuLibrary& g, unsigned d) {
-        auto r = g.power_limit_range(d);
-        return std::make_pair(r.min_mw, r.max_mw);
-      }, py::arg("device"), "(min, max) in mW.")
+      .def(
+          "power_limit_range",
+          [](perseus::gpu::GpuLibrary& g, unsigned d) {
+            auto r = g.power_limit_range(d);
+            return std::make_pair(r.min_mw, r.max_mw);
+          },
+          py::arg("device"), "(min, max) in mW.")
       .def("power_limit_mw", &perseus::gpu::GpuLibrary::power_limit_mw, py::arg("device"))
       .def("set_power_limit_mw", &perseus::gpu::GpuLibrary::set_power_limit_mw, py::arg("device"), py::arg("limit_mw"))
-      .def("supported_graphics_clocks", [](perseus::gpu::GpuLibrary& g, unsigned d) {
-        auto memory = g.supported_memory_clocks(d);
-        return memory.empty() ? std::vector<unsigned>{} : g.supported_graphics_clocks(d, memory.front());
-      }, py::arg("device"), "MHz, descending, at the highest memory clock.")
-      .def("lock_graphics_clock", [](perseus::gpu::GpuLibrary& g, unsigned d, unsigned mhz) { g.lock_graphics_clock(d, mhz, mhz); },
-           py::arg("device"), py::arg("mhz"))
+      .def(
+          "supported_graphics_clocks",
+          [](perseus::gpu::GpuLibrary& g, unsigned d) {
+            auto memory = g.supported_memory_clocks(d);
+            return memory.empty() ? std::vector<unsigned>{} : g.supported_graphics_clocks(d, memory.front());
+          },
+          py::arg("device"), "MHz, descending, at the highest memory clock.")
+      .def(
+          "lock_graphics_clock",
+          [](perseus::gpu::GpuLibrary& g, unsigned d, unsigned mhz) { g.lock_graphics_clock(d, mhz, mhz); },
+          py::arg("device"), py::arg("mhz"))
       .def("reset_graphics_clock", &perseus::gpu::GpuLibrary::reset_graphics_clock, py::arg("device"));
 }

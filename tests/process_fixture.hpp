@@ -107,8 +107,8 @@ struct ServeProcess {
 // Starts `command` in the background through the shell, in `dir`; returns its pid (exec'd, so
 // signals reach the program itself).
 inline pid_t spawn(const std::filesystem::path& dir, const std::string& command, const std::string& name) {
-  std::string line = fmt::format("cd '{}' && (exec {}) > {}.out 2> {}.err & echo $! > '{}/{}.pid'", dir.string(), command,
-                                 name, name, dir.string(), name);
+  std::string line = fmt::format("cd '{}' && (exec {}) > {}.out 2> {}.err & echo $! > '{}/{}.pid'", dir.string(),
+                                 command, name, name, dir.string(), name);
   EXPECT_EQ(std::system(line.c_str()), 0);
   return std::stoi(read_file(dir / (name + ".pid")));
 }

@@ -42,7 +42,9 @@ struct TestServer {
     client::HttpClient c(url, token);  // with a token, as the administrator
     return c.request(method, target, body, std::chrono::milliseconds(0));
   }
-  client::HttpReply post(const std::string& target, const nlohmann::json& body) { return call("POST", target, body.dump()); }
+  client::HttpReply post(const std::string& target, const nlohmann::json& body) {
+    return call("POST", target, body.dump());
+  }
   std::future<client::HttpReply> get_async(const std::string& target) {
     return std::async(std::launch::async, [this, target] { return call("GET", target); });
   }
@@ -75,24 +77,36 @@ struct ServerDirTest : ::testing::Test {
 };
 
 inline nlohmann::json job_body(int pp, int dp = 1, int tp = 1, int microbatches = 2) {
-  return {{"job_id", ""},        {"pp_degree", pp},          {"dp_degree", dp},
-          {"tp_degree", tp},     {"world_size", pp * dp * tp}, {"framework", "merak"},
-          {"model_name", "gpt3"}, {"partition_method", "uniform"}, {"microbatch_size", 4},
+  return {{"job_id", ""},
+          {"pp_degree", pp},
+          {"dp_degree", dp},
+          {"tp_degree", tp},
+          {"world_size", pp * dp * tp},
+          {"framework", "merak"},
+          {"model_name", "gpt3"},
+          {"partition_method", "uniform"},
+          {"microbatch_size", 4},
           {"num_microbatches", microbatches}};
 }
 
 inline nlohmann::json rank_body(const std::string& job, int rank, int pp_rank, std::vector<std::string> schedule,
                                 std::vector<int> clocks = {1410, 1200, 1000}, int dp_rank = 0, int tp_rank = 0) {
-  return {{"job_id", job},       {"rank", rank},         {"dp_rank", dp_rank},        {"pp_rank", pp_rank},
-          {"tp_rank", tp_rank},  {"pipe_schedule", schedule}, {"power_state_range", clocks}};
+  return {{"job_id", job},
+          {"rank", rank},
+          {"dp_rank", dp_rank},
+          {"pp_rank", pp_rank},
+          {"tp_rank", tp_rank},
+          {"pipe_schedule", schedule},
+          {"power_state_range", clocks}};
 }
 
 inline nlohmann::json result_body(int rank, double time = 1.0, double energy = 100.0) {
-  return {{"rank", rank},
-          {"iter_time", {time, time}},
-          {"iter_energy", {energy, energy}},
-          {"time_breakdown", {{"forward", {{0.1, 0.1}, {0.1, 0.1}}}, {"backward", {{0.2, 0.2}, {0.2, 0.2}}}}},
-          {"energy_breakdown", {{"forward", {{10.0, 10.0}, {10.0, 10.0}}}, {"backward", {{20.0, 20.0}, {20.0, 20.0}}}}}};
+  return {
+      {"rank", rank},
+      {"iter_time", {time, time}},
+      {"iter_energy", {energy, energy}},
+      {"time_breakdown", {{"forward", {{0.1, 0.1}, {0.1, 0.1}}}, {"backward", {{0.2, 0.2}, {0.2, 0.2}}}}},
+      {"energy_breakdown", {{"forward", {{10.0, 10.0}, {10.0, 10.0}}}, {"backward", {{20.0, 20.0}, {20.0, 20.0}}}}}};
 }
 
 }  // namespace perseus::testing

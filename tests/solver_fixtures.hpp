@@ -21,8 +21,7 @@ inline OperationSpec pwl_spec(const std::vector<std::pair<int, double>>& points)
 
 inline PlanningProblem synthetic_problem(int stages, int microbatches, double noise, std::uint64_t seed,
                                          CostModelKind model = CostModelKind::exponential,
-                                         ScheduleKind schedule = ScheduleKind::one_f_one_b,
-                                         int virtual_stages = 1) {
+                                         ScheduleKind schedule = ScheduleKind::one_f_one_b, int virtual_stages = 1) {
   SyntheticGpu gpu;
   gpu.num_stages = stages * virtual_stages;  // one profile stage per model stage
   gpu.noise = noise;

@@ -46,7 +46,8 @@ struct SyntheticCluster {
     std::lognormal_distribution<double> jitter(0.0, noise > 0 ? noise : 1e-300);
     const int top = shape().clocks.front();
     std::vector<std::vector<Instruction>> orders;
-    for (int s = 0; s < stages; ++s) orders.push_back(stage_schedule(ScheduleKind::one_f_one_b, s, stages, microbatches));
+    for (int s = 0; s < stages; ++s)
+      orders.push_back(stage_schedule(ScheduleKind::one_f_one_b, s, stages, microbatches));
     online::RoundMeasurement m;
     const auto D = static_cast<std::size_t>(pipelines), S = static_cast<std::size_t>(stages);
     m.pipeline_time.assign(D, 0);
@@ -104,8 +105,8 @@ struct SyntheticCluster {
 };
 
 // Runs `controller` against `cluster` for `rounds` rounds; every measurement, in order.
-inline std::vector<online::RoundMeasurement> run_rounds(online::TurnkeyController& controller, SyntheticCluster& cluster,
-                                                        int rounds) {
+inline std::vector<online::RoundMeasurement> run_rounds(online::TurnkeyController& controller,
+                                                        SyntheticCluster& cluster, int rounds) {
   std::vector<online::RoundMeasurement> out;
   for (int r = 0; r < rounds; ++r) {
     while (!controller.ready()) std::this_thread::yield();

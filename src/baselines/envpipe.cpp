@@ -34,10 +34,10 @@ std::vector<std::vector<bool>> envpipe_envelope(const Emulator& emulator) {
       // The last stage, every first forward and every last backward (its input or weight part, or an
       // overlapped pair holding either).
       const bool first_forward = inst.microbatch == 0 && (inst.kind == InstructionKind::forward ||
-                                                           inst.kind == InstructionKind::forward_backward);
+                                                          inst.kind == InstructionKind::forward_backward);
       const int backward_microbatch = inst.kind == InstructionKind::forward_backward ? inst.pair_microbatch
-                                      : is_backward_part(inst.kind)                 ? inst.microbatch
-                                                                                    : -1;
+                                      : is_backward_part(inst.kind)                  ? inst.microbatch
+                                                                                     : -1;
       row.push_back(s == S - 1 || first_forward || backward_microbatch == M - 1);
     }
     envelope.push_back(std::move(row));
@@ -55,8 +55,8 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
     for (std::size_t k = 0; k < layout[s].size(); ++k) {
       const auto& inst = layout[s][k];
       const auto& clocks = emulator.clocks(inst);
-      frequencies[s].push_back(envelope[s][k] ? clocks.front()
-                                              : clocks[energy_optimal_index(emulator, model_stage(inst, S), inst.kind)]);
+      frequencies[s].push_back(
+          envelope[s][k] ? clocks.front() : clocks[energy_optimal_index(emulator, model_stage(inst, S), inst.kind)]);
     }
   }
   const auto off_envelope = [&](int s, std::size_t k) { return !envelope[s][k]; };
@@ -96,8 +96,7 @@ EnvPipeResult envpipe_plan(const Emulator& emulator, EnvPipePolicy policy) {
   return result;
 }
 
-std::vector<int> envpipe_extra_forwards(const Profile& profile, int num_stages, int num_microbatches,
-                                        int memory_cap) {
+std::vector<int> envpipe_extra_forwards(const Profile& profile, int num_stages, int num_microbatches, int memory_cap) {
   EmulatorConfig config;
   config.num_stages = num_stages;
   config.num_microbatches = num_microbatches;
@@ -108,7 +107,8 @@ std::vector<int> envpipe_extra_forwards(const Profile& profile, int num_stages, 
     const double backward_max = plain.cost(s, InstructionKind::backward, backward_clocks.front())->time;
     const auto& forward_clocks = plain.clocks(s, InstructionKind::forward);
     const double forward_opt =
-        plain.cost(s, InstructionKind::forward, forward_clocks[energy_optimal_index(plain, s, InstructionKind::forward)])
+        plain
+            .cost(s, InstructionKind::forward, forward_clocks[energy_optimal_index(plain, s, InstructionKind::forward)])
             ->time;
     double r = forward_opt > 0 ? std::floor(backward_max * (num_stages - s - 1) / forward_opt) : 0.0;
     r = std::min(r, static_cast<double>(std::max(0, num_microbatches - (num_stages - s))));

@@ -62,7 +62,8 @@ Plan zeus_global_plan(const Emulator& emulator, const Profile& profile, const Ze
   for (const auto& stage : emulator.layout())
     for (const auto& inst : stage) lists.push_back(&emulator.clocks(inst));
   const auto clocks = common_clocks(lists);
-  if (clocks.empty()) throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), kExitDataError);
+  if (clocks.empty())
+    throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), kExitDataError);
   const double max_power = max_power_of(options, profile);
   double best_cost = std::numeric_limits<double>::infinity();
   int best = clocks.front();

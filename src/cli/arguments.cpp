@@ -98,15 +98,13 @@ std::string a_kind(const CLI::Option* option) {
 
 std::string with_kind(std::string message, const CLI::Option* option) {
   for (const auto& [placeholder, words] : {std::pair<std::string, std::string>{kAKindPlaceholder, a_kind(option)},
-                                          std::pair<std::string, std::string>{kKindPlaceholder, kind_of(option)}})
+                                           std::pair<std::string, std::string>{kKindPlaceholder, kind_of(option)}})
     for (auto at = message.find(placeholder); at != std::string::npos; at = message.find(placeholder))
       message.replace(at, placeholder.size(), words);
   return message;
 }
 
-bool looks_like_option(const std::string& token) {
-  return token.size() > 1 && token[0] == '-' && !parse_number(token);
-}
+bool looks_like_option(const std::string& token) { return token.size() > 1 && token[0] == '-' && !parse_number(token); }
 
 // Tokens no option or command took: each named, with the nearest known one.
 std::vector<std::string> unknown_tokens(const std::vector<CLI::App*>& chain, bool& unknown_command) {
@@ -234,8 +232,10 @@ CLI::Validator existing_file() {
       [](std::string& value) -> std::string {
         std::error_code ec;
         const auto status = std::filesystem::status(value, ec);
-        if (!std::filesystem::exists(status)) return fmt::format("must name an existing file, got '{}' (no such file)", value);
-        if (std::filesystem::is_directory(status)) return fmt::format("must name a file, got '{}' (a directory)", value);
+        if (!std::filesystem::exists(status))
+          return fmt::format("must name an existing file, got '{}' (no such file)", value);
+        if (std::filesystem::is_directory(status))
+          return fmt::format("must name a file, got '{}' (a directory)", value);
         return "";
       },
       "FILE");

@@ -66,13 +66,13 @@ int run_judge(const EmulateArgs& args, const LoadedSource& source, const Emulato
                             .dump(1)
                             .c_str());
   } else {
-    std::printf("%s", fmt::format("judged {} frontier points{}\n"
-                                  "  model vs emulated energy: max |error| {:.3e}, mean |error| {:.3e}\n"
-                                  "  model vs emulated time:   max |error| {:.3e}\n",
-                                  summary.points, emulator.config().quantum > 0 ? " (quantized times)" : "",
-                                  summary.max_abs_energy_error, summary.mean_abs_energy_error,
-                                  summary.max_abs_time_error)
-                          .c_str());
+    std::printf("%s",
+                fmt::format("judged {} frontier points{}\n"
+                            "  model vs emulated energy: max |error| {:.3e}, mean |error| {:.3e}\n"
+                            "  model vs emulated time:   max |error| {:.3e}\n",
+                            summary.points, emulator.config().quantum > 0 ? " (quantized times)" : "",
+                            summary.max_abs_energy_error, summary.mean_abs_energy_error, summary.max_abs_time_error)
+                    .c_str());
     if (!args.out.empty()) std::printf("  wrote %s\n", args.out.c_str());
   }
   return kExitOk;
@@ -91,7 +91,8 @@ int run_emulate(const EmulateArgs& args) {
   std::vector<double> times, energies;
   if (args.noise > 0) {
     for (int r = 0; r < args.repeat; ++r) {
-      const auto noisy = emulator.run(plan.frequencies, EmulatorNoise{args.noise, args.seed + static_cast<std::uint64_t>(r)});
+      const auto noisy =
+          emulator.run(plan.frequencies, EmulatorNoise{args.noise, args.seed + static_cast<std::uint64_t>(r)});
       times.push_back(noisy.iteration_time);
       energies.push_back(noisy.energy);
     }
@@ -110,13 +111,18 @@ int run_emulate(const EmulateArgs& args) {
     if (!plan.note.empty()) out["note"] = plan.note;
     nlohmann::json stages = nlohmann::json::array();
     for (const auto& s : result.stages) {
-      stages.push_back({{"busy_time", s.busy_time}, {"idle_time", s.idle_time}, {"compute_energy", s.compute_energy},
+      stages.push_back({{"busy_time", s.busy_time},
+                        {"idle_time", s.idle_time},
+                        {"compute_energy", s.compute_energy},
                         {"idle_energy", s.idle_energy}});
     }
     out["stages"] = stages;
     if (!times.empty()) {
-      out["noise"] = {{"sigma", args.noise}, {"repeat", args.repeat}, {"seed", args.seed},
-                      {"iteration_time", spread_json(spread_of(times))}, {"energy", spread_json(spread_of(energies))}};
+      out["noise"] = {{"sigma", args.noise},
+                      {"repeat", args.repeat},
+                      {"seed", args.seed},
+                      {"iteration_time", spread_json(spread_of(times))},
+                      {"energy", spread_json(spread_of(energies))}};
     }
     std::printf("%s\n", out.dump(1).c_str());
     return kExitOk;
@@ -128,19 +134,20 @@ int run_emulate(const EmulateArgs& args) {
   }
   text += fmt::format("iteration time {:.6f} s, energy {:.2f} J{}\n", result.iteration_time, result.energy,
                       pipeline.config.quantum > 0 ? " (quantized times)" : "");
-  text += fmt::format("{:>6} {:>11} {:>11} {:>13} {:>11}\n", "stage", "busy (s)", "idle (s)", "compute (J)", "idle (J)");
+  text +=
+      fmt::format("{:>6} {:>11} {:>11} {:>13} {:>11}\n", "stage", "busy (s)", "idle (s)", "compute (J)", "idle (J)");
   for (std::size_t s = 0; s < result.stages.size(); ++s) {
     const auto& st = result.stages[s];
-    text += fmt::format("{:>6} {:>11.6f} {:>11.6f} {:>13.2f} {:>11.2f}\n", s, st.busy_time, st.idle_time, st.compute_energy,
-                        st.idle_energy);
+    text += fmt::format("{:>6} {:>11.6f} {:>11.6f} {:>13.2f} {:>11.2f}\n", s, st.busy_time, st.idle_time,
+                        st.compute_energy, st.idle_energy);
   }
   if (!times.empty()) {
     const auto t = spread_of(times), e = spread_of(energies);
-    text += fmt::format("noise sigma {} over {} runs (seed {}):\n"
-                        "  time   mean {:.6f} s, stddev {:.6f}, min {:.6f}, max {:.6f}\n"
-                        "  energy mean {:.2f} J, stddev {:.2f}, min {:.2f}, max {:.2f}\n",
-                        args.noise, args.repeat, args.seed, t.mean, t.stddev, t.min, t.max, e.mean, e.stddev, e.min,
-                        e.max);
+    text += fmt::format(
+        "noise sigma {} over {} runs (seed {}):\n"
+        "  time   mean {:.6f} s, stddev {:.6f}, min {:.6f}, max {:.6f}\n"
+        "  energy mean {:.2f} J, stddev {:.2f}, min {:.2f}, max {:.2f}\n",
+        args.noise, args.repeat, args.seed, t.mean, t.stddev, t.min, t.max, e.mean, e.stddev, e.min, e.max);
   }
   if (!args.timeline.empty()) text += fmt::format("wrote {}\n", args.timeline);
   std::printf("%s", text.c_str());
@@ -151,19 +158,22 @@ int run_emulate(const EmulateArgs& args) {
 
 Runner add_emulate_command(CLI::App& app) {
   auto args = std::make_shared<EmulateArgs>();
-  auto* cmd = app.add_subcommand("emulate", "Run a plan on the modeled pipeline of a profile: iteration time, energy, per-stage busy/idle");
+  auto* cmd = app.add_subcommand(
+      "emulate", "Run a plan on the modeled pipeline of a profile: iteration time, energy, per-stage busy/idle");
   add_pipeline_options(cmd, args->pipeline, false);
   add_plan_source_options(cmd, args->source);
   cmd->add_option("--noise", args->noise, "Per-instruction log-normal noise sigma on time and energy (0: none)")
       ->check(between(0.0, 1.0));
-  cmd->add_option("--repeat", args->repeat, "Noisy runs to report mean and spread over")->capture_default_str()
+  cmd->add_option("--repeat", args->repeat, "Noisy runs to report mean and spread over")
+      ->capture_default_str()
       ->check(between(1, 1000000));
   cmd->add_option("--seed", args->seed, "Seed of the first noisy run (run r uses seed + r)")->capture_default_str();
   cmd->add_flag("--json", args->json, "Print JSON");
   cmd->add_flag("--all-points", args->all_points, "Judge every --frontier point: model-predicted vs emulated energy");
   cmd->add_option("--out", args->out, "With --all-points: write the per-point CSV here");
   cmd->add_option("--timeline", args->timeline, "Also draw the run as an SVG timeline into this file");
-  cmd->add_option("--color", args->color, "Timeline colour: clock or power")->capture_default_str()
+  cmd->add_option("--color", args->color, "Timeline colour: clock or power")
+      ->capture_default_str()
       ->check(one_of({"clock", "power"}));
   return [args] { return run_emulate(*args); };
 }

@@ -71,15 +71,18 @@ Runner add_gpu_command(CLI::App& app) {
   auto socket = std::make_shared<std::string>();
   auto all_clocks = std::make_shared<bool>(false);
   auto device = std::make_shared<int>(-1);
-  auto* cmd = app.add_subcommand("gpu", "List GPUs, their supported clocks, current clocks, power limit and energy "
-                                        "counter (read-only); `gpu reset` resets clocks and power limits");
+  auto* cmd = app.add_subcommand("gpu",
+                                 "List GPUs, their supported clocks, current clocks, power limit and energy "
+                                 "counter (read-only); `gpu reset` resets clocks and power limits");
   cmd->add_option("--nvml", *library, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
-  cmd->add_option("--gpud", *socket, "Go through the perseus gpud listening on this socket (default: "
-                                     "$PERSEUS_GPUD_SOCKET when set, else NVML directly)");
+  cmd->add_option("--gpud", *socket,
+                  "Go through the perseus gpud listening on this socket (default: "
+                  "$PERSEUS_GPUD_SOCKET when set, else NVML directly)");
   cmd->add_flag("--all-clocks", *all_clocks, "Print every supported graphics clock");
-  auto* reset = cmd->add_subcommand("reset", "Reset GPUs' graphics and memory clocks and power limits to their "
-                                             "defaults (needs root, or the gpud socket; a GPU a live rank owns through "
-                                             "gpud is refused)");
+  auto* reset = cmd->add_subcommand("reset",
+                                    "Reset GPUs' graphics and memory clocks and power limits to their "
+                                    "defaults (needs root, or the gpud socket; a GPU a live rank owns through "
+                                    "gpud is refused)");
   reset->fallthrough();  // --gpud / --nvml after `reset` too
   reset->add_option("--device", *device, "Only this GPU (NVML index); default: all")->check(non_negative());
   return [library, socket, all_clocks, device, reset]() -> int {
@@ -88,30 +91,34 @@ Runner add_gpu_command(CLI::App& app) {
     std::string through = gpud::gpud_socket_from(*socket);
     unsigned count = nvml->device_count();
     std::printf("%u GPU%s (%s)\n", count, count == 1 ? "" : "s",
-                !through.empty() ? fmt::format("through perseus gpud at {}", through).c_str()
-                                 : fmt::format("NVML: {}", library->empty() ? gpu::default_nvml_path() : *library).c_str());
+                !through.empty()
+                    ? fmt::format("through perseus gpud at {}", through).c_str()
+                    : fmt::format("NVML: {}", library->empty() ? gpu::default_nvml_path() : *library).c_str());
     for (unsigned d = 0; d < count; ++d) {
       std::printf("GPU %u: %s\n", d, or_reason([&] { return nvml->name(d); }).c_str());
       std::vector<unsigned> memory;
       std::printf("  memory clocks:    %s MHz\n", or_reason([&] {
-                    memory = nvml->supported_memory_clocks(d);
-                    return fmt::format("{}", fmt::join(memory, " "));
-                  }).c_str());
+                                                    memory = nvml->supported_memory_clocks(d);
+                                                    return fmt::format("{}", fmt::join(memory, " "));
+                                                  }).c_str());
       if (!memory.empty()) {
         std::printf("  graphics clocks:  %s\n", or_reason([&] {
-                      auto clocks = nvml->supported_graphics_clocks(d, memory.front());
-                      return *all_clocks ? fmt::format("{} MHz", fmt::join(clocks, " ")) : clock_list(clocks);
-                    }).c_str());
+                                                  auto clocks = nvml->supported_graphics_clocks(d, memory.front());
+                                                  return *all_clocks ? fmt::format("{} MHz", fmt::join(clocks, " "))
+                                                                     : clock_list(clocks);
+                                                }).c_str());
       }
       std::printf("  current clocks:   %s\n", or_reason([&] {
-                    return fmt::format("graphics {} MHz, memory {} MHz", nvml->current_graphics_clock(d),
-                                       nvml->current_memory_clock(d));
-                  }).c_str());
+                                                return fmt::format("graphics {} MHz, memory {} MHz",
+                                                                   nvml->current_graphics_clock(d),
+                                                                   nvml->current_memory_clock(d));
+                                              }).c_str());
       std::printf("  power limit:      %s\n", or_reason([&] {
-                    auto range = nvml->power_limit_range(d);
-                    return fmt::format("{:.0f} W (range {:.0f} .. {:.0f} W)", nvml->power_limit_mw(d) / 1000.0,
-                                       range.min_mw / 1000.0, range.max_mw / 1000.0);
-                  }).c_str());
+                                                auto range = nvml->power_limit_range(d);
+                                                return fmt::format("{:.0f} W (range {:.0f} .. {:.0f} W)",
+                                                                   nvml->power_limit_mw(d) / 1000.0,
+                                                                   range.min_mw / 1000.0, range.max_mw / 1000.0);
+                                              }).c_str());
       std::printf("  power draw:       %s\n",
                   or_reason([&] { return fmt::format("{:.1f} W", nvml->power_usage_mw(d) / 1000.0); }).c_str());
       std::printf("  energy counter:   %s\n",

@@ -42,14 +42,17 @@ int run_gpud(const GpudArgs& args) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus-gpud"));
   auto level = spdlog::level::from_str(args.log_level);
   if (level == spdlog::level::off && args.log_level != "off")
-    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, off", args.log_level), kExitUsage);
+    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, off", args.log_level),
+                kExitUsage);
   spdlog::set_level(level);
   std::optional<gpud::MetricsAddress> metrics_address;
   if (!args.metrics_address.empty()) {
     metrics_address = gpud::parse_metrics_address(args.metrics_address);
     if (!gpud::is_loopback(metrics_address->host))
-      spdlog::warn("--metrics-address {}: not a loopback address, so anyone who can reach it reads which GPUs are "
-                   "owned and locked (no authentication; keep it behind a firewall)", args.metrics_address);
+      spdlog::warn(
+          "--metrics-address {}: not a loopback address, so anyone who can reach it reads which GPUs are "
+          "owned and locked (no authentication; keep it behind a firewall)",
+          args.metrics_address);
   }
 
   std::shared_ptr<gpu::GpuLibrary> library;
@@ -78,7 +81,8 @@ int run_gpud(const GpudArgs& args) {
   if (metrics) {
     const std::string& host = metrics_address->host;
     std::printf("perseus gpud: metrics on http://%s:%u/metrics\n",
-                host.find(':') != std::string::npos ? fmt::format("[{}]", host).c_str() : host.c_str(), metrics->port());
+                host.find(':') != std::string::npos ? fmt::format("[{}]", host).c_str() : host.c_str(),
+                metrics->port());
   }
   std::fflush(stdout);
   // Every request's failure is answered on its connection; should anything still escape a
@@ -99,13 +103,15 @@ int run_gpud(const GpudArgs& args) {
 Runner add_gpud_command(CLI::App& app) {
   auto args = std::make_shared<GpudArgs>();
   auto* cmd = app.add_subcommand(
-      "gpud", "Run the per-node GPU daemon: owns NVML, serves training ranks over a Unix socket so they need no "
-              "privileges, and resets what a rank set the moment its connection closes (even when it was killed)");
+      "gpud",
+      "Run the per-node GPU daemon: owns NVML, serves training ranks over a Unix socket so they need no "
+      "privileges, and resets what a rank set the moment its connection closes (even when it was killed)");
   cmd->add_option("--socket", args->socket, "Unix socket to listen on")->capture_default_str();
   cmd->add_option("--socket-mode", args->socket_mode, "The socket's file mode (octal): who may connect")
       ->capture_default_str();
   cmd->add_option("--socket-group", args->socket_group, "Group that owns the socket (with mode 0660: who may connect)");
-  cmd->add_option("--nvml", args->nvml, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--nvml", args->nvml,
+                  "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
   cmd->add_option("--idle-timeout", args->idle_timeout_s,
                   "Seconds after which a connection that owns no GPU and sends nothing is closed (0: never)")
       ->capture_default_str();

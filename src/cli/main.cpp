@@ -10,8 +10,9 @@
 
 int main(int argc, char** argv) {
   using namespace perseus;
-  CLI::App app{"perseus: removes energy bloat from pipeline-parallel training by planning GPU "
-               "clocks per forward and backward"};
+  CLI::App app{
+      "perseus: removes energy bloat from pipeline-parallel training by planning GPU "
+      "clocks per forward and backward"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "perseus " PERSEUS_VERSION);
   std::vector<std::pair<CLI::App*, cli::Runner>> commands;

@@ -42,8 +42,8 @@ class Progress {
     if (now - last_ < std::chrono::milliseconds(200)) return;
     last_ = now;
     const double seconds = std::chrono::duration<double>(now - start_).count();
-    std::fprintf(stderr, "\r  %zu points, iteration time %.4f s, %.0f points/s   ", points,
-                 quant_time * unit_time_, seconds > 0 ? points / seconds : 0.0);
+    std::fprintf(stderr, "\r  %zu points, iteration time %.4f s, %.0f points/s   ", points, quant_time * unit_time_,
+                 seconds > 0 ? points / seconds : 0.0);
     std::fflush(stderr);
     drawn_ = true;
   }
@@ -64,13 +64,14 @@ class Progress {
 void check_frontier(const FrontierRecord& record, const Frontier& frontier) {
   if (record.points.empty() && !frontier.interrupted)
     throw Error(fmt::format("no frontier: the solver found no plan ({}); a frontier needs some (stage, instruction) "
-                            "with more than one usable clock, and times and energies whose sums are finite", frontier.stop_text()),
+                            "with more than one usable clock, and times and energies whose sums are finite",
+                            frontier.stop_text()),
                 kExitFailure);
   for (std::size_t i = 0; i < record.points.size(); ++i)
     if (!std::isfinite(record.points[i].time) || !std::isfinite(record.points[i].energy))
       throw Error(fmt::format("no frontier: point {} has time {} s and energy {} J, not finite numbers (the profile's "
-                              "times or energies are too large to add up)", i, record.points[i].time,
-                              record.points[i].energy),
+                              "times or energies are too large to add up)",
+                              i, record.points[i].time, record.points[i].energy),
                   kExitFailure);
 }
 
@@ -88,8 +89,8 @@ int run_optimize(OptimizeArgs& args) {
   Profile profile = read_profile(args.profile);
   if (args.recompute) profile = with_recomputation(profile);
   if (envpipe) {  // checks the profile's coverage of the stages itself
-    args.config.extra_forwards = envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches,
-                                                        args.envpipe_memory_cap);
+    args.config.extra_forwards =
+        envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches, args.envpipe_memory_cap);
   }
   const PlanningProblem problem = make_planning_problem(profile, args.config);
 
@@ -105,18 +106,23 @@ int run_optimize(OptimizeArgs& args) {
     progress.finish();
   }
 
-  const FrontierRecord record = make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});
+  const FrontierRecord record =
+      make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});
   check_frontier(record, frontier);
   write_frontier_record(record, args.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!args.quiet) {
-    std::fprintf(stderr, "%s\n", fmt::format("perseus: {} frontier points in {:.2f} s{}", record.points.size(), seconds,
-                                             frontier.interrupted ? " (interrupted)" : "").c_str());
+    std::fprintf(stderr, "%s\n",
+                 fmt::format("perseus: {} frontier points in {:.2f} s{}", record.points.size(), seconds,
+                             frontier.interrupted ? " (interrupted)" : "")
+                     .c_str());
     if (!record.points.empty()) {
       const auto& slow = record.points.front();
       const auto& fast = record.points.back();
-      std::fprintf(stderr, "%s\n", fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J",
-                                               slow.time, slow.energy, fast.time, fast.energy).c_str());
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J", slow.time, slow.energy,
+                               fast.time, fast.energy)
+                       .c_str());
     }
     std::vector<std::string> fallbacks;  // with auto: where the exponential fit failed
     for (int stage = 0; stage < problem.dag.num_model_stages(); ++stage)
@@ -125,9 +131,13 @@ int run_optimize(OptimizeArgs& args) {
             args.config.cost_model == CostModelKind::automatic && model && model->name() == "pwl")
           fallbacks.push_back(fmt::format("stage {} {}", stage, to_string(kind)));
     if (!fallbacks.empty())
-      std::fprintf(stderr, "%s\n", fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
-                                               "exponential elsewhere", fmt::join(fallbacks, ", ")).c_str());
-    std::fprintf(stderr, "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
+                               "exponential elsewhere",
+                               fmt::join(fallbacks, ", "))
+                       .c_str());
+    std::fprintf(stderr,
+                 "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
                  frontier.stop_text().c_str(), args.out.c_str());
   }
   return frontier.interrupted ? kExitInterrupted : kExitOk;
@@ -140,21 +150,33 @@ Runner add_optimize_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("optimize", "Compute the complete iteration time-energy frontier of a stage profile");
   cmd->add_option("profile", args->profile, "Stage profile CSV: stage,instruction,frequency,time,energy")->required();
   cmd->add_option("--stages", args->config.num_stages, "Number of pipeline stages")->required()->check(positive());
-  cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")->required()->check(positive());
-  cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")->required()->check(non_negative());
-  cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")->capture_default_str()->check(positive());
-  cmd->add_option("--schedule", args->schedule,
-                  "Pipeline schedule: 1f1b, gpipe, interleaved (Megatron-LM's interleaved 1F1B; needs --virtual-stages), "
-                  "zb-h1, zbv, dualpipev (zero-bubble and DualPipeV: the profile needs backward_input/backward_weight "
-                  "rows), or envpipe (1F1B with EnvPipe's extra forwards)")
-      ->capture_default_str()->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
-  cmd->add_option("--virtual-stages", args->config.virtual_stages,
-                  "With --schedule interleaved: model chunks per stage, V >= 2. The profile then has S x V model stages: "
-                  "stage = chunk x S + pipeline stage, or a chunk column beside stage = pipeline stage")
-      ->capture_default_str()->check(between(1, 1024));
-  cmd->add_option("--extra-forwards", args->config.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
+  cmd->add_option("--microbatches", args->config.num_microbatches, "Microbatches per iteration")
+      ->required()
+      ->check(positive());
+  cmd->add_option("--p2p-power", args->config.p_block, "GPU power (W) while blocked on communication")
+      ->required()
+      ->check(non_negative());
+  cmd->add_option("--unit-time", args->config.unit_time, "Time quantum in seconds (one frontier step)")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option(
+         "--schedule", args->schedule,
+         "Pipeline schedule: 1f1b, gpipe, interleaved (Megatron-LM's interleaved 1F1B; needs --virtual-stages), "
+         "zb-h1, zbv, dualpipev (zero-bubble and DualPipeV: the profile needs backward_input/backward_weight "
+         "rows), or envpipe (1F1B with EnvPipe's extra forwards)")
+      ->capture_default_str()
+      ->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
+  cmd->add_option(
+         "--virtual-stages", args->config.virtual_stages,
+         "With --schedule interleaved: model chunks per stage, V >= 2. The profile then has S x V model stages: "
+         "stage = chunk x S + pipeline stage, or a chunk column beside stage = pipeline stage")
+      ->capture_default_str()
+      ->check(between(1, 1024));
+  cmd->add_option("--extra-forwards", args->config.extra_forwards,
+                  "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
-  cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
+  cmd->add_option("--envpipe-memory-cap", args->envpipe_memory_cap,
+                  "With --schedule envpipe: most extra forwards memory holds")
       ->check(non_negative());
   cmd->add_flag("--recompute", args->recompute,
                 "1F1B with activation recomputation: each backward runs its forward again first, at the backward's "
@@ -162,13 +184,17 @@ Runner add_optimize_command(CLI::App& app) {
   cmd->add_option("--cost-model", args->cost_model,
                   "auto: exp where it fits, pwl where not; exp: a*exp(b*q)+c fit (the reference, strict); "
                   "pwl: convex piecewise-linear hull")
-      ->capture_default_str()->check(one_of({"auto", "exp", "pwl"}));
-  cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")->capture_default_str();
+      ->capture_default_str()
+      ->check(one_of({"auto", "exp", "pwl"}));
+  cmd->add_option("--noise-factor", args->config.noise_factor, "Pareto slack used when 3 or fewer options survive")
+      ->capture_default_str();
   cmd->add_option("--threads", args->threads,
                   "Solver threads: 1, or 2 (a second thread computes each point's times while the first solves the "
-                  "next points' flows; the same frontier); 0: 2 where the machine has a second core and the pipeline has at least 256 "
+                  "next points' flows; the same frontier); 0: 2 where the machine has a second core and the pipeline "
+                  "has at least 256 "
                   "instructions")
-      ->capture_default_str()->check(between(0, 2));
+      ->capture_default_str()
+      ->check(between(0, 2));
   cmd->add_option("--out", args->out, "Output directory (created if missing)")->required();
   cmd->add_flag("--quiet,-q", args->quiet, "No progress display or summary");
   return [args] { return run_optimize(*args); };

@@ -14,8 +14,9 @@ namespace perseus::cli {
 void add_selector(CLI::App* cmd, Selector& s) {
   auto* index = cmd->add_option("--index", s.index, "Frontier point (0 = slowest)");
   auto* time = cmd->add_option("--time", s.time, "Cheapest plan whose iteration time <= T seconds")->check(positive());
-  auto* slow = cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
-                   ->check(between(1.0, 1e6));
+  auto* slow =
+      cmd->add_option("--slowdown", s.slowdown, "Cheapest plan within this factor of the fastest time (e.g. 1.05)")
+          ->check(between(1.0, 1e6));
   index->excludes(time)->excludes(slow);
   time->excludes(slow);
 }
@@ -36,14 +37,16 @@ std::size_t select(const FrontierRecord& record, const Selector& s) {
   if (s.slowdown) deadline = record.points.back().time * *s.slowdown;
   const auto found = cheapest_within(record, deadline);
   if (!found) {
-    throw Error(fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline, record.points.back().time),
-                kExitUsage);
+    throw Error(
+        fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline, record.points.back().time),
+        kExitUsage);
   }
   return *found;
 }
 
 void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required) {
-  auto* profile = cmd->add_option("profile", args.profile, "Stage profile CSV: stage,instruction,frequency,time,energy");
+  auto* profile =
+      cmd->add_option("profile", args.profile, "Stage profile CSV: stage,instruction,frequency,time,energy");
   if (profile_required) profile->required();
   cmd->add_option("--stages", args.shape.num_stages, "Number of pipeline stages")->check(positive());
   cmd->add_option("--microbatches", args.shape.num_microbatches, "Microbatches per iteration")->check(positive());
@@ -54,21 +57,25 @@ void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_requir
     args.envpipe = name == "envpipe";
     args.shape.schedule = args.envpipe ? ScheduleKind::one_f_one_b : *parse_schedule_kind(name);
   };
-  cmd->add_option_function<std::string>("--schedule", set_schedule,
-                  "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), zb-h1, zbv, dualpipev "
-                  "(zero-bubble and DualPipeV: a profile with backward_input/backward_weight rows), or envpipe (1F1B "
-                  "with EnvPipe's extra forwards)")
+  cmd->add_option_function<std::string>(
+         "--schedule", set_schedule,
+         "1f1b (default), gpipe, interleaved (Megatron-LM's, with --virtual-stages), zb-h1, zbv, dualpipev "
+         "(zero-bubble and DualPipeV: a profile with backward_input/backward_weight rows), or envpipe (1F1B "
+         "with EnvPipe's extra forwards)")
       ->check(one_of({"1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev", "envpipe"}));
   auto set_virtual_stages = [&args](int count) {
     args.virtual_stages_given = true;
     args.shape.virtual_stages = count;
   };
-  cmd->add_option_function<int>("--virtual-stages", set_virtual_stages,
-                  "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
+  cmd->add_option_function<int>(
+         "--virtual-stages", set_virtual_stages,
+         "With --schedule interleaved: model chunks per stage (the profile has stages x this many model stages)")
       ->check(between(1, 1024));
-  cmd->add_option("--extra-forwards", args.shape.extra_forwards, "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
+  cmd->add_option("--extra-forwards", args.shape.extra_forwards,
+                  "Extra forwards per stage before its first backward (1f1b), e.g. 3,2,1,0")
       ->delimiter(',');
-  cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap, "With --schedule envpipe: most extra forwards memory holds")
+  cmd->add_option("--envpipe-memory-cap", args.envpipe_memory_cap,
+                  "With --schedule envpipe: most extra forwards memory holds")
       ->check(non_negative());
   cmd->add_flag("--quantize", args.quantize, "Floor instruction times to the unit time, as the planner does");
   cmd->add_flag("--recompute", args.recompute,
@@ -110,8 +117,8 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     p.config.schedule = args.shape.schedule;
     p.config.virtual_stages = args.shape.virtual_stages;
     if (args.envpipe) {
-      p.config.extra_forwards = envpipe_extra_forwards(p.profile, p.config.num_stages, p.config.num_microbatches,
-                                                       args.envpipe_memory_cap);
+      p.config.extra_forwards =
+          envpipe_extra_forwards(p.profile, p.config.num_stages, p.config.num_microbatches, args.envpipe_memory_cap);
     }
   } else if (record) {
     p.config.schedule = record->schedule;
@@ -152,8 +159,10 @@ void add_plan_source_options(CLI::App* cmd, PlanSourceArgs& args) {
 
 void add_zeus_options(CLI::App* cmd, ZeusOptions& options) {
   cmd->add_option("--eta", options.eta, "Zeus baselines: weight of energy in eta*E + (1-eta)*MaxPower*T")
-      ->capture_default_str()->check(between(0.0, 1.0));
-  cmd->add_option("--max-power", options.max_power, "Zeus baselines: MaxPower per GPU in watts (default: the profile's highest)")
+      ->capture_default_str()
+      ->check(between(0.0, 1.0));
+  cmd->add_option("--max-power", options.max_power,
+                  "Zeus baselines: MaxPower per GPU in watts (default: the profile's highest)")
       ->check(non_negative());
 }
 
@@ -176,7 +185,8 @@ void check_plan_order(const PlanFile& plan, const Pipeline& pipeline) {
   const auto& c = pipeline.config;
   for (std::size_t s = 0; s < plan.instructions.size(); ++s) {
     int extra = c.extra_forwards.empty() ? 0 : c.extra_forwards[s];
-    auto order = stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra, c.virtual_stages);
+    auto order =
+        stage_schedule(c.schedule, static_cast<int>(s), c.num_stages, c.num_microbatches, extra, c.virtual_stages);
     for (std::size_t k = 0; k < order.size() && k < plan.instructions[s].size(); ++k) {
       const std::string_view want = to_string(order[k].kind);
       if (plan.instructions[s][k] != want)

@@ -18,7 +18,8 @@ namespace {
 
 void print_plan(const Plan& plan, const FrontierRecord& record) {
   std::printf("%s", fmt::format("plan {} of {}: iteration time {:.6g} s, energy {:.6g} J\n", *plan.index,
-                                record.points.size(), plan.time, plan.energy).c_str());
+                                record.points.size(), plan.time, plan.energy)
+                        .c_str());
   std::printf("%s", plan_to_text(plan).c_str());
 }
 
@@ -41,7 +42,8 @@ struct ReadArgs {
 int run_show(const ShowArgs& args) {
   const auto record = read_frontier_record(args.dir);
   const Plan plan = plan_at(record, select(record, args.selector));
-  if (args.json) std::printf("%s", plan_to_json(plan).c_str()); else print_plan(plan, record);
+  if (args.json) std::printf("%s", plan_to_json(plan).c_str());
+  else print_plan(plan, record);
   return kExitOk;
 }
 
@@ -50,7 +52,8 @@ int run_export(const ExportArgs& args) {
   if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
   std::vector<std::size_t> indices;
   if (args.every > 0) {
-    if (has_selection(args.selector)) throw Error("--every cannot be combined with --index/--time/--slowdown", kExitUsage);
+    if (has_selection(args.selector))
+      throw Error("--every cannot be combined with --index/--time/--slowdown", kExitUsage);
     // Points are one unit time apart, so every N-th point is an equal-time sample; keep the fastest.
     for (std::size_t i = 0; i < record.points.size(); i += args.every) indices.push_back(i);
     if (indices.back() != record.points.size() - 1) indices.push_back(record.points.size() - 1);
@@ -62,7 +65,8 @@ int run_export(const ExportArgs& args) {
   if (ec || !std::filesystem::is_directory(args.out)) {
     throw Error(fmt::format("cannot create output directory '{}'", args.out), kExitCantCreate);
   }
-  const bool json = args.format == "json" || args.format == "both", python = args.format == "py" || args.format == "both";
+  const bool json = args.format == "json" || args.format == "both",
+             python = args.format == "py" || args.format == "both";
   const bool zeus = args.format == "zeus";
   Plan plan = plan_at(record, indices.front());
   for (std::size_t index : indices) {
@@ -78,8 +82,11 @@ int run_export(const ExportArgs& args) {
 
 int run_read(const ReadArgs& args) {
   const PlanFile plan = read_plan_file(args.file);
-  nlohmann::json out = {{"format", plan.instructions.empty() ? (std::filesystem::path(args.file).extension() == ".json" ? "json" : "perseus-py") : "zeus"},
-                         {"frequencies", plan.frequencies}};
+  nlohmann::json out = {
+      {"format", plan.instructions.empty()
+                     ? (std::filesystem::path(args.file).extension() == ".json" ? "json" : "perseus-py")
+                     : "zeus"},
+      {"frequencies", plan.frequencies}};
   if (!plan.instructions.empty()) out["instructions"] = plan.instructions;
   if (plan.cost_change) out["cost_change"] = *plan.cost_change;
   if (plan.total_cost) out["total_cost"] = *plan.total_cost;
@@ -97,22 +104,29 @@ Runner add_plans_command(CLI::App& app) {
   plans->require_subcommand(1);
 
   auto show = std::make_shared<ShowArgs>();
-  auto* show_cmd = plans->add_subcommand("show", "Print one plan of an optimize output directory (default: the fastest)");
+  auto* show_cmd =
+      plans->add_subcommand("show", "Print one plan of an optimize output directory (default: the fastest)");
   show_cmd->add_option("dir", show->dir, "Directory written by perseus optimize")->required();
   add_selector(show_cmd, show->selector);
   show_cmd->add_flag("--json", show->json, "Print the plan as JSON");
 
   auto exp = std::make_shared<ExportArgs>();
-  auto* export_cmd = plans->add_subcommand("export", "Write plans as JSON, the artifact's or Zeus's freqs_pipeline_%05d.py files");
+  auto* export_cmd =
+      plans->add_subcommand("export", "Write plans as JSON, the artifact's or Zeus's freqs_pipeline_%05d.py files");
   export_cmd->add_option("dir", exp->dir, "Directory written by perseus optimize")->required();
   export_cmd->add_option("--out", exp->out, "Directory to write the plan files into")->required();
-  export_cmd->add_option("--format", exp->format, "json, py (the Perseus artifact's), both, or zeus (Zeus's (instruction, clock) tuples)")
-      ->capture_default_str()->check(one_of({"json", "py", "both", "zeus"}));
-  export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")->check(positive());
+  export_cmd
+      ->add_option("--format", exp->format,
+                   "json, py (the Perseus artifact's), both, or zeus (Zeus's (instruction, clock) tuples)")
+      ->capture_default_str()
+      ->check(one_of({"json", "py", "both", "zeus"}));
+  export_cmd->add_option("--every", exp->every, "Export every N-th point (equal time spacing) plus the fastest")
+      ->check(positive());
   add_selector(export_cmd, exp->selector);
 
   auto read = std::make_shared<ReadArgs>();
-  auto* read_cmd = plans->add_subcommand("read", "Parse a plan file (.json, or a .py from the Perseus artifact or Zeus) and print it as JSON");
+  auto* read_cmd = plans->add_subcommand(
+      "read", "Parse a plan file (.json, or a .py from the Perseus artifact or Zeus) and print it as JSON");
   read_cmd->add_option("file", read->file, "Plan file")->required();
 
   return [show, show_cmd, exp, export_cmd, read] {

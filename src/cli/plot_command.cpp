@@ -106,18 +106,25 @@ Runner add_plot_command(CLI::App& app) {
   auto* timeline_cmd = plot->add_subcommand("timeline", "One plan as a pipeline timeline (stages as rows)");
   add_pipeline_options(timeline_cmd, timeline->pipeline, false);
   add_plan_source_options(timeline_cmd, timeline->source);
-  timeline_cmd->add_option("--color", timeline->color, "Colour boxes by clock or average power")->capture_default_str()
+  timeline_cmd->add_option("--color", timeline->color, "Colour boxes by clock or average power")
+      ->capture_default_str()
       ->check(one_of({"clock", "power"}));
   timeline_cmd->add_option("--out", timeline->out, "SVG file to write")->required();
 
   auto frontier = std::make_shared<FrontierArgs>();
-  auto* frontier_cmd = plot->add_subcommand("frontier", "Frontiers (time vs energy) with baselines and a chosen plan marked");
+  auto* frontier_cmd =
+      plot->add_subcommand("frontier", "Frontiers (time vs energy) with baselines and a chosen plan marked");
   frontier_cmd->add_option("dirs", frontier->dirs, "One or more optimize output directories")->required();
-  frontier_cmd->add_option("--names", frontier->names, "Legend names, comma-separated, one per directory")->delimiter(',');
-  frontier_cmd->add_option("--baselines", frontier->baselines, "Baselines to mark (planned on the first frontier's profile)")
-      ->delimiter(',')->capture_default_str()->check(one_of(baseline_names()));
+  frontier_cmd->add_option("--names", frontier->names, "Legend names, comma-separated, one per directory")
+      ->delimiter(',');
+  frontier_cmd
+      ->add_option("--baselines", frontier->baselines, "Baselines to mark (planned on the first frontier's profile)")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(one_of(baseline_names()));
   frontier_cmd->add_flag("--no-baselines", frontier->no_baselines, "Mark no baselines");
-  frontier_cmd->add_flag("--model", frontier->model, "Plot the planner's predicted energies instead of emulating each point");
+  frontier_cmd->add_flag("--model", frontier->model,
+                         "Plot the planner's predicted energies instead of emulating each point");
   add_selector(frontier_cmd, frontier->mark);
   add_zeus_options(frontier_cmd, frontier->options.zeus);
   frontier_cmd->add_option("--title", frontier->title, "Chart title");

@@ -90,7 +90,8 @@ const char* zeus_getenv(const char* name) {
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const char* eq = std::strchr(*entry, '=');
     if (eq == nullptr || static_cast<std::size_t>(eq - *entry) != length) continue;
-    if (std::equal(static_cast<const char*>(*entry), eq, name, [](char a, char b) { return std::toupper(static_cast<unsigned char>(a)) == b; }))
+    if (std::equal(static_cast<const char*>(*entry), eq, name,
+                   [](char a, char b) { return std::toupper(static_cast<unsigned char>(a)) == b; }))
       return eq + 1;
   }
   return nullptr;
@@ -118,7 +119,8 @@ void apply_zeus_env(ServeArgs& args) {
   if (const char* v = zeus_env(args.dump_dir_opt, "ZEUS_PFO_DUMP_DIR")) args.dump_dir = v;
   if (const char* v = zeus_env(args.max_job_idle_opt, "ZEUS_PFO_MAX_JOB_IDLE_TIME")) {
     auto seconds = parse_double(v);
-    if (!seconds || !(*seconds >= 0 && *seconds <= server::kMaxSettingSeconds)) throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
+    if (!seconds || !(*seconds >= 0 && *seconds <= server::kMaxSettingSeconds))
+      throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
     args.max_job_idle = *seconds;
   }
 }
@@ -162,7 +164,8 @@ spdlog::level::level_enum parse_level(std::string text) {
   if (text == "fatal") text = "critical";
   auto level = spdlog::level::from_str(text);
   if (level == spdlog::level::off && text != "off")
-    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, critical, off", text), kExitUsage);
+    throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, critical, off", text),
+                kExitUsage);
   return level;
 }
 
@@ -176,7 +179,8 @@ int serve(ServeArgs args) {
   } catch (const JsonTooDeep& e) {
     throw Error(fmt::format("--scheduler-args: {}", e.what()), kExitUsage);
   } catch (const nlohmann::json::parse_error& e) {
-    throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args), kExitUsage);
+    throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args),
+                kExitUsage);
   }
   const auto mode = protocol::parse_power_mode(args.mode);
   if (!mode) throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
@@ -202,7 +206,8 @@ int serve(ServeArgs args) {
   settings.max_job_entries = args.max_job_entries;
   settings.record_ranks = args.record_ranks;
   settings.record_rounds = args.record_rounds;
-  if (args.port < 0 || args.port > 65535) throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
+  if (args.port < 0 || args.port > 65535)
+    throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));
@@ -236,8 +241,10 @@ int serve(ServeArgs args) {
   server::JobManager jobs(boost::asio::make_strand(io), settings, factory);
   std::string token = read_token(args.token_file);
   if (token.empty() && !is_loopback(args.host))
-    spdlog::warn("listening on {} without --token-file: anyone who can reach this port can register jobs and read "
-                 "their schedules", args.host);
+    spdlog::warn(
+        "listening on {} without --token-file: anyone who can reach this port can register jobs and read "
+        "their schedules",
+        args.host);
   server::HttpServer http(io, jobs, args.host, static_cast<std::uint16_t>(args.port), token, limits);
 
   boost::asio::signal_set signals(io, SIGINT, SIGTERM);
@@ -253,7 +260,8 @@ int serve(ServeArgs args) {
   });
 
   std::printf("perseus serve: listening on http://%s:%u (scheduler %s, mode %s, %s)\n", args.host.c_str(),
-              static_cast<unsigned>(http.port()), settings.scheduler.c_str(), std::string(protocol::to_string(settings.mode)).c_str(),
+              static_cast<unsigned>(http.port()), settings.scheduler.c_str(),
+              std::string(protocol::to_string(settings.mode)).c_str(),
               settings.dump_data ? fmt::format("records in {}", settings.dump_dir).c_str() : "no records");
   std::fflush(stdout);
   std::vector<std::thread> pool;
@@ -268,30 +276,38 @@ int serve(ServeArgs args) {
 
 Runner add_serve_command(CLI::App& app) {
   auto args = std::make_shared<ServeArgs>();
-  auto* cmd = app.add_subcommand("serve", "Run the server that hands clock schedules to training ranks and records "
-                                          "what they measured");
+  auto* cmd = app.add_subcommand("serve",
+                                 "Run the server that hands clock schedules to training ranks and records "
+                                 "what they measured");
   cmd->add_option("--host", args->host, "Address to listen on")->capture_default_str();
-  cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")->capture_default_str();
+  cmd->add_option("--port", args->port, "TCP port (0: any free port, printed in the ready line)")
+      ->capture_default_str();
   args->scheduler_opt = cmd->add_option("--scheduler", args->scheduler, scheduler_help())
-      ->envname("PERSEUS_SCHEDULER")
-      ->capture_default_str();
-  args->scheduler_args_opt = cmd->add_option("--scheduler-args", args->scheduler_args,
-                  "The scheduler's arguments as a JSON object (else PERSEUS_SCHEDULER_ARGS, then ZEUS_PFO_SCHEDULER_ARGS)")
-      ->envname("PERSEUS_SCHEDULER_ARGS")
-      ->capture_default_str();
-  args->mode_opt = cmd->add_option("--mode", args->mode, "What power states mean to clients: 'frequency' or 'power limit' "
-                                                       "(set by a scheduler made for one; InstructionProfiler takes either)")
-      ->envname("PERSEUS_MODE")
-      ->capture_default_str();
-  args->dump_dir_opt = cmd->add_option("--dump-dir", args->dump_dir,
-                  "Where each job's records go (<dir>/<job_id>/) (else PERSEUS_DUMP_DIR, then ZEUS_PFO_DUMP_DIR)")
-      ->envname("PERSEUS_DUMP_DIR")
-      ->capture_default_str();
-  cmd->add_flag("--no-dump", args->no_dump, "Keep no records (else PERSEUS_DUMP_DATA, then ZEUS_PFO_DUMP_DATA, default true)");
-  args->log_level_opt = cmd->add_option("--log-level", args->log_level,
-                  "debug, info, warning, error, critical or off (else PERSEUS_LOG_LEVEL, then ZEUS_PFO_LOG_LEVEL)")
-      ->envname("PERSEUS_LOG_LEVEL")
-      ->capture_default_str();
+                            ->envname("PERSEUS_SCHEDULER")
+                            ->capture_default_str();
+  args->scheduler_args_opt =
+      cmd->add_option(
+             "--scheduler-args", args->scheduler_args,
+             "The scheduler's arguments as a JSON object (else PERSEUS_SCHEDULER_ARGS, then ZEUS_PFO_SCHEDULER_ARGS)")
+          ->envname("PERSEUS_SCHEDULER_ARGS")
+          ->capture_default_str();
+  args->mode_opt = cmd->add_option("--mode", args->mode,
+                                   "What power states mean to clients: 'frequency' or 'power limit' "
+                                   "(set by a scheduler made for one; InstructionProfiler takes either)")
+                       ->envname("PERSEUS_MODE")
+                       ->capture_default_str();
+  args->dump_dir_opt =
+      cmd->add_option("--dump-dir", args->dump_dir,
+                      "Where each job's records go (<dir>/<job_id>/) (else PERSEUS_DUMP_DIR, then ZEUS_PFO_DUMP_DIR)")
+          ->envname("PERSEUS_DUMP_DIR")
+          ->capture_default_str();
+  cmd->add_flag("--no-dump", args->no_dump,
+                "Keep no records (else PERSEUS_DUMP_DATA, then ZEUS_PFO_DUMP_DATA, default true)");
+  args->log_level_opt =
+      cmd->add_option("--log-level", args->log_level,
+                      "debug, info, warning, error, critical or off (else PERSEUS_LOG_LEVEL, then ZEUS_PFO_LOG_LEVEL)")
+          ->envname("PERSEUS_LOG_LEVEL")
+          ->capture_default_str();
   cmd->add_option("--round-timeout", args->round_timeout,
                   "Seconds a round may take before the job fails with a reason every rank receives (0: never)")
       ->envname("PERSEUS_ROUND_TIMEOUT")
@@ -316,21 +332,24 @@ Runner add_serve_command(CLI::App& app) {
       ->envname("PERSEUS_MAX_WORLD_SIZE")
       ->check(between(1, 1 << 30))
       ->capture_default_str();
-  args->max_job_idle_opt = cmd->add_option("--max-job-idle-time", args->max_job_idle,
-                  "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
-                  "out (else PERSEUS_MAX_JOB_IDLE_TIME, then ZEUS_PFO_MAX_JOB_IDLE_TIME; 0: kept until exit)")
-      ->envname("PERSEUS_MAX_JOB_IDLE_TIME")
-      ->check(kSeconds)
-      ->capture_default_str();
+  args->max_job_idle_opt =
+      cmd->add_option(
+             "--max-job-idle-time", args->max_job_idle,
+             "Seconds a job of Zeus's client (one schedule request, no results) is kept after its schedule went "
+             "out (else PERSEUS_MAX_JOB_IDLE_TIME, then ZEUS_PFO_MAX_JOB_IDLE_TIME; 0: kept until exit)")
+          ->envname("PERSEUS_MAX_JOB_IDLE_TIME")
+          ->check(kSeconds)
+          ->capture_default_str();
   cmd->add_option("--max-jobs", args->max_jobs,
                   "Most jobs held in memory (running, or ended and kept for --job-retention): at the limit the job "
                   "that ended first is forgotten early; with every job running, register_job gets 503")
       ->envname("PERSEUS_MAX_JOBS")
       ->check(between(1, 1 << 20))
       ->capture_default_str();
-  cmd->add_option("--max-total-ranks", args->max_total_ranks,
-                  "Most ranks of all jobs held, summed (register_job allocates ~300 bytes a rank before any rank "
-                  "registers): beyond it, once no ended job is left to forget early, register_job gets 503 (0: no limit)")
+  cmd->add_option(
+         "--max-total-ranks", args->max_total_ranks,
+         "Most ranks of all jobs held, summed (register_job allocates ~300 bytes a rank before any rank "
+         "registers): beyond it, once no ended job is left to forget early, register_job gets 503 (0: no limit)")
       ->envname("PERSEUS_MAX_TOTAL_RANKS")
       ->check(between(0LL, 1LL << 40))
       ->capture_default_str();
@@ -362,9 +381,10 @@ Runner add_serve_command(CLI::App& app) {
       ->envname("PERSEUS_WRITE_TIMEOUT")
       ->check(between(0.001, 86400.0))
       ->capture_default_str();
-  cmd->add_flag("--record-ranks", args->record_ranks,
-                "Record every rank's result and schedule per round (N.prof.json, N.sched.json) instead of one result per "
-                "pipeline stage (its ranks folded: time max, energy sum) and each stage's distinct schedules")
+  cmd->add_flag(
+         "--record-ranks", args->record_ranks,
+         "Record every rank's result and schedule per round (N.prof.json, N.sched.json) instead of one result per "
+         "pipeline stage (its ranks folded: time max, energy sum) and each stage's distinct schedules")
       ->envname("PERSEUS_RECORD_RANKS");
   cmd->add_option("--record-rounds", args->record_rounds,
                   "Keep each job's per-round record files of only its last this many rounds (0: all); the job store "
@@ -380,8 +400,9 @@ Runner add_serve_command(CLI::App& app) {
                 "GET /metrics answers without the token (for a Prometheus scraper on a trusted network); every other "
                 "route still needs it")
       ->envname("PERSEUS_METRICS_PUBLIC");
-  cmd->add_option("--threads", args->threads, "I/O threads parsing requests (0: one per CPU core); job state is "
-                                              "handled one request at a time regardless")
+  cmd->add_option("--threads", args->threads,
+                  "I/O threads parsing requests (0: one per CPU core); job state is "
+                  "handled one request at a time regardless")
       ->capture_default_str();
   return [args] { return serve(*args); };
 }

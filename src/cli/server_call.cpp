@@ -33,8 +33,7 @@ nlohmann::json ServerCall::operator()(const std::string& method, const std::stri
   try {
     check_json_depth(reply.body);
     parsed = nlohmann::json::parse(reply.body, nullptr, false);
-  } catch (const JsonTooDeep&) {
-  }
+  } catch (const JsonTooDeep&) {}
   if (reply.status != 200) {
     std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                              ? parsed["detail"].get<std::string>()

@@ -32,18 +32,23 @@ struct SimulateArgs {
 json to_json(const simulate::WindowReport& r) {
   json pipelines = json::array();
   for (const auto& p : r.pipelines)
-    pipelines.push_back({{"dp_rank", p.dp_rank}, {"compute_time", p.compute_time}, {"energy", p.energy},
-                         {"straggling", p.straggling}});
-  return {{"first_iteration", r.first}, {"last_iteration", r.last}, {"iteration_time", r.iteration_time},
-          {"energy", r.energy}, {"pipelines", pipelines}};
+    pipelines.push_back(
+        {{"dp_rank", p.dp_rank}, {"compute_time", p.compute_time}, {"energy", p.energy}, {"straggling", p.straggling}});
+  return {{"first_iteration", r.first},
+          {"last_iteration", r.last},
+          {"iteration_time", r.iteration_time},
+          {"energy", r.energy},
+          {"pipelines", pipelines}};
 }
 
 void print_report(const simulate::WindowReport& r) {
   std::printf("%s", fmt::format("iterations {}-{}: {:.4f} s and {:.1f} J per iteration (all GPUs)\n", r.first, r.last,
-                                r.iteration_time, r.energy).c_str());
+                                r.iteration_time, r.energy)
+                        .c_str());
   for (const auto& p : r.pipelines)
     std::printf("%s", fmt::format("  pipeline {}: compute {:.4f} s, {:.1f} J{}\n", p.dp_rank, p.compute_time, p.energy,
-                                  p.straggling ? "  (straggler)" : "").c_str());
+                                  p.straggling ? "  (straggler)" : "")
+                          .c_str());
   std::fflush(stdout);
 }
 
@@ -53,7 +58,9 @@ void check_server(ServerCall& call, const std::string& url) {
   if (!info.is_object()) throw Error(fmt::format("GET {}/info answered {}", url, info.dump()), kExitFailure);
   if (info.value("mode", "frequency") != "frequency")
     throw Error(fmt::format("the server at {} runs in '{}' mode; simulated GPUs model clock locking, so run it with "
-                            "--mode frequency", url, info.value("mode", "")), kExitUsage);
+                            "--mode frequency",
+                            url, info.value("mode", "")),
+                kExitUsage);
 }
 
 // What the server says of the job at the end (the turnkey scheduler's verdict), if it still knows it.
@@ -62,8 +69,7 @@ std::optional<json> job_status(ServerCall& call, const std::string& job_id) {
   try {
     json body = call("GET", "/jobs/" + client::encode_path_segment(job_id));
     if (body.is_object()) return body;
-  } catch (const Error&) {
-  }
+  } catch (const Error&) {}
   return std::nullopt;
 }
 
@@ -93,7 +99,8 @@ int run_simulate(SimulateArgs& args) {
                                   "microbatches, against {}\n",
                                   config.pipelines * config.num_stages * config.tensor_parallel, config.pipelines,
                                   config.num_stages, config.tensor_parallel, args.profile, config.num_microbatches,
-                                  config.server_url).c_str());
+                                  config.server_url)
+                          .c_str());
   auto began = std::chrono::steady_clock::now();
   auto summary = simulate::simulate_cluster(config, [&](const simulate::WindowReport& r) {
     if (args.json) std::printf("%s\n", json{{"report", to_json(r)}}.dump().c_str()), std::fflush(stdout);
@@ -103,29 +110,39 @@ int run_simulate(SimulateArgs& args) {
   auto status = job_status(call, summary.job_id);
 
   if (args.json) {
-    json out = {{"job_id", summary.job_id},     {"iterations", summary.iterations},
-                {"ended", summary.ended},       {"ranks", summary.ranks},
-                {"disabled_ranks", summary.disabled_ranks}, {"clock_locks", summary.clock_locks},
-                {"wall_seconds", wall},         {"training_seconds", summary.training_seconds},
+    json out = {{"job_id", summary.job_id},
+                {"iterations", summary.iterations},
+                {"ended", summary.ended},
+                {"ranks", summary.ranks},
+                {"disabled_ranks", summary.disabled_ranks},
+                {"clock_locks", summary.clock_locks},
+                {"wall_seconds", wall},
+                {"training_seconds", summary.training_seconds},
                 {"whole", to_json(summary.whole)},
                 {"server", status ? *status : json(nullptr)}};
     std::printf("%s\n", json{{"summary", out}}.dump().c_str());
   } else {
     std::printf("%s", fmt::format("summary: {} iterations ({}), job {}\n", summary.iterations, summary.ended,
-                                  summary.job_id.empty() ? "-" : summary.job_id).c_str());
-    std::printf("%s", fmt::format("  {:.4f} s and {:.1f} J per iteration over the run; {:.1f} s simulated in {:.1f} s\n",
-                                  summary.whole.iteration_time, summary.whole.energy,
-                                  summary.whole.iteration_time * summary.iterations, wall).c_str());
+                                  summary.job_id.empty() ? "-" : summary.job_id)
+                          .c_str());
+    std::printf("%s",
+                fmt::format("  {:.4f} s and {:.1f} J per iteration over the run; {:.1f} s simulated in {:.1f} s\n",
+                            summary.whole.iteration_time, summary.whole.energy,
+                            summary.whole.iteration_time * summary.iterations, wall)
+                    .c_str());
     if (summary.disabled_ranks > 0)
       std::printf("%s", fmt::format("  perseus was disabled on {} of {} ranks (they trained at default clocks)\n",
-                                    summary.disabled_ranks, summary.ranks).c_str());
+                                    summary.disabled_ranks, summary.ranks)
+                            .c_str());
     if (status) {
       const json& s = *status;
       std::printf("%s", fmt::format("  server: {} ({}), round {}", s.value("phase", ""), s.value("scheduler", ""),
-                                    s.value("round", 0)).c_str());
+                                    s.value("round", 0))
+                            .c_str());
       if (s.contains("saving") && s["saving"].is_number())
         std::printf("%s", fmt::format(", saving {} at slowdown {} against the measured all-max", percent(s["saving"]),
-                                      percent(s["slowdown"])).c_str());
+                                      percent(s["slowdown"]))
+                              .c_str());
       std::printf("\n");
     }
   }
@@ -137,10 +154,12 @@ int run_simulate(SimulateArgs& args) {
 Runner add_simulate_command(CLI::App& app) {
   auto args = std::make_shared<SimulateArgs>();
   auto& c = args->config;
-  auto* cmd = app.add_subcommand("simulate", "Train a simulated cluster (GPUs modeled from a profile) against a "
-                                             "perseus server, in simulated time (or paced with --time-scale)");
+  auto* cmd = app.add_subcommand("simulate",
+                                 "Train a simulated cluster (GPUs modeled from a profile) against a "
+                                 "perseus server, in simulated time (or paced with --time-scale)");
   cmd->add_option("profile", args->profile, "Stage profile CSV (stage,instruction,frequency,time,energy)")
-      ->required()->check(existing_file());
+      ->required()
+      ->check(existing_file());
   cmd->add_option("--stages", c.num_stages, "Pipeline stages S")->required();
   cmd->add_option("--microbatches", c.num_microbatches, "Microbatches per iteration M")->required();
   cmd->add_option("--p2p-power", c.p2p_power, "Watts a GPU draws while waiting (P_block)")->required();
@@ -167,11 +186,14 @@ Runner add_simulate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--request-timeout", c.request_timeout_s, "Seconds each client request to the server may take")
       ->capture_default_str();
-  cmd->add_option("--schedule", args->schedule, "1f1b, gpipe, interleaved (with --virtual-stages), zb-h1, zbv or dualpipev")->capture_default_str();
+  cmd->add_option("--schedule", args->schedule,
+                  "1f1b, gpipe, interleaved (with --virtual-stages), zb-h1, zbv or dualpipev")
+      ->capture_default_str();
   cmd->add_option("--virtual-stages", c.virtual_stages,
                   "With --schedule interleaved: model chunks per stage (the profile has stages x this model stages); "
                   "zbv and dualpipev always run 2 (a V)")
-      ->capture_default_str()->check(between(1, 1024));
+      ->capture_default_str()
+      ->check(between(1, 1024));
   cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
   return [args] { return run_simulate(*args); };
 }

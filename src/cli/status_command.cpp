@@ -57,9 +57,10 @@ void print_turnkey(const json& job) {
   if (const json& b = job["baseline"]; b.is_object())
     print(fmt::format("  baseline (all-max, measured): {}{} and {} per iteration{}\n", number(b["iteration_time"], "s"),
                       interval(b.value("iteration_time_ci", json()), "s"), number(b["energy"], "J"),
-                      b.contains("rounds") ? fmt::format(" over {} rounds ({} left out, {} probes since)",
-                                                         b.value("rounds", 0), b.value("rejected", 0), b.value("probes", 0))
-                                           : ""));
+                      b.contains("rounds")
+                          ? fmt::format(" over {} rounds ({} left out, {} probes since)", b.value("rounds", 0),
+                                        b.value("rejected", 0), b.value("probes", 0))
+                          : ""));
   if (const json& p = job["profiling"]; p.is_object())
     print(fmt::format("  profiling: {}/{} clocks, {} rounds (one round per clock: {}){}\n", p.value("clocks_done", 0),
                       p.value("clocks_total", 0), p.value("rounds", 0), p.value("clocks_available", 0),
@@ -72,8 +73,8 @@ void print_turnkey(const json& job) {
   if (job["saving"].is_number()) {
     const json& ref = job.contains("reference") ? job["reference"] : json();
     print(fmt::format("  deployed: saving {}{} of the energy at slowdown {}{} (measured against the {})\n",
-                      percent(job["saving"]), percent_interval(job.value("saving_ci", json())), percent(job["slowdown"]),
-                      percent_interval(job.value("slowdown_ci", json())),
+                      percent(job["saving"]), percent_interval(job.value("saving_ci", json())),
+                      percent(job["slowdown"]), percent_interval(job.value("slowdown_ci", json())),
                       ref.is_object() ? ref.value("name", "baseline") : std::string("baseline")));
   }
   if (const json& d = job.contains("decisions") ? job["decisions"] : json(); d.is_array())
@@ -87,9 +88,10 @@ void print_turnkey(const json& job) {
 }
 
 void print_job(const json& job) {
-  print(fmt::format("job {}\n  scheduler {} ({} client), {}, round {}, {}/{} ranks registered\n", job.value("job_id", ""),
-                    job.value("scheduler", ""), job.value("dialect", ""), job.value("phase", ""), job.value("round", 0),
-                    job.value("registered", 0), job.value("world_size", 0)));
+  print(fmt::format("job {}\n  scheduler {} ({} client), {}, round {}, {}/{} ranks registered\n",
+                    job.value("job_id", ""), job.value("scheduler", ""), job.value("dialect", ""),
+                    job.value("phase", ""), job.value("round", 0), job.value("registered", 0),
+                    job.value("world_size", 0)));
   print_turnkey(job);
   const json& measured = job["measured"];
   if (measured.is_object())
@@ -117,8 +119,7 @@ int show_status(const StatusArgs& args) {
   for (const auto& summary : body) {  // the details of each (one may end meanwhile: skip it)
     try {
       print_job(call("GET", "/jobs/" + client::encode_path_segment(summary.value("job_id", ""))));
-    } catch (const Error&) {
-    }
+    } catch (const Error&) {}
   }
   return kExitOk;
 }
@@ -143,7 +144,8 @@ int watch_status(const StatusArgs& args, double seconds) {
     std::fflush(stdout);
     for (auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
          std::chrono::steady_clock::now() < until && !stop.flag()->load();)
-      std::this_thread::sleep_for(std::min<std::chrono::duration<double>>(until - std::chrono::steady_clock::now(), 50ms));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::duration<double>>(until - std::chrono::steady_clock::now(), 50ms));
   }
   return kExitOk;
 }

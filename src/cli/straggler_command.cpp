@@ -27,7 +27,9 @@ int run_straggler(const StragglerArgs& args) {
   if (args.clear) {
     call("DELETE", target);
     std::printf("%s\n", fmt::format("job {}: straggler cleared; every pipeline returns to the target plan at the next "
-                                    "round", args.job_id).c_str());
+                                    "round",
+                                    args.job_id)
+                            .c_str());
     return kExitOk;
   }
   nlohmann::json body = nlohmann::json::object();
@@ -36,8 +38,9 @@ int run_straggler(const StragglerArgs& args) {
   if (args.dp_rank) body["dp_rank"] = *args.dp_rank;
   call("POST", target, body.dump());
   std::printf("%s\n", fmt::format("job {}: straggler set ({}); from the next round the {} run the cheapest plan that "
-                                  "finishes by then", args.job_id, body.dump(),
-                                  args.dp_rank ? "other pipelines" : "pipelines").c_str());
+                                  "finishes by then",
+                                  args.job_id, body.dump(), args.dp_rank ? "other pipelines" : "pipelines")
+                          .c_str());
   return kExitOk;
 }
 
@@ -45,16 +48,18 @@ int run_straggler(const StragglerArgs& args) {
 
 Runner add_straggler_command(CLI::App& app) {
   auto args = std::make_shared<StragglerArgs>();
-  auto* cmd = app.add_subcommand("straggler", "Tell a Perseus job that its iterations are slower (a straggler), or "
-                                              "that they are not any more");
+  auto* cmd = app.add_subcommand("straggler",
+                                 "Tell a Perseus job that its iterations are slower (a straggler), or "
+                                 "that they are not any more");
   cmd->add_option("job_id", args->job_id, "The job (perseus status lists them)")->required();
   auto* slowdown = cmd->add_option("--slowdown", args->slowdown, "Iterations take X times the measured all-max time")
                        ->check(between(1.0, 100.0));
-  auto* time = cmd->add_option("--iteration-time", args->iteration_time, "Iterations take S seconds")
-                   ->check(positive());
+  auto* time =
+      cmd->add_option("--iteration-time", args->iteration_time, "Iterations take S seconds")->check(positive());
   auto* clear = cmd->add_flag("--clear", args->clear, "The straggler is gone: back to the target plan");
   cmd->add_option("--dp-rank", args->dp_rank, "The slow pipeline (it keeps its plan; default: every pipeline slows)")
-      ->check(non_negative())->excludes(clear);
+      ->check(non_negative())
+      ->excludes(clear);
   slowdown->excludes(time)->excludes(clear);
   time->excludes(clear);
   cmd->add_option("--server", args->server, "perseus serve's URL (token: PERSEUS_TOKEN)")->capture_default_str();

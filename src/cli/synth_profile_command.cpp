@@ -15,9 +15,11 @@ Runner add_synth_profile_command(CLI::App& app) {
   auto out = std::make_shared<std::string>();
   auto from = std::make_shared<std::string>();
   auto split = std::make_shared<double>(0);
-  auto* cmd = app.add_subcommand("synth-profile", "Generate a stage profile from a small GPU model (for trying perseus without GPUs)");
+  auto* cmd = app.add_subcommand("synth-profile",
+                                 "Generate a stage profile from a small GPU model (for trying perseus without GPUs)");
   cmd->add_option("--stages", gpu->num_stages, "Pipeline stages")->capture_default_str()->check(positive());
-  cmd->add_option("--forward-time", gpu->forward_time, "Seconds per forward of a middle stage at the top clock")->capture_default_str();
+  cmd->add_option("--forward-time", gpu->forward_time, "Seconds per forward of a middle stage at the top clock")
+      ->capture_default_str();
   cmd->add_option("--top-clock", gpu->top_clock, "Highest SM clock, MHz")->capture_default_str();
   cmd->add_option("--bottom-clock", gpu->bottom_clock, "Lowest SM clock, MHz")->capture_default_str();
   cmd->add_option("--clock-step", gpu->clock_step, "Clock step, MHz")->capture_default_str();
@@ -38,7 +40,8 @@ Runner add_synth_profile_command(CLI::App& app) {
       if (*split != 0) profile = split_backward(profile, *split);
       csv = profile_csv(profile);
     }
-    if (out->empty()) std::fputs(csv.c_str(), stdout); else write_file_atomic(*out, csv);
+    if (out->empty()) std::fputs(csv.c_str(), stdout);
+    else write_file_atomic(*out, csv);
     return kExitOk;
   };
 }

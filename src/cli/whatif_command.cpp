@@ -51,8 +51,9 @@ int run_whatif(const WhatIfArgs& args) {
   int pipelines = args.pipelines;
   if (pipelines == 0) {
     if (args.global_batch % M != 0) {
-      throw Error(fmt::format("--global-batch {} is not a multiple of {} microbatches; give --pipelines", args.global_batch, M),
-                  kExitUsage);
+      throw Error(
+          fmt::format("--global-batch {} is not a multiple of {} microbatches; give --pipelines", args.global_batch, M),
+          kExitUsage);
     }
     pipelines = args.global_batch / M;
   }
@@ -66,7 +67,8 @@ int run_whatif(const WhatIfArgs& args) {
     if (name == "all-max") continue;
     const auto result = run_baseline(name, pipeline.profile, emulator, args.options);
     fixed.emplace_back(name, PlanCost{result.plan.time, result.plan.energy});
-    notes.push_back(fmt::format("{}: {:.4f} s, {:.1f} J ({})", name, result.plan.time, result.plan.energy, result.note));
+    notes.push_back(
+        fmt::format("{}: {:.4f} s, {:.1f} J ({})", name, result.plan.time, result.plan.energy, result.note));
   }
   const bool paper = args.convention == "paper";
   std::vector<PlanCost> frontier;
@@ -114,25 +116,36 @@ int run_whatif(const WhatIfArgs& args) {
 
 Runner add_whatif_command(CLI::App& app) {
   auto args = std::make_shared<WhatIfArgs>();
-  auto* cmd = app.add_subcommand("whatif", "Straggler what-if: energy of all-max, baselines and perseus over D data-parallel pipelines");
+  auto* cmd = app.add_subcommand(
+      "whatif", "Straggler what-if: energy of all-max, baselines and perseus over D data-parallel pipelines");
   add_pipeline_options(cmd, args->pipeline, false);
   cmd->add_option("--frontier", args->frontier_dir, "Use this optimize output instead of planning in-process");
-  cmd->add_option("--cost-model", args->cost_model, "Cost model when planning in-process: auto, exp or pwl (as optimize)")
-      ->capture_default_str()->check(one_of({"auto", "exp", "pwl"}));
-  cmd->add_option("--global-batch", args->global_batch, "Microbatches per global batch; D = global batch / microbatches")
-      ->capture_default_str()->check(positive());
-  cmd->add_option("--pipelines", args->pipelines, "Data-parallel pipelines D (overrides --global-batch)")->check(positive());
-  cmd->add_option("--slowdowns", args->slowdowns, "Straggler slowdowns T'/T, comma-separated")->delimiter(',')
-      ->capture_default_str()->check(between(1.0, 1e6));
-  cmd->add_option("--baselines", args->baselines, "Baselines to compare, comma-separated")->delimiter(',')
-      ->capture_default_str()->check(one_of(baseline_names()));
+  cmd->add_option("--cost-model", args->cost_model,
+                  "Cost model when planning in-process: auto, exp or pwl (as optimize)")
+      ->capture_default_str()
+      ->check(one_of({"auto", "exp", "pwl"}));
+  cmd->add_option("--global-batch", args->global_batch,
+                  "Microbatches per global batch; D = global batch / microbatches")
+      ->capture_default_str()
+      ->check(positive());
+  cmd->add_option("--pipelines", args->pipelines, "Data-parallel pipelines D (overrides --global-batch)")
+      ->check(positive());
+  cmd->add_option("--slowdowns", args->slowdowns, "Straggler slowdowns T'/T, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(between(1.0, 1e6));
+  cmd->add_option("--baselines", args->baselines, "Baselines to compare, comma-separated")
+      ->delimiter(',')
+      ->capture_default_str()
+      ->check(one_of(baseline_names()));
   add_zeus_options(cmd, args->options.zeus);
   cmd->add_option("--convention", args->convention,
                   "perseus: T is all-max's emulated time, the straggler runs all-max stretched, perseus's pick counts "
                   "the blocking until T', energies emulated; paper: the Perseus evaluation notebook's (T is the "
                   "planner's fastest time, each method's straggler runs its own plan stretched, the pick ignores the "
                   "blocking, frontier energies are the planner's predictions)")
-      ->capture_default_str()->check(one_of({"perseus", "paper"}));
+      ->capture_default_str()
+      ->check(one_of({"perseus", "paper"}));
   cmd->add_option("--out", args->out, "Write the rows as CSV");
   cmd->add_flag("--quiet,-q", args->quiet, "Print nothing");
   return [args] { return run_whatif(*args); };

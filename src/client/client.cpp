@@ -79,7 +79,7 @@ struct Client::Impl {
   std::vector<int> schedule;
   std::vector<std::string> known_names;  // distinct names in pipe_schedule
   std::size_t cursor = 0;
-  bool mismatched = false;  // the order differed once: default clocks from then on
+  bool mismatched = false;                 // the order differed once: default clocks from then on
   std::atomic<std::uint64_t> progress{0};  // hooks called: the heartbeat's sign of life
   std::thread heartbeat;
   std::mutex heartbeat_mutex;
@@ -97,13 +97,13 @@ struct Client::Impl {
   std::mutex exchange_mutex;
   std::condition_variable exchange_wake, exchange_settled;
   std::optional<protocol::ProfilingResult> outbox;  // a round's result to send
-  bool want_schedule = false;                     // ask for the next schedule (after sending outbox)
-  std::optional<std::vector<int>> inbox;          // a schedule that arrived and is not in use yet
-  std::uint64_t received_seq = 0;                 // schedules that arrived
+  bool want_schedule = false;                       // ask for the next schedule (after sending outbox)
+  std::optional<std::vector<int>> inbox;            // a schedule that arrived and is not in use yet
+  std::uint64_t received_seq = 0;                   // schedules that arrived
   bool exchange_busy = false, exchange_stop = false;
-  std::atomic<bool> exchange_news{false};         // done or failure is set: the training thread acts on it
-  std::optional<std::string> done_detail;         // the server says training is done
-  std::optional<std::string> failure;             // the exchange gave up: why
+  std::atomic<bool> exchange_news{false};  // done or failure is set: the training thread acts on it
+  std::optional<std::string> done_detail;  // the server says training is done
+  std::optional<std::string> failure;      // the exchange gave up: why
   bool failure_unreachable = false;
   std::optional<SteadyClock::time_point> outage_since;  // the server has been unreachable since
   SteadyClock::time_point next_attempt;
@@ -151,11 +151,13 @@ struct Client::Impl {
   void apply(int state) {
     if (state < 0 || state == applied || clock_reset_started()) return;
     try {
-      if (mode == protocol::PowerMode::power_limit) gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
+      if (mode == protocol::PowerMode::power_limit)
+        gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
       else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
       applied = state;
     } catch (const std::exception& e) {
-      if (!apply_failed) spdlog::warn("perseus: rank {}: cannot apply power state {}: {}", options.rank, state, e.what());
+      if (!apply_failed)
+        spdlog::warn("perseus: rank {}: cannot apply power state {}: {}", options.rank, state, e.what());
       apply_failed = true;
     }
   }
@@ -193,8 +195,11 @@ struct Client::Impl {
           step_open.reset();
           break;
         }
-        case Event::flush: break;
-        case Event::reset: reset_clocks(); break;
+        case Event::flush:
+          break;
+        case Event::reset:
+          reset_clocks();
+          break;
         case Event::restart: {
           std::lock_guard lock(mutex);
           round_data = {};
@@ -240,8 +245,8 @@ struct Client::Impl {
   void reset_clocks() {
     try {
       if (mode == protocol::PowerMode::power_limit) {  // back to the limit the GPU had before (an admin's cap stays)
-        gpu->set_power_limit_mw(options.device, limit_before_mw != 0 ? limit_before_mw
-                                                                     : gpu->power_limit_range(options.device).max_mw);
+        gpu->set_power_limit_mw(options.device,
+                                limit_before_mw != 0 ? limit_before_mw : gpu->power_limit_range(options.device).max_mw);
       } else {
         gpu->reset_graphics_clock(options.device);
         gpu->reset_memory_clock(options.device);
@@ -264,7 +269,8 @@ struct Client::Impl {
     try {
       parsed = json::parse(reply.body);
     } catch (const json::parse_error&) {
-      throw Error(fmt::format("{} {}: the server answered {} with a body that is not JSON", method, target, reply.status));
+      throw Error(
+          fmt::format("{} {}: the server answered {} with a body that is not JSON", method, target, reply.status));
     }
     if (reply.status == 503)  // the server is stopping: it may be back soon
       throw ServerUnreachable(fmt::format("{} {}: HTTP 503: {}", method, target, reply.body));
@@ -288,7 +294,8 @@ struct Client::Impl {
     json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr);
     auto states = protocol::schedule_from_json(reply).power_states;
     if (states.size() != options.pipe_schedule.size())
-      throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(), options.pipe_schedule.size()));
+      throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(),
+                              options.pipe_schedule.size()));
     return states;
   }
 
@@ -312,7 +319,8 @@ struct Client::Impl {
     std::unique_lock lock(exchange_mutex);
     for (;;) {
       exchange_settled.notify_all();
-      exchange_wake.wait(lock, [&] { return exchange_stop || ((outbox || want_schedule) && !done_detail && !failure); });
+      exchange_wake.wait(lock,
+                         [&] { return exchange_stop || ((outbox || want_schedule) && !done_detail && !failure); });
       if (exchange_stop) break;
       if (SteadyClock::now() < next_attempt) {  // backing off: the server is away
         exchange_wake.wait_until(lock, next_attempt, [&] { return exchange_stop; });
@@ -362,9 +370,10 @@ struct Client::Impl {
       outage_since = now;
       retry_delay = std::chrono::milliseconds(500);
       if (options.retry_for.count() > 0)
-        spdlog::warn("perseus: rank {}: the server is unreachable ({}); training continues at the current clocks, "
-                     "retrying for up to {} s", options.rank, e.what(),
-                     std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
+        spdlog::warn(
+            "perseus: rank {}: the server is unreachable ({}); training continues at the current clocks, "
+            "retrying for up to {} s",
+            options.rank, e.what(), std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
     }
     if (now - *outage_since >= options.retry_for) {
       failure = fmt::format("the server was unreachable for {} s: {}",
@@ -410,12 +419,14 @@ struct Client::Impl {
 
   void start() {
     const auto& o = options;
-    if (o.pipe_schedule.empty()) options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
+    if (o.pipe_schedule.empty())
+      options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
     if (options.token.empty())
       if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
     http = std::make_unique<HttpClient>(o.server_url, options.token);
     json info = call("GET", "/info", nullptr);
-    mode = protocol::parse_power_mode(info.value("mode", std::string("frequency"))).value_or(protocol::PowerMode::frequency);
+    mode = protocol::parse_power_mode(info.value("mode", std::string("frequency")))
+               .value_or(protocol::PowerMode::frequency);
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
     options.device = gpu::nvml_index(*gpu, o.device, o.cuda_visible_devices);  // from here on NVML's index
 
@@ -437,10 +448,11 @@ struct Client::Impl {
 
     if (!o.job_id.empty()) {
       job_id = o.job_id;
-      use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET") : o.job_secret);
+      use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET")
+                                                                               : o.job_secret);
     } else if (o.rank == 0) {
-      protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,      o.world_size,
-                          o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
+      protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,       o.world_size,
+                            o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
       http->set_job_secret("new");  // ask for one
       job_id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
       use_job_secret(http->received_job_secret());
@@ -457,8 +469,7 @@ struct Client::Impl {
     protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     try {  // the bound on what this rank may measure (physical_bounds.hpp)
       rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
     call("POST", "/register_rank", protocol::to_json(rank));
     if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
     start_heartbeat();
@@ -521,29 +532,34 @@ struct Client::Impl {
       stop_controller();
       throw ScheduleMismatch(message);
     }
-    spdlog::warn("perseus: {}. This rank stays at default clocks and keeps taking part in every round "
-                 "(strict_schedule makes this an error)", message);
+    spdlog::warn(
+        "perseus: {}. This rank stays at default clocks and keeps taking part in every round "
+        "(strict_schedule makes this an error)",
+        message);
     push({Event::reset, -1, {}, now()});
   }
 
   void start_heartbeat() {
     if (options.heartbeat_interval.count() <= 0) return;
-    heartbeat = std::thread([this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
-      HttpClient beat_http(url, options.token);
-      beat_http.set_job_secret(job_secret);
-      std::unique_lock lock(heartbeat_mutex);
-      for (;;) {
-        json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
-        lock.unlock();
-        try {
-          beat_http.request("POST", target, body.dump(), std::min(options.request_timeout, options.heartbeat_interval * 2));
-        } catch (const std::exception& e) {
-          spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank, e.what());  // the round boundary handles outages
-        }
-        lock.lock();
-        if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
-      }
-    });
+    heartbeat = std::thread(
+        [this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
+          HttpClient beat_http(url, options.token);
+          beat_http.set_job_secret(job_secret);
+          std::unique_lock lock(heartbeat_mutex);
+          for (;;) {
+            json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
+            lock.unlock();
+            try {
+              beat_http.request("POST", target, body.dump(),
+                                std::min(options.request_timeout, options.heartbeat_interval * 2));
+            } catch (const std::exception& e) {
+              spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank,
+                            e.what());  // the round boundary handles outages
+            }
+            lock.lock();
+            if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
+          }
+        });
   }
 
   void stop_heartbeat() {
@@ -680,13 +696,11 @@ void Client::on_instruction_begin(std::string_view name) {
   if (im.cursor < names.size() && names[im.cursor] == name) {
     if (!im.mismatched && im.cursor < im.schedule.size()) state = im.schedule[im.cursor];
     ++im.cursor;
-  } else if (!im.mismatched &&
-             std::find(im.known_names.begin(), im.known_names.end(), name) != im.known_names.end()) {
-    im.schedule_mismatch(im.cursor < names.size()
-                             ? fmt::format("instruction {} is '{}' where '{}' was registered", im.cursor + 1, name,
-                                           names[im.cursor])
-                             : fmt::format("instruction {} is '{}', past the {} registered", im.cursor + 1, name,
-                                           names.size()));
+  } else if (!im.mismatched && std::find(im.known_names.begin(), im.known_names.end(), name) != im.known_names.end()) {
+    im.schedule_mismatch(
+        im.cursor < names.size()
+            ? fmt::format("instruction {} is '{}' where '{}' was registered", im.cursor + 1, name, names[im.cursor])
+            : fmt::format("instruction {} is '{}', past the {} registered", im.cursor + 1, name, names.size()));
   }
   im.push({Event::begin, state, std::string(name), im.now()});
 }
@@ -700,8 +714,8 @@ void Client::on_step_end() {
   if (!impl_->enabled) return;
   auto& im = *impl_;
   if (im.cursor != im.options.pipe_schedule.size() && !im.mismatched)
-    im.schedule_mismatch(fmt::format("it ran {} of the {} registered instructions", im.cursor,
-                                     im.options.pipe_schedule.size()));
+    im.schedule_mismatch(
+        fmt::format("it ran {} of the {} registered instructions", im.cursor, im.options.pipe_schedule.size()));
   im.push({Event::step_end, -1, {}, im.now()});
   if (++im.iterations >= im.round_length()) im.end_round();
   if (!im.exchange_news.load()) return;

@@ -60,8 +60,7 @@ void reset_all() {
     try {
       library->reset_graphics_clock(slot.device);
       library->reset_memory_clock(slot.device);
-    } catch (...) {
-    }
+    } catch (...) {}
   }
 }
 

@@ -44,7 +44,8 @@ HttpClient::HttpClient(const std::string& url, std::string token) : impl_(std::m
   auto colon = rest.rfind(':');
   impl_->host = colon == std::string::npos ? rest : rest.substr(0, colon);
   impl_->port = colon == std::string::npos ? "7787" : rest.substr(colon + 1);
-  if (impl_->host.empty() || impl_->port.empty()) throw Error(fmt::format("server URL '{}' has no host or port", url), kExitUsage);
+  if (impl_->host.empty() || impl_->port.empty())
+    throw Error(fmt::format("server URL '{}' has no host or port", url), kExitUsage);
 }
 
 HttpClient::~HttpClient() = default;
@@ -122,7 +123,8 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       return {static_cast<int>(res.result_int()), res.body()};
     }
     impl_->stream.reset();
-    bool stale = ec == http::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
+    bool stale =
+        ec == http::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
     if (attempt == 0 && stale && !impl_->cancelled.load()) continue;
     if (impl_->cancelled.load()) throw ServerUnreachable(fmt::format("{} {}{}: cancelled", method, url_, target));
     if (ec == beast::error::timeout)

@@ -17,7 +17,8 @@ namespace fs = std::filesystem;
 
 // The N of "intel-rapl:N" (top level) or the M of "intel-rapl:N:M" (`prefix` = "intel-rapl:N:").
 std::optional<unsigned> zone_number(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 6) return std::nullopt;
+  if (name.rfind(prefix, 0) != 0 || name.size() == prefix.size() || name.size() > prefix.size() + 6)
+    return std::nullopt;
   std::string digits = name.substr(prefix.size());
   if (!std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) return std::nullopt;
   return static_cast<unsigned>(std::stoul(digits));
@@ -36,9 +37,8 @@ std::uint64_t read_counter(const fs::path& file) {
   std::uint64_t value = 0;
   if (!in || !(in >> value)) {
     int error = errno;
-    throw RaplError(RaplErrorKind::unreadable,
-                    fmt::format("cannot read {}: {}", file.string(),
-                                error != 0 ? std::strerror(error) : "not a counter"));
+    throw RaplError(RaplErrorKind::unreadable, fmt::format("cannot read {}: {}", file.string(),
+                                                           error != 0 ? std::strerror(error) : "not a counter"));
   }
   return value;
 }

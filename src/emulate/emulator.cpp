@@ -32,8 +32,8 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
   const int model_stages = config_.num_stages * config_.virtual_stages;
   const Profile model = profile_for_schedule(by_model_stage(profile, config_.num_stages), config_.schedule,
                                              config_.num_stages, model_stages);
-  dag_ = build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches,
-                            config_.extra_forwards, config_.virtual_stages);
+  dag_ = build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches, config_.extra_forwards,
+                            config_.virtual_stages);
 
   tables_.resize(kNumInstructionKinds * static_cast<std::size_t>(model_stages));
   for (int s = 0; s < model_stages; ++s) {
@@ -74,9 +74,7 @@ const Emulator::Table& Emulator::table(int stage, InstructionKind kind) const {
   return tables_[operation_index(stage, kind)];
 }
 
-const std::vector<int>& Emulator::clocks(int stage, InstructionKind kind) const {
-  return table(stage, kind).clocks;
-}
+const std::vector<int>& Emulator::clocks(int stage, InstructionKind kind) const { return table(stage, kind).clocks; }
 
 std::optional<Emulator::Cost> Emulator::cost(int stage, InstructionKind kind, int frequency) const {
   const auto& t = table(stage, kind);
@@ -88,9 +86,9 @@ std::optional<Emulator::Cost> Emulator::cost(int stage, InstructionKind kind, in
 
 void Emulator::check_shape(const std::vector<std::vector<int>>& frequencies) const {
   if (frequencies.size() != layout_.size()) {
-    throw Error(fmt::format("the plan has clocks for {} stages, the pipeline has {}", frequencies.size(),
-                            layout_.size()),
-                kExitDataError);
+    throw Error(
+        fmt::format("the plan has clocks for {} stages, the pipeline has {}", frequencies.size(), layout_.size()),
+        kExitDataError);
   }
   for (std::size_t s = 0; s < layout_.size(); ++s) {
     if (frequencies[s].size() != layout_[s].size()) {
@@ -111,8 +109,8 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
     const auto& inst = dag_.instructions[node];
     const auto c = cost(inst, frequencies[s][k]);
     if (!c) {
-      throw Error(fmt::format("stage {} slot {} ({}) runs at {} MHz, but {} has no stage {} {} row at that clock",
-                              s, k, short_name(inst, config_.virtual_stages), frequencies[s][k], source_,
+      throw Error(fmt::format("stage {} slot {} ({}) runs at {} MHz, but {} has no stage {} {} row at that clock", s, k,
+                              short_name(inst, config_.virtual_stages), frequencies[s][k], source_,
                               model_stage(inst, config_.num_stages), to_string(inst.kind)),
                   kExitDataError);
     }
@@ -171,8 +169,8 @@ EmulationResult Emulator::run(const std::vector<std::vector<int>>& frequencies,
     auto& stage = result.stages[s];
     for (std::size_t k = 0; k < layout_[s].size(); ++k) {
       const int node = dag_.stage_nodes[s][k];
-      result.instructions[s].push_back({layout_[s][k], frequencies[s][k], start[node], costs[node].time,
-                                        costs[node].energy, false});
+      result.instructions[s].push_back(
+          {layout_[s][k], frequencies[s][k], start[node], costs[node].time, costs[node].energy, false});
       stage.busy_time += costs[node].time;
       stage.compute_energy += costs[node].energy;
     }

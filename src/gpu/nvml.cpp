@@ -13,11 +13,15 @@ namespace {
 
 GpuErrorKind kind_of(nvmlReturn_t code) {
   switch (code) {
-    case nvml::kNoPermission: return GpuErrorKind::no_permission;
-    case nvml::kNotSupported: return GpuErrorKind::not_supported;
+    case nvml::kNoPermission:
+      return GpuErrorKind::no_permission;
+    case nvml::kNotSupported:
+      return GpuErrorKind::not_supported;
     case nvml::kInvalidArgument:
-    case nvml::kNotFound: return GpuErrorKind::invalid_argument;
-    default: return GpuErrorKind::other;
+    case nvml::kNotFound:
+      return GpuErrorKind::invalid_argument;
+    default:
+      return GpuErrorKind::other;
   }
 }
 
@@ -147,8 +151,8 @@ class NvmlLibrary final : public GpuLibrary {
     std::string where = device >= 0 ? fmt::format(" on GPU {}", device) : "";
     std::string hint;
     if (code == nvml::kNoPermission) hint = " (changing clocks or power limits needs root or CAP_SYS_ADMIN)";
-    throw GpuError(kind_of(code), fmt::format("{}{} failed: {} (NVML error {}){}", call, where,
-                                              error_string_(code), code, hint));
+    throw GpuError(kind_of(code),
+                   fmt::format("{}{} failed: {} (NVML error {}){}", call, where, error_string_(code), code, hint));
   }
 
   nvmlDevice_t handle(unsigned device) {

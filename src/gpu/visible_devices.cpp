@@ -50,10 +50,10 @@ std::optional<unsigned> device_of(GpuLibrary& gpus, unsigned count, const std::s
 
 unsigned mapped(const std::vector<unsigned>& nvml, unsigned cuda_index, const std::optional<std::string>& visible) {
   if (cuda_index < nvml.size()) return nvml[cuda_index];
-  throw GpuError(GpuErrorKind::invalid_argument,
-                 fmt::format("GPU index {}: {} GPU{} visible ({}={})", cuda_index, nvml.size(),
-                             nvml.size() == 1 ? " is" : "s are", kCudaVisibleDevicesEnv,
-                             visible ? "'" + *visible + "'" : "unset"));
+  throw GpuError(
+      GpuErrorKind::invalid_argument,
+      fmt::format("GPU index {}: {} GPU{} visible ({}={})", cuda_index, nvml.size(), nvml.size() == 1 ? " is" : "s are",
+                  kCudaVisibleDevicesEnv, visible ? "'" + *visible + "'" : "unset"));
 }
 
 class CudaNumbered final : public GpuLibrary {
@@ -70,9 +70,13 @@ class CudaNumbered final : public GpuLibrary {
   }
   unsigned current_graphics_clock(unsigned d) override { return gpus_->current_graphics_clock(at(d)); }
   unsigned current_memory_clock(unsigned d) override { return gpus_->current_memory_clock(at(d)); }
-  void lock_graphics_clock(unsigned d, unsigned low, unsigned high) override { gpus_->lock_graphics_clock(at(d), low, high); }
+  void lock_graphics_clock(unsigned d, unsigned low, unsigned high) override {
+    gpus_->lock_graphics_clock(at(d), low, high);
+  }
   void reset_graphics_clock(unsigned d) override { gpus_->reset_graphics_clock(at(d)); }
-  void lock_memory_clock(unsigned d, unsigned low, unsigned high) override { gpus_->lock_memory_clock(at(d), low, high); }
+  void lock_memory_clock(unsigned d, unsigned low, unsigned high) override {
+    gpus_->lock_memory_clock(at(d), low, high);
+  }
   void reset_memory_clock(unsigned d) override { gpus_->reset_memory_clock(at(d)); }
   unsigned power_limit_mw(unsigned d) override { return gpus_->power_limit_mw(at(d)); }
   PowerLimitRange power_limit_range(unsigned d) override { return gpus_->power_limit_range(at(d)); }

@@ -73,15 +73,17 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
   unsigned current_graphics_clock(unsigned d) override { return on(d, "current_graphics_clock").get<unsigned>(); }
   unsigned current_memory_clock(unsigned d) override { return on(d, "current_memory_clock").get<unsigned>(); }
   void lock_graphics_clock(unsigned d, unsigned low, unsigned high) override {
-    call({{"op", "lock_graphics_clock"}, {"device", d}, {"min", low}, {"max", high}},
-         [&] { settings_[d].graphics = std::pair{low, high}; });
+    call({{"op", "lock_graphics_clock"}, {"device", d}, {"min", low}, {"max", high}}, [&] {
+      settings_[d].graphics = std::pair{low, high};
+    });
   }
   void reset_graphics_clock(unsigned d) override {
     call({{"op", "reset_graphics_clock"}, {"device", d}}, [&] { settings_[d].graphics.reset(); });
   }
   void lock_memory_clock(unsigned d, unsigned low, unsigned high) override {
-    call({{"op", "lock_memory_clock"}, {"device", d}, {"min", low}, {"max", high}},
-         [&] { settings_[d].memory = std::pair{low, high}; });
+    call({{"op", "lock_memory_clock"}, {"device", d}, {"min", low}, {"max", high}}, [&] {
+      settings_[d].memory = std::pair{low, high};
+    });
   }
   void reset_memory_clock(unsigned d) override {
     call({{"op", "reset_memory_clock"}, {"device", d}}, [&] { settings_[d].memory.reset(); });
@@ -105,7 +107,8 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
   // One request, one reply; `done` records what a successful request set. The training thread
   // (clock reads) and the controller thread (locks, energy) share the connection, so requests
   // are serialized.
-  json call(const json& request, const std::function<void()>& done = [] {}) {
+  json call(
+      const json& request, const std::function<void()>& done = [] {}) {
     std::lock_guard lock(mutex_);
     if (fd_ < 0) reconnect(fmt::format("lost the connection to perseus gpud at {}: {}", path_, lost_));
     json reply;
@@ -120,7 +123,8 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
       } catch (const Lost& second) {
         close_connection();
         lost_ = second.why;
-        throw GpuError(GpuErrorKind::other, fmt::format("lost the connection to perseus gpud at {}: {}", path_, second.why));
+        throw GpuError(GpuErrorKind::other,
+                       fmt::format("lost the connection to perseus gpud at {}: {}", path_, second.why));
       }
     }
     json value = result_of(reply);
@@ -138,10 +142,18 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
       // A restarted daemon answers at once: a short deadline keeps a hung one from stalling the caller.
       open_connection(std::min(timeout_, kRetryInterval));
       for (const auto& [device, set] : settings_) {
-        if (set.memory) result_of(exchange({{"op", "lock_memory_clock"}, {"device", device}, {"min", set.memory->first},
-                                             {"max", set.memory->second}}, timeout_));
-        if (set.graphics) result_of(exchange({{"op", "lock_graphics_clock"}, {"device", device},
-                                               {"min", set.graphics->first}, {"max", set.graphics->second}}, timeout_));
+        if (set.memory)
+          result_of(exchange({{"op", "lock_memory_clock"},
+                              {"device", device},
+                              {"min", set.memory->first},
+                              {"max", set.memory->second}},
+                             timeout_));
+        if (set.graphics)
+          result_of(exchange({{"op", "lock_graphics_clock"},
+                              {"device", device},
+                              {"min", set.graphics->first},
+                              {"max", set.graphics->second}},
+                             timeout_));
         if (set.power_limit_mw)
           result_of(exchange({{"op", "set_power_limit"}, {"device", device}, {"mw", *set.power_limit_mw}}, timeout_));
       }
@@ -230,8 +242,10 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
     if (reply.value("ok", false)) return reply.contains("value") ? reply["value"] : json();
     auto kind_it = reply.find("kind");
     auto error_it = reply.find("error");
-    auto kind = kind_it != reply.end() && kind_it->is_string() ? error_kind_from_name(kind_it->get<std::string>()) : std::nullopt;
-    std::string error = error_it != reply.end() && error_it->is_string() ? error_it->get<std::string>() : safe_dump(reply);
+    auto kind = kind_it != reply.end() && kind_it->is_string() ? error_kind_from_name(kind_it->get<std::string>())
+                                                               : std::nullopt;
+    std::string error =
+        error_it != reply.end() && error_it->is_string() ? error_it->get<std::string>() : safe_dump(reply);
     throw GpuError(kind.value_or(GpuErrorKind::other), fmt::format("perseus gpud: {}", safe_text(error, 1000)));
   }
 

@@ -31,9 +31,9 @@ namespace perseus::gpud {
 
 namespace asio = boost::asio;
 using local = asio::local::stream_protocol;
-using nlohmann::json;
 using gpu::GpuError;
 using gpu::GpuErrorKind;
+using nlohmann::json;
 
 namespace {
 
@@ -81,8 +81,8 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   std::shared_ptr<gpu::GpuLibrary> gpu;
   DaemonOptions options;
   unsigned device_count = 0;
-  std::vector<Connection*> owner;                    // per GPU: the connection that owns it
-  std::vector<GpuState> state;                       // per GPU: locked clocks and resets (owned: from `owner`)
+  std::vector<Connection*> owner;  // per GPU: the connection that owns it
+  std::vector<GpuState> state;     // per GPU: locked clocks and resets (owned: from `owner`)
   std::map<std::pair<std::string, std::string>, std::uint64_t> requests;
   std::map<unsigned, std::vector<unsigned>> clocks;  // supported graphics clocks at the top memory clock
   std::vector<std::weak_ptr<Connection>> connections;
@@ -138,19 +138,23 @@ class Connection : public std::enable_shared_from_this<Connection> {
     } else {
       idle_.cancel();
     }
-    asio::async_read_until(socket_, buffer_, '\n', [self = shared_from_this()](boost::system::error_code ec, std::size_t n) {
-      self->on_read(ec, n);
-    });
+    asio::async_read_until(
+        socket_, buffer_, '\n',
+        [self = shared_from_this()](boost::system::error_code ec, std::size_t n) { self->on_read(ec, n); });
   }
 
   void on_read(boost::system::error_code ec, std::size_t n) {
     if (ec == asio::error::not_found) {  // a line longer than any request: not a perseus client
       daemon_->count_request("malformed", "invalid_argument");
-      return write(safe_dump(json{{"ok", false}, {"kind", "invalid_argument"},
-                                  {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}) + "\n", true);
+      return write(safe_dump(json{{"ok", false},
+                                  {"kind", "invalid_argument"},
+                                  {"error", fmt::format("request longer than {} bytes", kMaxLineBytes)}}) +
+                       "\n",
+                   true);
     }
     if (ec) return close();
-    std::string line(asio::buffers_begin(buffer_.data()), asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(n));
+    std::string line(asio::buffers_begin(buffer_.data()),
+                     asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(n));
     buffer_.consume(n);
     write(answer(line) + "\n", false);
   }
@@ -176,10 +180,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   void write(std::string text, bool then_close) {
     out_ = std::move(text);
-    asio::async_write(socket_, asio::buffer(out_), [self = shared_from_this(), then_close](boost::system::error_code ec, std::size_t) {
-      if (ec || then_close) return self->close();
-      self->read();
-    });
+    asio::async_write(socket_, asio::buffer(out_),
+                      [self = shared_from_this(), then_close](boost::system::error_code ec, std::size_t) {
+                        if (ec || then_close) return self->close();
+                        self->read();
+                      });
   }
 
   static constexpr std::size_t kMaxErrorBytes = 1000;
@@ -203,7 +208,8 @@ void Daemon::Impl::listen() {
   if (auto status = fs::symlink_status(path, fs_error); fs::exists(status)) {
     if (status.type() != fs::file_type::socket)
       throw Error(fmt::format("--socket '{}' exists and is not a socket: refusing to replace it (give a path that "
-                              "does not exist or a stale socket)", path),
+                              "does not exist or a stale socket)",
+                              path),
                   kExitUsage);
     local::socket probe(io);
     boost::system::error_code ec;
@@ -233,8 +239,10 @@ void Daemon::Impl::listen() {
 void Daemon::Impl::set_socket_access() {
   const std::string& path = options.socket_path;
   if ((options.socket_mode & 0002) != 0)
-    spdlog::warn("--socket-mode {:04o}: every user of this node may change its GPUs' clocks and power limits "
-                 "(0660 with --socket-group is the usual choice)", options.socket_mode);
+    spdlog::warn(
+        "--socket-mode {:04o}: every user of this node may change its GPUs' clocks and power limits "
+        "(0660 with --socket-group is the usual choice)",
+        options.socket_mode);
   if (::chmod(path.c_str(), options.socket_mode) != 0)
     throw Error(fmt::format("cannot set the mode of {} to {:o}: {}", path, options.socket_mode, std::strerror(errno)),
                 kExitFailure);
@@ -274,9 +282,12 @@ void Daemon::Impl::accept_failed(const boost::system::error_code& ec) {
     return accept();
   }
   if (accept_failures++ == 0)
-    spdlog::error("accept: {}; new connections wait until one closes (retrying up to every second; raise the "
-                  "open-file limit, ulimit -n)", ec.message());
-  retry.expires_after(std::min(std::chrono::milliseconds(1000), std::chrono::milliseconds(5 << std::min(accept_failures, 8))));
+    spdlog::error(
+        "accept: {}; new connections wait until one closes (retrying up to every second; raise the "
+        "open-file limit, ulimit -n)",
+        ec.message());
+  retry.expires_after(
+      std::min(std::chrono::milliseconds(1000), std::chrono::milliseconds(5 << std::min(accept_failures, 8))));
   retry.async_wait([self = shared_from_this()](boost::system::error_code wait_ec) {
     if (!wait_ec && !self->stopped) self->accept();
   });
@@ -301,7 +312,8 @@ std::string Daemon::Impl::reset(unsigned device, const Touched& touched) {
     state[device].locked_memory_mhz = 0;
   });
   attempt(touched.power_limit, "power limit", [&] {
-    gpu->set_power_limit_mw(device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).max_mw);
+    gpu->set_power_limit_mw(
+        device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).max_mw);
   });
   return fmt::format("{}", fmt::join(failed, "; "));
 }
@@ -350,8 +362,7 @@ void Daemon::Impl::release(Connection& connection) {
     auto took = std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - start);
     if (failed.empty())
       spdlog::info("GPU {}: pid {} disconnected; what it set is reset ({} µs)", device, connection.pid, took.count());
-    else
-      spdlog::error("GPU {}: pid {} disconnected; reset failed: {}", device, connection.pid, failed);
+    else spdlog::error("GPU {}: pid {} disconnected; reset failed: {}", device, connection.pid, failed);
     if (owner[device] == &connection) owner[device] = nullptr;
   }
   connection.owned.clear();
@@ -402,7 +413,8 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     const auto& supported = lock_graphics ? graphics_clocks(device) : (memory = gpu->supported_memory_clocks(device));
     for (unsigned c : {low, high})
       if (std::find(supported.begin(), supported.end(), c) == supported.end())
-        throw bad(fmt::format("GPU {} does not support a {} clock of {} MHz", device, lock_graphics ? "graphics" : "memory", c));
+        throw bad(fmt::format("GPU {} does not support a {} clock of {} MHz", device,
+                              lock_graphics ? "graphics" : "memory", c));
     claim(connection, device);
     Touched& touched = connection.owned[device];
     if (lock_graphics) {
@@ -454,12 +466,15 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
 }
 
 json Daemon::Impl::rapl_readings() {
-  if (!options.serve_rapl) throw GpuError(GpuErrorKind::no_permission, "this perseus gpud does not serve RAPL readings");
+  if (!options.serve_rapl)
+    throw GpuError(GpuErrorKind::no_permission, "this perseus gpud does not serve RAPL readings");
   try {
     if (!rapl) rapl = cpu::powercap_tree(options.powercap_root.empty() ? cpu::powercap_root() : options.powercap_root);
     json out = json::array();
     for (const auto& r : rapl->read_rapl())
-      out.push_back({{"package", r.package}, {"dram", r.dram}, {"energy_uj", r.energy_uj},
+      out.push_back({{"package", r.package},
+                     {"dram", r.dram},
+                     {"energy_uj", r.energy_uj},
                      {"max_energy_range_uj", r.max_energy_range_uj}});
     return out;
   } catch (const cpu::RaplError& e) {

@@ -41,8 +41,8 @@ struct MetricsEndpoint::Impl : std::enable_shared_from_this<MetricsEndpoint::Imp
   std::vector<std::string> labels;  // per GPU, read once
   ReadFailures failures;
   std::vector<std::weak_ptr<MetricsSession>> sessions;
-  std::size_t open = 0;      // sessions alive
-  bool refusing = false;     // at the connection cap: logged once per episode
+  std::size_t open = 0;   // sessions alive
+  bool refusing = false;  // at the connection cap: logged once per episode
   bool stopped = false;
 };
 
@@ -59,9 +59,8 @@ class MetricsSession : public std::enable_shared_from_this<MetricsSession> {
     parser_->header_limit(static_cast<std::uint32_t>(endpoint_->limits.max_request_bytes));
     parser_->body_limit(endpoint_->limits.max_body_bytes);
     stream_.expires_after(endpoint_->limits.idle_timeout);
-    http::async_read(stream_, buffer_, *parser_, [self = shared_from_this()](beast::error_code ec, std::size_t) {
-      self->on_read(ec);
-    });
+    http::async_read(stream_, buffer_, *parser_,
+                     [self = shared_from_this()](beast::error_code ec, std::size_t) { self->on_read(ec); });
   }
 
   void close() {
@@ -80,8 +79,8 @@ class MetricsSession : public std::enable_shared_from_this<MetricsSession> {
       return reply(http::status::request_header_fields_too_large,
                    fmt::format("request headers over {} bytes\n", endpoint_->limits.max_request_bytes), false);
     if (ec == http::error::body_limit)
-      return reply(http::status::payload_too_large, fmt::format("request body over {} bytes\n", endpoint_->limits.max_body_bytes),
-                   false);
+      return reply(http::status::payload_too_large,
+                   fmt::format("request body over {} bytes\n", endpoint_->limits.max_body_bytes), false);
     if (ec) return reply(http::status::bad_request, fmt::format("malformed request: {}\n", ec.message()), false);
 
     const auto& request = parser_->get();
@@ -90,12 +89,14 @@ class MetricsSession : public std::enable_shared_from_this<MetricsSession> {
     bool keep_alive = request.keep_alive();
     if (path != "/metrics")
       return reply(http::status::not_found,
-                   fmt::format("no route {}: perseus gpud serves GET /metrics only\n", safe_text(path, 100)), keep_alive);
-    if (request.method() != http::verb::get && request.method() != http::verb::head)
-      return reply(http::status::method_not_allowed,
-                   fmt::format("method {} not allowed on /metrics: use GET\n",
-                               safe_text(std::string_view(request.method_string().data(), request.method_string().size()), 20)),
+                   fmt::format("no route {}: perseus gpud serves GET /metrics only\n", safe_text(path, 100)),
                    keep_alive);
+    if (request.method() != http::verb::get && request.method() != http::verb::head)
+      return reply(
+          http::status::method_not_allowed,
+          fmt::format("method {} not allowed on /metrics: use GET\n",
+                      safe_text(std::string_view(request.method_string().data(), request.method_string().size()), 20)),
+          keep_alive);
     std::string body;
     try {
       body = endpoint_->scrape();

@@ -49,7 +49,8 @@ auto read_gpu(ReadFailures& failures, unsigned device, const char* what, Read re
 MetricsAddress parse_metrics_address(std::string_view text) {
   auto usage = [&](std::string_view why) {
     return Error(fmt::format("--metrics-address '{}': {} (expected PORT, HOST:PORT or [IPV6]:PORT, e.g. "
-                             "127.0.0.1:9400)", safe_text(text, 100), why),
+                             "127.0.0.1:9400)",
+                             safe_text(text, 100), why),
                  kExitUsage);
   };
   MetricsAddress out{"127.0.0.1", 0};
@@ -88,8 +89,7 @@ std::vector<std::string> gpu_labels(gpu::GpuLibrary& gpu, unsigned device_count)
       spdlog::info("metrics: GPU {} has no UUID ({}): its uuid label is its name", d, safe_text(e.what()));
       try {
         id = gpu.name(d);
-      } catch (const std::exception&) {
-      }
+      } catch (const std::exception&) {}
     }
     out.push_back(fmt::format("gpu=\"{}\",uuid=\"{}\"", d, prometheus_label_value(safe_text(id, 200))));
   }
@@ -154,10 +154,12 @@ std::string render_metrics(const DaemonStats& stats, gpu::GpuLibrary& gpu, const
   out.family("perseus_gpud_power_watts", "gauge", "The GPU's power draw.");
   for (unsigned d = 0; d < count; ++d)
     if (live[d].power_mw) out.sample("perseus_gpud_power_watts", labels[d], *live[d].power_mw / 1000.0);
-  out.family("perseus_gpud_energy_joules_total", "counter", "The GPU's energy counter (NVML's, since the driver loaded).");
+  out.family("perseus_gpud_energy_joules_total", "counter",
+             "The GPU's energy counter (NVML's, since the driver loaded).");
   for (unsigned d = 0; d < count; ++d)
     if (live[d].energy_mj) out.sample("perseus_gpud_energy_joules_total", labels[d], *live[d].energy_mj / 1000.0);
-  out.family("perseus_gpud_gpu_read_failures_total", "counter", "GPU reads for /metrics that failed (each logged once).");
+  out.family("perseus_gpud_gpu_read_failures_total", "counter",
+             "GPU reads for /metrics that failed (each logged once).");
   out.sample("perseus_gpud_gpu_read_failures_total", "", failures.total);
   return std::move(out.text);
 }

@@ -41,12 +41,26 @@ struct Operation {
   std::array<const char*, 2> args;
 };
 constexpr std::array<Operation, 21> kOperations{{
-    {"hello", false, {}}, {"device_count", false, {}}, {"rapl", false, {}}, {"name", true, {}}, {"uuid", true, {}}, {"supported_memory_clocks", true, {}},
-    {"supported_graphics_clocks", true, {"memory", nullptr}}, {"current_graphics_clock", true, {}},
-    {"current_memory_clock", true, {}}, {"power_limit", true, {}}, {"power_limit_range", true, {}},
-    {"total_energy", true, {}}, {"power_usage", true, {}}, {"claim", true, {}}, {"release", true, {}},
-    {"lock_graphics_clock", true, {"min", "max"}}, {"lock_memory_clock", true, {"min", "max"}},
-    {"set_power_limit", true, {"mw", nullptr}}, {"reset_graphics_clock", true, {}}, {"reset_memory_clock", true, {}},
+    {"hello", false, {}},
+    {"device_count", false, {}},
+    {"rapl", false, {}},
+    {"name", true, {}},
+    {"uuid", true, {}},
+    {"supported_memory_clocks", true, {}},
+    {"supported_graphics_clocks", true, {"memory", nullptr}},
+    {"current_graphics_clock", true, {}},
+    {"current_memory_clock", true, {}},
+    {"power_limit", true, {}},
+    {"power_limit_range", true, {}},
+    {"total_energy", true, {}},
+    {"power_usage", true, {}},
+    {"claim", true, {}},
+    {"release", true, {}},
+    {"lock_graphics_clock", true, {"min", "max"}},
+    {"lock_memory_clock", true, {"min", "max"}},
+    {"set_power_limit", true, {"mw", nullptr}},
+    {"reset_graphics_clock", true, {}},
+    {"reset_memory_clock", true, {}},
     {"reset", true, {}},
 }};
 

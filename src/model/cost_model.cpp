@@ -14,9 +14,12 @@ namespace perseus {
 
 std::string to_string(CostModelKind kind) {
   switch (kind) {
-    case CostModelKind::exponential: return "exp";
-    case CostModelKind::piecewise_linear: return "pwl";
-    case CostModelKind::automatic: return "auto";
+    case CostModelKind::exponential:
+      return "exp";
+    case CostModelKind::piecewise_linear:
+      return "pwl";
+    case CostModelKind::automatic:
+      return "auto";
   }
   return "?";
 }
@@ -163,8 +166,7 @@ std::optional<ExponentialModel> best_along_b(const std::vector<ExecutionOption>&
 
 }  // namespace
 
-std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options,
-                                                  double unit_time) {
+std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options, double unit_time) {
   // Three parameters need more than three points for a finite covariance (curve_fit's rule).
   if (options.size() <= 3) return nullptr;
   const std::size_t m = options.size();
@@ -230,7 +232,8 @@ PiecewiseLinearModel::PiecewiseLinearModel(const std::vector<ExecutionOption>& o
       const auto& a = hull_.back();
       const double cross = static_cast<double>(a.first - o.first) * (p.second - o.second) -
                            (a.second - o.second) * static_cast<double>(p.first - o.first);
-      if (cross <= 0) hull_.pop_back(); else break;
+      if (cross <= 0) hull_.pop_back();
+      else break;
     }
     hull_.push_back(p);
   }
@@ -253,8 +256,8 @@ std::string PiecewiseLinearModel::describe() const {
 
 std::string ConstantModel::describe() const { return fmt::format("{:.17g}", value_); }
 
-std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options,
-                                           double unit_time, const std::string& what) {
+std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
+                                           const std::string& what) {
   const auto& list = options.options();
   if (list.size() == 1) return std::make_unique<ConstantModel>(list.front().effective_energy);
   if (kind == CostModelKind::piecewise_linear) return std::make_unique<PiecewiseLinearModel>(list);

@@ -25,7 +25,7 @@ struct Settings {
 template <int N>
 struct Result {
   std::array<double, N> x{};
-  int info = 0;   // MINPACK's: 1..4 converged, 5 maxfev, 6..8 tolerances too small
+  int info = 0;  // MINPACK's: 1..4 converged, 5 maxfev, 6..8 tolerances too small
   int nfev = 0;
   // R of the last Jacobian's pivoted QR (upper triangle, r[i][j] for i <= j) and the pivots:
   // what scipy turns into the covariance.

@@ -42,21 +42,18 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
     all.push_back(option);
   }
   // Stable sorts keep the reference planner's tie-breaking among equal keys.
-  std::stable_sort(all.begin(), all.end(),
-                   [](const auto& a, const auto& b) { return a.real_time > b.real_time; });
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.real_time > b.real_time; });
   std::vector<ExecutionOption> pareto;
   for (const auto& option : all) {
     const double t = option.real_time * noise_factor;
     const double e = option.energy * noise_factor;
-    const bool dominated = std::any_of(all.begin(), all.end(), [&](const auto& other) {
-      return other.real_time < t && other.energy < e;
-    });
+    const bool dominated =
+        std::any_of(all.begin(), all.end(), [&](const auto& other) { return other.real_time < t && other.energy < e; });
     if (!dominated) pareto.push_back(option);
   }
   // Quantization rounds down, so among equal quant_times the most expensive option is the one
   // whose real time is closest to its quantized time.
-  std::stable_sort(pareto.begin(), pareto.end(),
-                   [](const auto& a, const auto& b) { return a.energy > b.energy; });
+  std::stable_sort(pareto.begin(), pareto.end(), [](const auto& a, const auto& b) { return a.energy > b.energy; });
   std::vector<ExecutionOption> unique;
   std::set<int> seen;
   for (const auto& option : pareto) {
@@ -76,8 +73,7 @@ OperationOptions build_options(const std::vector<ProfileRow>& rows, const Option
     used_noise = true;
   }
   for (auto& option : options) {
-    option.effective_energy =
-        option.energy - config.p_block * option.quant_time * config.unit_time;
+    option.effective_energy = option.energy - config.p_block * option.quant_time * config.unit_time;
   }
   return OperationOptions(std::move(options), used_noise);
 }

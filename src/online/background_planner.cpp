@@ -127,14 +127,15 @@ void BackgroundPlanner::start(PlanningInput input, std::function<void()> done) {
   if (thread_.joinable()) throw std::logic_error("the planner is already running");
   std::promise<PlanningOutput> promise;
   result_ = promise.get_future();
-  thread_ = std::thread([this, input = std::move(input), promise = std::move(promise), done = std::move(done)]() mutable {
-    try {
-      promise.set_value(plan_online(input, &stop_));
-    } catch (...) {
-      promise.set_exception(std::current_exception());
-    }
-    if (!stop_.load()) done();
-  });
+  thread_ =
+      std::thread([this, input = std::move(input), promise = std::move(promise), done = std::move(done)]() mutable {
+        try {
+          promise.set_value(plan_online(input, &stop_));
+        } catch (...) {
+          promise.set_exception(std::current_exception());
+        }
+        if (!stop_.load()) done();
+      });
 }
 
 bool BackgroundPlanner::ready() const {

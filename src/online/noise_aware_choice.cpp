@@ -37,7 +37,7 @@ EmulatorNoise emulator_noise(const Variability& v, std::uint64_t seed) {
 namespace {
 
 constexpr std::size_t kMaxPairs = 1 << 16;  // per (stage, kind): older halves are dropped beyond it
-constexpr int kPairSpan = 4;                 // each duration is paired with the next few of its set
+constexpr int kPairSpan = 4;                // each duration is paired with the next few of its set
 // Median of |X - Y| for X, Y independent N(0, sigma^2): sigma * sqrt(2) * 0.6744897...
 constexpr double kMedianAbsDiff = 1.4142135623730951 * 0.6744897501960817;
 
@@ -213,7 +213,8 @@ class NoisyPipeline {
             const auto n = static_cast<std::size_t>(*it);
             double after = 0;
             for (int q : successors_[n])
-              after = std::max(after, tail[static_cast<std::size_t>(q)] + costs[static_cast<std::size_t>(q)].time * f[q]);
+              after =
+                  std::max(after, tail[static_cast<std::size_t>(q)] + costs[static_cast<std::size_t>(q)].time * f[q]);
             tail[n] = after;
             through[n] = end[n] + after;
           }
@@ -410,7 +411,8 @@ class Chooser {
   // Raises the clocks of the instructions that are critical under the noise, cheapest expected
   // time first, until the plan's expected time meets the deadline. Each round raises a batch whose
   // first-order saving covers half the remaining gap, then measures again.
-  std::optional<ChosenPlan> repair(std::optional<std::size_t> point, std::vector<std::vector<int>> freqs, int steps = 0) {
+  std::optional<ChosenPlan> repair(std::optional<std::size_t> point, std::vector<std::vector<int>> freqs,
+                                   int steps = 0) {
     std::vector<Move> batch;
     for (int round = 0; round < options_.max_repair_rounds; ++round) {
       const auto r = noisy_.evaluate(freqs, NoisyPipeline::Detail::gradient);
@@ -447,9 +449,9 @@ class Chooser {
 
   struct Change {
     int node = 0;
-    int clock = 0;      // the new clock
-    double ratio = 0;   // energy saved per second of expected time spent (lengthening), or spent per saved (raise)
-    double cost = 0;    // lengthening: expected time added, exactly for this change alone
+    int clock = 0;     // the new clock
+    double ratio = 0;  // energy saved per second of expected time spent (lengthening), or spent per saved (raise)
+    double cost = 0;   // lengthening: expected time added, exactly for this change alone
   };
 
   // The lengthenings of `node` by one to three clock steps that save energy.

@@ -75,7 +75,8 @@ Estimate mean_interval(const std::vector<double>& values) {
   if (values.empty()) return out;
   for (double v : values) out.value += v;
   out.value /= double(values.size());
-  const double half = values.size() > 1 ? t_quantile(values.size()) * sample_stddev(values) / std::sqrt(double(values.size())) : 0;
+  const double half =
+      values.size() > 1 ? t_quantile(values.size()) * sample_stddev(values) / std::sqrt(double(values.size())) : 0;
   out.low = out.value - half;
   out.high = out.value + half;
   return out;
@@ -102,10 +103,14 @@ Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept)
 
 const char* to_string(ControllerPhase phase) {
   switch (phase) {
-    case ControllerPhase::warmup: return "warmup";
-    case ControllerPhase::profiling: return "profiling";
-    case ControllerPhase::planning: return "planning";
-    case ControllerPhase::deployed: return "deployed";
+    case ControllerPhase::warmup:
+      return "warmup";
+    case ControllerPhase::profiling:
+      return "profiling";
+    case ControllerPhase::planning:
+      return "planning";
+    case ControllerPhase::deployed:
+      return "deployed";
   }
   return "?";
 }
@@ -141,7 +146,9 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
 
 TurnkeyController::~TurnkeyController() = default;
 
-std::vector<std::array<double, 2>> TurnkeyController::variability() const { return variability_->estimator.estimate().sigma; }
+std::vector<std::array<double, 2>> TurnkeyController::variability() const {
+  return variability_->estimator.estimate().sigma;
+}
 
 Variability TurnkeyController::choice_variability() const {
   auto v = variability_->estimator.estimate();
@@ -175,7 +182,8 @@ RoundClocks TurnkeyController::next_round() {
   probing_ = false;
   ran_plan_ = false;
   switch (phase_) {
-    case ControllerPhase::profiling: return profiling_clocks();
+    case ControllerPhase::profiling:
+      return profiling_clocks();
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
@@ -187,7 +195,8 @@ RoundClocks TurnkeyController::next_round() {
       }
       ran_plan_ = true;
       return plan_clocks();
-    default: return std::nullopt;
+    default:
+      return std::nullopt;
   }
 }
 
@@ -197,11 +206,14 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
   last_pipeline_time_ = m.pipeline_time;
   last_pipeline_energy_ = m.pipeline_energy;
   switch (phase_) {
-    case ControllerPhase::warmup: return observe_warmup(round, m);
-    case ControllerPhase::profiling: return observe_profiling(m);
+    case ControllerPhase::warmup:
+      return observe_warmup(round, m);
+    case ControllerPhase::profiling:
+      return observe_profiling(m);
     // Top-clock rounds while planning are not added to the baseline: after a restart the replayed
     // rounds of this phase may have been deployed ones.
-    case ControllerPhase::planning: return;
+    case ControllerPhase::planning:
+      return;
     case ControllerPhase::deployed:
       if (probing_) return observe_probe(m);
       // A round that ran other clocks than the plans (one observed without asking, as a restarted
@@ -217,8 +229,9 @@ void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) 
     told_straggler_.reset();
   } else {
     told_straggler_ = *told;
-    decide("straggler told", told->slowdown ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
-                                            : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
+    decide("straggler told", told->slowdown
+                                 ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
+                                 : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
   }
   // The plans change now; the ranks get them with the next round's clocks.
   if (phase_ == ControllerPhase::deployed) assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
@@ -278,13 +291,15 @@ void TurnkeyController::estimate_baseline() {
     }
   if (kept_times.empty()) kept_times = times, kept_energies = energies;
   baseline_time_estimate_ = robust_mean(kept_times);
-  baseline_time_estimate_ = at_least_as_wide(baseline_time_estimate_, kept_times.size(), round_spread_floor(baseline_time_estimate_.value));
+  baseline_time_estimate_ =
+      at_least_as_wide(baseline_time_estimate_, kept_times.size(), round_spread_floor(baseline_time_estimate_.value));
   baseline_energy_estimate_ = robust_mean(kept_energies);
   baseline_time_ = baseline_time_estimate_.value;
   baseline_energy_ = baseline_energy_estimate_.value;
   baseline_conditions_ = kept_times.empty() || conditions <= 0 ? 1 : conditions / double(kept_times.size());
   baseline_rounds_ = static_cast<int>(kept_times.size());
-  baseline_round_spread_ = {std::max(sample_stddev(kept_times), round_spread_floor(baseline_time_)), sample_stddev(kept_energies)};
+  baseline_round_spread_ = {std::max(sample_stddev(kept_times), round_spread_floor(baseline_time_)),
+                            sample_stddev(kept_energies)};
   baseline_rejected_ = static_cast<int>(times.size() - kept_times.size());
 }
 
@@ -362,15 +377,17 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   const int wanted = std::max(config_.warmup_rounds - 1, 1);
   const double half_width = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
   const bool precise = baseline_time_ > 0 && half_width <= config_.baseline_precision * baseline_time_;
-  if ((baseline_rounds_ < wanted || !precise) && warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
+  if ((baseline_rounds_ < wanted || !precise) &&
+      warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
     return;
   if (baseline_samples_.empty()) add_baseline(m, 1);
-  decide("baseline", fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
-                                 "blocking power {}",
-                                 baseline_time_, baseline_time_estimate_.low, baseline_time_estimate_.high,
-                                 baseline_energy_, baseline_rounds_,
-                                 baseline_rejected_ > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_rejected_) : "",
-                                 p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
+  decide("baseline",
+         fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
+                     "blocking power {}",
+                     baseline_time_, baseline_time_estimate_.low, baseline_time_estimate_.high, baseline_energy_,
+                     baseline_rounds_,
+                     baseline_rejected_ > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_rejected_) : "",
+                     p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
     decide("profile reused", fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
@@ -442,7 +459,8 @@ void TurnkeyController::finish_profiling() {
       profile.rows.push_back({stage, kind, it->first, it->second.time, it->second.energy, 0});
   }
   decide("profiled", fmt::format("{} rounds, {} clocks measured over {} (model stage, kind) (one round per clock would "
-                                 "take {} rounds)", profiling_rounds_, measured, scans_.size(), shape_.clocks.size()));
+                                 "take {} rounds)",
+                                 profiling_rounds_, measured, scans_.size(), shape_.clocks.size()));
   hooks_.profiled(profile);
   start_planning(std::move(profile));
 }
@@ -480,7 +498,8 @@ void TurnkeyController::plan_ready() {
     if (asked > 0) {
       ++refine_passes_;
       decide("refining", fmt::format("the plan runs {} clocks that were interpolated; measuring them (pass {} of at "
-                                     "most {})", asked, refine_passes_, config_.refine_passes));
+                                     "most {})",
+                                     asked, refine_passes_, config_.refine_passes));
       plans_.reset();
       phase_ = ControllerPhase::profiling;
       return;
@@ -496,17 +515,20 @@ void TurnkeyController::deploy_plan() {
   std::vector<std::string> pwl;
   for (const auto& [where, model] : plans_->cost_models)
     if (model == "pwl") pwl.push_back(where);
-  decide("planned", fmt::format("{} frontier points in {:.2f} s; cost model {}", plans_->record.points.size(),
-                                plans_->seconds,
-                                pwl.empty() ? "exponential everywhere"
-                                            : fmt::format("piecewise-linear for {} (the exponential fit failed), "
-                                                          "exponential elsewhere", fmt::join(pwl, ", "))));
-  target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
+  decide("planned",
+         fmt::format("{} frontier points in {:.2f} s; cost model {}", plans_->record.points.size(), plans_->seconds,
+                     pwl.empty() ? "exponential everywhere"
+                                 : fmt::format("piecewise-linear for {} (the exponential fit failed), "
+                                               "exponential elsewhere",
+                                               fmt::join(pwl, ", "))));
+  target_plan_ =
+      plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
   plan_reason_ = "the cheapest plan predicted to meet the target";
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
     decide("deadline below all-max", fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
-                                                 "running the fastest plan", *config_.deadline, baseline_time_));
+                                                 "running the fastest plan",
+                                                 *config_.deadline, baseline_time_));
   }
   phase_ = ControllerPhase::deployed;
   assign_plans("deployed");
@@ -546,7 +568,8 @@ void TurnkeyController::assign_plans(const std::string& why) {
   std::optional<ChosenPlan> slowed_plan;
   // The others finish by the straggler's time, but never later than the target asks.
   if (next && next->compute_time > target_plan_->time) {
-    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, next->compute_time, choice_variability(), shape_.pipelines);
+    slowed_plan =
+        plan_choice::choose_plan_under_noise(*plans_, next->compute_time, choice_variability(), shape_.pipelines);
     for (std::size_t d = 0; d < slowed.size(); ++d)
       if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
   }
@@ -609,10 +632,12 @@ Reference TurnkeyController::reference() const {
   ref.conditions = slowest;
   ref.iteration_time = baseline_time_ * slowest;
   ref.energy = 0;
-  for (double x : c) ref.energy += baseline_energy_ / D * x + p_block_.value_or(0) * gpus * baseline_time_ * (slowest - x);
+  for (double x : c)
+    ref.energy += baseline_energy_ / D * x + p_block_.value_or(0) * gpus * baseline_time_ * (slowest - x);
   ref.name = straggler_ ? "all-max baseline at the straggler's pace"
-             : slowest - fastest <= band ? fmt::format("all-max baseline under current conditions (x{:.3f})", slowest)
-                                         : fmt::format("all-max baseline at the slowest pipeline's pace (x{:.3f})", slowest);
+             : slowest - fastest <= band
+                 ? fmt::format("all-max baseline under current conditions (x{:.3f})", slowest)
+                 : fmt::format("all-max baseline at the slowest pipeline's pace (x{:.3f})", slowest);
   return ref;
 }
 
@@ -642,7 +667,8 @@ std::optional<Estimate> TurnkeyController::saving() const {
   if (recent_.empty() || baseline_energy_ <= 0) return std::nullopt;
   std::vector<double> ratios;
   for (const auto& r : recent_) ratios.push_back(r.energy / r.reference.energy);
-  Estimate e = ratio_estimate(ratios, (baseline_energy_estimate_.high - baseline_energy_estimate_.value) / baseline_energy_);
+  Estimate e =
+      ratio_estimate(ratios, (baseline_energy_estimate_.high - baseline_energy_estimate_.value) / baseline_energy_);
   return Estimate{1 - e.value, 1 - e.high, 1 - e.low};
 }
 
@@ -673,11 +699,12 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   AllMaxRound probe{m.iteration_time, m.energy, conditions};
   // One probe round is as noisy as one baseline round: it disagrees when it is further from the
   // baseline than the tolerance, the baseline's interval and three of its rounds' spread allow.
-  const double time_band = std::max({baseline_time_ * config_.tolerance, baseline_time_estimate_.high - baseline_time_estimate_.low,
-                                     3 * baseline_round_spread_[0]});
-  const double energy_band = std::max({baseline_energy_ * config_.tolerance,
-                                       baseline_energy_estimate_.high - baseline_energy_estimate_.low,
-                                       3 * baseline_round_spread_[1]});
+  const double time_band =
+      std::max({baseline_time_ * config_.tolerance, baseline_time_estimate_.high - baseline_time_estimate_.low,
+                3 * baseline_round_spread_[0]});
+  const double energy_band =
+      std::max({baseline_energy_ * config_.tolerance, baseline_energy_estimate_.high - baseline_energy_estimate_.low,
+                3 * baseline_round_spread_[1]});
   auto agrees = [&](const AllMaxRound& a, double t, double e) {
     return std::abs(a.time - t) <= time_band && std::abs(a.energy - e) <= energy_band;
   };
@@ -735,18 +762,20 @@ void TurnkeyController::judge_plan() {
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
   // The saving plan again once conditions changed since the step-up (the cluster's pace, or the
   // baseline), and not before retry_after rounds: under the same conditions it would fail the same way.
-  const bool changed = std::abs(reference().conditions - conditions_at_step_) > 0.01 ||
-                       baseline_corrections_ != corrections_at_step_;
+  const bool changed =
+      std::abs(reference().conditions - conditions_at_step_) > 0.01 || baseline_corrections_ != corrections_at_step_;
   if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_ && changed) {
     ChosenPlan before_plan = *target_plan_;
     caution_ = 1;
-    target_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
+    target_plan_ =
+        plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
     saving_plan_.reset();
     retry_round_ = -1;
     steps_since_retry_ = 0;
     plan_reason_ = "tried again after a step-up: conditions may have changed";
     decide("retrying", fmt::format("conditions changed since stepping up (x{:.3f} then, x{:.3f} now{}): from {} back "
-                                   "to {}", conditions_at_step_, reference().conditions,
+                                   "to {}",
+                                   conditions_at_step_, reference().conditions,
                                    baseline_corrections_ != corrections_at_step_ ? ", baseline corrected" : "",
                                    describe(before_plan), describe(*target_plan_)));
     deployed_once_ = false;
@@ -760,7 +789,8 @@ void TurnkeyController::judge_plan() {
   const Estimate plan_time = at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_time_));
   const double baseline_half = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
   const double ratio = plan_time.value / baseline_time_;
-  const double ratio_half = std::hypot((plan_time.high - plan_time.low) / 2 / baseline_time_, ratio * baseline_half / baseline_time_);
+  const double ratio_half =
+      std::hypot((plan_time.high - plan_time.low) / 2 / baseline_time_, ratio * baseline_half / baseline_time_);
   double measured_time = plan_time.value;
   double target = target_time();
   if ((ratio - ratio_half) * baseline_time_ <= target * (1 + config_.tolerance)) return;
@@ -793,14 +823,14 @@ void TurnkeyController::judge_plan() {
     retry_interval_ = retry_interval_ > 0 ? 2 * retry_interval_ : config_.retry_after;
     retry_round_ = round_ + retry_interval_;
   }
-  const std::string evidence = fmt::format("measured {:.6g} s (95%: from {:.6g} s with the baseline's uncertainty, over "
-                                           "{} rounds, at the baseline's conditions)",
-                                           measured_time, (ratio - ratio_half) * baseline_time_, judged_.size());
+  const std::string evidence = fmt::format(
+      "measured {:.6g} s (95%: from {:.6g} s with the baseline's uncertainty, over "
+      "{} rounds, at the baseline's conditions)",
+      measured_time, (ratio - ratio_half) * baseline_time_, judged_.size());
   plan_reason_ = fmt::format("stepped up: {} was above the target {:.6g} s by more than {:.2g}%", evidence, target,
                              100 * config_.tolerance);
   decide("stepped up", fmt::format("{} is above the target {:.6g} s by more than {:.2g}%: from {} to {}", evidence,
-                                   target, 100 * config_.tolerance,
-                                   describe(before_plan), describe(*target_plan_)));
+                                   target, 100 * config_.tolerance, describe(before_plan), describe(*target_plan_)));
   deployed_once_ = false;
   assign_plans("faster plan");
 }

@@ -61,11 +61,13 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
                                 dag.instructions[id].stage));
       if (from == id || implied(from, id)) continue;
       const bool gradient = items.is_gradient(item);
-      data.emplace_back(items.model_stage(item) - (gradient ? 1 : 0), items.microbatch(item), gradient ? 1 : 0, from, id);
+      data.emplace_back(items.model_stage(item) - (gradient ? 1 : 0), items.microbatch(item), gradient ? 1 : 0, from,
+                        id);
     }
   }
   std::stable_sort(data.begin(), data.end(), [](const auto& a, const auto& b) {
-    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) < std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
+    return std::tie(std::get<0>(a), std::get<1>(a), std::get<2>(a)) <
+           std::tie(std::get<0>(b), std::get<1>(b), std::get<2>(b));
   });
   std::set<std::pair<int, int>> seen(dag.edges.begin(), dag.edges.end());
   for (const auto& [boundary, microbatch, backward, from, to] : data)
@@ -85,8 +87,8 @@ PipelineDag build_pipeline_dag(ScheduleKind schedule, int num_stages, int num_mi
     if (out_degree[i] == 0) dag.edges.emplace_back(i, dag.sink);
   }
   if (dag.topological_order().size() != static_cast<std::size_t>(dag.num_nodes())) {
-    throw Error(fmt::format("the {} schedule for {} stages and {} microbatches has a cycle",
-                            to_string(schedule), num_stages, num_microbatches));
+    throw Error(fmt::format("the {} schedule for {} stages and {} microbatches has a cycle", to_string(schedule),
+                            num_stages, num_microbatches));
   }
   return dag;
 }

@@ -3,7 +3,8 @@
 namespace perseus {
 
 std::vector<InstructionPart> instruction_parts(const Instruction& inst, int num_stages) {
-  if (inst.kind != InstructionKind::forward_backward) return {{inst.kind, model_stage(inst, num_stages), inst.microbatch}};
+  if (inst.kind != InstructionKind::forward_backward)
+    return {{inst.kind, model_stage(inst, num_stages), inst.microbatch}};
   return {{InstructionKind::forward, model_stage(inst, num_stages), inst.microbatch},
           {InstructionKind::backward, model_stage_of(inst.stage, inst.pair_chunk, inst.v_placement, num_stages),
            inst.pair_microbatch}};

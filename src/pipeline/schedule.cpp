@@ -16,9 +16,9 @@ struct ScheduleEntry {
   ScheduleKind kind;
   const char* name;
   std::vector<Instruction> (*order)(int stage, const ScheduleShape& shape, int extra_forwards);
-  bool split_backward = false;  // runs backward_input / backward_weight
-  bool pairs = false;           // runs forward_backward pairs
-  bool v_shape = false;         // two chunks per stage in a V
+  bool split_backward = false;               // runs backward_input / backward_weight
+  bool pairs = false;                        // runs forward_backward pairs
+  bool v_shape = false;                      // two chunks per stage in a V
   int min_microbatches_per_model_stage = 0;  // M >= this * S * V
 };
 
@@ -108,19 +108,18 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
                 kExitUsage);
 }
 
-std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages,
-                                        int num_microbatches, int extra_forwards, int virtual_stages) {
+std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages, int num_microbatches,
+                                        int extra_forwards, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1 || stage < 0 || stage >= num_stages) {
-    throw Error("schedule needs stages >= 1, microbatches >= 1 and 0 <= stage < stages",
-                kExitUsage);
+    throw Error("schedule needs stages >= 1, microbatches >= 1 and 0 <= stage < stages", kExitUsage);
   }
   check_schedule_shape(kind, num_stages, num_microbatches, virtual_stages);
   return entry(kind).order(stage, {num_stages, num_microbatches, schedule_virtual_stages(kind, virtual_stages)},
                            extra_forwards);
 }
 
-void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards,
-                          int num_stages, int num_microbatches) {
+void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards, int num_stages,
+                          int num_microbatches) {
   if (extra_forwards.empty()) return;
   if (kind != ScheduleKind::one_f_one_b) throw Error("extra forwards need the 1f1b schedule", kExitUsage);
   if (static_cast<int>(extra_forwards.size()) != num_stages) {
@@ -135,7 +134,8 @@ void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwa
     }
     if (s > 0 && r > extra_forwards[s - 1]) {
       throw Error(fmt::format("extra forwards must not increase down the pipe (stage {}: {} > {})", s, r,
-                              extra_forwards[s - 1]), kExitUsage);
+                              extra_forwards[s - 1]),
+                  kExitUsage);
     }
   }
   if (extra_forwards.back() != 0) throw Error("the last stage cannot run extra forwards", kExitUsage);

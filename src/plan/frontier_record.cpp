@@ -36,8 +36,7 @@ std::vector<std::vector<Instruction>> Plan::stage_instructions() const {
   return layout_of(schedule, num_stages, num_microbatches, extra_forwards, virtual_stages);
 }
 
-FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
-                                    const RecordInfo& info) {
+FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier, const RecordInfo& info) {
   const auto& dag = problem.dag;
   FrontierRecord record;
   record.profile = info.profile;
@@ -135,8 +134,8 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
     out << "index,time,energy,quant_time,cost_change,effective_cost,profile_energy\n";
     for (std::size_t i = 0; i < record.points.size(); ++i) {
       const auto& p = record.points[i];
-      out << fmt::format("{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
-                         p.effective_cost, p.profile_energy);
+      out << fmt::format("{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change, p.effective_cost,
+                         p.profile_energy);
     }
     file.commit();
   }
@@ -173,9 +172,10 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"interrupted", record.interrupted},
       {"models", record.model_descriptions},
       {"cost_models", per_operation_models(record)},
-      {"start", {{"quant_time", record.start_quant_time},
-                 {"durations", nested(record.start_durations)},
-                 {"frequencies", nested(record.start_frequencies)}}},
+      {"start",
+       {{"quant_time", record.start_quant_time},
+        {"durations", nested(record.start_durations)},
+        {"frequencies", nested(record.start_frequencies)}}},
   };
   write_file_atomic(dir / "plans.json", meta.dump(1) + "\n");
 }
@@ -193,8 +193,7 @@ T field(const json& object, const char* name, const std::string& file) {
 }
 
 std::vector<std::vector<std::string_view>> read_rows(const std::string& text, const std::string& file,
-                                                     const std::string& header,
-                                                     std::vector<std::size_t>& lines) {
+                                                     const std::string& header, std::vector<std::size_t>& lines) {
   LineReader reader(text);
   std::string_view line;
   if (!reader.next(line) || trim(line) != header) {
@@ -280,7 +279,8 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
     throw InputError(meta_file, 0, "start", "needs one list per stage");
   }
   for (std::size_t s = 0; s < layout.size(); ++s) {
-    if (record.start_frequencies[s].size() != layout[s].size() || record.start_durations[s].size() != layout[s].size()) {
+    if (record.start_frequencies[s].size() != layout[s].size() ||
+        record.start_durations[s].size() != layout[s].size()) {
       throw InputError(meta_file, 0, "start", fmt::format("stage {} needs {} entries", s, layout[s].size()));
     }
   }
@@ -332,8 +332,7 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
 
 Plan plan_at(const FrontierRecord& record, std::size_t index) {
   if (index >= record.points.size()) {
-    throw Error(fmt::format("plan index {} is out of range: the frontier has {} points", index,
-                            record.points.size()),
+    throw Error(fmt::format("plan index {} is out of range: the frontier has {} points", index, record.points.size()),
                 kExitUsage);
   }
   Plan plan;

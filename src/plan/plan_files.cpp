@@ -108,7 +108,10 @@ class ListParser {
     while (peek() != ']') {
       parse_stage(plan);
       skip();
-      if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' after a stage's list");
+      if (peek() == ',') {
+        ++pos_;
+        skip();
+      } else if (peek() != ']') fail("expected ',' or ']' after a stage's list");
     }
     ++pos_;
     skip();
@@ -132,14 +135,21 @@ class ListParser {
         skip();
         clocks.push_back(parse_clock());
         skip();
-        if (peek() == ',') { ++pos_; skip(); }
+        if (peek() == ',') {
+          ++pos_;
+          skip();
+        }
         expect(')');
       } else {
         clocks.push_back(parse_clock());
       }
-      if (!names.empty() && names.size() != clocks.size()) fail("a stage mixes plain clocks and (instruction, clock) tuples");
+      if (!names.empty() && names.size() != clocks.size())
+        fail("a stage mixes plain clocks and (instruction, clock) tuples");
       skip();
-      if (peek() == ',') { ++pos_; skip(); } else if (peek() != ']') fail("expected ',' or ']' in a stage's list");
+      if (peek() == ',') {
+        ++pos_;
+        skip();
+      } else if (peek() != ']') fail("expected ',' or ']' in a stage's list");
     }
     ++pos_;
     if (!names.empty()) {
@@ -193,10 +203,12 @@ class ListParser {
     ++pos_;
   }
   [[noreturn]] void fail(const std::string& problem) {
-    const std::size_t line = 1 + static_cast<std::size_t>(std::count(text_.begin(), text_.begin() + std::min(pos_, text_.size()), '\n'));
+    const std::size_t line =
+        1 + static_cast<std::size_t>(std::count(text_.begin(), text_.begin() + std::min(pos_, text_.size()), '\n'));
     throw InputError(source_, line, "",
-                     problem + " (a plan file holds only a list of per-stage lists of clocks or of "
-                               "(instruction, clock) tuples, and comments)");
+                     problem +
+                         " (a plan file holds only a list of per-stage lists of clocks or of "
+                         "(instruction, clock) tuples, and comments)");
   }
 
   const std::string& text_;
@@ -250,10 +262,12 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   PlanFile plan;
   if (!doc.is_object() || !doc.contains("frequencies")) throw InputError(source, 0, "frequencies", "missing");
   if (doc.contains("format") && doc["format"] != "perseus-plan/1")
-    throw InputError(source, 0, "format", fmt::format("expected \"perseus-plan/1\", got {}", describe_json(doc["format"])));
+    throw InputError(source, 0, "format",
+                     fmt::format("expected \"perseus-plan/1\", got {}", describe_json(doc["format"])));
   // Every clock a positive whole number of MHz that fits an int: 900.5 is an error, not 900.
   const json& stages = doc["frequencies"];
-  if (!stages.is_array()) throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
+  if (!stages.is_array())
+    throw InputError(source, 0, "frequencies", "must be a list of per-stage lists of integer clocks");
   for (std::size_t s = 0; s < stages.size(); ++s) {
     const std::string where = fmt::format("frequencies[{}]", s);
     if (!stages[s].is_array() || stages[s].empty())
@@ -261,8 +275,9 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
     std::vector<int> clocks;
     for (std::size_t i = 0; i < stages[s].size(); ++i) {
       const json& c = stages[s][i];
-      bool whole = c.is_number_unsigned() ? c.get<std::uint64_t>() <= 1000000u
-                                          : c.is_number_integer() && c.get<std::int64_t>() > 0 && c.get<std::int64_t>() <= 1000000;
+      bool whole = c.is_number_unsigned()
+                       ? c.get<std::uint64_t>() <= 1000000u
+                       : c.is_number_integer() && c.get<std::int64_t>() > 0 && c.get<std::int64_t>() <= 1000000;
       if (!whole || c.get<std::int64_t>() <= 0)
         throw InputError(source, 0, fmt::format("{}[{}]", where, i),
                          fmt::format("a clock must be a positive whole number of MHz, got {}", describe_json(c)));
@@ -274,16 +289,20 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   if (doc.contains("time") && doc["time"].is_number()) plan.time = doc["time"].get<double>();
   if (doc.contains("energy") && doc["energy"].is_number()) plan.energy = doc["energy"].get<double>();
   if (doc.contains("schedule")) {
-    const auto kind = doc["schedule"].is_string() ? parse_schedule_kind(doc["schedule"].get<std::string>()) : std::nullopt;
+    const auto kind =
+        doc["schedule"].is_string() ? parse_schedule_kind(doc["schedule"].get<std::string>()) : std::nullopt;
     if (!kind) throw InputError(source, 0, "schedule", "must be one of " + schedule_names());
     plan.schedule = kind;
   }
   if (doc.contains("extra_forwards")) {
     const json& extra = doc["extra_forwards"];
-    auto bad_extra = [&] { return InputError(source, 0, "extra_forwards", "must be a list of integers, one per stage"); };
+    auto bad_extra = [&] {
+      return InputError(source, 0, "extra_forwards", "must be a list of integers, one per stage");
+    };
     if (!extra.is_array()) throw bad_extra();
     for (const auto& e : extra) {
-      if (!e.is_number_integer() || e.get<std::int64_t>() < 0 || e.get<std::int64_t>() > std::numeric_limits<int>::max())
+      if (!e.is_number_integer() || e.get<std::int64_t>() < 0 ||
+          e.get<std::int64_t>() > std::numeric_limits<int>::max())
         throw bad_extra();
       plan.extra_forwards.push_back(e.get<int>());
     }
@@ -296,7 +315,8 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   }
   if (doc.contains("num_microbatches")) {
     const json& m = doc["num_microbatches"];
-    if (!m.is_number_integer() || m.get<std::int64_t>() < 1 || m.get<std::int64_t>() > std::numeric_limits<int>::max()) {
+    if (!m.is_number_integer() || m.get<std::int64_t>() < 1 ||
+        m.get<std::int64_t>() > std::numeric_limits<int>::max()) {
       throw InputError(source, 0, "num_microbatches", "must be a positive integer");
     }
     plan.num_microbatches = doc["num_microbatches"].get<int>();

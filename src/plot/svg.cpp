@@ -38,7 +38,8 @@ std::vector<double> ticks(double lo, double hi, int count) {
     }
   }
   std::vector<double> out;
-  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step) out.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+  for (double v = std::ceil(lo / step) * step; v <= hi + step * 1e-9; v += step)
+    out.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
   return out;
 }
 
@@ -57,12 +58,23 @@ std::string xml_escape(const std::string& text) {
   std::string out;
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&apos;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&apos;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -94,16 +106,18 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
   if (!(hi > lo)) hi = lo + 1;
 
   std::string svg = header(width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n", left,
-                     xml_escape(options.title.empty()
-                                    ? fmt::format("iteration {:.4f} s, {:.1f} J", run.iteration_time, run.energy)
-                                    : options.title));
+  svg += fmt::format(
+      "<text x=\"{}\" y=\"22\" font-size=\"14\">{}</text>\n", left,
+      xml_escape(options.title.empty() ? fmt::format("iteration {:.4f} s, {:.1f} J", run.iteration_time, run.energy)
+                                       : options.title));
   for (int s = 0; s < S; ++s) {
     const double y = top + s * row;
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">stage {}</text>\n", left - 8, y + row / 2 + 4, s);
+    svg +=
+        fmt::format("<text x=\"{}\" y=\"{:.1f}\" text-anchor=\"end\">stage {}</text>\n", left - 8, y + row / 2 + 4, s);
     // Everything not covered by a box is waiting: draw the row grey first.
-    svg += fmt::format("<rect class=\"idle\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"#d9d9d9\"/>\n",
-                       left, y, plot_width, row - gap);
+    svg += fmt::format(
+        "<rect class=\"idle\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"#d9d9d9\"/>\n", left,
+        y, plot_width, row - gap);
     for (const auto& i : run.instructions[s]) {
       const double x = x_of(i.start), w = std::max(0.5, x_of(i.start + i.duration) - x);
       // F forward, B backward, I input-gradient part, W weight-gradient part (dashed: local work
@@ -114,7 +128,8 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
       const std::string name = short_name(i.instruction, virtual_stages);
       svg += fmt::format(
           "<rect class=\"instruction\" data-stage=\"{}\" data-kind=\"{}\" data-microbatch=\"{}\" data-chunk=\"{}\" "
-          "data-frequency=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" stroke=\"#333\" "
+          "data-frequency=\"{}\" x=\"{:.2f}\" y=\"{:.2f}\" width=\"{:.2f}\" height=\"{:.2f}\" fill=\"{}\" "
+          "stroke=\"#333\" "
           "stroke-width=\"0.5{}\"><title>{} stage {}: {} MHz, start {:.4f} s, {:.4f} s, {:.2f} J</title></rect>\n",
           s, kind, i.instruction.microbatch, i.instruction.chunk, i.frequency, x, y, w, row - gap,
           ramp((value_of(i) - lo) / (hi - lo)), dash, name, s, i.frequency, i.start, i.duration, i.energy);
@@ -134,17 +149,19 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
   std::sort(path.begin(), path.end());
   std::string points;
   for (const auto& [start, y] : path) points += fmt::format("{:.2f},{:.2f} ", x_of(start), y);
-  svg += fmt::format("<polyline class=\"critical-path\" points=\"{}\" fill=\"none\" stroke=\"#000\" "
-                     "stroke-width=\"1.5\" stroke-dasharray=\"4 2\"/>\n",
-                     points);
+  svg += fmt::format(
+      "<polyline class=\"critical-path\" points=\"{}\" fill=\"none\" stroke=\"#000\" "
+      "stroke-width=\"1.5\" stroke-dasharray=\"4 2\"/>\n",
+      points);
   // Time axis.
   const double axis_y = top + S * row + 4;
   svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{}\" y2=\"{:.1f}\" stroke=\"#000\"/>\n", left, axis_y,
                      left + plot_width, axis_y);
   for (double t : ticks(0, T, 10)) {
-    svg += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>"
-                       "<text x=\"{0:.2f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4:g}</text>\n",
-                       x_of(t), axis_y, axis_y + 4, axis_y + 16, t);
+    svg += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1:.1f}\" x2=\"{0:.2f}\" y2=\"{2:.1f}\" stroke=\"#000\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3:.1f}\" text-anchor=\"middle\">{4:g}</text>\n",
+        x_of(t), axis_y, axis_y + 4, axis_y + 16, t);
   }
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">time (s)</text>\n", left + plot_width / 2,
                      axis_y + 30);
@@ -158,12 +175,14 @@ std::string timeline_svg(const EmulationResult& run, const TimelineOptions& opti
                        ly, ramp(k / 19.0));
   }
   svg += fmt::format("\n<text x=\"{:.1f}\" y=\"{:.1f}\">{:.0f} {}</text>\n", left + 318, ly + 10, hi, unit);
-  svg += fmt::format("<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"#d9d9d9\"/>"
-                     "<text x=\"{:.1f}\" y=\"{:.1f}\">waiting (P_block)</text>\n",
-                     left + 400, ly, left + 416, ly + 10);
-  svg += fmt::format("<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\" stroke-dasharray=\"4 2\"/>"
-                     "<text x=\"{:.1f}\" y=\"{:.1f}\">critical path</text>\n",
-                     left + 540, ly + 6, left + 570, ly + 6, left + 576, ly + 10);
+  svg += fmt::format(
+      "<rect x=\"{:.1f}\" y=\"{:.1f}\" width=\"12\" height=\"12\" fill=\"#d9d9d9\"/>"
+      "<text x=\"{:.1f}\" y=\"{:.1f}\">waiting (P_block)</text>\n",
+      left + 400, ly, left + 416, ly + 10);
+  svg += fmt::format(
+      "<line x1=\"{:.1f}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#000\" stroke-dasharray=\"4 2\"/>"
+      "<text x=\"{:.1f}\" y=\"{:.1f}\">critical path</text>\n",
+      left + 540, ly + 6, left + 570, ly + 6, left + 576, ly + 10);
   svg += "</svg>\n";
   return svg;
 }
@@ -196,20 +215,23 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#000\"/>\n", left, top,
                      plot_w, plot_h);
   for (double t : ticks(tx0, tx1, 8)) {
-    svg += fmt::format("<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#eee\"/>"
-                       "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
-                       x_of(t), top, top + plot_h, top + plot_h + 16, t);
+    svg += fmt::format(
+        "<line x1=\"{0:.2f}\" y1=\"{1}\" x2=\"{0:.2f}\" y2=\"{2}\" stroke=\"#eee\"/>"
+        "<text x=\"{0:.2f}\" y=\"{3}\" text-anchor=\"middle\">{4:g}</text>\n",
+        x_of(t), top, top + plot_h, top + plot_h + 16, t);
   }
   for (double e : ticks(ey0, ey1, 8)) {
-    svg += fmt::format("<line x1=\"{1}\" y1=\"{0:.2f}\" x2=\"{2}\" y2=\"{0:.2f}\" stroke=\"#eee\"/>"
-                       "<text x=\"{3}\" y=\"{4:.2f}\" text-anchor=\"end\">{5:g}</text>\n",
-                       y_of(e), left, left + plot_w, left - 6, y_of(e) + 4, e);
+    svg += fmt::format(
+        "<line x1=\"{1}\" y1=\"{0:.2f}\" x2=\"{2}\" y2=\"{0:.2f}\" stroke=\"#eee\"/>"
+        "<text x=\"{3}\" y=\"{4:.2f}\" text-anchor=\"end\">{5:g}</text>\n",
+        y_of(e), left, left + plot_w, left - 6, y_of(e) + 4, e);
   }
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">iteration time (s)</text>\n",
                      left + plot_w / 2, height - 12);
-  svg += fmt::format("<text transform=\"translate(16 {:.1f}) rotate(-90)\" text-anchor=\"middle\">energy per "
-                     "iteration (J)</text>\n",
-                     top + plot_h / 2);
+  svg += fmt::format(
+      "<text transform=\"translate(16 {:.1f}) rotate(-90)\" text-anchor=\"middle\">energy per "
+      "iteration (J)</text>\n",
+      top + plot_h / 2);
   double legend_y = top + 10;
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
@@ -217,13 +239,14 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
     points.reserve(s.points.size() * 16);
     for (const auto& [t, e] : s.points) points += fmt::format("{:.2f},{:.2f} ", x_of(t), y_of(e));
     const char* colour = colours[k % colours.size()];
-    svg += fmt::format("<polyline class=\"frontier\" data-name=\"{}\" data-points=\"{}\" points=\"{}\" fill=\"none\" "
-                       "stroke=\"{}\" stroke-width=\"1.5\"/>\n",
-                       xml_escape(s.name), s.points.size(), points, colour);
-    svg += fmt::format("<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
-                       "<text x=\"{4:.1f}\" y=\"{5:.1f}\">{6}</text>\n",
-                       left + plot_w + 10, legend_y, left + plot_w + 30, colour, left + plot_w + 36, legend_y + 4,
-                       xml_escape(s.name));
+    svg += fmt::format(
+        "<polyline class=\"frontier\" data-name=\"{}\" data-points=\"{}\" points=\"{}\" fill=\"none\" "
+        "stroke=\"{}\" stroke-width=\"1.5\"/>\n",
+        xml_escape(s.name), s.points.size(), points, colour);
+    svg += fmt::format(
+        "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
+        "<text x=\"{4:.1f}\" y=\"{5:.1f}\">{6}</text>\n",
+        left + plot_w + 10, legend_y, left + plot_w + 30, colour, left + plot_w + 36, legend_y + 4, xml_escape(s.name));
     legend_y += 18;
   }
   for (std::size_t k = 0; k < markers.size(); ++k) {
@@ -232,13 +255,14 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
     // Later markers are smaller, so plans that coincide (e.g. all-max and a Zeus clock at the top)
     // show as nested rings instead of hiding each other.
     const double radius = std::max(2.5, 8 - 1.5 * static_cast<double>(k));
-    svg += fmt::format("<circle class=\"marker\" data-name=\"{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"{:.1f}\" fill=\"{}\" "
-                       "stroke=\"#000\"><title>{}: {:.4f} s, {:.1f} J</title></circle>\n",
-                       xml_escape(m.name), x_of(m.time), y_of(m.energy), radius, colour, xml_escape(m.name), m.time,
-                       m.energy);
-    svg += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\" stroke=\"#000\"/>"
-                       "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
-                       left + plot_w + 20, legend_y, colour, left + plot_w + 36, legend_y + 4, xml_escape(m.name));
+    svg += fmt::format(
+        "<circle class=\"marker\" data-name=\"{}\" cx=\"{:.2f}\" cy=\"{:.2f}\" r=\"{:.1f}\" fill=\"{}\" "
+        "stroke=\"#000\"><title>{}: {:.4f} s, {:.1f} J</title></circle>\n",
+        xml_escape(m.name), x_of(m.time), y_of(m.energy), radius, colour, xml_escape(m.name), m.time, m.energy);
+    svg += fmt::format(
+        "<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"5\" fill=\"{}\" stroke=\"#000\"/>"
+        "<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>\n",
+        left + plot_w + 20, legend_y, colour, left + plot_w + 36, legend_y + 4, xml_escape(m.name));
     legend_y += 18;
   }
   svg += "</svg>\n";

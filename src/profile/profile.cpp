@@ -17,8 +17,7 @@ namespace perseus {
 
 namespace {
 
-constexpr std::array<std::string_view, 5> kRequired = {"stage", "instruction", "frequency", "time",
-                                                       "energy"};
+constexpr std::array<std::string_view, 5> kRequired = {"stage", "instruction", "frequency", "time", "energy"};
 
 struct Columns {
   std::array<std::size_t, 5> index{};  // position of each required column
@@ -49,8 +48,7 @@ Columns parse_header(std::string_view line, const std::string& source) {
   return columns;
 }
 
-double positive_finite(std::string_view text, const std::string& source, std::size_t line,
-                       const char* field) {
+double positive_finite(std::string_view text, const std::string& source, std::size_t line, const char* field) {
   const auto value = parse_double(text);
   if (!value) throw InputError(source, line, field, fmt::format("'{}' is not a number", text));
   if (!std::isfinite(*value)) throw InputError(source, line, field, fmt::format("'{}' is not finite", text));
@@ -68,11 +66,11 @@ void check_backward_kinds(const Profile& profile) {
   };
   for (const auto& [key, row] : first) {
     const auto kind = static_cast<InstructionKind>(std::get<2>(key));
-    const std::string where = fmt::format("stage {}{}", row->stage,
-                                          profile.has_chunks ? fmt::format(" chunk {}", row->chunk) : "");
+    const std::string where =
+        fmt::format("stage {}{}", row->stage, profile.has_chunks ? fmt::format(" chunk {}", row->chunk) : "");
     if (kind == InstructionKind::backward_input || kind == InstructionKind::backward_weight) {
-      const auto other = kind == InstructionKind::backward_input ? InstructionKind::backward_weight
-                                                                  : InstructionKind::backward_input;
+      const auto other =
+          kind == InstructionKind::backward_input ? InstructionKind::backward_weight : InstructionKind::backward_input;
       if (!find(*row, other))
         throw InputError(profile.source, row->line, "instruction",
                          fmt::format("{} has {} rows but no {} rows; a split backward needs both parts", where,
@@ -125,16 +123,14 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     const auto fields = split_csv_line(line);
     if (fields.size() != columns.count) {
       throw InputError(source, n, "",
-                       fmt::format("expected {} fields like the header, found {}", columns.count,
-                                   fields.size()));
+                       fmt::format("expected {} fields like the header, found {}", columns.count, fields.size()));
     }
     ProfileRow row;
     row.line = n;
     const auto stage = parse_integer(fields[columns.index[0]]);
     if (!stage || *stage < 0 || *stage > 100000) {
       throw InputError(source, n, "stage",
-                       fmt::format("'{}' is not a stage index (a non-negative integer)",
-                                   fields[columns.index[0]]));
+                       fmt::format("'{}' is not a stage index (a non-negative integer)", fields[columns.index[0]]));
     }
     row.stage = static_cast<int>(*stage);
     if (profile.has_chunks) {
@@ -155,8 +151,7 @@ Profile parse_profile(const std::string& text, const std::string& source) {
     const auto freq = parse_integer(fields[columns.index[2]]);
     if (!freq || *freq <= 0 || *freq > 1000000) {
       throw InputError(source, n, "frequency",
-                       fmt::format("'{}' is not a positive integer clock in MHz",
-                                   fields[columns.index[2]]));
+                       fmt::format("'{}' is not a positive integer clock in MHz", fields[columns.index[2]]));
     }
     row.frequency = static_cast<int>(*freq);
     row.time = positive_finite(fields[columns.index[3]], source, n, "time");
@@ -177,9 +172,7 @@ Profile parse_profile(const std::string& text, const std::string& source) {
   return profile;
 }
 
-Profile read_profile(const std::filesystem::path& path) {
-  return parse_profile(read_file(path), path.string());
-}
+Profile read_profile(const std::filesystem::path& path) { return parse_profile(read_file(path), path.string()); }
 
 Profile by_model_stage(const Profile& profile, int num_stages) {
   if (!profile.has_chunks) return profile;
@@ -200,9 +193,9 @@ Profile by_model_stage(const Profile& profile, int num_stages) {
 void check_profile_covers(const Profile& profile, int num_stages) {
   for (const auto& row : profile.rows) {
     if (row.stage >= num_stages) {
-      throw InputError(profile.source, row.line, "stage",
-                       fmt::format("stage {} is outside 0..{} (the pipeline has {} stages)",
-                                   row.stage, num_stages - 1, num_stages));
+      throw InputError(
+          profile.source, row.line, "stage",
+          fmt::format("stage {} is outside 0..{} (the pipeline has {} stages)", row.stage, num_stages - 1, num_stages));
     }
   }
   for (int stage = 0; stage < num_stages; ++stage) {
@@ -223,7 +216,7 @@ void check_profile_covers(const Profile& profile, int num_stages) {
 
 std::string profile_csv(const Profile& profile) {
   std::string csv = profile.has_chunks ? "stage,chunk,instruction,frequency,time,energy\n"
-                                        : "stage,instruction,frequency,time,energy\n";
+                                       : "stage,instruction,frequency,time,energy\n";
   for (const auto& row : profile.rows)
     csv += fmt::format("{}{},{},{},{},{}\n", row.stage, profile.has_chunks ? fmt::format(",{}", row.chunk) : "",
                        to_string(row.kind), row.frequency, python_float(row.time), python_float(row.energy));
@@ -241,7 +234,8 @@ Profile with_recomputation(const Profile& profile) {
     if (it == forwards.end())
       throw InputError(profile.source, row.line, "frequency",
                        fmt::format("--recompute: stage {} has a backward at {} MHz but no forward at that clock to "
-                                   "recompute", row.stage, row.frequency));
+                                   "recompute",
+                                   row.stage, row.frequency));
     row.time += it->second->time;
     row.energy += it->second->energy;
   }

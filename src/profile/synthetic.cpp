@@ -9,11 +9,12 @@
 namespace perseus {
 
 std::string synthetic_profile_csv(const SyntheticGpu& gpu) {
-  if (gpu.num_stages < 1 || gpu.top_clock <= gpu.bottom_clock || gpu.bottom_clock <= 0 ||
-      gpu.clock_step <= 0 || gpu.forward_time <= 0 || gpu.noise < 0 || gpu.noise >= 0.5) {
-    throw Error("synthetic GPU: need stages >= 1, top clock > bottom clock > 0, step > 0, "
-                "forward time > 0 and 0 <= noise < 0.5",
-                kExitUsage);
+  if (gpu.num_stages < 1 || gpu.top_clock <= gpu.bottom_clock || gpu.bottom_clock <= 0 || gpu.clock_step <= 0 ||
+      gpu.forward_time <= 0 || gpu.noise < 0 || gpu.noise >= 0.5) {
+    throw Error(
+        "synthetic GPU: need stages >= 1, top clock > bottom clock > 0, step > 0, "
+        "forward time > 0 and 0 <= noise < 0.5",
+        kExitUsage);
   }
   std::mt19937_64 rng(gpu.seed);
   std::normal_distribution<double> jitter(1.0, gpu.noise);

@@ -106,10 +106,12 @@ std::string job_metadata(const json& body) {
   if (it == body.end() || it->is_null()) return "";
   if (!it->is_string()) bad("job_metadata", fmt::format("expected a string or null, got {}", type_name(*it)));
   auto text = it->get<std::string>();
-  if (text.size() > kMaxJobIdBytes) bad("job_metadata", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
+  if (text.size() > kMaxJobIdBytes)
+    bad("job_metadata", fmt::format("at most {} bytes, got {}", kMaxJobIdBytes, text.size()));
   for (char c : text)
     if (c == '\\' || c == '?' || c == '#' || c == '%' || static_cast<unsigned char>(c) < 0x20)
-      bad("job_metadata", fmt::format("'{}' may not contain '\\', '?', '#', '%' or control characters", safe_text(text)));
+      bad("job_metadata",
+          fmt::format("'{}' may not contain '\\', '?', '#', '%' or control characters", safe_text(text)));
   return text;
 }
 
@@ -159,15 +161,26 @@ std::string records_dir_name(const std::string& job_id) {
 
 void check_job_id_length(const std::string& job_id) {
   if (job_id.size() > kMaxJobIdBytes)
-    throw RequestError(Refusal::invalid_request, fmt::format("the job id would be {} bytes, at most {}: shorten framework, model_name, "
-                                        "partition_method or job_metadata",
-                                        job_id.size(), kMaxJobIdBytes));
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("the job id would be {} bytes, at most {}: shorten framework, model_name, "
+                                   "partition_method or job_metadata",
+                                   job_id.size(), kMaxJobIdBytes));
 }
 
 const std::vector<std::string>& pipe_instruction_names() {
-  static const std::vector<std::string> names = {"load",  "forward", "backward", "p2p",           "cc",
-                                                 "step",  "low",     "high",     "other",         "pure_backward",
-                                                 "backward_input", "backward_weight", "forward_backward"};
+  static const std::vector<std::string> names = {"load",
+                                                 "forward",
+                                                 "backward",
+                                                 "p2p",
+                                                 "cc",
+                                                 "step",
+                                                 "low",
+                                                 "high",
+                                                 "other",
+                                                 "pure_backward",
+                                                 "backward_input",
+                                                 "backward_weight",
+                                                 "forward_backward"};
   return names;
 }
 
@@ -192,7 +205,8 @@ Heartbeat heartbeat_from_json(const json& body) {
   beat.rank = int_field(body, "rank", 0);
   const json& progress = field(body, "progress");
   if (progress.is_number_unsigned()) beat.progress = progress.get<std::uint64_t>();
-  else if (progress.is_number_integer() && progress.get<long long>() >= 0) beat.progress = progress.get<std::uint64_t>();
+  else if (progress.is_number_integer() && progress.get<long long>() >= 0)
+    beat.progress = progress.get<std::uint64_t>();
   else bad("progress", fmt::format("expected a non-negative integer, got {}", describe_json(progress)));
   return beat;
 }
@@ -203,10 +217,12 @@ Leave leave_from_json(const json& body) {
   leave.rank = int_field(body, "rank", 0);
   if (body.contains("reason")) {
     if (!body["reason"].is_string()) bad("reason", fmt::format("expected a string, got {}", type_name(body["reason"])));
-    leave.reason = std::string(utf8_prefix(body["reason"].get_ref<const std::string&>(), 1000));  // into every rank's log
+    leave.reason =
+        std::string(utf8_prefix(body["reason"].get_ref<const std::string&>(), 1000));  // into every rank's log
   }
   if (body.contains("finished")) {
-    if (!body["finished"].is_boolean()) bad("finished", fmt::format("expected true or false, got {}", type_name(body["finished"])));
+    if (!body["finished"].is_boolean())
+      bad("finished", fmt::format("expected true or false, got {}", type_name(body["finished"])));
     leave.finished = body["finished"].get<bool>();
   }
   return leave;
@@ -248,9 +264,11 @@ JobInfo job_info_from_json(const json& body) {
   // one is checked (a product that wraps around must not pass for a small world size).
   long long pp_dp = static_cast<long long>(info.pp_degree) * info.dp_degree, product = 0;
   if (__builtin_mul_overflow(pp_dp, static_cast<long long>(info.tp_degree), &product))
-    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree, which is above 2^63, got {}", info.world_size));
+    bad("world_size",
+        fmt::format("must equal pp_degree * dp_degree * tp_degree, which is above 2^63, got {}", info.world_size));
   if (product != info.world_size)
-    bad("world_size", fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}", product, info.world_size));
+    bad("world_size",
+        fmt::format("must equal pp_degree * dp_degree * tp_degree = {}, got {}", product, info.world_size));
   if (auto it = body.find("job_secret"); it != body.end()) {  // a stored job's (the server drops a client's)
     bool hex = it->is_string() && it->get_ref<const std::string&>().size() <= 128 &&
                std::all_of(it->get_ref<const std::string&>().begin(), it->get_ref<const std::string&>().end(),
@@ -334,15 +352,15 @@ json to_json(const JobInfo& info) {
     return out;
   }
   json out = {{"job_id", info.job_id},
-          {"pp_degree", info.pp_degree},
-          {"dp_degree", info.dp_degree},
-          {"tp_degree", info.tp_degree},
-          {"world_size", info.world_size},
-          {"framework", info.framework},
-          {"model_name", info.model_name},
-          {"partition_method", info.partition_method},
-          {"microbatch_size", info.microbatch_size},
-          {"num_microbatches", info.num_microbatches}};
+              {"pp_degree", info.pp_degree},
+              {"dp_degree", info.dp_degree},
+              {"tp_degree", info.tp_degree},
+              {"world_size", info.world_size},
+              {"framework", info.framework},
+              {"model_name", info.model_name},
+              {"partition_method", info.partition_method},
+              {"microbatch_size", info.microbatch_size},
+              {"num_microbatches", info.num_microbatches}};
   if (!info.job_secret.empty()) out["job_secret"] = info.job_secret;
   return out;
 }
@@ -351,9 +369,12 @@ json to_json(const RankInfo& info) {
   if (info.dialect == Dialect::zeus)
     return {{"job_id", info.job_id},   {"rank", info.rank},       {"dp_rank", info.dp_rank},
             {"pp_rank", info.pp_rank}, {"tp_rank", info.tp_rank}, {"available_frequencies", info.power_state_range}};
-  json out = {{"job_id", info.job_id},   {"rank", info.rank},
-              {"dp_rank", info.dp_rank}, {"pp_rank", info.pp_rank},
-              {"tp_rank", info.tp_rank}, {"pipe_schedule", info.pipe_schedule},
+  json out = {{"job_id", info.job_id},
+              {"rank", info.rank},
+              {"dp_rank", info.dp_rank},
+              {"pp_rank", info.pp_rank},
+              {"tp_rank", info.tp_rank},
+              {"pipe_schedule", info.pipe_schedule},
               {"power_state_range", info.power_state_range}};
   if (info.max_power_w) out["max_power_w"] = *info.max_power_w;
   return out;
@@ -388,8 +409,8 @@ std::string make_job_id(const JobInfo& info, const std::string& scheduler_name,
   char stamp[32];
   std::strftime(stamp, sizeof stamp, "%Y-%m-%d-%H-%M-%S", &local);
   if (info.dialect == Dialect::zeus)
-    return fmt::format("{}+dp{}+pp{}+tp{}+{}{}{}", stamp, info.dp_degree, info.pp_degree, info.tp_degree, scheduler_name,
-                       info.job_metadata.empty() ? "" : "+", info.job_metadata);
+    return fmt::format("{}+dp{}+pp{}+tp{}+{}{}{}", stamp, info.dp_degree, info.pp_degree, info.tp_degree,
+                       scheduler_name, info.job_metadata.empty() ? "" : "+", info.job_metadata);
   return fmt::format("{}+{}+{}+{}+dp{}+pp{}+tp{}+mbs{}+nmb{}+{}", stamp, info.framework, info.model_name,
                      info.partition_method, info.dp_degree, info.pp_degree, info.tp_degree, info.microbatch_size,
                      info.num_microbatches, scheduler_name);

@@ -43,14 +43,17 @@ std::string implausible_result(const ProfilingResult& result, double max_power) 
     return "no iteration was measured (the client drops an iteration in which a GPU read failed, e.g. while perseus "
            "gpud restarted)";
   if (result.iter_time.size() != result.iter_energy.size())
-    return fmt::format("{} iteration times but {} iteration energies", result.iter_time.size(), result.iter_energy.size());
+    return fmt::format("{} iteration times but {} iteration energies", result.iter_time.size(),
+                       result.iter_energy.size());
   for (std::size_t i = 0; i < result.iter_time.size(); ++i) {
     const double t = result.iter_time[i], e = result.iter_energy[i];
     if (!std::isfinite(t) || t <= 0) return fmt::format("iteration {} took {} s", i, t);
     if (!std::isfinite(e) || e <= 0) return fmt::format("iteration {} used {} J", i, e);
     if (e / t > max_power * kPowerSlack)
-      return fmt::format("iteration {} drew {:.0f} W on average ({} J in {} s), above the GPU's maximum power limit "
-                         "of {:.0f} W", i, e / t, e, t, max_power);
+      return fmt::format(
+          "iteration {} drew {:.0f} W on average ({} J in {} s), above the GPU's maximum power limit "
+          "of {:.0f} W",
+          i, e / t, e, t, max_power);
     double busy_time = 0, busy_energy = 0;
     if (auto problem = sum_iteration(result.time_breakdown, i, "the time", "s", busy_time); !problem.empty())
       return problem;

@@ -2,9 +2,7 @@
 
 namespace perseus::protocol {
 
-std::string_view to_string(PowerMode mode) {
-  return mode == PowerMode::power_limit ? "power limit" : "frequency";
-}
+std::string_view to_string(PowerMode mode) { return mode == PowerMode::power_limit ? "power limit" : "frequency"; }
 
 std::optional<PowerMode> parse_power_mode(std::string_view text) {
   if (text == "frequency") return PowerMode::frequency;

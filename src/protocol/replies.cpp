@@ -11,13 +11,19 @@ namespace perseus::protocol {
 
 int http_status(Refusal refusal) {
   switch (refusal) {
-    case Refusal::invalid_request: return 422;
-    case Refusal::forbidden: return 403;
-    case Refusal::not_found: return 404;
-    case Refusal::conflict: return 409;
-    case Refusal::job_ended: return 500;
+    case Refusal::invalid_request:
+      return 422;
+    case Refusal::forbidden:
+      return 403;
+    case Refusal::not_found:
+      return 404;
+    case Refusal::conflict:
+      return 409;
+    case Refusal::job_ended:
+      return 500;
     case Refusal::over_capacity:
-    case Refusal::server_stopping: return 503;
+    case Refusal::server_stopping:
+      return 503;
   }
   return 500;
 }
@@ -69,7 +75,8 @@ int rank_parameter(std::string_view query) {
   int rank = 0;
   auto [ptr, ec] = std::from_chars(value->data(), value->data() + value->size(), rank);
   if (ec != std::errc() || ptr != value->data() + value->size() || value->empty())
-    throw RequestError(Refusal::invalid_request, fmt::format("query parameter 'rank': expected an integer, got '{}'", safe_text(*value)));
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("query parameter 'rank': expected an integer, got '{}'", safe_text(*value)));
   return rank;
 }
 

@@ -20,14 +20,21 @@ using Type = dom::element_type;
 
 const char* type_name(dom::element value) {
   switch (value.type()) {
-    case Type::BOOL: return "a boolean";
+    case Type::BOOL:
+      return "a boolean";
     case Type::INT64:
-    case Type::UINT64: return "an integer";
-    case Type::DOUBLE: return "a number";
-    case Type::STRING: return "a string";
-    case Type::ARRAY: return "a list";
-    case Type::OBJECT: return "an object";
-    default: return "null";
+    case Type::UINT64:
+      return "an integer";
+    case Type::DOUBLE:
+      return "a number";
+    case Type::STRING:
+      return "a string";
+    case Type::ARRAY:
+      return "a list";
+    case Type::OBJECT:
+      return "an object";
+    default:
+      return "null";
   }
 }
 

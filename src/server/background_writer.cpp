@@ -27,9 +27,10 @@ bool BackgroundWriter::post(std::string what, std::size_t bytes, std::function<v
     if (!queue_.empty() && queued_bytes_ + bytes > options_.max_queued_bytes) {
       ++dropped_;
       if (!dropping_)
-        spdlog::error("the disk cannot keep up ({} MB of writes queued): dropping {} and later writes until it "
-                      "catches up; a restart resumes affected jobs from their last complete round",
-                      queued_bytes_ >> 20, what);
+        spdlog::error(
+            "the disk cannot keep up ({} MB of writes queued): dropping {} and later writes until it "
+            "catches up; a restart resumes affected jobs from their last complete round",
+            queued_bytes_ >> 20, what);
       dropping_ = true;
       return false;
     }
@@ -79,9 +80,9 @@ bool BackgroundWriter::attempt(Task& task) {
       ++failures_;
       // Once per streak at error level, so that a disk full for an hour is one line, not thousands.
       if (failed == 0)
-        spdlog::error("could not write {}: {}; retrying until it works (training is not affected)", task.what, e.what());
-      else
-        spdlog::debug("could not write {} (attempt {}): {}", task.what, failed + 1, e.what());
+        spdlog::error("could not write {}: {}; retrying until it works (training is not affected)", task.what,
+                      e.what());
+      else spdlog::debug("could not write {} (attempt {}): {}", task.what, failed + 1, e.what());
     }
     ++failed;
     std::unique_lock lock(mutex_);

@@ -69,7 +69,11 @@ class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, JobManager& jobs, const std::string& token, const HttpLimits& limits,
           std::shared_ptr<PeerCounts> peers, asio::ip::address peer)
-      : stream_(std::move(socket)), jobs_(jobs), token_(token), limits_(limits), peers_(std::move(peers)),
+      : stream_(std::move(socket)),
+        jobs_(jobs),
+        token_(token),
+        limits_(limits),
+        peers_(std::move(peers)),
         peer_(std::move(peer)) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
@@ -105,10 +109,8 @@ class Session : public std::enable_shared_from_this<Session> {
     } else {
       if (ec != beast::error::timeout && ec != asio::error::operation_aborted && ec != asio::error::connection_reset)
         spdlog::debug("read: {}", ec.message());
-      if (ec.category() == beast::error_code(http::error::bad_method).category())
-        refuse(400, "malformed HTTP request");
-      else
-        close();
+      if (ec.category() == beast::error_code(http::error::bad_method).category()) refuse(400, "malformed HTTP request");
+      else close();
     }
     return true;
   }
@@ -117,12 +119,14 @@ class Session : public std::enable_shared_from_this<Session> {
     if (read_failed(ec)) return;
     const auto& header = parser_->get();
     started_ = std::chrono::steady_clock::now();
-    route_ = route_of(std::string_view(header.target().data(), header.target().size()).substr(0, header.target().find('?')));
+    route_ =
+        route_of(std::string_view(header.target().data(), header.target().size()).substr(0, header.target().find('?')));
     const bool public_metrics = limits_.public_metrics && route_ == "metrics" && header.method() == http::verb::get;
     if (!token_.empty() && !authorized(header) && !public_page(header) && !public_metrics) {
       unauthorized_ = true;
-      return refuse(401, "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
-                         "or PERSEUS_TOKEN)");
+      return refuse(401,
+                    "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
+                    "or PERSEUS_TOKEN)");
     }
     if (auto length = parser_->content_length(); length && *length > limits_.max_body_bytes)
       return refuse(413, fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
@@ -177,7 +181,7 @@ class Session : public std::enable_shared_from_this<Session> {
     version_ = 0;
     response_.result(static_cast<http::status>(response.status));
     metrics_->request_done(route_, response.status,
-                                      std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
+                           std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count());
     response_.set(http::field::server, "perseus");
     response_.set(http::field::content_type, response.content_type);
     for (const auto& [name, value] : response.headers) response_.set(name, value);
@@ -207,8 +211,8 @@ class Session : public std::enable_shared_from_this<Session> {
     if (it == header.end()) return false;
     std::string_view value(it->value().data(), it->value().size());
     constexpr std::string_view kScheme = "Bearer ";
-    if (value.size() < kScheme.size() ||
-        !beast::iequals(beast::string_view(value.data(), kScheme.size()), beast::string_view(kScheme.data(), kScheme.size())))
+    if (value.size() < kScheme.size() || !beast::iequals(beast::string_view(value.data(), kScheme.size()),
+                                                         beast::string_view(kScheme.data(), kScheme.size())))
       return false;
     return constant_time_equal(value.substr(kScheme.size()), token_);
   }
@@ -273,7 +277,11 @@ class Session : public std::enable_shared_from_this<Session> {
 
 struct HttpServer::Impl {
   Impl(asio::io_context& io, JobManager& jobs, HttpLimits limits)
-      : io(io), acceptor(asio::make_strand(io)), retry(acceptor.get_executor()), jobs(jobs), limits(limits),
+      : io(io),
+        acceptor(asio::make_strand(io)),
+        retry(acceptor.get_executor()),
+        jobs(jobs),
+        limits(limits),
         peers(std::make_shared<PeerCounts>(limits.max_connections_per_peer)) {}
 
   void accept() {
@@ -287,8 +295,10 @@ struct HttpServer::Impl {
       if (!peers->admit(peer)) {
         // Once per 1,000 refusals: a client opening connections in a loop must not flood the log.
         if (refused++ % 1000 == 0)
-          spdlog::warn("{} already holds {} connections (perseus serve --max-connections-per-peer): closing new ones "
-                       "({} so far)", peer.to_string(), peers->cap(), refused);
+          spdlog::warn(
+              "{} already holds {} connections (perseus serve --max-connections-per-peer): closing new ones "
+              "({} so far)",
+              peer.to_string(), peers->cap(), refused);
         socket.close(ignored);
         return accept();
       }
@@ -309,8 +319,10 @@ struct HttpServer::Impl {
       return accept();
     }
     if (failures++ == 0)
-      spdlog::error("accept: {}; new connections wait until one closes (retrying up to every {} ms; raise the "
-                    "open-file limit, ulimit -n, for more ranks)", ec.message(), kMaxAcceptDelay.count());
+      spdlog::error(
+          "accept: {}; new connections wait until one closes (retrying up to every {} ms; raise the "
+          "open-file limit, ulimit -n, for more ranks)",
+          ec.message(), kMaxAcceptDelay.count());
     auto delay = std::min(kMaxAcceptDelay, std::chrono::milliseconds(5) * (1 << std::min(failures, 8)));
     retry.expires_after(delay);
     retry.async_wait([this](const beast::error_code& wait_ec) {
@@ -333,7 +345,8 @@ struct HttpServer::Impl {
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ (b.empty() ? 0 : b[i % b.size()]));
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (b.empty() ? 0 : b[i % b.size()]));
   return diff == 0;
 }
 

@@ -45,15 +45,15 @@ struct JobManager::Job {
   std::vector<Reply> waiting;  // schedule requests not yet answered, per rank
   int asked = 0;
   std::vector<std::optional<ProfilingResult>> results;  // this round's, per rank
-  std::map<int, std::string> rejected;  // this round's results that are no measurement: rank -> why
-  int rejected_rounds = 0;              // rounds in a row run again because of them
+  std::map<int, std::string> rejected;                  // this round's results that are no measurement: rank -> why
+  int rejected_rounds = 0;                              // rounds in a row run again because of them
   int reported = 0;
   std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
-  JobOutcome outcome;  // once ended
-  bool restored = false;  // restored from the store and the interrupted round has not restarted yet
-  bool stale_round = false;  // a rank ran this round with a stale schedule: its results are not used
-  bool repeat = false;       // the next round runs the current schedules again
-  SteadyClock::time_point watched;  // the watchdog's last look
+  JobOutcome outcome;                       // once ended
+  bool restored = false;                    // restored from the store and the interrupted round has not restarted yet
+  bool stale_round = false;                 // a rank ran this round with a stale schedule: its results are not used
+  bool repeat = false;                      // the next round runs the current schedules again
+  SteadyClock::time_point watched;          // the watchdog's last look
   struct Beat {
     bool seen = false;  // this rank sends heartbeats (the artifact's client does not)
     std::uint64_t progress = 0;
@@ -62,14 +62,14 @@ struct JobManager::Job {
   std::vector<Beat> beats;
   bool watchdog_armed = false;
   std::optional<SteadyClock::time_point> round_started;
-  double typical_round_s = 0;  // moving average of the time between round starts
-  json measured = nullptr;     // the last finished round, per iteration: {iteration_time, energy}
+  double typical_round_s = 0;       // moving average of the time between round starts
+  json measured = nullptr;          // the last finished round, per iteration: {iteration_time, energy}
   json scheduler_status = nullptr;  // the scheduler's own status when the job ended
   json frontier_at_end = nullptr;   // and its frontier and timeline (Scheduler::frontier, timeline)
   std::function<std::string()> timeline_at_end;
-  std::set<int> finished;           // ranks whose training ended (POST /leave with finished)
+  std::set<int> finished;            // ranks whose training ended (POST /leave with finished)
   std::set<int> unsupported_warned;  // power states a scheduler gave that some rank lacks, warned of once
-  json pipelines = json::array();  // the same per data-parallel pipeline
+  json pipelines = json::array();    // the same per data-parallel pipeline
   SteadyClock::time_point ended_at;  // which ended job goes first when room is needed
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
@@ -132,8 +132,8 @@ void JobManager::restore(StoredJob stored) {
       else ref.scheduler->replay(record);
     }
   } catch (const std::exception& e) {
-    return end(ref, JobOutcome::failed(fmt::format("could not resume after a server restart (replaying round {}): {}", r,
-                                e.what())));
+    return end(ref, JobOutcome::failed(
+                        fmt::format("could not resume after a server restart (replaying round {}): {}", r, e.what())));
   }
   ref.round = stored.rounds;
   ref.restored = true;
@@ -150,8 +150,8 @@ JobManager::Job& JobManager::find(const std::string& job_id) const {
 
 void JobManager::check_rank(const Job& job, int rank) const {
   if (rank < 0 || rank >= job.info.world_size)
-    throw RequestError(Refusal::not_found, fmt::format("rank {} is out of range for job '{}' (world size {})", rank, job.info.job_id,
-                                        job.info.world_size));
+    throw RequestError(Refusal::not_found, fmt::format("rank {} is out of range for job '{}' (world size {})", rank,
+                                                       job.info.job_id, job.info.world_size));
 }
 
 namespace {
@@ -179,18 +179,22 @@ void JobManager::make_room(int world_size) {
     const Job* first_ended = nullptr;
     for (const auto& [id, job] : jobs_) {
       ranks += job->info.world_size;
-      if (job->phase == Phase::ended && (!first_ended || job->ended_at < first_ended->ended_at)) first_ended = job.get();
+      if (job->phase == Phase::ended && (!first_ended || job->ended_at < first_ended->ended_at))
+        first_ended = job.get();
     }
     bool too_many_jobs = settings_.max_jobs > 0 && jobs_.size() >= static_cast<std::size_t>(settings_.max_jobs);
     bool too_many_ranks = settings_.max_total_ranks > 0 && ranks + world_size > settings_.max_total_ranks;
     if (!too_many_jobs && !too_many_ranks) return;
     if (!first_ended) {
       if (too_many_jobs)
-        throw RequestError(Refusal::over_capacity, fmt::format("this server already holds {} running jobs, its limit (perseus serve "
-                                            "--max-jobs); try again when one ended", jobs_.size()));
-      throw RequestError(Refusal::over_capacity, fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
-                                          "{} (perseus serve --max-total-ranks); try again when one ended",
-                                          ranks, world_size, settings_.max_total_ranks));
+        throw RequestError(Refusal::over_capacity,
+                           fmt::format("this server already holds {} running jobs, its limit (perseus serve "
+                                       "--max-jobs); try again when one ended",
+                                       jobs_.size()));
+      throw RequestError(Refusal::over_capacity,
+                         fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
+                                     "{} (perseus serve --max-total-ranks); try again when one ended",
+                                     ranks, world_size, settings_.max_total_ranks));
     }
     std::string id = first_ended->info.job_id;  // a copy: forgetting the job frees its own
     spdlog::info("job {}: forgotten early to make room for a new job (its records stay)", id);
@@ -209,17 +213,20 @@ void JobManager::forget(const std::string& id) {
 void JobManager::authorize(const std::string& job_id, const std::string& secret, bool admin) {
   const Job& job = find(job_id);
   if (admin || job.info.job_secret.empty() || constant_time_equal(secret, job.info.job_secret)) return;
-  throw RequestError(Refusal::forbidden, fmt::format("job '{}' was registered with a secret: this request must carry it (header {}) "
-                                      "or the server's bearer token",
-                                      job_id, kJobSecretHeader));
+  throw RequestError(Refusal::forbidden,
+                     fmt::format("job '{}' was registered with a secret: this request must carry it (header {}) "
+                                 "or the server's bearer token",
+                                 job_id, kJobSecretHeader));
 }
 
 std::string JobManager::job_secret(const std::string& job_id) { return find(job_id).info.job_secret; }
 
 std::string JobManager::register_job(JobInfo info, bool with_secret) {
   if (info.world_size > settings_.max_world_size)
-    throw RequestError(Refusal::invalid_request, fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
-                                        "(perseus serve --max-world-size)", info.world_size, settings_.max_world_size));
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
+                                   "(perseus serve --max-world-size)",
+                                   info.world_size, settings_.max_world_size));
   std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
   std::string id = base;
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
@@ -243,27 +250,37 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
   Job& job = find(job_id);
   check_rank(job, info.rank);
   const JobInfo& j = job.info;
-  if (info.dp_rank >= j.dp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
-  if (info.pp_rank >= j.pp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
-  if (info.tp_rank >= j.tp_degree) throw RequestError(Refusal::invalid_request, fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
+  if (info.dp_rank >= j.dp_degree)
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'dp_rank': must be below dp_degree {}", j.dp_degree));
+  if (info.pp_rank >= j.pp_degree)
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'pp_rank': must be below pp_degree {}", j.pp_degree));
+  if (info.tp_rank >= j.tp_degree)
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'tp_rank': must be below tp_degree {}", j.tp_degree));
   if (info.dialect == Dialect::perseus && info.pipe_schedule.empty())
     throw RequestError(Refusal::invalid_request, "field 'pipe_schedule': must not be empty");
   // What the job's schedules and results will hold if every rank's schedule is this long.
-  long long entries = static_cast<long long>(j.world_size) * static_cast<long long>(std::max<std::size_t>(1, info.pipe_schedule.size()));
+  long long entries = static_cast<long long>(j.world_size) *
+                      static_cast<long long>(std::max<std::size_t>(1, info.pipe_schedule.size()));
   if (settings_.max_job_entries > 0 && entries > settings_.max_job_entries)
-    throw RequestError(Refusal::invalid_request, fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
-                                        "server's limit of {} (perseus serve --max-job-entries)",
-                                        info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
+                                   "server's limit of {} (perseus serve --max-job-entries)",
+                                   info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
   if (slot) {
     if (*slot == info) return;  // a retry
-    throw RequestError(Refusal::conflict, fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
+    throw RequestError(
+        Refusal::conflict,
+        fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
   }
   for (const auto& other : job.ranks)
     if (other && other->dp_rank == info.dp_rank && other->pp_rank == info.pp_rank && other->tp_rank == info.tp_rank)
-      throw RequestError(Refusal::conflict, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank, info.dp_rank,
-                                          info.pp_rank, info.tp_rank));
+      throw RequestError(Refusal::conflict, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank,
+                                                        info.dp_rank, info.pp_rank, info.tp_rank));
   slot = std::move(info);
   ++job.registered;
   persist(job, [job_id, rank = *slot](JobStore& store) { store.add_rank(job_id, rank); });
@@ -286,7 +303,8 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
   }
   job.beats[r].progressed = SteadyClock::now();
   if (job.waiting[r]) {
-    job.waiting[r](Refusal::conflict, {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
+    job.waiting[r](Refusal::conflict,
+                   {{"detail", fmt::format("superseded by a newer schedule request from rank {}", rank)}});
   } else {
     ++job.asked;
   }
@@ -307,8 +325,10 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
     return;
   }
   if (job.phase == Phase::registering)
-    throw RequestError(Refusal::conflict, fmt::format("rank {} reported a result but no schedule is running (round {} has not "
-                                        "started)", result.rank, job.round));
+    throw RequestError(Refusal::conflict,
+                       fmt::format("rank {} reported a result but no schedule is running (round {} has not "
+                                   "started)",
+                                   result.rank, job.round));
   // A client sends its next result only after asking for (and getting) the next schedule, so a
   // result while the job asks, or a second one for this round, is a retry of one this server has
   // (the answer to the first went to a connection the client had given up on): acknowledged.
@@ -353,21 +373,24 @@ void JobManager::leave(const std::string& job_id, const Leave& leave) {
       return end(job, JobOutcome::done("training finished: every rank closed its client"));
     return check_finished(job);
   }
-  end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus", leave.rank,
-                       leave.reason.empty() ? "" : ": ", leave.reason)));
+  end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus",
+                                          leave.rank, leave.reason.empty() ? "" : ": ", leave.reason)));
 }
 
 void JobManager::straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice) {
   Job& job = find(job_id);
   if (notice && notice->dp_rank && *notice->dp_rank >= job.info.dp_degree)
-    throw RequestError(Refusal::invalid_request, fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
-  if (job.phase == Phase::ended) throw RequestError(Refusal::conflict, fmt::format("job '{}' has ended: {}", job_id, to_detail(job.outcome)));
-  if (!job.scheduler) throw RequestError(Refusal::conflict, fmt::format("job '{}' has not started: not every rank registered", job_id));
+    throw RequestError(Refusal::invalid_request,
+                       fmt::format("field 'dp_rank': must be below dp_degree {}", job.info.dp_degree));
+  if (job.phase == Phase::ended)
+    throw RequestError(Refusal::conflict, fmt::format("job '{}' has ended: {}", job_id, to_detail(job.outcome)));
+  if (!job.scheduler)
+    throw RequestError(Refusal::conflict, fmt::format("job '{}' has not started: not every rank registered", job_id));
   job.scheduler->set_straggler(notice);
   spdlog::info("job {}: straggler {}", job_id,
-               !notice ? std::string("cleared through the API")
-                       : notice->slowdown ? fmt::format("slowdown {} told through the API", *notice->slowdown)
-                                          : fmt::format("iteration time {} s told through the API", *notice->iteration_time));
+               !notice            ? std::string("cleared through the API")
+               : notice->slowdown ? fmt::format("slowdown {} told through the API", *notice->slowdown)
+                                  : fmt::format("iteration time {} s told through the API", *notice->iteration_time));
 }
 
 void JobManager::check_finished(Job& job) {
@@ -377,7 +400,8 @@ void JobManager::check_finished(Job& job) {
   for (std::size_t r = 0; r < job.waiting.size(); ++r)
     if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
   end(job, JobOutcome::failed(fmt::format("ranks [{}] finished training while ranks [{}] wait for the next round; they "
-                       "continue without perseus", fmt::join(job.finished, ", "), fmt::join(waiting, ", "))));
+                                          "continue without perseus",
+                                          fmt::join(job.finished, ", "), fmt::join(waiting, ", "))));
 }
 
 void JobManager::arm_watchdog(Job& job) {
@@ -413,13 +437,14 @@ void JobManager::check_ranks_alive(Job& job) {
     std::string who = fmt::format("rank {} (dp {}, pp {}, tp {})", r, info.dp_rank, info.pp_rank, info.tp_rank);
     if (seconds(b.last) > bound)
       return end(job, JobOutcome::failed(fmt::format("{} stopped: no heartbeat for {:.0f} s (the process is gone or "
-                                  "unreachable); the other ranks continue without perseus",
-                                  who, seconds(b.last))));
+                                                     "unreachable); the other ranks continue without perseus",
+                                                     who, seconds(b.last))));
     bool others_wait = !waiting.empty() && !job.waiting[r];
     if (others_wait && seconds(b.progressed) > bound)
-      return end(job, JobOutcome::failed(fmt::format("{} made no progress for {:.0f} s while ranks [{}] wait for it at "
-                                  "the round barrier (hung?); the other ranks continue without perseus",
-                                  who, seconds(b.progressed), fmt::join(waiting, ", "))));
+      return end(job,
+                 JobOutcome::failed(fmt::format("{} made no progress for {:.0f} s while ranks [{}] wait for it at "
+                                                "the round barrier (hung?); the other ranks continue without perseus",
+                                                who, seconds(b.progressed), fmt::join(waiting, ", "))));
   }
 }
 
@@ -519,9 +544,13 @@ std::string JobManager::metrics_text() const {
 
 json JobManager::job_frontier(const std::string& job_id) const {
   const Job& job = find(job_id);
-  json out = job.phase == Phase::ended ? job.frontier_at_end : job.scheduler ? job.scheduler->frontier() : json(nullptr);
-  if (out.is_null()) throw RequestError(Refusal::not_found, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
-                                                         "plans one, once it has profiled the job", job_id));
+  json out = job.phase == Phase::ended ? job.frontier_at_end
+             : job.scheduler           ? job.scheduler->frontier()
+                                       : json(nullptr);
+  if (out.is_null())
+    throw RequestError(Refusal::not_found, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
+                                                       "plans one, once it has profiled the job",
+                                                       job_id));
   return out;
 }
 
@@ -551,24 +580,29 @@ bool JobManager::next_schedules(Job& job) {
   } catch (const SchedulerDone& e) {
     return fail(JobOutcome::done(e.what()));
   } catch (const std::exception& e) {
-    return fail(JobOutcome::failed(fmt::format("scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what())));
+    return fail(JobOutcome::failed(
+        fmt::format("scheduler {} failed in round {}: {}", settings_.scheduler, job.round, e.what())));
   }
   // A scheduler bug must not reach a GPU: one schedule per rank, one supported state per entry.
   std::vector<std::optional<PowerStateSchedule>> by_rank(job.ranks.size());
   for (auto& s : schedules) {
     if (s.rank < 0 || s.rank >= job.info.world_size || by_rank[static_cast<std::size_t>(s.rank)])
-      return fail(JobOutcome::failed(fmt::format("scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank)));
+      return fail(JobOutcome::failed(
+          fmt::format("scheduler {} gave a bad or duplicate schedule for rank {}", settings_.scheduler, s.rank)));
     const RankInfo& info = *job.ranks[static_cast<std::size_t>(s.rank)];
     if (info.pipe_schedule.empty()) {  // Zeus's client: the scheduler names each instruction
       bool named = !s.power_states.empty() && s.instructions.size() == s.power_states.size() &&
                    std::all_of(s.instructions.begin(), s.instructions.end(), is_compute_instruction);
       if (!named)
-        return fail(JobOutcome::failed(fmt::format("scheduler {} cannot serve rank {}: Zeus's client does not send its "
-                                "instruction order, so only a scheduler that takes it from a plan can "
-                                "(PointSolution, PointSolution3D)", settings_.scheduler, s.rank)));
+        return fail(
+            JobOutcome::failed(fmt::format("scheduler {} cannot serve rank {}: Zeus's client does not send its "
+                                           "instruction order, so only a scheduler that takes it from a plan can "
+                                           "(PointSolution, PointSolution3D)",
+                                           settings_.scheduler, s.rank)));
     } else if (s.power_states.size() != info.pipe_schedule.size())
       return fail(JobOutcome::failed(fmt::format("scheduler {} gave rank {} {} power states for {} instructions",
-                              settings_.scheduler, s.rank, s.power_states.size(), info.pipe_schedule.size())));
+                                                 settings_.scheduler, s.rank, s.power_states.size(),
+                                                 info.pipe_schedule.size())));
     // A state the rank's GPU lacks (a plan made on another GPU model; Zeus serves it as it is):
     // the nearest supported one below it, or the lowest the GPU has.
     for (int& state : s.power_states) {
@@ -577,16 +611,18 @@ bool JobManager::next_schedules(Job& job) {
       auto below = std::find_if(range.begin(), range.end(), [state](int s) { return s < state; });
       int served = below != range.end() ? *below : range.back();
       if (job.unsupported_warned.insert(state).second)
-        spdlog::warn("job {}: scheduler {} gave rank {} power state {}, which its GPU does not support; serving {} "
-                     "(the nearest below it) wherever a rank lacks it",
-                     job.info.job_id, settings_.scheduler, s.rank, state, served);
+        spdlog::warn(
+            "job {}: scheduler {} gave rank {} power state {}, which its GPU does not support; serving {} "
+            "(the nearest below it) wherever a rank lacks it",
+            job.info.job_id, settings_.scheduler, s.rank, state, served);
       state = served;
     }
     by_rank[static_cast<std::size_t>(s.rank)] = std::move(s);
   }
   job.current.clear();
   for (auto& s : by_rank) {
-    if (!s) return fail(JobOutcome::failed(fmt::format("scheduler {} gave no schedule for some rank", settings_.scheduler)));
+    if (!s)
+      return fail(JobOutcome::failed(fmt::format("scheduler {} gave no schedule for some rank", settings_.scheduler)));
     job.current.push_back(std::move(*s));
   }
   return true;
@@ -608,7 +644,8 @@ void JobManager::send_schedules(Job& job) {
   for (auto& r : job.results) r.reset();
   job.reported = 0;
   // Zeus's client asks once and never reports: its job is deployed, not waiting for results.
-  bool zeus = std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r && r->dialect == Dialect::zeus; });
+  bool zeus =
+      std::any_of(job.ranks.begin(), job.ranks.end(), [](const auto& r) { return r && r->dialect == Dialect::zeus; });
   if (zeus) forget_after(job, settings_.max_job_idle_s);
   else arm_timer(job, "report results");
   for (std::size_t r = 0; r < job.waiting.size(); ++r) {
@@ -635,8 +672,10 @@ void JobManager::finish_round(Job& job) {
   if (!job.rejected.empty() && job.scheduler->observes_results()) {
     const auto& [rank, why] = *job.rejected.begin();
     if (++job.rejected_rounds > kMaxRejectedRounds)
-      return end(job, JobOutcome::failed(fmt::format("round {} was rejected {} times in a row: rank {}'s results are no "
-                                  "measurement ({})", job.round, job.rejected_rounds, rank, why)));
+      return end(job,
+                 JobOutcome::failed(fmt::format("round {} was rejected {} times in a row: rank {}'s results are no "
+                                                "measurement ({})",
+                                                job.round, job.rejected_rounds, rank, why)));
     spdlog::warn("job {}: round {} runs again: {} rank(s) sent results that are no measurement", job.info.job_id,
                  job.round, job.rejected.size());
     job.rejected.clear();
@@ -665,7 +704,8 @@ void JobManager::finish_round(Job& job) {
   }
   job.measured = {{"round", job.round}, {"iteration_time", time}, {"energy", energy}};
   job.pipelines = json::array();
-  for (const auto& [dp, p] : by_pipeline) job.pipelines.push_back({{"dp_rank", dp}, {"iteration_time", p.first}, {"energy", p.second}});
+  for (const auto& [dp, p] : by_pipeline)
+    job.pipelines.push_back({{"dp_rank", dp}, {"iteration_time", p.first}, {"energy", p.second}});
   record_round(job, results);
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
   if (store_) {
@@ -676,9 +716,12 @@ void JobManager::finish_round(Job& job) {
       // observe() meets the same problem below and ends the job, which is what a restart restores.
     }
     std::size_t bytes = 1024 + (record.is_null() ? 0 : 32 * record.size());
-    persist(job, [id = job.info.job_id, round = job.round, record = std::move(record)](JobStore& store) {
-      store.add_round(id, round, record);
-    }, bytes);
+    persist(
+        job,
+        [id = job.info.job_id, round = job.round, record = std::move(record)](JobStore& store) {
+          store.add_round(id, round, record);
+        },
+        bytes);
   }
   ++job.round;
   job.phase = Phase::asking;
@@ -690,7 +733,7 @@ void JobManager::finish_round(Job& job) {
     return end(job, JobOutcome::done(e.what()));
   } catch (const std::exception& e) {
     return end(job, JobOutcome::failed(fmt::format("scheduler {} failed observing round {}: {}", settings_.scheduler,
-                                job.round - 1, e.what())));
+                                                   job.round - 1, e.what())));
   }
   arm_timer(job, "ask for the schedule");
 }
@@ -707,8 +750,7 @@ void JobManager::end(Job& job, const JobOutcome& outcome) {
       job.scheduler_status = job.scheduler->status();
       job.frontier_at_end = job.scheduler->frontier();
       job.timeline_at_end = job.scheduler->timeline();
-    } catch (const std::exception&) {
-    }
+    } catch (const std::exception&) {}
   }
   job.scheduler.reset();
   persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
@@ -753,7 +795,7 @@ void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
       if (!done) missing.push_back(r);
     }
     end(job, JobOutcome::failed(fmt::format("round {} timed out after {} s: ranks [{}] did not {}", round,
-                         settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for)));
+                                            settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for)));
   });
 }
 

@@ -110,10 +110,13 @@ JobStore::JobStore(const std::filesystem::path& file) : db_(std::make_unique<Db>
   if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) {
     // Refusing to start would keep every job away until someone deletes the file by hand.
     auto aside = file;
-    aside += fmt::format(".unreadable-{}", std::chrono::duration_cast<std::chrono::seconds>(
-                                               std::chrono::system_clock::now().time_since_epoch()).count());
-    spdlog::error("the job store {} cannot be read ({}): moved it to {} and started a new one; jobs it held are not "
-                  "resumed", file.string(), why, aside.string());
+    aside += fmt::format(
+        ".unreadable-{}",
+        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+    spdlog::error(
+        "the job store {} cannot be read ({}): moved it to {} and started a new one; jobs it held are not "
+        "resumed",
+        file.string(), why, aside.string());
     sqlite3_close(db_->handle);
     db_->handle = nullptr;
     std::filesystem::rename(file, aside, ignored);
@@ -160,7 +163,10 @@ void JobStore::add_round(const std::string& job_id, int round, const json& recor
 }
 
 void JobStore::end_job(const std::string& job_id, const std::string& detail) {
-  Statement(db_->handle, "UPDATE jobs SET ended = 1, end_detail = ? WHERE job_id = ?").bind(1, detail).bind(2, job_id).step();
+  Statement(db_->handle, "UPDATE jobs SET ended = 1, end_detail = ? WHERE job_id = ?")
+      .bind(1, detail)
+      .bind(2, job_id)
+      .step();
 }
 
 void JobStore::forget_job(const std::string& job_id) {
@@ -182,8 +188,8 @@ std::vector<StoredJob> JobStore::load() {
         job.end_detail = s.text(3);
         jobs.emplace(id, std::move(job));
       } catch (const std::exception& e) {
-        spdlog::warn("job store {}: dropped job {}: its stored registration cannot be read ({})", file_.string(),
-                     id, e.what());
+        spdlog::warn("job store {}: dropped job {}: its stored registration cannot be read ({})", file_.string(), id,
+                     e.what());
         unreadable.push_back(id);
       }
     }
@@ -198,8 +204,10 @@ std::vector<StoredJob> JobStore::load() {
         if (rank.rank != s.integer(1)) throw std::runtime_error(fmt::format("it names rank {}", rank.rank));
         it->second.ranks.push_back(std::move(rank));
       } catch (const std::exception& e) {
-        spdlog::warn("job store {}: job {}: rank {}'s stored registration cannot be read ({}); the job waits for it "
-                     "to register again", file_.string(), it->first, s.integer(1), e.what());
+        spdlog::warn(
+            "job store {}: job {}: rank {}'s stored registration cannot be read ({}); the job waits for it "
+            "to register again",
+            file_.string(), it->first, s.integer(1), e.what());
       }
     }
   }
@@ -222,8 +230,10 @@ std::vector<StoredJob> JobStore::load() {
         }
       }
       if (!why.empty()) {
-        spdlog::warn("job store {}: job {}: round {} {}; the job resumes after round {} (later stored rounds are "
-                     "dropped)", file_.string(), it->first, job.rounds, why, job.rounds - 1);
+        spdlog::warn(
+            "job store {}: job {}: round {} {}; the job resumes after round {} (later stored rounds are "
+            "dropped)",
+            file_.string(), it->first, job.rounds, why, job.rounds - 1);
         cut[it->first] = job.rounds;
         continue;
       }

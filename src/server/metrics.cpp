@@ -82,16 +82,17 @@ std::optional<double> number_at(const json& status, std::initializer_list<std::s
 }
 
 // The phases a job is shown in, one-hot: the server's own and the turnkey scheduler's.
-constexpr std::array<const char*, 8> kPhases = {"registering", "running", "warmup", "profiling",
-                                                "planning",    "deployed", "done",  "failed"};
+constexpr std::array<const char*, 8> kPhases = {"registering", "running",  "warmup", "profiling",
+                                                "planning",    "deployed", "done",   "failed"};
 
 void add_job(Exposition& out, const json& status) {
   const std::string id = status.value("job_id", std::string());
   const Labels job{{"job_id", id}};
   const std::string phase = status.value("phase", std::string());
   for (const char* p : kPhases)
-    out.add("perseus_job_phase", "gauge", "1 for the phase the job is in (registering, running, warmup, profiling, "
-                                          "planning, deployed, done, failed), 0 for the others",
+    out.add("perseus_job_phase", "gauge",
+            "1 for the phase the job is in (registering, running, warmup, profiling, "
+            "planning, deployed, done, failed), 0 for the others",
             {{"job_id", id}, {"phase", p}}, phase == p ? 1 : 0);
   auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
     if (auto v = number_at(status, path)) out.add(name, "gauge", help, job, *v);
@@ -99,8 +100,10 @@ void add_job(Exposition& out, const json& status) {
   gauge("perseus_job_round", "Rounds the job has run", {"round"});
   gauge("perseus_job_ranks_registered", "Ranks registered", {"registered"});
   gauge("perseus_job_ranks_expected", "Ranks the job was registered with (its world size)", {"world_size"});
-  gauge("perseus_job_baseline_iteration_seconds", "All-max baseline: time per iteration", {"baseline", "iteration_time"});
-  gauge("perseus_job_baseline_energy_joules", "All-max baseline: energy per iteration, every GPU", {"baseline", "energy"});
+  gauge("perseus_job_baseline_iteration_seconds", "All-max baseline: time per iteration",
+        {"baseline", "iteration_time"});
+  gauge("perseus_job_baseline_energy_joules", "All-max baseline: energy per iteration, every GPU",
+        {"baseline", "energy"});
   gauge("perseus_job_measured_iteration_seconds", "Time per iteration on the current plans (the last rounds)",
         {"measured", "iteration_time"});
   gauge("perseus_job_measured_energy_joules", "Energy per iteration on the current plans (the last rounds), every GPU",
@@ -112,15 +115,17 @@ void add_job(Exposition& out, const json& status) {
     const json* ci = at(status, {key});
     if (!ci || !ci->is_array() || ci->size() != 2 || !(*ci)[0].is_number() || !(*ci)[1].is_number()) continue;
     for (int i = 0; i < 2; ++i)
-      out.add(name, "gauge", "The 95% interval of the ratio of the same name", {{"job_id", id}, {"bound", i ? "high" : "low"}},
-              (*ci)[static_cast<std::size_t>(i)].get<double>());
+      out.add(name, "gauge", "The 95% interval of the ratio of the same name",
+              {{"job_id", id}, {"bound", i ? "high" : "low"}}, (*ci)[static_cast<std::size_t>(i)].get<double>());
   }
   if (auto v = number_at(status, {"energy_saved"}))
     out.add("perseus_job_energy_saved_joules_total", "counter",
-            "Energy saved so far: per deployed round, (reference - measured energy per iteration) x its iterations", job, *v);
+            "Energy saved so far: per deployed round, (reference - measured energy per iteration) x its iterations",
+            job, *v);
   if (const json* s = at(status, {"straggler"}); s && (s->is_object() || s->is_null()))
     out.add("perseus_job_straggler_slowdown_ratio", "gauge", "The straggler's time over the baseline's (1: none)", job,
-            s->is_object() && s->contains("slowdown") && (*s)["slowdown"].is_number() ? (*s)["slowdown"].get<double>() : 1.0);
+            s->is_object() && s->contains("slowdown") && (*s)["slowdown"].is_number() ? (*s)["slowdown"].get<double>()
+                                                                                      : 1.0);
   if (auto v = number_at(status, {"plan", "step_ups"}))
     out.add("perseus_job_step_ups_total", "counter", "Steps to a faster plan since the job began", job, *v);
 }
@@ -129,11 +134,12 @@ void add_job(Exposition& out, const json& status) {
 
 std::string_view route_of(std::string_view path) {
   static constexpr std::array<std::string_view, 11> kRoutes = {
-      "info", "register_job", "register_rank", "schedule", "result", "heartbeat", "jobs", "straggler", "leave", "metrics", ""};
+      "info", "register_job", "register_rank", "schedule", "result", "heartbeat",
+      "jobs", "straggler",    "leave",         "metrics",  ""};
   if (path == "/") return "page";
   if (path.empty() || path.front() != '/') return "other";
-  std::string_view first = path.substr(1, path.find('/', 1) == std::string_view::npos ? std::string_view::npos
-                                                                                      : path.find('/', 1) - 1);
+  std::string_view first =
+      path.substr(1, path.find('/', 1) == std::string_view::npos ? std::string_view::npos : path.find('/', 1) - 1);
   for (auto r : kRoutes)
     if (!r.empty() && r == first) return r;
   return "other";
@@ -169,7 +175,8 @@ std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, 
       ++by_phase[status.value("phase", std::string("other"))];
       add_job(out, status);
     }
-  for (const auto& [phase, n] : by_phase) out.add("perseus_jobs", "gauge", "Jobs held, by phase", {{"phase", phase}}, n);
+  for (const auto& [phase, n] : by_phase)
+    out.add("perseus_jobs", "gauge", "Jobs held, by phase", {{"phase", phase}}, n);
   for (const auto& [key, n] : http.requests)
     out.add("perseus_http_requests_total", "counter", "HTTP requests answered, by route and status",
             {{"route", key.first}, {"code", std::to_string(key.second)}}, static_cast<double>(n));
@@ -187,7 +194,8 @@ std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, 
     out.add("perseus_http_request_duration_seconds", "histogram", "", {{"route", route}}, static_cast<double>(h.count),
             "_count");
   }
-  out.add("perseus_http_connections_open", "gauge", "HTTP connections open now", {}, static_cast<double>(http.open_connections));
+  out.add("perseus_http_connections_open", "gauge", "HTTP connections open now", {},
+          static_cast<double>(http.open_connections));
   out.add("perseus_store_writes_total", "counter", "Disk writes done (job store and record files)", {},
           static_cast<double>(store.writes));
   out.add("perseus_store_write_failures_total", "counter", "Disk write attempts that failed (each is retried)", {},

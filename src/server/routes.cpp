@@ -43,7 +43,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
                    std::function<void(HttpResponse)> respond, const Credentials& credentials) {
   auto question = target.find('?');
   std::string path = percent_decode(std::string_view(target).substr(0, question));
-  std::string_view query = question == std::string::npos ? std::string_view() : std::string_view(target).substr(question + 1);
+  std::string_view query =
+      question == std::string::npos ? std::string_view() : std::string_view(target).substr(question + 1);
   auto fail = [&](int status, const std::string& detail) { respond(error_response(status, detail)); };
   auto under = [&](std::string_view prefix) { return path.size() > prefix.size() && path.rfind(prefix, 0) == 0; };
   // Every route that changes a job checks, on the strand, that the request may (JobManager::authorize).
@@ -55,8 +56,10 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     // (exactly GET /, see http_server.cpp).
     if (path == "/") {
       if (method != "GET") return fail(405, "Method Not Allowed");
-      HttpResponse page{200, std::string(web_page()), {{"Content-Security-Policy", kWebPagePolicy},
-                                                       {"Cache-Control", "no-cache"}}, kWebPageContentType};
+      HttpResponse page{200,
+                        std::string(web_page()),
+                        {{"Content-Security-Policy", kWebPagePolicy}, {"Cache-Control", "no-cache"}},
+                        kWebPageContentType};
       return respond(std::move(page));
     }
     if (path == "/info") {
@@ -148,9 +151,8 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (path == "/jobs" || under("/jobs/")) {
       if (method != "GET") return fail(405, "Method Not Allowed");
       std::string id = path == "/jobs" ? "" : path.substr(std::string("/jobs/").size());
-      return on_jobs(jobs, std::move(respond), [&jobs, id](auto& reply) {
-        reply(ok(id.empty() ? jobs.jobs_summary() : jobs.job_status(id)));
-      });
+      return on_jobs(jobs, std::move(respond),
+                     [&jobs, id](auto& reply) { reply(ok(id.empty() ? jobs.jobs_summary() : jobs.job_status(id))); });
     }
     if (under("/straggler/")) {
       if (method != "POST" && method != "DELETE") return fail(405, "Method Not Allowed");

@@ -29,17 +29,18 @@ void Scheduler::replay(const nlohmann::json& record) {
 }
 
 void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
-  throw RequestError(Refusal::conflict, "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
+  throw RequestError(Refusal::conflict,
+                     "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
 }
-
 
 std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_schedule,
                                        const std::vector<int>& compute_clocks, const std::string& who) {
   auto computes = std::count_if(pipe_schedule.begin(), pipe_schedule.end(), is_compute_instruction);
   if (static_cast<std::size_t>(computes) != compute_clocks.size())
-    throw std::runtime_error(fmt::format("{}: the plan has {} forward/backward clocks but the pipe schedule has {} "
-                                         "forwards and backwards",
-                                         who, compute_clocks.size(), computes));
+    throw std::runtime_error(
+        fmt::format("{}: the plan has {} forward/backward clocks but the pipe schedule has {} "
+                    "forwards and backwards",
+                    who, compute_clocks.size(), computes));
   std::vector<int> out;
   out.reserve(pipe_schedule.size());
   if (compute_clocks.empty()) return std::vector<int>(pipe_schedule.size(), 0);
@@ -54,14 +55,16 @@ std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_sche
 
 void require_pure_pipeline(const SchedulerContext& context, const char* scheduler) {
   if (context.job.world_size != context.job.pp_degree)
-    throw std::runtime_error(fmt::format("{} schedules pure pipeline parallelism, but this job has dp {} and tp {}; "
-                                         "use {}3D",
-                                         scheduler, context.job.dp_degree, context.job.tp_degree, scheduler));
+    throw std::runtime_error(
+        fmt::format("{} schedules pure pipeline parallelism, but this job has dp {} and tp {}; "
+                    "use {}3D",
+                    scheduler, context.job.dp_degree, context.job.tp_degree, scheduler));
 }
 
 std::vector<PowerStateSchedule> top_clock_schedules(const std::vector<RankInfo>& ranks) {
   std::vector<PowerStateSchedule> out;
-  for (const auto& r : ranks) out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), r.power_state_range.front())});
+  for (const auto& r : ranks)
+    out.push_back({r.rank, std::vector<int>(r.pipe_schedule.size(), r.power_state_range.front())});
   return out;
 }
 
@@ -71,8 +74,10 @@ RoundMeans measure_round(const std::vector<ProfilingResult>& results, double war
     const std::size_t n = std::min(r.iter_time.size(), r.iter_energy.size());
     const std::size_t skip = std::max<std::size_t>(static_cast<std::size_t>(double(n) * warmup_step_ratio), 1);
     if (n <= skip)
-      throw std::runtime_error(fmt::format("rank {} reported {} iterations: {} drops the first {} of each round "
-                                           "(report more per round)", r.rank, n, scheduler, skip));
+      throw std::runtime_error(
+          fmt::format("rank {} reported {} iterations: {} drops the first {} of each round "
+                      "(report more per round)",
+                      r.rank, n, scheduler, skip));
     double time = 0, energy = 0, power = 0;
     for (std::size_t i = skip; i < n; ++i) {
       time += r.iter_time[i];
@@ -177,7 +182,9 @@ class ThreeDParallel final : public Scheduler {
 
   bool observes_results() const override { return inner_->observes_results(); }
 
-  void observe(const std::vector<ProfilingResult>& results) override { inner_->observe(fold_stages(results, stage_of_)); }
+  void observe(const std::vector<ProfilingResult>& results) override {
+    inner_->observe(fold_stages(results, stage_of_));
+  }
   // The inner scheduler sees one folded result per stage: its own record of those is exact.
   nlohmann::json round_record(const std::vector<ProfilingResult>& results) const override {
     return inner_->round_record(fold_stages(results, stage_of_));
@@ -192,7 +199,8 @@ class ThreeDParallel final : public Scheduler {
 
 }  // namespace
 
-std::vector<ProfilingResult> fold_stages(const std::vector<ProfilingResult>& results, const std::vector<int>& stage_of) {
+std::vector<ProfilingResult> fold_stages(const std::vector<ProfilingResult>& results,
+                                         const std::vector<int>& stage_of) {
   std::map<int, std::vector<const ProfilingResult*>> by_stage;
   for (const auto& result : results) {
     if (result.rank < 0 || static_cast<std::size_t>(result.rank) >= stage_of.size())

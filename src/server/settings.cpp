@@ -6,13 +6,22 @@
 namespace perseus::server {
 
 nlohmann::json info_json(const ServerSettings& s) {
-  return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", s.log_level},
-          {"mode", protocol::to_string(s.mode)},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir},
-          {"round_timeout_s", s.round_timeout_s}, {"job_retention_s", s.job_retention_s},
-          {"max_world_size", s.max_world_size}, {"dead_rank_timeout_s", s.dead_rank_timeout_s},
-          {"max_job_idle_s", s.max_job_idle_s}, {"max_jobs", s.max_jobs},
-          {"max_total_ranks", s.max_total_ranks}, {"max_job_entries", s.max_job_entries},
-          {"record_ranks", s.record_ranks}, {"record_rounds", s.record_rounds}};
+  return {{"scheduler", s.scheduler},
+          {"scheduler_args", s.scheduler_args},
+          {"log_level", s.log_level},
+          {"mode", protocol::to_string(s.mode)},
+          {"dump_data", s.dump_data},
+          {"dump_dir", s.dump_dir},
+          {"round_timeout_s", s.round_timeout_s},
+          {"job_retention_s", s.job_retention_s},
+          {"max_world_size", s.max_world_size},
+          {"dead_rank_timeout_s", s.dead_rank_timeout_s},
+          {"max_job_idle_s", s.max_job_idle_s},
+          {"max_jobs", s.max_jobs},
+          {"max_total_ranks", s.max_total_ranks},
+          {"max_job_entries", s.max_job_entries},
+          {"record_ranks", s.record_ranks},
+          {"record_rounds", s.record_rounds}};
 }
 
 std::chrono::steady_clock::duration clamped_duration(double seconds) {
@@ -23,9 +32,11 @@ std::chrono::steady_clock::duration clamped_duration(double seconds) {
 
 nlohmann::json artifact_server_info(const ServerSettings& s) {
   std::string level = s.log_level;
-  std::transform(level.begin(), level.end(), level.begin(), [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-  return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args}, {"log_level", level},
-          {"mode", protocol::to_string(s.mode)},           {"dump_data", s.dump_data},           {"dump_dir", s.dump_dir}};
+  std::transform(level.begin(), level.end(), level.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
+  return {{"scheduler", s.scheduler}, {"scheduler_args", s.scheduler_args},
+          {"log_level", level},       {"mode", protocol::to_string(s.mode)},
+          {"dump_data", s.dump_data}, {"dump_dir", s.dump_dir}};
 }
 
 }  // namespace perseus::server

@@ -53,8 +53,8 @@ struct Rank {
   std::shared_ptr<SimulatedGpu> gpu;
   std::unique_ptr<client::Client> client;
   std::vector<std::string> names;  // the pipe schedule
-  double now = 0;       // simulated seconds
-  double last_end = 0;  // when its last instruction ended (energy is charged up to here)
+  double now = 0;                  // simulated seconds
+  double last_end = 0;             // when its last instruction ended (energy is charged up to here)
   double iteration_energy_start = 0;
   double speed = 1;  // its GPU's time and energy factor (--gpu-speed-spread)
 };
@@ -141,7 +141,8 @@ class Cluster {
 
   struct Window {
     explicit Window(int pipelines)
-        : compute(static_cast<std::size_t>(pipelines)), energy(static_cast<std::size_t>(pipelines)),
+        : compute(static_cast<std::size_t>(pipelines)),
+          energy(static_cast<std::size_t>(pipelines)),
           straggling(static_cast<std::size_t>(pipelines)) {}
     int first = 1, count = 0;
     double time = 0, total_energy = 0;
@@ -175,7 +176,8 @@ class Cluster {
     if (c.num_stages < 1) usage("--stages must be at least 1");
     if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
     if (c.schedule == ScheduleKind::one_f_one_b && c.num_microbatches < c.num_stages)
-      usage(fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.num_microbatches, c.num_stages));
+      usage(
+          fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.num_microbatches, c.num_stages));
     if (c.pipelines < 1) usage("--pipelines must be at least 1");
     if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
     if (static_cast<long long>(c.num_stages) * c.pipelines * c.tensor_parallel > 16384)
@@ -192,15 +194,16 @@ class Cluster {
       usage("--request-timeout must be between 0.01 and 3600 seconds");
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
-        usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines, c.pipelines - 1));
+        usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines,
+                          c.pipelines - 1));
     c.check();
     profile_for_schedule(by_model_stage(c.profile, c.num_stages), c.schedule, c.num_stages, c.num_model_stages());
   }
 
   void build_tables() {  // per model stage
     const int model_stages = config_.num_model_stages();
-    const Profile model =
-        profile_for_schedule(by_model_stage(config_.profile, config_.num_stages), config_.schedule, config_.num_stages, model_stages);
+    const Profile model = profile_for_schedule(by_model_stage(config_.profile, config_.num_stages), config_.schedule,
+                                               config_.num_stages, model_stages);
     tables_.resize(static_cast<std::size_t>(model_stages) * kNumInstructionKinds);
     for (int s = 0; s < model_stages; ++s)
       for (auto kind : kAllInstructionKinds) {
@@ -243,7 +246,8 @@ class Cluster {
         o.inline_controller = true;
         o.switch_over_iteration = config_.time_scale > 0;  // in simulated time it waits for the server instead
         o.clock = [rp] {
-          return SteadyClock::time_point(std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
+          return SteadyClock::time_point(
+              std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
         };
         o.heartbeat_interval = std::chrono::milliseconds(1000);
         o.request_timeout = std::chrono::milliseconds(static_cast<long long>(config_.request_timeout_s * 1000));
@@ -336,7 +340,7 @@ class Cluster {
       out.straggling.push_back(slow != 1);
       t1 = std::max(t1, end);
     }
-    out.time = t1 - t0;  // the gradient synchronisation: everybody waits for the slowest pipeline
+    out.time = t1 - t0;          // the gradient synchronisation: everybody waits for the slowest pipeline
     if (config_.time_scale > 0)  // keep pace with wall time
       std::this_thread::sleep_until(began_ + std::chrono::duration_cast<SteadyClock::duration>(
                                                  std::chrono::duration<double>(config_.time_scale * t1)));
@@ -391,8 +395,11 @@ class Cluster {
 
 StragglerSpec parse_straggler(std::string_view text) {
   auto fail = [&](const std::string& why) -> StragglerSpec {
-    throw Error(fmt::format("--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
-                            text, why), kExitUsage);
+    throw Error(
+        fmt::format(
+            "--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
+            text, why),
+        kExitUsage);
   };
   StragglerSpec spec;
   auto colon = text.find(':');
@@ -410,7 +417,8 @@ StragglerSpec parse_straggler(std::string_view text) {
   std::string factor_text(rest.substr(0, at));
   char* end = nullptr;
   double factor = std::strtod(factor_text.c_str(), &end);
-  if (factor_text.empty() || end != factor_text.c_str() + factor_text.size() || !(factor >= 1) || !std::isfinite(factor) || factor > 100)
+  if (factor_text.empty() || end != factor_text.c_str() + factor_text.size() || !(factor >= 1) ||
+      !std::isfinite(factor) || factor > 100)
     return fail("FACTOR must be a number from 1 to 100");
   spec.factor = factor;
   if (at != std::string_view::npos) {
@@ -428,7 +436,8 @@ StragglerSpec parse_straggler(std::string_view text) {
   return spec;
 }
 
-SimulationSummary simulate_cluster(const SimulationConfig& config, const std::function<void(const WindowReport&)>& on_report) {
+SimulationSummary simulate_cluster(const SimulationConfig& config,
+                                   const std::function<void(const WindowReport&)>& on_report) {
   Cluster cluster(config);
   return cluster.run(on_report);
 }

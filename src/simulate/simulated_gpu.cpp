@@ -8,7 +8,8 @@
 
 namespace perseus::simulate {
 
-SimulatedGpu::SimulatedGpu(std::string name, std::vector<unsigned> clocks) : name_(std::move(name)), clocks_(std::move(clocks)) {
+SimulatedGpu::SimulatedGpu(std::string name, std::vector<unsigned> clocks)
+    : name_(std::move(name)), clocks_(std::move(clocks)) {
   std::sort(clocks_.begin(), clocks_.end(), std::greater<>());
   clocks_.erase(std::unique(clocks_.begin(), clocks_.end()), clocks_.end());
   if (clocks_.empty()) throw std::invalid_argument("a simulated GPU needs at least one clock");
@@ -52,7 +53,8 @@ std::vector<unsigned> SimulatedGpu::supported_memory_clocks(unsigned device) {
 std::vector<unsigned> SimulatedGpu::supported_graphics_clocks(unsigned device, unsigned memory_clock) {
   check_device(device);
   if (memory_clock != kMemoryClock)
-    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument, fmt::format("simulated GPU: no memory clock {}", memory_clock));
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument,
+                        fmt::format("simulated GPU: no memory clock {}", memory_clock));
   return clocks_;
 }
 

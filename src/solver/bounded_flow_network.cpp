@@ -9,8 +9,7 @@ namespace {
 constexpr std::int64_t kUnbounded = std::numeric_limits<std::int64_t>::max() / 8;
 }  // namespace
 
-bool BoundedFlowNetwork::same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source,
-                                   int sink) const {
+bool BoundedFlowNetwork::same_arcs(int num_nodes, const std::vector<BoundedArc>& arcs, int source, int sink) const {
   if (num_nodes != n_ || source != source_ || sink != sink_ || arcs.size() != ends_.size()) return false;
   for (std::size_t i = 0; i < arcs.size(); ++i)
     if (arcs[i].from != ends_[i].first || arcs[i].to != ends_[i].second) return false;
@@ -349,7 +348,8 @@ bool BoundedFlowNetwork::chain_open(int c, bool forward, std::int64_t residual, 
 }
 
 // first_closed's walk, arc by arc.
-int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs, Feasibility rule) const {
+int BoundedFlowNetwork::walk_to_closed(int c, bool forward, const std::vector<BoundedArc>& arcs,
+                                       Feasibility rule) const {
   const std::int64_t f = chains_[c].upper - dinic_.residual(chain_ref_[chain_direction(c, true)]);
   const int begin = member_start_[c], end = member_start_[c + 1];
   for (int k = 0; k < end - begin; ++k) {
@@ -372,7 +372,8 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   forward.clear();
   backward.clear();
   if (chain_ref_.empty()) {
-    for (int edge : chain_edge_) chain_ref_.push_back(dinic_.placed(edge)), chain_ref_.push_back(dinic_.placed(Dinic::reverse(edge)));
+    for (int edge : chain_edge_)
+      chain_ref_.push_back(dinic_.placed(edge)), chain_ref_.push_back(dinic_.placed(Dinic::reverse(edge)));
     end_ref_.resize(ends_at_.size());
     for (std::size_t k = 0; k < ends_at_.size(); ++k) end_ref_[k] = chain_ref_[ends_at_[k]];
   }
@@ -382,7 +383,7 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
   if (searched && rule != Feasibility::exact) {
     for (Dinic::EdgeRef edge : dinic_.residual_side_unit_edges()) {
       const int k = dinic_.label(edge);  // a chain direction
-      if (k < 0) {  // reached by a helper edge: not a search of the chains
+      if (k < 0) {                       // reached by a helper edge: not a search of the chains
         searched = false;
         break;
       }
@@ -393,22 +394,26 @@ void BoundedFlowNetwork::min_cut(const std::vector<BoundedArc>& arcs, Feasibilit
     }
     if (!searched) {
       for (Dinic::EdgeRef edge : dinic_.residual_side_unit_edges())
-        if (const int k = dinic_.label(edge); k >= 0) cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 0;
+        if (const int k = dinic_.label(edge); k >= 0)
+          cut_off_[!is_forward(k) ? chains_[chain_of_direction(k)].from : chains_[chain_of_direction(k)].to] = 0;
       narrowed = false;
     }
   }
   if (narrowed) {
     narrow_side(arcs, rule);
-    cut_edges(arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
-              [&](int v) { return dinic_.on_residual_side(v) && !cut_off_[v]; }, forward, backward);
+    cut_edges(
+        arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
+        [&](int v) { return dinic_.on_residual_side(v) && !cut_off_[v]; }, forward, backward);
     for (int v : cut_off_nodes_) cut_off_[v] = 0;
   } else if (searched) {
-    cut_edges(arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
-              [&](int v) { return dinic_.on_residual_side(v); }, forward, backward);
+    cut_edges(
+        arcs, rule, dinic_.residual_side(), dinic_.residual_side_size(),
+        [&](int v) { return dinic_.on_residual_side(v); }, forward, backward);
   } else {
     search_side(arcs, rule);
-    cut_edges(arcs, rule, side_.data(), static_cast<int>(side_.size()), [&](int v) { return in_side_[v] != 0; },
-              forward, backward);
+    cut_edges(
+        arcs, rule, side_.data(), static_cast<int>(side_.size()), [&](int v) { return in_side_[v] != 0; }, forward,
+        backward);
   }
   std::sort(forward.begin(), forward.end());
   std::sort(backward.begin(), backward.end());
@@ -477,7 +482,8 @@ void BoundedFlowNetwork::search_side(const std::vector<BoundedArc>& arcs, Feasib
     for (int k = ends_start_[u]; k < ends_start_[u + 1]; ++k) {
       const int v = ends_other_[k];
       if (in_side_[v]) continue;
-      if (chain_open(chain_of_direction(ends_at_[k]), is_forward(ends_at_[k]), dinic_.residual(end_ref_[k]), arcs, rule)) {
+      if (chain_open(chain_of_direction(ends_at_[k]), is_forward(ends_at_[k]), dinic_.residual(end_ref_[k]), arcs,
+                     rule)) {
         in_side_[v] = 1;
         side_.push_back(v);
       }
@@ -498,7 +504,7 @@ void BoundedFlowNetwork::cut_edges(const std::vector<BoundedArc>& arcs, Feasibil
       const int k = dinic_.label(edge);
       const bool leaves = is_forward(k);
       const bool other_in = in_side(dinic_.head(edge));
-      if (other_in && !leaves) continue;  // inside: seen from its start
+      if (other_in && !leaves) continue;                     // inside: seen from its start
       if (other_in && dinic_.residual(edge) >= 2) continue;  // inside, every arc open ahead
       const int c = chain_of_direction(k);
       const bool start_in = leaves || other_in, end_in = !leaves || other_in;

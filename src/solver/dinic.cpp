@@ -207,8 +207,7 @@ std::int64_t Dinic::phases(int source, int sink, std::int64_t limit) {
   std::int64_t total = 0;
   reached_count_ = -1;
   while (total < limit && bfs<kFirstOnly>(source, sink)) {
-    if constexpr (kFirstOnly)
-      std::copy(begin_first_.begin(), begin_first_.end(), iter_.begin());
+    if constexpr (kFirstOnly) std::copy(begin_first_.begin(), begin_first_.end(), iter_.begin());
     else
       for (int v = 0; v < num_nodes_; ++v) iter_[v] = first_slot<false>(v);
     const std::int64_t got = dfs<kFirstOnly>(source, sink, limit - total);

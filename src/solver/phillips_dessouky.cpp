@@ -18,7 +18,7 @@ namespace perseus {
 
 namespace {
 
-constexpr double kFpError = 1e-6;  // the reference's flow resolution and cost-change tolerance
+constexpr double kFpError = 1e-6;              // the reference's flow resolution and cost-change tolerance
 constexpr double kInfiniteCapacity = 10000.0;  // the reference's "infinite" arc capacity (J)
 
 // Per (stage, kind): cost model values and flow bounds in 1e-6 units for every duration.
@@ -154,7 +154,7 @@ class Solver {
   }
 
  private:
-  static constexpr std::size_t kWindow = 8;  // points the flows may run ahead of the times
+  static constexpr std::size_t kWindow = 8;       // points the flows may run ahead of the times
   static constexpr std::size_t kGuessAfter = 16;  // points in a row that kept their critical arcs
 
   // What one step changed, for the times worker, and what the worker found for it.
@@ -167,7 +167,7 @@ class Solver {
     int makespan = 0;
     double cost = 0;
     bool cost_summed = false;  // by the flows' thread, which was ahead and had time (see step())
-    bool same = false;  // the critical arcs after the step are those the network is built on
+    bool same = false;         // the critical arcs after the step are those the network is built on
     // The network as the step left it, where the next step's flow was a guess.
     BoundedFlowNetwork::Checkpoint checkpoint;
     bool checkpointed = false;
@@ -248,8 +248,8 @@ class Solver {
   // nearly always), not where they keep changing (zero-bubble schedules, whose critical arcs change
   // at most points).
   bool may_guess() const {
-    return times_worker_->has_thread() && !options_.max_flow_oracle && !rebuild_ &&
-           network_.has_flow() && same_streak_ >= kGuessAfter;
+    return times_worker_->has_thread() && !options_.max_flow_oracle && !rebuild_ && network_.has_flow() &&
+           same_streak_ >= kGuessAfter;
   }
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
@@ -332,10 +332,8 @@ class Solver {
   // no flow meets the bounds. On the arcs of the last point unless they changed (rebuild_).
   bool flow_and_cut() {
     const bool same_arcs = !rebuild_;
-    if (same_arcs)
-      refresh_changed_bounds();
-    else
-      collect_critical_arcs();
+    if (same_arcs) refresh_changed_bounds();
+    else collect_critical_arcs();
     rebuild_ = false;
     if (!solve_flow(same_arcs)) return false;
     find_cut();
@@ -416,9 +414,7 @@ class Solver {
     flow_ = std::move(*flow);
     return true;
   }
-  std::int64_t flow_of(int i) const {
-    return !options_.max_flow_oracle ? network_.flow(i) : flow_[i];
-  }
+  std::int64_t flow_of(int i) const { return !options_.max_flow_oracle ? network_.flow(i) : flow_[i]; }
   Feasibility rule() const {
     return options_.cut_rule == CutRule::reference ? Feasibility::reference : Feasibility::exact;
   }
@@ -452,7 +448,8 @@ class Solver {
         const BoundedArc& arc = arcs_[i];
         const bool forward = arc.from == u;
         const int v = forward ? arc.to : arc.from;
-        const bool open = forward ? residual_open(arc.upper, flow_[i], rule()) : residual_open(flow_[i], arc.lower, rule());
+        const bool open =
+            forward ? residual_open(arc.upper, flow_[i], rule()) : residual_open(flow_[i], arc.lower, rule());
         if (open && !in_cut_[v]) {
           in_cut_[v] = 1;
           side_.push_back(v);
@@ -498,7 +495,7 @@ class Solver {
   std::vector<int> table_of_;
   std::vector<int> duration_;
   std::vector<double> cost_;  // per instruction, at duration_
-  PipelineTimes times_;  // the times worker's: see run()
+  PipelineTimes times_;       // the times worker's: see run()
   std::vector<int> critical_, last_critical_;
   std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
   std::vector<int> changed_;         // arcs whose duration the last step changed
@@ -507,9 +504,9 @@ class Solver {
   std::vector<std::int64_t> initial_flow_, previous_flow_;
   std::vector<std::int64_t> flow_;  // per critical arc, from the oracle (the Dinic path keeps it in network_)
   BoundedFlowNetwork network_;
-  std::vector<int> changed_critical_;  // indices into arcs_ of the arcs the last step changed
-  std::vector<int> speed_up_, slow_down_;  // arcs the cut crosses forward / backward
-  std::vector<char> in_cut_;  // per compact node: on the source side of the cut
+  std::vector<int> changed_critical_;                   // indices into arcs_ of the arcs the last step changed
+  std::vector<int> speed_up_, slow_down_;               // arcs the cut crosses forward / backward
+  std::vector<char> in_cut_;                            // per compact node: on the source side of the cut
   std::vector<int> side_, cut_forward_, cut_backward_;  // per cut: its source side, and the arcs it crosses
   std::vector<int> compact_id_, compact_nodes_;
   const std::int64_t infinite_units_ = to_units(kInfiniteCapacity);
@@ -518,7 +515,7 @@ class Solver {
   std::vector<Record> records_;
   std::size_t pushed_ = 0, consumed_ = 0;
   std::size_t same_streak_ = 0;  // the last points taken that kept their critical arcs
-  bool rebuild_ = true;  // the next flow is solved on the critical arcs found anew
+  bool rebuild_ = true;          // the next flow is solved on the critical arcs found anew
   // Declared last, so that its thread stops before the members its items use go.
   std::unique_ptr<InOrderThread> times_worker_;
 };
@@ -527,17 +524,22 @@ class Solver {
 
 std::string to_string(StopReason reason, const std::string& instruction) {
   switch (reason) {
-    case StopReason::none: return "not solved";
-    case StopReason::interrupted: return "interrupted";
-    case StopReason::no_feasible_flow: return "no feasible flow on the critical subgraph";
-    case StopReason::no_forward_cut_arc: return "no arc crosses the minimum cut forward";
+    case StopReason::none:
+      return "not solved";
+    case StopReason::interrupted:
+      return "interrupted";
+    case StopReason::no_feasible_flow:
+      return "no feasible flow on the critical subgraph";
+    case StopReason::no_forward_cut_arc:
+      return "no arc crosses the minimum cut forward";
     case StopReason::fixed_dependency_in_cut:
       return "the minimum cut crosses a fixed dependency: the iteration cannot get shorter";
     case StopReason::instruction_at_fastest:
       return fmt::format("instruction {} already runs at its fastest clock", instruction);
     case StopReason::instruction_at_slowest:
       return fmt::format("instruction {} already runs at its slowest clock", instruction);
-    case StopReason::negligible_cost_change: return "shortening further changes the cost by less than 1e-6";
+    case StopReason::negligible_cost_change:
+      return "shortening further changes the cost by less than 1e-6";
   }
   return "unknown";
 }
@@ -551,7 +553,8 @@ std::vector<int> Frontier::durations_at(std::size_t point) const {
 
 Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& options) {
   for (const auto& inst : problem.dag.instructions) {
-    const auto index = static_cast<std::size_t>(PlanningProblem::spec_index(model_stage(inst, problem.dag.num_stages), inst.kind));
+    const auto index =
+        static_cast<std::size_t>(PlanningProblem::spec_index(model_stage(inst, problem.dag.num_stages), inst.kind));
     if (index >= problem.specs.size() || !problem.specs[index].model)
       throw Error(fmt::format("planning problem has no {} spec for model stage {}", to_string(inst.kind),
                               model_stage(inst, problem.dag.num_stages)));

@@ -85,16 +85,17 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   const long long instructions =
       (splits_backward(config.schedule) ? 3LL : 2LL) * config.num_stages * config.num_microbatches * virtual_stages;
   if (instructions > kMaxInstructions)
-    throw Error(fmt::format("--stages {} x --microbatches {}{} is {} instructions; the planner handles at most {}",
-                            config.num_stages, config.num_microbatches,
-                            config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
-                            instructions, kMaxInstructions),
-                kExitUsage);
+    throw Error(
+        fmt::format("--stages {} x --microbatches {}{} is {} instructions; the planner handles at most {}",
+                    config.num_stages, config.num_microbatches,
+                    config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
+                    instructions, kMaxInstructions),
+        kExitUsage);
   config.check();
   PlanningProblem problem;
   const int model_stages = config.num_stages * virtual_stages;
-  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
-                                   config.extra_forwards, config.virtual_stages);
+  problem.dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches, config.extra_forwards,
+                                   config.virtual_stages);
   const Profile rows = profile_for_schedule(profile, config.schedule, config.num_stages, model_stages);
   std::vector<bool> used(kNumInstructionKinds * static_cast<std::size_t>(model_stages), false);
   for (const auto& inst : problem.dag.instructions)
@@ -113,16 +114,16 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
       }
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
       spec.options = build_options(rows.rows_for(stage, kind), options_config);
-      const std::string what =
-          fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
+      const std::string what = fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
       const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
       const long long span = slowest.quant_time - spec.options.options().back().quant_time;
       if (span > kMaxUnitsPerInstruction || instructions * slowest.quant_time > 2147483647LL)
-        throw Error(fmt::format("{} at {} MHz takes {} s, {} units of --unit-time {} s: {}; use a larger --unit-time", what,
-                                slowest.frequency, slowest.real_time, slowest.quant_time, config.unit_time,
+        throw Error(fmt::format("{} at {} MHz takes {} s, {} units of --unit-time {} s: {}; use a larger --unit-time",
+                                what, slowest.frequency, slowest.real_time, slowest.quant_time, config.unit_time,
                                 span > kMaxUnitsPerInstruction
                                     ? fmt::format("its clocks span {} units, so a frontier could have that many points "
-                                                  "(at most {})", span, kMaxUnitsPerInstruction)
+                                                  "(at most {})",
+                                                  span, kMaxUnitsPerInstruction)
                                     : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
                                                   instructions * slowest.quant_time)),
                     kExitUsage);

@@ -12,8 +12,7 @@ namespace {
 // UTF-8 an invalid message.
 std::string cut(const std::string& text) { return safe_text(text, kQuoteBytes); }
 
-std::string describe(const std::string& file, std::size_t line, const std::string& field,
-                     const std::string& problem) {
+std::string describe(const std::string& file, std::size_t line, const std::string& field, const std::string& problem) {
   std::string where = file;
   if (line > 0) where += fmt::format(":{}", line);
   if (!field.empty()) return fmt::format("{}: field '{}': {}", where, cut(field), cut(problem));
@@ -21,8 +20,7 @@ std::string describe(const std::string& file, std::size_t line, const std::strin
 }
 }  // namespace
 
-InputError::InputError(const std::string& file, std::size_t line, const std::string& field,
-                       const std::string& problem)
+InputError::InputError(const std::string& file, std::size_t line, const std::string& field, const std::string& problem)
     : Error(describe(file, line, field, problem), kExitDataError) {}
 
 }  // namespace perseus

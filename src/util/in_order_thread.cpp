@@ -75,10 +75,8 @@ void InOrderThread::catch_up(std::size_t count) {
   for (int spin = 1; done() < count && !halted(); ++spin) {
     if (run_published()) continue;
     // The thread is running them: it has a core, so the wait is short.
-    if (spin < 512)
-      spin_pause();
-    else
-      std::this_thread::yield();
+    if (spin < 512) spin_pause();
+    else std::this_thread::yield();
   }
   rethrow_error();
 }

@@ -75,8 +75,7 @@ void check_json_depth(std::string_view text, std::size_t max_depth) {
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > max_depth)
-        throw JsonTooDeep(fmt::format("nested deeper than {} levels at byte {}", max_depth, i));
+      if (++depth > max_depth) throw JsonTooDeep(fmt::format("nested deeper than {} levels at byte {}", max_depth, i));
     } else if ((c == ']' || c == '}') && depth > 0) {
       --depth;
     }

@@ -19,7 +19,9 @@ EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, std::vector<
       }()) {}
 
 EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, EnergyMonitorOptions options)
-    : gpus_(std::move(gpus)), rapl_(std::move(options.rapl)), approx_instant_energy_(options.approx_instant_energy),
+    : gpus_(std::move(gpus)),
+      rapl_(std::move(options.rapl)),
+      approx_instant_energy_(options.approx_instant_energy),
       clock_(std::move(options.clock)) {
   if (!gpus_) throw std::invalid_argument("EnergyMonitor needs a GPU library");
   unsigned count = gpus_->device_count();
@@ -27,7 +29,8 @@ EnergyMonitor::EnergyMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, EnergyMonito
     indices_ = *options.gpu_indices;
     for (unsigned i : indices_)
       if (i >= count)
-        throw std::invalid_argument(fmt::format("GPU index {}: {} GPU{} visible", i, count, count == 1 ? " is" : "s are"));
+        throw std::invalid_argument(
+            fmt::format("GPU index {}: {} GPU{} visible", i, count, count == 1 ? " is" : "s are"));
   } else {
     for (unsigned i = 0; i < count; ++i) indices_.push_back(i);
   }

@@ -15,7 +15,8 @@ PowerMonitor::PowerMonitor(std::shared_ptr<gpu::GpuLibrary> gpus, std::vector<un
   unsigned count = gpus_->device_count();
   for (unsigned i : indices_)
     if (i >= count)
-      throw std::invalid_argument(fmt::format("GPU index {}: {} GPU{} visible", i, count, count == 1 ? " is" : "s are"));
+      throw std::invalid_argument(
+          fmt::format("GPU index {}: {} GPU{} visible", i, count, count == 1 ? " is" : "s are"));
   if (!clock_)
     clock_ = [] { return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count(); };
   for (unsigned i : indices_) samples_[i];
@@ -65,7 +66,8 @@ void PowerMonitor::sample() {
   }
 }
 
-std::vector<PowerSample> PowerMonitor::timeline(unsigned gpu, std::optional<double> start, std::optional<double> end) const {
+std::vector<PowerSample> PowerMonitor::timeline(unsigned gpu, std::optional<double> start,
+                                                std::optional<double> end) const {
   std::lock_guard lock(mutex_);
   std::vector<PowerSample> out;
   auto it = samples_.find(gpu);

@@ -89,7 +89,7 @@ TEST(EnvPipe, ExtraForwardsFollowTheFormula) {
   // capped by M - (S - s) and non-increasing.
   const Profile profile = two_clock_profile(4);
   EXPECT_EQ(envpipe_extra_forwards(profile, 4, 16), (std::vector<int>{3, 2, 1, 0}));
-  EXPECT_EQ(envpipe_extra_forwards(profile, 4, 5), (std::vector<int>{1, 1, 1, 0}));  // M - (S - s)
+  EXPECT_EQ(envpipe_extra_forwards(profile, 4, 5), (std::vector<int>{1, 1, 1, 0}));      // M - (S - s)
   EXPECT_EQ(envpipe_extra_forwards(profile, 4, 16, 1), (std::vector<int>{1, 1, 1, 0}));  // memory
   // Stage 1 heavier: its own R would be larger, but R must not increase down the pipe.
   const Profile heavy = two_clock_profile(4, 1, 4);

@@ -102,14 +102,16 @@ TEST_F(Cli, ZeusPlansExportReadAndEmulate) {
   EXPECT_EQ(zeus["instructions"][3][0], "forward");
   // --microbatches comes from the plan's forwards.
   auto emulated_zeus = run("emulate " + example_ + " --stages 4 --p2p-power 75 --plan " + zeus_plan);
-  auto emulated_py = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --plan " + py_dir + "/freqs_pipeline_00003.py");
+  auto emulated_py = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --plan " + py_dir +
+                         "/freqs_pipeline_00003.py");
   ASSERT_EQ(emulated_zeus.code, 0) << emulated_zeus.output;
   auto numbers = [](const std::string& text) { return text.substr(text.find("iteration time")); };
   EXPECT_EQ(numbers(emulated_zeus.output), numbers(emulated_py.output));
   // A plan that names another order than the emulated schedule's is refused, naming the slot.
   r = run("emulate " + example_ + " --stages 4 --p2p-power 75 --schedule gpipe --plan " + zeus_plan);
   EXPECT_EQ(r.code, 65) << r.output;
-  EXPECT_NE(r.output.find("the plan names a backward where the gpipe schedule runs a forward"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("the plan names a backward where the gpipe schedule runs a forward"), std::string::npos)
+      << r.output;
 }
 
 // Zeus's server settings (ZEUS_PFO_*) configure `perseus serve` when neither a flag nor
@@ -130,10 +132,11 @@ TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
   EXPECT_NE(docs.output.find("'%05d' in Zeus's docs stands for a plan's number"), std::string::npos) << docs.output;
   // A malformed plan stops the server at start with a usage error naming the file and line.
   const std::string bad = write("freqs_pipeline_00001.py", "[\n[('forward', 1410)],\n[('forward', x)],\n]\n");
-  auto malformed = run("serve --scheduler PointSolution --port 0",
-                       "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + bad + "\"}'");
+  auto malformed =
+      run("serve --scheduler PointSolution --port 0", "ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + bad + "\"}'");
   EXPECT_EQ(malformed.code, 64) << malformed.output;
-  EXPECT_NE(malformed.output.find("freqs_pipeline_00001.py:3: expected a clock"), std::string::npos) << malformed.output;
+  EXPECT_NE(malformed.output.find("freqs_pipeline_00001.py:3: expected a clock"), std::string::npos)
+      << malformed.output;
 
   // With a real plan the server starts with Zeus's settings.
   const std::string good = write("freqs_pipeline_00002.py", "[\n[('forward', 1410), ('backward', 1410)],\n]\n");
@@ -147,13 +150,16 @@ TEST_F(Cli, ZeusEnvironmentVariablesConfigureTheServer) {
   EXPECT_NE(no_records.output.find("no records"), std::string::npos) << no_records.output;
   // Zeus's documented command gives only the scheduler's arguments: Zeus's default scheduler,
   // PointSolution, then; and Zeus reads its settings' names in any case.
-  auto zeus_default = run("serve --port 0", "timeout --foreground -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" +
-                                                good + "\"}' ZEUS_PFO_DUMP_DIR=" + records);
-  EXPECT_NE(zeus_default.output.find("scheduler PointSolution, mode frequency"), std::string::npos) << zeus_default.output;
+  auto zeus_default =
+      run("serve --port 0", "timeout --foreground -s INT 1 env ZEUS_PFO_SCHEDULER_ARGS='{\"solution_path\": \"" + good +
+                                "\"}' ZEUS_PFO_DUMP_DIR=" + records);
+  EXPECT_NE(zeus_default.output.find("scheduler PointSolution, mode frequency"), std::string::npos)
+      << zeus_default.output;
   auto lower = run("serve", "zeus_pfo_scheduler=Nope");
   EXPECT_NE(lower.output.find("unknown scheduler 'Nope'"), std::string::npos) << lower.output;
-  auto lower_args = run("serve --port 0", "timeout --foreground -s INT 1 env zeus_pfo_scheduler_args='{\"solution_path\": \"" +
-                                              good + "\"}' zeus_pfo_dump_dir=" + records);
+  auto lower_args =
+      run("serve --port 0", "timeout --foreground -s INT 1 env zeus_pfo_scheduler_args='{\"solution_path\": \"" + good +
+                                "\"}' zeus_pfo_dump_dir=" + records);
   EXPECT_NE(lower_args.output.find("scheduler PointSolution, mode frequency, records in " + records), std::string::npos)
       << lower_args.output;
 }
@@ -163,20 +169,24 @@ TEST_F(Cli, PowerLimitSchedulersSetTheMode) {
   auto contradiction = run("serve --scheduler ZeusGlobalPowerLimit --mode frequency");
   EXPECT_EQ(contradiction.code, 64);
   EXPECT_NE(contradiction.output.find("contradicts scheduler ZeusGlobalPowerLimit, which sets power limits"),
-            std::string::npos) << contradiction.output;
+            std::string::npos)
+      << contradiction.output;
   EXPECT_EQ(run("serve --scheduler AllMaxFrequency", "PERSEUS_MODE='power limit'").code, 64);
   auto started = run("serve --scheduler AllMaxPowerLimit3D --port 0 --no-dump", "timeout --foreground -s INT 1");
   EXPECT_NE(started.output.find("scheduler AllMaxPowerLimit3D, mode power limit"), std::string::npos) << started.output;
-  auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump", "timeout --foreground -s INT 1");
+  auto either = run("serve --scheduler InstructionProfiler --mode 'power limit' --port 0 --no-dump",
+                    "timeout --foreground -s INT 1");
   EXPECT_NE(either.output.find("mode power limit"), std::string::npos) << either.output;
 }
 
 // Inputs at the planner's limits: each is a clear error naming the limit, or works.
 TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
-  const std::string base = example_ + " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o").string();
+  const std::string base =
+      example_ + " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o").string();
   auto tiny_unit = run("optimize " + base + " --unit-time 1e-12");  // durations became -2147483648
   EXPECT_EQ(tiny_unit.code, 64) << tiny_unit.output;
-  EXPECT_NE(tiny_unit.output.find("beyond the planner's 2^31-1 time units; use a larger --unit-time"), std::string::npos);
+  EXPECT_NE(tiny_unit.output.find("beyond the planner's 2^31-1 time units; use a larger --unit-time"),
+            std::string::npos);
   auto huge = run("optimize " + example_ + " --stages 4 --microbatches 2147483647 --p2p-power 75 --quiet --out " +
                   (dir_ / "o2").string());  // was std::bad_alloc
   EXPECT_EQ(huge.code, 64);
@@ -188,14 +198,17 @@ TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
   auto hang = run("optimize " + write("slow.csv", slow) + " --stages 1 --microbatches 1 --p2p-power 75 --quiet --out " +
                   (dir_ / "o3").string());  // used to run for ever
   EXPECT_EQ(hang.code, 64);
-  EXPECT_NE(hang.output.find("its clocks span 500000000 units, so a frontier could have that many points"), std::string::npos) << hang.output;
+  EXPECT_NE(hang.output.find("its clocks span 500000000 units, so a frontier could have that many points"),
+            std::string::npos)
+      << hang.output;
   // A UTF-8 byte-order mark, as spreadsheets write, is accepted as pandas accepts it.
   auto bom = run("optimize " + write("bom.csv", "\xEF\xBB\xBF" + perseus::read_file(example_)) +
                  " --stages 4 --microbatches 6 --p2p-power 75 --quiet --out " + (dir_ / "o4").string());
   EXPECT_EQ(bom.code, 0) << bom.output;
   // A 10 MB field is not echoed whole.
-  auto long_field = run("optimize " + write("long.csv", "stage,instruction,frequency,time,energy\n0,forward,1410," +
-                                                             std::string(10'000'000, 'x') + ",1\n") +
+  auto long_field = run("optimize " +
+                        write("long.csv", "stage,instruction,frequency,time,energy\n0,forward,1410," +
+                                              std::string(10'000'000, 'x') + ",1\n") +
                         " --stages 1 --microbatches 1 --p2p-power 75 --out " + (dir_ / "o5").string());
   EXPECT_EQ(long_field.code, 65);
   EXPECT_LT(long_field.output.size(), 1000u);
@@ -207,16 +220,18 @@ TEST_F(Cli, StatusShowsTheJobsOfARunningServer) {
   ASSERT_NE(serve.port, 0);
   const std::string url = serve.url();
   perseus::client::HttpClient http(url);
-  auto registered = http.request("POST", "/register_job",
-                                 R"({"pp_degree": 2, "dp_degree": 1, "tp_degree": 1, "world_size": 2, "job_metadata": "demo"})",
-                                 std::chrono::seconds(5));
+  auto registered =
+      http.request("POST", "/register_job",
+                   R"({"pp_degree": 2, "dp_degree": 1, "tp_degree": 1, "world_size": 2, "job_metadata": "demo"})",
+                   std::chrono::seconds(5));
   ASSERT_EQ(registered.status, 200) << registered.body;
   const std::string id = nlohmann::json::parse(registered.body).get<std::string>();
   auto all = run("status --server " + url);
   EXPECT_EQ(all.code, 0) << all.output;
   EXPECT_NE(all.output.find("job " + id), std::string::npos) << all.output;
   EXPECT_NE(all.output.find("scheduler AllMaxFrequency (zeus client), registering, round 0, 0/2 ranks registered"),
-            std::string::npos) << all.output;
+            std::string::npos)
+      << all.output;
   auto one = run("status --server " + url + " '" + id + "' --json");
   ASSERT_EQ(one.code, 0) << one.output;
   EXPECT_EQ(nlohmann::json::parse(one.output)["phase"], "registering");
@@ -256,17 +271,20 @@ TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
                                 "0,backward,1400,0.020,60\n0,backward,1200,0.024,56\n0,backward,1000,0.030,54\n");
   // Three Pareto clocks cannot fix an exponential: the strict reference mode refuses, the default
   // (auto) falls back to piecewise-linear there, says so and records it.
-  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model exp --out " + (dir_ / "y").string());
+  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model exp --out " +
+          (dir_ / "y").string());
   EXPECT_EQ(r.code, 65);
   EXPECT_NE(r.output.find("use --cost-model auto or pwl"), std::string::npos) << r.output;
   r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --out " + (dir_ / "y").string());
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("piecewise-linear where the exponential fit failed (stage 0 forward, stage 0 backward)"),
-            std::string::npos) << r.output;
+            std::string::npos)
+      << r.output;
   auto plans = nlohmann::json::parse(perseus::read_file(dir_ / "y" / "plans.json"));
   EXPECT_EQ(plans["cost_model"], "auto");
   EXPECT_EQ(plans["cost_models"][1], nlohmann::json({{"stage", 0}, {"instruction", "backward"}, {"model", "pwl"}}));
-  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model pwl --quiet --out " + (dir_ / "y").string());
+  r = run("optimize " + few + " --stages 1 --microbatches 2 --p2p-power 10 --cost-model pwl --quiet --out " +
+          (dir_ / "y").string());
   EXPECT_EQ(r.code, 0) << r.output;
 }
 
@@ -318,7 +336,8 @@ TEST_F(Cli, EmulateBadInputs) {
   const std::string plan = write("bad.py", "[[1410, 1410], [1410]]\n");
   auto r = run("emulate " + pipe + " --plan " + plan);
   EXPECT_EQ(r.code, 65) << r.output;
-  EXPECT_NE(r.output.find("bad.py: the plan has clocks for 2 stages, the pipeline has 4"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bad.py: the plan has clocks for 2 stages, the pipeline has 4"), std::string::npos)
+      << r.output;
   std::string rows;
   for (int s = 0; s < 4; ++s) {
     rows.append("[").append(s == 2 ? "1234" : "1410");
@@ -370,8 +389,10 @@ TEST_F(Cli, UsageErrorsNameTheFlagWhatItMustBeAndWhatWasGiven) {
   EXPECT_TRUE(has(unchecked, "--stages must be an integer, got '4.5'")) << unchecked.output;
   auto schedule = run("optimize " + example_ + " --stages 4" + shape + " --schedule gpip");
   EXPECT_EQ(schedule.code, 64);
-  EXPECT_TRUE(has(schedule, "--schedule must be one of 1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev, envpipe, got "
-                            "'gpip'; did you mean 'gpipe'?")) << schedule.output;
+  EXPECT_TRUE(has(schedule,
+                  "--schedule must be one of 1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev, envpipe, got "
+                  "'gpip'; did you mean 'gpipe'?"))
+      << schedule.output;
   EXPECT_EQ(run("optimize " + example_ + " --stages 4" + shape + " --quiet").code, 0);
 }
 
@@ -388,7 +409,8 @@ TEST_F(Cli, UnknownCommandsAndOptionsGetTheNearestKnownOne) {
 
   auto option = run("optimize " + example_ + " --stage 4 --microbatches 6 --p2p-power 75 --out x");
   EXPECT_EQ(option.code, 64);
-  EXPECT_TRUE(has(option, "perseus optimize: error: unknown option '--stage'; did you mean '--stages'?")) << option.output;
+  EXPECT_TRUE(has(option, "perseus optimize: error: unknown option '--stage'; did you mean '--stages'?"))
+      << option.output;
   EXPECT_FALSE(has(option, "unexpected argument '4'")) << option.output;  // the unknown option's value
   auto assigned = run("serve --prot=7787");
   EXPECT_EQ(assigned.code, 64);
@@ -444,7 +466,8 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   EXPECT_NE(env.output.find("--log-level"), std::string::npos);
   // Environment fallback: PERSEUS_SCHEDULER is read when --scheduler is not given.
   const fs::path log = dir_ / "env.log";
-  const std::string command = "PERSEUS_SCHEDULER=Nope " + std::string(PERSEUS_BINARY) + " serve > " + log.string() + " 2>&1";
+  const std::string command =
+      "PERSEUS_SCHEDULER=Nope " + std::string(PERSEUS_BINARY) + " serve > " + log.string() + " 2>&1";
   EXPECT_NE(std::system(command.c_str()), 0);
   EXPECT_NE(perseus::read_file(log).find("unknown scheduler 'Nope'"), std::string::npos);
 
@@ -481,7 +504,8 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
                                   open_log.string() + " 2>&1 & for i in $(seq 200); do grep -q listening " +
                                   open_log.string() + " && break; sleep 0.05; done; kill $!; wait";
   EXPECT_EQ(std::system(open_server.c_str()), 0);
-  EXPECT_NE(perseus::read_file(open_log).find("without --token-file"), std::string::npos) << perseus::read_file(open_log);
+  EXPECT_NE(perseus::read_file(open_log).find("without --token-file"), std::string::npos)
+      << perseus::read_file(open_log);
 }
 
 }  // namespace
@@ -499,7 +523,8 @@ std::vector<nlohmann::json> json_lines(const std::string& text) {
 // perseus whatif's saving of the pipelines that are not the straggler at T'/T = 1: the plan planned
 // from the full profile, intrinsic (no straggler to use).
 double intrinsic_saving(const std::string& profile) {
-  auto r = run("whatif " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --slowdowns 1 "
+  auto r = run("whatif " + profile +
+               " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --slowdowns 1 "
                "--baselines all-max");
   EXPECT_EQ(r.code, 0) << r.output;
   std::istringstream in(r.output);
@@ -537,8 +562,10 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   ASSERT_NE(serve.port, 0);
   // 700 iterations: the server's saving and slowdown cover the last 60 rounds (300 iterations), past
   // the straggler and the rounds its recovery takes to detect.
-  auto r = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 700 "
-               "--report-every 50 --straggler 1:1.2@201-300 --json --server " + serve.url());
+  auto r = run("simulate " + profile +
+               " --stages 8 --microbatches 12 --p2p-power 83.64 --pipelines 2 --iterations 700 "
+               "--report-every 50 --straggler 1:1.2@201-300 --json --server " +
+               serve.url());
   ASSERT_EQ(r.code, 0) << r.output;
   auto lines = json_lines(r.output);
   ASSERT_EQ(lines.size(), 15u) << r.output;  // 14 reports and the summary
@@ -549,17 +576,23 @@ TEST_F(Cli, TurnkeyServeAndSimulateEndToEnd) {
   EXPECT_EQ(server["end_detail"], "[profiling-done] training finished: every rank closed its client");
   EXPECT_NEAR(server["saving"].get<double>(), intrinsic_saving(profile), 0.01) << server.dump();
   EXPECT_LE(server["slowdown"].get<double>(), 0.005);
-  auto energy = [&](int window, int pipeline) { return lines[window]["report"]["pipelines"][pipeline]["energy"].get<double>(); };
-  EXPECT_LT(energy(5, 0), 0.95 * energy(3, 0));  // iterations 251-300: slowed to the straggler
+  auto energy = [&](int window, int pipeline) {
+    return lines[window]["report"]["pipelines"][pipeline]["energy"].get<double>();
+  };
+  EXPECT_LT(energy(5, 0), 0.95 * energy(3, 0));   // iterations 251-300: slowed to the straggler
   EXPECT_NEAR(energy(7, 0), energy(3, 0), 1e-6);  // 351-400: back to the target plan
   bool detected = false;
   for (const auto& d : server["decisions"]) detected = detected || d["event"] == "straggler detected";
   EXPECT_TRUE(detected) << server["decisions"].dump();
 
   // A job that is still training: tell it about a straggler, see it, clear it.
-  const pid_t trainer = perseus::testing::spawn(
-      dir_, std::string(PERSEUS_BINARY) + " simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 "
-      "--pipelines 2 --iterations 100000000 --report-every 1000000 --server " + serve.url(), "trainer");
+  const pid_t trainer =
+      perseus::testing::spawn(dir_,
+                              std::string(PERSEUS_BINARY) + " simulate " + profile +
+                                  " --stages 8 --microbatches 12 --p2p-power 83.64 "
+                                  "--pipelines 2 --iterations 100000000 --report-every 1000000 --server " +
+                                  serve.url(),
+                              "trainer");
   std::string job;
   for (int i = 0; i < 1000 && job.empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -595,7 +628,8 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   const std::string shape = " --stages 8 --microbatches 12 --p2p-power 83.64 --server " + serve.url();
   auto r = run("simulate " + profile + shape + " --pipelines 2 --iterations 20 --report-every 10");
   ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("iterations 1-10: 2.8365 s and 14678.0 J per iteration (all GPUs)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("iterations 1-10: 2.8365 s and 14678.0 J per iteration (all GPUs)"), std::string::npos)
+      << r.output;
   EXPECT_NE(r.output.find("  pipeline 1: compute 2.8365 s, 7339.0 J"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("summary: 20 iterations (ran 20 iterations)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("server: done (AllMaxFrequency), round 4"), std::string::npos) << r.output;
@@ -609,7 +643,8 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   ASSERT_FALSE(lines.empty());
   EXPECT_NE(lines.back()["summary"]["ended"].get<std::string>().find("interrupted after"), std::string::npos);
 
-  auto gone = run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --server http://127.0.0.1:1");
+  auto gone =
+      run("simulate " + profile + " --stages 8 --microbatches 12 --p2p-power 83.64 --server http://127.0.0.1:1");
   EXPECT_EQ(gone.code, 66) << gone.output;
   EXPECT_NE(gone.output.find("perseus serve"), std::string::npos) << gone.output;
   auto bad = run("simulate " + profile + shape + " --straggler 5:1.2");
@@ -640,7 +675,8 @@ TEST_F(Cli, RecomputeIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   ASSERT_EQ(by_record.code, 0) << by_record.output;
   EXPECT_EQ(by_record.output, by_flag.output);
   auto plain = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --baseline all-max");
-  auto recomputed = run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --baseline all-max --recompute");
+  auto recomputed =
+      run("emulate " + example_ + " --stages 4 --microbatches 6 --p2p-power 75 --baseline all-max --recompute");
   ASSERT_EQ(recomputed.code, 0) << recomputed.output;
   EXPECT_NE(plain.output, recomputed.output);
 }
@@ -650,8 +686,10 @@ TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   const std::string profile = (dir_ / "eight.csv").string();
   ASSERT_EQ(run("synth-profile --stages 8 --out " + profile).code, 0);
   const std::string out = (dir_ / "il").string();
-  auto r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
-               "--p2p-power 70 --quiet --out " + out);
+  auto r = run("optimize " + profile +
+               " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
+               "--p2p-power 70 --quiet --out " +
+               out);
   ASSERT_EQ(r.code, 0) << r.output;
   const auto meta = nlohmann::json::parse(perseus::read_file(out + "/plans.json"));
   EXPECT_EQ(meta["schedule"], "interleaved");
@@ -676,7 +714,8 @@ TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("zeus-stage"), std::string::npos);
   // Planning in-process gives the same report.
-  auto in_process = run("whatif " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
+  auto in_process = run("whatif " + profile +
+                        " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 8 "
                         "--p2p-power 70 --pipelines 4");
   ASSERT_EQ(in_process.code, 0) << in_process.output;
   EXPECT_EQ(in_process.output.substr(in_process.output.find("all-max")), r.output.substr(r.output.find("all-max")));
@@ -684,21 +723,27 @@ TEST_F(Cli, InterleavedIsPlannedRecordedAndFollowedByTheFrontiersReaders) {
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(perseus::read_file(dir_ / "t.svg").find("F7c1"), std::string::npos);
   // Megatron-LM's requirements, and the profile's model stages, are checked with clear errors.
-  r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 6 --p2p-power 70 "
-          "--quiet --out " + out + "2");
+  r = run("optimize " + profile +
+          " --stages 4 --schedule interleaved --virtual-stages 2 --microbatches 6 --p2p-power 70 "
+          "--quiet --out " +
+          out + "2");
   EXPECT_EQ(r.code, 64);
   EXPECT_NE(r.output.find("multiple of the stages"), std::string::npos) << r.output;
-  r = run("optimize " + profile + " --stages 4 --schedule interleaved --virtual-stages 3 --microbatches 8 --p2p-power 70 "
-          "--quiet --out " + out + "2");
+  r = run("optimize " + profile +
+          " --stages 4 --schedule interleaved --virtual-stages 3 --microbatches 8 --p2p-power 70 "
+          "--quiet --out " +
+          out + "2");
   EXPECT_EQ(r.code, 65);
   EXPECT_NE(r.output.find("stage 8"), std::string::npos) << r.output;
-  r = run("optimize " + profile + " --stages 8 --virtual-stages 2 --microbatches 8 --p2p-power 70 --quiet --out " + out + "2");
+  r = run("optimize " + profile + " --stages 8 --virtual-stages 2 --microbatches 8 --p2p-power 70 --quiet --out " +
+          out + "2");
   EXPECT_EQ(r.code, 64);
   EXPECT_NE(r.output.find("needs --schedule interleaved"), std::string::npos) << r.output;
 }
 
 TEST_F(Cli, WhatIfMetersWithThePapersConventionOnRequest) {
-  const std::string shape = " --stages 4 --microbatches 6 --p2p-power 75 --pipelines 8 --slowdowns 1,1.2 --baselines zeus-global";
+  const std::string shape =
+      " --stages 4 --microbatches 6 --p2p-power 75 --pipelines 8 --slowdowns 1,1.2 --baselines zeus-global";
   auto ours = run("whatif " + example_ + shape);
   auto paper = run("whatif " + example_ + shape + " --convention paper --out " + (dir_ / "paper.csv").string());
   ASSERT_EQ(ours.code, 0) << ours.output;
@@ -730,9 +775,10 @@ TEST_F(Cli, OptimizeThreadsGiveTheSameFrontier) {
 // A profile that admits no frontier (one clock per stage and instruction; energies so large that
 // they do not add up) is a failed computation (exit 1) saying why, with nothing written.
 TEST_F(Cli, OptimizeWithNoFrontierFailsSayingWhy) {
-  const std::string one_clock = write("one.csv", "stage,instruction,frequency,time,energy\n"
-                                                 "0,forward,1410,0.010,2.0\n0,backward,1410,0.020,4.0\n"
-                                                 "1,forward,1410,0.010,2.0\n1,backward,1410,0.020,4.0\n");
+  const std::string one_clock = write("one.csv",
+                                      "stage,instruction,frequency,time,energy\n"
+                                      "0,forward,1410,0.010,2.0\n0,backward,1410,0.020,4.0\n"
+                                      "1,forward,1410,0.010,2.0\n1,backward,1410,0.020,4.0\n");
   auto r = run("optimize " + one_clock + " --stages 2 --microbatches 2 --p2p-power 75 --quiet --out " +
                (dir_ / "one").string());
   EXPECT_EQ(r.code, 1) << r.output;

@@ -115,10 +115,10 @@ TEST(EndToEnd, ProfileOptimizeAndDeployAPlan) {
   EXPECT_TRUE(fs::exists(job / "16.prof.json"));
 
   // 2. Plan.
-  std::string optimize = fmt::format("{} optimize '{}' --stages {} --microbatches {} --p2p-power 80 --unit-time 0.0005 --cost-model pwl "
-                                     "--out '{}' -q",
-                                     PERSEUS_BINARY, (job / "profile.csv").string(), kStages, kMicrobatches,
-                                     (dir / "frontier").string());
+  std::string optimize = fmt::format(
+      "{} optimize '{}' --stages {} --microbatches {} --p2p-power 80 --unit-time 0.0005 --cost-model pwl "
+      "--out '{}' -q",
+      PERSEUS_BINARY, (job / "profile.csv").string(), kStages, kMicrobatches, (dir / "frontier").string());
   ASSERT_EQ(std::system(optimize.c_str()), 0);
   FrontierRecord record = read_frontier_record(dir / "frontier");
   ASSERT_GE(record.points.size(), 2u);
@@ -132,7 +132,8 @@ TEST(EndToEnd, ProfileOptimizeAndDeployAPlan) {
   // 3. Deploy: one warm-up round at the top clock, then the plan for two iterations.
   {
     Serve serve(dir / "deploy", "PointSolution",
-                fmt::format(R"({{"solution_path": "{}", "index": {}, "warmup_iters": 1}})", (dir / "frontier").string(), index));
+                fmt::format(R"({{"solution_path": "{}", "index": {}, "warmup_iters": 1}})", (dir / "frontier").string(),
+                            index));
     ASSERT_NE(serve.port, 0);
     auto codes = train(dir / "deploy", serve.port, 4, "run");
     EXPECT_EQ(codes, std::vector<int>(kStages, 0));
@@ -141,7 +142,8 @@ TEST(EndToEnd, ProfileOptimizeAndDeployAPlan) {
   json sched = json::parse(read_file(deployed / "1.sched.json"));
   for (int s = 0; s < kStages; ++s) {
     // Server side: round 1 handed out the plan's clocks (this 1F1B schedule has only F/B).
-    EXPECT_EQ(sched[s]["power_states"].get<std::vector<int>>(), plan.frequencies[static_cast<std::size_t>(s)]) << "stage " << s;
+    EXPECT_EQ(sched[s]["power_states"].get<std::vector<int>>(), plan.frequencies[static_cast<std::size_t>(s)])
+        << "stage " << s;
     // GPU side: top clock for the warm-up round, then the plan's clock at every instruction
     // change of both iterations, then a reset.
     std::vector<int> expected = {1410};

@@ -39,7 +39,8 @@ TEST_F(ClientTest, EachInstructionRunsAtItsScheduledClock) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   {
     client::Client c(options(server.url, gpu));
-    EXPECT_EQ(c.pipe_schedule(), (std::vector<std::string>{"forward", "backward", "forward", "backward"}));  // 1F1B, one stage
+    EXPECT_EQ(c.pipe_schedule(),
+              (std::vector<std::string>{"forward", "backward", "forward", "backward"}));  // 1F1B, one stage
     EXPECT_EQ(gpu->current_memory_clock(0), 1593u);  // memory clock locked at its top
     for (int step = 0; step < 2; ++step) {
       c.on_step_begin();
@@ -151,9 +152,11 @@ TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRan
   // Another process cannot change the job without it, and can with it.
   client::HttpClient other_process(server.url);
   std::string target = "/heartbeat/" + client::encode_path_segment(c0.job_id());
-  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status, 403);
+  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status,
+            403);
   other_process.set_job_secret(c0.job_secret());
-  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status, 200);
+  EXPECT_EQ(other_process.request("POST", target, R"({"rank": 0, "progress": 1})", std::chrono::seconds(5)).status,
+            200);
 }
 
 // Runs one iteration of `names`, returning the GPU clock each instruction ran at.
@@ -234,7 +237,8 @@ TEST_F(ClientTest, FewerOrMoreInstructionsThanRegisteredAreAMismatchToo) {
 // retry_for, and only then gives up (here: raises, since fail_open is off).
 TEST_F(ClientTest, AServerThatGoesAwayIsRetriedForAWhileAndTrainingContinues) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
-  auto server = std::make_unique<TestServer>(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  auto server =
+      std::make_unique<TestServer>(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
   auto o = options(server->url, gpu);
   o.report_every = 1;
   o.retry_for = std::chrono::minutes(10);
@@ -362,7 +366,8 @@ TEST_F(ClientTest, AForkedChildsSignalLeavesItsParentsClocksAlone) {
   auto resets = [&] {
     std::string text = read_file(log);
     std::size_t count = 0;
-    for (auto at = text.find("ResetGpuLockedClocks"); at != std::string::npos; at = text.find("ResetGpuLockedClocks", at + 1))
+    for (auto at = text.find("ResetGpuLockedClocks"); at != std::string::npos;
+         at = text.find("ResetGpuLockedClocks", at + 1))
       ++count;
     return count;
   };

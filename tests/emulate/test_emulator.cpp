@@ -168,8 +168,10 @@ TEST(Emulator, InterleavedHandComputedCriticalPath) {
   std::string csv = "stage,chunk,instruction,frequency,time,energy\n";
   for (int s = 0; s < 2; ++s)
     for (int c = 0; c < 2; ++c)
-      csv += fmt::format("{0},{1},forward,1000,1,10\n{0},{1},forward,500,2,8\n{0},{1},backward,1000,2,20\n"
-                         "{0},{1},backward,500,4,16\n", s, c);
+      csv += fmt::format(
+          "{0},{1},forward,1000,1,10\n{0},{1},forward,500,2,8\n{0},{1},backward,1000,2,20\n"
+          "{0},{1},backward,500,4,16\n",
+          s, c);
   const Emulator chunked(parse_profile(csv, "chunks.csv"), config);
   EXPECT_DOUBLE_EQ(chunked.run(all_max).iteration_time, 15);
   // A slower chunk 1 on stage 1 (model stage 3) is found under its model stage.
@@ -178,7 +180,8 @@ TEST(Emulator, InterleavedHandComputedCriticalPath) {
 }
 
 TEST(Judge, InterleavedFrontierPlansEmulateAsPredicted) {
-  const auto problem = fixtures::synthetic_problem(2, 4, 0.0, 3, CostModelKind::exponential, ScheduleKind::interleaved, 2);
+  const auto problem =
+      fixtures::synthetic_problem(2, 4, 0.0, 3, CostModelKind::exponential, ScheduleKind::interleaved, 2);
   const auto frontier = solve_frontier(problem);
   const auto record = make_frontier_record(problem, frontier, {"synthetic.csv", "exp"});
   EXPECT_EQ(record.virtual_stages, 2);
@@ -248,7 +251,8 @@ TEST(Recomputation, BackwardsGetTheirForwardsTimeAndEnergyAtTheSameClock) {
   EXPECT_DOUBLE_EQ(Emulator(profile, config).run(top).iteration_time, 9.0);  // without (B = 2): ... B1[7,9]
 
   const Profile missing = parse_profile(
-      "stage,instruction,frequency,time,energy\n0,forward,1410,1,1\n0,backward,1410,2,2\n0,backward,1200,3,3\n", "m.csv");
+      "stage,instruction,frequency,time,energy\n0,forward,1410,1,1\n0,backward,1410,2,2\n0,backward,1200,3,3\n",
+      "m.csv");
   try {
     (void)with_recomputation(missing);
     ADD_FAILURE() << "a backward without its forward's clock was accepted";

@@ -90,8 +90,7 @@ TEST(BoundsFaults, UnauthenticatedLargeBodiesDoNotGrowTheServer) {
       if (fd < 0) return;
       std::string chunk(1u << 20, 'x');
       if (send_all(fd, fmt::format("POST /result/x HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n", kBody)))
-        for (std::size_t sent = 0; sent < kBody && send_all(fd, chunk); sent += chunk.size()) {
-        }
+        for (std::size_t sent = 0; sent < kBody && send_all(fd, chunk); sent += chunk.size()) {}
       char head[16] = {};
       if (::recv(fd, head, 12, 0) == 12 && std::string(head, 12) == "HTTP/1.1 401") ++refused;
       ::close(fd);
@@ -110,8 +109,8 @@ TEST(BoundsFaults, BogusJobsOfHugeWorldSizesAreRefusedOrSmall) {
   ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump");
   ASSERT_NE(serve.port, 0);
   long before = memory_kb(serve.pid, "VmRSS");
-  json job = {{"job_id", ""},         {"pp_degree", 16},     {"dp_degree", 1024},           {"tp_degree", 8},
-              {"world_size", 131072}, {"framework", "x"},    {"model_name", "bogus"},       {"partition_method", "x"},
+  json job = {{"job_id", ""},         {"pp_degree", 16},      {"dp_degree", 1024},     {"tp_degree", 8},
+              {"world_size", 131072}, {"framework", "x"},     {"model_name", "bogus"}, {"partition_method", "x"},
               {"microbatch_size", 1}, {"num_microbatches", 1}};
   client::HttpClient http(serve.url());
   int accepted = 0, refused = 0;
@@ -121,8 +120,9 @@ TEST(BoundsFaults, BogusJobsOfHugeWorldSizesAreRefusedOrSmall) {
     refused += reply.status == 503;
   }
   long peak = memory_kb(serve.pid, "VmHWM");
-  std::cout << "40 bogus jobs of 131,072 ranks: " << accepted << " accepted, " << refused << " refused (503); server RSS "
-            << before / 1024 << " MB before, peak " << peak / 1024 << " MB (growth " << (peak - before) / 1024 << " MB)\n";
+  std::cout << "40 bogus jobs of 131,072 ranks: " << accepted << " accepted, " << refused
+            << " refused (503); server RSS " << before / 1024 << " MB before, peak " << peak / 1024 << " MB (growth "
+            << (peak - before) / 1024 << " MB)\n";
   EXPECT_EQ(accepted + refused, 40);
   EXPECT_LE(peak - before, 200 * 1024) << "kB";
   EXPECT_EQ(http.request("GET", "/info", "", 5s).status, 200);
@@ -148,7 +148,8 @@ TEST(BoundsFaults, OnePeerCannotTakeEveryConnection) {
   for (int fd : hog) ::close(fd);
   std::istringstream log(serve.log());
   int warnings = 0;
-  for (std::string line; std::getline(log, line);) warnings += line.find("--max-connections-per-peer") != std::string::npos;
+  for (std::string line; std::getline(log, line);)
+    warnings += line.find("--max-connections-per-peer") != std::string::npos;
   EXPECT_EQ(warnings, 1) << "one warning, not one per refused connection:\n" << serve.log();
 }
 
@@ -168,8 +169,8 @@ TEST(BoundsFaults, DurationsTooLongForTheClockAreAUsageError) {
   auto dir = test_dir();
   for (std::string flag : {"--round-timeout 1e10", "--job-retention 1e300", "--dead-rank-timeout 2e9"}) {
     // Accepted, the server would run on: `timeout` ends it (exit 124).
-    std::string command = fmt::format("cd '{}' && timeout 10 {} serve --port 0 --no-dump {} > usage.out 2>&1", dir.string(),
-                                      PERSEUS_BINARY, flag);
+    std::string command = fmt::format("cd '{}' && timeout 10 {} serve --port 0 --no-dump {} > usage.out 2>&1",
+                                      dir.string(), PERSEUS_BINARY, flag);
     int status = std::system(command.c_str());
     ASSERT_TRUE(WIFEXITED(status)) << flag;
     EXPECT_EQ(WEXITSTATUS(status), 64) << flag << ": " << read_file(dir / "usage.out");

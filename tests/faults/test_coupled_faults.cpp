@@ -26,11 +26,12 @@ using namespace std::chrono_literals;
 constexpr double kTimeScale = 0.006;
 
 pid_t start_simulate(const fs::path& dir, const std::string& url, int iterations, const std::string& extra = "") {
-  return spawn(dir,
-               fmt::format("{} simulate {}/gpt3-175b-a100.csv --stages 8 --microbatches 12 --p2p-power 83.64 "
-                           "--round-iterations 5 --time-scale {} --iterations {} --report-every {} --json --server {} {}",
-                           PERSEUS_BINARY, PERSEUS_EXAMPLES_DIR, kTimeScale, iterations, iterations, url, extra),
-               "simulate");
+  return spawn(
+      dir,
+      fmt::format("{} simulate {}/gpt3-175b-a100.csv --stages 8 --microbatches 12 --p2p-power 83.64 "
+                  "--round-iterations 5 --time-scale {} --iterations {} --report-every {} --json --server {} {}",
+                  PERSEUS_BINARY, PERSEUS_EXAMPLES_DIR, kTimeScale, iterations, iterations, url, extra),
+      "simulate");
 }
 
 // The simulation's summary line, once it has ended.
@@ -52,8 +53,7 @@ int job_round(const std::string& url) {
     auto reply = http.request("GET", "/jobs", "", 500ms);
     auto jobs = json::parse(reply.body, nullptr, false);
     if (jobs.is_array() && jobs.size() == 1) return jobs[0]["round"].get<int>();
-  } catch (const std::exception&) {
-  }
+  } catch (const std::exception&) {}
   return -1;
 }
 

@@ -79,7 +79,8 @@ std::string gpud_line(const std::string& path, const std::string& line) {
 
 // The test's gpud socket: short, as a Unix socket path must be (108 bytes at most).
 std::string socket_of(const fs::path& dir) {
-  return (fs::temp_directory_path() / fmt::format("pgd-{}-{}.sock", ::getpid(), std::hash<std::string>{}(dir.string()) % 1000000))
+  return (fs::temp_directory_path() /
+          fmt::format("pgd-{}-{}.sock", ::getpid(), std::hash<std::string>{}(dir.string()) % 1000000))
       .string();
 }
 
@@ -94,8 +95,9 @@ void remove_test_dir(const fs::path& dir) {
 // `wrapper` (e.g. prlimit); returns its pid once it listens (or -1).
 pid_t start_gpud(const fs::path& dir, const std::string& name, const std::string& flags = "",
                  const std::string& wrapper = "") {
-  pid_t pid = spawn(dir, fmt::format("{} env PERSEUS_FAKE_NVML_LOG={}/{}.log {} gpud --socket {} --nvml {} {}", wrapper,
-                                     dir.string(), name, PERSEUS_BINARY, socket_of(dir), PERSEUS_FAKE_NVML, flags),
+  pid_t pid = spawn(dir,
+                    fmt::format("{} env PERSEUS_FAKE_NVML_LOG={}/{}.log {} gpud --socket {} --nvml {} {}", wrapper,
+                                dir.string(), name, PERSEUS_BINARY, socket_of(dir), PERSEUS_FAKE_NVML, flags),
                     name);
   bool up = eventually([&] { return read_if_exists(dir / (name + ".out")).find("listening on") != std::string::npos; });
   return up ? pid : -1;
@@ -112,7 +114,8 @@ TEST(InputFaults, RequestsThatUsedToEndTheServerGetAnErrorAndItServesOn) {
   }
   std::string body = R"({"rank": 0, "progress": )" + std::string(70000, '[') + std::string(70000, ']') + "}";
   std::string reply = raw_http(serve.port, fmt::format("POST /heartbeat/x HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n"
-                                                       "Connection: close\r\n\r\n{}", body.size(), body));
+                                                       "Connection: close\r\n\r\n{}",
+                                                       body.size(), body));
   EXPECT_NE(reply.find("HTTP/1.1 422"), std::string::npos) << reply.substr(0, 300);
   EXPECT_LT(reply.size(), 1000u);
   EXPECT_NE(get(serve.port, "/info").find("HTTP/1.1 200"), std::string::npos) << serve.log();
@@ -122,15 +125,17 @@ TEST(InputFaults, RequestsThatUsedToEndTheServerGetAnErrorAndItServesOn) {
 
 TEST(InputFaults, NestedPlanFilesAreAnErrorForPlansReadAndServe) {
   auto dir = test_dir();
-  write_file_atomic(dir / "deep.json", R"({"frequencies": [)" + std::string(200000, '[') + std::string(200000, ']') + "]}");
-  int status = std::system(fmt::format("{} plans read {}/deep.json > {}/read.out 2>&1", PERSEUS_BINARY, dir.string(),
-                                       dir.string()).c_str());
+  write_file_atomic(dir / "deep.json",
+                    R"({"frequencies": [)" + std::string(200000, '[') + std::string(200000, ']') + "]}");
+  int status = std::system(
+      fmt::format("{} plans read {}/deep.json > {}/read.out 2>&1", PERSEUS_BINARY, dir.string(), dir.string()).c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 65) << read_file(dir / "read.out");
   EXPECT_NE(read_file(dir / "read.out").find("nested deeper than 64 levels"), std::string::npos);
   status = std::system(fmt::format("cd {} && timeout 20 {} serve --port 0 --scheduler PointSolution --scheduler-args "
-                                   "'{{\"solution_path\": \"deep.json\"}}' > serve.out 2>&1", dir.string(),
-                                   PERSEUS_BINARY).c_str());
+                                   "'{{\"solution_path\": \"deep.json\"}}' > serve.out 2>&1",
+                                   dir.string(), PERSEUS_BINARY)
+                           .c_str());
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_NE(WEXITSTATUS(status), 0);
   EXPECT_LT(WEXITSTATUS(status), 124) << "a clear error, not a crash: " << read_file(dir / "serve.out");
@@ -162,7 +167,8 @@ TEST(InputFaults, GpudRefusesASocketPathThatIsNotASocketAndLeavesNoSocketBehind)
   write_file_atomic(socket, "a user's file\n");
   auto gpud = [&](const std::string& flags) {
     int status = std::system(fmt::format("cd {} && timeout 20 {} gpud --socket {} --nvml {} {} > out 2>&1",
-                                         dir.string(), PERSEUS_BINARY, socket, PERSEUS_FAKE_NVML, flags).c_str());
+                                         dir.string(), PERSEUS_BINARY, socket, PERSEUS_FAKE_NVML, flags)
+                                 .c_str());
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   };
   EXPECT_EQ(gpud(""), 64);
@@ -199,7 +205,8 @@ TEST(InputFaults, GpudOutOfDescriptorsLogsOnceAndServesAgain) {
   EXPECT_EQ(count_lines_with(read_file(dir / "gpud.err"), "Too many open files"), 1u)
       << read_file(dir / "gpud.err").substr(0, 2000);
   for (int fd : connections) ::close(fd);
-  EXPECT_TRUE(eventually([&] { return gpud_line(socket, "{\"op\": \"hello\"}\n").find("\"ok\":true") != std::string::npos; }));
+  EXPECT_TRUE(
+      eventually([&] { return gpud_line(socket, "{\"op\": \"hello\"}\n").find("\"ok\":true") != std::string::npos; }));
   EXPECT_TRUE(eventually([&] { return read_file(dir / "gpud.err").find("accept works again") != std::string::npos; }));
   ::kill(gpud, SIGTERM);
   remove_test_dir(dir);
@@ -213,11 +220,14 @@ TEST(InputFaults, ARankGoesOnApplyingClocksThroughARestartedGpud) {
   ASSERT_GT(gpud, 0) << read_if_exists(dir / "gpud.err");
   ServeProcess serve(dir, "TwoFrequencies", R"({"forward_freq": 1200, "backward_freq": 1005})", "--no-dump");
   ASSERT_NE(serve.port, 0);
-  pid_t rank = spawn(dir, fmt::format("env PERSEUS_GPUD_SOCKET={} '{}' --server {} --rank 0 --stages 1 "
-                                      "--microbatches 2 --iterations 100000 --report-every 2",
-                                      socket_of(dir), PERSEUS_FAKE_TRAINER, serve.url()),
+  pid_t rank = spawn(dir,
+                     fmt::format("env PERSEUS_GPUD_SOCKET={} '{}' --server {} --rank 0 --stages 1 "
+                                 "--microbatches 2 --iterations 100000 --report-every 2",
+                                 socket_of(dir), PERSEUS_FAKE_TRAINER, serve.url()),
                      "rank");
-  auto locks = [&](const std::string& log) { return read_if_exists(dir / log).find("SetGpuLockedClocks 0 1005") != std::string::npos; };
+  auto locks = [&](const std::string& log) {
+    return read_if_exists(dir / log).find("SetGpuLockedClocks 0 1005") != std::string::npos;
+  };
   ASSERT_TRUE(eventually([&] { return locks("gpud.log"); })) << read_if_exists(dir / "rank.err");
   ::kill(gpud, SIGKILL);
   ASSERT_TRUE(eventually([&] { return !ServeProcess::alive(gpud); }));

@@ -32,8 +32,9 @@ std::string last_graphics_call(const std::string& log) {
 }
 
 std::string trainer(const ServeProcess& serve, const std::string& env) {
-  return fmt::format("env {} '{}' --server {} --rank 0 --stages 1 --microbatches 4 --iterations 100000 --report-every 2",
-                     env, PERSEUS_FAKE_TRAINER, serve.url());
+  return fmt::format(
+      "env {} '{}' --server {} --rank 0 --stages 1 --microbatches 4 --iterations 100000 --report-every 2", env,
+      PERSEUS_FAKE_TRAINER, serve.url());
 }
 
 const char* kTwoClocks = R"({"forward_freq": 1200, "backward_freq": 1005})";
@@ -45,10 +46,12 @@ TEST(RankFaults, WithoutGpudNothingResetsASigkilledRanksClock) {
   auto dir = test_dir();
   ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump");
   ASSERT_NE(serve.port, 0);
-  pid_t rank = spawn(dir, trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={}/rank.log",
-                                                     PERSEUS_FAKE_NVML, dir.string())),
+  pid_t rank = spawn(dir,
+                     trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={}/rank.log",
+                                                PERSEUS_FAKE_NVML, dir.string())),
                      "rank");
-  ASSERT_TRUE(eventually([&] { return read_if_exists(dir / "rank.log").find("SetGpuLockedClocks 0 1005") != std::string::npos; }));
+  ASSERT_TRUE(eventually(
+      [&] { return read_if_exists(dir / "rank.log").find("SetGpuLockedClocks 0 1005") != std::string::npos; }));
   ::kill(rank, SIGKILL);
   std::this_thread::sleep_for(300ms);
   std::string last = last_graphics_call(read_file(dir / "rank.log"));
@@ -60,8 +63,9 @@ TEST(RankFaults, WithoutGpudNothingResetsASigkilledRanksClock) {
 // connection close at once).
 TEST(RankFaults, WithGpudASigkilledRanksGpuIsResetWithinASecond) {
   auto dir = test_dir();
-  spawn(dir, fmt::format("env PERSEUS_FAKE_NVML_LOG={}/gpud.log {} gpud --socket {}/gpud.sock --nvml {}", dir.string(),
-                         PERSEUS_BINARY, dir.string(), PERSEUS_FAKE_NVML),
+  spawn(dir,
+        fmt::format("env PERSEUS_FAKE_NVML_LOG={}/gpud.log {} gpud --socket {}/gpud.sock --nvml {}", dir.string(),
+                    PERSEUS_BINARY, dir.string(), PERSEUS_FAKE_NVML),
         "gpud");
   ASSERT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.out").find("listening on") != std::string::npos; }));
   ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump");
@@ -82,7 +86,8 @@ TEST(RankFaults, WithGpudASigkilledRanksGpuIsResetWithinASecond) {
       << read_file(dir / "gpud.err");
   std::printf("reset %lld ms after SIGKILL\n", static_cast<long long>(took.count()));
   ::kill(std::stoi(read_file(dir / "gpud.pid")), SIGTERM);
-  EXPECT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.err").find("gpud stopping") != std::string::npos; }, 5s));
+  EXPECT_TRUE(
+      eventually([&] { return read_if_exists(dir / "gpud.err").find("gpud stopping") != std::string::npos; }, 5s));
   fs::remove_all(dir);
 }
 
@@ -103,7 +108,8 @@ TEST(RankFaults, ASigtermMidDriverCallEndsTheRankAtDefaultClocks) {
     std::string command = fmt::format(
         "({} & echo $! > '{}.pid'; wait $!; echo $? > '{}.part' && mv '{}.part' '{}') > /dev/null 2>&1 &",
         trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={} PERSEUS_FAKE_NVML_LOCKED_US=2000",
-                                   PERSEUS_FAKE_NVML, log)) + fmt::format(" > '{}.out' 2>&1", rc),
+                                   PERSEUS_FAKE_NVML, log)) +
+            fmt::format(" > '{}.out' 2>&1", rc),
         rc, rc, rc, rc);
     ASSERT_EQ(std::system(command.c_str()), 0);
     ASSERT_TRUE(eventually([&] { return read_if_exists(log).find("SetGpuLockedClocks 0 1005") != std::string::npos; }))
@@ -119,7 +125,8 @@ TEST(RankFaults, ASigtermMidDriverCallEndsTheRankAtDefaultClocks) {
     ASSERT_TRUE(ended) << "attempt " << attempt << ": the rank hung in its SIGTERM handler";
     EXPECT_EQ(read_file(rc), "143\n") << "attempt " << attempt << ": ends of its SIGTERM";
     std::string last = last_graphics_call(read_file(log));
-    EXPECT_EQ(last.rfind("nvmlDeviceResetGpuLockedClocks", 0), 0u) << "attempt " << attempt << ": last clock call: " << last;
+    EXPECT_EQ(last.rfind("nvmlDeviceResetGpuLockedClocks", 0), 0u)
+        << "attempt " << attempt << ": last clock call: " << last;
   }
   fs::remove_all(dir);
 }

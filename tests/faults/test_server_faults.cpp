@@ -35,7 +35,8 @@ TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 #endif
   auto dir = test_dir();
   // No per-address cap: by default one address could hold only half the descriptors.
-  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1 --max-connections-per-peer 0", "ulimit -n 32;");
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --threads 1 --max-connections-per-peer 0",
+                     "ulimit -n 32;");
   ASSERT_NE(serve.port, 0);
   std::vector<int> connections;
   for (int i = 0; i < 60; ++i) {
@@ -62,12 +63,13 @@ TEST(ServerFaults, OutOfFileDescriptorsTheServerLogsOnceAndRecovers) {
 pid_t start_rank(const fs::path& dir, int port, int rank, int stages, const std::string& flags = "--iterations 100000",
                  const std::string& env = "") {
   std::string command = fmt::format(
-      "cd '{}' && ({} PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} --rank {} "
+      "cd '{}' && ({} PERSEUS_NVML_LIBRARY='{}' PERSEUS_FAKE_NVML_LOG=gpu{}.log '{}' --server http://127.0.0.1:{} "
+      "--rank {} "
       "--stages {} --microbatches 4 --report-every 2 --job-id-file job_id.txt {} > rank{}.out 2>&1 & "
       "echo $! > rank{}.pid.part && mv rank{}.pid.part rank{}.pid; "
       "wait $!; echo $? > rank{}.rc.part && mv rank{}.rc.part rank{}.rc) > /dev/null 2>&1 &",
-      dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank, rank,
-      rank, rank, rank);
+      dir.string(), env, PERSEUS_FAKE_NVML, rank, PERSEUS_FAKE_TRAINER, port, rank, stages, flags, rank, rank, rank,
+      rank, rank, rank, rank);
   EXPECT_EQ(std::system(command.c_str()), 0);
   EXPECT_TRUE(eventually([&] { return !read_if_exists(dir / fmt::format("rank{}.pid", rank)).empty(); }));
   return std::stoi(read_file(dir / fmt::format("rank{}.pid", rank)));
@@ -92,7 +94,8 @@ bool round_recorded(const fs::path& dir, int round) {
 bool ends_at_default_clock(const fs::path& log) {
   std::string text = read_if_exists(log);
   for (const char* what : {"GpuLockedClocks", "MemoryLockedClocks"}) {
-    auto set = text.rfind(std::string("nvmlDeviceSet") + what), reset = text.rfind(std::string("nvmlDeviceReset") + what);
+    auto set = text.rfind(std::string("nvmlDeviceSet") + what),
+         reset = text.rfind(std::string("nvmlDeviceReset") + what);
     if (set != std::string::npos && (reset == std::string::npos || reset < set)) return false;
   }
   return true;
@@ -150,8 +153,10 @@ TEST(ServerFaults, AHungRankIsNamedWhileTheOthersWaitForIt) {
                      "--dead-rank-timeout 1");
   ASSERT_NE(serve.port, 0);
   start_rank(dir, serve.port, 0, 2, "--iterations 150 --fail-open 1 --heartbeat-ms 100");
-  pid_t hung = start_rank(dir, serve.port, 1, 2, "--iterations 150 --fail-open 1 --heartbeat-ms 100 --hang-at-iteration 9");
-  ASSERT_TRUE(eventually([&] { return serve.log().find("made no progress") != std::string::npos; }, 20s)) << serve.log();
+  pid_t hung =
+      start_rank(dir, serve.port, 1, 2, "--iterations 150 --fail-open 1 --heartbeat-ms 100 --hang-at-iteration 9");
+  ASSERT_TRUE(eventually([&] { return serve.log().find("made no progress") != std::string::npos; }, 20s))
+      << serve.log();
   EXPECT_NE(serve.log().find("rank 1 (dp 0, pp 1, tp 0) made no progress"), std::string::npos) << serve.log();
   EXPECT_NE(serve.log().find("while ranks [0] wait for it"), std::string::npos);
   ASSERT_TRUE(eventually([&] { return fs::exists(dir / "rank0.rc"); }, 60s));
@@ -197,18 +202,23 @@ TEST(ServerFaults, ADeployedPlanStaysDeployedAcrossAServerKill) {
   for (int r = 0; r < 2; ++r) {
     auto clocks = locks_from(read_file(dir / fmt::format("gpu{}.log", r)), at_kill[r]);
     EXPECT_GT(clocks.size(), 10u) << "rank " << r << " kept training (and changing clocks) while the server was gone";
-    for (int c : clocks) EXPECT_TRUE(c == 1005 || c == (r == 0 ? 1200 : 1110)) << "rank " << r << " left its plan: " << c;
+    for (int c : clocks)
+      EXPECT_TRUE(c == 1005 || c == (r == 0 ? 1200 : 1110)) << "rank " << r << " left its plan: " << c;
   }
   serve = std::make_unique<ServeProcess>(dir, "PointSolution", args, "", "", port);
   ASSERT_EQ(serve->port, port);
   ASSERT_TRUE(eventually([&] { return serve->log().find("restored at round") != std::string::npos; }));
   fs::path job = only_job(dir / "dump");
   int later = 0;
-  ASSERT_TRUE(eventually([&] {
-    for (int round = 4; round < 100; ++round)
-      if (fs::exists(job / fmt::format("{}.prof.json", round)) && fs::exists(job / fmt::format("{}.sched.json", round))) later = round;
-    return later >= 6;
-  }, 30s));
+  ASSERT_TRUE(eventually(
+      [&] {
+        for (int round = 4; round < 100; ++round)
+          if (fs::exists(job / fmt::format("{}.prof.json", round)) &&
+              fs::exists(job / fmt::format("{}.sched.json", round)))
+            later = round;
+        return later >= 6;
+      },
+      30s));
   auto sched = nlohmann::json::parse(read_file(job / fmt::format("{}.sched.json", later)));
   EXPECT_EQ(sched[0]["power_states"], nlohmann::json(plan0));
   EXPECT_EQ(sched[1]["power_states"], nlohmann::json(plan1));

@@ -32,18 +32,22 @@ struct Job {
     EXPECT_EQ(reply.status, 200) << reply.body;
     id = json::parse(reply.body).get<std::string>();
     for (int r = 0; r < 2; ++r)
-      EXPECT_EQ(c.request("POST", "/register_rank", rank_body(id, r, r, {"forward", "backward"}).dump(), 10s).status, 200);
+      EXPECT_EQ(c.request("POST", "/register_rank", rank_body(id, r, r, {"forward", "backward"}).dump(), 10s).status,
+                200);
   }
 
   // One round: both ranks ask (the barrier), then both report. False when a request failed.
   bool round(std::chrono::milliseconds limit = 10s) {
     std::string path = "/schedule/" + client::encode_path_segment(id);
-    auto ask = [&](int rank) { return client::HttpClient(url).request("GET", path + "?rank=" + std::to_string(rank), "", limit); };
+    auto ask = [&](int rank) {
+      return client::HttpClient(url).request("GET", path + "?rank=" + std::to_string(rank), "", limit);
+    };
     auto first = std::async(std::launch::async, ask, 0);
     if (ask(1).status != 200 || first.get().status != 200) return false;
     client::HttpClient c(url);
     for (int r = 0; r < 2; ++r)
-      if (c.request("POST", "/result/" + client::encode_path_segment(id), result_body(r).dump(), limit).status != 200) return false;
+      if (c.request("POST", "/result/" + client::encode_path_segment(id), result_body(r).dump(), limit).status != 200)
+        return false;
     return true;
   }
 
@@ -58,7 +62,8 @@ struct Job {
 // Rounds a job has finished and the server has recorded (the next round's start waits on neither).
 bool stored_rounds(const fs::path& db, const std::string& id, int rounds) {
   sqlite3* handle = nullptr;
-  if (sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) return sqlite3_close(handle), false;
+  if (sqlite3_open_v2(db.c_str(), &handle, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK)
+    return sqlite3_close(handle), false;
   sqlite3_stmt* s = nullptr;
   int n = -1;
   if (sqlite3_prepare_v2(handle, "SELECT count(*) FROM rounds WHERE job_id = ?", -1, &s, nullptr) == SQLITE_OK) {
@@ -117,7 +122,8 @@ TEST(StoreFaults, ADatabaseLockedByAnotherProcessDoesNotSlowRoundsAndItsWritesCa
   sqlite3* other = nullptr;
   ASSERT_EQ(sqlite3_open(db.c_str(), &other), SQLITE_OK);
   ASSERT_EQ(sqlite3_exec(other, "BEGIN EXCLUSIVE; INSERT INTO jobs (job_id, info) VALUES ('lock', '{}');", nullptr,
-                         nullptr, nullptr), SQLITE_OK);
+                         nullptr, nullptr),
+            SQLITE_OK);
   // Six rounds while the lock is held: each write waits up to its busy timeout on the writer's
   // thread, never on a round (six rounds behind a 1 s timeout each would take over 6 s).
   auto start = std::chrono::steady_clock::now();

@@ -42,7 +42,8 @@ struct Daemon {
     sockaddr_un address{};
     address.sun_family = AF_UNIX;
     std::strncpy(address.sun_path, path.c_str(), sizeof address.sun_path - 1);
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) __builtin_trap();  // the daemon is gone
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0)
+      __builtin_trap();  // the daemon is gone
   }
 
   // Sends `line` and a newline; returns the reply line, or "" when the daemon closed the connection.
@@ -52,7 +53,7 @@ struct Daemon {
     for (std::size_t sent = 0; sent < out.size();) {
       ssize_t n = ::send(fd, out.data() + sent, out.size() - sent, MSG_NOSIGNAL);
       if (n < 0 && errno == EINTR) continue;  // libFuzzer's timeout alarm (SIGALRM) interrupts system calls
-      if (n <= 0) __builtin_trap();  // the daemon closed a connection it should have answered
+      if (n <= 0) __builtin_trap();           // the daemon closed a connection it should have answered
       sent += static_cast<std::size_t>(n);
     }
     std::string reply;

@@ -9,7 +9,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     perseus::parse_json_plan(std::string(reinterpret_cast<const char*>(data), size), "fuzz.json");
-  } catch (const perseus::Error&) {
-  }
+  } catch (const perseus::Error&) {}
   return 0;
 }

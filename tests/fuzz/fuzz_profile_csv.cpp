@@ -10,7 +10,6 @@
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   try {
     perseus::parse_profile(std::string(reinterpret_cast<const char*>(data), size), "fuzz.csv");
-  } catch (const perseus::Error&) {
-  }
+  } catch (const perseus::Error&) {}
   return 0;
 }

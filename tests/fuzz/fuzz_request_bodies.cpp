@@ -26,22 +26,32 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   using namespace perseus::protocol;
   try {
     switch (data[0] % 8) {
-      case 0: reply(json_body(to_json(job_info_from_json(parse_body(body))))); break;   // POST /register_job
-      case 1: reply(json_body(to_json(rank_info_from_json(parse_body(body))))); break;  // POST /register_rank
-      case 2: {                                                                         // POST /result (simdjson)
+      case 0:
+        reply(json_body(to_json(job_info_from_json(parse_body(body)))));
+        break;  // POST /register_job
+      case 1:
+        reply(json_body(to_json(rank_info_from_json(parse_body(body)))));
+        break;   // POST /register_rank
+      case 2: {  // POST /result (simdjson)
         ProfilingResult result = profiling_result_from_text(body);
         (void)implausible_result(result, 300);
         reply(json_body(to_json(result)));
         break;
       }
-      case 3: heartbeat_from_json(parse_body(body)); break;                      // POST /heartbeat
-      case 4: reply(json_body(to_json(schedule_from_json(parse_body(body))))); break;  // the client reading GET /schedule
-      case 5: {                                                                  // POST /leave: the reason is echoed
+      case 3:
+        heartbeat_from_json(parse_body(body));
+        break;  // POST /heartbeat
+      case 4:
+        reply(json_body(to_json(schedule_from_json(parse_body(body)))));
+        break;   // the client reading GET /schedule
+      case 5: {  // POST /leave: the reason is echoed
         Leave leave = leave_from_json(parse_body(body));
         reply(json_body(nlohmann::json(leave.reason)));
         break;
       }
-      case 6: straggler_from_json(parse_body(body)); break;  // POST /straggler
+      case 6:
+        straggler_from_json(parse_body(body));
+        break;   // POST /straggler
       case 7: {  // a request target: path and query decoded, as the routes do, and echoed in an error
         auto question = body.find('?');
         std::string path = percent_decode(body.substr(0, question));

@@ -30,11 +30,11 @@ using gpu::GpuError;
 using gpu::GpuErrorKind;
 
 struct GpudTest : ::testing::Test {
-  fs::path dir = fs::temp_directory_path() /
-                 ("perseus-gpud-" + std::to_string(::getpid()) + "-" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir = fs::temp_directory_path() / ("perseus-gpud-" + std::to_string(::getpid()) + "-" +
+                                              ::testing::UnitTest::GetInstance()->current_test_info()->name());
   std::string socket = (dir / "gpud.sock").string();
-  std::shared_ptr<gpu::GpuLibrary> nvml = gpu::load_nvml(PERSEUS_FAKE_NVML);  // the same simulated GPU the daemon drives
+  std::shared_ptr<gpu::GpuLibrary> nvml =
+      gpu::load_nvml(PERSEUS_FAKE_NVML);  // the same simulated GPU the daemon drives
   boost::asio::io_context io;
   std::unique_ptr<gpud::Daemon> daemon;
   std::thread thread;
@@ -82,7 +82,8 @@ struct GpudTest : ::testing::Test {
   // Waits (up to 2 s) for the daemon to have handled a disconnect.
   unsigned graphics_clock_soon(unsigned expected) {
     unsigned clock = 0;
-    for (int i = 0; i < 200 && (clock = nvml->current_graphics_clock(0)) != expected; ++i) std::this_thread::sleep_for(10ms);
+    for (int i = 0; i < 200 && (clock = nvml->current_graphics_clock(0)) != expected; ++i)
+      std::this_thread::sleep_for(10ms);
     return clock;
   }
 
@@ -146,7 +147,8 @@ TEST_F(GpudTest, RequestsAreValidated) {
   try {
     g->lock_graphics_clock(0, 1201, 1201);
   } catch (const GpuError& e) {
-    EXPECT_NE(std::string(e.what()).find("does not support a graphics clock of 1201 MHz"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("does not support a graphics clock of 1201 MHz"), std::string::npos)
+        << e.what();
   }
   EXPECT_EQ(nvml->current_graphics_clock(0), 1410u) << "a refused request changes nothing";
   // Not a perseus client: a clear error, and the daemon keeps serving.
@@ -167,7 +169,8 @@ TEST_F(GpudTest, AGpuHasOneOwnerUntilItsConnectionCloses) {
     ADD_FAILURE() << "a second owner must be refused";
   } catch (const GpuError& e) {
     EXPECT_EQ(e.kind(), GpuErrorKind::busy);
-    EXPECT_NE(std::string(e.what()).find(fmt::format("owned by another process (pid {}", ::getpid())), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find(fmt::format("owned by another process (pid {}", ::getpid())),
+              std::string::npos)
         << e.what();
   }
   EXPECT_EQ(second->current_graphics_clock(0), 1200u) << "reading is free for all";
@@ -259,10 +262,10 @@ TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
 // (an error quoting invalid UTF-8, or cutting a name inside a character, used to end it).
 TEST_F(GpudTest, AnyRequestLineGetsAValidReplyAndTheDaemonServesOn) {
   const std::string deep(3000, '[');
-  for (const std::string& line : {std::string("\xff"), "{\"op\":\"" + std::string(99, 'x') + "\xC3\xA9\"}",
-                                  std::string("{\"op\": \"\xff\"}"), "{\"op\": \"name\", \"device\": " + deep + "}",
-                                  deep, std::string("{\"op\": \"name\", \"device\": \"\xC3\"}"),
-                                  std::string("\x00\x01\x02"), std::string("{\"op\":\"set_power_limit\",\"device\":0,\"mw\":{}}")}) {
+  for (const std::string& line :
+       {std::string("\xff"), "{\"op\":\"" + std::string(99, 'x') + "\xC3\xA9\"}", std::string("{\"op\": \"\xff\"}"),
+        "{\"op\": \"name\", \"device\": " + deep + "}", deep, std::string("{\"op\": \"name\", \"device\": \"\xC3\"}"),
+        std::string("\x00\x01\x02"), std::string("{\"op\":\"set_power_limit\",\"device\":0,\"mw\":{}}")}) {
     std::string reply = raw_exchange(line + "\n");
     ASSERT_FALSE(reply.empty()) << "no reply to " << line.substr(0, 40);
     auto parsed = nlohmann::json::parse(reply);  // throws, failing the test, when not JSON

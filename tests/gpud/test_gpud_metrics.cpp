@@ -60,8 +60,7 @@ struct Exposition {
         double number = 0;
         try {
           number = std::stod(value, &used);
-        } catch (const std::exception&) {
-        }
+        } catch (const std::exception&) {}
         EXPECT_EQ(used, value.size()) << "not a number: " << line;
         std::string key = std::string(m[1]) + std::string(m[2]);
         EXPECT_TRUE(series.emplace(key, number).second) << "sample repeated: " << line;
@@ -107,8 +106,9 @@ struct GpudMetricsProcess : ::testing::Test {
   int port = 0;
 
   void SetUp() override {
-    pid = spawn(dir, fmt::format("env PERSEUS_FAKE_NVML_GPUS=2 {} gpud --socket {} --nvml {} --metrics-address 127.0.0.1:0",
-                                 PERSEUS_BINARY, socket, PERSEUS_FAKE_NVML),
+    pid = spawn(dir,
+                fmt::format("env PERSEUS_FAKE_NVML_GPUS=2 {} gpud --socket {} --nvml {} --metrics-address 127.0.0.1:0",
+                            PERSEUS_BINARY, socket, PERSEUS_FAKE_NVML),
                 "gpud");
     const std::string marker = "metrics on http://127.0.0.1:";
     ASSERT_TRUE(eventually([&] { return read_if_exists(dir / "gpud.out").find(marker) != std::string::npos; }))
@@ -182,7 +182,8 @@ TEST_F(GpudMetricsProcess, AnythingButGetMetricsIsRefusedAndItServesOn) {
   EXPECT_TRUE(ok.starts_with("HTTP/1.1 200")) << ok.substr(0, 200);
   EXPECT_NE(ok.find("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), std::string::npos);
 
-  std::string post = raw_http(port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
+  std::string post =
+      raw_http(port, "POST /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}");
   EXPECT_TRUE(post.starts_with("HTTP/1.1 405")) << post.substr(0, 200);
   EXPECT_NE(post.find("Allow: GET, HEAD\r\n"), std::string::npos);
   std::string missing = raw_http(port, "GET /jobs HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
@@ -191,8 +192,8 @@ TEST_F(GpudMetricsProcess, AnythingButGetMetricsIsRefusedAndItServesOn) {
   EXPECT_TRUE(garbage.starts_with("HTTP/1.1 400")) << garbage.substr(0, 200);
   std::string huge = raw_http(port, "GET /metrics HTTP/1.1\r\nX-Big: " + std::string(20000, 'a') + "\r\n\r\n");
   EXPECT_TRUE(huge.starts_with("HTTP/1.1 431")) << huge.substr(0, 200);
-  std::string body = raw_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" +
-                                        std::string(100000, 'b'));
+  std::string body =
+      raw_http(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n" + std::string(100000, 'b'));
   EXPECT_TRUE(body.starts_with("HTTP/1.1 413")) << body.substr(0, 200);
 
   Exposition still = scrape();
@@ -243,7 +244,8 @@ class OneFailingRead final : public gpu::GpuLibrary {
   void set_power_limit_mw(unsigned, unsigned) override { ADD_FAILURE() << "metrics changed a power limit"; }
   std::uint64_t total_energy_mj(unsigned device) override { return 1234567 + device; }
   unsigned power_usage_mw(unsigned device) override {
-    if (device == 1) throw gpu::GpuError(gpu::GpuErrorKind::other, "nvmlDeviceGetPowerUsage on GPU 1 failed: GPU is lost");
+    if (device == 1)
+      throw gpu::GpuError(gpu::GpuErrorKind::other, "nvmlDeviceGetPowerUsage on GPU 1 failed: GPU is lost");
     return 123456;
   }
 };

@@ -88,8 +88,8 @@ TEST(ExponentialFitVsScipy, AtLeastAsGoodAsTheReferenceWhereverItFits) {
     ASSERT_NE(model, nullptr) << "set " << id << ": the reference fits, perseus does not";
     const double error = model->mean_squared_error(set.options);
     EXPECT_LE(error, reference->mse * (1 + 1e-9) + 1e-300)
-        << "set " << id << ": perseus " << model->describe() << " vs scipy a=" << reference->a
-        << " b=" << reference->b << " c=" << reference->c;
+        << "set " << id << ": perseus " << model->describe() << " vs scipy a=" << reference->a << " b=" << reference->b
+        << " c=" << reference->c;
     // Where the curve bends over the options' span (|b| * span > 0.05) the fit is well
     // determined: unless perseus found a clearly better minimum, its curve is scipy's (lmdif stops
     // within ftol of the minimum, and the last bit of exp moves its forward differences).

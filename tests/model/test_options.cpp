@@ -24,9 +24,9 @@ TEST(PyFloat, FloorDivisionMatchesPython) {
 
 TEST(Options, ParetoFilterQuantizeDedupeAndSort) {
   // 1200 is dominated by 1300 (faster and cheaper); 1400/1300 share quant 10, 1100/1000 quant 12.
-  const auto options = pareto_options(rows({{1400, 0.0101, 30}, {1300, 0.0105, 25}, {1200, 0.0110, 26},
-                                            {1100, 0.0121, 21}, {1000, 0.0129, 20}}),
-                                      0.001, 1.0);
+  const auto options = pareto_options(
+      rows({{1400, 0.0101, 30}, {1300, 0.0105, 25}, {1200, 0.0110, 26}, {1100, 0.0121, 21}, {1000, 0.0129, 20}}), 0.001,
+      1.0);
   ASSERT_EQ(options.size(), 2u);
   EXPECT_EQ(options[0].quant_time, 12);
   EXPECT_EQ(options[0].frequency, 1100);  // the larger energy wins among equal quant times
@@ -36,8 +36,8 @@ TEST(Options, ParetoFilterQuantizeDedupeAndSort) {
 
 TEST(Options, NoiseFactorFallbackKeepsNearlyDominatedOptions) {
   // Strictly, 1300 and 1100 are dominated; within 5% slack they survive.
-  const auto input = rows({{1400, 0.0105, 30}, {1300, 0.0125, 30.5}, {1200, 0.0115, 29}, {1100, 0.0145, 29.2},
-                           {1000, 0.0135, 28}});
+  const auto input =
+      rows({{1400, 0.0105, 30}, {1300, 0.0125, 30.5}, {1200, 0.0115, 29}, {1100, 0.0145, 29.2}, {1000, 0.0135, 28}});
   const auto strict = pareto_options(input, 0.001, 1.0);
   EXPECT_EQ(strict.size(), 3u);
   const auto built = build_options(input, {0.001, 0.0, 0.95});
@@ -46,8 +46,8 @@ TEST(Options, NoiseFactorFallbackKeepsNearlyDominatedOptions) {
 }
 
 TEST(Options, EffectiveEnergyAndKnobLookup) {
-  const auto built = build_options(rows({{1400, 0.0101, 30}, {1200, 0.0125, 28}, {1000, 0.0152, 27}, {900, 0.0172, 26.5}}),
-                                   {0.001, 100.0, 0.95});
+  const auto built = build_options(
+      rows({{1400, 0.0101, 30}, {1200, 0.0125, 28}, {1000, 0.0152, 27}, {900, 0.0172, 26.5}}), {0.001, 100.0, 0.95});
   ASSERT_EQ(built.options().size(), 4u);
   EXPECT_FALSE(built.used_noise_factor());
   EXPECT_DOUBLE_EQ(built.options()[0].effective_energy, 26.5 - 100.0 * 17 * 0.001);
@@ -57,7 +57,7 @@ TEST(Options, EffectiveEnergyAndKnobLookup) {
   EXPECT_EQ(built.knob_for(16), 1000);  // the slowest option that fits in 16
   EXPECT_EQ(built.knob_for(12), 1200);
   EXPECT_EQ(built.knob_for(11), 1400);
-  EXPECT_EQ(built.knob_for(3), 1400);   // below everything: the fastest
+  EXPECT_EQ(built.knob_for(3), 1400);  // below everything: the fastest
 }
 
 TEST(Options, SingleOptionAndAllEqual) {

@@ -211,7 +211,8 @@ TEST(ChoosePlanUnderNoise, NoiseFreeMatchesTheNoiseFreeChoice) {
   const auto chosen = choose_plan_under_noise(plans, deadline, Variability::uniform(4, 0));
   const auto plain = choose_plan(plans, deadline);
   EXPECT_LE(chosen.time, deadline);
-  EXPECT_LE(total(plans, chosen.time, chosen.energy, deadline), total(plans, plain.time, plain.energy, deadline) + 1e-9);
+  EXPECT_LE(total(plans, chosen.time, chosen.energy, deadline),
+            total(plans, plain.time, plain.energy, deadline) + 1e-9);
 }
 
 TEST(ChoosePlanUnderNoise, TheNoiseFreeChoiceMissesWhatTheNoisyOneMeets) {

@@ -107,7 +107,10 @@ TEST_F(TurnkeyTest, ARankThatFinishedTrainingFailsTheJobForRanksStillWaitingNotH
   testing::TestServer server(settings("AllMaxFrequency"));
   auto job = json::parse(server.post("/register_job", testing::job_body(2)).body).get<std::string>();
   for (int r = 0; r < 2; ++r)
-    ASSERT_EQ(server.post("/register_rank", testing::rank_body(job, r, r, {"forward", "backward", "forward", "backward"})).status, 200);
+    ASSERT_EQ(
+        server.post("/register_rank", testing::rank_body(job, r, r, {"forward", "backward", "forward", "backward"}))
+            .status,
+        200);
   EXPECT_EQ(server.post("/leave/" + client::encode_path_segment(job), {{"rank", 1}, {"finished", true}}).status, 200);
   auto waiting = server.call("GET", "/schedule/" + client::encode_path_segment(job) + "?rank=0");
   EXPECT_EQ(waiting.status, 500);
@@ -191,7 +194,8 @@ TEST_F(TurnkeyTest, ClosedLoopStepsToFasterPlansWhenTheDeployedPlanIsMeasurablyS
   Profile optimistic = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
   for (auto& row : optimistic.rows)
     if (row.frequency < 1410) row.time *= 0.97;
-  testing::TestServer server(settings("Perseus", perseus_args({{"profile_path", write_profile("optimistic.csv", optimistic)}})));
+  testing::TestServer server(
+      settings("Perseus", perseus_args({{"profile_path", write_profile("optimistic.csv", optimistic)}})));
   auto summary = simulate::simulate_cluster(gpt3_cluster(server.url, 1, 400));
   json s = status(server, summary.job_id);
   EXPECT_EQ(s["profiling"]["reused"], true);
@@ -243,7 +247,8 @@ namespace {
 // server profiles, plans, deploys and trains on, round after round.
 TEST_F(TurnkeyTest, OneJobsPlanningDoesNotHoldAnotherJobsRounds) {
   const std::string a40 = profile_path("gpt3-175b+a40_bf16.csv");
-  if (!std::filesystem::exists(a40)) GTEST_SKIP() << "needs the authors' A40 profile beside the project (" << a40 << ")";
+  if (!std::filesystem::exists(a40))
+    GTEST_SKIP() << "needs the authors' A40 profile beside the project (" << a40 << ")";
   testing::TestServer server(settings("Perseus"));  // wait_for_plan off: the default
   simulate::SimulationConfig big = gpt3_cluster(server.url, 1, 1000000);
   big.profile = read_profile(a40);

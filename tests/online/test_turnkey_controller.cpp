@@ -51,8 +51,8 @@ TEST(TurnkeyController, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown)
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 40);
   EXPECT_EQ(controller.phase(), online::ControllerPhase::deployed);
-  EXPECT_EQ(events(controller), (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned",
-                                                          "deployed"}));
+  EXPECT_EQ(events(controller),
+            (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned", "deployed"}));
   ASSERT_TRUE(controller.saving() && controller.slowdown());
   EXPECT_GT(controller.saving()->value, 0.02);
   EXPECT_LE(controller.slowdown()->value, 0.005);
@@ -87,7 +87,7 @@ TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecov
   EXPECT_EQ(controller.straggler()->pipeline, 1);
   EXPECT_NEAR(controller.straggler()->slowdown, 1.2, 0.02);
   EXPECT_GT(controller.plan_of(0)->time, controller.plan_of(1)->time);  // pipeline 0 slowed down
-  testing::run_rounds(controller, cluster, 10);  // rounds 0.. again: no straggler in them
+  testing::run_rounds(controller, cluster, 10);                         // rounds 0.. again: no straggler in them
   EXPECT_FALSE(controller.straggler().has_value());
   EXPECT_TRUE(has(events(controller), "straggler detected"));
   EXPECT_TRUE(has(events(controller), "straggler recovered"));
@@ -105,7 +105,6 @@ TEST(TurnkeyController, StepsToAFasterPlanWhenTheDeployedOneIsMeasurablySlower) 
   ASSERT_TRUE(controller.slowdown());
   EXPECT_LE(controller.slowdown()->value, 0.005);
 }
-
 
 // --- A baseline that can be trusted, attribution, true numbers ----------------------------------
 

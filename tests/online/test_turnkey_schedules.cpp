@@ -116,7 +116,8 @@ TEST_P(TurnkeySchedules, DeploysWithTheSavingWhatIfPredicts) {
     EXPECT_FALSE(measured.rows_for(0, InstructionKind::forward_backward).empty()) << "no overlapped pair profiled";
   }
   std::vector<std::string> events;
-  for (const auto& d : json::parse(std::ifstream(dir / summary.job_id / "decisions.json"))) events.push_back(d["event"]);
+  for (const auto& d : json::parse(std::ifstream(dir / summary.job_id / "decisions.json")))
+    events.push_back(d["event"]);
   ASSERT_NE(std::find(events.begin(), events.end(), "deployed"), events.end()) << s.dump();
   ASSERT_TRUE(s["saving"].is_number()) << s.dump();
   EXPECT_LE(s["slowdown"].get<double>(), 0.005) << s.dump();
@@ -168,7 +169,8 @@ TEST(TurnkeyScheduleOf, EveryScheduleIsAcceptedAndAnUnknownOrderRefused) {
     const auto round = scheduler->next_schedule();
     ASSERT_EQ(round.size(), 2u) << to_string(kind);
     for (const auto& one : round)
-      EXPECT_EQ(one.power_states, std::vector<int>(context.ranks[static_cast<std::size_t>(one.rank)].pipe_schedule.size(), 1410))
+      EXPECT_EQ(one.power_states,
+                std::vector<int>(context.ranks[static_cast<std::size_t>(one.rank)].pipe_schedule.size(), 1410))
           << to_string(kind);
   }
   const auto stray = job_running(ScheduleKind::one_f_one_b, 1, [](int) {

@@ -46,7 +46,7 @@ TEST(Schedule, EveryStageRunsEachInstructionOnceForManyShapes) {
           if (inst.kind == InstructionKind::forward) {
             EXPECT_EQ(inst.microbatch, forwards++);  // forwards in microbatch order
           } else {
-            EXPECT_LT(inst.microbatch, forwards);   // a backward follows its forward
+            EXPECT_LT(inst.microbatch, forwards);  // a backward follows its forward
           }
         }
         // The warm-up: min(S - s, M) forwards before the first backward.
@@ -60,9 +60,7 @@ TEST(Schedule, EveryStageRunsEachInstructionOnceForManyShapes) {
   }
 }
 
-TEST(Schedule, GPipeRunsAllForwardsFirst) {
-  EXPECT_EQ(order(ScheduleKind::gpipe, 1, 3, 3), "F0 F1 F2 B0 B1 B2 ");
-}
+TEST(Schedule, GPipeRunsAllForwardsFirst) { EXPECT_EQ(order(ScheduleKind::gpipe, 1, 3, 3), "F0 F1 F2 B0 B1 B2 "); }
 
 TEST(PipelineDag, EdgesFollowDataDependencies) {
   const auto dag = build_pipeline_dag(ScheduleKind::one_f_one_b, 2, 2);
@@ -80,8 +78,7 @@ TEST(PipelineDag, EdgesFollowDataDependencies) {
   const std::set<std::pair<std::string, std::string>> expected = {
       {"0F0", "0F1"}, {"0F1", "0B0"}, {"0B0", "0B1"},  // stage 0: F0 F1 B0 B1
       {"1F0", "1B0"}, {"1B0", "1F1"}, {"1F1", "1B1"},  // stage 1: F0 B0 F1 B1
-      {"0F0", "1F0"}, {"0F1", "1F1"}, {"1B0", "0B0"}, {"1B1", "0B1"},
-      {"src", "0F0"}, {"0B1", "snk"}};
+      {"0F0", "1F0"}, {"0F1", "1F1"}, {"1B0", "0B0"}, {"1B1", "0B1"}, {"src", "0F0"}, {"0B1", "snk"}};
   EXPECT_EQ(edges, expected);
 }
 
@@ -172,8 +169,9 @@ TEST(Schedule, InterleavedShapeErrorsSayWhatMegatronNeeds) {
             std::string::npos);
   EXPECT_NE(message([] { stage_schedule(ScheduleKind::interleaved, 0, 4, 8, 0, 1); }).find("at least 2"),
             std::string::npos);
-  EXPECT_NE(message([] { stage_schedule(ScheduleKind::one_f_one_b, 0, 4, 8, 0, 2); }).find("needs --schedule interleaved"),
-            std::string::npos);
+  EXPECT_NE(
+      message([] { stage_schedule(ScheduleKind::one_f_one_b, 0, 4, 8, 0, 2); }).find("needs --schedule interleaved"),
+      std::string::npos);
   EXPECT_EQ(parse_schedule_kind("interleaved"), ScheduleKind::interleaved);
   EXPECT_EQ(schedule_names(), "1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev");
 }

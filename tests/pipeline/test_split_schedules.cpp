@@ -83,7 +83,8 @@ TEST(SplitSchedules, VPlacementMapsModelStagesDownAndBackUp) {
     ASSERT_GE(f2, 0);
     ASSERT_GE(f3, 0);
     const auto order = dag.topological_order();
-    EXPECT_LT(std::find(order.begin(), order.end(), f2) - order.begin(), std::find(order.begin(), order.end(), f3) - order.begin());
+    EXPECT_LT(std::find(order.begin(), order.end(), f2) - order.begin(),
+              std::find(order.begin(), order.end(), f3) - order.begin());
   }
 }
 
@@ -119,7 +120,8 @@ std::string split_profile_csv(int model_stages) {
   for (int k = 0; k < model_stages; ++k) {
     const double f = 10 + k % 3, i = 9 + (k * 2) % 3, w = 7 + k % 2;  // ms at the top clock
     const int clocks[] = {1400, 1200, 1000};
-    const double forward_energy[] = {3.0, 2.5, 2.3}, input_energy[] = {2.8, 2.4, 2.2}, weight_energy[] = {2.0, 1.7, 1.6};
+    const double forward_energy[] = {3.0, 2.5, 2.3}, input_energy[] = {2.8, 2.4, 2.2},
+                 weight_energy[] = {2.0, 1.7, 1.6};
     for (int c = 0; c < 3; ++c) {
       const double scale = 1 + 0.1 * k;
       csv += fmt::format("{},forward,{},{},{}\n", k, clocks[c], (f + c + 0.2) / 1000, forward_energy[c] * scale);
@@ -141,7 +143,8 @@ TEST(SplitProfiles, ValidationNamesLineAndField) {
   };
   const std::string header = "stage,instruction,frequency,time,energy\n";
   EXPECT_NE(message(header + "0,forward,1000,1,1\n0,backward_input,1000,1,1\n").find("p.csv:3"), std::string::npos);
-  EXPECT_NE(message(header + "0,forward,1000,1,1\n0,backward_input,1000,1,1\n").find("backward_weight"), std::string::npos);
+  EXPECT_NE(message(header + "0,forward,1000,1,1\n0,backward_input,1000,1,1\n").find("backward_weight"),
+            std::string::npos);
   const auto mixed = message(header + "0,backward,1000,1,1\n0,backward_input,1000,1,1\n0,backward_weight,1000,1,1\n");
   EXPECT_NE(mixed.find("p.csv:3"), std::string::npos) << mixed;
   EXPECT_NE(mixed.find("instruction"), std::string::npos) << mixed;
@@ -182,7 +185,8 @@ TEST(SplitProfiles, DualPipeVPairsSumTheirPartsUnlessProfiled) {
   config.schedule = ScheduleKind::dualpipev;
   const Emulator summed(profile, config);
   // Model stage 0's pair: its forward and model stage 3's whole backward (I + W).
-  const double want = summed.cost(0, InstructionKind::forward, 1400)->time + summed.cost(3, InstructionKind::backward, 1400)->time;
+  const double want =
+      summed.cost(0, InstructionKind::forward, 1400)->time + summed.cost(3, InstructionKind::backward, 1400)->time;
   EXPECT_NEAR(summed.cost(0, InstructionKind::forward_backward, 1400)->time, want, 1e-12);
   profile.rows.push_back({0, InstructionKind::forward_backward, 1400, 0.015, 4.0});
   const Emulator measured(profile, config);
@@ -274,7 +278,8 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
   for (;;) {
     for (std::size_t s = 0; s < layout.size(); ++s) {
       plan[s].resize(layout[s].size());
-      for (std::size_t k = 0; k < layout[s].size(); ++k) plan[s][k] = clocks[choice[static_cast<std::size_t>(group[s][k])]];
+      for (std::size_t k = 0; k < layout[s].size(); ++k)
+        plan[s][k] = clocks[choice[static_cast<std::size_t>(group[s][k])]];
     }
     all.push_back(emulator.time_and_energy(plan));
     std::size_t g = 0;
@@ -317,21 +322,20 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
     });
     std::string points;
     for (const auto& q : perseus) points += fmt::format(" ({:.4f}, {:.4f})", q.first, q.second);
-    EXPECT_TRUE(reached) << fmt::format("no perseus point reaches ({:.4f} s, {:.4f} J); perseus:{}", time, energy, points);
+    EXPECT_TRUE(reached) << fmt::format("no perseus point reaches ({:.4f} s, {:.4f} J); perseus:{}", time, energy,
+                                        points);
   }
   // The fastest point is the all-max plan's time.
   EXPECT_NEAR(std::min_element(perseus.begin(), perseus.end())->first, front.front().first, 1e-9);
 }
 
-INSTANTIATE_TEST_SUITE_P(SmallPipelines, ExactFront,
-                         testing::Values(ExactCase{ScheduleKind::one_f_one_b, 2, 2, true},
-                                         ExactCase{ScheduleKind::one_f_one_b, 3, 2, true},
-                                         ExactCase{ScheduleKind::zb_h1, 2, 2, true},
-                                         ExactCase{ScheduleKind::zb_h1, 3, 3, false},
-                                         ExactCase{ScheduleKind::zbv, 2, 2, false},
-                                         ExactCase{ScheduleKind::zbv, 3, 4, false},
-                                         ExactCase{ScheduleKind::dualpipev, 2, 4, false}),
-                         case_name);
+INSTANTIATE_TEST_SUITE_P(
+    SmallPipelines, ExactFront,
+    testing::Values(ExactCase{ScheduleKind::one_f_one_b, 2, 2, true}, ExactCase{ScheduleKind::one_f_one_b, 3, 2, true},
+                    ExactCase{ScheduleKind::zb_h1, 2, 2, true}, ExactCase{ScheduleKind::zb_h1, 3, 3, false},
+                    ExactCase{ScheduleKind::zbv, 2, 2, false}, ExactCase{ScheduleKind::zbv, 3, 4, false},
+                    ExactCase{ScheduleKind::dualpipev, 2, 4, false}),
+    case_name);
 
 // The shipped GPT-3 profile with every backward split 50/50.
 Profile gpt3_split() {

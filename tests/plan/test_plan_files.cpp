@@ -115,7 +115,8 @@ TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
   EXPECT_NE(message(R"({"frequencies": [[99999999999]]})").find("positive whole number"), std::string::npos);
   EXPECT_NE(message(R"({"frequencies": [[1410]], "num_microbatches": 4294967297})").find("num_microbatches"),
             std::string::npos);
-  EXPECT_NE(message(R"({"frequencies": [[1410]], "extra_forwards": {"a": 1}})").find("extra_forwards"), std::string::npos);
+  EXPECT_NE(message(R"({"frequencies": [[1410]], "extra_forwards": {"a": 1}})").find("extra_forwards"),
+            std::string::npos);
   EXPECT_EQ(message(R"({"format": "perseus-plan/1", "frequencies": [[1410, 1395]]})"), "accepted");
 }
 
@@ -136,7 +137,8 @@ TEST(PlanFiles, ZeusTuplePlansRoundTrip) {
             "# Iteration 12 total cost with P2P: 120.5\n");
   const PlanFile back = parse_python_plan(text, "freqs_pipeline_00012.py");
   EXPECT_EQ(back.frequencies, plan.frequencies);
-  EXPECT_EQ(back.instructions, (std::vector<std::vector<std::string>>{{"forward", "backward"}, {"forward", "backward"}}));
+  EXPECT_EQ(back.instructions,
+            (std::vector<std::vector<std::string>>{{"forward", "backward"}, {"forward", "backward"}}));
   EXPECT_DOUBLE_EQ(*back.cost_change, -0.25);
   EXPECT_DOUBLE_EQ(*back.total_cost, 100.0);
   EXPECT_DOUBLE_EQ(*back.energy, 120.5);
@@ -147,7 +149,8 @@ TEST(PlanFiles, ZeusTuplePlansRoundTrip) {
 
 TEST(PlanFiles, MalformedZeusPlansAreErrorsNamingTheLine) {
   auto message = [](const std::string& text) { return error_of(parse_python_plan, text, "z.py"); };
-  EXPECT_NE(message("[\n[('forward', 1410)],\n[('jump', 1410)],\n]").find("z.py:3: instruction 'jump' is not"), std::string::npos);
+  EXPECT_NE(message("[\n[('forward', 1410)],\n[('jump', 1410)],\n]").find("z.py:3: instruction 'jump' is not"),
+            std::string::npos);
   EXPECT_NE(message("[[('forward', 1410), 1395]]").find("mixes plain clocks"), std::string::npos);
   EXPECT_NE(message("[[1410], [('forward', 1410)]]").find("every stage must list"), std::string::npos);
   EXPECT_NE(message("[[('forward', 1410)], [1410]]").find("every stage must list"), std::string::npos);

@@ -57,9 +57,12 @@ TEST(Profile, BadValuesNameFileLineAndField) {
   EXPECT_EQ(error_of(header + "0,forward,1410,nan,1\n"), "p.csv:2: field 'time': 'nan' is not finite");
   EXPECT_EQ(error_of(header + "0,forward,1410,-0.1,1\n"), "p.csv:2: field 'time': -0.1 must be positive");
   EXPECT_EQ(error_of(header + "0,forward,1410,0.1,abc\n"), "p.csv:2: field 'energy': 'abc' is not a number");
-  EXPECT_EQ(error_of(header + "0,forward,14.5,0.1,1\n"), "p.csv:2: field 'frequency': '14.5' is not a positive integer clock in MHz");
-  EXPECT_EQ(error_of(header + "x,forward,1410,0.1,1\n"), "p.csv:2: field 'stage': 'x' is not a stage index (a non-negative integer)");
-  EXPECT_EQ(error_of(header + "0,sideways,1410,0.1,1\n"), "p.csv:2: field 'instruction': 'sideways' is not forward, backward, backward_input, backward_weight or "
+  EXPECT_EQ(error_of(header + "0,forward,14.5,0.1,1\n"),
+            "p.csv:2: field 'frequency': '14.5' is not a positive integer clock in MHz");
+  EXPECT_EQ(error_of(header + "x,forward,1410,0.1,1\n"),
+            "p.csv:2: field 'stage': 'x' is not a stage index (a non-negative integer)");
+  EXPECT_EQ(error_of(header + "0,sideways,1410,0.1,1\n"),
+            "p.csv:2: field 'instruction': 'sideways' is not forward, backward, backward_input, backward_weight or "
             "forward_backward");
   EXPECT_EQ(error_of(header + "0,forward,1410,0.1\n"), "p.csv:2: expected 5 fields like the header, found 4");
   EXPECT_EQ(error_of(""), "p.csv:1: empty file: expected header stage,instruction,frequency,time,energy");
@@ -68,14 +71,19 @@ TEST(Profile, BadValuesNameFileLineAndField) {
 
 TEST(Profile, DuplicateRowPointsAtTheFirst) {
   const std::string text = std::string(kGood) + "1,forward,1410,0.06,22,1\n";
-  EXPECT_EQ(error_of(text), "p.csv:6: field 'frequency': duplicate row for stage 1 forward at 1410 MHz (first on line 4)");
+  EXPECT_EQ(error_of(text),
+            "p.csv:6: field 'frequency': duplicate row for stage 1 forward at 1410 MHz (first on line 4)");
 }
 
 TEST(Profile, CoverageOfStages) {
-  EXPECT_EQ(error_of(kGood, 3), "p.csv: field 'stage': no forward rows for stage 2 (every stage 0..2 needs forward and backward rows, or forward and backward_input/backward_weight rows)");
+  EXPECT_EQ(error_of(kGood, 3),
+            "p.csv: field 'stage': no forward rows for stage 2 (every stage 0..2 needs forward and backward rows, or "
+            "forward and backward_input/backward_weight rows)");
   EXPECT_EQ(error_of(kGood, 1), "p.csv:4: field 'stage': stage 1 is outside 0..0 (the pipeline has 1 stages)");
   const std::string no_backward = "stage,instruction,frequency,time,energy\n0,forward,1,1,1\n";
-  EXPECT_EQ(error_of(no_backward, 1), "p.csv: field 'stage': no backward rows for stage 0 (every stage 0..0 needs forward and backward rows, or forward and backward_input/backward_weight rows)");
+  EXPECT_EQ(error_of(no_backward, 1),
+            "p.csv: field 'stage': no backward rows for stage 0 (every stage 0..0 needs forward and backward rows, or "
+            "forward and backward_input/backward_weight rows)");
 }
 
 TEST(Profile, MissingFileIsNoInput) {

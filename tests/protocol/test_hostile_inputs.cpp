@@ -26,8 +26,8 @@ std::string nested(std::size_t depth) { return std::string(depth, '[') + std::st
 TEST(SafeText, ReplacesInvalidUtf8AndControlCharacters) {
   EXPECT_EQ(safe_text("abc é ✓ 𝄞"), "abc é ✓ 𝄞");
   EXPECT_EQ(safe_text("\xff"), "\xEF\xBF\xBD");
-  EXPECT_EQ(safe_text("a\xC3"), "a\xEF\xBF\xBD");          // a character cut short
-  EXPECT_EQ(safe_text("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");  // an overlong '/'
+  EXPECT_EQ(safe_text("a\xC3"), "a\xEF\xBF\xBD");                                // a character cut short
+  EXPECT_EQ(safe_text("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // an overlong '/'
   EXPECT_EQ(safe_text("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
   EXPECT_EQ(safe_text("line\nbreak\x7f"), "line\\x0abreak\\x7f");
   for (int b = 0; b < 256; ++b)  // every result serialises
@@ -65,7 +65,8 @@ TEST(SafeText, JsonDeeperThanTheLimitIsRefusedBeforeParsing) {
 
 TEST(Replies, ErrorBodiesAndTargetsAreValidForAnyBytes) {
   EXPECT_EQ(json::parse(error_body("job '\xff\xC3' not found"))["detail"], "job '\xEF\xBF\xBD\xEF\xBF\xBD' not found");
-  EXPECT_LE(json::parse(error_body(std::string(100000, 'x')))["detail"].get<std::string>().size(), kMaxDetailBytes + 40);
+  EXPECT_LE(json::parse(error_body(std::string(100000, 'x')))["detail"].get<std::string>().size(),
+            kMaxDetailBytes + 40);
   EXPECT_EQ(percent_decode("/jobs/%FF%2B"), "/jobs/\xff+");
   try {
     rank_parameter("rank=%FF");
@@ -77,7 +78,8 @@ TEST(Replies, ErrorBodiesAndTargetsAreValidForAnyBytes) {
 }
 
 TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
-  protocol::ProfilingResult ok{0, {1.0, 1.0}, {200.0, 210.0}, {{"forward", {{0.2}, {0.2}}}}, {{"forward", {{50.0}, {50.0}}}}};
+  protocol::ProfilingResult ok{
+      0, {1.0, 1.0}, {200.0, 210.0}, {{"forward", {{0.2}, {0.2}}}}, {{"forward", {{50.0}, {50.0}}}}};
   EXPECT_EQ(protocol::implausible_result(ok, 300), "");
   auto with = [&](auto change) {
     auto r = ok;
@@ -90,9 +92,11 @@ TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
   EXPECT_NE(with([](auto& r) { r.iter_time[0] = std::numeric_limits<double>::infinity(); }), "");
   EXPECT_NE(with([](auto& r) { r.iter_energy[0] = 1001; }).find("drew 1001 W on average"), std::string::npos);
   EXPECT_EQ(with([](auto& r) { r.iter_energy[0] = 370; }), "") << "within the slack";
-  EXPECT_NE(with([](auto& r) { r.energy_breakdown["forward"][0][0] = -1; }).find("the energy of 'forward' in iteration 0"),
+  EXPECT_NE(
+      with([](auto& r) { r.energy_breakdown["forward"][0][0] = -1; }).find("the energy of 'forward' in iteration 0"),
+      std::string::npos);
+  EXPECT_NE(with([](auto& r) { r.time_breakdown["forward"][1][0] = 5; }).find("longer than the iteration"),
             std::string::npos);
-  EXPECT_NE(with([](auto& r) { r.time_breakdown["forward"][1][0] = 5; }).find("longer than the iteration"), std::string::npos);
   EXPECT_NE(with([](auto& r) { r.energy_breakdown["forward"][1][0] = 500; }).find("more than the iteration"),
             std::string::npos);
   EXPECT_NE(with([](auto& r) { r.iter_time.pop_back(); }), "");
@@ -109,9 +113,9 @@ TEST(PhysicalBounds, OnlyWhatAGpuCouldHaveMeasuredPasses) {
 }
 
 TEST(PlanFiles, ANestedJsonPlanIsAnErrorNotACrash) {
-  for (const std::string& text : {R"({"frequencies": [)" + nested(100000) + "]}",
-                                  R"({"format": )" + nested(10000) + R"(, "frequencies": [[1]]})",
-                                  R"({"frequencies": [[)" + nested(60) + "]]}"}) {
+  for (const std::string& text :
+       {R"({"frequencies": [)" + nested(100000) + "]}", R"({"format": )" + nested(10000) + R"(, "frequencies": [[1]]})",
+        R"({"frequencies": [[)" + nested(60) + "]]}"}) {
     try {
       parse_json_plan(text, "deep.json");
       FAIL();

@@ -61,7 +61,8 @@ TEST(ResultParser, MalformedJsonIsA422NamingTheBody) {
   EXPECT_NE(detail_of(R"({"rank": 0, "iter_time": [1,)").find("malformed JSON at byte"), std::string::npos);
   EXPECT_NE(detail_of("").find("field 'body'"), std::string::npos);
   // Valid JSON to nlohmann (it becomes infinity) but not a finite double: still named.
-  EXPECT_NE(detail_of(R"({"rank": 0, "iter_time": [1e400], "iter_energy": []})").find("field 'body'"), std::string::npos);
+  EXPECT_NE(detail_of(R"({"rank": 0, "iter_time": [1e400], "iter_energy": []})").find("field 'body'"),
+            std::string::npos);
   // The other bodies too: nlohmann reports such a number as out of range, not as a parse error.
   try {
     parse_body(R"({"pp_degree": 1e400})");

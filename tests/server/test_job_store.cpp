@@ -145,15 +145,19 @@ struct RecordsTest : testing::ServerDirTest {
     testing::TestServer server(s);
     std::string id = json::parse(server.post("/register_job", testing::job_body(2, 2)).body);
     for (int r = 0; r < 4; ++r)
-      EXPECT_EQ(server.post("/register_rank", testing::rank_body(id, r, r % 2, {"forward", "backward"}, {1410, 1200, 1000},
-                                                                  r / 2)).status, 200);
+      EXPECT_EQ(server
+                    .post("/register_rank",
+                          testing::rank_body(id, r, r % 2, {"forward", "backward"}, {1410, 1200, 1000}, r / 2))
+                    .status,
+                200);
     std::string path = "/schedule/" + client::encode_path_segment(id);
     for (int round = 0; round < rounds; ++round) {
       std::vector<std::future<client::HttpReply>> asks;
       for (int r = 0; r < 4; ++r) asks.push_back(server.get_async(path + "?rank=" + std::to_string(r)));
       for (auto& a : asks) EXPECT_EQ(a.get().status, 200);
       for (int r = 0; r < 4; ++r)
-        EXPECT_EQ(server.post("/result/" + client::encode_path_segment(id), testing::result_body(r, 1.0 + r)).status, 200);
+        EXPECT_EQ(server.post("/result/" + client::encode_path_segment(id), testing::result_body(r, 1.0 + r)).status,
+                  200);
     }
     EXPECT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));
     return dir / id;
@@ -165,8 +169,8 @@ TEST_F(RecordsTest, ARoundRecordsOneResultPerStageUnlessEveryRankIsAskedFor) {
   json prof = json::parse(read_file(job / "0.prof.json"));
   ASSERT_EQ(prof.size(), 2u);  // stages, not ranks
   EXPECT_EQ(prof[1]["rank"], 1);
-  EXPECT_EQ(prof[1]["iter_time"], json({4.0, 4.0}));        // the slowest of ranks 1 and 3
-  EXPECT_EQ(prof[1]["iter_energy"], json({200.0, 200.0}));  // both ranks' energy
+  EXPECT_EQ(prof[1]["iter_time"], json({4.0, 4.0}));                   // the slowest of ranks 1 and 3
+  EXPECT_EQ(prof[1]["iter_energy"], json({200.0, 200.0}));             // both ranks' energy
   EXPECT_EQ(json::parse(read_file(job / "0.sched.json")).size(), 2u);  // one schedule per stage: all equal
   std::filesystem::remove_all(dir);
   auto s = settings("AllMaxFrequency3D");
@@ -190,7 +194,7 @@ TEST_F(RecordsTest, RetentionKeepsTheLastRoundsFiles) {
 struct Recording {
   server::SchedulerContext context;
   std::vector<std::vector<server::PowerStateSchedule>> schedules;  // per round
-  std::vector<std::vector<ProfilingResult>> results;                // per round, every rank
+  std::vector<std::vector<ProfilingResult>> results;               // per round, every rank
 };
 
 class Recorder final : public server::Scheduler {
@@ -206,7 +210,9 @@ class Recorder final : public server::Scheduler {
     inner_->observe(results);
   }
   bool observes_results() const override { return inner_->observes_results(); }
-  json round_record(const std::vector<ProfilingResult>& results) const override { return inner_->round_record(results); }
+  json round_record(const std::vector<ProfilingResult>& results) const override {
+    return inner_->round_record(results);
+  }
   void replay(const json& record) override { inner_->replay(record); }
   bool ready() const override { return inner_->ready(); }
   json status() const override { return inner_->status(); }

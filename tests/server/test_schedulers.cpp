@@ -34,7 +34,8 @@ SchedulerContext context(int pp, int dp = 1) {
   c.job.world_size = pp * dp;
   c.job.num_microbatches = 2;
   for (int d = 0; d < dp; ++d)
-    for (int s = 0; s < pp; ++s) c.ranks.push_back(rank(d * pp + s, s, {"load", "forward", "p2p", "forward", "backward", "step", "backward"}, d));
+    for (int s = 0; s < pp; ++s)
+      c.ranks.push_back(rank(d * pp + s, s, {"load", "forward", "p2p", "forward", "backward", "step", "backward"}, d));
   std::sort(c.ranks.begin(), c.ranks.end(), [](auto& a, auto& b) { return a.rank < b.rank; });
   return c;
 }
@@ -44,7 +45,8 @@ ProfilingResult result(int r, double time, double energy, double f_time, double 
   p.rank = r;
   p.iter_time = {time, time};
   p.iter_energy = {energy, energy};
-  p.time_breakdown = {{"forward", {{f_time, f_time}, {f_time, f_time}}}, {"backward", {{2 * f_time, 2 * f_time}, {2 * f_time, 2 * f_time}}}};
+  p.time_breakdown = {{"forward", {{f_time, f_time}, {f_time, f_time}}},
+                      {"backward", {{2 * f_time, 2 * f_time}, {2 * f_time, 2 * f_time}}}};
   p.energy_breakdown = {{"forward", {{f_energy, f_energy}, {f_energy, f_energy}}},
                         {"backward", {{2 * f_energy, 2 * f_energy}, {2 * f_energy, 2 * f_energy}}}};
   return p;
@@ -89,7 +91,8 @@ TEST(Schedulers, InstructionProfilerWritesAProfileOptimizeReads) {
   fs::remove_all(dir);
   auto ctx = context(2);
   ctx.job_dir = dir;
-  auto profiler = configure_scheduler("InstructionProfiler", {{"minimum_power_state", 1200}, {"warmup_step_ratio", 0.5}})(ctx);
+  auto profiler =
+      configure_scheduler("InstructionProfiler", {{"minimum_power_state", 1200}, {"warmup_step_ratio", 0.5}})(ctx);
   // Two warm-up rounds at 1410, then 1410, 1300, 1200.
   std::vector<int> seen;
   for (;;) {
@@ -131,10 +134,12 @@ TEST(Schedulers, PointSolutionServesAnInterleavedPlanInItsOrder) {
   plan.num_microbatches = 2;
   plan.schedule = ScheduleKind::interleaved;
   plan.virtual_stages = 2;
-  plan.frequencies = {{1410, 1300, 1200, 1100, 1000, 1100, 1200, 1300}, {1000, 1100, 1200, 1300, 1410, 1300, 1200, 1100}};
+  plan.frequencies = {{1410, 1300, 1200, 1100, 1000, 1100, 1200, 1300},
+                      {1000, 1100, 1200, 1300, 1410, 1300, 1200, 1100}};
   write_file_atomic(dir / "plan.json", plan_to_json(plan));
   auto ctx = context(2);
-  for (auto& r : ctx.ranks) r.pipe_schedule = client::default_pipe_schedule(r.pp_rank, 2, 2, ScheduleKind::interleaved, 2);
+  for (auto& r : ctx.ranks)
+    r.pipe_schedule = client::default_pipe_schedule(r.pp_rank, 2, 2, ScheduleKind::interleaved, 2);
   // Stage 1 runs F0c0 F1c0 F0c1 B0c1 ...: a backward in the fourth slot, unlike plain 1F1B's order.
   EXPECT_EQ(ctx.ranks[1].pipe_schedule[3], "backward");
   EXPECT_EQ(ctx.ranks[0].pipe_schedule[3], "forward");
@@ -143,7 +148,8 @@ TEST(Schedulers, PointSolutionServesAnInterleavedPlanInItsOrder) {
   const auto schedules = scheduler->next_schedule();
   ASSERT_EQ(schedules.size(), 2u);
   for (const auto& one : schedules)
-    EXPECT_EQ(one.power_states, plan.frequencies[static_cast<std::size_t>(ctx.ranks[static_cast<std::size_t>(one.rank)].pp_rank)]);
+    EXPECT_EQ(one.power_states,
+              plan.frequencies[static_cast<std::size_t>(ctx.ranks[static_cast<std::size_t>(one.rank)].pp_rank)]);
 
   auto plain = context(2);
   for (auto& r : plain.ranks) r.pipe_schedule = client::default_pipe_schedule(r.pp_rank, 2, 4);
@@ -227,7 +233,8 @@ TEST(Schedulers, ZeusGlobalPowerLimitProfilesEachLimitAndKeepsTheCheapest) {
     auto schedules = scheduler->next_schedule();
     int limit = schedules.front().power_states.front();
     for (const auto& s : schedules)
-      EXPECT_EQ(s.power_states, std::vector<int>(ctx.ranks[0].pipe_schedule.size(), limit)) << "one limit for every GPU";
+      EXPECT_EQ(s.power_states, std::vector<int>(ctx.ranks[0].pipe_schedule.size(), limit))
+          << "one limit for every GPU";
     auto result = [](int r, double t, double e) {  // the first iteration is dropped (warmup_step_ratio 0.1 -> 1)
       ProfilingResult p;
       p.rank = r;
@@ -299,11 +306,11 @@ TEST(Schedulers, ZeusLocalPowerStateBalancesEachLevelAndKeepsTheCheapest) {
     scheduler->observe(results);
   }
   const std::vector<std::vector<int>> expected = {
-      {1410, 1410},                                              // warm-up
-      {1410, 1410}, {1410, 1300}, {1410, 1200}, {1410, 1300},    // stage 1 overshoots 1200, settles at 1300
-      {1300, 1300}, {1300, 1200}, {1300, 1100}, {1300, 1200},    // heaviest one state lower
+      {1410, 1410},                                            // warm-up
+      {1410, 1410}, {1410, 1300}, {1410, 1200}, {1410, 1300},  // stage 1 overshoots 1200, settles at 1300
+      {1300, 1300}, {1300, 1200}, {1300, 1100}, {1300, 1200},  // heaviest one state lower
       {1200, 1200}, {1200, 1100}, {1200, 1000}, {1200, 1100},
-      {1100, 1100}, {1100, 1000}, {1100, 1000},                  // stage 1 reaches the lowest state: the last level
+      {1100, 1100}, {1100, 1000}, {1100, 1000},  // stage 1 reaches the lowest state: the last level
   };
   ASSERT_GE(seen.size(), expected.size() + 1);
   for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(seen[i], expected[i]) << "round " << i;

@@ -118,7 +118,8 @@ TEST_F(BoundsTest, ABodyAboveTheLimitGets413BeforeItIsRead) {
   }
   {  // curl's Expect: 100-continue gets the refusal instead of the go-ahead
     RawConnection c(server.url);
-    ASSERT_TRUE(c.send("POST /register_job HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n"));
+    ASSERT_TRUE(
+        c.send("POST /register_job HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 5000\r\n\r\n"));
     EXPECT_EQ(status_of(c.read_header()), 413);
   }
   // A body within the limit is read and answered as usual.
@@ -170,7 +171,8 @@ TEST_F(BoundsTest, AScheduleRequestWaitingAtTheBarrierIsNotIdle) {
   limits.idle_timeout = 100ms;
   TestServer server(settings(), "", limits);
   auto id = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
-  for (int r = 0; r < 2; ++r) ASSERT_EQ(server.post("/register_rank", rank_body(id, r, r, kTwoMicrobatches)).status, 200);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(server.post("/register_rank", rank_body(id, r, r, kTwoMicrobatches)).status, 200);
   auto first = server.get_async("/schedule/" + id + "?rank=0");
   std::this_thread::sleep_for(500ms);  // rank 0 waits at the barrier far longer than the idle timeout
   EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 200);
@@ -334,7 +336,8 @@ TEST_F(BoundsTest, AJobRegisteredWithASecretTakesChangesOnlyWithIt) {
   // Reading is not changing.
   EXPECT_EQ(stranger.request("GET", "/jobs/" + path, "", 5s).status, 200);
   // The job's own ranks, with the secret, run it as usual.
-  for (int r = 0; r < 2; ++r) EXPECT_EQ(job.call("POST", "/register_rank", rank_body(job.id, r, r, kTwoMicrobatches)).status, 200);
+  for (int r = 0; r < 2; ++r)
+    EXPECT_EQ(job.call("POST", "/register_rank", rank_body(job.id, r, r, kTwoMicrobatches)).status, 200);
   EXPECT_EQ(job.call("POST", "/heartbeat/" + path, {{"rank", 0}, {"progress", 1}}).status, 200);
   auto waiting = std::async(std::launch::async, [&] {
     client::HttpClient rank0(server.url);
@@ -383,7 +386,8 @@ TEST_F(BoundsTest, TheBearerTokenIsTheAdministratorsCredentialForEveryJob) {
   auto id = json::parse(rank0.request("POST", "/register_job", job_body(1).dump(), 5s).body).get<std::string>();
   ASSERT_EQ(rank0.received_job_secret().size(), 32u);
   client::HttpClient admin(server.url, token);  // no job secret
-  EXPECT_EQ(admin.request("POST", "/leave/" + client::encode_path_segment(id), json{{"rank", 0}}.dump(), 5s).status, 200);
+  EXPECT_EQ(admin.request("POST", "/leave/" + client::encode_path_segment(id), json{{"rank", 0}}.dump(), 5s).status,
+            200);
 }
 
 }  // namespace

@@ -25,7 +25,8 @@ struct ServerTest : ServerDirTest {
     auto reply = server.post("/register_job", job_body(pp));
     EXPECT_EQ(reply.status, 200) << reply.body;
     std::string id = json::parse(reply.body).get<std::string>();
-    for (int r = 0; r < pp; ++r) EXPECT_EQ(server.post("/register_rank", rank_body(id, r, r, kTwoMicrobatches)).status, 200);
+    for (int r = 0; r < pp; ++r)
+      EXPECT_EQ(server.post("/register_rank", rank_body(id, r, r, kTwoMicrobatches)).status, 200);
     return id;
   }
 };
@@ -169,8 +170,12 @@ TEST_F(ServerTest, ScheduleIsABarrierAndRoundsAreRecorded) {
   EXPECT_EQ(sched[1]["power_states"], json({1200, 1200, 1000, 1000}));
   // perseus.json is the artifact's ServerInfo, exactly the fields its load_info() reads.
   json info = json::parse(read_file(job_dir / "perseus.json"));
-  EXPECT_EQ(info, json({{"scheduler", "TwoFrequencies"}, {"scheduler_args", {{"forward_freq", 1200}, {"backward_freq", 1000}}},
-                        {"log_level", "INFO"}, {"mode", "frequency"}, {"dump_data", true}, {"dump_dir", dir.string()}}));
+  EXPECT_EQ(info, json({{"scheduler", "TwoFrequencies"},
+                        {"scheduler_args", {{"forward_freq", 1200}, {"backward_freq", 1000}}},
+                        {"log_level", "INFO"},
+                        {"mode", "frequency"},
+                        {"dump_data", true},
+                        {"dump_dir", dir.string()}}));
   json meta = json::parse(read_file(job_dir / "job.json"));
   EXPECT_EQ(meta["server"]["scheduler"], "TwoFrequencies");
   EXPECT_EQ(meta["job"]["job_id"], id);
@@ -340,7 +345,8 @@ TEST_F(ServerTest, ARankThatLeavesReleasesTheRanksWaitingAtTheBarrier) {
   auto reply = waiting.get();
   EXPECT_EQ(reply.status, 500);
   std::string text = detail(reply);
-  EXPECT_NE(text.find("[job-failed] rank 1 cannot take part: NVML: insufficient permissions"), std::string::npos) << text;
+  EXPECT_NE(text.find("[job-failed] rank 1 cannot take part: NVML: insufficient permissions"), std::string::npos)
+      << text;
   EXPECT_EQ(text.find("\xc3"), std::string::npos) << "cut before the character, not inside it";
   EXPECT_NE(text.find(std::string(968, '.')), std::string::npos);
   EXPECT_EQ(server.post("/leave/" + id, json{{"rank", 0}}).status, 200) << "leaving an ended job is harmless";
@@ -352,7 +358,9 @@ TEST_F(ServerTest, JobsAndJobStatusSayWhatEachJobIsDoing) {
   auto job = job_body(2, 2);  // 2 stages x 2 pipelines
   std::string id = json::parse(server.post("/register_job", job).body).get<std::string>();
   for (int r = 0; r < 4; ++r)
-    ASSERT_EQ(server.post("/register_rank", rank_body(id, r, r % 2, kTwoMicrobatches, {1410, 1200, 1000}, r / 2)).status, 200);
+    ASSERT_EQ(
+        server.post("/register_rank", rank_body(id, r, r % 2, kTwoMicrobatches, {1410, 1200, 1000}, r / 2)).status,
+        200);
   std::string waiting = json::parse(server.post("/register_job", job_body(2)).body).get<std::string>();
 
   json all = json::parse(server.call("GET", "/jobs").body);
@@ -396,7 +404,8 @@ TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
   EXPECT_NE(detail(failed).find("[job-failed]"), std::string::npos);
   EXPECT_EQ(detail(server.call("GET", "/schedule/" + id + "?rank=1")), detail(failed));  // kept for late ranks
   int status = 500;
-  for (auto deadline = std::chrono::steady_clock::now() + 20s; status == 500 && std::chrono::steady_clock::now() < deadline;) {
+  for (auto deadline = std::chrono::steady_clock::now() + 20s;
+       status == 500 && std::chrono::steady_clock::now() < deadline;) {
     std::this_thread::sleep_for(100ms);
     status = server.call("GET", "/schedule/" + id + "?rank=1").status;
   }
@@ -408,7 +417,8 @@ TEST_F(ServerTest, AnEndedJobIsForgottenAfterItsRetentionButItsRecordsStay) {
 
 TEST_F(ServerTest, FinishedSchedulerAnswersProfilingDone) {
   fs::create_directories(dir / "plans");
-  write_file_atomic(dir / "plans" / "freqs_pipeline_00001.py", "[[1200, 1200, 1000, 1000], [1000, 1000, 1200, 1200]]\n");
+  write_file_atomic(dir / "plans" / "freqs_pipeline_00001.py",
+                    "[[1200, 1200, 1000, 1000], [1000, 1000, 1200, 1200]]\n");
   TestServer server(settings("PointSolution", {{"solution_path", (dir / "plans").string()}, {"warmup_iters", 1}}));
   std::string id = start_job(server, 2);
   auto round = [&](int expected_first) {

@@ -29,7 +29,8 @@ struct RawReply {
 };
 
 // One request on its own connection, with the reply's headers (HttpClient gives only the body).
-RawReply raw_request(const std::string& url, http::verb method, const std::string& target, const std::string& token = "") {
+RawReply raw_request(const std::string& url, http::verb method, const std::string& target,
+                     const std::string& token = "") {
   auto port = url.substr(url.rfind(':') + 1);
   boost::asio::io_context io;
   boost::asio::ip::tcp::resolver resolver(io);
@@ -57,9 +58,9 @@ TEST_F(WebPageTest, GetRootAnswersTheSelfContainedPage) {
   EXPECT_EQ(page.status, 200);
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
   EXPECT_EQ(page.body, std::string(server::web_page()));
-  for (const char* part : {"<!DOCTYPE html>", "<noscript>", "id=\"jobs\"", "id=\"job\"", "id=\"history\"", "id=\"frontier\"",
-                           "id=\"timeline\"", "id=\"decisions\"", "id=\"straggler\"", "id=\"token-form\"", "sessionStorage",
-                           "fetch(", "/timeline.svg", "/frontier", "</html>"})
+  for (const char* part : {"<!DOCTYPE html>", "<noscript>", "id=\"jobs\"", "id=\"job\"", "id=\"history\"",
+                           "id=\"frontier\"", "id=\"timeline\"", "id=\"decisions\"", "id=\"straggler\"",
+                           "id=\"token-form\"", "sessionStorage", "fetch(", "/timeline.svg", "/frontier", "</html>"})
     EXPECT_NE(page.body.find(part), std::string::npos) << part;
   // Nothing from elsewhere: no external script, style, font or image, and a policy that forbids them.
   for (const char* outside : {"src=\"http", "href=\"http", "url(http", "@import", "<link", "<script src"})
@@ -74,8 +75,8 @@ TEST_F(WebPageTest, OnlyGetRootAnswersWithoutTheToken) {
   const std::string token = "0123456789abcdef-token";
   testing::TestServer server(settings(), token);
   EXPECT_EQ(raw_request(server.url, http::verb::get, "/").status, 200);
-  for (const char* target : {"/jobs", "/info", "/jobs/x", "/jobs/x/frontier", "/jobs/x/timeline.svg", "/?", "/?job=x",
-                             "//", "/index.html"})
+  for (const char* target :
+       {"/jobs", "/info", "/jobs/x", "/jobs/x/frontier", "/jobs/x/timeline.svg", "/?", "/?job=x", "//", "/index.html"})
     EXPECT_EQ(raw_request(server.url, http::verb::get, target).status, 401) << target;
   for (auto method : {http::verb::post, http::verb::put, http::verb::delete_})
     EXPECT_EQ(raw_request(server.url, method, "/").status, 401) << method;

@@ -17,13 +17,20 @@ using namespace std::chrono_literals;
 const std::vector<int> kZeusClocks = {1410, 1395, 1380, 1200, 1005};
 
 json zeus_job(int pp, int dp = 1, int tp = 1, json metadata = nullptr) {
-  return {{"job_id", ""}, {"pp_degree", pp}, {"dp_degree", dp}, {"tp_degree", tp}, {"world_size", pp * dp * tp},
+  return {{"job_id", ""},
+          {"pp_degree", pp},
+          {"dp_degree", dp},
+          {"tp_degree", tp},
+          {"world_size", pp * dp * tp},
           {"job_metadata", metadata}};
 }
 
 json zeus_rank(int rank, int pp_rank, int dp_rank = 0, int tp_rank = 0) {
-  return {{"rank", rank},       {"dp_rank", dp_rank}, {"pp_rank", pp_rank},
-          {"tp_rank", tp_rank}, {"available_frequencies", kZeusClocks}};
+  return {{"rank", rank},
+          {"dp_rank", dp_rank},
+          {"pp_rank", pp_rank},
+          {"tp_rank", tp_rank},
+          {"available_frequencies", kZeusClocks}};
 }
 
 // As Zeus's examples/pipeline_frequency_optimizer/run_optimization.py writes it (2 stages, 2 microbatches, 1F1B).
@@ -75,10 +82,14 @@ TEST_F(ZeusDialect, AZeusClientGetsItsPlanAsInstructionFrequencyPairs) {
   EXPECT_EQ(id.substr(19), "+dp1+pp2+tp1+PointSolution+gpt3-xl");
   auto replies = ask_all(server, id, 2);
   ASSERT_EQ(replies[0].status, 200) << replies[0].body;
-  EXPECT_EQ(json::parse(replies[0].body),
-            json::parse(R"({"rank": 0, "frequencies": [["forward", 1395], ["forward", 1380], ["backward", 1410], ["backward", 1200]]})"));
-  EXPECT_EQ(json::parse(replies[1].body),
-            json::parse(R"({"rank": 1, "frequencies": [["forward", 1410], ["backward", 1410], ["forward", 1005], ["backward", 1395]]})"));
+  EXPECT_EQ(
+      json::parse(replies[0].body),
+      json::parse(
+          R"({"rank": 0, "frequencies": [["forward", 1395], ["forward", 1380], ["backward", 1410], ["backward", 1200]]})"));
+  EXPECT_EQ(
+      json::parse(replies[1].body),
+      json::parse(
+          R"({"rank": 1, "frequencies": [["forward", 1410], ["backward", 1410], ["forward", 1005], ["backward", 1395]]})"));
   // Zeus's ProfilingResult is the artifact's: accepted.
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
   // The records say what the clients got, in their dialect.
@@ -105,8 +116,15 @@ TEST_F(ZeusDialect, AZeusPlanServesArtifactRanksAndChecksTheirOrder) {
   TestServer server(s);
   auto reply = server.post("/register_job", job_body(2));
   std::string id = json::parse(reply.body).get<std::string>();
-  ASSERT_EQ(server.post("/register_rank", rank_body(id, 0, 0, {"load", "forward", "forward", "backward", "p2p", "backward"}, kZeusClocks)).status, 200);
-  ASSERT_EQ(server.post("/register_rank", rank_body(id, 1, 1, {"forward", "backward", "forward", "backward"}, kZeusClocks)).status, 200);
+  ASSERT_EQ(server
+                .post("/register_rank",
+                      rank_body(id, 0, 0, {"load", "forward", "forward", "backward", "p2p", "backward"}, kZeusClocks))
+                .status,
+            200);
+  ASSERT_EQ(
+      server.post("/register_rank", rank_body(id, 1, 1, {"forward", "backward", "forward", "backward"}, kZeusClocks))
+          .status,
+      200);
   auto r0 = server.get_async("/schedule/" + id + "?rank=0");
   auto r1 = server.call("GET", "/schedule/" + id + "?rank=1");
   EXPECT_EQ(json::parse(r0.get().body)["power_states"], json({1395, 1395, 1380, 1410, 1410, 1200}));
@@ -115,12 +133,19 @@ TEST_F(ZeusDialect, AZeusPlanServesArtifactRanksAndChecksTheirOrder) {
   // A rank whose forwards and backwards come in another order than the plan names is refused.
   reply = server.post("/register_job", job_body(2));
   id = json::parse(reply.body).get<std::string>();
-  ASSERT_EQ(server.post("/register_rank", rank_body(id, 0, 0, {"forward", "backward", "forward", "backward"}, kZeusClocks)).status, 200);
-  ASSERT_EQ(server.post("/register_rank", rank_body(id, 1, 1, {"forward", "backward", "forward", "backward"}, kZeusClocks)).status, 200);
+  ASSERT_EQ(
+      server.post("/register_rank", rank_body(id, 0, 0, {"forward", "backward", "forward", "backward"}, kZeusClocks))
+          .status,
+      200);
+  ASSERT_EQ(
+      server.post("/register_rank", rank_body(id, 1, 1, {"forward", "backward", "forward", "backward"}, kZeusClocks))
+          .status,
+      200);
   auto bad0 = server.get_async("/schedule/" + id + "?rank=0");
   auto bad1 = server.call("GET", "/schedule/" + id + "?rank=1");
   EXPECT_EQ(bad1.status, 500);
-  EXPECT_NE(detail(bad1).find("pipe_schedule[1] is backward but the plan has a forward there"), std::string::npos) << detail(bad1);
+  EXPECT_NE(detail(bad1).find("pipe_schedule[1] is backward but the plan has a forward there"), std::string::npos)
+      << detail(bad1);
   EXPECT_EQ(bad0.get().status, 500);
 }
 
@@ -134,7 +159,8 @@ TEST_F(ZeusDialect, PointSolution3DServesEveryDataParallelRankItsStagesPlan) {
     ASSERT_EQ(replies[r].status, 200) << replies[r].body;
     json got = json::parse(replies[r].body);
     EXPECT_EQ(got["rank"], r);
-    EXPECT_EQ(got["frequencies"][1], r % 2 == 0 ? json::parse(R"(["forward", 1380])") : json::parse(R"(["backward", 1410])"));
+    EXPECT_EQ(got["frequencies"][1],
+              r % 2 == 0 ? json::parse(R"(["forward", 1380])") : json::parse(R"(["backward", 1410])"));
   }
 }
 
@@ -191,7 +217,8 @@ TEST_F(ZeusDialect, ZeusBodiesAreValidatedAsZeusValidatesThem) {
   rank = zeus_rank(0, 0);
   rank["rank"] = -1;
   EXPECT_EQ(server.post("/register_rank/" + id, rank).status, 422);
-  EXPECT_EQ(server.post("/register_rank", zeus_rank(0, 0)).status, 422) << "Zeus's RankInfo has no job_id: the path names it";
+  EXPECT_EQ(server.post("/register_rank", zeus_rank(0, 0)).status, 422)
+      << "Zeus's RankInfo has no job_id: the path names it";
   EXPECT_EQ(server.post("/register_rank/nope", zeus_rank(0, 0)).status, 404);
   EXPECT_EQ(server.post("/register_rank/" + id, zeus_rank(0, 0)).status, 200);
   EXPECT_EQ(server.post("/register_rank/" + id, zeus_rank(0, 0)).status, 200) << "a retry";
@@ -244,13 +271,17 @@ class ForeignPlan final : public server::Scheduler {
 };
 
 TEST_F(ZeusDialect, APlanClockTheGpuLacksIsServedAsTheNearestSupportedOneBelowIt) {
-  TestServer server(settings(), "", {}, [](const server::SchedulerContext& c) {
-    return std::make_unique<ForeignPlan>(c);
-  });
+  TestServer server(settings(), "", {},
+                    [](const server::SchedulerContext& c) { return std::make_unique<ForeignPlan>(c); });
   json job = {{"pp_degree", 1}, {"dp_degree", 1}, {"tp_degree", 1}, {"world_size", 1}, {"job_metadata", "foreign"}};
   std::string id = json::parse(server.post("/register_job", job).body).get<std::string>();
-  json rank = {{"job_id", id}, {"rank", 0}, {"dp_rank", 0}, {"pp_rank", 0}, {"tp_rank", 0},
-               {"pipe_schedule", {"forward", "backward", "forward"}}, {"power_state_range", {1410, 1305, 1200, 1005}}};
+  json rank = {{"job_id", id},
+               {"rank", 0},
+               {"dp_rank", 0},
+               {"pp_rank", 0},
+               {"tp_rank", 0},
+               {"pipe_schedule", {"forward", "backward", "forward"}},
+               {"power_state_range", {1410, 1305, 1200, 1005}}};
   ASSERT_EQ(server.post("/register_rank", rank).status, 200);
   auto reply = server.call("GET", "/schedule/" + client::encode_path_segment(id) + "?rank=0");
   ASSERT_EQ(reply.status, 200) << reply.body;

@@ -71,8 +71,8 @@ TEST_F(SimulateTest, AnInterleavedPlanServedByPointSolutionRunsAsEmulated) {
   const std::size_t chosen = *cheapest_within(record, record.points.back().time * 1.1);
   const Plan plan = plan_at(record, chosen);
 
-  testing::TestServer server(settings("PointSolution", {{"solution_path", (dir / "frontier").string()},
-                                                         {"slowdown", 1.1}, {"warmup_iters", 1}}));
+  testing::TestServer server(settings(
+      "PointSolution", {{"solution_path", (dir / "frontier").string()}, {"slowdown", 1.1}, {"warmup_iters", 1}}));
   simulate::SimulationConfig c;
   c.profile = profile;
   c.num_stages = 2;

@@ -39,8 +39,7 @@ struct BoostNetwork {
     return forward;
   }
   long flow(Edge e) const {
-    return boost::get(boost::edge_capacity, graph, e) -
-           boost::get(boost::edge_residual_capacity, graph, e);
+    return boost::get(boost::edge_capacity, graph, e) - boost::get(boost::edge_residual_capacity, graph, e);
   }
   long run(int s, int t) { return boost::push_relabel_max_flow(graph, s, t); }
   Graph graph;
@@ -48,8 +47,8 @@ struct BoostNetwork {
 
 // Follows the reference planner literally: feasible flow on a fresh network, then a second
 // max flow on a network built from the residual capacities.
-std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<BoundedArc>& arcs,
-                                                    int source, int sink, Feasibility feasibility) {
+std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<BoundedArc>& arcs, int source, int sink,
+                                                    Feasibility feasibility) {
   BoostNetwork first(n + 2);
   std::vector<Edge> arc_edges;
   std::vector<std::int64_t> in_lower(n, 0), out_lower(n, 0);
@@ -87,7 +86,6 @@ std::optional<std::vector<std::int64_t>> with_boost(int n, const std::vector<Bou
   }
   return flow;
 }
-
 
 bool with_dinic(int n, const std::vector<BoundedArc>& arcs, const std::vector<std::int64_t>* initial, int source,
                 int sink, Feasibility feasibility, std::vector<std::int64_t>& flow) {

@@ -145,7 +145,7 @@ TEST(PipelineTimes, SeesADependencyLeaveTheCriticalPathWhileItsEndsStay) {
     times.set_duration(3, 2, 0.0);  // upstream: every node stays critical, the dependency does not
     EXPECT_FALSE(times.update());
     EXPECT_FALSE(times.is_critical(direct));
-    EXPECT_FALSE(times.update());  // no change at all: the marks are still not the critical arcs
+    EXPECT_FALSE(times.update());   // no change at all: the marks are still not the critical arcs
     times.set_duration(1, 0, 0.0);  // back: the marked arcs are critical again
     EXPECT_TRUE(times.update());
   }

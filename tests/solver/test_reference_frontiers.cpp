@@ -30,7 +30,8 @@ struct Case {
 // exact iteration; times and point counts match, energies agree to 5e-6.
 std::string describe(const ::testing::TestParamInfo<Case>& info) {
   std::string name = info.param.model + "_" + info.param.gpu + "_mb" + std::to_string(info.param.microbatches);
-  for (char& c : name) if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  for (char& c : name)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
   return name;
 }
 
@@ -41,7 +42,8 @@ class ReferenceFrontier : public ::testing::TestWithParam<Case> {};
 TEST_P(ReferenceFrontier, MatchesPointForPoint) {
   const Case& c = GetParam();
   const auto profile_path = kData / "stage_profile" / (c.model + "+" + c.gpu + ".csv");
-  const auto frontier_path = kData / "frontier" / (c.model + "+" + c.gpu + "_mb" + std::to_string(c.microbatches) + ".csv");
+  const auto frontier_path =
+      kData / "frontier" / (c.model + "+" + c.gpu + "_mb" + std::to_string(c.microbatches) + ".csv");
   if (!std::filesystem::exists(profile_path) || !std::filesystem::exists(frontier_path)) {
     GTEST_SKIP() << "reference data not found beside the project (" << kData << ")";
   }
@@ -74,13 +76,10 @@ TEST_P(ReferenceFrontier, MatchesPointForPoint) {
   RecordProperty("worst_relative_energy_error", fmt::format("{:.3g}", worst));
 }
 
-INSTANTIATE_TEST_SUITE_P(Sosp24, ReferenceFrontier,
-                         ::testing::Values(Case{"gpt3-175b", "a100_sxm_bf16", 12, 1e-6},
-                                           Case{"gpt3-175b", "a100_sxm_bf16", 24, 1e-6},
-                                           Case{"bloom", "a100_sxm_bf16", 12, 1e-6},
-                                           Case{"bloom", "a100_sxm_bf16", 24, 1e-6},
-                                           Case{"gpt3-175b", "a40_bf16", 12, 1e-6},
-                                           Case{"gpt3-175b", "a40_bf16", 24, 1e-6},
-                                           Case{"bloom", "a40_bf16", 12, 5e-6},
-                                           Case{"bloom", "a40_bf16", 24, 5e-6}),
-                         describe);
+INSTANTIATE_TEST_SUITE_P(
+    Sosp24, ReferenceFrontier,
+    ::testing::Values(Case{"gpt3-175b", "a100_sxm_bf16", 12, 1e-6}, Case{"gpt3-175b", "a100_sxm_bf16", 24, 1e-6},
+                      Case{"bloom", "a100_sxm_bf16", 12, 1e-6}, Case{"bloom", "a100_sxm_bf16", 24, 1e-6},
+                      Case{"gpt3-175b", "a40_bf16", 12, 1e-6}, Case{"gpt3-175b", "a40_bf16", 24, 1e-6},
+                      Case{"bloom", "a40_bf16", 12, 5e-6}, Case{"bloom", "a40_bf16", 24, 5e-6}),
+    describe);

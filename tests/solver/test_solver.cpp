@@ -52,7 +52,14 @@ TEST(Solver, SlowsDownWhereTheCutCrossesBackward) {
 // frontier on inputs nobody gave us. With exact cut arithmetic the minimum cut does not depend
 // on which maximum flow was found, so the frontiers must be identical.
 TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
-  struct Case { int stages, microbatches; double noise; std::uint64_t seed; CostModelKind model; ScheduleKind schedule; int virtual_stages = 1; };
+  struct Case {
+    int stages, microbatches;
+    double noise;
+    std::uint64_t seed;
+    CostModelKind model;
+    ScheduleKind schedule;
+    int virtual_stages = 1;
+  };
   const std::vector<Case> cases = {
       {2, 3, 0.0, 1, CostModelKind::exponential, ScheduleKind::one_f_one_b},
       {4, 4, 0.01, 2, CostModelKind::exponential, ScheduleKind::one_f_one_b},
@@ -63,7 +70,8 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
       {3, 3, 0.0, 7, CostModelKind::piecewise_linear, ScheduleKind::interleaved, 3},
   };
   for (const auto& c : cases) {
-    const auto problem = synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule, c.virtual_stages);
+    const auto problem =
+        synthetic_problem(c.stages, c.microbatches, c.noise, c.seed, c.model, c.schedule, c.virtual_stages);
     SolverOptions fast, oracle;
     fast.cut_rule = oracle.cut_rule = CutRule::exact;
     oracle.max_flow_oracle = boost_max_flow_oracle();
@@ -96,7 +104,8 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
   int compared = 0, points = 0;
   for (int trial = 0; trial < 200; ++trial) {
     const int stages = pick(1, 4);
-    ScheduleKind schedule = std::array{ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::interleaved}[pick(0, 2)];
+    ScheduleKind schedule =
+        std::array{ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::interleaved}[pick(0, 2)];
     int microbatches = pick(1, 6), virtual_stages = 1;
     if (schedule == ScheduleKind::interleaved) {
       virtual_stages = pick(2, 3);
@@ -197,7 +206,14 @@ TEST(Solver, AStopWithTwoThreadsKeepsThePointsReportedSoFar) {
 // back. Every point, every duration change and the stop reason must be the one thread's, under
 // both cut rules, on pipelines of every schedule.
 TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
-  struct Case { int stages, microbatches; double noise; std::uint64_t seed; ScheduleKind schedule; int virtual_stages; CutRule rule; };
+  struct Case {
+    int stages, microbatches;
+    double noise;
+    std::uint64_t seed;
+    ScheduleKind schedule;
+    int virtual_stages;
+    CutRule rule;
+  };
   const std::vector<Case> cases = {
       {4, 8, 0.0, 1, ScheduleKind::one_f_one_b, 1, CutRule::reference},
       {4, 12, 0.02, 2, ScheduleKind::one_f_one_b, 1, CutRule::exact},

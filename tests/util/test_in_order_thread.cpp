@@ -18,11 +18,13 @@ TEST(InOrderThread, EveryItemRunsOnceInOrderAndCatchUpSeesItsEffects) {
     SCOPED_TRACE(second_thread ? "with a thread" : "without");
     std::vector<std::size_t> ran;
     std::vector<long> results(20000, 0);
-    InOrderThread worker([&](std::size_t k) {
-      ran.push_back(k);
-      results[k] = static_cast<long>(k) * 3;
-      return true;
-    }, second_thread);
+    InOrderThread worker(
+        [&](std::size_t k) {
+          ran.push_back(k);
+          results[k] = static_cast<long>(k) * 3;
+          return true;
+        },
+        second_thread);
     for (std::size_t k = 0; k < results.size(); ++k) {
       worker.publish(k + 1);
       if (k % 7 == 6 || k + 1 == results.size()) {  // a few items behind, as the planner
@@ -106,10 +108,12 @@ TEST(InOrderThread, TheThreadWakesUpForAnItemAfterSleeping) {
 // Without a thread, items run on the caller, and only when it waits for them.
 TEST(InOrderThread, WithoutAThreadTheCallerRunsEveryItem) {
   std::vector<std::thread::id> ran_on;
-  InOrderThread worker([&](std::size_t) {
-    ran_on.push_back(std::this_thread::get_id());
-    return true;
-  }, false);
+  InOrderThread worker(
+      [&](std::size_t) {
+        ran_on.push_back(std::this_thread::get_id());
+        return true;
+      },
+      false);
   EXPECT_FALSE(worker.has_thread());
   worker.publish(3);
   EXPECT_EQ(worker.done(), 0u);  // nothing runs before it is waited for

@@ -15,7 +15,7 @@ namespace {
 // Two GPUs with power limits 150..300 W (300 W at start) that draw their limit.
 class SimulatedGpus final : public gpu::GpuLibrary {
  public:
-  double now = 0;                 // seconds, advanced by the test
+  double now = 0;  // seconds, advanced by the test
   bool has_counter = true;
 
   unsigned device_count() override { return 2; }
@@ -56,7 +56,8 @@ struct Node {
   std::unique_ptr<EnergyMonitor> monitor;
   explicit Node(bool counter = true) {
     gpus->has_counter = counter;
-    monitor = std::make_unique<EnergyMonitor>(gpus, std::vector<unsigned>{}, [g = gpus.get()] { return g->now; }, 0.0);
+    monitor = std::make_unique<EnergyMonitor>(
+        gpus, std::vector<unsigned>{}, [g = gpus.get()] { return g->now; }, 0.0);
   }
 };
 

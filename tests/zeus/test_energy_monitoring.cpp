@@ -155,9 +155,8 @@ TEST(DevicesPerEntryPoint, AClientDrivesTheMappedGpu) {
 
 // A temporary directory, removed afterwards.
 struct TempDir {
-  fs::path path = fs::temp_directory_path() /
-                  ("perseus-energy-" + std::to_string(::getpid()) + "-" +
-                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path path = fs::temp_directory_path() / ("perseus-energy-" + std::to_string(::getpid()) + "-" +
+                                               ::testing::UnitTest::GetInstance()->current_test_info()->name());
   TempDir() {
     fs::remove_all(path);
     fs::create_directories(path);
@@ -185,7 +184,9 @@ struct FakePowercap {
     write(root / dir / "max_energy_range_uj", std::to_string(range));
     set(dir, energy);
   }
-  void set(const std::string& dir, std::uint64_t energy_uj) { write(root / dir / "energy_uj", std::to_string(energy_uj)); }
+  void set(const std::string& dir, std::uint64_t energy_uj) {
+    write(root / dir / "energy_uj", std::to_string(energy_uj));
+  }
 };
 
 TEST(Rapl, CountersFromThePowercapTreeIncludingAWrapAround) {
@@ -195,12 +196,12 @@ TEST(Rapl, CountersFromThePowercapTreeIncludingAWrapAround) {
   EXPECT_EQ(counters.packages(), (std::vector<unsigned>{0, 1})) << "psys is no package";
   EXPECT_TRUE(counters.has_dram(0));
   EXPECT_FALSE(counters.has_dram(1));
-  tree.set("intel-rapl:0", 999000000);             // +998 J
+  tree.set("intel-rapl:0", 999000000);                // +998 J
   tree.set("intel-rapl:0/intel-rapl:0:1", 64000000);  // +62 J
-  tree.set("intel-rapl:1", 3000000);               // +3 J
+  tree.set("intel-rapl:1", 3000000);                  // +3 J
   auto first = counters.read();
-  tree.set("intel-rapl:0", 1500000);               // wrapped at 1000 J: +2.5 J
-  tree.set("intel-rapl:0/intel-rapl:0:1", 500000);   // wrapped at 65 J: +1.5 J
+  tree.set("intel-rapl:0", 1500000);                // wrapped at 1000 J: +2.5 J
+  tree.set("intel-rapl:0/intel-rapl:0:1", 500000);  // wrapped at 65 J: +1.5 J
   auto second = counters.read();
   EXPECT_DOUBLE_EQ(first.cpu_j.at(0), 998.0);
   EXPECT_DOUBLE_EQ(first.dram_j.at(0), 62.0);

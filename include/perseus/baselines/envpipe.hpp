@@ -19,9 +19,9 @@ enum class EnvPipePolicy {
 };
 
 struct EnvPipeResult {
-  Plan plan;          // time and energy as emulated
-  int steps = 0;      // clock raises performed
-  bool guard = false; // stopped because nothing on the critical path could be raised
+  Plan plan;           // time and energy as emulated
+  int steps = 0;       // clock raises performed
+  bool guard = false;  // stopped because nothing on the critical path could be raised
   std::string stop_reason;
 };
 

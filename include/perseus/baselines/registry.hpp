@@ -15,8 +15,8 @@ struct BaselineOptions {
 
 struct BaselineResult {
   std::string name;
-  Plan plan;          // time and energy as emulated
-  std::string note;   // how it stopped or what it chose, for the user
+  Plan plan;         // time and energy as emulated
+  std::string note;  // how it stopped or what it chose, for the user
 };
 
 // all-max, envpipe-balanced, envpipe-greedy, zeus-global, zeus-stage

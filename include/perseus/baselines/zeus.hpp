@@ -11,8 +11,8 @@
 namespace perseus {
 
 struct ZeusOptions {
-  double eta = 0.5;        // weight of energy against time, in [0, 1]
-  double max_power = 0;    // watts per GPU; 0: the highest average power of any profile row
+  double eta = 0.5;      // weight of energy against time, in [0, 1]
+  double max_power = 0;  // watts per GPU; 0: the highest average power of any profile row
 };
 
 // One clock for every GPU (ZeusGlobalPowerLimit): among the clocks every (stage, kind) has,

@@ -75,9 +75,9 @@ struct ClientOptions {
   // with a secret, which travels with the id ("<job id>\n<secret>"; a job id has no control
   // characters), and every request of the job carries it; pass it on unchanged.
   std::function<std::string(const std::string&)> broadcast_job_id;
-  std::string job_id;  // join an already registered job (skips registration and the broadcast)
-  std::string job_secret;  // with job_id: that job's secret, if it has one ("" -> $PERSEUS_JOB_SECRET)
-  std::string nvml_library;            // "" -> $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1
+  std::string job_id;        // join an already registered job (skips registration and the broadcast)
+  std::string job_secret;    // with job_id: that job's secret, if it has one ("" -> $PERSEUS_JOB_SECRET)
+  std::string nvml_library;  // "" -> $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1
   // The node's `perseus gpud` socket ("" -> $PERSEUS_GPUD_SOCKET; unset: NVML directly). Through
   // the daemon the rank needs no privileges and a killed rank's clocks are reset at once.
   std::string gpud_socket;
@@ -127,15 +127,15 @@ class Client {
   void on_instruction_begin(std::string_view name);
   void on_instruction_end(std::string_view name);
 
-  bool enabled() const;                     // false once perseus gave up (fail_open)
+  bool enabled() const;  // false once perseus gave up (fail_open)
   const std::string& job_id() const;
   // The job's secret ("" when the server gave none): what another process needs, with the id and
   // the server's URL, to change the job (e.g. perseus straggler, PERSEUS_JOB_SECRET).
   const std::string& job_secret() const;
-  int round() const;                        // rounds completed
-  std::vector<int> schedule() const;        // power state per pipe_schedule entry, this round
+  int round() const;                  // rounds completed
+  std::vector<int> schedule() const;  // power state per pipe_schedule entry, this round
   const std::vector<std::string>& pipe_schedule() const;
-  std::string mode() const;                 // "frequency" or "power limit", from the server
+  std::string mode() const;  // "frequency" or "power limit", from the server
 
   // Training is over for this rank: stops the controller thread, resets the clocks now, and tells the
   // server (once every rank closed, the job ends as done). `finished` false: this rank stops taking

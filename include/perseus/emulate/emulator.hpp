@@ -17,7 +17,7 @@
 namespace perseus {
 
 struct EmulatorConfig : PipelineShape {
-  double p_block = 0;               // watts while waiting
+  double p_block = 0;  // watts while waiting
   // When > 0, instruction times are floored to multiples of this, as the planner quantizes
   // them, so that frontier plans are judged in the planner's own time units.
   double quantum = 0;
@@ -118,10 +118,10 @@ class Emulator {
   std::string source_;
   PipelineDag dag_;
   std::vector<std::vector<Instruction>> layout_;
-  std::vector<int> topo_;                     // instruction nodes in topological order
+  std::vector<int> topo_;                       // instruction nodes in topological order
   std::vector<std::vector<int>> predecessors_;  // per instruction node, instruction nodes only
-  std::vector<std::pair<int, int>> slot_of_;  // node -> (stage, slot)
-  std::vector<Table> tables_;                 // indexed by operation_index(stage, kind)
+  std::vector<std::pair<int, int>> slot_of_;    // node -> (stage, slot)
+  std::vector<Table> tables_;                   // indexed by operation_index(stage, kind)
 };
 
 }  // namespace perseus

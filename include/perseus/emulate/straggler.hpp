@@ -26,7 +26,7 @@ enum class StragglerConvention { perseus, paper };
 struct StragglerConfig {
   int num_stages = 0;
   double p_block = 0;
-  int pipelines = 1;  // D, including the straggler
+  int pipelines = 1;              // D, including the straggler
   std::vector<double> slowdowns;  // T'/T, each >= 1
   StragglerConvention convention = StragglerConvention::perseus;
   double reference_time = 0;  // paper: T, the planner's fastest time; 0: all-max's time
@@ -35,11 +35,11 @@ struct StragglerConfig {
 struct StragglerRow {
   double slowdown = 1;
   std::string method;
-  double plan_time = 0;        // the non-straggler pipelines' plan
+  double plan_time = 0;  // the non-straggler pipelines' plan
   double plan_energy = 0;
-  double iteration_time = 0;   // max(T', plan time)
-  double energy = 0;           // all D pipelines, one iteration, joules
-  double saving = 0;           // against all-max at the same slowdown, whole cluster
+  double iteration_time = 0;        // max(T', plan time)
+  double energy = 0;                // all D pipelines, one iteration, joules
+  double saving = 0;                // against all-max at the same slowdown, whole cluster
   double saving_non_straggler = 0;  // the same over the D - 1 non-straggler pipelines
 };
 

@@ -43,7 +43,7 @@ struct GpuState {
 
 // A snapshot for the daemon's metrics (metrics_endpoint.hpp).
 struct DaemonStats {
-  std::vector<GpuState> gpus;  // by NVML index
+  std::vector<GpuState> gpus;   // by NVML index
   std::size_t connections = 0;  // open client connections
   // Requests answered, by operation ("malformed" for a line that is not a request) and outcome
   // ("ok" or the GpuErrorKind's name): both from fixed lists, so the map stays small.
@@ -53,7 +53,8 @@ struct DaemonStats {
 class Daemon {
  public:
   // Resets every GPU, then listens on options.socket_path (a stale socket file is replaced; a live
-  // daemon on it, or a path that is not a socket, is an error; on any error no socket is left). Serves on `io`, which must run on one thread.
+  // daemon on it, or a path that is not a socket, is an error; on any error no socket is left). Serves on `io`, which
+  // must run on one thread.
   Daemon(boost::asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options);
   ~Daemon();
   Daemon(const Daemon&) = delete;

@@ -33,9 +33,9 @@ bool is_loopback(const std::string& host);
 
 // What a scraper can make the listener hold.
 struct MetricsLimits {
-  std::size_t max_connections = 8;                                   // more are closed at once
-  std::size_t max_request_bytes = 8192;                              // request line and headers
-  std::size_t max_body_bytes = 1024;                                 // a body is never needed
+  std::size_t max_connections = 8;                                    // more are closed at once
+  std::size_t max_request_bytes = 8192;                               // request line and headers
+  std::size_t max_body_bytes = 1024;                                  // a body is never needed
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(10);  // per request read and reply write
 };
 

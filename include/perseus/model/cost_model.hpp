@@ -15,15 +15,15 @@ namespace perseus {
 // exponential is the strict reference mode.
 enum class CostModelKind { exponential, piecewise_linear, automatic };
 
-std::string to_string(CostModelKind kind);                                   // "exp", "pwl", "auto"
+std::string to_string(CostModelKind kind);                                  // "exp", "pwl", "auto"
 std::optional<CostModelKind> parse_cost_model_kind(std::string_view text);  // the same names
 
 class CostModel {
  public:
   virtual ~CostModel() = default;
   virtual double operator()(int quant_time) const = 0;
-  virtual std::string name() const = 0;         // "exp", "pwl" or "constant"
-  virtual std::string describe() const = 0;     // parameters, for logs and metadata
+  virtual std::string name() const = 0;      // "exp", "pwl" or "constant"
+  virtual std::string describe() const = 0;  // parameters, for logs and metadata
 };
 
 // e'(q) = a * exp(b * q) + c, fitted by Levenberg–Marquardt (MINPACK's algorithm, forward-
@@ -72,13 +72,12 @@ class ConstantModel : public CostModel {
 
 // Fits the exponential model; returns nullptr when no starting point converges to a fit with
 // a >= 0 (or there are too few options to determine three parameters).
-std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options,
-                                                  double unit_time);
+std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options, double unit_time);
 
 // Builds the requested model for one operation. A single option gives a ConstantModel. With
 // `exponential`, throws Error (kExitDataError) naming `what` when the fit fails, suggesting pwl or
 // auto; `automatic` then builds the piecewise-linear model (its name() says which was built).
-std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options,
-                                           double unit_time, const std::string& what);
+std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
+                                           const std::string& what);
 
 }  // namespace perseus

@@ -17,8 +17,8 @@ struct ExecutionOption {
 };
 
 struct OptionsConfig {
-  double unit_time = 0.001;  // seconds
-  double p_block = 0;        // watts drawn while blocking on communication
+  double unit_time = 0.001;    // seconds
+  double p_block = 0;          // watts drawn while blocking on communication
   double noise_factor = 0.95;  // used when the strict Pareto filter leaves 3 or fewer options
 };
 
@@ -44,8 +44,7 @@ class OperationOptions {
 
 // Drops options that another beats strictly in both time and energy (scaled by noise_factor
 // for the candidate), keeps the largest energy per quantized time, sorts slowest first.
-std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows, double unit_time,
-                                            double noise_factor);
+std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows, double unit_time, double noise_factor);
 
 // The full §2.2 pipeline for one (stage, instruction), including the noise-factor fallback and
 // the effective-energy shift. `rows` must not be empty.

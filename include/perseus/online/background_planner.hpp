@@ -24,13 +24,13 @@ namespace perseus::online {
 
 struct PlanCandidate {
   std::optional<std::size_t> point;  // frontier point; none: all-max
-  double time = 0;    // emulated iteration time of one pipeline, seconds
-  double energy = 0;  // emulated energy of one pipeline's iteration, joules (one GPU per stage)
+  double time = 0;                   // emulated iteration time of one pipeline, seconds
+  double energy = 0;                 // emulated energy of one pipeline's iteration, joules (one GPU per stage)
 };
 
 struct PlanningOutput {
   FrontierRecord record;
-  std::vector<PlanCandidate> candidates;  // frontier points slowest first, then all-max (the last)
+  std::vector<PlanCandidate> candidates;           // frontier points slowest first, then all-max (the last)
   std::map<std::string, std::string> cost_models;  // "stage 0 forward" -> exp | pwl | constant
   double seconds = 0;                              // wall time of planning
   std::shared_ptr<const Emulator> emulator;        // the pipeline of the measured profile
@@ -43,7 +43,8 @@ struct PlanningOutput {
 // A plan to deploy, with what the emulator predicts for it.
 struct ChosenPlan {
   std::optional<std::size_t> point;  // the frontier point it comes from; none: all-max
-  int fit_steps = 0;  // clock steps that fitted it to its deadline (deadline_fit.hpp: raises; under noise, also lowerings)
+  int fit_steps =
+      0;  // clock steps that fitted it to its deadline (deadline_fit.hpp: raises; under noise, also lowerings)
   std::vector<std::vector<int>> frequencies;
   double time = 0, energy = 0;  // emulated: one pipeline's iteration, seconds and joules
   std::string label() const;
@@ -82,7 +83,8 @@ class BackgroundPlanner {
   BackgroundPlanner& operator=(const BackgroundPlanner&) = delete;
 
   // `done` is called on the worker thread when the result is ready (or planning failed).
-  void start(PlanningInput input, std::function<void()> done = [] {});
+  void start(
+      PlanningInput input, std::function<void()> done = [] {});
   bool ready() const;
   // The result once ready(); rethrows the planner's exception.
   PlanningOutput take();

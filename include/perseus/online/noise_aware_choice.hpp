@@ -76,8 +76,8 @@ class VariabilityEstimator {
 inline constexpr int kMaxPipelines = 64;
 
 struct NoiseAwareOptions {
-  int samples = 64;         // Monte Carlo iterations per evaluation
-  std::uint64_t seed = 1;   // the draws: the same seed gives the same draws for every plan
+  int samples = 64;        // Monte Carlo iterations per evaluation
+  std::uint64_t seed = 1;  // the draws: the same seed gives the same draws for every plan
   // Data-parallel pipelines meeting at the gradient synchronisation: each sample's iteration
   // ends with the slowest of this many independently noisy pipelines (at most kMaxPipelines of
   // them are drawn: the slowest of more grows too slowly to matter next to the work).
@@ -85,10 +85,10 @@ struct NoiseAwareOptions {
   // Bound on one evaluation's work, instructions x pipelines x samples: large pipelines get
   // fewer samples (at least 8), so that a choice stays within seconds.
   std::size_t max_work = std::size_t{1} << 22;
-  int repair_starts = 6;       // frontier points that repaired plans start from
-  int max_repair_rounds = 200; // Monte Carlo evaluations one repair may take
-  int max_improve_rounds = 400; // Monte Carlo evaluations of the local search on the best plan
-  double step_margin = 1e-3;   // step_up: at least this fraction faster than the current plan
+  int repair_starts = 6;         // frontier points that repaired plans start from
+  int max_repair_rounds = 200;   // Monte Carlo evaluations one repair may take
+  int max_improve_rounds = 400;  // Monte Carlo evaluations of the local search on the best plan
+  double step_margin = 1e-3;     // step_up: at least this fraction faster than the current plan
   // deadline_for: standard deviations of all-max's iteration time under the noise above its mean
   // (see the top), and at most this fraction of that mean (what the slowdown it costs stays within).
   double allowance = 0.5;
@@ -96,8 +96,8 @@ struct NoiseAwareOptions {
 };
 
 struct NoisyEstimate {
-  double time = 0;    // mean iteration time, seconds
-  double energy = 0;  // mean energy of one pipeline's iteration, joules (blocking until the iteration's end)
+  double time = 0;         // mean iteration time, seconds
+  double energy = 0;       // mean energy of one pipeline's iteration, joules (blocking until the iteration's end)
   double time_stddev = 0;  // of one iteration's time
 };
 
@@ -126,7 +126,7 @@ ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline,
 // options.step_margin) that a corrected prediction says meets `deadline`: the cheapest such plan.
 // Used for a step-up; all-max only when nothing else does. The caller corrects `deadline` by
 // what it measured (e.g. deadline / (measured / predicted time of `current`)).
-ChosenPlan step_up(const PlanningOutput& plans, const ChosenPlan& current, double deadline,
-                   const Variability& v, const NoiseAwareOptions& = {});
+ChosenPlan step_up(const PlanningOutput& plans, const ChosenPlan& current, double deadline, const Variability& v,
+                   const NoiseAwareOptions& = {});
 
 }  // namespace perseus::online

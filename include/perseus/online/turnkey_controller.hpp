@@ -60,7 +60,7 @@ struct ControllerConfig {
 // The job as the controller sees it: its pipelines' shape (any schedule of the registry), and how
 // many run side by side.
 struct JobShape : PipelineShape {
-  int pipelines = 1;  // data parallel
+  int pipelines = 1;        // data parallel
   std::vector<int> clocks;  // every rank supports these, descending
   int gpus_per_stage = 1;   // tensor parallel: GPUs that run one stage of one pipeline
 };
@@ -239,26 +239,26 @@ class TurnkeyController {
   struct AllMaxRound {
     double time = 0, energy = 0, conditions = 1;
   };
-  std::vector<AllMaxRound> baseline_samples_;  // clean all-max rounds the baseline is estimated from
-  double baseline_conditions_ = 1;             // the conditions those rounds ran under
+  std::vector<AllMaxRound> baseline_samples_;      // clean all-max rounds the baseline is estimated from
+  double baseline_conditions_ = 1;                 // the conditions those rounds ran under
   std::array<double, 2> baseline_round_spread_{};  // standard deviation of one of those rounds: time, energy
-  double noise_sigma_ = 0;                     // the largest (stage, kind) sigma measured so far
-  int iterations_per_round_ = 1;               // as the warm-up and profiling rounds ran them
-  std::vector<AllMaxRound> probe_samples_;     // probes that disagreed with the baseline, in a row
-  int warmup_seen_ = 0;                        // warm-up rounds observed
+  double noise_sigma_ = 0;                         // the largest (stage, kind) sigma measured so far
+  int iterations_per_round_ = 1;                   // as the warm-up and profiling rounds ran them
+  std::vector<AllMaxRound> probe_samples_;         // probes that disagreed with the baseline, in a row
+  int warmup_seen_ = 0;                            // warm-up rounds observed
   int probes_ = 0;
-  bool probing_ = false;                       // the round running now is an all-max probe
+  bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
-  bool ran_plan_ = false;                      // the round running now runs the plans
-  bool last_round_on_plans_ = false;           // the last round observed ran the plans
+  bool ran_plan_ = false;             // the round running now runs the plans
+  bool last_round_on_plans_ = false;  // the last round observed ran the plans
   int steps_since_retry_ = 0;
   // What plans are chosen under: the measured variability times this. A plan that runs slower than
   // its prediction shows what the model leaves out (the online profile's own measurement error,
   // which a plan balanced on it leans on) acting like more noise, so each step-up raises it.
   double caution_ = 1;
-  std::vector<double> conditions_;             // per pipeline, the last deployed round's
+  std::vector<double> conditions_;  // per pipeline, the last deployed round's
   std::string plan_reason_;
-  std::optional<ChosenPlan> saving_plan_;      // the plan stepped up from, tried again later
+  std::optional<ChosenPlan> saving_plan_;  // the plan stepped up from, tried again later
   int retry_round_ = -1, retry_interval_ = 0;
   double conditions_at_step_ = 1;  // the reference's conditions at the last step-up
   int baseline_corrections_ = 0, corrections_at_step_ = 0;

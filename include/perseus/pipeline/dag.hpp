@@ -11,11 +11,11 @@
 namespace perseus {
 
 struct PipelineDag : PipelineShape {
-  std::vector<Instruction> instructions;  // node i < instructions.size() is instructions[i]
+  std::vector<Instruction> instructions;      // node i < instructions.size() is instructions[i]
   std::vector<std::vector<int>> stage_nodes;  // per stage (GPU), node ids in execution order
-  int source = 0;  // == instructions.size()
-  int sink = 0;    // == instructions.size() + 1
-  std::vector<std::pair<int, int>> edges;  // (from, to), no duplicates
+  int source = 0;                             // == instructions.size()
+  int sink = 0;                               // == instructions.size() + 1
+  std::vector<std::pair<int, int>> edges;     // (from, to), no duplicates
 
   int num_nodes() const { return static_cast<int>(instructions.size()) + 2; }
   int num_model_stages() const { return num_stages * virtual_stages; }

@@ -45,7 +45,7 @@ enum class ScheduleKind { one_f_one_b, gpipe, interleaved, zb_h1, zbv, dualpipev
 
 std::string to_string(ScheduleKind kind);
 std::optional<ScheduleKind> parse_schedule_kind(std::string_view text);
-std::string schedule_names();  // "1f1b, gpipe, interleaved, ...", for help and errors
+std::string schedule_names();                    // "1f1b, gpipe, interleaved, ...", for help and errors
 std::vector<ScheduleKind> all_schedule_kinds();  // the registry's, in its order
 
 // Whether the schedule runs backwards split into backward_input and backward_weight (it then needs
@@ -71,9 +71,8 @@ struct ScheduleShape {
 // V model chunks per stage.
 // `extra_forwards` (1f1b only) pulls that many more forwards ahead of the stage's first
 // backward: EnvPipe's reordered schedule. Zero gives DeepSpeed's order exactly.
-std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages,
-                                        int num_microbatches, int extra_forwards = 0,
-                                        int virtual_stages = 1);
+std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages, int num_microbatches,
+                                        int extra_forwards = 0, int virtual_stages = 1);
 
 // Checks the shape for the schedule: stages and microbatches >= 1; interleaved needs
 // virtual_stages >= 2 and microbatches a multiple of the stages (as Megatron-LM requires); zbv and
@@ -85,7 +84,7 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
 // Checks a per-stage extra-forward list (empty means none): one entry per stage, each
 // 0 <= R_s <= M - (S - s), non-increasing down the pipe, 0 on the last stage, 1f1b only.
 // Throws Error (kExitUsage) naming the stage.
-void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards,
-                          int num_stages, int num_microbatches);
+void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards, int num_stages,
+                          int num_microbatches);
 
 }  // namespace perseus

@@ -15,8 +15,8 @@ namespace perseus {
 
 struct RecordedPoint {
   int quant_time = 0;
-  double time = 0;            // quant_time * unit_time, seconds
-  double energy = 0;          // model-predicted: effective_cost + S * time * P_block (reference's)
+  double time = 0;    // quant_time * unit_time, seconds
+  double energy = 0;  // model-predicted: effective_cost + S * time * P_block (reference's)
   double cost_change = 0;
   double effective_cost = 0;
   double profile_energy = 0;  // measured effective energies of the assigned clocks + S*T*P_block
@@ -40,9 +40,9 @@ struct FrontierRecord : PipelineShape {
   std::vector<std::vector<int>> start_durations;    // per stage, per slot
   std::vector<std::vector<int>> start_frequencies;  // per stage, per slot
   int start_quant_time = 0;
-  std::vector<RecordedPoint> points;              // slowest first
-  std::vector<std::vector<SlotChange>> changes;   // per point
-  std::vector<std::string> model_descriptions;    // per (stage, kind), for the metadata file
+  std::vector<RecordedPoint> points;             // slowest first
+  std::vector<std::vector<SlotChange>> changes;  // per point
+  std::vector<std::string> model_descriptions;   // per (stage, kind), for the metadata file
 
   std::vector<std::vector<Instruction>> stage_instructions() const;
 };
@@ -65,8 +65,7 @@ struct RecordInfo {
   bool recompute = false;
 };
 
-FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier,
-                                    const RecordInfo& info);
+FrontierRecord make_frontier_record(const PlanningProblem& problem, const Frontier& frontier, const RecordInfo& info);
 
 // Writes frontier.csv, iteration_time_energy.csv, plans.json and plan_changes.csv into `dir`
 // (created if missing), each atomically.

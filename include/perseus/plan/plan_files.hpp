@@ -22,8 +22,8 @@ std::string plan_to_zeus(const Plan& plan, std::size_t iteration);
 
 // A plan as read back from a file.
 struct PlanFile {
-  std::vector<std::vector<int>> frequencies;  // per stage, in schedule order
-  std::vector<std::vector<std::string>> instructions;  // Zeus format only: "forward"/"backward" per clock
+  std::vector<std::vector<int>> frequencies;                    // per stage, in schedule order
+  std::vector<std::vector<std::string>> instructions;           // Zeus format only: "forward"/"backward" per clock
   std::optional<double> cost_change, total_cost, refined_cost;  // .py comment lines, if present
   std::optional<double> time, energy;                           // JSON; Zeus: energy = "total cost with P2P"
   std::optional<ScheduleKind> schedule;                         // JSON only

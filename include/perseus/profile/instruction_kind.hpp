@@ -17,11 +17,16 @@ inline constexpr InstructionKind kAllInstructionKinds[] = {
 
 constexpr std::string_view to_string(InstructionKind kind) {
   switch (kind) {
-    case InstructionKind::forward: return "forward";
-    case InstructionKind::backward: return "backward";
-    case InstructionKind::backward_input: return "backward_input";
-    case InstructionKind::backward_weight: return "backward_weight";
-    case InstructionKind::forward_backward: return "forward_backward";
+    case InstructionKind::forward:
+      return "forward";
+    case InstructionKind::backward:
+      return "backward";
+    case InstructionKind::backward_input:
+      return "backward_input";
+    case InstructionKind::backward_weight:
+      return "backward_weight";
+    case InstructionKind::forward_backward:
+      return "forward_backward";
   }
   return "forward";
 }

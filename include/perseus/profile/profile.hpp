@@ -11,11 +11,11 @@
 namespace perseus {
 
 struct ProfileRow {
-  int stage = 0;       // model stage; with a `chunk` column, the pipeline stage (GPU)
+  int stage = 0;  // model stage; with a `chunk` column, the pipeline stage (GPU)
   InstructionKind kind = InstructionKind::forward;
-  int frequency = 0;   // SM clock, MHz
-  double time = 0;     // seconds, one execution
-  double energy = 0;   // joules, one execution
+  int frequency = 0;     // SM clock, MHz
+  double time = 0;       // seconds, one execution
+  double energy = 0;     // joules, one execution
   std::size_t line = 0;  // 1-based line in the source file, for error messages
   int chunk = 0;         // model chunk on that stage (optional `chunk` column, interleaved schedules)
 };
@@ -30,8 +30,8 @@ struct Profile {
 };
 
 // Parses CSV text with header `stage,instruction,frequency,time,energy` (any order, extra columns
-// ignored; an optional `chunk` column names the model chunk of an interleaved schedule). Throws InputError naming source, line and field for every malformed value and for
-// duplicate (stage, instruction, frequency) rows.
+// ignored; an optional `chunk` column names the model chunk of an interleaved schedule). Throws InputError naming
+// source, line and field for every malformed value and for duplicate (stage, instruction, frequency) rows.
 Profile parse_profile(const std::string& text, const std::string& source);
 Profile read_profile(const std::filesystem::path& path);
 

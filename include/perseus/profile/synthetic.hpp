@@ -14,18 +14,18 @@ namespace perseus {
 
 struct SyntheticGpu {
   int num_stages = 4;
-  double forward_time = 0.05;    // seconds, one forward of a middle stage at the top clock
+  double forward_time = 0.05;  // seconds, one forward of a middle stage at the top clock
   double backward_ratio = 2.0;
   double embedding_extra = 0.15;
   double head_extra = 0.35;
-  double compute_share = 0.85;   // phi
-  int top_clock = 1410;          // MHz
+  double compute_share = 0.85;  // phi
+  int top_clock = 1410;         // MHz
   int bottom_clock = 900;
   int clock_step = 15;
-  double idle_power = 60;        // W
-  double dynamic_power = 240;    // W at the top clock and voltage
+  double idle_power = 60;      // W
+  double dynamic_power = 240;  // W at the top clock and voltage
   double bottom_voltage_ratio = 0.7;
-  double noise = 0;              // relative standard deviation of time and energy noise
+  double noise = 0;  // relative standard deviation of time and energy noise
   std::uint64_t seed = 1;
 };
 

@@ -19,7 +19,7 @@ namespace perseus::server {
 
 struct HttpResponse {
   int status = 200;
-  std::string body;  // JSON text, unless content_type says otherwise
+  std::string body;                                               // JSON text, unless content_type says otherwise
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra response headers
   std::string content_type = "application/json";
 };

@@ -33,8 +33,8 @@
 //
 // With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
 // restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
-// when the server went away (or after the last round the store holds in full). That round runs again; a result reported for it after the restart is
-// accepted and dropped (it may be incomplete), so no measurement is taken twice or half.
+// when the server went away (or after the last round the store holds in full). That round runs again; a result reported
+// for it after the restart is accepted and dropped (it may be incomplete), so no measurement is taken twice or half.
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <functional>
@@ -115,7 +115,7 @@ class JobManager {
  private:
   struct Job;
   Job& find(const std::string& job_id) const;  // 404 when unknown
-  void make_room(int world_size);  // forgets ended jobs early for max_jobs / max_total_ranks, or 503
+  void make_room(int world_size);              // forgets ended jobs early for max_jobs / max_total_ranks, or 503
   void forget(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
   // `own`: the running scheduler's status() (null when none), whose phase names a running job's.
@@ -130,7 +130,7 @@ class JobManager {
   nlohmann::json answer(const Job& job, std::size_t rank) const;  // the rank's schedule, in its dialect
   void end(Job& job, const JobOutcome& outcome);
   void forget_later(Job& job);
-  void forget_after(Job& job, double seconds);  // 0: never
+  void forget_after(Job& job, double seconds);                                // 0: never
   void answer_waiting(Job& job, Refusal refusal, const std::string& detail);  // every stored schedule request
   void arm_timer(Job& job, const std::string& waiting_for);
   void arm_watchdog(Job& job);

@@ -28,7 +28,7 @@ namespace perseus::server {
 struct StoredJob {
   JobInfo info;
   std::vector<RankInfo> ranks;
-  int rounds = 0;  // completed rounds
+  int rounds = 0;                       // completed rounds
   std::vector<nlohmann::json> records;  // per completed round: Scheduler::round_record(); null: not kept
   bool ended = false;
   std::string end_detail;

@@ -26,7 +26,7 @@ std::string_view route_of(std::string_view path);
 // Request latency bucket bounds, seconds (a schedule request waits at its round's barrier, so the
 // buckets reach to minutes).
 inline constexpr std::array<double, 12> kLatencyBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
-                                                           0.05,   0.1,   0.5,    2.5,   10,    60};
+                                                           0.05,   0.1,   0.5,    2.5,   10,   60};
 
 // The HTTP front's counters; safe to update from every I/O thread.
 class HttpMetrics {

@@ -64,7 +64,7 @@ struct SimulationConfig : PipelineShape {
   // clients' exchange with the server, as if the network took no time). F > 0: each iteration
   // takes F x its simulated time in wall time and nothing waits for the server, as in training.
   double time_scale = 0;
-  double request_timeout_s = 30;  // the clients' deadline for each request to the server
+  double request_timeout_s = 30;            // the clients' deadline for each request to the server
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
 };
 
@@ -83,14 +83,14 @@ struct WindowReport {
 };
 
 struct SimulationSummary {
-  std::string job_id;        // empty when no job was registered
-  int iterations = 0;        // run
-  std::string ended;         // why the run ended
+  std::string job_id;  // empty when no job was registered
+  int iterations = 0;  // run
+  std::string ended;   // why the run ended
   int ranks = 0;
-  int disabled_ranks = 0;    // ranks on which perseus gave up (training went on at default clocks)
-  int clock_locks = 0;       // clock changes the clients made, all ranks
+  int disabled_ranks = 0;       // ranks on which perseus gave up (training went on at default clocks)
+  int clock_locks = 0;          // clock changes the clients made, all ranks
   double training_seconds = 0;  // wall time of the iterations (clients' start and close not included)
-  WindowReport whole;        // every iteration
+  WindowReport whole;           // every iteration
   std::vector<WindowReport> reports;
 };
 

@@ -75,8 +75,8 @@ class BoundedFlowNetwork {
   void search_side(const std::vector<BoundedArc>& arcs, Feasibility rule);
   void narrow_side(const std::vector<BoundedArc>& arcs, Feasibility rule);
   template <typename InSide>
-  void cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side, int side_size,
-                 InSide in_side, std::vector<int>& forward, std::vector<int>& backward) const;
+  void cut_edges(const std::vector<BoundedArc>& arcs, Feasibility rule, const int* side, int side_size, InSide in_side,
+                 std::vector<int>& forward, std::vector<int>& backward) const;
 
   // The structure. Nodes are numbered as in `arcs` (n_, source_, sink_) until the contraction,
   // then as chain ends (m_, end_source_, end_sink_): chains_, the network and the cut use those.
@@ -84,13 +84,13 @@ class BoundedFlowNetwork {
   int m_ = 0, end_source_ = -1, end_sink_ = -1;
   std::vector<std::pair<int, int>> ends_;  // per arc: (from, to)
   // Series contraction: arcs joined by a node with one arc in and one out carry the same flow.
-  std::vector<int> chain_of_;                        // per arc: its chain
-  std::vector<int> chain_first_;                     // per chain: its lowest-numbered arc
-  std::vector<int> member_start_, members_;          // per chain: its arcs, start to end
-  std::vector<int> ends_start_, ends_at_;            // per end: the chain direction leaving or entering it
-  std::vector<int> ends_other_;                      // per entry of ends_at_: the chain's other end
-  std::vector<BoundedArc> chains_;                   // per chain: its ends and bounds
-  std::vector<int> end_chains_;                      // chains that start or end at the source or sink
+  std::vector<int> chain_of_;                // per arc: its chain
+  std::vector<int> chain_first_;             // per chain: its lowest-numbered arc
+  std::vector<int> member_start_, members_;  // per chain: its arcs, start to end
+  std::vector<int> ends_start_, ends_at_;    // per end: the chain direction leaving or entering it
+  std::vector<int> ends_other_;              // per entry of ends_at_: the chain's other end
+  std::vector<BoundedArc> chains_;           // per chain: its ends and bounds
+  std::vector<int> end_chains_;              // chains that start or end at the source or sink
   // The residual network: an edge per chain, then a supply and a drain edge per node (open while
   // the node's balance is positive or negative, closed between calls), then the sink -> source
   // edge. It keeps the last flow between calls; the maximum-flow phase runs on the chain edges.
@@ -101,13 +101,13 @@ class BoundedFlowNetwork {
   // Each chain edge is labelled in the network with its chain direction (helper edges: -1).
   std::vector<Dinic::EdgeRef> chain_ref_;  // per chain direction: its edge (once laid out)
   std::vector<Dinic::EdgeRef> end_ref_;    // per entry of ends_at_: its chain's edge leaving that end
-  bool has_flow_ = false;  // the network holds a flow that met the bounds
+  bool has_flow_ = false;                  // the network holds a flow that met the bounds
   // Imbalances the last flow kept at nodes other than the source and sink: a shortfall the
   // feasibility rule let pass (one unit at most per node).
   std::vector<std::pair<int, std::int64_t>> carried_;
   // Per call: zero everywhere between calls.
   std::vector<std::int64_t> excess_;
-  std::vector<int> unbalanced_;      // nodes with nonzero excess, each once
+  std::vector<int> unbalanced_;         // nodes with nonzero excess, each once
   std::vector<char> listed_, touched_;  // per node / per chain
   std::vector<int> touched_chains_;
   std::vector<char> in_side_;  // the cut's source side

@@ -181,15 +181,15 @@ class Dinic {
   int num_nodes_ = 0;
   bool built_ = false;
   std::vector<int> from_, to_, label_;  // per edge id, as added
-  std::vector<std::int64_t> cap_;  // per edge id until the adjacency is built
+  std::vector<std::int64_t> cap_;       // per edge id until the adjacency is built
   // Once built, edges live in slots: the first edges' grouped by their tail node, then the others'
   // likewise. slot_of_[edge id], and per slot the head node, residual capacity and the reverse
   // edge's slot, and the caller's label; per node, the range of its first edges' slots and of its others'.
   int first_edges_ = 0;
   std::vector<int> slot_of_, head_, reverse_, slot_label_;
   std::vector<int> begin_first_, end_first_, begin_other_, end_other_;
-  int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
-  std::vector<int> parent_;  // per search, per node in queue_ order: the node it was first reached from
+  int reached_count_ = -1;           // nodes the last search labelled, when it labelled all it reaches; else -1
+  std::vector<int> parent_;          // per search, per node in queue_ order: the node it was first reached from
   std::vector<EdgeRef> unit_edges_;  // per search: edges through which one unit first reached a node
   int unit_count_ = 0;
   int base_ = 0;  // the last search's level 0: lower levels are earlier searches' (or dead ends)

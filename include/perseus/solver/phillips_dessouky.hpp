@@ -36,7 +36,7 @@ struct OperationSpec {
 
 struct PlanningProblem {
   PipelineDag dag;
-  std::vector<OperationSpec> specs;   // indexed by spec_index(model stage, kind)
+  std::vector<OperationSpec> specs;  // indexed by spec_index(model stage, kind)
   double unit_time = 0.001;
   double p_block = 0;
 
@@ -68,7 +68,7 @@ struct SolverOptions {
   // solver's incremental Dinic network.
   MaxFlowOracle max_flow_oracle;
   CutRule cut_rule = CutRule::reference;
-  const std::atomic<bool>* stop = nullptr;  // checked every iteration; set by Ctrl-C
+  const std::atomic<bool>* stop = nullptr;                              // checked every iteration; set by Ctrl-C
   std::function<void(std::size_t points, int quant_time)> on_progress;  // after each point
   // 1: one thread. 2: a second thread computes each point's times while the first solves the next
   // points' flows (the same frontier). 0: 2 where the machine has a second core and the pipeline is large enough
@@ -83,22 +83,22 @@ struct DurationChange {
 };
 
 struct FrontierPoint {
-  int quant_time = 0;            // iteration time in unit times
-  double cost_change = 0;        // effective energy added by this step
-  double effective_cost = 0;     // sum of the cost model over all instructions
-  std::size_t changes_begin = 0; // this point's changes are changes[changes_begin, next begin)
+  int quant_time = 0;             // iteration time in unit times
+  double cost_change = 0;         // effective energy added by this step
+  double effective_cost = 0;      // sum of the cost model over all instructions
+  std::size_t changes_begin = 0;  // this point's changes are changes[changes_begin, next begin)
 };
 
 // Why a frontier ends: the solver was interrupted, or its next step cannot shorten the iteration.
 enum class StopReason {
-  none,                      // not solved yet
-  interrupted,               // SolverOptions::stop was set
-  no_feasible_flow,          // no flow within the bounds on the critical subgraph
-  no_forward_cut_arc,        // the minimum cut crosses no arc forward
-  fixed_dependency_in_cut,   // the cut crosses a dependency, whose duration is fixed
-  instruction_at_fastest,    // an instruction to shorten already runs at its fastest clock
-  instruction_at_slowest,    // an instruction to lengthen already runs at its slowest clock
-  negligible_cost_change,    // a step changes the cost by less than 1e-6
+  none,                     // not solved yet
+  interrupted,              // SolverOptions::stop was set
+  no_feasible_flow,         // no flow within the bounds on the critical subgraph
+  no_forward_cut_arc,       // the minimum cut crosses no arc forward
+  fixed_dependency_in_cut,  // the cut crosses a dependency, whose duration is fixed
+  instruction_at_fastest,   // an instruction to shorten already runs at its fastest clock
+  instruction_at_slowest,   // an instruction to lengthen already runs at its slowest clock
+  negligible_cost_change,   // a step changes the cost by less than 1e-6
 };
 
 // The reason in words, as `perseus optimize` prints it and frontier records keep it. `instruction`:

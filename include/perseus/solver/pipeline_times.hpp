@@ -56,7 +56,7 @@ class PipelineTimes {
   std::vector<int> duration_at_, finish_, tail_end_, tail_start_;
   int sink_position_ = 0, makespan_ = 0;
   int first_changed_ = 0, last_changed_ = -1;  // positions set_duration() touched since the last update
-  std::vector<double> cost_;  // per instruction
+  std::vector<double> cost_;                   // per instruction
   // Marks: per position, whether its node's arc is marked; per successor slot (succ_pair_, then
   // extra_succ_), whether the dependency to that successor is. Per dependency k (dag.edges[k]):
   // its ends' positions, and its slot (>= 0 in succ_pair_, ~i for extra_succ_[i]).

@@ -9,12 +9,12 @@ namespace perseus {
 // Exit codes (BSD sysexits where one fits).
 enum ExitCode : int {
   kExitOk = 0,
-  kExitFailure = 1,      // the computation could not be carried out (e.g. no cost model fits)
-  kExitUsage = 64,       // bad command line
-  kExitDataError = 65,   // an input file is malformed or inconsistent
-  kExitNoInput = 66,     // an input file is missing or unreadable
-  kExitCantCreate = 73,  // an output could not be written
-  kExitInterrupted = 130 // stopped by SIGINT/SIGTERM after writing a valid partial result
+  kExitFailure = 1,       // the computation could not be carried out (e.g. no cost model fits)
+  kExitUsage = 64,        // bad command line
+  kExitDataError = 65,    // an input file is malformed or inconsistent
+  kExitNoInput = 66,      // an input file is missing or unreadable
+  kExitCantCreate = 73,   // an output could not be written
+  kExitInterrupted = 130  // stopped by SIGINT/SIGTERM after writing a valid partial result
 };
 
 class Error : public std::runtime_error {
@@ -30,8 +30,7 @@ class Error : public std::runtime_error {
 // Malformed input: names the file, the line (1-based; 0 when not line-specific) and the field.
 class InputError : public Error {
  public:
-  InputError(const std::string& file, std::size_t line, const std::string& field,
-             const std::string& problem);
+  InputError(const std::string& file, std::size_t line, const std::string& field, const std::string& problem);
 };
 
 }  // namespace perseus

@@ -10,8 +10,8 @@
 
 namespace perseus {
 
-inline constexpr std::size_t kQuoteBytes = 300;     // what a message quotes of one value
-inline constexpr std::size_t kMaxJsonDepth = 64;    // every JSON input perseus reads is far flatter
+inline constexpr std::size_t kQuoteBytes = 300;   // what a message quotes of one value
+inline constexpr std::size_t kMaxJsonDepth = 64;  // every JSON input perseus reads is far flatter
 
 // Valid UTF-8 for any bytes: each byte of an invalid sequence becomes U+FFFD, control characters
 // become \xNN; longer than `max_bytes`, the text is cut (never inside a character) and says how

@@ -20,24 +20,24 @@
 namespace perseus::zeus {
 
 struct Measurement {
-  double time = 0;                                   // seconds
-  std::map<unsigned, double> gpu_energy;             // joules, by GPU index
+  double time = 0;                                        // seconds
+  std::map<unsigned, double> gpu_energy;                  // joules, by GPU index
   std::optional<std::map<unsigned, double>> cpu_energy;   // joules by CPU package; none without RAPL
   std::optional<std::map<unsigned, double>> dram_energy;  // joules by CPU package; none without DRAM zones
-  double total_energy = 0;                           // joules, all GPUs (as Zeus counts it)
+  double total_energy = 0;                                // joules, all GPUs (as Zeus counts it)
 };
 
 struct EnergyMonitorOptions {
-  using Clock = std::function<double()>;  // seconds from any fixed start
+  using Clock = std::function<double()>;             // seconds from any fixed start
   std::optional<std::vector<unsigned>> gpu_indices;  // nullopt: every GPU of the library
   std::optional<std::vector<unsigned>> cpu_indices;  // nullopt: every package `rapl` has
   std::shared_ptr<cpu::RaplCounters> rapl;           // null: no CPU energy
   // A window whose GPU energy reads zero (shorter than the counter's update period) gets the
   // GPU's power at its end times its length instead.
   bool approx_instant_energy = false;
-  Clock clock;                                       // a steady clock unless given (tests simulate one)
-  double power_sample_interval_s = 0.1;              // GPUs without an energy counter
-  double rapl_sample_interval_s = 10;                // keeps RAPL counter wrap-arounds apart
+  Clock clock;                           // a steady clock unless given (tests simulate one)
+  double power_sample_interval_s = 0.1;  // GPUs without an energy counter
+  double rapl_sample_interval_s = 10;    // keeps RAPL counter wrap-arounds apart
 };
 
 class EnergyMonitor {

@@ -18,7 +18,7 @@
 namespace perseus::zeus {
 
 struct PowerSample {
-  double time = 0;   // seconds since the Unix epoch (Python's time.time())
+  double time = 0;  // seconds since the Unix epoch (Python's time.time())
   double watts = 0;
 };
 
@@ -40,7 +40,8 @@ class PowerMonitor {
   // Stops the sampling thread; the timeline stays readable.
   void stop();
   // A GPU's samples with start <= time <= end, oldest first.
-  std::vector<PowerSample> timeline(unsigned gpu, std::optional<double> start = {}, std::optional<double> end = {}) const;
+  std::vector<PowerSample> timeline(unsigned gpu, std::optional<double> start = {},
+                                    std::optional<double> end = {}) const;
   // Joules between `start` and `end` per GPU: the timeline linearly interpolated, held at its
   // first and last sample beyond them. nullopt while a GPU has no sample.
   std::optional<std::map<unsigned, double>> energy(double start, double end) const;

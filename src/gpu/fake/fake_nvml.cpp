@@ -202,14 +202,22 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlShutdown() {
 
 __attribute__((visibility("default"))) const char* nvmlErrorString(nvmlReturn_t result) {
   switch (result) {
-    case nv::kSuccess: return "Success";
-    case nv::kUninitialized: return "Uninitialized";
-    case nv::kInvalidArgument: return "Invalid Argument";
-    case nv::kNotSupported: return "Not Supported";
-    case nv::kNoPermission: return "Insufficient Permissions";
-    case nv::kNotFound: return "Not Found";
-    case nv::kInsufficientSize: return "Insufficient Size";
-    default: return "Unknown Error";
+    case nv::kSuccess:
+      return "Success";
+    case nv::kUninitialized:
+      return "Uninitialized";
+    case nv::kInvalidArgument:
+      return "Invalid Argument";
+    case nv::kNotSupported:
+      return "Not Supported";
+    case nv::kNoPermission:
+      return "Insufficient Permissions";
+    case nv::kNotFound:
+      return "Not Found";
+    case nv::kInsufficientSize:
+      return "Insufficient Size";
+    default:
+      return "Unknown Error";
   }
 }
 
@@ -222,7 +230,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetCount_v2(unsign
   return nv::kSuccess;
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index, nvmlDevice_t* device) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v2(unsigned index,
+                                                                                  nvmlDevice_t* device) {
   State& s = state();
   std::lock_guard lock(s.mutex);
   if (!s.initialized) return nv::kUninitialized;
@@ -231,7 +240,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetHandleByIndex_v
   return nv::kSuccess;
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name, unsigned length) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice_t device, char* name,
+                                                                      unsigned length) {
   return getter("nvmlDeviceGetName", device, [&](FakeGpu&, std::string&) {
     const char* text = "Perseus Simulated GPU";
     if (name == nullptr || length <= std::strlen(text)) return nv::kInsufficientSize;
@@ -241,7 +251,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetName(nvmlDevice
 }
 
 // A fixed UUID per index, shaped like NVML's: "GPU-" and 8-4-4-4-12 hex digits.
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned length) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid,
+                                                                      unsigned length) {
   return getter("nvmlDeviceGetUUID", device, [&](FakeGpu&, std::string&) {
     long index = -1;
     gpu_of(state(), device, &index);
@@ -253,15 +264,18 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device, unsigned* count,
-                                                                    unsigned* clocks) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedMemoryClocks(nvmlDevice_t device,
+                                                                                       unsigned* count,
+                                                                                       unsigned* clocks) {
   return getter("nvmlDeviceGetSupportedMemoryClocks", device, [&](FakeGpu&, std::string&) {
     return copy_list(std::vector<unsigned>(std::begin(kMemoryClocks), std::end(kMemoryClocks)), count, clocks);
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device, unsigned memory,
-                                                                      unsigned* count, unsigned* clocks) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedGraphicsClocks(nvmlDevice_t device,
+                                                                                         unsigned memory,
+                                                                                         unsigned* count,
+                                                                                         unsigned* clocks) {
   return getter("nvmlDeviceGetSupportedGraphicsClocks", device, [&](FakeGpu&, std::string&) {
     if (std::find(std::begin(kMemoryClocks), std::end(kMemoryClocks), memory) == std::end(kMemoryClocks))
       return nv::kNotFound;
@@ -271,7 +285,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetSupportedGraphi
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned min_mhz, unsigned max_mhz) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetGpuLockedClocks(nvmlDevice_t device, unsigned min_mhz,
+                                                                                 unsigned max_mhz) {
   return setter("nvmlDeviceSetGpuLockedClocks", device, std::to_string(min_mhz) + " " + std::to_string(max_mhz),
                 [&](FakeGpu& gpu) {
                   if (min_mhz != max_mhz || !valid_graphics(max_mhz)) return nv::kInvalidArgument;
@@ -287,7 +302,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceResetGpuLockedCloc
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device, unsigned min_mhz, unsigned max_mhz) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetMemoryLockedClocks(nvmlDevice_t device,
+                                                                                    unsigned min_mhz,
+                                                                                    unsigned max_mhz) {
   return setter("nvmlDeviceSetMemoryLockedClocks", device, std::to_string(min_mhz) + " " + std::to_string(max_mhz),
                 [&](FakeGpu& gpu) {
                   if (std::find(std::begin(kMemoryClocks), std::end(kMemoryClocks), max_mhz) == std::end(kMemoryClocks))
@@ -304,7 +321,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceResetMemoryLockedC
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned* limit) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device,
+                                                                                      unsigned* limit) {
   return getter("nvmlDeviceGetPowerManagementLimit", device, [&](FakeGpu& gpu, std::string&) {
     if (limit == nullptr) return nv::kInvalidArgument;
     *limit = gpu.power_limit;
@@ -312,8 +330,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagement
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device, unsigned* min_limit,
-                                                                              unsigned* max_limit) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementLimitConstraints(nvmlDevice_t device,
+                                                                                                 unsigned* min_limit,
+                                                                                                 unsigned* max_limit) {
   return getter("nvmlDeviceGetPowerManagementLimitConstraints", device, [&](FakeGpu&, std::string&) {
     if (min_limit == nullptr || max_limit == nullptr) return nv::kInvalidArgument;
     *min_limit = kMinLimit;
@@ -322,7 +341,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagement
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device, unsigned limit) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetPowerManagementLimit(nvmlDevice_t device,
+                                                                                      unsigned limit) {
   return setter("nvmlDeviceSetPowerManagementLimit", device, std::to_string(limit), [&](FakeGpu& gpu) {
     if (limit < kMinLimit || limit > kMaxLimit) return nv::kInvalidArgument;
     gpu.power_limit = limit;
@@ -330,7 +350,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetPowerManagement
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device, unsigned long long* energy) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyConsumption(nvmlDevice_t device,
+                                                                                        unsigned long long* energy) {
   return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string& args) {
     if (energy == nullptr) return nv::kInvalidArgument;
     *energy = static_cast<unsigned long long>(gpu.energy_mj);
@@ -347,7 +368,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvml
   });
 }
 
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned* clock) {
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type,
+                                                                           unsigned* clock) {
   return getter("nvmlDeviceGetClockInfo", device, [&](FakeGpu& gpu, std::string&) {
     if (clock == nullptr) return nv::kInvalidArgument;
     if (type == nv::kClockMem) *clock = gpu.locked_memory ? gpu.locked_memory : kMemoryClocks[0];

@@ -16,7 +16,9 @@ std::vector<Instruction> dualpipev(int r, const ScheduleShape& shape, int) {
   std::vector<Instruction> out;
   int forwards[2] = {0, 0}, backwards[2] = {0, 0};  // next microbatch per chunk
   std::deque<std::pair<int, int>> pending_weights;  // (chunk, microbatch) of I's without their W
-  auto add = [&](InstructionKind kind, int chunk, int microbatch) { out.push_back({r, kind, microbatch, chunk, true}); };
+  auto add = [&](InstructionKind kind, int chunk, int microbatch) {
+    out.push_back({r, kind, microbatch, chunk, true});
+  };
   auto forward = [&](int c) { add(InstructionKind::forward, c, forwards[c]++); };
   auto backward = [&](int c, bool split) {
     if (split) pending_weights.emplace_back(c, backwards[c]);

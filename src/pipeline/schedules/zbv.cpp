@@ -39,7 +39,8 @@ std::vector<Instruction> zbv(int r, const ScheduleShape& shape, int) {
   while (weights[1] < inputs[1]) add(InstructionKind::backward_weight, 1, weights[1]++);
   while (weights[0] < inputs[0]) add(InstructionKind::backward_weight, 0, weights[0]++);
   std::vector<Instruction> result;
-  std::copy_if(all.begin(), all.end(), std::back_inserter(result), [M](const Instruction& i) { return i.microbatch < M; });
+  std::copy_if(all.begin(), all.end(), std::back_inserter(result),
+               [M](const Instruction& i) { return i.microbatch < M; });
   return result;
 }
 

@@ -18,7 +18,8 @@ class AllMax final : public Scheduler {
       : schedules_(top_clock_schedules(context.ranks)), name_(std::move(name)), rounds_(rounds) {}
 
   std::vector<PowerStateSchedule> next_schedule() override {
-    if (rounds_ && round_ >= *rounds_) throw SchedulerDone(fmt::format("{} ran its {} rounds (num_iters)", name_, *rounds_));
+    if (rounds_ && round_ >= *rounds_)
+      throw SchedulerDone(fmt::format("{} ran its {} rounds (num_iters)", name_, *rounds_));
     return schedules_;
   }
   void observe(const std::vector<ProfilingResult>&) override { ++round_; }
@@ -42,7 +43,11 @@ SchedulerFactory configure_all_max(const char* name, const nlohmann::json& args)
 
 }  // namespace
 
-SchedulerFactory configure_all_max_frequency(const nlohmann::json& args) { return configure_all_max("AllMaxFrequency", args); }
-SchedulerFactory configure_all_max_power_limit(const nlohmann::json& args) { return configure_all_max("AllMaxPowerLimit", args); }
+SchedulerFactory configure_all_max_frequency(const nlohmann::json& args) {
+  return configure_all_max("AllMaxFrequency", args);
+}
+SchedulerFactory configure_all_max_power_limit(const nlohmann::json& args) {
+  return configure_all_max("AllMaxPowerLimit", args);
+}
 
 }  // namespace perseus::server

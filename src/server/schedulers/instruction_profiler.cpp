@@ -37,7 +37,8 @@ class InstructionProfiler final : public Scheduler {
     if (context.settings.mode != PowerMode::frequency)
       throw std::runtime_error("InstructionProfiler profiles clocks; run the server with --mode frequency");
     // Clocks every rank supports, high to low.
-    std::set<int> common(context.ranks.front().power_state_range.begin(), context.ranks.front().power_state_range.end());
+    std::set<int> common(context.ranks.front().power_state_range.begin(),
+                         context.ranks.front().power_state_range.end());
     for (const auto& r : context.ranks) {
       std::set<int> mine(r.power_state_range.begin(), r.power_state_range.end());
       std::set<int> both;
@@ -49,13 +50,14 @@ class InstructionProfiler final : public Scheduler {
     if (clocks_.empty())
       throw std::runtime_error(fmt::format("InstructionProfiler: no clock common to all ranks is at least {} MHz",
                                            config_.minimum_power_state));
-    path_ = config_.profile_path.empty() ? context.job_dir / "profile.csv" : std::filesystem::path(config_.profile_path);
+    path_ =
+        config_.profile_path.empty() ? context.job_dir / "profile.csv" : std::filesystem::path(config_.profile_path);
   }
 
   std::vector<PowerStateSchedule> next_schedule() override {
     if (round_ >= config_.warmup_rounds + static_cast<int>(clocks_.size()))
-      throw SchedulerDone(fmt::format("InstructionProfiler profiled {} clocks and wrote {}", clocks_.size(),
-                                      path_.string()));
+      throw SchedulerDone(
+          fmt::format("InstructionProfiler profiled {} clocks and wrote {}", clocks_.size(), path_.string()));
     if (round_ < config_.warmup_rounds) return top_clock_schedules(context_.ranks);
     int clock = clocks_[round_ - config_.warmup_rounds];
     std::vector<PowerStateSchedule> out;
@@ -65,7 +67,8 @@ class InstructionProfiler final : public Scheduler {
 
   void observe(const std::vector<ProfilingResult>& results) override {
     int round = round_++;
-    if (round == config_.warmup_rounds - 1 || (config_.warmup_rounds == 0 && round == 0)) measure_blocking_power(results);
+    if (round == config_.warmup_rounds - 1 || (config_.warmup_rounds == 0 && round == 0))
+      measure_blocking_power(results);
     if (round < config_.warmup_rounds) return;
     int clock = clocks_[round - config_.warmup_rounds];
     for (const auto& result : results) {
@@ -82,9 +85,10 @@ class InstructionProfiler final : public Scheduler {
   double average(const ProfilingResult& result, const Breakdown& breakdown, const char* kind) const {
     auto it = breakdown.find(kind);
     if (it == breakdown.end() || it->second.empty())
-      throw std::runtime_error(fmt::format("InstructionProfiler: rank {} reported no '{}' measurements; wrap "
-                                           "forward and backward with on_instruction_begin/end",
-                                           result.rank, kind));
+      throw std::runtime_error(
+          fmt::format("InstructionProfiler: rank {} reported no '{}' measurements; wrap "
+                      "forward and backward with on_instruction_begin/end",
+                      result.rank, kind));
     const auto& iterations = it->second;
     auto drop = static_cast<std::size_t>(std::ceil(config_.warmup_step_ratio * double(iterations.size())));
     drop = std::min(drop, iterations.size() - 1);
@@ -124,8 +128,8 @@ class InstructionProfiler final : public Scheduler {
     Profile profile;
     for (const auto& [key, per_clock] : table_)
       for (auto it = per_clock.rbegin(); it != per_clock.rend(); ++it)
-        profile.rows.push_back({key.first, *parse_instruction_kind(key.second), it->first, it->second.time,
-                                it->second.energy, 0});
+        profile.rows.push_back(
+            {key.first, *parse_instruction_kind(key.second), it->first, it->second.time, it->second.energy, 0});
     std::filesystem::create_directories(path_.parent_path().empty() ? "." : path_.parent_path());
     write_file_atomic(path_, profile_csv(profile));
     nlohmann::json info = {{"profile", path_.string()},

@@ -94,11 +94,12 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
     if (found) break;
   }
   if (!found)
-    throw std::runtime_error(fmt::format("the ranks' forwards and backwards ({} forwards per iteration on each of {} "
-                                         "stages) follow none of the schedules the turnkey loop plans ({}) for any "
-                                         "number of microbatches and model chunks; give each rank its order with "
-                                         "default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule)",
-                                         forwards, shape.num_stages, schedule_names()));
+    throw std::runtime_error(
+        fmt::format("the ranks' forwards and backwards ({} forwards per iteration on each of {} "
+                    "stages) follow none of the schedules the turnkey loop plans ({}) for any "
+                    "number of microbatches and model chunks; give each rank its order with "
+                    "default_pipe_schedule(pp_rank, pp_degree, num_microbatches, schedule)",
+                    forwards, shape.num_stages, schedule_names()));
   // Clocks every rank supports, high to low, at or above minimum_power_state.
   std::set<int> common(context.ranks.front().power_state_range.begin(), context.ranks.front().power_state_range.end());
   for (const auto& r : context.ranks) {
@@ -118,8 +119,10 @@ void check_ranks(const SchedulerContext& context) {
     throw std::runtime_error("Perseus plans clocks; run the server with --mode frequency");
   for (const auto& r : context.ranks)
     if (r.pipe_schedule.empty())
-      throw std::runtime_error(fmt::format("rank {} did not send its pipe_schedule (Zeus's client?); Perseus measures "
-                                           "every instruction and needs perseus's client", r.rank));
+      throw std::runtime_error(
+          fmt::format("rank {} did not send its pipe_schedule (Zeus's client?); Perseus measures "
+                      "every instruction and needs perseus's client",
+                      r.rank));
 }
 
 class PerseusScheduler final : public Scheduler {
@@ -165,7 +168,9 @@ class PerseusScheduler final : public Scheduler {
   }
 
   // The round as the loop sees it, not per rank: a restarted server replays exactly this.
-  json round_record(const std::vector<ProfilingResult>& results) const override { return server::to_json(measure(results)); }
+  json round_record(const std::vector<ProfilingResult>& results) const override {
+    return server::to_json(measure(results));
+  }
   void replay(const json& record) override {
     if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
     controller_->observe(round_measurement_from_json(record));
@@ -173,19 +178,16 @@ class PerseusScheduler final : public Scheduler {
   }
 
   online::RoundMeasurement measure(const std::vector<ProfilingResult>& results) const {
-    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_, controller_->shape().num_microbatches,
-                         occurrences_ || controller_->wants_occurrences());
+    return analyze_round(results, context_.ranks, context_.job.dp_degree, orders_,
+                         controller_->shape().num_microbatches, occurrences_ || controller_->wants_occurrences());
   }
 
   json status() const override {
     const auto& c = *controller_;
     json out;
-    out["profiling"] = {{"clocks_done", c.clocks_measured()},
-                        {"clocks_total", c.clocks_planned()},
-                        {"rounds", c.profiling_rounds()},
-                        {"clocks_available", c.shape().clocks.size()},
-                        {"profile", profile_path_.string()},
-                        {"reused", c.reused_profile()}};
+    out["profiling"] = {{"clocks_done", c.clocks_measured()}, {"clocks_total", c.clocks_planned()},
+                        {"rounds", c.profiling_rounds()},     {"clocks_available", c.shape().clocks.size()},
+                        {"profile", profile_path_.string()},  {"reused", c.reused_profile()}};
     auto interval = [](const online::Estimate& e) { return json::array({e.low, e.high}); };
     out["baseline"] = c.has_baseline() ? json{{"iteration_time", c.baseline_time()},
                                               {"energy", c.baseline_energy()},
@@ -197,11 +199,12 @@ class PerseusScheduler final : public Scheduler {
                                        : json(nullptr);
     out["p_block"] = c.p_block() ? json(*c.p_block()) : json(nullptr);
     const auto& config = c.config();
-    out["target"] = c.has_baseline() ? json{{"iteration_time", c.target_time()},
-                                            {config.deadline ? "deadline" : "slowdown",
-                                             config.deadline ? *config.deadline : config.slowdown},
-                                            {"tolerance", config.tolerance}}
-                                     : json(nullptr);
+    out["target"] =
+        c.has_baseline()
+            ? json{{"iteration_time", c.target_time()},
+                   {config.deadline ? "deadline" : "slowdown", config.deadline ? *config.deadline : config.slowdown},
+                   {"tolerance", config.tolerance}}
+            : json(nullptr);
     out["plan"] = nullptr;
     out["measured"] = nullptr;
     out["saving"] = nullptr;
@@ -231,7 +234,9 @@ class PerseusScheduler final : public Scheduler {
       if (auto saving = c.saving()) out["saving"] = saving->value, out["saving_ci"] = interval(*saving);
       if (auto slowdown = c.slowdown()) out["slowdown"] = slowdown->value, out["slowdown_ci"] = interval(*slowdown);
       auto ref = c.reference();
-      out["reference"] = {{"name", ref.name}, {"iteration_time", ref.iteration_time}, {"energy", ref.energy},
+      out["reference"] = {{"name", ref.name},
+                          {"iteration_time", ref.iteration_time},
+                          {"energy", ref.energy},
                           {"conditions", ref.conditions}};
     }
     json sigma = json::array();
@@ -256,15 +261,16 @@ class PerseusScheduler final : public Scheduler {
                           {"dp_rank", s->pipeline ? json(*s->pipeline) : json(nullptr)},
                           {"iteration_time", s->compute_time * c.scale()}};
     else if (const auto& d = c.detected_straggler(); d && c.phase() != online::ControllerPhase::deployed)
-      out["straggler"] = {{"slowdown", d->slowdown}, {"source", "detected"}, {"dp_rank", d->pipeline},
-                          {"iteration_time", nullptr}};
+      out["straggler"] = {
+          {"slowdown", d->slowdown}, {"source", "detected"}, {"dp_rank", d->pipeline}, {"iteration_time", nullptr}};
     json recent = json::array();
     const auto& decisions = c.decisions();
     for (std::size_t i = decisions.size() > 20 ? decisions.size() - 20 : 0; i < decisions.size(); ++i)
       recent.push_back(to_json(decisions[i]));
     out["decisions"] = recent;
     json history = json::array();
-    for (const auto& h : history_) history.push_back({{"round", h.round}, {"saving", h.saving}, {"slowdown", h.slowdown}});
+    for (const auto& h : history_)
+      history.push_back({{"round", h.round}, {"saving", h.saving}, {"slowdown", h.slowdown}});
     out["history"] = std::move(history);
     return out;
   }
@@ -276,7 +282,9 @@ class PerseusScheduler final : public Scheduler {
     if (!c.plans()) return nullptr;
     const auto& candidates = c.plans()->candidates;  // frontier points slowest first, then all-max
     const double gpus = context_.job.dp_degree * context_.job.tp_degree;
-    auto point = [&](double time, double energy) { return json{{"time", time * c.scale()}, {"energy", energy * gpus}}; };
+    auto point = [&](double time, double energy) {
+      return json{{"time", time * c.scale()}, {"energy", energy * gpus}};
+    };
     const std::size_t n = candidates.size() - 1;
     const std::size_t kept = std::min(n, kMaxFrontierPoints);
     json points = json::array();
@@ -307,9 +315,11 @@ class PerseusScheduler final : public Scheduler {
     for (const auto& stage : plan->frequencies) instructions += stage.size();
     std::string label = plan->label();
     if (instructions > kMaxTimelineInstructions)
-      return [instructions, label] () -> std::string {
-        throw RequestError(Refusal::not_found, fmt::format("the plan ({}) runs {} forwards and backwards per pipeline: too many to "
-                                            "draw (at most {})", label, instructions, kMaxTimelineInstructions));
+      return [instructions, label]() -> std::string {
+        throw RequestError(Refusal::not_found,
+                           fmt::format("the plan ({}) runs {} forwards and backwards per pipeline: too many to "
+                                       "draw (at most {})",
+                                       label, instructions, kMaxTimelineInstructions));
       };
     return [emulator = plans->emulator, frequencies = plan->frequencies, label] {
       EmulationResult run = emulator->run(frequencies);
@@ -326,7 +336,9 @@ class PerseusScheduler final : public Scheduler {
   }
 
  private:
-  static json to_json(const online::Decision& d) { return {{"round", d.round}, {"event", d.event}, {"detail", d.detail}}; }
+  static json to_json(const online::Decision& d) {
+    return {{"round", d.round}, {"event", d.event}, {"detail", d.detail}};
+  }
 
   // The status's `history`: the saving and slowdown it reported after each of the last deployed rounds.
   static constexpr std::size_t kHistoryRounds = 500;
@@ -381,10 +393,30 @@ class PerseusScheduler final : public Scheduler {
 
 SchedulerFactory configure_perseus(const nlohmann::json& args) {
   SchedulerArgs checked("Perseus", args,
-                        {"warmup_rounds", "wait_for_plan", "slowdown", "deadline", "tolerance", "verify_rounds", "max_step_ups",
-                         "profile_path", "minimum_power_state", "unit_time", "cost_model", "coarse_step", "stop_after",
-                         "descent", "fill_gap", "interpolate", "refine_passes", "straggler_threshold", "straggler_rounds",
-                         "probe_every", "retry_after", "report_rounds", "baseline_precision", "max_baseline_rounds"});
+                        {"warmup_rounds",
+                         "wait_for_plan",
+                         "slowdown",
+                         "deadline",
+                         "tolerance",
+                         "verify_rounds",
+                         "max_step_ups",
+                         "profile_path",
+                         "minimum_power_state",
+                         "unit_time",
+                         "cost_model",
+                         "coarse_step",
+                         "stop_after",
+                         "descent",
+                         "fill_gap",
+                         "interpolate",
+                         "refine_passes",
+                         "straggler_threshold",
+                         "straggler_rounds",
+                         "probe_every",
+                         "retry_after",
+                         "report_rounds",
+                         "baseline_precision",
+                         "max_baseline_rounds"});
   PerseusConfig config;
   online::ControllerConfig& c = config.controller;
   c.warmup_rounds = checked.integer("warmup_rounds").value_or(c.warmup_rounds);
@@ -398,7 +430,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   if (slowdown && c.deadline) checked.fail("deadline", "give slowdown or deadline, not both");
   c.slowdown = slowdown.value_or(1.0);
   if (!(c.slowdown >= 1 && c.slowdown <= 100)) checked.fail("slowdown", "must be between 1 and 100");
-  if (c.deadline && !(*c.deadline > 0 && *c.deadline < 1e6)) checked.fail("deadline", "must be a positive number of seconds");
+  if (c.deadline && !(*c.deadline > 0 && *c.deadline < 1e6))
+    checked.fail("deadline", "must be a positive number of seconds");
   c.tolerance = checked.number("tolerance").value_or(c.tolerance);
   if (!(c.tolerance >= 0 && c.tolerance < 1)) checked.fail("tolerance", "must be in [0, 1)");
   c.verify_rounds = checked.integer("verify_rounds").value_or(c.verify_rounds);
@@ -426,7 +459,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   }
   config.minimum_power_state = checked.integer("minimum_power_state").value_or(0);
   c.unit_time = checked.number("unit_time");
-  if (c.unit_time && !(*c.unit_time >= 1e-6 && *c.unit_time <= 1)) checked.fail("unit_time", "must be between 1e-6 and 1 s");
+  if (c.unit_time && !(*c.unit_time >= 1e-6 && *c.unit_time <= 1))
+    checked.fail("unit_time", "must be between 1e-6 and 1 s");
   if (auto model = checked.string("cost_model")) {
     auto kind = parse_cost_model_kind(*model);
     if (!kind) checked.fail("cost_model", "must be auto, exp or pwl");
@@ -441,7 +475,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   c.scan.fill_gap = checked.number("fill_gap").value_or(c.scan.fill_gap);
   if (!(c.scan.fill_gap > 0)) checked.fail("fill_gap", "must be positive");
   c.detector.threshold = checked.number("straggler_threshold").value_or(c.detector.threshold);
-  if (!(c.detector.threshold > 0 && c.detector.threshold < 10)) checked.fail("straggler_threshold", "must be in (0, 10)");
+  if (!(c.detector.threshold > 0 && c.detector.threshold < 10))
+    checked.fail("straggler_threshold", "must be in (0, 10)");
   c.detector.rounds = checked.integer("straggler_rounds").value_or(c.detector.rounds);
   if (c.detector.rounds < 1) checked.fail("straggler_rounds", "must be at least 1");
   return [config](const SchedulerContext& context) { return std::make_unique<PerseusScheduler>(context, config); };

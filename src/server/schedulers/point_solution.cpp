@@ -30,7 +30,7 @@ struct LoadedPlan {
   std::vector<int> extra_forwards;
   std::optional<int> num_microbatches;
   std::vector<std::vector<std::string>> instructions = {};  // per stage, when the file names them (Zeus's format)
-  int virtual_stages = 1;                                    // model chunks per stage (interleaved)
+  int virtual_stages = 1;                                   // model chunks per stage (interleaved)
 };
 
 struct PointConfig {
@@ -41,8 +41,8 @@ struct PointConfig {
 
 LoadedPlan from_file(const fs::path& path) {
   PlanFile file = read_plan_file(path);
-  return {path.filename().string(), file.frequencies, file.schedule, file.extra_forwards, file.num_microbatches,
-          file.instructions, file.virtual_stages};
+  return {path.filename().string(), file.frequencies,  file.schedule,      file.extra_forwards,
+          file.num_microbatches,    file.instructions, file.virtual_stages};
 }
 
 // The forward/backward order of one stage of a plan: named by the file, from the schedule it was
@@ -54,12 +54,14 @@ std::vector<std::string> plan_order(const LoadedPlan& plan, int stage, int stage
   int extra = plan.extra_forwards.empty() ? 0 : plan.extra_forwards[static_cast<std::size_t>(stage)];
   int microbatches = plan.num_microbatches.value_or(static_cast<int>(clocks.size() / 2));
   if (!plan.num_microbatches && clocks.size() % 2 != 0)
-    throw std::runtime_error(fmt::format("{}: {} clocks is not a forward and a backward per microbatch", who, clocks.size()));
+    throw std::runtime_error(
+        fmt::format("{}: {} clocks is not a forward and a backward per microbatch", who, clocks.size()));
   std::vector<std::string> names;
   for (const auto& inst : stage_schedule(kind, stage, stages, microbatches, extra, plan.virtual_stages))
     names.emplace_back(to_string(inst.kind));
   if (names.size() != clocks.size())
-    throw std::runtime_error(fmt::format("{}: {} clocks for {} forwards and backwards", who, clocks.size(), names.size()));
+    throw std::runtime_error(
+        fmt::format("{}: {} clocks for {} forwards and backwards", who, clocks.size(), names.size()));
   return names;
 }
 
@@ -77,8 +79,7 @@ class PointSolution final : public Scheduler {
     if (round_ < config_.warmup_rounds) return top_clock_schedules(context_.ranks);
     std::size_t index = static_cast<std::size_t>(round_ - config_.warmup_rounds);
     if (index >= schedules_.size()) {
-      if (config_.stop_when_done)
-        throw SchedulerDone(fmt::format("PointSolution ran all {} plans", schedules_.size()));
+      if (config_.stop_when_done) throw SchedulerDone(fmt::format("PointSolution ran all {} plans", schedules_.size()));
       index = schedules_.size() - 1;
     }
     return schedules_[index];
@@ -101,9 +102,10 @@ class PointSolution final : public Scheduler {
       const auto& clocks = plan.frequencies[static_cast<std::size_t>(r.pp_rank)];
       std::string who = fmt::format("PointSolution: plan {}, stage {}", plan.label, r.pp_rank);
       for (std::size_t slot = 0; slot < clocks.size(); ++slot)
-        if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clocks[slot]) == r.power_state_range.end())
-          throw std::runtime_error(
-              fmt::format("{}: slot {} asks for {} MHz, which rank {}'s GPU does not support", who, slot, clocks[slot], r.rank));
+        if (std::find(r.power_state_range.begin(), r.power_state_range.end(), clocks[slot]) ==
+            r.power_state_range.end())
+          throw std::runtime_error(fmt::format("{}: slot {} asks for {} MHz, which rank {}'s GPU does not support", who,
+                                               slot, clocks[slot], r.rank));
       if (r.pipe_schedule.empty()) {  // Zeus's client: the plan names the order
         out.push_back({r.rank, clocks, plan_order(plan, r.pp_rank, context_.job.pp_degree, who)});
         continue;
@@ -125,9 +127,9 @@ class PointSolution final : public Scheduler {
       if (!is_compute_instruction(name)) continue;
       if (k >= expected.size()) break;  // the count check reports this
       if (name != expected[k])
-        throw std::runtime_error(fmt::format("{}: pipe_schedule[{}] is {} but the plan{} has a {} there", who, i, name,
-                                             plan.schedule ? fmt::format(" ({} schedule)", to_string(*plan.schedule)) : "",
-                                             expected[k]));
+        throw std::runtime_error(
+            fmt::format("{}: pipe_schedule[{}] is {} but the plan{} has a {} there", who, i, name,
+                        plan.schedule ? fmt::format(" ({} schedule)", to_string(*plan.schedule)) : "", expected[k]));
       ++k;
     }
   }
@@ -153,8 +155,13 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
   auto time = checked.number("time");
   auto slowdown = checked.number("slowdown");
   bool frontier = fs::is_directory(path) && fs::exists(path / "plans.json");
-  if ((index || time || slowdown) && !frontier) checked.fail(index ? "index" : time ? "time" : "slowdown", "needs solution_path to be a frontier directory (with plans.json)");
-  if (int(bool(index)) + int(bool(time)) + int(bool(slowdown)) > 1) checked.fail("index", "give at most one of index, time, slowdown");
+  if ((index || time || slowdown) && !frontier)
+    checked.fail(index  ? "index"
+                 : time ? "time"
+                        : "slowdown",
+                 "needs solution_path to be a frontier directory (with plans.json)");
+  if (int(bool(index)) + int(bool(time)) + int(bool(slowdown)) > 1)
+    checked.fail("index", "give at most one of index, time, slowdown");
   bool folder = false;
   try {  // plan files are read now, so that a bad one stops the server at start (a usage error, exit 64)
     if (frontier) {
@@ -168,13 +175,19 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
       } else if (time || slowdown) {
         double deadline = time ? *time : record.points.back().time * *slowdown;
         auto found = cheapest_within(record, deadline);
-        if (!found) checked.fail(time ? "time" : "slowdown", fmt::format("no plan finishes within {} s: the fastest takes {} s",
-                                                                   deadline, record.points.back().time));
+        if (!found)
+          checked.fail(time ? "time" : "slowdown", fmt::format("no plan finishes within {} s: the fastest takes {} s",
+                                                               deadline, record.points.back().time));
         chosen = *found;
       }
       Plan plan = plan_at(record, chosen);
-      config.plans.push_back({fmt::format("{} point {}", path.string(), chosen), plan.frequencies, plan.schedule,
-                              plan.extra_forwards, plan.num_microbatches, {}, plan.virtual_stages});
+      config.plans.push_back({fmt::format("{} point {}", path.string(), chosen),
+                              plan.frequencies,
+                              plan.schedule,
+                              plan.extra_forwards,
+                              plan.num_microbatches,
+                              {},
+                              plan.virtual_stages});
     } else if (fs::is_directory(path)) {
       folder = true;
       std::vector<fs::path> files;
@@ -184,7 +197,8 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
       }
       std::sort(files.begin(), files.end());
       if (checked.boolean("reverse").value_or(false)) std::reverse(files.begin(), files.end());  // the artifact's
-      if (files.empty()) checked.fail("solution_path", fmt::format("{} holds no .py or .json plan files", path.string()));
+      if (files.empty())
+        checked.fail("solution_path", fmt::format("{} holds no .py or .json plan files", path.string()));
       for (const auto& f : files) config.plans.push_back(from_file(f));
     } else if (fs::exists(path)) {
       config.plans.push_back(from_file(path));

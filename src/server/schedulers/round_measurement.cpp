@@ -20,8 +20,10 @@ using protocol::first_counted_iteration;
 std::vector<double> per_occurrence(const Breakdown& breakdown, const char* name, int rank) {
   auto it = breakdown.find(name);
   if (it == breakdown.end() || it->second.empty())
-    throw std::runtime_error(fmt::format("rank {} reported no '{}' measurements; wrap forward and backward with "
-                                         "on_instruction_begin/end", rank, name));
+    throw std::runtime_error(
+        fmt::format("rank {} reported no '{}' measurements; wrap forward and backward with "
+                    "on_instruction_begin/end",
+                    rank, name));
   const auto& iterations = it->second;
   std::size_t skip = first_counted_iteration(iterations.size());
   std::vector<double> sum;
@@ -122,7 +124,8 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
         std::map<online::StageKind, std::vector<double>> sets;
         const auto& iterations = result.time_breakdown.at(name);
         for (std::size_t i = first_counted_iteration(iterations.size()); i < iterations.size(); ++i)
-          for (std::size_t k = 0; k < iterations[i].size() && k < keys.size(); ++k) sets[keys[k]].push_back(iterations[i][k]);
+          for (std::size_t k = 0; k < iterations[i].size() && k < keys.size(); ++k)
+            sets[keys[k]].push_back(iterations[i][k]);
         for (auto& [key, durations] : sets) out.occurrences[key].push_back(std::move(durations));
       }
       busy_time += total(times), busy_energy += total(energies);

@@ -23,12 +23,15 @@ struct GlobalConfig {
 
 class ZeusGlobalPowerLimit final : public Scheduler {
  public:
-  ZeusGlobalPowerLimit(const SchedulerContext& context, const GlobalConfig& config) : context_(context), config_(config) {
+  ZeusGlobalPowerLimit(const SchedulerContext& context, const GlobalConfig& config)
+      : context_(context), config_(config) {
     limits_ = context.ranks.front().power_state_range;  // descending
     for (const auto& r : context.ranks)
       if (r.power_state_range != limits_)
-        throw std::runtime_error(fmt::format("ZeusGlobalPowerLimit sets one limit for every GPU, but rank {} lists "
-                                             "other power limits than rank 0", r.rank));
+        throw std::runtime_error(
+            fmt::format("ZeusGlobalPowerLimit sets one limit for every GPU, but rank {} lists "
+                        "other power limits than rank 0",
+                        r.rank));
     max_power_ = double(limits_.front()) * context.job.world_size;
     if (limits_.size() > 1) limits_.pop_back();  // as the artifact: the lowest limit is not profiled
   }
@@ -58,7 +61,8 @@ class ZeusGlobalPowerLimit final : public Scheduler {
     if (record.is_array()) return Scheduler::replay(record);  // every rank's results, as older stores kept them
     std::size_t profiled = static_cast<std::size_t>(round_);
     if (profiled == 0 || profiled > limits_.size()) return (void)++round_;
-    observe(RoundMeans{record.at("time").get<double>(), record.at("energy").get<double>(), record.at("power").get<double>()});
+    observe(RoundMeans{record.at("time").get<double>(), record.at("energy").get<double>(),
+                       record.at("power").get<double>()});
   }
 
  private:
@@ -84,8 +88,12 @@ class ZeusGlobalPowerLimit final : public Scheduler {
     }
     if (context_.settings.dump_data)  // as the artifact's ZeusGlobalPowerLimit.json, plus each limit's cost
       write_file_atomic(context_.job_dir / "ZeusGlobalPowerLimit.json",
-                        nlohmann::json({{"optimal_power_limit", optimal_}, {"eta_knob", config_.eta},
-                                        {"max_power", max_power_}, {"profiling_results", dumped}}).dump(2) + "\n");
+                        nlohmann::json({{"optimal_power_limit", optimal_},
+                                        {"eta_knob", config_.eta},
+                                        {"max_power", max_power_},
+                                        {"profiling_results", dumped}})
+                                .dump(2) +
+                            "\n");
   }
 
   SchedulerContext context_;
@@ -105,7 +113,8 @@ SchedulerFactory configure_zeus_global_power_limit(const nlohmann::json& args) {
   config.eta = checked.number("eta_knob").value_or(0.5);
   if (config.eta < 0 || config.eta > 1) checked.fail("eta_knob", "must be between 0 and 1");
   config.warmup_step_ratio = checked.number("warmup_step_ratio").value_or(0.1);
-  if (config.warmup_step_ratio < 0 || config.warmup_step_ratio >= 1) checked.fail("warmup_step_ratio", "must be in [0, 1)");
+  if (config.warmup_step_ratio < 0 || config.warmup_step_ratio >= 1)
+    checked.fail("warmup_step_ratio", "must be in [0, 1)");
   return [config](const SchedulerContext& context) { return std::make_unique<ZeusGlobalPowerLimit>(context, config); };
 }
 

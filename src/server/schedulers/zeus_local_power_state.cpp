@@ -107,8 +107,10 @@ class ZeusLocalPowerState final : public Scheduler {
       for (std::size_t i = warmup_steps(r); i < it->second.size(); ++i)
         for (double t : it->second[i]) sum += t, ++n;
       if (n == 0)
-        throw std::runtime_error(fmt::format("rank {} reported too few iterations: ZeusLocalPowerState needs at least 3 "
-                                             "per round", r.rank));
+        throw std::runtime_error(
+            fmt::format("rank {} reported too few iterations: ZeusLocalPowerState needs at least 3 "
+                        "per round",
+                        r.rank));
       out[static_cast<std::size_t>(r.rank)] = sum / double(n);
     }
     return out;
@@ -133,12 +135,16 @@ class ZeusLocalPowerState final : public Scheduler {
     double max_state = ordered_.front(), best = 0;
     nlohmann::json dumped = nlohmann::json::object();
     for (const auto& [state, b] : balanced_) {
-      double cost = b.throughput > 0 ? (config_.eta * b.power + (1 - config_.eta) * max_state * double(stages_)) / b.throughput
-                                     : std::numeric_limits<double>::infinity();
+      double cost = b.throughput > 0
+                        ? (config_.eta * b.power + (1 - config_.eta) * max_state * double(stages_)) / b.throughput
+                        : std::numeric_limits<double>::infinity();
       if (optimal_ == 0 || cost < best) best = cost, optimal_ = state;
-      dumped[std::to_string(state)] = {{"balanced_power_states", b.states}, {"throughput", b.throughput},
-                                       {"power", b.power}, {"time", b.throughput > 0 ? 1.0 / b.throughput : 0.0},
-                                       {"energy", b.energy}, {"cost", cost}};
+      dumped[std::to_string(state)] = {{"balanced_power_states", b.states},
+                                       {"throughput", b.throughput},
+                                       {"power", b.power},
+                                       {"time", b.throughput > 0 ? 1.0 / b.throughput : 0.0},
+                                       {"energy", b.energy},
+                                       {"cost", cost}};
     }
     phase_ = Phase::done;
     if (context_.settings.dump_data)
@@ -146,7 +152,9 @@ class ZeusLocalPowerState final : public Scheduler {
                         nlohmann::json({{"heaviest_stage", *heaviest_},
                                         {"optimal_heaviest_stage_power_state", optimal_},
                                         {"optimal_power_states", balanced_.at(optimal_).states},
-                                        {"profiling_results", dumped}}).dump(2) + "\n");
+                                        {"profiling_results", dumped}})
+                                .dump(2) +
+                            "\n");
   }
 
   SchedulerContext context_;
@@ -171,9 +179,11 @@ SchedulerFactory configure_zeus_local_power_state(const nlohmann::json& args) {
   config.eta = checked.number("eta_knob").value_or(0.5);
   if (config.eta < 0 || config.eta > 1) checked.fail("eta_knob", "must be between 0 and 1");
   config.phase = checked.string("balanced_phase").value_or("forward");
-  if (config.phase != "forward" && config.phase != "backward") checked.fail("balanced_phase", "must be \"forward\" or \"backward\"");
+  if (config.phase != "forward" && config.phase != "backward")
+    checked.fail("balanced_phase", "must be \"forward\" or \"backward\"");
   config.warmup_step_ratio = checked.number("warmup_step_ratio").value_or(0.1);
-  if (config.warmup_step_ratio < 0 || config.warmup_step_ratio >= 1) checked.fail("warmup_step_ratio", "must be in [0, 1)");
+  if (config.warmup_step_ratio < 0 || config.warmup_step_ratio >= 1)
+    checked.fail("warmup_step_ratio", "must be in [0, 1)");
   return [config](const SchedulerContext& context) { return std::make_unique<ZeusLocalPowerState>(context, config); };
 }
 
