@@ -9,7 +9,6 @@ choice rule) and the rounds a one-round-per-clock profiler takes.
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -18,6 +17,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_server import free_port, wait_for  # noqa: E402
+from whatif_saving import whatif_saving  # noqa: E402
 
 CASES = [  # profile, microbatches, P_block (W)
     ("gpt3-175b+a100_sxm_bf16.csv", 12, 83.64),
@@ -27,17 +27,6 @@ CASES = [  # profile, microbatches, P_block (W)
 ]
 
 
-
-
-def full_profile_saving(perseus, profile, microbatches, p_block, unit_time):
-    out = subprocess.run([perseus, "whatif", profile, "--stages", "8", "--microbatches", str(microbatches),
-                          "--p2p-power", str(p_block), "--pipelines", "2", "--slowdowns", "1",
-                          "--unit-time", str(unit_time), "--baselines", "all-max"],
-                         check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if re.match(r"\s*1\.000\s+perseus\s", line):
-            return float(line.split()[-1].rstrip("%")) / 100
-    raise RuntimeError("no perseus row in whatif's output:\n" + out)
 
 
 def main():
@@ -70,7 +59,8 @@ def main():
         status = json.loads(lines[-1])["summary"]["server"]
         rounds = status["profiling"]["rounds"]
         clocks = status["profiling"]["clocks_available"]
-        full = full_profile_saving(args.perseus, profile, microbatches, p_block, status["plan"]["unit_time"])
+        full = whatif_saving(args.perseus, profile, ["--stages", "8", "--microbatches", str(microbatches)], p_block,
+                             status["plan"]["unit_time"])
         saving = status["saving"]
         print(f"{name:32} {rounds:6d} {clocks:7d} {rounds / clocks:6.2f} {100 * saving:6.2f}% {100 * full:6.2f}% "
               f"{100 * (full - saving):8.2f} {100 * status['slowdown']:7.3f}% {wall:7.1f}")

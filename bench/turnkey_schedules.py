@@ -9,7 +9,6 @@ backwards split 50/50 for the zero-bubble and V schedules), then the server's me
 import argparse
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -17,6 +16,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_server import free_port, wait_for  # noqa: E402
+from whatif_saving import whatif_saving  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 P_BLOCK = 83.64
@@ -27,16 +27,6 @@ CASES = [  # schedule, stages, extra shape arguments, split backwards
     ("zbv", 4, [], True),
     ("dualpipev", 4, [], True),
 ]
-
-
-def whatif_saving(perseus, profile, shape, unit_time):
-    out = subprocess.run([perseus, "whatif", profile, *shape, "--p2p-power", str(P_BLOCK), "--pipelines", "2",
-                          "--slowdowns", "1", "--unit-time", str(unit_time), "--baselines", "all-max"],
-                         check=True, capture_output=True, text=True).stdout
-    for line in out.splitlines():
-        if re.match(r"\s*1\.000\s+perseus\s", line):
-            return float(line.split()[-1].rstrip("%")) / 100
-    raise RuntimeError("no perseus row in whatif's output:\n" + out)
 
 
 def main():
@@ -75,7 +65,7 @@ def main():
             if status.get("saving") is None:
                 print(f"{schedule:12} {stages:6d} not deployed: phase {status.get('phase')}")
                 continue
-            predicted = whatif_saving(args.perseus, profile, shape, status["plan"]["unit_time"])
+            predicted = whatif_saving(args.perseus, profile, shape, P_BLOCK, status["plan"]["unit_time"])
             saving = status["saving"]
             print(f"{schedule:12} {stages:6d} {status['profiling']['rounds']:6d} {100 * saving:6.2f}% "
                   f"{100 * predicted:6.2f}% {100 * (predicted - saving):8.2f} {100 * status['slowdown']:7.3f}% "
