@@ -137,6 +137,7 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
       const int k = model_stage(inst, shape_.num_stages);
       stage_of_model_.at(static_cast<std::size_t>(k)) = inst.stage;
       operations_.emplace_back(k, inst.kind);
+      if (k == 0 && inst.kind == InstructionKind::forward) ++first_forwards_;
     }
   std::sort(operations_.begin(), operations_.end());
   operations_.erase(std::unique(operations_.begin(), operations_.end()), operations_.end());
@@ -328,14 +329,9 @@ void TurnkeyController::add_variability(const RoundMeasurement& m) {
   }
   // Iterations per round: one set's durations over the times an iteration runs that (model stage, kind).
   auto first = m.occurrences.find({0, InstructionKind::forward});
-  if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty()) {
-    std::size_t per_iteration = 0;
-    for (const auto& order : orders_)
-      for (const auto& inst : order)
-        if (inst.kind == InstructionKind::forward && model_stage(inst, shape_.num_stages) == 0) ++per_iteration;
-    if (per_iteration > 0)
-      iterations_per_round_ = std::max(1, static_cast<int>(first->second.front().size() / per_iteration));
-  }
+  if (first != m.occurrences.end() && !first->second.empty() && !first->second.front().empty() && first_forwards_ > 0)
+    iterations_per_round_ =
+        std::max(1, static_cast<int>(first->second.front().size() / static_cast<std::size_t>(first_forwards_)));
   noise_sigma_ = variability_->estimator.estimate().max();
 }
 

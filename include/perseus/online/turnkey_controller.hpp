@@ -228,6 +228,7 @@ class TurnkeyController {
   std::vector<ClockScan> scans_;
   std::vector<std::optional<int>> issued_;
   std::vector<int> stage_of_model_;  // per model stage: the stage (GPU) that runs it
+  int first_forwards_ = 0;           // forwards of model stage 0 per iteration (overlapped pairs not counted)
   std::optional<Profile> reused_profile_;
   bool reused_ = false;
   ControllerPhase phase_ = ControllerPhase::warmup;
