@@ -1,5 +1,7 @@
 #pragma once
 // Planning problems for tests: hand-made options, and synthetic-GPU profiles.
+#include "perseus/pipeline/schedule.hpp"
+#include "perseus/profile/backward_split.hpp"
 #include "perseus/profile/synthetic.hpp"
 #include "perseus/solver/planning.hpp"
 
@@ -27,7 +29,9 @@ inline PlanningProblem synthetic_problem(int stages, int microbatches, double no
   gpu.noise = noise;
   gpu.seed = seed;
   gpu.forward_time = 0.02 + 0.005 * static_cast<double>(seed % 3);
-  const Profile profile = parse_profile(synthetic_profile_csv(gpu), "synthetic.csv");
+  Profile profile = parse_profile(synthetic_profile_csv(gpu), "synthetic.csv");
+  // Zero-bubble schedules run the backward's two parts: split it, the input gradient taking half.
+  if (splits_backward(schedule)) profile = split_backward(profile, 0.5);
   PlanningConfig config;
   config.num_stages = stages;
   config.num_microbatches = microbatches;

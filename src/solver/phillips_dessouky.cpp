@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <memory>
 #include <numeric>
 #include <thread>
@@ -96,6 +97,8 @@ class Solver {
       : problem_(problem), options_(options), graph_(make_arc_graph(problem.dag)), times_(initial_times()) {
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
+    is_critical_.assign(graph_.from.size(), 0);
+    network_index_.assign(graph_.from.size(), -1);
     const bool large = static_cast<int>(problem.dag.instructions.size()) >= SolverOptions::kParallelMinInstructions;
     const bool two_cores = std::thread::hardware_concurrency() >= 2;
     const int threads = options.threads != 0 ? options.threads : (large && two_cores ? 2 : 1);
@@ -221,6 +224,9 @@ class Solver {
   void take_back_after(Frontier& frontier, std::size_t r) {
     const Record& record = records_[r % records_.size()];
     if (record.checkpointed) network_.undo_to(record.checkpoint);
+    // The network's bounds of the arcs these steps changed are no longer their durations': read again.
+    for (std::size_t k = r; k < pushed_; ++k)
+      for (const Change& c : records_[k % records_.size()].changes) changed_.push_back(c.instruction);
     for (std::size_t k = pushed_; k-- > r + 1;) {
       const auto& changes = records_[k % records_.size()].changes;
       for (auto c = changes.rbegin(); c != changes.rend(); ++c) {
@@ -329,27 +335,72 @@ class Solver {
   }
 
   // The maximum flow on the critical arcs and its minimum cut (speed_up_, slow_down_). False when
-  // no flow meets the bounds. On the arcs of the last point unless they changed (rebuild_).
+  // no flow meets the bounds. On the network of the last point, with new bounds where durations
+  // changed, unless the critical arcs changed (rebuild_): then see follow_critical_arcs().
   bool flow_and_cut() {
-    const bool same_arcs = !rebuild_;
-    if (same_arcs) refresh_changed_bounds();
-    else collect_critical_arcs();
+    bool same_network = true;
+    if (!rebuild_) refresh_changed_bounds();
+    else same_network = follow_critical_arcs();
     rebuild_ = false;
-    if (!solve_flow(same_arcs)) return false;
+    if (!solve_flow(same_network)) return false;
     find_cut();
     return true;
   }
 
-  // The arcs the last step changed, still critical: their new bounds (they keep their nodes).
+  // The arcs the last step changed (or whose bounds a take-back left behind), all in the network:
+  // their bounds again (they keep their nodes).
   void refresh_changed_bounds() {
-    changed_critical_.clear();
-    for (int a : changed_) {
-      BoundedArc& arc = arcs_[critical_index_[a]];
-      arc = bounded(a, arc.from, arc.to);
-      changed_critical_.push_back(critical_index_[a]);
-    }
+    changed_in_network_.clear();
+    for (int a : changed_) refresh_bounds(a);
+  }
+  void refresh_bounds(int a) {
+    const int i = network_index_[a];
+    if (i < 0) return;  // not in the network: nothing to bound
+    BoundedArc& arc = arcs_[i];
+    arc = is_critical_[a] ? bounded(a, arc.from, arc.to) : resting(arc.from, arc.to);
+    changed_in_network_.push_back(i);
   }
 
+  // The critical arcs changed. Zero-bubble schedules change them at most points, a few arcs at a
+  // time, and mostly arcs that were critical before: so the network keeps every arc that was
+  // critical since it was built, an arc that is not critical now resting at a flow of exactly 0
+  // (bounds [0, 0]: its residual is closed both ways, so it changes neither the flows nor which
+  // nodes the source reaches, and the cut drops it). Arcs coming back or going are then new bounds
+  // on the same network. It is built anew where an arc critical for the first time comes in, or
+  // where resting arcs would be more than SolverOptions::most_resting of it. Returns whether the network was kept.
+  bool follow_critical_arcs() {
+    times_.mark_all_critical(next_critical_);
+    arriving_.clear();
+    leaving_.clear();
+    bool only_known = !network_arcs_.empty() && (options_.max_flow_oracle || network_.has_flow());
+    // Both lists ascend: a merge finds the arcs that come and go.
+    std::size_t i = 0, j = 0;
+    while (i < critical_.size() || j < next_critical_.size()) {
+      if (j == next_critical_.size() || (i < critical_.size() && critical_[i] < next_critical_[j])) {
+        leaving_.push_back(critical_[i++]);
+      } else if (i == critical_.size() || next_critical_[j] < critical_[i]) {
+        only_known = only_known && network_index_[next_critical_[j]] >= 0;
+        arriving_.push_back(next_critical_[j++]);
+      } else {
+        ++i, ++j;
+      }
+    }
+    const std::size_t resting_after = network_arcs_.size() - next_critical_.size();
+    for (int a : leaving_) is_critical_[a] = 0;
+    for (int a : arriving_) is_critical_[a] = 1;
+    std::swap(critical_, next_critical_);
+    if (only_known && resting_after <= options_.most_resting * network_arcs_.size()) {
+      changed_in_network_.clear();
+      for (int a : changed_) refresh_bounds(a);
+      for (int a : leaving_) refresh_bounds(a);
+      for (int a : arriving_) refresh_bounds(a);
+      return true;
+    }
+    build_network_arcs();
+    return false;
+  }
+
+  BoundedArc resting(int from, int to) const { return {from, to, 0, 0}; }
   BoundedArc bounded(int a, int from, int to) const {
     BoundedArc arc{from, to, 0, infinite_units_};
     const int inst = graph_.instruction[a];
@@ -361,15 +412,16 @@ class Solver {
     return arc;
   }
 
-  // Critical arcs (on a longest path) with their flow bounds, on nodes renumbered densely so that
-  // the flow and cut work scales with the critical subgraph, not the pipeline; the times mark
-  // them, to tell when they change. The next critical subgraph is nearly always the same arcs
-  // (then refresh_changed_bounds() gives the arcs the last step changed their new bounds, and the
+  // The network's arcs: the critical ones (on a longest path; the times mark them, to tell when
+  // they change) and, where few enough, those of the last network that rest, with their flow
+  // bounds, on nodes renumbered densely so that the flow and cut work scales with the critical
+  // subgraph, not the pipeline. The next critical subgraph is nearly always the same arcs (then
+  // refresh_changed_bounds() gives the arcs the last step changed their new bounds, and the
   // network, its contraction and the cut's adjacency are kept).
-  void collect_critical_arcs() {
-    const int num_arcs = static_cast<int>(graph_.from.size());
-    // The last flow, per arc of the whole graph, warm-starts the arcs that stay critical.
-    for (std::size_t i = 0; i < critical_.size(); ++i) previous_flow_[critical_[i]] = flow_of(static_cast<int>(i));
+  void build_network_arcs() {
+    // The last flow, per arc of the whole graph, warm-starts the arcs that stay.
+    for (std::size_t i = 0; i < network_arcs_.size(); ++i)
+      previous_flow_[network_arcs_[i]] = flow_of(static_cast<int>(i));
     for (int v : compact_nodes_) compact_id_[v] = -1;
     compact_nodes_.clear();
     arcs_.clear();
@@ -383,30 +435,34 @@ class Solver {
     };
     compact(graph_.source);
     compact(graph_.sink);
-    std::swap(critical_, last_critical_);
-    if (critical_index_.size() != static_cast<std::size_t>(num_arcs)) critical_index_.assign(num_arcs, -1);
-    for (int a : last_critical_) critical_index_[a] = -1;
-    times_.mark_all_critical(critical_);
-    arcs_.reserve(critical_.size());
-    initial_flow_.reserve(critical_.size());
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
-      const int a = critical_[i];
-      critical_index_[a] = static_cast<int>(i);
-      const int from = compact(graph_.from[a]);
-      arcs_.push_back(bounded(a, from, compact(graph_.to[a])));
+    // The critical arcs and the last network's, both ascending, merged; or the critical ones alone.
+    std::swap(network_arcs_, last_network_arcs_);
+    network_arcs_.clear();
+    std::set_union(last_network_arcs_.begin(), last_network_arcs_.end(), arriving_.begin(), arriving_.end(),
+                   std::back_inserter(network_arcs_));
+    if (network_arcs_.size() - critical_.size() > options_.most_resting * network_arcs_.size())
+      network_arcs_ = critical_;
+    for (int a : last_network_arcs_) network_index_[a] = -1;
+    arcs_.reserve(network_arcs_.size());
+    initial_flow_.reserve(network_arcs_.size());
+    for (std::size_t i = 0; i < network_arcs_.size(); ++i) {
+      const int a = network_arcs_[i];
+      network_index_[a] = static_cast<int>(i);
+      const int from = compact(graph_.from[a]), to = compact(graph_.to[a]);
+      arcs_.push_back(is_critical_[a] ? bounded(a, from, to) : resting(from, to));
       initial_flow_.push_back(std::clamp(previous_flow_[a], arcs_.back().lower, arcs_.back().upper));
     }
-    for (int a : last_critical_) previous_flow_[a] = 0;
+    for (int a : last_network_arcs_) previous_flow_[a] = 0;
     adjacency_stale_ = true;
   }
 
-  // The maximum flow within the bounds on the critical arcs. The Dinic path keeps its network
+  // The maximum flow within the bounds on the network's arcs. The Dinic path keeps its network
   // from the last point when the arcs are the same, and re-solves from the last flow.
   bool solve_flow(bool same_arcs) {
     const int source = compact_id_[graph_.source], sink = compact_id_[graph_.sink];
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     if (!options_.max_flow_oracle) {
-      return same_arcs ? network_.resolve(arcs_, changed_critical_, rule())
+      return same_arcs ? network_.resolve(arcs_, changed_in_network_, rule())
                        : network_.solve(num_nodes, arcs_, source, sink, &initial_flow_, rule());
     }
     auto flow = options_.max_flow_oracle(num_nodes, arcs_, source, sink, rule());
@@ -429,8 +485,12 @@ class Solver {
     }
     speed_up_.clear();
     slow_down_.clear();
-    for (int i : cut_forward_) speed_up_.push_back(critical_[i]);
-    for (int i : cut_backward_) slow_down_.push_back(critical_[i]);
+    // Resting arcs are closed both ways: the cut crosses those at its edge, but they are no part of
+    // the critical subgraph.
+    for (int i : cut_forward_)
+      if (is_critical_[network_arcs_[i]]) speed_up_.push_back(network_arcs_[i]);
+    for (int i : cut_backward_)
+      if (is_critical_[network_arcs_[i]]) slow_down_.push_back(network_arcs_[i]);
   }
 
   // The same, searched arc by arc (the oracle's flows, which the network does not hold).
@@ -469,14 +529,14 @@ class Solver {
   void build_cut_adjacency() {
     const int num_nodes = static_cast<int>(compact_nodes_.size());
     adj_start_.assign(num_nodes + 1, 0);
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
+    for (std::size_t i = 0; i < network_arcs_.size(); ++i) {
       ++adj_start_[arcs_[i].from + 1];
       ++adj_start_[arcs_[i].to + 1];
     }
     for (int v = 0; v < num_nodes; ++v) adj_start_[v + 1] += adj_start_[v];
-    adj_.resize(2 * critical_.size());
+    adj_.resize(2 * network_arcs_.size());
     fill_.assign(adj_start_.begin(), adj_start_.end() - 1);
-    for (std::size_t i = 0; i < critical_.size(); ++i) {
+    for (std::size_t i = 0; i < network_arcs_.size(); ++i) {
       adj_[fill_[arcs_[i].from]++] = static_cast<int>(i);
       adj_[fill_[arcs_[i].to]++] = static_cast<int>(i);
     }
@@ -494,17 +554,21 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<double> cost_;  // per instruction, at duration_
-  PipelineTimes times_;       // the times worker's: see run()
-  std::vector<int> critical_, last_critical_;
-  std::vector<int> critical_index_;  // per arc: its index in critical_, or -1
-  std::vector<int> changed_;         // arcs whose duration the last step changed
+  std::vector<double> cost_;                   // per instruction, at duration_
+  PipelineTimes times_;                        // the times worker's: see run()
+  std::vector<int> critical_, next_critical_;  // the critical arcs the times are marked with, ascending
+  std::vector<char> is_critical_;              // per arc: in critical_
+  std::vector<int> arriving_, leaving_;        // arcs that came into / left critical_ at its last change
+  // The network's arcs, ascending: the critical ones and, where it kept them, resting ones.
+  std::vector<int> network_arcs_, last_network_arcs_;
+  std::vector<int> network_index_;  // per arc: its index in network_arcs_ (and arcs_), or -1
+  std::vector<int> changed_;        // arcs whose duration the last step changed (or a take-back restored)
   bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
   std::vector<std::int64_t> initial_flow_, previous_flow_;
   std::vector<std::int64_t> flow_;  // per critical arc, from the oracle (the Dinic path keeps it in network_)
   BoundedFlowNetwork network_;
-  std::vector<int> changed_critical_;                   // indices into arcs_ of the arcs the last step changed
+  std::vector<int> changed_in_network_;                 // indices into arcs_ of arcs with new bounds
   std::vector<int> speed_up_, slow_down_;               // arcs the cut crosses forward / backward
   std::vector<char> in_cut_;                            // per compact node: on the source side of the cut
   std::vector<int> side_, cut_forward_, cut_backward_;  // per cut: its source side, and the arcs it crosses
@@ -561,6 +625,8 @@ Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& opt
   }
   if (options.threads < 0 || options.threads > 2)
     throw Error("solver threads must be 0 (automatic), 1 or 2", kExitUsage);
+  if (!(options.most_resting >= 0 && options.most_resting < 1))
+    throw Error("the solver's share of resting arcs must be at least 0 and below 1", kExitUsage);
   Solver solver(problem, options);
   return solver.run();
 }

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cmath>
 #include <random>
 
 #include "max_flow_oracle.hpp"
@@ -68,6 +69,12 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
       {3, 4, 0.01, 5, CostModelKind::exponential, ScheduleKind::gpipe},
       {2, 4, 0.01, 6, CostModelKind::exponential, ScheduleKind::interleaved, 2},
       {3, 3, 0.0, 7, CostModelKind::piecewise_linear, ScheduleKind::interleaved, 3},
+      // Zero-bubble schedules: their critical arcs come and go at most points, which the network
+      // follows by resting arcs instead of rebuilding (see the solver).
+      {3, 6, 0.01, 8, CostModelKind::exponential, ScheduleKind::zb_h1},
+      {4, 8, 0.02, 9, CostModelKind::piecewise_linear, ScheduleKind::zb_h1},
+      {2, 4, 0.01, 10, CostModelKind::exponential, ScheduleKind::zbv, 2},
+      {2, 4, 0.0, 11, CostModelKind::exponential, ScheduleKind::dualpipev, 2},
   };
   for (const auto& c : cases) {
     const auto problem =
@@ -94,23 +101,26 @@ TEST(Solver, FastSolverMatchesBoostOracleOnSyntheticProfiles) {
 }
 
 // The same on 200 small random pipelines: random stages (1-4), microbatches (1-6),
-// schedules (1f1b, gpipe, interleaved), noise, GPU shape, cost model and blocking power. Exact cut
-// arithmetic: the frontiers must be identical. Reference arithmetic: the two algorithms may find
-// different maximum flows, and where a residual of exactly 1e-6 J decides the cut the reference's
-// own answer depends on which, so there only the frontiers' ends are compared.
+// schedules (every one; zero-bubble ones with a random split of the backward), noise, GPU shape, cost model and
+// blocking power. Exact cut arithmetic: the frontiers must be identical. Reference arithmetic: the two algorithms may
+// find different maximum flows, and where a residual of exactly 1e-6 J decides the cut the reference's own answer
+// depends on which, so there only the frontiers' ends are compared.
 TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
   std::mt19937_64 rng(2026);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   int compared = 0, points = 0;
   for (int trial = 0; trial < 200; ++trial) {
     const int stages = pick(1, 4);
-    ScheduleKind schedule =
-        std::array{ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::interleaved}[pick(0, 2)];
+    const ScheduleKind schedule =
+        std::array{ScheduleKind::one_f_one_b, ScheduleKind::gpipe, ScheduleKind::interleaved,
+                   ScheduleKind::zb_h1,       ScheduleKind::zbv,   ScheduleKind::dualpipev}[pick(0, 5)];
     int microbatches = pick(1, 6), virtual_stages = 1;
     if (schedule == ScheduleKind::interleaved) {
       virtual_stages = pick(2, 3);
       microbatches = stages * pick(1, 2);
     }
+    if (schedule == ScheduleKind::zbv || schedule == ScheduleKind::dualpipev) virtual_stages = 2;
+    if (schedule == ScheduleKind::dualpipev) microbatches = std::max(microbatches, 2 * stages);
     SyntheticGpu gpu;
     gpu.num_stages = stages * virtual_stages;
     gpu.noise = std::array{0.0, 0.005, 0.02, 0.05}[pick(0, 3)];
@@ -126,7 +136,9 @@ TEST(Solver, FastSolverMatchesBoostOracleOnHundredsOfRandomPipelines) {
     config.unit_time = 0.001;
     config.p_block = 40.0 + 10 * pick(0, 5);
     config.cost_model = std::array{CostModelKind::automatic, CostModelKind::piecewise_linear}[pick(0, 1)];
-    const auto problem = make_planning_problem(parse_profile(synthetic_profile_csv(gpu), "random.csv"), config);
+    Profile profile = parse_profile(synthetic_profile_csv(gpu), "random.csv");
+    if (splits_backward(schedule)) profile = split_backward(profile, 0.1 * pick(2, 8));
+    const auto problem = make_planning_problem(profile, config);
     SCOPED_TRACE(testing::Message() << "trial " << trial << ": " << stages << " stages, " << microbatches
                                     << " microbatches, " << to_string(schedule) << " V=" << virtual_stages);
     SolverOptions fast, oracle;
@@ -221,6 +233,10 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
       {3, 6, 0.03, 4, ScheduleKind::gpipe, 1, CutRule::reference},
       {2, 4, 0.01, 5, ScheduleKind::interleaved, 2, CutRule::reference},
       {3, 6, 0.0, 6, ScheduleKind::interleaved, 2, CutRule::exact},
+      {4, 12, 0.01, 7, ScheduleKind::zb_h1, 1, CutRule::reference},
+      {3, 9, 0.02, 8, ScheduleKind::zb_h1, 1, CutRule::exact},
+      {3, 6, 0.01, 9, ScheduleKind::zbv, 2, CutRule::reference},
+      {3, 8, 0.0, 10, ScheduleKind::dualpipev, 2, CutRule::reference},
   };
   std::size_t points = 0, changes = 0;
   for (const auto& c : cases) {
@@ -255,6 +271,51 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
   RecordProperty("frontier_points", static_cast<int>(points));
 }
 
+// Zero-bubble schedules change their critical arcs at most points; the flow network follows them
+// with resting arcs instead of being rebuilt. Under the exact cut rule the minimum cut the solver
+// takes is the one closest to the source, the same for every maximum flow: the frontiers, to every
+// duration change, must be those of a network rebuilt at each change.
+TEST(Solver, RestingArcsPlanTheFrontierOfARebuiltNetwork) {
+  struct Case {
+    int stages, microbatches;
+    std::uint64_t seed;
+    ScheduleKind schedule;
+    int virtual_stages;
+  };
+  const std::vector<Case> cases = {
+      {4, 16, 1, ScheduleKind::zb_h1, 1},    {6, 12, 2, ScheduleKind::zb_h1, 1}, {3, 9, 3, ScheduleKind::zbv, 2},
+      {3, 8, 4, ScheduleKind::dualpipev, 2}, {4, 12, 5, ScheduleKind::gpipe, 1},
+  };
+  std::size_t points = 0;
+  for (const auto& c : cases) {
+    const auto problem = synthetic_problem(c.stages, c.microbatches, 0.02, c.seed, CostModelKind::automatic, c.schedule,
+                                           c.virtual_stages);
+    SCOPED_TRACE(testing::Message() << to_string(c.schedule) << ", " << c.stages << " stages, " << c.microbatches
+                                    << " microbatches");
+    for (int threads : {1, 2}) {
+      SolverOptions resting, rebuilt;
+      resting.cut_rule = rebuilt.cut_rule = CutRule::exact;
+      resting.threads = rebuilt.threads = threads;
+      rebuilt.most_resting = 0;
+      const Frontier a = solve_frontier(problem, resting);
+      const Frontier b = solve_frontier(problem, rebuilt);
+      ASSERT_EQ(a.points.size(), b.points.size());
+      for (std::size_t i = 0; i < a.points.size(); ++i) {
+        ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
+        ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
+      }
+      ASSERT_EQ(a.changes.size(), b.changes.size());
+      for (std::size_t i = 0; i < a.changes.size(); ++i) {
+        ASSERT_EQ(a.changes[i].instruction, b.changes[i].instruction) << "change " << i;
+        ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
+      }
+      EXPECT_EQ(a.stop_reason, b.stop_reason);
+      points += a.points.size();
+    }
+  }
+  EXPECT_GT(points, 1000u);
+}
+
 TEST(Solver, RejectsAThreadCountItDoesNotHave) {
   const auto problem = synthetic_problem(2, 2, 0.0, 1);
   SolverOptions options;
@@ -262,4 +323,13 @@ TEST(Solver, RejectsAThreadCountItDoesNotHave) {
   EXPECT_THROW(solve_frontier(problem, options), Error);
   options.threads = -1;
   EXPECT_THROW(solve_frontier(problem, options), Error);
+}
+
+TEST(Solver, RejectsAShareOfRestingArcsOutsideZeroToOne) {
+  const auto problem = synthetic_problem(2, 2, 0.0, 1);
+  for (double share : {-0.1, 1.0, std::nan("")}) {
+    SolverOptions options;
+    options.most_resting = share;
+    EXPECT_THROW(solve_frontier(problem, options), Error) << share;
+  }
 }

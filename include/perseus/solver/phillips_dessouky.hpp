@@ -75,6 +75,10 @@ struct SolverOptions {
   // to gain from it (kParallelMinInstructions).
   int threads = 0;
   static constexpr int kParallelMinInstructions = 256;
+  // Where the critical arcs change, the flow network keeps arcs no longer critical, resting at a
+  // flow of 0, while they are at most this share of it; 0: it is built anew on the critical arcs
+  // at every change (the same frontier, slower where they change often).
+  double most_resting = 0.25;
 };
 
 struct DurationChange {
