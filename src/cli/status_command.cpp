@@ -61,6 +61,9 @@ void print_turnkey(const json& job) {
                           ? fmt::format(" over {} rounds ({} left out, {} probes since)", b.value("rounds", 0),
                                         b.value("rejected", 0), b.value("probes", 0))
                           : ""));
+  if (const json& s = job.contains("schedule") ? job["schedule"] : json(); s.is_object())
+    print(fmt::format("  schedule: {}, {} microbatches, {} model chunk(s) per stage\n", s.value("kind", ""),
+                      s.value("microbatches", 0), s.value("virtual_stages", 1)));
   if (const json& p = job["profiling"]; p.is_object())
     print(fmt::format("  profiling: {}/{} clocks, {} rounds (one round per clock: {}){}\n", p.value("clocks_done", 0),
                       p.value("clocks_total", 0), p.value("rounds", 0), p.value("clocks_available", 0),

@@ -20,12 +20,15 @@ struct ScheduleEntry {
   bool pairs = false;                        // runs forward_backward pairs
   bool v_shape = false;                      // two chunks per stage in a V
   int min_microbatches_per_model_stage = 0;  // M >= this * S * V
+  // Runs the model chunks per stage it is given (>= 2, microbatches a multiple of the stages, as
+  // Megatron-LM requires); without v_shape or this, one chunk.
+  bool takes_chunks = false;
 };
 
 constexpr ScheduleEntry kSchedules[] = {
     {ScheduleKind::one_f_one_b, "1f1b", &schedules::one_f_one_b},
     {ScheduleKind::gpipe, "gpipe", &schedules::gpipe},
-    {ScheduleKind::interleaved, "interleaved", &schedules::interleaved},
+    {ScheduleKind::interleaved, "interleaved", &schedules::interleaved, false, false, false, 0, true},
     {ScheduleKind::zb_h1, "zb-h1", &schedules::zb_h1, true},
     {ScheduleKind::zbv, "zbv", &schedules::zbv, true, false, true},
     {ScheduleKind::dualpipev, "dualpipev", &schedules::dualpipev, true, true, true, 1},
@@ -51,6 +54,7 @@ bool splits_backward(ScheduleKind kind) { return entry(kind).split_backward; }
 bool overlaps_pairs(ScheduleKind kind) { return entry(kind).pairs; }
 
 int schedule_virtual_stages(ScheduleKind kind, int requested) { return entry(kind).v_shape ? 2 : requested; }
+bool takes_virtual_stages(ScheduleKind kind) { return entry(kind).takes_chunks; }
 
 std::string short_name(const Instruction& inst, int virtual_stages) {
   auto chunk = [&](int c) { return virtual_stages > 1 || inst.v_placement ? fmt::format("c{}", c) : std::string(); };
@@ -89,22 +93,26 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
                   kExitUsage);
     return;
   }
-  if (kind != ScheduleKind::interleaved) {
-    if (virtual_stages != 1)
-      throw Error(fmt::format("--virtual-stages {} needs --schedule interleaved ({} runs one model chunk per stage)",
-                              virtual_stages, to_string(kind)),
+  if (!e.takes_chunks) {
+    if (virtual_stages != 1) {
+      std::string taking;
+      for (const auto& other : kSchedules)
+        if (other.takes_chunks) taking += (taking.empty() ? "" : " or ") + std::string(other.name);
+      throw Error(fmt::format("--virtual-stages {} needs --schedule {} ({} runs one model chunk per stage)",
+                              virtual_stages, taking, e.name),
                   kExitUsage);
+    }
     return;
   }
   if (virtual_stages < 2)
-    throw Error(fmt::format("the interleaved schedule needs --virtual-stages of at least 2 (got {}); with one model "
+    throw Error(fmt::format("the {} schedule needs --virtual-stages of at least 2 (got {}); with one model "
                             "chunk per stage use 1f1b",
-                            virtual_stages),
+                            e.name, virtual_stages),
                 kExitUsage);
   if (num_microbatches % num_stages != 0)
-    throw Error(fmt::format("the interleaved schedule needs the microbatches to be a multiple of the stages, as "
+    throw Error(fmt::format("the {} schedule needs the microbatches to be a multiple of the stages, as "
                             "Megatron-LM requires ({} microbatches, {} stages)",
-                            num_microbatches, num_stages),
+                            e.name, num_microbatches, num_stages),
                 kExitUsage);
 }
 

@@ -106,6 +106,10 @@ TEST_P(TurnkeySchedules, DeploysWithTheSavingWhatIfPredicts) {
   auto reply = server.call("GET", "/jobs/" + client::encode_path_segment(summary.job_id));
   ASSERT_EQ(reply.status, 200) << reply.body;
   const json s = json::parse(reply.body);
+  // The loop worked out the schedule the ranks run from their orders alone.
+  EXPECT_EQ(s["schedule"]["kind"], to_string(c.schedule)) << s.dump();
+  EXPECT_EQ(s["schedule"]["microbatches"], config.num_microbatches) << s.dump();
+  EXPECT_EQ(s["schedule"]["virtual_stages"], c.virtual_stages) << s.dump();
   // Every (model stage, kind) the ranks ran was profiled: the split parts where they ran them.
   const Profile measured = read_profile(dir / summary.job_id / "profile.csv");
   for (int k = 0; k < config.num_model_stages(); ++k) {

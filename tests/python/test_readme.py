@@ -116,6 +116,7 @@ def check_turnkey_demo(scratch: Path, output: str) -> None:
     assert "server: done (Perseus), round 120, saving 17." in output, output[-3000:]
     assert "  deployed: saving 17." in output, output[-3000:]
     assert "baseline (all-max, measured)" in output, output[-3000:]
+    assert "  schedule: 1f1b, " in output, output[-3000:]
     assert not re.search(r"round \d+ done", output), output[-3000:]
     (decisions,) = scratch.glob("out/turnkey/*/decisions.json")
     events = [d["event"] for d in json.loads(decisions.read_text())]

@@ -56,12 +56,15 @@ bool overlaps_pairs(ScheduleKind kind);
 // Model chunks per stage the schedule runs: 2 for the V-shape schedules whatever `requested` (1 or
 // 2), `requested` for the others.
 int schedule_virtual_stages(ScheduleKind kind, int requested);
+// Whether the schedule runs as many model chunks per stage as it is given (`--virtual-stages`, at
+// least 2: interleaved); the others run a number of their own (1, or 2 in a V).
+bool takes_virtual_stages(ScheduleKind kind);
 
 // What a schedule's order depends on.
 struct ScheduleShape {
   int num_stages = 1;
   int num_microbatches = 1;
-  int virtual_stages = 1;  // model chunks per stage (interleaved only)
+  int virtual_stages = 1;  // model chunks per stage (see takes_virtual_stages)
 };
 
 // Instructions of one stage in execution order.

@@ -79,9 +79,9 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
                                            context.ranks[i].rank, count_forwards(compute[i]), forwards));
   bool found = false;
   for (auto kind : all_schedule_kinds()) {
-    // Chunks per stage: the schedule's own where it fixes them, else 1 and then more that divide the forwards.
-    const bool fixed = schedule_virtual_stages(kind, 3) != 3;
-    for (int chunks = schedule_virtual_stages(kind, 1); !found && chunks <= forwards; ++chunks) {
+    // Chunks per stage: the schedule's own, or where it takes a number, each from 2 on that divides the forwards.
+    const bool fixed = !takes_virtual_stages(kind);
+    for (int chunks = schedule_virtual_stages(kind, fixed ? 1 : 2); !found && chunks <= forwards; ++chunks) {
       if (forwards % chunks != 0) continue;
       PipelineShape candidate;
       candidate.num_stages = shape.num_stages;
@@ -197,6 +197,10 @@ class PerseusScheduler final : public Scheduler {
                                               {"rejected", c.baseline_rejected()},
                                               {"probes", c.probes()}}
                                        : json(nullptr);
+    // The schedule the ranks' orders follow, as the loop worked it out and plans it.
+    out["schedule"] = {{"kind", to_string(c.shape().schedule)},
+                       {"microbatches", c.shape().num_microbatches},
+                       {"virtual_stages", schedule_virtual_stages(c.shape().schedule, c.shape().virtual_stages)}};
     out["p_block"] = c.p_block() ? json(*c.p_block()) : json(nullptr);
     const auto& config = c.config();
     out["target"] =
