@@ -394,14 +394,24 @@ void JobManager::straggler(const std::string& job_id, const std::optional<Stragg
 }
 
 void JobManager::check_finished(Job& job) {
-  // A rank that finished never asks again: ranks waiting for the next round would wait forever.
-  if (job.finished.empty() || job.phase != Phase::asking || job.asked == 0) return;
-  std::vector<int> waiting;
+  // A rank that finished never asks or reports again: a round that still needs it never ends, and
+  // ranks waiting for the next one would wait forever. One that asked for the round (or reported
+  // its result) before it finished has given what the round needs: its peers may still end it, as
+  // they do when the ranks close their clients one after another at the end of training.
+  if (job.finished.empty() || job.asked == 0) return;
+  if (job.phase != Phase::asking && job.phase != Phase::running) return;
+  std::vector<int> holding, waiting;
+  for (int r : job.finished) {
+    const auto k = static_cast<std::size_t>(r);
+    if (job.phase == Phase::asking ? !job.waiting[k] : !job.results[k]) holding.push_back(r);
+  }
+  if (holding.empty()) return;
   for (std::size_t r = 0; r < job.waiting.size(); ++r)
-    if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
+    if (job.waiting[r] && !job.finished.contains(static_cast<int>(r))) waiting.push_back(static_cast<int>(r));
+  if (waiting.empty()) return;
   end(job, JobOutcome::failed(fmt::format("ranks [{}] finished training while ranks [{}] wait for the next round; they "
                                           "continue without perseus",
-                                          fmt::join(job.finished, ", "), fmt::join(waiting, ", "))));
+                                          fmt::join(holding, ", "), fmt::join(waiting, ", "))));
 }
 
 void JobManager::arm_watchdog(Job& job) {

@@ -5,7 +5,9 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <thread>
 
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/profile/blocking_power.hpp"
@@ -116,6 +118,35 @@ TEST_F(TurnkeyTest, ARankThatFinishedTrainingFailsTheJobForRanksStillWaitingNotH
   EXPECT_EQ(waiting.status, 500);
   EXPECT_NE(waiting.body.find("ranks [1] finished training while ranks [0] wait"), std::string::npos) << waiting.body;
   EXPECT_EQ(server.post("/leave/" + client::encode_path_segment(job), {{"rank", 0}, {"finished", "yes"}}).status, 422);
+}
+
+// The end of training: ranks close their clients one after another, each after asking for the next
+// round. A rank that asked before it closed counts toward that round; the job ends done, not failed.
+TEST_F(TurnkeyTest, ARankThatAskedForTheRoundBeforeItFinishedLetsItsPeersEndTheRound) {
+  testing::TestServer server(settings("AllMaxFrequency"));
+  auto job = json::parse(server.post("/register_job", testing::job_body(2)).body).get<std::string>();
+  const std::string path = client::encode_path_segment(job);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(
+        server.post("/register_rank", testing::rank_body(job, r, r, {"forward", "backward", "forward", "backward"}))
+            .status,
+        200);
+  auto first = std::async(std::launch::async, [&] { return server.call("GET", "/schedule/" + path + "?rank=0"); });
+  for (int i = 0; i < 500 && status(server, job)["waiting_at_barrier"] != 1; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  ASSERT_EQ(status(server, job)["waiting_at_barrier"], 1);
+  EXPECT_EQ(server.post("/leave/" + path, {{"rank", 0}, {"finished", true}}).status, 200);
+  EXPECT_EQ(status(server, job)["phase"], "running") << "the job ended while rank 1 may still ask";
+  EXPECT_EQ(server.call("GET", "/schedule/" + path + "?rank=1").status, 200);
+  EXPECT_EQ(first.get().status, 200);
+  // Rank 1 reports and asks for the round after: rank 0 never reports this one, so that one never comes.
+  auto waiting = std::async(std::launch::async, [&] {
+    (void)server.post("/result/" + path, testing::result_body(1, 0.1, 10.0));
+    return server.call("GET", "/schedule/" + path + "?rank=1");
+  });
+  const auto reply = waiting.get();
+  EXPECT_EQ(reply.status, 500) << reply.body;
+  EXPECT_NE(reply.body.find("ranks [0] finished training while ranks [1] wait"), std::string::npos) << reply.body;
 }
 
 TEST_F(TurnkeyTest, AStragglerBelowTheThresholdIsNotFollowed) {

@@ -291,3 +291,82 @@ def test_default_pipe_schedule_gives_every_ranks_order(name, local, shapes):
             assert names[0] == "forward"
         with pytest.raises(ValueError):
             perseus.default_pipe_schedule(ranks, ranks, microbatches, schedule=name, virtual_stages=local)
+
+
+RANK_SCRIPT = r"""
+import json, os, sys, time
+from pathlib import Path
+import perseus
+from perseus import _pipelining
+import pipelining_standin
+schedule_class, rank, ranks, microbatches, local, url, nvml, share = sys.argv[1:]
+rank, ranks, microbatches, local = int(rank), int(ranks), int(microbatches), int(local)
+schedule, _ = pipelining_standin.build(getattr(pipelining_standin, schedule_class), rank, ranks, microbatches, local)
+
+def share_job_id(job_id):
+    # What torch.distributed's broadcast does for the job id: rank 0's, to every rank.
+    path = Path(share)
+    if rank == 0:
+        Path(share + ".tmp").write_text(job_id)
+        os.rename(share + ".tmp", share)
+        return job_id
+    deadline = time.monotonic() + 30
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return path.read_text()
+
+with _pipelining.instrument_pipelining(schedule, None, perseus.Client, rank=rank, world_size=ranks, server_url=url,
+                                       nvml_library=nvml, report_every=1, fail_open=False, strict_schedule=True,
+                                       broadcast_job_id=share_job_id, model_name="gpt") as pipelining:
+    for _ in range(4):
+        schedule.step()
+    pipelining.client.flush()
+    print("result:", json.dumps({"job_id": pipelining.client.job_id, "round": pipelining.client.round,
+                      "schedule": list(pipelining.perseus_schedule)}))
+"""
+
+
+@pytest.mark.parametrize("schedule_class,local,name,ranks", [
+    (ScheduleInterleaved1F1B, 2, "interleaved", 2), (ScheduleInterleavedZeroBubble, 1, "zb-h1", 3),
+    (ScheduleZBVZeroBubble, 2, "zbv", 2), (ScheduleDualPipeV, 2, "dualpipev", 2)],
+    ids=lambda v: getattr(v, "__name__", v))
+def test_every_rank_in_its_own_process_and_the_turnkey_works_out_the_schedule(serve, tmp_path, schedule_class, local,
+                                                                              name, ranks):
+    """As torchrun runs them: one process per pipeline rank, each hooking its own schedule, against
+    `perseus serve --scheduler Perseus`, which works the schedule out from the orders the ranks
+    registered (their schedules' pipeline_order) and shows it in the job's status."""
+    import json
+    import subprocess
+    import sys
+    import urllib.parse
+    import urllib.request
+    url = serve("Perseus")
+    microbatches = 4
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([here] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
+    share = str(tmp_path / "job_id")
+    procs = [subprocess.Popen([sys.executable, "-c", RANK_SCRIPT, schedule_class.__name__, str(rank), str(ranks),
+                               str(microbatches), str(local), url, FAKE_NVML, share],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for rank in range(ranks)]
+    outputs = []
+    for proc in procs:
+        try:
+            out, err = proc.communicate(timeout=120)
+        finally:
+            proc.kill()
+        assert proc.returncode == 0, out[-3000:] + err[-3000:]
+        results = [line for line in out.splitlines() if line.startswith("result: ")]  # the client logs there too
+        assert results, out[-3000:] + err[-3000:]
+        outputs.append(json.loads(results[-1][len("result: "):]))
+    job_id = outputs[0]["job_id"]
+    assert all(o["job_id"] == job_id for o in outputs) and all(o["schedule"] == [name, local] for o in outputs)
+    assert all(o["round"] >= 2 for o in outputs), outputs
+    with urllib.request.urlopen(f"{url}/jobs/{urllib.parse.quote(job_id, safe='')}", timeout=5) as reply:
+        status = json.load(reply)
+    assert status["registered"] == ranks, status
+    # The ranks here share no collective, so one may close its client before its last request for a
+    # next round went out while a peer waits for that round: the job then ends failed, saying so
+    # (its peers continue without perseus), instead of done.
+    assert status["phase"] == "done" or "finished training while ranks" in status["end_detail"], status["end_detail"]
+    assert status["schedule"] == {"kind": name, "microbatches": microbatches, "virtual_stages": local}, status

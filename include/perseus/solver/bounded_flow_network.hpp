@@ -1,7 +1,9 @@
 #pragma once
 // A maximum flow within bounds that a caller solves again and again on the same arcs with a few
 // bounds changed: the planner's consecutive frontier points (99.9% of them on GPT-3 A40, 96
-// microbatches, share their critical arcs, and a step changes a handful of durations). What
+// microbatches, share their critical arcs, and a step changes a handful of durations; where
+// critical arcs come and go, as on zero-bubble schedules, the planner keeps the ones that left
+// with bounds [0, 0], so that those changes are new bounds too). What
 // depends only on the arcs' endpoints (the series contraction, the residual network) is built
 // once; a re-solve starts from the last flow, so only the endpoints of the changed arcs (and the
 // source and sink) are out of balance, and its work follows the change, not the network.
