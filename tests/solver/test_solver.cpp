@@ -12,6 +12,28 @@
 using namespace perseus;
 using namespace perseus::fixtures;
 
+namespace {
+
+// Two solvers' frontiers, point for point and change for change, and why each ended.
+void expect_same_frontier(const Frontier& a, const Frontier& b) {
+  ASSERT_EQ(a.points.size(), b.points.size());
+  for (std::size_t i = 0; i < a.points.size(); ++i) {
+    ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
+    ASSERT_EQ(a.points[i].cost_change, b.points[i].cost_change) << "point " << i;
+    ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
+    ASSERT_EQ(a.points[i].changes_begin, b.points[i].changes_begin) << "point " << i;
+  }
+  ASSERT_EQ(a.changes.size(), b.changes.size());
+  for (std::size_t i = 0; i < a.changes.size(); ++i) {
+    ASSERT_EQ(a.changes[i].instruction, b.changes[i].instruction) << "change " << i;
+    ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
+  }
+  EXPECT_EQ(a.stop_reason, b.stop_reason);
+  EXPECT_EQ(a.stop_instruction, b.stop_instruction);
+}
+
+}  // namespace
+
 TEST(Solver, HandComputedChain) {
   // One stage, one microbatch: F then B in series. Marginal costs: F 1 then 2 J per unit,
   // B 1.5 then 2. Each step speeds up the cheapest; on a tie the earlier arc is cut first.
@@ -249,20 +271,7 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
     one.cut_rule = two.cut_rule = c.rule;
     const Frontier a = solve_frontier(problem, one);
     const Frontier b = solve_frontier(problem, two);
-    ASSERT_EQ(a.points.size(), b.points.size());
-    for (std::size_t i = 0; i < a.points.size(); ++i) {
-      ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
-      ASSERT_EQ(a.points[i].cost_change, b.points[i].cost_change) << "point " << i;
-      ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
-      ASSERT_EQ(a.points[i].changes_begin, b.points[i].changes_begin) << "point " << i;
-    }
-    ASSERT_EQ(a.changes.size(), b.changes.size());
-    for (std::size_t i = 0; i < a.changes.size(); ++i) {
-      ASSERT_EQ(a.changes[i].instruction, b.changes[i].instruction) << "change " << i;
-      ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
-    }
-    EXPECT_EQ(a.stop_reason, b.stop_reason);
-    EXPECT_EQ(a.stop_instruction, b.stop_instruction);
+    ASSERT_NO_FATAL_FAILURE(expect_same_frontier(a, b));
     points += a.points.size();
     changes += a.changes.size();
   }
@@ -299,17 +308,7 @@ TEST(Solver, RestingArcsPlanTheFrontierOfARebuiltNetwork) {
       rebuilt.most_resting = 0;
       const Frontier a = solve_frontier(problem, resting);
       const Frontier b = solve_frontier(problem, rebuilt);
-      ASSERT_EQ(a.points.size(), b.points.size());
-      for (std::size_t i = 0; i < a.points.size(); ++i) {
-        ASSERT_EQ(a.points[i].quant_time, b.points[i].quant_time) << "point " << i;
-        ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
-      }
-      ASSERT_EQ(a.changes.size(), b.changes.size());
-      for (std::size_t i = 0; i < a.changes.size(); ++i) {
-        ASSERT_EQ(a.changes[i].instruction, b.changes[i].instruction) << "change " << i;
-        ASSERT_EQ(a.changes[i].duration, b.changes[i].duration) << "change " << i;
-      }
-      EXPECT_EQ(a.stop_reason, b.stop_reason);
+      ASSERT_NO_FATAL_FAILURE(expect_same_frontier(a, b));
       points += a.points.size();
     }
   }
