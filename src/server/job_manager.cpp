@@ -371,7 +371,9 @@ void JobManager::leave(const std::string& job_id, const Leave& leave) {
     job.finished.insert(leave.rank);
     if (static_cast<int>(job.finished.size()) == job.info.world_size)
       return end(job, JobOutcome::done("training finished: every rank closed its client"));
-    return check_finished(job);
+    check_finished(job);
+    if (job.phase != Phase::ended) advance(job);  // the barrier may have all its ranks now
+    return;
   }
   end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus",
                                           leave.rank, leave.reason.empty() ? "" : ": ", leave.reason)));
@@ -394,17 +396,15 @@ void JobManager::straggler(const std::string& job_id, const std::optional<Stragg
 }
 
 void JobManager::check_finished(Job& job) {
-  // A rank that finished never asks or reports again: a round that still needs it never ends, and
-  // ranks waiting for the next one would wait forever. One that asked for the round (or reported
-  // its result) before it finished has given what the round needs: its peers may still end it, as
-  // they do when the ranks close their clients one after another at the end of training.
-  if (job.finished.empty() || job.asked == 0) return;
-  if (job.phase != Phase::asking && job.phase != Phase::running) return;
+  // A rank that finished never asks or reports again. At the barrier that is no loss (at_barrier:
+  // its peers may still run the round), but a running round it has not reported never ends, and
+  // ranks waiting for the next one would wait forever. So ranks closing their clients one after
+  // another at the end of training end the job done, and a rank that finished while its peers train
+  // on fails it for them (they continue without perseus) within a round.
+  if (job.finished.empty() || job.asked == 0 || job.phase != Phase::running) return;
   std::vector<int> holding, waiting;
-  for (int r : job.finished) {
-    const auto k = static_cast<std::size_t>(r);
-    if (job.phase == Phase::asking ? !job.waiting[k] : !job.results[k]) holding.push_back(r);
-  }
+  for (int r : job.finished)
+    if (!job.results[static_cast<std::size_t>(r)]) holding.push_back(r);
   if (holding.empty()) return;
   for (std::size_t r = 0; r < job.waiting.size(); ++r)
     if (job.waiting[r] && !job.finished.contains(static_cast<int>(r))) waiting.push_back(static_cast<int>(r));
@@ -412,6 +412,15 @@ void JobManager::check_finished(Job& job) {
   end(job, JobOutcome::failed(fmt::format("ranks [{}] finished training while ranks [{}] wait for the next round; they "
                                           "continue without perseus",
                                           fmt::join(holding, ", "), fmt::join(waiting, ", "))));
+}
+
+// The ranks the barrier has: those that asked for the next round, and those whose training
+// finished (they will never ask).
+int JobManager::at_barrier(const Job& job) {
+  int count = job.asked;
+  for (int r : job.finished)
+    if (!job.waiting[static_cast<std::size_t>(r)]) ++count;
+  return count;
 }
 
 void JobManager::arm_watchdog(Job& job) {
@@ -442,7 +451,7 @@ void JobManager::check_ranks_alive(Job& job) {
     if (job.waiting[r]) waiting.push_back(static_cast<int>(r));
   for (std::size_t r = 0; r < job.beats.size(); ++r) {
     const auto& b = job.beats[r];
-    if (!b.seen || !job.ranks[r]) continue;
+    if (!b.seen || !job.ranks[r] || job.finished.contains(static_cast<int>(r))) continue;  // finished: gone on purpose
     const RankInfo& info = *job.ranks[r];
     std::string who = fmt::format("rank {} (dp {}, pp {}, tp {})", r, info.dp_rank, info.pp_rank, info.tp_rank);
     if (seconds(b.last) > bound)
@@ -463,7 +472,7 @@ void JobManager::advance(Job& job) {
   for (;;) {
     if (job.phase == Phase::registering && job.registered == job.info.world_size) {
       start_rounds(job);
-    } else if (job.phase == Phase::asking && job.asked == job.info.world_size && job.scheduler->ready()) {
+    } else if (job.phase == Phase::asking && at_barrier(job) == job.info.world_size && job.scheduler->ready()) {
       send_schedules(job);
     } else if (job.phase == Phase::running && job.reported == job.info.world_size) {
       finish_round(job);
@@ -661,7 +670,7 @@ void JobManager::send_schedules(Job& job) {
   for (std::size_t r = 0; r < job.waiting.size(); ++r) {
     Reply reply = std::move(job.waiting[r]);
     job.waiting[r] = nullptr;
-    reply(std::nullopt, answer(job, r));
+    if (reply) reply(std::nullopt, answer(job, r));  // none: a rank that finished before it asked
   }
   spdlog::debug("job {}: round {} started", job.info.job_id, job.round);
 }
@@ -800,7 +809,7 @@ void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
     for (int r = 0; r < job.info.world_size; ++r) {
       auto i = static_cast<std::size_t>(r);
       bool done = job.phase == Phase::registering ? job.ranks[i].has_value()
-                  : job.phase == Phase::asking    ? static_cast<bool>(job.waiting[i])
+                  : job.phase == Phase::asking    ? job.waiting[i] || job.finished.contains(r)
                                                   : job.results[i].has_value();
       if (!done) missing.push_back(r);
     }

@@ -136,6 +136,7 @@ class JobManager {
   void arm_watchdog(Job& job);
   void check_ranks_alive(Job& job);
   void check_finished(Job& job);  // fails the job when ranks wait for one whose training ended
+  static int at_barrier(const Job& job);
   // Record files and store writes go to writer_ (never written on the strand); `bytes`: a size
   // estimate for the writer's queue bound.
   void dump(const Job& job, const std::string& name, nlohmann::json content, std::size_t bytes = 4096) const;
