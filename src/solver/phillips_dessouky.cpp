@@ -370,28 +370,22 @@ class Solver {
   // where resting arcs would be more than SolverOptions::most_resting of it. Returns whether the network was kept.
   bool follow_critical_arcs() {
     times_.mark_all_critical(next_critical_);
+    // Both lists ascend.
     arriving_.clear();
     leaving_.clear();
-    bool only_known = !network_arcs_.empty() && (options_.max_flow_oracle || network_.has_flow());
-    // Both lists ascend: a merge finds the arcs that come and go.
-    std::size_t i = 0, j = 0;
-    while (i < critical_.size() || j < next_critical_.size()) {
-      if (j == next_critical_.size() || (i < critical_.size() && critical_[i] < next_critical_[j])) {
-        leaving_.push_back(critical_[i++]);
-      } else if (i == critical_.size() || next_critical_[j] < critical_[i]) {
-        only_known = only_known && network_index_[next_critical_[j]] >= 0;
-        arriving_.push_back(next_critical_[j++]);
-      } else {
-        ++i, ++j;
-      }
-    }
+    std::set_difference(critical_.begin(), critical_.end(), next_critical_.begin(), next_critical_.end(),
+                        std::back_inserter(leaving_));
+    std::set_difference(next_critical_.begin(), next_critical_.end(), critical_.begin(), critical_.end(),
+                        std::back_inserter(arriving_));
+    const bool only_known =
+        !network_arcs_.empty() && (options_.max_flow_oracle || network_.has_flow()) &&
+        std::all_of(arriving_.begin(), arriving_.end(), [&](int a) { return network_index_[a] >= 0; });
     const std::size_t resting_after = network_arcs_.size() - next_critical_.size();
     for (int a : leaving_) is_critical_[a] = 0;
     for (int a : arriving_) is_critical_[a] = 1;
     std::swap(critical_, next_critical_);
     if (only_known && resting_after <= options_.most_resting * network_arcs_.size()) {
-      changed_in_network_.clear();
-      for (int a : changed_) refresh_bounds(a);
+      refresh_changed_bounds();
       for (int a : leaving_) refresh_bounds(a);
       for (int a : arriving_) refresh_bounds(a);
       return true;
@@ -566,7 +560,7 @@ class Solver {
   bool adjacency_stale_ = true;
   std::vector<BoundedArc> arcs_;
   std::vector<std::int64_t> initial_flow_, previous_flow_;
-  std::vector<std::int64_t> flow_;  // per critical arc, from the oracle (the Dinic path keeps it in network_)
+  std::vector<std::int64_t> flow_;  // per network arc, from the oracle (the Dinic path keeps it in network_)
   BoundedFlowNetwork network_;
   std::vector<int> changed_in_network_;                 // indices into arcs_ of arcs with new bounds
   std::vector<int> speed_up_, slow_down_;               // arcs the cut crosses forward / backward
