@@ -51,7 +51,7 @@ def broadcast_job_id(job_id: str) -> str:
     import torch.distributed as dist
 
     box = [job_id]
-    dist.broadcast_object_list(box, src=0)  # type: ignore[no-untyped-call]
+    dist.broadcast_object_list(box, src=0)
     return str(box[0])
 
 
@@ -130,7 +130,7 @@ class Client(perseus.Client):
 def _cuda_synchronize() -> None:
     import torch
 
-    torch.cuda.current_stream().synchronize()  # type: ignore[no-untyped-call]
+    torch.cuda.current_stream().synchronize()
 
 
 def instrument_pipelining(schedule: Any, client: Optional[perseus.Client] = None, **client_options: Any) -> Pipelining:
