@@ -16,12 +16,11 @@ Then fail-open for real: the server killed mid-run, and PyTorch internals perseu
 import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
-from fakegpu import BINARY, FAKE_NVML, TOP_CLOCK
+from fakegpu import BINARY, TOP_CLOCK
+from rank_group import clocks_per_step, gpu_reads, measured_per_step, run_group, truth_per_step
 from serve_process import start_serve, stop_all
 
 if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing torch is a failure
@@ -30,7 +29,6 @@ if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing 
 pytestmark = pytest.mark.multiprocess
 
 RANKS, MICROBATCHES = 3, 6
-HERE = os.path.dirname(os.path.abspath(__file__))
 
 # (name, schedule class, stages per rank, (perseus schedule, virtual stages) or None)
 SCHEDULES = [
@@ -48,15 +46,12 @@ TURNKEY_ARGS = json.dumps({"warmup_rounds": 2, "baseline_precision": 0.5, "max_b
                            "minimum_power_state": 1350, "coarse_step": 2, "stop_after": 1, "verify_rounds": 1,
                            "wait_for_plan": True})
 FORWARD_CLOCK, BACKWARD_CLOCK = 1200, 1005
-KIND = {"F": "forward", "B": "backward", "I": "backward_input", "W": "backward_weight",
-        "OVERLAP_F_B": "forward_backward"}
 
 
 @pytest.fixture(scope="module")
 def group(tmp_path_factory):
     """Every run's record per rank: {name: [rank 0's, rank 1's, ...]}."""
     out = tmp_path_factory.mktemp("real-pipelining")
-    servers = []
     turnkey = start_serve(BINARY, out / "turnkey", "Perseus", TURNKEY_ARGS)
     two = start_serve(BINARY, out / "two", "TwoFrequencies",
                       json.dumps({"forward_freq": FORWARD_CLOCK, "backward_freq": BACKWARD_CLOCK}))
@@ -75,84 +70,10 @@ def group(tmp_path_factory):
                   kill_server_after=3),
              dict(dual, name="unknown internals", mode="hooked", server=turnkey[1], hide="backward_signature"),
              dict(dual, name="dualpipev 8 steps bare", mode="bare")]
-    plan = out / "plan.json"
-    plan.write_text(json.dumps({"ranks": RANKS, "store": str(out / "store"), "out": str(out), "runs": runs}))
-    procs = []
     try:
-        for rank in range(RANKS):
-            env = dict(os.environ, PERSEUS_FAKE_NVML=FAKE_NVML, PERSEUS_FAKE_NVML_LOG=str(out / f"gpu{rank}.log"),
-                       PERSEUS_FAKE_NVML_LOG_READS="1",
-                       PYTHONPATH=os.pathsep.join([HERE] + os.environ.get("PYTHONPATH", "").split(os.pathsep)))
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "real_pipelining_rank.py"), str(plan),
-                                           str(rank)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                          text=True))
-        outputs = [proc.communicate(timeout=480)[0] for proc in procs]
+        return run_group("real_pipelining_rank.py", out, RANKS, runs)
     finally:
-        for proc in procs:
-            proc.kill()
-        stop_all([s for s in servers if s.poll() is None])
-    for rank, (proc, output) in enumerate(zip(procs, outputs)):
-        assert proc.returncode == 0, f"rank {rank}:\n{output[-5000:]}"
-    per_rank = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(RANKS)]
-    records = {run["name"]: [ranks[i] for ranks in per_rank] for i, run in enumerate(per_rank[0])}
-    for rank in range(RANKS):
-        for record in per_rank[rank]:
-            record["log"] = str(out / f"gpu{rank}.log")
-    return records
-
-
-def action_kind(action):
-    """The instruction of one of PyTorch's recorded actions (None for communication and the like)."""
-    if action.startswith("Forward "):
-        return "forward"
-    if action.startswith("Backward "):
-        return "backward"
-    if action.endswith("OVERLAP_F_B"):
-        return "forward_backward"
-    return KIND.get(re.fullmatch(r"(?:PP:)?\d+([A-Z_]+)\d*", action).group(1))
-
-
-def truth_per_step(record):
-    """Per step, the instructions PyTorch recorded running (stage initialisation left out)."""
-    return [[kind for kind in map(action_kind, (a for a in step if not a.startswith("init "))) if kind]
-            for step in record["truth"]]
-
-
-def measured_per_step(record):
-    """Per step, the instructions the client got, checking that each began and ended in turn."""
-    steps, open_name = [], None
-    for call in record["calls"]:
-        if call[0] == "on_step_begin":
-            assert open_name is None
-            steps.append([])
-        elif call[0] == "on_instruction_begin":
-            assert open_name is None, f"{call[1]} began inside {open_name}"
-            open_name = call[1]
-            steps[-1].append(call[1])
-        elif call[0] == "on_instruction_end":
-            assert call[1] == open_name, call
-            open_name = None
-    return steps
-
-
-def gpu_reads(record):
-    """The clock the fake GPU ran at at each energy-counter read of the run's client, and the last
-    clock calls (whether the client reset the clocks when it closed)."""
-    clock, reads, last = TOP_CLOCK, [], {}
-    with open(record["log"]) as log:
-        log.seek(record["log_start"])
-        lines = [line.split() for line in log.read(record["log_end"] - record["log_start"]).splitlines()]
-    for fields in lines:
-        if fields[1] == "nvmlDeviceSetGpuLockedClocks" and fields[-1] == "0":
-            clock = int(fields[3])
-        elif fields[1] == "nvmlDeviceResetGpuLockedClocks" and fields[-1] == "0":
-            clock = TOP_CLOCK
-        elif fields[1] == "nvmlDeviceGetTotalEnergyConsumption":
-            reads.append(clock)
-        if "LockedClocks" in fields[1]:
-            last["memory" if "Memory" in fields[1] else "graphics"] = fields[1]
-    reset = all(call.startswith("nvmlDeviceReset") for call in last.values()) and len(last) == 2
-    return reads, reset
+        stop_all([server for server in servers if server.poll() is None])
 
 
 def by_name(schedules):
@@ -179,16 +100,13 @@ def test_the_client_measures_and_clocks_every_action_pytorch_ran(group, name, sc
         assert measured == truth, rank
         assert all(step == record["pipe_schedule"] for step in truth), rank  # the order registered is the one run
         assert record["perseus_schedule"] == (list(known) if known else None)
-        # Each instruction ran at the clock the server's schedule gave it (an iteration reads the
-        # energy counter at its start, at each instruction's begin and end, and at its end).
-        reads, reset = gpu_reads(record)
-        per_step = 2 + 2 * len(record["pipe_schedule"])
-        assert len(reads) == per_step * record["steps"], (rank, len(reads))
-        for step, planned in enumerate(record["schedules"]):
-            began = reads[step * per_step + 1:(step + 1) * per_step - 1:2]
+        # Each instruction ran at the clock the server's schedule gave it.
+        clocks = clocks_per_step(record)
+        assert len(clocks) == record["steps"]
+        for step, (planned, began) in enumerate(zip(record["schedules"], clocks)):
             assert began == (planned or [TOP_CLOCK] * len(began)), (rank, step)
             below_top += sum(clock < TOP_CLOCK for clock in began)
-        assert reset, f"rank {rank}: the GPU was left at locked clocks"
+        assert gpu_reads(record)[1], f"rank {rank}: the GPU was left at locked clocks"
     assert below_top > 0  # the check bites: not every clock was the top one
 
 
@@ -208,12 +126,10 @@ def test_a_schedule_perseus_cannot_plan_is_still_measured_and_clocked(group):
     """ScheduleInterleavedZeroBubble with two stages per rank runs an order none of perseus's
     schedules plans; TwoFrequencies clocks it, the forwards at one clock, the rest at the other."""
     for record in group["interleaved-zero-bubble"]:
-        reads, _ = gpu_reads(record)
         kinds = record["pipe_schedule"]
-        clocks = reads[1:1 + 2 * len(kinds):2]
         assert set(kinds) == {"forward", "backward_input", "backward_weight"}
-        assert record["schedules"][-1] == [FORWARD_CLOCK if k == "forward" else BACKWARD_CLOCK for k in kinds]
-        assert len(clocks) == len(kinds)
+        planned = [FORWARD_CLOCK if kind == "forward" else BACKWARD_CLOCK for kind in kinds]
+        assert clocks_per_step(record) == [planned] * record["steps"]
 
 
 def test_training_finishes_unchanged_when_the_server_is_killed(group):
