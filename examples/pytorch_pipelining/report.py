@@ -56,8 +56,11 @@ def main() -> None:
           f"{100 * saved / ideal:.0f}% of it)" if ideal > 0 else
           f"energy saved {100 * saved:.1f}% at a slowdown of {100 * slowdown:+.2f}% against the all-max run; "
           "perseus whatif finds no saving in the measured profile")
-    print(f"the server's own account: saving {100 * status['saving']:.1f}% at a slowdown of "
-          f"{100 * status['slowdown']:+.2f}% against its measured all-max baseline")
+    if status.get("saving") is not None and status.get("slowdown") is not None:
+        print(f"the server's own account: saving {100 * status['saving']:.1f}% at a slowdown of "
+              f"{100 * status['slowdown']:+.2f}% against its measured all-max baseline")
+    else:
+        print("the server's own account: none yet (it had measured too few rounds on the plan)")
 
 
 if __name__ == "__main__":

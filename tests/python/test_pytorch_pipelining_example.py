@@ -19,7 +19,7 @@ pytestmark = pytest.mark.multiprocess
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch_pipelining"
 SHORT = {"WINDOW": "4", "REPORT_EVERY": "1", "TIME_SCALE": "0.25",
-         "SCHEDULER_ARGS": json.dumps({"warmup_rounds": 2, "max_baseline_rounds": 4, "minimum_power_state": 1005,
+         "SCHEDULER_ARGS": json.dumps({"warmup_rounds": 3, "max_baseline_rounds": 6, "minimum_power_state": 1005,
                                        "verify_rounds": 1})}
 
 
