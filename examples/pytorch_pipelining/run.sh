@@ -62,7 +62,7 @@ run() {
     RANK=$rank WORLD_SIZE=$stages MASTER_ADDR=127.0.0.1 MASTER_PORT=$master_port \
       PERSEUS_NVML_LIBRARY="$fake_nvml" PERSEUS_FAKE_NVML_POWER_W="$block_power" \
       PERSEUS_FAKE_NVML_LOG="$dir/gpu$rank.log" PYTHONPATH="$here${PYTHONPATH:+:$PYTHONPATH}" \
-      "$python" "$here/train.py" --server "$url" --window "$window" --report-every "$report_every" \
+      "$python" "$here/train_pipeline.py" --server "$url" --window "$window" --report-every "$report_every" \
       --time-scale "$time_scale" --out "$dir/window$rank.json" "$@" >"$dir/rank$rank.out" 2>&1 &
     rank_pids+=($!)
   done

@@ -225,9 +225,8 @@ def _unrecognised(schedule: Any) -> Optional[str]:
                             f"({', '.join(_STAGE_METHODS[method])}, ...)")
             if not isinstance(getattr(stage, "stage_index", None), int):
                 return "its stages have no stage_index"
-        if actions is None:
-            return None if perseus_schedule_of(schedule) in (("1f1b", 1), ("gpipe", 1)) else \
-                f"{type(schedule).__name__} has no order of actions for rank {rank}"
+        if actions is None:  # (a single-stage schedule always has one: its loop's)
+            return f"{type(schedule).__name__} has no order of actions for rank {rank}"
         local = {stage.stage_index for stage in stages}
         for action in actions:
             parts = action.sub_actions if instruction_kind(action.computation_type) == "forward_backward" \
