@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import pytest
 
-from fakegpu import BINARY
+from fakegpu import BINARY, BUILD_TREE_RUN
 
 nx = pytest.importorskip("networkx")
 pytest.importorskip("lowtime")
@@ -47,8 +47,7 @@ TOP_CLOCK = 1410
 
 # This checks the planner, not the package: the run against the installed wheel leaves it to the
 # build tree's run (which sets PERSEUS_BINARY).
-build_tree_only = pytest.mark.skipif(not os.environ.get("PERSEUS_BINARY"),
-                                     reason="planner oracle: runs with the build tree's suite")
+build_tree_only = pytest.mark.skipif(not BUILD_TREE_RUN, reason="planner oracle: runs with the build tree's suite")
 
 Row = Tuple[int, str, int, float, float]  # stage, instruction, clock, time, energy
 
