@@ -17,7 +17,7 @@ from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from fakegpu import FAKE_NVML, log_lines
+from fakegpu import BUILD_TREE_RUN, FAKE_NVML, log_lines
 
 dist = pytest.importorskip("torch.distributed")
 
@@ -223,6 +223,7 @@ dist.destroy_process_group()
 """
 
 
+@pytest.mark.skipif(not BUILD_TREE_RUN, reason="the server's protocol, not the package: the build tree's suite")
 def test_zeus_own_client_against_perseus_serve_with_zeus_documented_command(tmp_path: Any) -> None:
     pytest.importorskip("zeus.optimizer.pipeline_frequency")
     from fakegpu import BINARY

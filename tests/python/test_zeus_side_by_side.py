@@ -74,6 +74,16 @@ def joules(steps: List[Tuple[float, float]], start: float, end: float) -> float:
     return total
 
 
+def test_a_malformed_trace_is_reported_and_not_replayed(tmp_path: Path) -> None:
+    (tmp_path / "trace.csv").write_text("time,gpu,power\n1e9,0,250\nsoon,0,120\n")
+    env = environment(tmp_path, PERSEUS_FAKE_NVML_REPLAY=str(tmp_path / "trace.csv"))
+    done = subprocess.run([sys.executable, "-c", "from perseus._perseus import _Gpus; print(_Gpus().power_usage_mw(0))"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "300000", "the clock model's power at the top clock"
+    assert f"fake NVML: {tmp_path / 'trace.csv'} line 3: expected `time,gpu,power`; not replaying" in done.stderr
+
+
 # ---------------------------------------------------------------------------------------------------
 # ZeusMonitor
 
@@ -271,7 +281,7 @@ POWER_CHILD = """
 
 
 def test_power_monitor_timelines_follow_the_same_trace(tmp_path: Path) -> None:
-    steps = [0.0, 0.6, 1.2, 1.8]  # long enough that a poller of a busy machine sees every one
+    steps = [0.0, 1.0, 2.0, 3.0]  # long enough that a poller on a busy machine sees every one
     powers = [[250.0, 120.0, 310.0, 180.0], [90.0, 200.0, 90.0, 260.0]]
     period = 0.05
     env = environment(tmp_path, gpus=2, PERSEUS_FAKE_NVML_REPLAY=str(tmp_path / "trace.csv"), PERIOD=repr(period),
