@@ -13,8 +13,8 @@ finds no frontier either (its own ExponentialModel cannot be fitted to those opt
 exits 65 naming it under `exp`, and `--cost-model auto` plans with a piecewise-linear model there.
 
 PERSEUS_LOWTIME_CASES (default 12) sets the number of random pipelines and PERSEUS_LOWTIME_BUDGET
-(default 4000) the largest frontier points × instructions of one (the time unit doubles until the
-frontier fits it): lowtime runs one Python loop per frontier point."""
+(default 12000) about the most frontier points × instructions of one (a coarser time unit where the
+fine one would plan more): lowtime runs one Python loop per frontier point."""
 from __future__ import annotations
 
 import csv
@@ -23,6 +23,7 @@ import math
 import os
 import random
 import re
+import shutil
 import subprocess
 import sys
 import warnings
@@ -44,7 +45,7 @@ from lowtime.perseus.schedule import Synchronous1F1B  # noqa: E402
 from lowtime.solver import PhillipsDessouky  # noqa: E402
 
 CASES = int(os.environ.get("PERSEUS_LOWTIME_CASES", "12"))
-BUDGET = int(os.environ.get("PERSEUS_LOWTIME_BUDGET", "4000"))
+BUDGET = int(os.environ.get("PERSEUS_LOWTIME_BUDGET", "12000"))
 TOP_CLOCK = 1410
 
 # This checks the planner, not the package: the run against the installed wheel leaves it to the
@@ -73,7 +74,7 @@ def random_profile(rng: random.Random, stages: int) -> List[Row]:
     for stage in range(stages):
         forward_time = rng.uniform(0.01, 0.08)
         for instruction, scale in (("forward", 1.0), ("backward", rng.uniform(1.6, 2.4))):
-            bottom, step = rng.choice(range(600, 1005, 15)), rng.choice([15, 30])
+            bottom, step = rng.choice(range(900, 1215, 15)), rng.choice([15, 30])
             memory_share = rng.uniform(0.05, 0.5)
             static, dynamic = rng.uniform(30, 70), rng.uniform(200, 350)
             sigma = rng.choice([0.0, 0.001, 0.005, 0.02])
@@ -185,14 +186,17 @@ def check_refused_fit(rows: List[Row], error: str, profile: Path, out: Path, cas
 def test_lowtime_plans_perseus_exp_frontier(seed: int, tmp_path: Path) -> None:
     rng = random.Random(seed)
     case: Dict[str, Any] = {"stages": rng.randint(2, 6), "microbatches": rng.randint(2, 12),
-                            "p2p": round(rng.uniform(60, 90), 2), "unit": rng.choice([0.0005, 0.001, 0.002])}
+                            "p2p": round(rng.uniform(60, 90), 2)}
     rows = random_profile(rng, case["stages"])
     profile = tmp_path / "profile.csv"
     profile.write_text("stage,instruction,frequency,time,energy\n" +
                        "".join(f"{s},{i},{f},{t!r},{e!r}\n" for s, i, f, t, e in rows))
     out = tmp_path / "exp"
-    meta: Optional[Dict[str, Any]] = None
-    while meta is None:  # the time unit doubles until lowtime's share of the case is affordable
+    # The time unit: the shortest instruction 20-40 units long; then, where lowtime's share would be
+    # too long, coarser, so that the frontier has about BUDGET / instructions points.
+    case["unit"] = round(min(time for _, _, _, time, _ in rows) / rng.uniform(20, 40), 6)
+    meta: Dict[str, Any] = {}
+    for attempt in range(2):
         run = optimize(profile, out, case["stages"], case["microbatches"], case["p2p"], case["unit"], "exp")
         if run.returncode == 65 and "exponential cost model could not be fitted" in run.stderr:
             check_refused_fit(rows, run.stderr, profile, out, case)
@@ -200,8 +204,11 @@ def test_lowtime_plans_perseus_exp_frontier(seed: int, tmp_path: Path) -> None:
             return
         assert run.returncode == 0, run.stderr
         meta = json.loads((out / "plans.json").read_text())
-        if meta["num_points"] * case["stages"] * case["microbatches"] * 2 > BUDGET:
-            meta, case["unit"] = None, case["unit"] * 2
+        points = BUDGET / (2 * case["stages"] * case["microbatches"])
+        if attempt == 1 or meta["num_points"] <= points:
+            break
+        case["unit"] = round(case["unit"] * meta["num_points"] / points, 6)
+        shutil.rmtree(out)
 
     models = [text for text in meta["models"] if not text.startswith("none:")]
     assert len(models) == len(meta["cost_models"]) == 2 * case["stages"]
