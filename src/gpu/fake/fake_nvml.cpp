@@ -16,9 +16,11 @@
 //                                 which clock every measured instruction ran at
 //   PERSEUS_FAKE_NVML_POWER_W     a constant power in W instead of the clock-dependent one (a floor that
 //                                 a simulation adds its own energy on top of, see below)
+//   PERSEUS_FAKE_NVML_REPLAY      power and energy from a recorded trace instead (replay.hpp)
 //
 // Beyond NVML, for a simulation that models what its GPUs compute (examples/pytorch_pipelining):
 // perseusFakeNvmlAddEnergy(index, joules) adds energy to a GPU's counter.
+// The functions only NVIDIA's Python bindings call (for Zeus) are in fake_nvml_pynvml.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -33,6 +35,7 @@
 #include <vector>
 
 #include "perseus/gpu/nvml_api.hpp"
+#include "replay.hpp"
 
 namespace {
 
@@ -363,7 +366,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyCons
                                                                                         unsigned long long* energy) {
   return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string& args) {
     if (energy == nullptr) return nv::kInvalidArgument;
-    *energy = static_cast<unsigned long long>(gpu.energy_mj);
+    const auto replay = perseus::gpu::fake::replayed(static_cast<long>(reinterpret_cast<std::uintptr_t>(device)) - 1);
+    *energy = static_cast<unsigned long long>(replay ? replay->energy_mj : gpu.energy_mj);
     args = std::to_string(*energy);
     return nv::kSuccess;
   });
@@ -372,7 +376,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyCons
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* power) {
   return getter("nvmlDeviceGetPowerUsage", device, [&](FakeGpu& gpu, std::string&) {
     if (power == nullptr) return nv::kInvalidArgument;
-    *power = static_cast<unsigned>(gpu.power_w() * 1000.0);
+    const auto replay = perseus::gpu::fake::replayed(static_cast<long>(reinterpret_cast<std::uintptr_t>(device)) - 1);
+    *power = static_cast<unsigned>((replay ? replay->power_w : gpu.power_w()) * 1000.0);
     return nv::kSuccess;
   });
 }
