@@ -31,8 +31,8 @@ QUICK_START_SETUP = "scripts/setup.sh && "
 # Commands shown that this suite does not run, and what does.
 RUN_ELSEWHERE = {
     "scripts/test.sh": "the whole test suite, this file included",
-    "scripts/setup.sh --deps-only && python3 -m venv --system-site-packages .venv && "
-    ".venv/bin/pip install --no-build-isolation .": "scripts/test_python_package.sh (CTest python_package)",
+    "scripts/setup.sh --deps-only && /usr/bin/python3 -m venv --system-site-packages .venv && "
+    ".venv/bin/pip install -v --no-build-isolation .": "scripts/test_python_package.sh (CTest python_package)",
     "pip install --no-build-isolation .          # from the checkout, in the environment of your choice\n"
     "pip wheel --no-build-isolation -w dist .    # or build a wheel to install elsewhere":
     "scripts/test_python_package.sh (CTest python_package)",
