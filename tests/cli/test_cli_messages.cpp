@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -43,36 +44,30 @@ int unused_port() {
 
 TEST(CliMessages, AProfileOfOtherStageCountsSaysHowManyItHasAndWhatFits) {
   const fs::path out = test_dir();
-  auto more = run_cli("optimize " + kExample + " --stages 5" + kShape + " --out " + (out / "a").string());
-  EXPECT_EQ(more.code, 65) << more.output;
-  EXPECT_TRUE(says(more,
-                   "the profile has 4 model stages (0..3), but a pipeline of 5 stages needs 5; this profile "
-                   "fits 4 pipeline stages"))
-      << more.output;
-  auto fewer = run_cli("emulate " + kExample + " --stages 3" + kShape + " --baseline all-max");
-  EXPECT_EQ(fewer.code, 65) << fewer.output;
-  EXPECT_TRUE(says(fewer, "the profile has 4 model stages (0..3), but a pipeline of 3 stages needs 3")) << fewer.output;
-
-  // zbv runs two model stages per GPU stage: the profile must hold 2 x S of them.
+  // zbv runs two model stages per GPU stage (a V): its profile holds 2 x S of them.
   const std::string split = (out / "split.csv").string();
   ASSERT_EQ(run_cli("synth-profile --from " + kExample + " --split-backward 0.5 --out " + split).code, 0);
-  auto v = run_cli("optimize " + split + " --schedule zbv --stages 4" + kShape + " --out " + (out / "b").string());
-  EXPECT_EQ(v.code, 65) << v.output;
-  EXPECT_TRUE(says(v,
-                   "the profile has 4 model stages (0..3), but the zbv schedule runs 2 model stages on every "
-                   "pipeline stage (a V), so 4 stages need 8; this profile fits 2 pipeline stages"))
-      << v.output;
-  auto interleaved = run_cli("optimize " + kExample + " --schedule interleaved --virtual-stages 2 --stages 4" + kShape +
-                             " --out " + (out / "c").string());
-  EXPECT_EQ(interleaved.code, 65) << interleaved.output;
-  EXPECT_TRUE(says(interleaved,
-                   "the interleaved schedule runs 2 model stages on every pipeline stage, so 4 stages "
-                   "need 8; this profile fits 2 pipeline stages"))
-      << interleaved.output;
-  EXPECT_EQ(
-      run_cli("optimize " + split + " --schedule zbv --stages 2" + kShape + " --quiet --out " + (out / "d").string())
-          .code,
-      0);
+  const std::string optimize = " --out " + (out / "frontier").string();
+  struct Case {
+    std::string command, says;
+  };
+  for (const auto& [command, expected] : std::vector<Case>{
+           {"optimize " + kExample + " --stages 5" + kShape + optimize,
+            "the profile has 4 model stages (0..3), but a pipeline of 5 stages needs 5; this profile fits 4 pipeline "
+            "stages"},
+           {"emulate " + kExample + " --stages 3" + kShape + " --baseline all-max",
+            "the profile has 4 model stages (0..3), but a pipeline of 3 stages needs 3"},
+           {"optimize " + split + " --schedule zbv --stages 4" + kShape + optimize,
+            "the profile has 4 model stages (0..3), but the zbv schedule runs 2 model stages on every pipeline stage "
+            "(a V), so 4 stages need 8; this profile fits 2 pipeline stages"},
+           {"optimize " + kExample + " --schedule interleaved --virtual-stages 2 --stages 4" + kShape + optimize,
+            "the interleaved schedule runs 2 model stages on every pipeline stage, so 4 stages need 8; this profile "
+            "fits 2 pipeline stages"}}) {
+    auto r = run_cli(command);
+    EXPECT_EQ(r.code, 65) << command << "\n" << r.output;
+    EXPECT_TRUE(says(r, expected)) << command << "\n" << r.output;
+  }
+  EXPECT_EQ(run_cli("optimize " + split + " --schedule zbv --stages 2" + kShape + " --quiet" + optimize).code, 0);
 }
 
 TEST(CliMessages, SimulateSaysNothingOfARunItsArgumentsRuleOut) {

@@ -128,23 +128,34 @@ TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
   EXPECT_EQ(*rank1_got, "");
 }
 
-TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRank) {
-  TestServer server(settings("AllMaxFrequency"));
+// The job-id broadcast of two ranks' clients in one process: what rank 0 sends (kept in `value`)
+// reaches rank 1, which gives up after 10 s, so that a broken broadcast fails the test instead of
+// hanging it.
+struct Broadcast {
   std::promise<std::string> sent;
   std::shared_future<std::string> received = sent.get_future().share();
-  std::string shared;
+  std::string value;
+  void connect(client::ClientOptions& rank0, client::ClientOptions& rank1) {
+    rank0.broadcast_job_id = [this](const std::string& id) {
+      value = id;
+      sent.set_value(id);
+      return id;
+    };
+    rank1.broadcast_job_id = [this](const std::string&) {
+      return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
+    };
+  }
+};
+
+TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRank) {
+  TestServer server(settings("AllMaxFrequency"));
   auto o = options(server.url, gpu::load_nvml(PERSEUS_FAKE_NVML));
   o.world_size = o.pp_degree = 2;
   auto rank0 = o, rank1 = o;
-  rank0.broadcast_job_id = [&](const std::string& value) {
-    shared = value;
-    sent.set_value(value);
-    return value;
-  };
   rank1.rank = rank1.pp_rank = 1;
-  rank1.broadcast_job_id = [&](const std::string&) {
-    return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
-  };
+  Broadcast broadcast;
+  broadcast.connect(rank0, rank1);
+  const std::string& shared = broadcast.value;
   std::unique_ptr<client::Client> c1;
   std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });  // both meet at the first barrier
   client::Client c0(rank0);
@@ -192,24 +203,16 @@ unsigned short unused_port() {
 TEST_F(ClientTest, ClientsStartedBeforeTheServerRegisterOnceItIsUpAndGetSchedules) {
   const unsigned short port = unused_port();
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
-  std::promise<std::string> sent;
-  std::shared_future<std::string> received = sent.get_future().share();
-  std::string shared;
   auto o = options(fmt::format("http://127.0.0.1:{}", port), gpu);
   o.fail_open = true;
   o.world_size = o.dp_degree = 2;  // two data-parallel ranks: each runs both instructions
   o.report_every = 1;
   o.heartbeat_interval = std::chrono::milliseconds(0);
   auto rank0 = o, rank1 = o;
-  rank0.broadcast_job_id = [&](const std::string& value) {
-    shared = value;
-    sent.set_value(value);
-    return value;
-  };
   rank1.rank = rank1.dp_rank = 1;
-  rank1.broadcast_job_id = [&](const std::string&) {
-    return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
-  };
+  Broadcast broadcast;
+  broadcast.connect(rank0, rank1);
+  const std::string& shared = broadcast.value;
   std::unique_ptr<client::Client> c1;
   std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });
   client::Client c0(rank0);
