@@ -782,7 +782,8 @@ void JobManager::end(Job& job, const JobOutcome& outcome) {
   }
   job.scheduler.reset();
   persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
-  if (outcome.is_done()) spdlog::info("job {}: {}", job.info.job_id, detail);
+  // Without the wire marker: "[profiling-done]" ends every job that ended well, profiled or not.
+  if (outcome.is_done()) spdlog::info("job {} done: {}", job.info.job_id, outcome.why);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
   answer_waiting(job, Refusal::job_ended, detail);
   forget_later(job);

@@ -151,10 +151,14 @@ TEST(CliMessages, ASecretJobSaysWhereItsSecretComesFromAndSimulatePrintsIt) {
   EXPECT_FALSE(says(right, "HTTP 403")) << right.output;  // let in: the job has no ranks yet (409)
   EXPECT_TRUE(says(right, "has not started")) << right.output;
 
-  // perseus status says why the simulated job ended without the protocol's marker.
+  // perseus status and the server's log say why the simulated job ended without the protocol's marker.
   auto status = run_cli("status '" + found[1].str() + "' --server " + server.url());
   EXPECT_TRUE(says(status, "  ended: training finished: every rank closed its client\n")) << status.output;
   EXPECT_FALSE(says(status, "[profiling-done]")) << status.output;
+  EXPECT_NE(server.log().find("job " + found[1].str() + " done: training finished: every rank closed its client"),
+            std::string::npos)
+      << server.log();
+  EXPECT_EQ(server.log().find("[profiling-done]"), std::string::npos) << server.log();
 }
 
 }  // namespace
