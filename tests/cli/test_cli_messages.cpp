@@ -90,12 +90,15 @@ TEST(CliMessages, PlansOfAFolderThatIsNoOptimizeOutputSayWhatIsExpected) {
   EXPECT_TRUE(says(missing, "is no folder")) << missing.output;
 }
 
-TEST(CliMessages, TheTopLevelHelpNamesTheExitCodes) {
-  auto help = run_cli("--help");
-  EXPECT_EQ(help.code, 0);
-  for (const char* code : {"0 success", "1 the computation failed", "64 bad command line", "65 malformed input",
-                           "66 input missing or unreadable", "73 output not writable", "130 interrupted"})
-    EXPECT_TRUE(says(help, code)) << code << "\n" << help.output;
+TEST(CliMessages, EveryHelpNamesTheExitCodes) {
+  for (const std::string command : {"", "optimize", "plans", "synth-profile", "emulate", "baseline", "whatif", "plot",
+                                    "serve", "gpu", "gpud", "status", "simulate", "straggler"}) {
+    auto help = run_cli(command + " --help");
+    EXPECT_EQ(help.code, 0) << command;
+    for (const char* code : {"0 success", "1 the computation failed", "64 bad command line", "65 malformed input",
+                             "66 input missing or unreadable", "73 output not writable", "130 interrupted"})
+      EXPECT_TRUE(says(help, code)) << "perseus " << command << " --help: " << code << "\n" << help.output;
+  }
 }
 
 TEST(CliMessages, StatusWaitsForAServerThatIsStartingAndGivesUpOnNone) {
