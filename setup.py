@@ -8,7 +8,7 @@ it.
 
 Build folder: PERSEUS_CMAKE_BUILD_DIR if set; else the checkout's build/ when scripts/setup.sh has
 configured it for this interpreter (only what changed since is compiled); else build/pip/<interpreter>
-(a build of its own, about 10 minutes on 2 cores the first time). Unless PERSEUS_CMAKE_BUILD_DIR is
+(a build of its own, about 7 minutes on 2 cores the first time). Unless PERSEUS_CMAKE_BUILD_DIR is
 set (as scripts set it), the build's progress goes to the terminal even while pip hides the build's
 output.
 
@@ -77,29 +77,43 @@ def pybind11_cmake_dir() -> "str | None":
     return None
 
 
+def debian_venv_command() -> str:
+    """The command that makes the virtual environment pip runs in (or a new .venv) one of Debian's
+    interpreter that sees the Debian packages scripts/setup.sh --deps-only installs. --clear: over a
+    venv of another interpreter, venv would otherwise leave that interpreter's files and a broken venv."""
+    venv = sys.prefix if sys.prefix != sys.base_prefix else ".venv"
+    return f"{DEBIAN_PYTHON} -m venv --clear --system-site-packages {venv}"
+
+
 def missing_build_requirements() -> "list[tuple[str, str]]":
-    """(what is missing, the command that installs it) for each tool the build needs and lacks."""
+    """(what is missing, the command that installs it) for each tool the build needs and lacks. The
+    first fix named works without a package index; `pip install` ones need PyPI."""
     python = sys.executable
     debian = is_debian_python()
-    use_debian = (f"or use Debian's interpreter, which scripts/setup.sh --deps-only equips: "
-                  f"`{DEBIAN_PYTHON} -m venv --system-site-packages .venv && . .venv/bin/activate`")
-    if debian and sys.prefix != sys.base_prefix:  # a venv of Debian's interpreter
-        use_debian = (f"or make the venv with `{DEBIAN_PYTHON} -m venv --system-site-packages .venv`: only then does "
-                      f"it see the Debian packages scripts/setup.sh --deps-only installs")
+    in_venv = sys.prefix != sys.base_prefix
+    use_debian = (f"remake this venv with Debian's interpreter and the packages scripts/setup.sh --deps-only installs "
+                  f"for it (--clear empties the venv first: reinstall what you had put in it), then run pip again: "
+                  f"`{debian_venv_command()}`")
+    if not in_venv:
+        use_debian = (f"use a venv of Debian's interpreter, which scripts/setup.sh --deps-only equips: "
+                      f"`{debian_venv_command()} && .venv/bin/pip install --no-build-isolation .`")
+    with_pypi = "or, with access to PyPI,"
     missing = []
     if sys.version_info < (3, 9):
         missing.append((f"Python 3.9 or newer (this is {sys.version.split()[0]})", use_debian))
     if importlib.util.find_spec("wheel") is None and \
             importlib.util.find_spec("setuptools.command.bdist_wheel") is None:
-        fix = "`sudo apt-get install python3-wheel`" if debian and sys.prefix == sys.base_prefix else \
-            f"`{python} -m pip install wheel`, {use_debian}"
+        fix = "`sudo apt-get install python3-wheel`" if debian and not in_venv else \
+            f"{use_debian}; {with_pypi} `{python} -m pip install wheel`"
         missing.append(("the `wheel` package (this setuptools has no bdist_wheel without it)", fix))
     include = Path(sysconfig.get_paths()["include"])
     if not (include / "Python.h").exists():
         missing.append((f"this interpreter's C headers ({include}/Python.h)",
-                        "`sudo apt-get install python3-dev`" if debian else f"your Python distribution's development package, {use_debian}"))
+                        "`sudo apt-get install python3-dev`" if debian else
+                        f"{use_debian}; or your Python distribution's development package"))
     if pybind11_cmake_dir() is None:
-        missing.append(("pybind11", "`sudo apt-get install pybind11-dev`" if debian else f"`{python} -m pip install pybind11`, {use_debian}"))
+        missing.append(("pybind11", "`sudo apt-get install pybind11-dev`" if debian else
+                        f"{use_debian}; {with_pypi} `{python} -m pip install pybind11`"))
     if shutil.which("cmake") is None:
         missing.append(("CMake", "`sudo apt-get install cmake` (scripts/setup.sh --deps-only installs every C++ dependency)"))
     if shutil.which("g++") is None and shutil.which("c++") is None:
@@ -118,7 +132,9 @@ def check_build_requirements() -> None:
 
 def progress_stream(to_terminal: bool):
     """Where build progress goes: the terminal itself when there is one and a person runs pip (pip
-    hides what the build prints unless run with -v), else standard error."""
+    hides what the build prints unless run with -v), else standard error, which pip -v shows as it
+    comes (the README's command has -v: a log without a terminal then shows the progress too). Never
+    both: with a terminal and -v each line would show twice."""
     if to_terminal:
         try:
             return open("/dev/tty", "w")
@@ -128,15 +144,18 @@ def progress_stream(to_terminal: bool):
 
 
 def run_showing_progress(command: "list[str]", out) -> None:
-    """Runs a build step, copying its output to `out` line by line (ninja's [done/total] lines)."""
+    """Runs a build step, copying its output to `out` line by line (ninja's [done/total] lines). When
+    it fails, its last lines go to standard error too: pip shows that of a failed build."""
+    last: "list[str]" = []
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as process:
         assert process.stdout is not None
         for line in process.stdout:
             out.write(line)
             out.flush()
-            if out is not sys.stderr:
-                sys.stderr.write(line)  # also in pip's log (pip -v)
+            last = (last + [line])[-60:]
     if process.returncode != 0:
+        if out is not sys.stderr:
+            sys.stderr.write("".join(last))
         raise subprocess.CalledProcessError(process.returncode, command)
 
 
@@ -181,7 +200,7 @@ class CMakeBuild(build_ext):
         if reuse:
             out.write(f"perseus: building the Python package in {build_dir} (reused: only what changed is compiled)\n")
         else:
-            out.write(f"perseus: {why_not}building the Python package in {build_dir} (the first time about 10 "
+            out.write(f"perseus: {why_not}building the Python package in {build_dir} (the first time about 7 "
                       f"minutes on 2 cores; after `scripts/setup.sh` pip reuses its build/ for {DEBIAN_PYTHON})\n")
         out.flush()
         if not reuse:
@@ -206,6 +225,10 @@ class CMakeBuild(build_ext):
 
 if BUILDING.intersection(sys.argv[1:]):
     check_build_requirements()
+    # setuptools' own lines (a "copying" line per file) would bury the build's progress in pip -v's
+    # output; warnings and errors still show.
+    if not {"-v", "--verbose", "-q", "--quiet"}.intersection(sys.argv[1:]):
+        sys.argv.insert(1, "--quiet")
 
 setup(
     version=project_version(),

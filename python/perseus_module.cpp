@@ -125,7 +125,9 @@ Args:
     token: the server's bearer token (perseus serve --token-file); "" means $PERSEUS_TOKEN.
     retry_for: seconds to keep retrying a server that went away (restart, network) at round
         boundaries while training continues at the current clocks; then give up as fail_open
-        says. A restarted server resumes the job.
+        says. A restarted server resumes the job. A server that does not answer yet when the
+        client is made is retried the same way: training starts at default clocks, and the
+        client registers in the background once it answers (job_id is "" until then).
     heartbeat_interval: seconds between heartbeats that tell the server this rank is alive and
         progressing, so a killed or hung rank is named within seconds; 0: none.)";
 

@@ -51,13 +51,26 @@ env -u PYTHONPATH -u PERSEUS_BINARY -u PERSEUS_FAKE_NVML PATH="$work/venv/bin:$P
 echo "== mypy on the examples against the installed package"
 "$venv_python" -m mypy --strict --cache-dir "$build/mypy-cache" "$root/examples/pytorch/pipeline_train.py"
 
-echo "== the README's command: pip install --no-build-isolation . into a venv"
-"$python" -m venv --system-site-packages "$work/venv-readme"
-(cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-readme/bin/pip" install -q --no-build-isolation .)
+echo "== the README's Python step, as written, with another python3 first on PATH (pyenv's, say), twice"
+# The step must not depend on which python3 comes first: here one that refuses to run.
+mkdir -p "$work/other-python"
+printf '#!/bin/sh\necho "python3 on PATH is not Debian'"'"'s: the README step must not use it" >&2\nexit 3\n' \
+  >"$work/other-python/python3"
+chmod +x "$work/other-python/python3"
+readme_step=$(grep -o 'scripts/setup.sh --deps-only && [^`]*' "$root/README.md")
+case "$readme_step" in
+  *"/usr/bin/python3 -m venv"*".venv/bin/pip install"*"--no-build-isolation ."*) ;;
+  *) echo "the README's Python step is not what this test knows: $readme_step" >&2; exit 1 ;;
+esac
+readme_step=${readme_step//.venv/$work/venv-readme}  # not the checkout's own .venv
+for run in 1 2; do  # the second over the venv the first made
+  (cd "$root" && PATH="$work/other-python:$PATH" PERSEUS_CMAKE_BUILD_DIR="$build" bash -c "$readme_step" \
+    >"$work/readme-step.log" 2>&1) || { cat "$work/readme-step.log" >&2; echo "the README's Python step failed" >&2; exit 1; }
+done
 "$work/venv-readme/bin/python" -c 'import perseus, perseus.torch; print("pip install . ->", perseus.__version__)'
 
-echo "== an interpreter without the build's tools: pip says what is missing before anything is built"
-"$python" -m venv "$work/venv-bare"  # no system site packages: setuptools without wheel
+echo "== an interpreter without the build's tools: pip says what is missing, and its fix works, twice over"
+"$python" -m venv "$work/venv-bare"  # no system site packages: setuptools without wheel, as pyenv's python
 if "$work/venv-bare/bin/python" -c 'import wheel' 2>/dev/null; then
   echo "(a bare venv has wheel here: nothing to check)"
 elif bare=$(cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-bare/bin/pip" install -q --no-index \
@@ -67,6 +80,15 @@ elif ! grep -q "perseus cannot be built for .* it needs" <<<"$bare" || ! grep -q
   echo "pip install . without wheel did not name it:" >&2; echo "$bare" >&2; exit 1
 else
   echo "pip without wheel: $(grep -o "the \`wheel\` package[^:]*" <<<"$bare")"
+  # The first fix it names needs no package index: remake the venv with Debian's interpreter.
+  fix=$(grep -o '`/usr/bin/python3 -m venv --clear --system-site-packages [^`]*`' <<<"$bare" | head -n 1 | tr -d '`')
+  [ -n "$fix" ] || { echo "pip without wheel named no venv command:" >&2; echo "$bare" >&2; exit 1; }
+  for run in 1 2; do
+    $fix
+    (cd "$root" && PERSEUS_CMAKE_BUILD_DIR="$build" "$work/venv-bare/bin/pip" install -q --no-index --no-deps \
+      --no-build-isolation .) || { echo "pip install . after the fix ($fix) failed" >&2; exit 1; }
+  done
+  "$work/venv-bare/bin/python" -c 'import perseus; print("after the fix:", perseus.__version__)'
 fi
 
 echo "== cmake --install"

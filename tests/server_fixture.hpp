@@ -19,13 +19,13 @@
 namespace perseus::testing {
 
 struct TestServer {
-  // `factory`: the scheduler, when not the one settings name.
+  // `factory`: the scheduler, when not the one settings name; `port`: 0 for a free one.
   explicit TestServer(server::ServerSettings settings, const std::string& token = "", server::HttpLimits limits = {},
-                      server::SchedulerFactory factory = {})
+                      server::SchedulerFactory factory = {}, unsigned short port = 0)
       : token(token) {
     if (!factory) factory = server::configure_scheduler(settings.scheduler, settings.scheduler_args);
     jobs = std::make_unique<server::JobManager>(boost::asio::make_strand(io), settings, factory);
-    http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", 0, token, limits);
+    http = std::make_unique<server::HttpServer>(io, *jobs, "127.0.0.1", port, token, limits);
     url = "http://127.0.0.1:" + std::to_string(http->port());
     // Two I/O threads, as on a two-core machine, so the tests exercise the strands.
     for (auto& t : threads) t = std::thread([this] { io.run(); });

@@ -2,14 +2,14 @@
 with only the import changed (``perseus.zeus`` for ``zeus``). A small model trains on CPU while
 GlobalPowerLimitOptimizer finds the power limit that minimises Zeus's time-energy cost, then keeps it.
 
-Without a GPU it runs on perseus's fake NVML, whose power limits cap the SM clock.
+It drives the GPU the driver's NVML finds; where there is none (or with ``--fake-gpu``) it runs on
+perseus's fake NVML, whose power limits cap a simulated SM clock. Its first line says which.
 
-    python3 examples/power_limit/train.py --epochs 3 --steps-per-epoch 40 [--profile plo.json]
+    python3 examples/power_limit/train.py --epochs 3 --steps-per-epoch 40 [--profile plo.json] [--fake-gpu]
 """
 from __future__ import annotations
 
 import argparse
-import os
 import time
 
 import torch
@@ -28,8 +28,9 @@ def main() -> None:
     parser.add_argument("--profile-steps", type=int, default=4)
     parser.add_argument("--pl-step", type=int, default=50, help="watts between the power limits explored")
     parser.add_argument("--profile", default=None, help="Zeus-format profile: loaded if it exists, else written")
+    parser.add_argument("--fake-gpu", action="store_true", help="perseus's fake NVML even where a GPU is found")
     args = parser.parse_args()
-    os.environ.setdefault("PERSEUS_NVML_LIBRARY", perseus.fake_nvml_library())  # a real GPU: unset to use the driver
+    print(perseus.select_gpu_library(fake=args.fake_gpu), flush=True)
 
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 1))

@@ -12,8 +12,9 @@ iterations' time and the GPU energy they took (`perseus.EnergyMonitor`), e.g.
     rank 3: perseus on for 12 of 12 iterations; 12 iterations in 0.412 s, GPU energy 171.3 J
 
 Run one process per stage with the usual torch.distributed environment (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT), e.g. through examples/pytorch/run.sh or torchrun. Without a GPU set
-PERSEUS_NVML_LIBRARY to perseus's fake NVML (`perseus.fake_nvml_library()`).
+MASTER_ADDR, MASTER_PORT), e.g. through examples/pytorch/run.sh or torchrun. Each rank prints the GPU
+library it uses first (`perseus.select_gpu_library()`): the driver's NVML where it finds a GPU, perseus's
+fake NVML where it finds none or with --fake-gpu, or the one PERSEUS_NVML_LIBRARY names.
 """
 from __future__ import annotations
 
@@ -123,7 +124,9 @@ def main() -> None:
     parser.add_argument("--server", default=os.environ.get("PERSEUS_SERVER", "http://127.0.0.1:7787"),
                         help="perseus serve URL (default $PERSEUS_SERVER or http://127.0.0.1:7787)")
     parser.add_argument("--report-every", type=int, default=2, help="iterations per perseus round (default 2)")
+    parser.add_argument("--fake-gpu", action="store_true", help="perseus's fake NVML even where a GPU is found")
     args = parser.parse_args()
+    print(perseus.select_gpu_library(fake=args.fake_gpu), flush=True)
 
     dist.init_process_group("gloo")
     stage, stages = dist.get_rank(), dist.get_world_size()

@@ -5,10 +5,11 @@
 #   2. plan:   PointSolution with the plan `perseus optimize` made for a 4-stage, 4-microbatch
 #              pipeline from the shipped example profile (within 10% of the fastest time),
 #              after one warm-up round at the top clock.
-# Prints each phase's last-stage loss and every rank's time and GPU energy, then the two phases'
-# total energy, which is no measure of a saving (the CPU does not slow down with the fake GPU's clock;
-# examples/pytorch_pipelining/run.sh models a GPU that does). Fails (exit 1) when perseus was off on any rank in any phase (fail-open turned it
-# off: that rank trained at default clocks, so the comparison would say nothing about the plan).
+# Prints the GPU library first, then each phase's last-stage loss and every rank's time and GPU
+# energy, then the two phases' total energy, which is no measure of a saving (the CPU does not slow
+# down with the fake GPU's clock; examples/pytorch_pipelining/run.sh models a GPU that does). Fails
+# (exit 1) when perseus was off on any rank in any phase (fail-open turned it off: that rank trained
+# at default clocks, so the comparison would say nothing about the plan).
 # Usage: examples/pytorch/run.sh [OUT_DIR]        (default out/pytorch-example)
 # Environment: ITERATIONS (default 12), PYTHON (default python3), PERSEUS (the perseus command;
 # default "$PYTHON -m perseus", the one in the Python package), PERSEUS_NVML_LIBRARY (default the
@@ -21,7 +22,15 @@ python=${PYTHON:-python3}
 read -r -a perseus <<<"${PERSEUS:-$python -m perseus}"
 iterations=${ITERATIONS:-12}
 stages=4 microbatches=4
-export PERSEUS_NVML_LIBRARY=${PERSEUS_NVML_LIBRARY:-$("$python" -c 'import perseus; print(perseus.fake_nvml_library())')}
+if [ -n "${PERSEUS_NVML_LIBRARY:-}" ]; then
+  echo "== GPU library of every rank: $PERSEUS_NVML_LIBRARY (PERSEUS_NVML_LIBRARY)"
+else
+  # Four ranks on one machine's CPU: the example is a demonstration on simulated GPUs wherever it runs.
+  PERSEUS_NVML_LIBRARY=$("$python" -c 'import perseus; print(perseus.fake_nvml_library())')
+  echo "== GPU library of every rank: perseus's fake NVML (simulated GPUs, not measurements), as this example"
+  echo "   always uses unless PERSEUS_NVML_LIBRARY names another: its 4 ranks train on this machine's CPU"
+fi
+export PERSEUS_NVML_LIBRARY
 export PERSEUS_FAKE_NVML_LOG_READS=1  # energy reads in the call log: the test checks every instruction's clock
 
 server_pid=""

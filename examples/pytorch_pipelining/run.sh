@@ -25,7 +25,8 @@ scheduler_args=${SCHEDULER_ARGS:-'{"warmup_rounds": 3, "max_baseline_rounds": 12
 fake_nvml=$("$python" -c 'import perseus; print(perseus.fake_nvml_library())')
 block_power=$(cd "$here" && "$python" -c 'import simulated_gpu; print(simulated_gpu.BLOCK_POWER_W)')
 
-echo "== No GPU here: every rank's GPU is perseus's fake NVML ($fake_nvml), driven by the GPU model in"
+echo "== GPU library: perseus's fake NVML (simulated GPUs, not measurements), wherever this runs:"
+echo "   every rank's GPU is $fake_nvml, driven by the GPU model in"
 echo "   examples/pytorch_pipelining/simulated_gpu.py: each forward and backward takes the time the model gives"
 echo "   it at the clock perseus locked (the CPU computes, then sleeps the rest) and adds the energy the model"
 echo "   gives it; waiting draws $block_power W. The savings below are the model's, timed by this machine."

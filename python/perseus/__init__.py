@@ -18,6 +18,7 @@ from types import TracebackType
 from typing import Callable, Optional, Type
 
 from ._perseus import Client as _CompiledClient
+from ._perseus import _Gpus
 from ._perseus import ProfilingDone, ScheduleMismatch, __version__, current_gpu_clock, default_pipe_schedule, gpu_clocks
 from . import power_limit as _power_limit
 from .power_limit import *  # noqa: F401,F403  Zeus's power-limit optimizer and energy monitor
@@ -31,6 +32,7 @@ __all__ = [
     "default_pipe_schedule",
     "fake_nvml_library",
     "gpu_clocks",
+    "select_gpu_library",
 ]
 __all__ += _power_limit.__all__
 
@@ -109,3 +111,48 @@ def fake_nvml_library() -> str:
     if not os.path.exists(path):
         raise FileNotFoundError(f"perseus: no fake NVML library at {path}")
     return path
+
+
+def select_gpu_library(fake: bool = False, fake_gpus: int = 1) -> str:
+    """Chooses the GPU library of this process for a script that also runs without a GPU (the
+    examples), and says which in one line: print it, so that numbers from simulated GPUs never
+    pass for measured ones.
+
+    - ``PERSEUS_NVML_LIBRARY`` set: that library, as given (``$PERSEUS_GPUD_SOCKET`` set: the GPUs
+      of that ``perseus gpud``).
+    - ``fake`` true (the examples' ``--fake-gpu``): perseus's fake NVML.
+    - Otherwise the driver's NVML when it loads and lists a GPU; when it cannot be loaded or lists
+      none, the fake NVML, and the line says why.
+
+    Choosing the fake sets ``PERSEUS_NVML_LIBRARY`` (and ``PERSEUS_FAKE_NVML_GPUS`` to ``fake_gpus``
+    unless it is set) for this process and the processes it starts.
+
+    Args:
+        fake: use the fake NVML even where a GPU is found.
+        fake_gpus: how many simulated GPUs the fake NVML shows.
+
+    Returns:
+        e.g. ``"GPU library: the driver's NVML (libnvidia-ml.so.1), 8 GPUs"`` or ``"GPU library:
+        perseus's fake NVML (simulated GPUs, not measurements), because no GPU was found: ..."``.
+    """
+    named = os.environ.get("PERSEUS_NVML_LIBRARY", "")
+    socket = os.environ.get("PERSEUS_GPUD_SOCKET", "")
+    if socket:
+        return f"GPU library: the GPUs of perseus gpud at {socket} (PERSEUS_GPUD_SOCKET)"
+    if named:
+        simulated = " (perseus's fake NVML: simulated GPUs, not measurements)" if "fake_nvml" in named else ""
+        return f"GPU library: {named} (PERSEUS_NVML_LIBRARY){simulated}"
+    if fake:
+        why = "as asked (--fake-gpu)"
+    else:
+        try:
+            count = _Gpus().device_count()
+        except RuntimeError as e:
+            why = f"because no GPU was found: {e}"
+        else:
+            if count > 0:
+                return f"GPU library: the driver's NVML (libnvidia-ml.so.1), {count} GPU{'s' if count != 1 else ''}"
+            why = "because the driver's NVML lists no GPU"
+    os.environ["PERSEUS_NVML_LIBRARY"] = fake_nvml_library()
+    os.environ.setdefault("PERSEUS_FAKE_NVML_GPUS", str(fake_gpus))
+    return f"GPU library: perseus's fake NVML (simulated GPUs, not measurements), {why}"

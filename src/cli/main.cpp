@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "perseus/cli/arguments.hpp"
@@ -34,6 +35,12 @@ int main(int argc, char** argv) {
   add(cli::add_status_command);
   add(cli::add_simulate_command);
   add(cli::add_straggler_command);
+  const std::string exit_codes =
+      "Exit codes: 0 success, 1 the computation failed, 64 bad command line, 65 malformed input (the message names "
+      "the file, line and field), 66 input missing or unreadable (or the server unreachable), 73 output not "
+      "writable, 130 interrupted (after writing a valid, shorter result).";
+  for (auto& [command, runner] : commands) command->footer(exit_codes);
+  app.footer("Each command's flags: perseus COMMAND --help (docs/cli.md).\n" + exit_codes);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -15,6 +15,15 @@ std::string token_from_environment() {
   const char* token = std::getenv("PERSEUS_TOKEN");
   return token != nullptr ? token : "";
 }
+// What a person does about a 403: the server names its header; the commands take the secret from
+// the environment.
+std::string forbidden_hint() {
+  const char* secret = std::getenv("PERSEUS_JOB_SECRET");
+  if (secret != nullptr && *secret != '\0') return ". PERSEUS_JOB_SECRET is set, but not to this job's secret";
+  return ". Set PERSEUS_JOB_SECRET to the job's secret (`perseus simulate` prints it when it registers the job; in "
+         "training, rank 0's client has it as job_secret) or PERSEUS_TOKEN to the server's token";
+}
+
 }  // namespace
 
 ServerCall::ServerCall(std::string server) : server_(std::move(server)), http_(server_, token_from_environment()) {
@@ -38,6 +47,7 @@ nlohmann::json ServerCall::operator()(const std::string& method, const std::stri
     std::string detail = parsed.is_object() && parsed.contains("detail") && parsed["detail"].is_string()
                              ? parsed["detail"].get<std::string>()
                              : reply.body;
+    if (reply.status == 403) detail += forbidden_hint();
     throw Error(fmt::format("{} {}{}: HTTP {}: {}", method, server_, target, reply.status, detail), kExitFailure);
   }
   return parsed;

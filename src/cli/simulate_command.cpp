@@ -87,6 +87,7 @@ int run_simulate(SimulateArgs& args) {
   config.model_name = std::filesystem::path(args.profile).stem().string();  // part of the job id: no '+', '/'
   for (char& ch : config.model_name)
     if (ch == '+' || ch == '/' || ch == '\\' || static_cast<unsigned char>(ch) < 0x20) ch = '-';
+  simulate::check_simulation_config(config);  // before anything is said of the run
   if (config.token.empty())
     if (const char* token = std::getenv("PERSEUS_TOKEN")) config.token = token;
   ServerCall call(config.server_url);  // the token: PERSEUS_TOKEN, as the clients'
@@ -94,6 +95,18 @@ int run_simulate(SimulateArgs& args) {
 
   StopOnSignal interrupt;
   config.stop = interrupt.flag();
+  // The job's secret guards it against changes from other users: the person who started the
+  // simulation gets it, to change the job while it runs (perseus straggler). With --json, standard
+  // output stays the reports and the summary.
+  config.on_registered = [&args](const std::string& job_id, const std::string& secret) {
+    std::FILE* out = args.json ? stderr : stdout;
+    std::fprintf(
+        out, "%s",
+        fmt::format("job {} registered{}\n", job_id,
+                    secret.empty() ? "" : fmt::format(" (perseus straggler on it: PERSEUS_JOB_SECRET={})", secret))
+            .c_str());
+    std::fflush(out);
+  };
   if (!args.json)
     std::printf("%s", fmt::format("simulating {} ranks ({} pipelines x {} stages x {} tensor-parallel) of {}, {} "
                                   "microbatches, against {}\n",

@@ -16,6 +16,7 @@
 #include "perseus/cli/interrupt.hpp"
 #include "perseus/cli/server_call.hpp"
 #include "perseus/client/http_client.hpp"
+#include "perseus/protocol/job_outcome.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::cli {
@@ -29,10 +30,18 @@ struct StatusArgs {
   std::string job_id;
   bool json = false;
   std::optional<double> watch;  // seconds between refreshes
+  std::optional<double> wait;   // seconds to wait for the server to answer
 };
 
 std::string number(const json& value, const char* unit) {
   return value.is_number() ? fmt::format("{:.4g} {}", value.get<double>(), unit) : "-";
+}
+
+// Why the job ended, without the wire marker (the phase says done or failed): "[profiling-done]"
+// is what the artifact's clients match on for every job that ended well, profiled or not.
+std::string end_reason(const std::string& detail) {
+  auto outcome = protocol::outcome_from_detail(detail);
+  return outcome ? outcome->why : detail;
 }
 
 std::string percent(const json& value) {
@@ -104,7 +113,8 @@ void print_job(const json& job) {
     print(fmt::format("    pipeline dp {}: iteration {}, energy {}{}\n", p.value("dp_rank", 0),
                       number(p["iteration_time"], "s"), number(p["energy"], "J"),
                       p.contains("plan") ? fmt::format(", {}", p.value("plan", "")) : ""));
-  if (job["end_detail"].is_string()) print(fmt::format("  ended: {}\n", job["end_detail"].get<std::string>()));
+  if (job["end_detail"].is_string())
+    print(fmt::format("  ended: {}\n", end_reason(job["end_detail"].get<std::string>())));
 }
 
 int show_status(const StatusArgs& args) {
@@ -153,7 +163,26 @@ int watch_status(const StatusArgs& args, double seconds) {
   return kExitOk;
 }
 
+// For a script that just started the server: asks until it answers or `seconds` passed; what is
+// not "nobody answers" (a refused token) ends the wait at once.
+void wait_for_server(const std::string& server, double seconds) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    try {
+      ServerCall call(server);
+      call("GET", "/info");
+      return;
+    } catch (const Error& e) {
+      if (e.exit_code() != kExitNoInput) throw;
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw Error(fmt::format("{}; waited {} s", e.what(), seconds), e.exit_code());
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+}
+
 int run_status(const StatusArgs& args) {
+  if (args.wait) wait_for_server(args.server, *args.wait);
   if (args.watch) return watch_status(args, *args.watch);
   return show_status(args);
 }
@@ -170,6 +199,10 @@ Runner add_status_command(CLI::App& app) {
       ->expected(0, 1)
       ->default_str("2")
       ->check(between(0.1, 3600.0));
+  cmd->add_option("--wait", args->wait,
+                  "Wait up to SECONDS for the server to answer (a script that just started it); exit 66 if it does "
+                  "not")
+      ->check(between(0.0, 3600.0));
   return [args] { return run_status(*args); };
 }
 

@@ -21,6 +21,7 @@
 #include "perseus/gpud/client.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/protocol/job_outcome.hpp"
+#include "perseus/protocol/job_secret.hpp"
 #include "perseus/protocol/models.hpp"
 #include "perseus/protocol/power_mode.hpp"
 #include "perseus/util/error.hpp"
@@ -73,6 +74,17 @@ struct Client::Impl {
   unsigned limit_before_mw = 0;  // power-limit mode: what close() restores
   bool enabled = false;
   bool registered_reset = false;
+  // Connecting (see start): the steps done so far, then registered. Until `connected`, written by
+  // whichever thread connects (the constructor's, else the exchange thread); read by the training
+  // thread only after it saw `connected` (activate).
+  bool server_known = false, gpu_ready = false;
+  std::vector<int> states;  // the GPU's power states in the server's mode
+  std::atomic<bool> connected{false};
+  SteadyClock::time_point created = SteadyClock::now();
+  // Training thread: the hooks take part (the client is registered and activate() ran).
+  bool active = false;
+  std::string shown_job_id, shown_job_secret;
+  protocol::PowerMode shown_mode = protocol::PowerMode::frequency;
   bool joined_broadcast = false;  // took part in the job-id broadcast (a collective of all ranks)
 
   // Training thread only.
@@ -331,6 +343,12 @@ struct Client::Impl {
       lock.unlock();
       std::optional<std::vector<int>> schedule;
       try {
+        if (!connected.load(std::memory_order_acquire)) {
+          connect_rest();
+          lock.lock();
+          outage_since.reset();
+          lock.unlock();
+        }
         if (result) call("POST", fmt::format("/result/{}", encode_path_segment(job_id)), protocol::to_json(*result));
         lock.lock();
         outbox.reset();
@@ -417,20 +435,22 @@ struct Client::Impl {
     exchange.join();
   }
 
-  void start() {
-    const auto& o = options;
-    if (o.pipe_schedule.empty())
-      options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
-    if (options.token.empty())
-      if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
-    http = std::make_unique<HttpClient>(o.server_url, options.token);
+  // Connecting: what the server says of itself (GET /info: the mode), the GPU's power states for
+  // that mode, the job (rank 0 registers it, or any rank holding the secret rank 0 shared when rank
+  // 0 could not reach the server), then this rank. The constructor runs these steps while the
+  // server answers; the ones left when it does not run on the exchange thread (connect_rest).
+  void learn_server() {
     json info = call("GET", "/info", nullptr);
     mode = protocol::parse_power_mode(info.value("mode", std::string("frequency")))
                .value_or(protocol::PowerMode::frequency);
+    server_known = true;
+  }
+
+  void prepare_gpu() {
+    const auto& o = options;
     gpu = o.gpu ? o.gpu : std::shared_ptr<gpu::GpuLibrary>(gpud::open_gpu_library(o.gpud_socket, o.nvml_library));
     options.device = gpu::nvml_index(*gpu, o.device, o.cuda_visible_devices);  // from here on NVML's index
-
-    std::vector<int> states;
+    states.clear();
     if (mode == protocol::PowerMode::power_limit) {
       limit_before_mw = gpu->power_limit_mw(o.device);
       auto range = gpu->power_limit_range(o.device);
@@ -445,34 +465,99 @@ struct Client::Impl {
       registered_reset = true;
       gpu->lock_memory_clock(o.device, top_memory, top_memory);
     }
+    gpu_ready = true;
+  }
+
+  // Registers the job with job_secret (made here, or shared by rank 0): every rank holding it gets
+  // the one job, whichever registers first.
+  void register_job() {
+    const auto& o = options;
+    protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,       o.world_size,
+                          o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
+    std::string id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
+    std::string secret = http->received_job_secret();  // "" from a server that keeps no secrets
+    if (secret != job_secret) use_job_secret(std::move(secret));
+    job_id = std::move(id);
+  }
+
+  void register_rank() {
+    const auto& o = options;
+    protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
+    try {  // the bound on what this rank may measure (physical_bounds.hpp)
+      rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
+    } catch (const std::exception&) {}
+    call("POST", "/register_rank", protocol::to_json(rank));
+    start_heartbeat();
+    connected.store(true, std::memory_order_release);
+  }
+
+  // Exchange thread: the steps the constructor could not take because the server did not answer.
+  void connect_rest() {
+    if (!server_known) learn_server();
+    if (!gpu_ready) prepare_gpu();
+    if (job_id.empty()) register_job();
+    register_rank();
+    spdlog::info(
+        "perseus: rank {}: registered with the server {:.1f} s after it started (job {}); perseus takes "
+        "part from the next iteration",
+        options.rank, std::chrono::duration<double>(SteadyClock::now() - created).count(), job_id);
+  }
+
+  void start() {
+    const auto& o = options;
+    if (o.pipe_schedule.empty())
+      options.pipe_schedule = default_pipe_schedule(o.pp_rank, o.pp_degree, o.num_microbatches);
+    if (options.token.empty())
+      if (const char* env = std::getenv("PERSEUS_TOKEN")) options.token = env;
+    for (const auto& name : options.pipe_schedule)
+      if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
+    http = std::make_unique<HttpClient>(o.server_url, options.token);
+    // A server that does not answer yet (started after training, restarting) is no reason to give
+    // up: the steps left are taken in the background, for retry_for, while training runs.
+    std::optional<std::string> unreachable;
+    auto step = [&](auto&& action) {
+      if (unreachable) return;
+      try {
+        action();
+      } catch (const ServerUnreachable& e) {
+        if (options.retry_for.count() <= 0) throw;
+        unreachable = e.what();
+      }
+    };
+    step([&] { learn_server(); });
+    if (server_known) prepare_gpu();  // its power states depend on the server's mode
 
     if (!o.job_id.empty()) {
       job_id = o.job_id;
       use_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET")
                                                                                : o.job_secret);
     } else if (o.rank == 0) {
-      protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,       o.world_size,
-                            o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
-      http->set_job_secret("new");  // ask for one
-      job_id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
-      use_job_secret(http->received_job_secret());
-      joined_broadcast = true;
+      use_job_secret(protocol::new_job_secret());
+      step([&] { register_job(); });
+      joined_broadcast = true;  // the id is "" while the job is not registered: the others register it too
       if (o.broadcast_job_id) o.broadcast_job_id(job_secret.empty() ? job_id : job_id + '\n' + job_secret);
     } else {
       if (!o.broadcast_job_id) throw Error("ranks other than 0 need broadcast_job_id (or job_id) to learn the job id");
       joined_broadcast = true;
       receive_job_id(o.broadcast_job_id(""));
-      if (job_id.empty()) throw Error("rank 0 could not start perseus, so there is no job to join");
+      if (job_id.empty() && job_secret.empty())
+        throw Error("rank 0 could not start perseus, so there is no job to join");
     }
-    for (const auto& name : options.pipe_schedule)
-      if (std::find(known_names.begin(), known_names.end(), name) == known_names.end()) known_names.push_back(name);
-    protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
-    try {  // the bound on what this rank may measure (physical_bounds.hpp)
-      rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
-    } catch (const std::exception&) {}
-    call("POST", "/register_rank", protocol::to_json(rank));
-    if (!o.inline_controller) controller = std::thread([this] { run_controller(); });
-    start_heartbeat();
+    step([&] {
+      if (job_id.empty()) register_job();
+      register_rank();
+    });
+    if (!o.inline_controller && !unreachable) controller = std::thread([this] { run_controller(); });
+    if (unreachable) {
+      outage_since = SteadyClock::now();  // retry_for counts from here
+      spdlog::warn(
+          "perseus: rank {}: the server does not answer yet ({}); training starts at default clocks and this "
+          "rank registers in the background, retrying for up to {} s",
+          o.rank, *unreachable, std::chrono::duration_cast<std::chrono::seconds>(options.retry_for).count());
+      start_exchange();
+      return;
+    }
+    activate();
     start_exchange();
     // Training has not started: the first schedule is worth a wait, a bounded one. Without it the
     // rank starts at default clocks and takes the schedule at a round boundary once it arrives.
@@ -487,6 +572,20 @@ struct Client::Impl {
     } else {
       spdlog::warn("perseus: rank {}: no schedule from the server yet; training starts at default clocks", o.rank);
     }
+  }
+
+  // Training thread, at an iteration's start: once registered, the hooks take part (measure, apply
+  // schedules); before that they do nothing. What the accessors show is copied here, so that they
+  // never read what the exchange thread is writing.
+  bool activate() {
+    if (active) return true;
+    if (!connected.load(std::memory_order_acquire)) return false;
+    if (!options.inline_controller && !controller.joinable()) controller = std::thread([this] { run_controller(); });
+    shown_job_id = job_id;
+    shown_job_secret = job_secret;
+    shown_mode = mode;
+    active = true;
+    return true;
   }
 
   void use_job_secret(std::string secret) {
@@ -640,6 +739,9 @@ struct Client::Impl {
   }
 
   void stop_controller() {
+    // Not registered yet: the exchange thread may be connecting (and preparing the GPU): it ends
+    // first, so that what it set up is seen and undone here.
+    if (!active) stop_exchange(std::chrono::milliseconds(0));
     stop_heartbeat();  // a rank without perseus is not part of the job any more
     if (controller.joinable()) {
       {
@@ -680,7 +782,7 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
 Client::~Client() { impl_->stop_controller(); }
 
 void Client::on_step_begin() {
-  if (!impl_->enabled) return;
+  if (!impl_->enabled || !impl_->activate()) return;
   impl_->progress.fetch_add(1, std::memory_order_relaxed);
   impl_->cursor = 0;
   impl_->begin_iteration();
@@ -688,7 +790,7 @@ void Client::on_step_begin() {
 }
 
 void Client::on_instruction_begin(std::string_view name) {
-  if (!impl_->enabled) return;
+  if (!impl_->enabled || !impl_->active) return;
   auto& im = *impl_;
   im.progress.fetch_add(1, std::memory_order_relaxed);
   const auto& names = im.options.pipe_schedule;
@@ -706,18 +808,20 @@ void Client::on_instruction_begin(std::string_view name) {
 }
 
 void Client::on_instruction_end(std::string_view name) {
-  if (!impl_->enabled) return;
+  if (!impl_->enabled || !impl_->active) return;
   impl_->push({Event::end, -1, std::string(name), impl_->now()});
 }
 
 void Client::on_step_end() {
   if (!impl_->enabled) return;
   auto& im = *impl_;
-  if (im.cursor != im.options.pipe_schedule.size() && !im.mismatched)
-    im.schedule_mismatch(
-        fmt::format("it ran {} of the {} registered instructions", im.cursor, im.options.pipe_schedule.size()));
-  im.push({Event::step_end, -1, {}, im.now()});
-  if (++im.iterations >= im.round_length()) im.end_round();
+  if (im.active) {  // before the client registered, the iteration was not measured
+    if (im.cursor != im.options.pipe_schedule.size() && !im.mismatched)
+      im.schedule_mismatch(
+          fmt::format("it ran {} of the {} registered instructions", im.cursor, im.options.pipe_schedule.size()));
+    im.push({Event::step_end, -1, {}, im.now()});
+    if (++im.iterations >= im.round_length()) im.end_round();
+  }
   if (!im.exchange_news.load()) return;
   std::optional<std::string> done, failure;
   bool unreachable = false;
@@ -749,12 +853,12 @@ bool Client::wait_for_server(std::chrono::milliseconds timeout) {
 }
 
 bool Client::enabled() const { return impl_->enabled; }
-const std::string& Client::job_id() const { return impl_->job_id; }
-const std::string& Client::job_secret() const { return impl_->job_secret; }
+const std::string& Client::job_id() const { return impl_->shown_job_id; }
+const std::string& Client::job_secret() const { return impl_->shown_job_secret; }
 int Client::round() const { return impl_->round; }
 std::vector<int> Client::schedule() const { return impl_->schedule; }
 const std::vector<std::string>& Client::pipe_schedule() const { return impl_->options.pipe_schedule; }
-std::string Client::mode() const { return std::string(protocol::to_string(impl_->mode)); }
+std::string Client::mode() const { return std::string(protocol::to_string(impl_->shown_mode)); }
 
 void Client::close(bool finished) {
   const bool was_enabled = impl_->enabled;
@@ -765,7 +869,7 @@ void Client::close(bool finished) {
 }
 
 void Client::flush() {
-  if (!impl_->enabled) return;
+  if (!impl_->enabled || !impl_->active) return;
   impl_->push({Event::flush, -1, {}, impl_->now()});
   impl_->wait_drained();
 }

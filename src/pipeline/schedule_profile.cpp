@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
+#include <string>
 
 #include "perseus/profile/backward_split.hpp"
 #include "perseus/util/error.hpp"
@@ -41,9 +43,33 @@ void add_pair_rows(Profile& profile, int k, int partner) {
   profile.rows.insert(profile.rows.end(), rows.begin(), rows.end());
 }
 
+// A profile of another number of model stages than the pipeline runs: said in the pipeline's terms
+// (the stage counts, and the model stages per pipeline stage a schedule with chunks runs), not as
+// the first stage without rows.
+void check_model_stage_count(const Profile& profile, ScheduleKind kind, int num_stages, int num_model_stages) {
+  int profiled = 0;
+  for (const auto& row : profile.rows) profiled = std::max(profiled, row.stage + 1);
+  if (profiled == num_model_stages || profile.rows.empty()) return;
+  const int per_stage = num_stages > 0 ? num_model_stages / num_stages : 1;
+  std::string needs =
+      per_stage == 1
+          ? fmt::format("a pipeline of {} stages needs {}", num_stages, num_model_stages)
+          : fmt::format("the {} schedule runs {} model stages on every pipeline stage{}, so {} stages need {}",
+                        to_string(kind), per_stage, per_stage == 2 && !takes_virtual_stages(kind) ? " (a V)" : "",
+                        num_stages, num_model_stages);
+  std::string fits =
+      profiled % per_stage == 0
+          ? fmt::format("; this profile fits {} pipeline stages", profiled / per_stage)
+          : fmt::format("; this profile fits no {} pipeline (not a multiple of {})", to_string(kind), per_stage);
+  throw InputError(
+      profile.source, 0, "stage",
+      fmt::format("the profile has {} model stages (0..{}), but {}{}", profiled, profiled - 1, needs, fits));
+}
+
 }  // namespace
 
 Profile profile_for_schedule(const Profile& model_profile, ScheduleKind kind, int num_stages, int num_model_stages) {
+  check_model_stage_count(model_profile, kind, num_stages, num_model_stages);
   check_profile_covers(model_profile, num_model_stages);
   if (splits_backward(kind)) {
     for (int k = 0; k < num_model_stages; ++k)

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <filesystem>
+#include <system_error>
 #include <nlohmann/json.hpp>
 
 #include "perseus/util/atomic_file.hpp"
@@ -230,6 +232,15 @@ double number_field(std::string_view text, const std::string& file, std::size_t 
 FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   FrontierRecord record;
   const std::string meta_file = (dir / "plans.json").string();
+  std::error_code error;
+  if (!std::filesystem::is_directory(dir, error))
+    throw Error(fmt::format("'{}' is no folder: give the folder `perseus optimize --out` wrote", dir.string()),
+                kExitNoInput);
+  if (!std::filesystem::exists(meta_file, error))
+    throw Error(fmt::format("'{}' is no `perseus optimize` output: it has no plans.json (optimize --out DIR writes "
+                            "plans.json, frontier.csv and a plan file per frontier point into DIR)",
+                            dir.string()),
+                kExitNoInput);
   json meta;
   try {
     const std::string text = read_file(meta_file);

@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "perseus/protocol/job_secret.hpp"
 #include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -156,14 +157,6 @@ void JobManager::check_rank(const Job& job, int rank) const {
 
 namespace {
 
-// 128 random bits as 32 hexadecimal digits.
-std::string new_job_secret() {
-  std::random_device random;
-  std::string out;
-  for (int i = 0; i < 4; ++i) out += fmt::format("{:08x}", static_cast<std::uint32_t>(random()));
-  return out;
-}
-
 // A job as the server shows it (GET /jobs/{id}, job.json): without its secret.
 json public_json(const JobInfo& info) {
   json out = to_json(info);
@@ -219,9 +212,25 @@ void JobManager::authorize(const std::string& job_id, const std::string& secret,
                                  job_id, kJobSecretHeader));
 }
 
+std::string JobManager::same_job(const Job& job, const JobInfo& info) const {
+  const JobInfo& j = job.info;
+  if (info.world_size != j.world_size || info.pp_degree != j.pp_degree || info.dp_degree != j.dp_degree ||
+      info.tp_degree != j.tp_degree || info.num_microbatches != j.num_microbatches)
+    throw RequestError(Refusal::conflict,
+                       fmt::format("job '{}' was registered with this secret as world size {} (dp {}, pp {}, tp {}), "
+                                   "{} microbatches: this registration differs",
+                                   j.job_id, j.world_size, j.dp_degree, j.pp_degree, j.tp_degree, j.num_microbatches));
+  return j.job_id;
+}
+
 std::string JobManager::job_secret(const std::string& job_id) { return find(job_id).info.job_secret; }
 
-std::string JobManager::register_job(JobInfo info, bool with_secret) {
+std::string JobManager::register_job(JobInfo info, const std::string& secret) {
+  // A secret the client brought that a job already has: another rank of that job registered it
+  // first (rank 0 could not reach the server at start), or a retry whose answer was lost.
+  if (!secret.empty() && secret != protocol::kAskForJobSecret)
+    for (const auto& entry : jobs_)
+      if (constant_time_equal(secret, entry.second->info.job_secret)) return same_job(*entry.second, info);
   if (info.world_size > settings_.max_world_size)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
@@ -232,7 +241,7 @@ std::string JobManager::register_job(JobInfo info, bool with_secret) {
   for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
   check_job_id_length(id);
   make_room(info.world_size);  // before the job's per-rank state is allocated
-  info.job_secret = with_secret ? new_job_secret() : "";
+  info.job_secret = secret == protocol::kAskForJobSecret ? protocol::new_job_secret() : secret;
   info.job_id = id;
   auto job = std::make_unique<Job>(executor_, info);
   job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
@@ -773,7 +782,8 @@ void JobManager::end(Job& job, const JobOutcome& outcome) {
   }
   job.scheduler.reset();
   persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
-  if (outcome.is_done()) spdlog::info("job {}: {}", job.info.job_id, detail);
+  // Without the wire marker: "[profiling-done]" ends every job that ended well, profiled or not.
+  if (outcome.is_done()) spdlog::info("job {} done: {}", job.info.job_id, outcome.why);
   else spdlog::error("job {}: {}", job.info.job_id, detail);
   answer_waiting(job, Refusal::job_ended, detail);
   forget_later(job);

@@ -7,6 +7,7 @@
 #include <boost/asio/post.hpp>
 #include <optional>
 
+#include "perseus/protocol/job_secret.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/web_page.hpp"
@@ -77,13 +78,16 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (path == "/register_job") {
       if (method != "POST") return fail(405, "Method Not Allowed");
       JobInfo info = job_info_from_json(parse_body(body));
-      // A client that asks for a secret (perseus's own) gets it in a header: the body stays the job
-      // id as a JSON string, as the artifact's and Zeus's clients read it.
-      bool with_secret = credentials.job_secret == "new";
-      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), with_secret](auto& reply) mutable {
-        std::string id = jobs.register_job(std::move(info), with_secret);
+      // A client that asks for a secret, or brings one (perseus's own), gets it in a header: the
+      // body stays the job id as a JSON string, as the artifact's and Zeus's clients read it.
+      const std::string& secret = credentials.job_secret;
+      if (!secret.empty() && secret != protocol::kAskForJobSecret && !protocol::is_job_secret(secret))
+        throw RequestError(Refusal::invalid_request,
+                           fmt::format("header {}: 'new' or 32 to 128 lowercase hexadecimal digits", kJobSecretHeader));
+      return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), secret](auto& reply) mutable {
+        std::string id = jobs.register_job(std::move(info), secret);
         HttpResponse response = ok(id);
-        if (with_secret) response.headers.emplace_back(kJobSecretHeader, jobs.job_secret(id));
+        if (!secret.empty()) response.headers.emplace_back(kJobSecretHeader, jobs.job_secret(id));
         reply(std::move(response));
       });
     }

@@ -61,8 +61,9 @@ struct Rank {
 
 class Cluster {
  public:
+  friend void perseus::simulate::check_simulation_config(const SimulationConfig& config);
   explicit Cluster(const SimulationConfig& config) : config_(config), rng_(config.seed) {
-    check_config();
+    check_config(config_);
     orders_ = config_.stage_orders();  // what each rank runs and registers as its pipe schedule
     build_tables();
     std::vector<unsigned> clocks;
@@ -170,8 +171,7 @@ class Cluster {
   int index(int d, int s, int t) const { return (d * config_.num_stages + s) * config_.tensor_parallel + t; }
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
-  void check_config() const {
-    const auto& c = config_;
+  static void check_config(const SimulationConfig& c) {
     auto usage = [](const std::string& what) { throw Error(what, kExitUsage); };
     if (c.num_stages < 1) usage("--stages must be at least 1");
     if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
@@ -268,6 +268,8 @@ class Cluster {
     }
     for (auto& t : threads) t.join();
     if (ranks_.front().client) summary.job_id = ranks_.front().client->job_id();
+    if (!summary.job_id.empty() && config_.on_registered)
+      config_.on_registered(summary.job_id, ranks_.front().client->job_secret());
   }
 
   double speed_factor(std::mt19937_64& rng) const {
@@ -435,6 +437,8 @@ StragglerSpec parse_straggler(std::string_view text) {
   }
   return spec;
 }
+
+void check_simulation_config(const SimulationConfig& config) { Cluster::check_config(config); }
 
 SimulationSummary simulate_cluster(const SimulationConfig& config,
                                    const std::function<void(const WindowReport&)>& on_report) {

@@ -144,6 +144,12 @@ def test_the_page_shows_a_simulated_job_with_its_phase_and_saving(serve, tmp_pat
     assert timeline and timeline[0]["attrs"]["src"].startswith("blob:"), timeline
     assert status["plan"]["label"] in page.by_id["job-plan"]["text"]
     assert status["decisions"][-1]["detail"] in html
+    # Saving and slowdown say what they are measured against, with its value; the end says why the
+    # job ended without the protocol's marker (a job that ended well need not have profiled).
+    reference = status["reference"]
+    assert f"against the {reference['name']} ({reference['iteration_time']:.3f} s)" in html, reference
+    assert status["end_detail"].startswith("[profiling-done] ")
+    assert page.by_id["job-end"]["text"] == "Ended: " + status["end_detail"][len("[profiling-done] "):]
 
 
 def test_with_a_token_the_page_loads_and_asks_for_it(serve, tmp_path):

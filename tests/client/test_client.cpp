@@ -11,6 +11,9 @@
 #include <optional>
 #include <thread>
 
+#include <boost/asio/ip/tcp.hpp>
+#include <fmt/format.h>
+
 #include "perseus/client/client.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
@@ -79,6 +82,7 @@ TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   auto o = options("http://127.0.0.1:1", gpu);
   o.fail_open = true;
+  o.retry_for = std::chrono::milliseconds(0);  // no waiting for it to come up
   client::Client c(o);
   EXPECT_FALSE(c.enabled());
   c.on_step_begin();  // the hooks do nothing
@@ -102,6 +106,7 @@ TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
   o.world_size = o.pp_degree = 2;
   auto rank0 = o, rank1 = o;
   rank0.server_url = "http://127.0.0.1:1";
+  rank0.retry_for = std::chrono::milliseconds(0);  // gives up at once
   rank0.broadcast_job_id = [&](const std::string& id) {
     sent.set_value(id);
     return id;
@@ -123,23 +128,34 @@ TEST_F(ClientTest, ARankThatFailsAtStartStillTakesPartInTheJobIdBroadcast) {
   EXPECT_EQ(*rank1_got, "");
 }
 
-TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRank) {
-  TestServer server(settings("AllMaxFrequency"));
+// The job-id broadcast of two ranks' clients in one process: what rank 0 sends (kept in `value`)
+// reaches rank 1, which gives up after 10 s, so that a broken broadcast fails the test instead of
+// hanging it.
+struct Broadcast {
   std::promise<std::string> sent;
   std::shared_future<std::string> received = sent.get_future().share();
-  std::string shared;
+  std::string value;
+  void connect(client::ClientOptions& rank0, client::ClientOptions& rank1) {
+    rank0.broadcast_job_id = [this](const std::string& id) {
+      value = id;
+      sent.set_value(id);
+      return id;
+    };
+    rank1.broadcast_job_id = [this](const std::string&) {
+      return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
+    };
+  }
+};
+
+TEST_F(ClientTest, RankZeroRegistersWithASecretThatTravelsWithTheJobIdToEveryRank) {
+  TestServer server(settings("AllMaxFrequency"));
   auto o = options(server.url, gpu::load_nvml(PERSEUS_FAKE_NVML));
   o.world_size = o.pp_degree = 2;
   auto rank0 = o, rank1 = o;
-  rank0.broadcast_job_id = [&](const std::string& value) {
-    shared = value;
-    sent.set_value(value);
-    return value;
-  };
   rank1.rank = rank1.pp_rank = 1;
-  rank1.broadcast_job_id = [&](const std::string&) {
-    return received.wait_for(std::chrono::seconds(10)) == std::future_status::ready ? received.get() : std::string();
-  };
+  Broadcast broadcast;
+  broadcast.connect(rank0, rank1);
+  const std::string& shared = broadcast.value;
   std::unique_ptr<client::Client> c1;
   std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });  // both meet at the first barrier
   client::Client c0(rank0);
@@ -171,6 +187,63 @@ std::vector<unsigned> run_iteration(client::Client& c, gpu::GpuLibrary& gpu, con
   }
   c.on_step_end();
   return clocks;
+}
+
+// A port nothing listens on (yet).
+unsigned short unused_port() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  return acceptor.local_endpoint().port();
+}
+
+// Ranks started before the server (a job script that starts both at once) train at default clocks
+// without waiting; once the server is up, the job registers in the background (rank 0 could not
+// reach the server, so both ranks hold the secret it shared and whichever comes first registers
+// the one job) and the ranks get its schedules.
+TEST_F(ClientTest, ClientsStartedBeforeTheServerRegisterOnceItIsUpAndGetSchedules) {
+  const unsigned short port = unused_port();
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  auto o = options(fmt::format("http://127.0.0.1:{}", port), gpu);
+  o.fail_open = true;
+  o.world_size = o.dp_degree = 2;  // two data-parallel ranks: each runs both instructions
+  o.report_every = 1;
+  o.heartbeat_interval = std::chrono::milliseconds(0);
+  auto rank0 = o, rank1 = o;
+  rank1.rank = rank1.dp_rank = 1;
+  Broadcast broadcast;
+  broadcast.connect(rank0, rank1);
+  const std::string& shared = broadcast.value;
+  std::unique_ptr<client::Client> c1;
+  std::thread other([&] { c1 = std::make_unique<client::Client>(rank1); });
+  client::Client c0(rank0);
+  other.join();
+  ASSERT_TRUE(c1);
+  EXPECT_TRUE(c0.enabled() && c1->enabled()) << "not given up: the server may still come";
+  EXPECT_EQ(c0.job_id(), "");
+  ASSERT_EQ(shared.size(), 33u) << "no job id yet, then the secret rank 0 made: " << shared;
+  EXPECT_EQ(shared[0], '\n');
+  for (int i = 0; i < 2; ++i) {  // training runs, at default clocks
+    EXPECT_EQ(run_iteration(c0, *gpu, c0.pipe_schedule()), (std::vector<unsigned>{1410, 1410, 1410, 1410}));
+    run_iteration(*c1, *gpu, c1->pipe_schedule());
+  }
+
+  TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}), "", {}, {}, port);
+  std::vector<unsigned> clocks;
+  for (auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+       std::chrono::steady_clock::now() < until && clocks != std::vector<unsigned>{1200, 1005, 1200, 1005};) {
+    clocks = run_iteration(c0, *gpu, c0.pipe_schedule());
+    run_iteration(*c1, *gpu, c1->pipe_schedule());
+    c0.wait_for_server(std::chrono::milliseconds(200));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // its retries back off from 0.5 s
+  }
+  EXPECT_EQ(clocks, (std::vector<unsigned>{1200, 1005, 1200, 1005})) << "the job's schedule, once registered";
+  ASSERT_FALSE(c0.job_id().empty());
+  EXPECT_EQ(c1->job_id(), c0.job_id());
+  EXPECT_EQ(c0.job_secret(), shared.substr(1));
+  json jobs = json::parse(server.call("GET", "/jobs").body);
+  ASSERT_EQ(jobs.size(), 1u) << jobs.dump();
+  EXPECT_EQ(jobs[0]["registered"], 2);
+  EXPECT_TRUE(c0.enabled() && c1->enabled());
 }
 
 // An order other than the registered one would give instructions other instructions' clocks

@@ -136,6 +136,16 @@ def test_every_rank_prints_its_time_and_energy_in_both_phases(example):
                      r"   \(no saving to read here: ", stdout), stdout
 
 
+def test_the_example_and_every_rank_say_which_gpu_library_they_use(example):
+    out, stdout = example
+    assert stdout.startswith("== GPU library of every rank: perseus's fake NVML (simulated GPUs, not measurements)")
+    for phase in ("allmax", "plan"):
+        for rank in range(STAGES):
+            first = (out / phase / f"rank{rank}.out").read_text().splitlines()[0]
+            assert first.startswith("GPU library: ") and first.endswith(
+                "(perseus's fake NVML: simulated GPUs, not measurements)"), (phase, rank, first)
+
+
 def test_a_run_in_which_perseus_was_off_fails_saying_so(tmp_path):
     # The fake GPU refuses clock changes: each rank's client fails open and trains on at default clocks.
     done = run_example(tmp_path, PERSEUS_FAKE_NVML_DENY="1")

@@ -38,7 +38,8 @@ def example(tmp_path_factory):
 
 def test_it_says_it_runs_on_the_fake_nvml_and_why(example):
     _, stdout = example
-    assert stdout.startswith("== No GPU here: every rank's GPU is perseus's fake NVML (")
+    assert stdout.startswith("== GPU library: perseus's fake NVML (simulated GPUs, not measurements), wherever this "
+                             "runs:\n   every rank's GPU is ")
     assert "driven by the GPU model in" in stdout and "The savings below are the model's" in stdout
 
 

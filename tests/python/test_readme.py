@@ -31,8 +31,8 @@ QUICK_START_SETUP = "scripts/setup.sh && "
 # Commands shown that this suite does not run, and what does.
 RUN_ELSEWHERE = {
     "scripts/test.sh": "the whole test suite, this file included",
-    "scripts/setup.sh --deps-only && python3 -m venv --system-site-packages .venv && "
-    ".venv/bin/pip install --no-build-isolation .": "scripts/test_python_package.sh (CTest python_package)",
+    "scripts/setup.sh --deps-only && /usr/bin/python3 -m venv --system-site-packages .venv && "
+    ".venv/bin/pip install -v --no-build-isolation .": "scripts/test_python_package.sh (CTest python_package)",
     "pip install --no-build-isolation .          # from the checkout, in the environment of your choice\n"
     "pip wheel --no-build-isolation -w dist .    # or build a wheel to install elsewhere":
     "scripts/test_python_package.sh (CTest python_package)",
@@ -148,6 +148,12 @@ def check_pictures(scratch: Path, output: str) -> None:
         assert "<svg" in (scratch / picture).read_text()[:500], picture
 
 
+def check_straggler_told(scratch: Path, output: str) -> None:
+    """perseus straggler, with the secret simulate printed, changed the demo's running job."""
+    assert re.search(r"job \S+: straggler set \(\{\"dp_rank\":1,\"slowdown\":1\.2\}\)", output), output[-3000:]
+    assert "straggler told: the API says iterations take 1.2x the all-max time" in output, output[-3000:]
+
+
 def check_ranks(scratch: Path, output: str) -> None:
     assert "iteration 5 loss" in output, output[-3000:]
     assert "done" in output and "AllMaxFrequency" in output, output[-3000:]
@@ -158,6 +164,7 @@ CHECKS: Dict[Tuple[str, str, int], Callable[[Path, str], None]] = {
     ("README.md", "Turnkey in one minute", 0): check_turnkey_demo,
     ("README.md", "Three ways to use it", 0): check_offline,
     ("docs/server.md", "Trying it without a GPU", 0): check_fake_gpu_profile,
+    ("docs/server.md", "`perseus straggler`", 0): check_straggler_told,
     ("docs/cli.md", "`perseus plans`", 0): check_plans,
     ("docs/cli.md", "`perseus plot`: pictures", 0): check_pictures,
     ("docs/cluster.md", "Launching with torchrun", 0): check_ranks,
@@ -176,6 +183,41 @@ def test_every_command_of_the_page_runs(page, scratch):
         check = CHECKS.get((page, heading, index))
         if check:
             check(scratch, output)
+
+
+STAND_IN = """#!/bin/bash
+echo "$(basename "$0") $*" >>"$CALLS"
+case "$(basename "$0") $1" in
+  "perseus serve") echo "perseus: error: cannot listen on 127.0.0.1:7787: Address already in use" >&2; exit 73 ;;
+  "perseus status") [[ " $* " == *" --wait "* ]] && exit 66 ;;
+esac
+exit 0
+"""
+
+
+def test_a_snippet_whose_server_does_not_start_stops(tmp_path):
+    """Every snippet that starts `perseus serve` in the background and waits for it goes no further
+    when it does not start (here: a stand-in `perseus` whose serve fails and whose status --wait
+    finds nothing): no ranks, no simulation, no second status."""
+    snippets = [(page, code) for page in PAGES for language, _, code in code_blocks(page)
+                if language == "sh" and re.search(r"perseus serve .*&$", code, re.M | re.S)]
+    assert len(snippets) >= 4, snippets
+    for name in ("src/perseus", "tests/fake_trainer"):
+        (tmp_path / "build" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "build" / name).write_text(STAND_IN)
+        (tmp_path / "build" / name).chmod(0o755)
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    for page, code in snippets:
+        calls = tmp_path / "calls.log"
+        calls.write_text("")
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PERSEUS_")}
+        env.update(CALLS=str(calls), PATH=f"{Path(sys.executable).parent}:{env['PATH']}")
+        _, output = run_snippet(code, tmp_path, timeout=60, env=env)
+        made = calls.read_text().splitlines()
+        assert any(call.startswith("perseus serve") for call in made), (page, made)
+        went_on = [call for call in made if call.startswith(("perseus simulate", "perseus straggler", "fake_trainer"))
+                   or (call.startswith("perseus status") and "--wait" not in call)]
+        assert not went_on, f"{page}: went on after its server did not start: {went_on}\n{code}\n{output[-2000:]}"
 
 
 def test_every_check_and_command_listed_elsewhere_is_still_documented():

@@ -79,6 +79,7 @@ def test_the_single_gpu_script_profiles_then_reuses_its_profile(tmp_path: Path) 
     env = environment(tmp_path)
     first = run(command, tmp_path, env)
     assert "epoch 2: " in first and "Done at" in first, first
+    assert first.startswith(f"GPU library: {FAKE_NVML} (PERSEUS_NVML_LIBRARY) (perseus's fake NVML"), first
     chosen = int(first.split("optimal power limit: ")[1].split(" W")[0])
     measured = json.loads((tmp_path / "plo.json").read_text())["measurements"]
     assert [m["power_limit"] for m in measured] == [400, 350, 300, 250, 200, 150]
@@ -95,7 +96,11 @@ def test_data_parallel_ranks_agree_on_the_limit(tmp_path: Path) -> None:
     command[0] = sys.executable
     env = environment(tmp_path)
     del env["PERSEUS_NVML_LIBRARY"]  # as a user without GPUs runs it: the example picks the fake NVML
+    if subprocess.run([sys.executable, "-c", "import perseus; perseus._Gpus().device_count()"], env=env).returncode == 0:
+        command.append("--fake-gpu")  # this machine has a GPU: the test leaves it alone
     out = run(command, tmp_path, env)
+    said = re.findall(r"rank (\d): GPU library: perseus's fake NVML \(simulated GPUs, not measurements\), (because|as)", out)
+    assert sorted(rank for rank, _ in said) == ["0", "1"], out
     ranks = dict(re.findall(r"rank (\d): (optimal power limit \d+ W, measured \[.*?\)\])", out))
     assert set(ranks) == {"0", "1"}, out
     assert ranks["0"] == ranks["1"], "same limit, same all-reduced measurements"

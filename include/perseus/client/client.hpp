@@ -73,7 +73,8 @@ struct ClientOptions {
   // Rank 0 calls it with the new job id; the others call it with "" and get the id back. May be
   // empty when world_size is 1 or job_id is given. The value is opaque: rank 0 registers the job
   // with a secret, which travels with the id ("<job id>\n<secret>"; a job id has no control
-  // characters), and every request of the job carries it; pass it on unchanged.
+  // characters; the id is empty when the server did not answer yet, see retry_for), and every
+  // request of the job carries it; pass it on unchanged.
   std::function<std::string(const std::string&)> broadcast_job_id;
   std::string job_id;        // join an already registered job (skips registration and the broadcast)
   std::string job_secret;    // with job_id: that job's secret, if it has one ("" -> $PERSEUS_JOB_SECRET)
@@ -90,6 +91,11 @@ struct ClientOptions {
   // 10 s; at once after a request that ran past its deadline)
   // for this long, then gives up as fail_open says. A restarted server resumes the job and every
   // rank rejoins at a round boundary; a result the server already had is acknowledged again.
+  // A server that does not answer when the client is made (started after training) is retried the
+  // same way: training starts at default clocks (the constructor does not wait), the client
+  // registers in the background once the server answers, and takes part from the next iteration
+  // on. Rank 0 then shares a secret it made instead of the job id, and whichever rank reaches the
+  // server first registers the job with it. 0: give up at once.
   std::chrono::milliseconds retry_for{std::chrono::minutes(5)};
   // A background thread tells the server this rank is alive, and how far training got, this often,
   // so that a killed or hung rank is named within seconds (perseus serve --dead-rank-timeout)
@@ -127,8 +133,8 @@ class Client {
   void on_instruction_begin(std::string_view name);
   void on_instruction_end(std::string_view name);
 
-  bool enabled() const;  // false once perseus gave up (fail_open)
-  const std::string& job_id() const;
+  bool enabled() const;               // false once perseus gave up (fail_open)
+  const std::string& job_id() const;  // "" until registered (see retry_for)
   // The job's secret ("" when the server gave none): what another process needs, with the id and
   // the server's URL, to change the job (e.g. perseus straggler, PERSEUS_JOB_SECRET).
   const std::string& job_secret() const;

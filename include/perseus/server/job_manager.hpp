@@ -66,11 +66,13 @@ class JobManager {
   const ServerSettings& settings() const { return settings_; }
   const boost::asio::any_io_executor& executor() const { return executor_; }
 
-  // `with_secret`: the job gets a random secret (returned by job_secret) that every request changing
-  // it must then carry (authorize). Refused before anything is allocated: 422 above max_world_size
-  // or a job id above kMaxJobIdBytes, 503 at max_jobs or max_total_ranks once no ended job is left
-  // to forget early.
-  std::string register_job(JobInfo info, bool with_secret = false);
+  // `secret`: "" none; "new" (protocol::kAskForJobSecret): a random one; else the client's own
+  // (protocol::is_job_secret). Every request changing the job must then carry it (authorize;
+  // job_secret returns it). A secret a job already has registers nothing: that job's id comes back
+  // (409 when the registration differs in shape). Refused before anything is allocated: 422 above
+  // max_world_size or a job id above kMaxJobIdBytes, 503 at max_jobs or max_total_ranks once no
+  // ended job is left to forget early.
+  std::string register_job(JobInfo info, const std::string& secret = "");
   std::string job_secret(const std::string& job_id);  // "" for a job registered without one
   // May this request change job `job_id`? Yes for the administrator (`admin`: the server's bearer
   // token), for any request to a job registered without a secret, and for one carrying the job's
@@ -118,6 +120,7 @@ class JobManager {
   void make_room(int world_size);              // forgets ended jobs early for max_jobs / max_total_ranks, or 503
   void forget(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
+  std::string same_job(const Job& job, const JobInfo& info) const;  // its id, or 409 when `info` differs in shape
   // `own`: the running scheduler's status() (null when none), whose phase names a running job's.
   nlohmann::json summary(const Job& job, const nlohmann::json& own) const;
   nlohmann::json scheduler_status(const Job& job) const;  // the scheduler's, kept after the job ended

@@ -66,6 +66,9 @@ struct SimulationConfig : PipelineShape {
   double time_scale = 0;
   double request_timeout_s = 30;            // the clients' deadline for each request to the server
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
+  // Called once the job is registered, before the first iteration, with its id and secret (what
+  // another process needs to change the job: perseus straggler's PERSEUS_JOB_SECRET).
+  std::function<void(const std::string& job_id, const std::string& job_secret)> on_registered;
 };
 
 // Means per iteration over a window of iterations (first..last, 1-based).
@@ -93,6 +96,10 @@ struct SimulationSummary {
   WindowReport whole;           // every iteration
   std::vector<WindowReport> reports;
 };
+
+// Checks the configuration (Error, usage) and the profile's coverage (InputError): what
+// simulate_cluster checks first, for a caller that says nothing before the arguments are known good.
+void check_simulation_config(const SimulationConfig& config);
 
 // Checks the configuration (Error, usage) and the profile's coverage (InputError), runs the
 // cluster, and calls `on_report` every report_every iterations (and for a last, shorter window).
