@@ -28,6 +28,9 @@ struct SyntheticCluster {
   std::function<double(int d, int r, int k)> factor = [](int, int, int) { return 1.0; };
   // Time factor of an instruction at `clock` (1: as profiled): a profile that is wrong below the top.
   std::function<double(int clock)> clock_error = [](int) { return 1.0; };
+  // Seconds added to every iteration of round r that no instruction shows (a slower gradient
+  // synchronisation): every GPU blocks meanwhile.
+  std::function<double(int r)> overhead = [](int) { return 0.0; };
 
   online::JobShape shape() const {
     online::JobShape s;
@@ -87,6 +90,7 @@ struct SyntheticCluster {
         }
         iteration = std::max(iteration, pipeline_makespan(orders, microbatches, durations));
       }
+      iteration += overhead(round);
       double idle = iteration * double(S * D) - busy_time;
       energy += p_block * idle;
       for (std::size_t d = 0; d < D; ++d) m.pipeline_energy[d] += p_block * idle / double(D) / iterations;

@@ -23,6 +23,7 @@ std::size_t ClockScan::planned() const {
 
 void ClockScan::record(int clock, ClockMeasurement measurement) {
   measured_[clock] = measurement;
+  if (redo_.erase(clock) != 0) return advance();
   if (coarse_ && next_ && clock == *next_) {
     if (!top_energy_) top_energy_ = measurement.energy;
     if (!best_energy_ || measurement.energy < *best_energy_) {
@@ -43,7 +44,18 @@ bool ClockScan::request(int clock) {
   return true;
 }
 
+bool ClockScan::redo(int clock) {
+  if (measured_.count(clock) == 0) return false;
+  redo_.insert(clock);
+  next_ = *redo_.rbegin();
+  return true;
+}
+
 void ClockScan::advance() {
+  if (!redo_.empty()) {
+    next_ = *redo_.rbegin();
+    return;
+  }
   if (coarse_) {
     int needed = (options_.stop_after + options_.coarse_step - 1) / options_.coarse_step;
     bool fell = best_energy_ && top_energy_ && *best_energy_ < *top_energy_ * (1 - options_.descent);

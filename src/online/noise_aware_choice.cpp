@@ -113,7 +113,10 @@ class NoisyPipeline {
         slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
 
     const bool noisy = v.max() > 0;
-    pipelines_ = noisy ? std::clamp(options.pipelines, 1, kMaxPipelines) : 1;
+    const bool spread = !options.speeds.empty();
+    pipelines_ = spread  ? std::min<int>(static_cast<int>(options.speeds.size()), kMaxPipelines)
+                 : noisy ? std::clamp(options.pipelines, 1, kMaxPipelines)
+                         : 1;
     const std::size_t per_sample = static_cast<std::size_t>(pipelines_) * static_cast<std::size_t>(std::max(nodes_, 1));
     const int affordable = static_cast<int>(std::min<std::size_t>(options.max_work / per_sample, 1 << 20));
     samples_ = noisy ? std::max(std::min(std::max(options.samples, 1), affordable), std::min(options.samples, 8)) : 1;
@@ -123,11 +126,30 @@ class NoisyPipeline {
       const auto& inst = instructions_[static_cast<std::size_t>(n)];
       node_sigma_[static_cast<std::size_t>(n)] = std::max(0.0, v.of(inst.stage, inst.kind));
     }
+    // Per pipeline and node: its GPU's speed.
+    std::vector<double> speed(static_cast<std::size_t>(pipelines_) * nodes_, 1.0);
+    node_speed_.assign(static_cast<std::size_t>(nodes_), 1.0);
+    if (spread) {
+      for (int n = 0; n < nodes_; ++n) {
+        const auto& inst = instructions_[static_cast<std::size_t>(n)];
+        const std::pair<int, InstructionKind> key{model_stage(inst, stages_), inst.kind};
+        double sum = 0;
+        for (int d = 0; d < pipelines_; ++d) {
+          const auto& mine = options.speeds[static_cast<std::size_t>(d)];
+          auto it = mine.find(key);
+          const double f = it != mine.end() && it->second > 0 ? it->second : 1.0;
+          speed[static_cast<std::size_t>(d) * nodes_ + n] = f;
+          sum += f;
+        }
+        node_speed_[static_cast<std::size_t>(n)] = sum / pipelines_;
+      }
+    }
     factors_.assign(static_cast<std::size_t>(samples_) * pipelines_ * nodes_, 1.0);
-    if (noisy) {
-      std::mt19937_64 rng(options.seed);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      for (std::size_t i = 0; i < factors_.size(); ++i) factors_[i] = std::exp(node_sigma_[i % nodes_] * normal(rng));
+    std::mt19937_64 rng(options.seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (std::size_t i = 0; i < factors_.size(); ++i) {
+      const std::size_t pipeline_node = i % (static_cast<std::size_t>(pipelines_) * nodes_);
+      factors_[i] = (noisy ? std::exp(node_sigma_[i % nodes_] * normal(rng)) : 1.0) * speed[pipeline_node];
     }
   }
 
@@ -139,7 +161,7 @@ class NoisyPipeline {
   std::pair<int, std::size_t> slot(int node) const { return slot_of_[static_cast<std::size_t>(node)]; }
   double mean_factor(int node) const {
     const double s = node_sigma_[static_cast<std::size_t>(node)];
-    return std::exp(s * s / 2);
+    return std::exp(s * s / 2) * node_speed_[static_cast<std::size_t>(node)];
   }
 
   int samples() const { return samples_; }
@@ -269,7 +291,8 @@ class NoisyPipeline {
   std::vector<int> topo_;
   std::vector<std::pair<int, std::size_t>> slot_of_;
   std::vector<double> node_sigma_;
-  std::vector<double> factors_;  // [sample][pipeline][node]
+  std::vector<double> node_speed_;  // mean over the pipelines
+  std::vector<double> factors_;     // [sample][pipeline][node]
 };
 
 // One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyPipeline.

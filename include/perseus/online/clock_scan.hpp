@@ -38,6 +38,10 @@ class ClockScan {
   // Asks for `clock` to be measured too (a plan wants to run it), after the scan's own clocks.
   // Returns false when it is measured already or not one of the scan's clocks.
   bool request(int clock);
+  // Asks for `clock` to be measured again (it was measured under conditions that changed since),
+  // before the scan's own clocks; its measurement is kept until then. False when it is not one of
+  // the scan's measured clocks.
+  bool redo(int clock);
 
   const std::map<int, ClockMeasurement>& measured() const { return measured_; }
   const std::vector<int>& clocks() const { return clocks_; }  // descending
@@ -51,7 +55,7 @@ class ClockScan {
  private:
   void advance();
   std::optional<int> next_fill() const;
-  std::set<int> requested_;
+  std::set<int> requested_, redo_;
 
   std::vector<int> clocks_;  // descending
   ScanOptions options_;

@@ -30,6 +30,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -82,6 +83,10 @@ struct NoiseAwareOptions {
   // ends with the slowest of this many independently noisy pipelines (at most kMaxPipelines of
   // them are drawn: the slowest of more grows too slowly to matter next to the work).
   int pipelines = 1;
+  // Per pipeline, per (model stage, kind): its GPUs' speed, a factor on the time and energy of every
+  // such instruction (1 where not given; GPUs of one cluster are not equally fast). When given, its
+  // size is the number of pipelines drawn (at most kMaxPipelines), instead of `pipelines`.
+  std::vector<std::map<std::pair<int, InstructionKind>, double>> speeds;
   // Bound on one evaluation's work, instructions x pipelines x samples: large pipelines get
   // fewer samples (at least 8), so that a choice stays within seconds.
   std::size_t max_work = std::size_t{1} << 22;
