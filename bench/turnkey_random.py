@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from turnkey_truth import HEADER, MEASURED, Scenario, measured_profile, row, run_scenario, synth_profile  # noqa: E402
 
 SCHEDULES = ["1f1b", "1f1b", "1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev"]
-CLASSES = ["transient", "straggler", "permanent", "from-start", "drift", "spread", "quiet"]
+CLASSES = ["transient", "straggler", "permanent", "from-start", "drift", "spread", "quiet", "latency"]
 
 
 def random_profile(rng, perseus, scratch, name, model_stages, split):

@@ -121,6 +121,9 @@ class NoisyPipeline {
     const int affordable = static_cast<int>(std::min<std::size_t>(options.max_work / per_sample, 1 << 20));
     samples_ = noisy ? std::max(std::min(std::max(options.samples, 1), affordable), std::min(options.samples, 8)) : 1;
     samples_ = std::max(samples_, 1);
+    competitor_ = options.competitor;
+    latency_ = std::max(0.0, options.clock_latency);
+    if (!competitor_.empty()) samples_ = static_cast<int>(competitor_.size());
     node_sigma_.resize(static_cast<std::size_t>(nodes_));
     for (int n = 0; n < nodes_; ++n) {
       const auto& inst = instructions_[static_cast<std::size_t>(n)];
@@ -199,10 +202,30 @@ class NoisyPipeline {
     const bool gradient = detail != Detail::time;
     const bool paths = detail == Detail::paths;
     std::vector<Emulator::Cost> costs(static_cast<std::size_t>(nodes_));
+    // With a clock latency: an instruction whose clock differs from the one before it on its stage
+    // runs at that one's clock for the latency (its cost at that clock, here), then at its own.
+    std::vector<Emulator::Cost> before;
+    if (latency_ > 0) before.resize(costs.size());
     for (int n = 0; n < nodes_; ++n) {
       const auto [s, k] = slot(n);
-      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), frequencies[static_cast<std::size_t>(s)][k]);
+      const auto& stage = frequencies[static_cast<std::size_t>(s)];
+      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), stage[k]);
+      if (latency_ > 0) {
+        const int previous = stage[k > 0 ? k - 1 : stage.size() - 1];  // the last one of the iteration before
+        before[static_cast<std::size_t>(n)] =
+            previous == stage[k] ? Emulator::Cost{-1, 0} : *emulator_.cost(instruction(n), previous);
+      }
     }
+    // Time and energy of node n with noise factor f.
+    auto run = [&](int n, double f) -> std::pair<double, double> {
+      const auto& now = costs[static_cast<std::size_t>(n)];
+      if (latency_ <= 0 || before[static_cast<std::size_t>(n)].time < 0) return {now.time * f, now.energy * f};
+      const auto& old = before[static_cast<std::size_t>(n)];
+      const double t_old = old.time * f;
+      if (t_old <= latency_) return {t_old, old.energy * f};  // it ends before the new clock takes effect
+      const double done = latency_ / t_old;                   // its share of the work at the old clock
+      return {latency_ + (1 - done) * now.time * f, done * old.energy * f + (1 - done) * now.energy * f};
+    };
     Result out;
     if (gradient) out.gradient.assign(static_cast<std::size_t>(nodes_), 0.0);
     if (paths) {
@@ -214,7 +237,10 @@ class NoisyPipeline {
     double sum_time = 0, sum_sq = 0, sum_energy = 0;
     for (int k = 0; k < samples_; ++k) {
       double slowest = 0, compute = 0, busy = 0;
-      int slowest_pipeline = 0, slowest_last = -1;
+      // The other pipelines' end, when given: the iteration ends no earlier.
+      const bool floor = !competitor_.empty();
+      if (floor) slowest = competitor_[static_cast<std::size_t>(k)];
+      int slowest_pipeline = floor ? -1 : 0, slowest_last = -1;
       for (int d = 0; d < pipelines_; ++d) {
         const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
         int last = -1;
@@ -222,10 +248,10 @@ class NoisyPipeline {
           double s = 0;
           for (int p : predecessors_[static_cast<std::size_t>(n)]) s = std::max(s, end[static_cast<std::size_t>(p)]);
           start[static_cast<std::size_t>(n)] = s;
-          const double t = costs[static_cast<std::size_t>(n)].time * f[n];
+          const auto [t, e] = run(n, f[n]);
           end[static_cast<std::size_t>(n)] = s + t;
           busy += t;
-          compute += costs[static_cast<std::size_t>(n)].energy * f[n];
+          compute += e;
           if (last < 0 || end[static_cast<std::size_t>(n)] > end[static_cast<std::size_t>(last)]) last = n;
         }
         const double time = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
@@ -235,13 +261,12 @@ class NoisyPipeline {
             const auto n = static_cast<std::size_t>(*it);
             double after = 0;
             for (int q : successors_[n])
-              after =
-                  std::max(after, tail[static_cast<std::size_t>(q)] + costs[static_cast<std::size_t>(q)].time * f[q]);
+              after = std::max(after, tail[static_cast<std::size_t>(q)] + run(q, f[q]).first);
             tail[n] = after;
             through[n] = end[n] + after;
           }
         }
-        if (d == 0 || time > slowest) {
+        if ((d == 0 && !floor) || time > slowest) {
           slowest = time;
           slowest_pipeline = d;
           slowest_last = last;
@@ -256,7 +281,7 @@ class NoisyPipeline {
       if (paths) out.makespan[static_cast<std::size_t>(k)] = slowest;
       // Every pipeline's GPUs compute or block until the slowest pipeline ends.
       sum_energy += (compute + p_block_ * (stages_ * pipelines_ * slowest - busy)) / pipelines_;
-      if (gradient) {
+      if (gradient && slowest_pipeline >= 0) {
         const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + slowest_pipeline) * nodes_];
         for (int n = slowest_last; n >= 0;) {
           out.gradient[static_cast<std::size_t>(n)] += f[n] / samples_;
@@ -292,6 +317,8 @@ class NoisyPipeline {
   std::vector<std::pair<int, std::size_t>> slot_of_;
   std::vector<double> node_sigma_;
   std::vector<double> node_speed_;  // mean over the pipelines
+  std::vector<double> competitor_;  // per sample: when the iteration ends at the latest anyway
+  double latency_ = 0;              // seconds until a changed clock takes effect
   std::vector<double> factors_;     // [sample][pipeline][node]
 };
 
@@ -332,7 +359,7 @@ class Chooser {
     }
     ChosenPlan top = all_max();
     if (best) {
-      ChosenPlan improved = improve(std::move(*best));
+      ChosenPlan improved = merge(improve(std::move(*best)));
       if (improved.frequencies == top.frequencies) return top;  // raised all the way: call it by its name
       if (improved.point) improved.fit_steps = steps_from(*improved.point, improved.frequencies);
       return improved;
@@ -561,6 +588,43 @@ class Chooser {
     return best;
   }
 
+  // With a clock latency a change of clock pays only where what the instruction gains at its new
+  // clock outweighs running the latency at the clock before: each change is tried without (the
+  // instruction at the clock before it, or the one before at this one's) and left out where the
+  // plan then costs no more and still meets the deadline. Bounded in evaluations.
+  ChosenPlan merge(ChosenPlan plan) {
+    if (options_.clock_latency <= 0) return plan;
+    constexpr int kEvaluations = 600;
+    auto freqs = plan.frequencies;
+    NoisyEstimate current = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+    int budget = kEvaluations;
+    for (int pass = 0; pass < 3 && budget > 0; ++pass) {
+      bool changed = false;
+      for (std::size_t s = 0; s < freqs.size() && budget > 0; ++s)
+        for (std::size_t k = 1; k < freqs[s].size() && budget > 0; ++k) {
+          if (freqs[s][k] == freqs[s][k - 1]) continue;
+          for (const std::size_t target : {k, k - 1}) {
+            const int old_clock = freqs[s][target], clock = freqs[s][target == k ? k - 1 : k];
+            if (!noisy_.emulator().cost(noisy_.emulator().layout()[s][target], clock)) continue;  // not profiled
+            freqs[s][target] = clock;
+            --budget;
+            const auto e = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+            if (e.time <= deadline_ && total(e) <= total(current) - 1e-12) {
+              current = e;
+              changed = true;
+              break;
+            }
+            freqs[s][target] = old_clock;
+          }
+        }
+      if (!changed) break;
+    }
+    plan.frequencies = std::move(freqs);
+    plan.time = current.time;
+    plan.energy = current.energy;
+    return plan;
+  }
+
   // Clock steps between a plan and its frontier point, either way, over every instruction.
   int steps_from(std::size_t point, const std::vector<std::vector<int>>& freqs) {
     const auto& base = frequencies(point);
@@ -615,6 +679,13 @@ NoisyEstimate expected_time_and_energy(const PlanningOutput& plans, const std::v
   NoisyPipeline noisy(plans, v, options);
   noisy.emulator().check_plan(frequencies);
   return noisy.evaluate(frequencies, NoisyPipeline::Detail::time).estimate;
+}
+
+std::vector<double> iteration_samples(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
+                                      const Variability& v, const NoiseAwareOptions& options) {
+  NoisyPipeline noisy(plans, v, options);
+  noisy.emulator().check_plan(frequencies);
+  return noisy.evaluate(frequencies, NoisyPipeline::Detail::paths).makespan;
 }
 
 double expected_time(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,

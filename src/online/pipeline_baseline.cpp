@@ -69,9 +69,8 @@ double PipelineBaseline::speed(std::size_t d, const StageKind& key) const {
 }
 
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
-                                                   const std::vector<std::vector<Instruction>>& orders,
-                                                   int num_stages, const std::vector<std::vector<int>>* clocks,
-                                                   int top) const {
+                                                   const std::vector<std::vector<Instruction>>& orders, int num_stages,
+                                                   const std::vector<std::vector<int>>* clocks, int top) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
   std::vector<double> ratios;
   const auto& slots = m.slot_time[d];

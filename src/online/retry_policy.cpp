@@ -48,7 +48,8 @@ void RetryPolicy::retried(int) {
 }
 
 bool RetryPolicy::held(int rounds) {
-  if (!trying_ || rounds < interval_) return false;
+  constexpr int kHeld = 10;  // rounds without a verdict against it that make a retry a success
+  if (!trying_ || rounds < std::min(interval_, kHeld)) return false;
   trying_ = false;
   interval_ = std::min(first_, std::max(most_, 1));
   return true;
@@ -56,7 +57,7 @@ bool RetryPolicy::held(int rounds) {
 
 void RetryPolicy::wait(int round, const Evidence& evidence) {
   waiting_ = most_ > 0;
-  stepped_round_ = round;
+  stepped_round_ = round - interval_;  // due at once
   at_step_ = evidence;
 }
 

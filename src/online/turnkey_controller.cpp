@@ -44,7 +44,8 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
       hooks_(std::move(hooks)),
       reused_profile_(std::move(reused)),
       retry_(config_.retry_after, config_.max_retry_after),
-      detector_(config_.detector) {
+      detector_(config_.detector),
+      latency_(config_.clock_latency.value_or(0)) {
   if (shape_.num_stages < 1 || shape_.num_microbatches < 1 || shape_.pipelines < 1)
     throw std::invalid_argument("the job needs at least one stage, microbatch and pipeline");
   if (shape_.clocks.empty()) throw std::invalid_argument("no clock to run");
@@ -128,6 +129,10 @@ RoundClocks TurnkeyController::next_round() {
 
 void TurnkeyController::observe(const RoundMeasurement& m) {
   int round = round_++;
+  if (phase_ == ControllerPhase::deployed) {
+    clock_changes_ += m.clock_changes;
+    clocks_late_ += m.clocks_late;
+  }
   last_round_on_plans_ = phase_ == ControllerPhase::deployed && ran_plan_;
   last_pipeline_time_ = m.pipeline_time;
   last_pipeline_energy_ = m.pipeline_energy;
@@ -241,7 +246,7 @@ std::vector<double> TurnkeyController::paced_ratios(const RoundMeasurement& m, b
   for (std::size_t d = 0; d < out.size(); ++d) {
     double expected =
         (pipelines_.known() ? pipelines_.pace(d) : 1.0) * (d < pace_change_.size() ? pace_change_[d] : 1.0);
-    if (on_plans) expected *= plan_of(d) ? plan_of(d)->time : 0;
+    if (on_plans) expected = d < predicted_.size() ? predicted_[d] : 0;
     out[d] = expected > 0 && m.pipeline_time[d] > 0 ? m.pipeline_time[d] / expected : 1.0;
   }
   return out;
@@ -376,12 +381,17 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
 // paced to them once deployed.
 void TurnkeyController::note_slow_pipelines() {
   if (!pipelines_.known() || pipelines_.pipelines() < 2) return;
-  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d)
-    if (pipelines_.pace(d) > 1 + config_.detector.threshold)
+  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) {
+    std::vector<double> others;
+    for (std::size_t e = 0; e < pipelines_.pipelines(); ++e)
+      if (e != d) others.push_back(pipelines_.pace(e));
+    const double pace = pipelines_.pace(d) / median(others);
+    if (pace > 1 + config_.detector.threshold)
       decide("slow pipeline in the baseline",
-             fmt::format("pipeline {} ran {:.3f}x the median pipeline's compute-bound time at all-max since the "
+             fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max since the "
                          "start: part of the all-max baseline (not a straggler); the others run plans paced to it",
-                         d, pipelines_.pace(d)));
+                         d, pace));
+  }
 }
 
 bool TurnkeyController::profiling_done() const {
@@ -499,13 +509,15 @@ void TurnkeyController::start_planning(Profile profile) {
   PlanningInput input;
   input.config.shape() = shape_.shape();
   input.config.p_block = p_block_.value_or(0);
-  input.config.cost_model = config_.cost_model;
+  input.config.cost_model = replans_ > 0 ? CostModelKind::piecewise_linear : config_.cost_model;
   input.config.unit_time = config_.unit_time.value_or(automatic_unit_time(profile));
+  if (replans_ > 1) input.config.unit_time /= 2;  // a finer time quantum: steps too small for the coarse one
+  planned_profile_ = profile;
   input.profile = std::move(profile);
   input.record_dir = hooks_.record_dir;
   phase_ = ControllerPhase::planning;
   decide("planning", fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
-                                 input.config.unit_time, input.config.p_block, to_string(config_.cost_model)));
+                                 input.config.unit_time, input.config.p_block, to_string(input.config.cost_model)));
   planner_.start(std::move(input), hooks_.wake);
 }
 
@@ -514,6 +526,19 @@ void TurnkeyController::plan_ready() {
     plans_ = planner_.take();
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("Perseus could not plan: {}", e.what()));
+  }
+  // No frontier (the solver stopped before its first point): plan again with the piecewise-linear
+  // cost model (exact at the measured points), then with a finer time quantum, before settling
+  // for all-max.
+  constexpr int kMostReplans = 2;
+  if (plans_->record.points.empty() && replans_ < kMostReplans && planned_profile_) {
+    ++replans_;
+    decide("no frontier",
+           fmt::format("planning found no frontier point ({}); planning again {}",
+                       plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason,
+                       replans_ == 1 ? "with the piecewise-linear cost model" : "with half the time quantum"));
+    plans_.reset();
+    return start_planning(*planned_profile_);
   }
   if (refine_passes_ < config_.refine_passes && !reused_ && config_.interpolate) {
     // Fill in where the front needs it: measure the clocks the target plan runs that were only
@@ -561,7 +586,15 @@ void TurnkeyController::deploy_plan() {
   }
   target_plan_ =
       plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), target_options());
-  plan_reason_ = "the cheapest plan predicted to meet the target";
+  plan_reason_ = plans_->record.points.empty()
+                     ? fmt::format("planning found no frontier ({}): all-max",
+                                   plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason)
+                 : !target_plan_->point && target_plan_->fit_steps == 0
+                     ? "no plan but all-max is predicted to meet the target"
+                     : "the cheapest plan predicted to meet the target";
+  if (plans_->record.points.empty())
+    decide("no frontier",
+           fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
     decide("deadline below all-max", fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
@@ -583,23 +616,70 @@ std::string TurnkeyController::describe(const ChosenPlan& plan) const {
   return fmt::format("{} (predicted {:.6g} s, {:.6g} J per pipeline)", plan.label(), plan.time * scale_, plan.energy);
 }
 
-// Per pipeline, its all-max pace now relative to the median pipeline's in the baseline: its
-// baseline pace, times the straggler's slowdown on the straggler (told or detected).
-std::vector<double> TurnkeyController::current_paces() const {
-  std::vector<double> paces(static_cast<std::size_t>(shape_.pipelines), 1.0);
-  for (std::size_t d = 0; d < paces.size(); ++d)
-    paces[d] = (pipelines_.known() ? pipelines_.pace(d) : 1.0) * pace_change_.at(d);
-  if (straggler_ && straggler_->pipeline && !straggler_->in_baseline) {
-    const auto d = static_cast<std::size_t>(*straggler_->pipeline);
-    if (d < paces.size()) paces[d] *= straggler_->slowdown;
-  }
-  return paces;
+// Per pipeline, per (model stage, kind): its GPUs' speed now (a factor on time and energy): the
+// baseline's, times how much its pace changed since; `straggling`: times the straggler's slowdown
+// on the straggler too.
+std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d, bool straggling) const {
+  std::map<StageKind, double> out;
+  double factor = d < pace_change_.size() ? pace_change_[d] : 1.0;
+  if (straggling && straggler_ && straggler_->pipeline && !straggler_->in_baseline && !straggler_->told &&
+      static_cast<std::size_t>(*straggler_->pipeline) == d)
+    factor *= straggler_->slowdown;
+  for (const auto& key : operations_) out[key] = (pipelines_.known() ? pipelines_.speed(d, key) : 1.0) * factor;
+  return out;
 }
 
-// Every pipeline's plan from the target and the straggler (told first, then detected) or the
-// pipelines slow since the baseline: pipelines that would finish earlier than the slowest one by
-// more than half the straggler threshold run the cheapest plan that finishes by its time.
+// The chooser's options for `group` of pipelines: their GPUs' speeds (the slowest kMaxPipelines).
+NoiseAwareOptions TurnkeyController::options_for(const std::vector<std::size_t>& group, bool straggling) const {
+  NoiseAwareOptions o;
+  o.pipelines = static_cast<int>(std::max<std::size_t>(group.size(), 1));
+  o.clock_latency = latency_;
+  if (!pipelines_.known() || shape_.pipelines < 2) return o;
+  std::vector<std::size_t> order = group;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pipelines_.pace(a) * pace_change_[a] > pipelines_.pace(b) * pace_change_[b];
+  });
+  order.resize(std::min<std::size_t>(order.size(), kMaxPipelines));
+  for (std::size_t d : order) o.speeds.push_back(speeds_of(d, straggling));
+  return o;
+}
+
+// Pipeline d's noise-free iteration time running `frequencies` on its GPUs (the model's terms).
+double TurnkeyController::time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies,
+                                  bool straggling) const {
+  NoiseAwareOptions o;
+  o.speeds.push_back(speeds_of(d, straggling));
+  o.clock_latency = latency_;
+  return expected_time(*plans_, frequencies, Variability{}, o);
+}
+
+// The pipelines that run the target plan when nobody straggles: those within half the straggler
+// threshold of the slowest one's all-max time (the others finish earlier anyway and are paced).
+std::vector<std::size_t> TurnkeyController::lead_pipelines(const std::vector<double>& top) const {
+  std::vector<std::size_t> lead;
+  const double slowest = top.empty() ? 0 : *std::max_element(top.begin(), top.end());
+  for (std::size_t d = 0; d < top.size(); ++d)
+    if (top[d] * (1 + config_.detector.threshold / 2) >= slowest) lead.push_back(d);
+  return lead;
+}
+
+NoiseAwareOptions TurnkeyController::target_options() const {
+  if (!plans_ || !pipelines_.known()) return options_for({}, false);
+  std::vector<double> top;
+  const auto all = all_max(*plans_).frequencies;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) top.push_back(time_on(d, all, false));
+  return options_for(lead_pipelines(top), false);
+}
+
+// Every pipeline's plan from the target and the straggler (told first, then detected): the
+// pipelines that set the iteration's pace (the straggler, or the slowest of the baseline and those
+// within half the threshold of it) run the target plan; every other pipeline runs the cheapest plan
+// that, on its own GPUs and under the measured noise, makes the iteration end no more than
+// kPaceAllowance later than the pace setters alone would (a straggler told without its pipeline:
+// every pipeline slows to the time told).
 void TurnkeyController::assign_plans(const std::string& why) {
+  constexpr double kPaceAllowance = 0.001;
+  constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
   std::optional<ActiveStraggler> next;
   if (told_straggler_) {
     ActiveStraggler s;
@@ -615,62 +695,77 @@ void TurnkeyController::assign_plans(const std::string& why) {
     s.pipeline = detector_.current()->pipeline;
     s.slowdown = detector_.current()->slowdown;
     next = s;
-  } else if (pipelines_.known() && pipelines_.pipelines() > 1) {
-    // The slowest pipeline of the baseline, when it is slower than the others by more than the threshold.
-    std::size_t slowest = 0;
-    for (std::size_t d = 1; d < pipelines_.pipelines(); ++d)
-      if (pipelines_.pace(d) * pace_change_.at(d) > pipelines_.pace(slowest) * pace_change_.at(slowest)) slowest = d;
-    const double pace = pipelines_.pace(slowest) * pace_change_.at(slowest);
-    if (pace > 1 + config_.detector.threshold) {
-      ActiveStraggler s;
-      s.pipeline = static_cast<int>(slowest);
-      s.slowdown = pace;
-      s.in_baseline = true;
-      next = s;
-    }
   }
   straggler_ = next;
-  const std::vector<double> paces = current_paces();
-  const double slowest = paces.empty() ? 1.0 : *std::max_element(paces.begin(), paces.end());
-  if (straggler_ && !straggler_->told) straggler_->compute_time = target_plan_->time * slowest;
-  // Stretch per pipeline: how much later than its own time the slowest pipeline finishes. Binned
-  // (a plan per bin, chosen for the bin's lower edge), so that many pipelines of slightly different
-  // speeds need few choices. A told straggler sets the time directly; without a pipeline, every
-  // pipeline slows to it.
-  constexpr double kBin = 0.002;
-  std::vector<double> stretch(paces.size(), 1.0);
-  for (std::size_t d = 0; d < paces.size(); ++d) {
-    if (straggler_ && straggler_->told) {
-      if (straggler_->pipeline && static_cast<int>(d) == *straggler_->pipeline) continue;
-      stretch[d] = straggler_->compute_time / target_plan_->time;
-    } else if (paces[d] > 0) {
-      stretch[d] = slowest / paces[d];
+  const auto D = static_cast<std::size_t>(shape_.pipelines);
+  const auto all = all_max(*plans_).frequencies;
+  std::vector<double> top(D);
+  for (std::size_t d = 0; d < D; ++d) top[d] = time_on(d, all, true);
+  const double slowest = *std::max_element(top.begin(), top.end());
+  std::vector<std::size_t> lead;
+  if (straggler_ && straggler_->told) {
+    if (straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) < D)
+      lead.push_back(static_cast<std::size_t>(*straggler_->pipeline));
+  } else {
+    lead = lead_pipelines(top);
+  }
+  // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
+  if (!straggler_ && D > 1 && pipelines_.known()) {
+    const std::size_t d = static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
+    std::vector<double> others;
+    for (std::size_t e = 0; e < D; ++e)
+      if (e != d) others.push_back(top[e]);
+    const double pace = top[d] / median(others);
+    if (pace > 1 + config_.detector.threshold) {
+      ActiveStraggler s;
+      s.pipeline = static_cast<int>(d);
+      s.slowdown = pace;
+      s.in_baseline = true;
+      straggler_ = s;
     }
   }
-  // The others finish a little before the slowest one (two standard deviations of an iteration under the
-  // noise), so that the slowest of them does not make the iteration later than the slow one alone would.
-  const double margin = 1 - 2 * pace_model_.sigma();
-  std::vector<int> pace_of(paces.size(), -1);
+  // When the iteration ends anyway, per Monte Carlo sample: the pace setters on the target plan, or
+  // all-max stretched to the time told.
+  const Variability v = choice_variability();
+  std::vector<double> pace;
+  if (straggler_ && straggler_->told) {
+    std::vector<std::size_t> everyone(D);
+    for (std::size_t d = 0; d < D; ++d) everyone[d] = d;
+    pace = iteration_samples(*plans_, all, v, options_for(everyone, false));
+    const double told = straggler_->slowdown;
+    for (double& t : pace) t *= told;
+  } else {
+    pace = iteration_samples(*plans_, target_plan_->frequencies, v, options_for(lead, true));
+  }
+  double pace_time = 0;
+  for (double t : pace) pace_time += t / static_cast<double>(pace.size());
+  const double to_nominal = plan_choice::NoiseSeam(*plans_, v, target_options()).to_noisy;
+  // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
+  std::vector<int> pace_of(D, -1);
+  std::map<long, std::vector<std::size_t>> groups;
+  for (std::size_t d = 0; d < D; ++d) {
+    if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
+    groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
+  }
   std::vector<ChosenPlan> paced;
-  std::map<long, int> bins;
-  for (std::size_t d = 0; d < paces.size(); ++d) {
-    const double s = stretch[d] * margin;
-    if (!(s > 1 + config_.detector.threshold / 2)) continue;
-    const long bin = static_cast<long>(std::floor((s - 1) / kBin));
-    auto [it, inserted] = bins.emplace(bin, static_cast<int>(paced.size()));
-    if (inserted) {
-      const double deadline = target_plan_->time * (1 + static_cast<double>(bin) * kBin);
-      paced.push_back(plan_choice::choose_plan_under_noise(*plans_, std::max(deadline, target_plan_->time),
-                                                           choice_variability(),
-                                                           plan_choice::for_pipelines(shape_.pipelines)));
-    }
-    pace_of[d] = it->second;
+  for (const auto& [bin, members] : groups) {
+    NoiseAwareOptions o = options_for(members, true);
+    o.competitor = pace;
+    ChosenPlan plan = choose_plan_under_noise(*plans_, pace_time * (1 + kPaceAllowance), v, o);
+    plan.time /= to_nominal > 0 ? to_nominal : 1.0;
+    for (std::size_t d : members) pace_of[d] = static_cast<int>(paced.size());
+    paced.push_back(std::move(plan));
   }
   bool changed = !deployed_once_ || pace_of != pace_of_ || paced.size() != paced_plans_.size();
   for (std::size_t i = 0; !changed && i < paced.size(); ++i)
     changed = paced[i].frequencies != paced_plans_[i].frequencies;
   pace_of_ = std::move(pace_of);
   paced_plans_ = std::move(paced);
+  // What each pipeline is expected to take on its plan without a straggler (detection's yardstick).
+  predicted_.assign(D, 0);
+  for (std::size_t d = 0; d < D; ++d) predicted_[d] = time_on(d, plan_of(d)->frequencies, false);
+  if (straggler_ && !straggler_->told && straggler_->pipeline)
+    straggler_->compute_time = predicted_[static_cast<std::size_t>(*straggler_->pipeline)] * straggler_->slowdown;
   deployed_once_ = true;
   if (!changed) return;
   measured_.clear();
@@ -848,6 +943,10 @@ void TurnkeyController::correct_baseline(double time, double energy) {
 }
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
+  if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
+    remember(m);
+    return choose_for_latency();
+  }
   ++rounds_on_plan_;
   ++rounds_since_probe_;
   measure_conditions(m, true);
@@ -864,6 +963,67 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
     return assign_plans(detector_.current() ? "slowed to the straggler" : "back to the target plan");
   if (follow_baseline_changes(ratios)) return assign_plans("paced to the pipelines' new speeds");
   judge_plan();
+}
+
+// The clock latency from a round on the plans: per stage, an instruction right after a change of
+// clock takes longer (shorter, after a change to a slower clock) than one of the same kind at the
+// same clock right after the same clock, by the latency times 1 - (its time at its clock over its
+// time at the clock before). The least-squares latency over the rounds so far, once there are
+// enough of them and it is clearly above zero; plans are chosen again for it when it differs from
+// what they were chosen for by more than a quarter (and half a millisecond).
+bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
+  if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
+  constexpr std::size_t kKept = 4000, kEnough = 200;
+  const Emulator& emulator = *plans_->emulator;
+  for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+    const ChosenPlan* plan = plan_of(d);
+    if (!plan) continue;
+    for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s) {
+      const auto& times = m.slot_time[d][s];
+      const auto& clocks = plan->frequencies[s];
+      const auto& order = orders_[s];
+      const std::size_t n = std::min({times.size(), clocks.size(), order.size()});
+      std::map<std::tuple<int, InstructionKind, int>, double> unchanged;
+      for (std::size_t k = 1; k < n; ++k)
+        if (clocks[k] == clocks[k - 1] && times[k] > 0)
+          unchanged.emplace(std::tuple{model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]}, times[k]);
+      for (std::size_t k = 1; k < n; ++k) {
+        if (clocks[k] == clocks[k - 1] || times[k] <= 0) continue;
+        auto same = unchanged.find({model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]});
+        const auto now = emulator.cost(order[k], clocks[k]), before = emulator.cost(order[k], clocks[k - 1]);
+        if (same == unchanged.end() || !now || !before || before->time <= 0) continue;
+        const double share = 1 - now->time / before->time;
+        if (std::abs(share) >= 0.05) latency_samples_.push_back({share, times[k] - same->second});
+      }
+    }
+  }
+  if (latency_samples_.size() > kKept)
+    latency_samples_.erase(latency_samples_.begin(),
+                           latency_samples_.begin() + static_cast<long>(latency_samples_.size() - kKept));
+  if (latency_samples_.size() < kEnough) return false;
+  double xx = 0, xy = 0;
+  for (const auto& [share, excess] : latency_samples_) xx += share * share, xy += share * excess;
+  const double fit = xy / xx;
+  double residual = 0;
+  for (const auto& [share, excess] : latency_samples_) residual += std::pow(excess - fit * share, 2);
+  const double stderr_ = std::sqrt(residual / double(latency_samples_.size() - 1) / xx);
+  constexpr double kSmallest = 5e-4;
+  const double now = fit < std::max(kSmallest, 3 * stderr_) ? 0.0 : fit;
+  if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
+  decide("clock latency",
+         fmt::format("a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
+                     "(measured over {} changes; plans were chosen for {:.2f} ms): choosing them again",
+                     1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_));
+  latency_ = now;
+  return true;
+}
+
+void TurnkeyController::choose_for_latency() {
+  ++straggler_changes_;  // the evidence of every verdict on a plan is stale
+  target_plan_ =
+      plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
+  deployed_once_ = false;
+  assign_plans("chosen for the clock latency");
 }
 
 // A pipeline slow since the baseline that runs faster than that by more than half the straggler
@@ -896,40 +1056,21 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
   return changed;
 }
 
-// What the target plan is chosen for: every pipeline runs it, each on GPUs of the speeds the baseline
-// measured (the slowest pipelines, when there are more than the chooser draws).
-NoiseAwareOptions TurnkeyController::target_options() const {
-  NoiseAwareOptions o;
-  o.pipelines = shape_.pipelines;
-  if (!pipelines_.known() || pipelines_.pipelines() < 2) return o;
-  std::vector<std::size_t> order(pipelines_.pipelines());
-  for (std::size_t d = 0; d < order.size(); ++d) order[d] = d;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return pipelines_.pace(a) * pace_change_[a] > pipelines_.pace(b) * pace_change_[b];
-  });
-  order.resize(std::min<std::size_t>(order.size(), kMaxPipelines));
-  for (std::size_t d : order) {
-    std::map<StageKind, double> speed;
-    for (const auto& key : operations_) speed[key] = pipelines_.speed(d, key) * pace_change_[d];
-    o.speeds.push_back(std::move(speed));
-  }
-  return o;
-}
-
 Evidence TurnkeyController::evidence() const {
   return {baseline_corrections_, straggler_changes_, reference().conditions};
 }
 
-// Back to the saving plan after a step-up: all the way when the evidence against it is stale; after
-// rounds alone, halfway (the plan predicted to meet the target with half the miss measured then),
-// and all the way in later retries while those hold, so that a miss that persists costs little and
-// one that ended costs a few retries.
+// Back to the saving plan after a step-up: all the way when the evidence against it is stale or
+// a retry halfway held; after rounds alone, halfway (the plan predicted to meet the target with
+// half the miss measured then), so that a miss that persists costs little and one that ended costs
+// two retries.
 void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
   ChosenPlan before_plan = *target_plan_;
   caution_ = 1;
   steps_since_retry_ = 0;
-  miss_ = stale ? 1.0 : 1 + (miss_ - 1) / 2;
+  miss_ = stale || halfway_held_ ? 1.0 : 1 + (miss_ - 1) / 2;
   if (miss_ < 1.002) miss_ = 1;
+  halfway_held_ = false;
   target_plan_ =
       plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
   retry_.retried(round_);
@@ -952,7 +1093,10 @@ void TurnkeyController::judge_plan() {
   if (retry_.due(round_, evidence(), &why, &stale)) return retry_saving_plan(why, stale);
   const bool followed = straggler_ && !straggler_->in_baseline;
   if (followed || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
-  if (retry_.held(rounds_on_plan_) && miss_ > 1) retry_.wait(round_, evidence());  // closer to the saving plan next
+  if (retry_.held(rounds_on_plan_) && miss_ > 1) {  // halfway held: all the way next
+    halfway_held_ = true;
+    retry_.wait(round_, evidence());
+  }
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
   // The plan's rounds against the reference (outlying rounds left out), against the target with
   // both uncertainties: a step-up only when even the low end of the 95% interval is above the

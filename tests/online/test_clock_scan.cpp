@@ -97,3 +97,24 @@ TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
 
 }  // namespace
 }  // namespace perseus
+
+namespace perseus {
+namespace {
+
+TEST(ClockScan, AClockMeasuredUnderOtherConditionsIsMeasuredAgainFirst) {
+  ClockScan scan(a100_clocks());
+  scan.record(1410, {1.0, 10.0});
+  ASSERT_EQ(scan.next(), 1335);
+  scan.record(1335, {1.1, 9.0});
+  const int coarse_next = *scan.next();
+  EXPECT_FALSE(scan.redo(1200));  // never measured
+  EXPECT_TRUE(scan.redo(1335));
+  EXPECT_EQ(scan.next(), 1335);                   // before the scan's own next clock
+  EXPECT_EQ(scan.measured().at(1335).time, 1.1);  // kept until measured again
+  scan.record(1335, {1.05, 8.5});
+  EXPECT_EQ(scan.measured().at(1335).time, 1.05);
+  EXPECT_EQ(scan.next(), coarse_next);  // and the scan goes on where it was
+}
+
+}  // namespace
+}  // namespace perseus

@@ -27,10 +27,11 @@ class RetryPolicy {
   bool due(int round, const Evidence& now, std::string* why = nullptr, bool* stale = nullptr) const;
   // The saving plan (or one closer to it) runs again from `round` on.
   void retried(int round);
-  // The plan has run `rounds` rounds without being condemned: a retry that held that long is a
-  // success (the wait goes back to `first`). Returns true once when it is.
+  // The plan has run `rounds` rounds without being condemned: a retry that held that long (10
+  // rounds, or the wait if shorter) is a success (the wait goes back to `first`). Returns true
+  // once when it is.
   bool held(int rounds);
-  // Waits for another retry from `round` on (after a retry that held but did not go all the way).
+  // Another retry, due at once (after a retry that held but did not go all the way).
   void wait(int round, const Evidence& evidence);
   bool waiting() const { return waiting_; }  // a step-up is waiting for its retry
   int interval() const { return interval_; }

@@ -66,6 +66,9 @@ struct ControllerConfig {
   int report_rounds = 60;
   std::optional<double> unit_time;
   CostModelKind cost_model = CostModelKind::automatic;
+  // Seconds until a locked clock takes effect on the GPUs; none: measured while deployed (how much
+  // longer an instruction takes right after a change of clock than without one).
+  std::optional<double> clock_latency;
   ScanOptions scan;
   DetectorOptions detector;
 };
@@ -192,6 +195,12 @@ class TurnkeyController {
   const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
   const std::vector<double>& last_pipeline_energy() const { return last_pipeline_energy_; }
   const std::vector<Decision>& decisions() const { return decisions_; }
+  // Clock changes the ranks made while deployed, and how many had not taken effect by the end of
+  // their instruction; the clock latency plans are chosen for (seconds) and whether it was measured.
+  long long clock_changes() const { return clock_changes_; }
+  long long clocks_late() const { return clocks_late_; }
+  double clock_latency() const { return latency_; }
+  std::size_t latency_samples() const { return latency_samples_.size(); }
 
  private:
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
@@ -219,6 +228,8 @@ class TurnkeyController {
   void note_slow_pipelines();
   void observe_profiling(const RoundMeasurement& m);
   void observe_deployed(const RoundMeasurement& m);
+  bool measure_latency(const RoundMeasurement& m);
+  void choose_for_latency();
   bool follow_baseline_changes(const std::vector<double>& ratios);
   bool profiling_done() const;
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
@@ -228,7 +239,10 @@ class TurnkeyController {
   void start_planning(Profile profile);
   void plan_ready();
   void deploy_plan();
-  std::vector<double> current_paces() const;
+  std::map<StageKind, double> speeds_of(std::size_t d, bool straggling) const;
+  NoiseAwareOptions options_for(const std::vector<std::size_t>& group, bool straggling) const;
+  double time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies, bool straggling) const;
+  std::vector<std::size_t> lead_pipelines(const std::vector<double>& top) const;
   void assign_plans(const std::string& why);
   RoundClocks plan_clocks() const;
   std::string describe(const ChosenPlan& plan) const;
@@ -287,6 +301,7 @@ class TurnkeyController {
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
   double miss_ = 1;
+  bool halfway_held_ = false;  // a retry halfway held: the next goes all the way
   // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
@@ -308,9 +323,12 @@ class TurnkeyController {
   // -1: the target plan.
   std::vector<ChosenPlan> paced_plans_;
   std::vector<int> pace_of_;
+  std::vector<double> predicted_;  // per pipeline: its plan's time on its GPUs, no straggler (the model's terms)
   bool deployed_once_ = false;
   int step_ups_ = 0;
   int refine_passes_ = 0;
+  int replans_ = 0;                         // plannings again after one found no frontier
+  std::optional<Profile> planned_profile_;  // what the last planning planned from
   int rounds_on_plan_ = 0;
   struct PlanRound {
     double time = 0, energy = 0;
@@ -326,6 +344,11 @@ class TurnkeyController {
   std::optional<StragglerTold> told_straggler_;
   std::optional<ActiveStraggler> straggler_;
   std::vector<Decision> decisions_;
+  long long clock_changes_ = 0, clocks_late_ = 0;
+  double latency_ = 0;  // seconds, what plans are chosen for
+  // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
+  // than the same instruction at the same clock unchanged (that share of the latency).
+  std::vector<std::pair<double, double>> latency_samples_;
 };
 
 }  // namespace perseus::online

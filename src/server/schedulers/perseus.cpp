@@ -222,6 +222,13 @@ class PerseusScheduler final : public Scheduler {
     out["reference"] = nullptr;
     out["straggler"] = nullptr;
     out["energy_saved"] = c.energy_saved();
+    // Clock changes while deployed, those that had not taken effect by the end of their instruction
+    // (the ranks read the clock back), and the latency plans are chosen for.
+    out["clocks"] = {{"changes", c.clock_changes()},
+                     {"late", c.clocks_late()},
+                     {"latency", c.clock_latency()},
+                     {"latency_source", c.config().clock_latency ? "told" : "measured"},
+                     {"latency_samples", c.latency_samples()}};
     out["deployed_iterations"] = c.deployed_iterations();
     if (c.plans() && c.target_plan()) {
       const auto& p = *c.target_plan();
@@ -421,6 +428,7 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
                          "interpolate",
                          "refine_passes",
                          "check_every",
+                         "clock_latency",
                          "straggler_threshold",
                          "straggler_rounds",
                          "probe_every",
@@ -474,6 +482,9 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
     }
   }
   config.minimum_power_state = checked.integer("minimum_power_state").value_or(0);
+  c.clock_latency = checked.number("clock_latency");
+  if (c.clock_latency && !(*c.clock_latency >= 0 && *c.clock_latency <= 10))
+    checked.fail("clock_latency", "must be between 0 and 10 s");
   c.unit_time = checked.number("unit_time");
   if (c.unit_time && !(*c.unit_time >= 1e-6 && *c.unit_time <= 1))
     checked.fail("unit_time", "must be between 1e-6 and 1 s");
