@@ -43,6 +43,7 @@ class Scenario:
     # the all-max check, and the truth window starts 50 rounds after the last one ends (at 501 at the earliest).
     disturbances: List[Tuple[int, int]] = dataclasses.field(default_factory=list)
     group: str = ""  # the class it belongs to
+    min_share: Optional[float] = 0.8  # of the ideal, to pass (None: not judged, e.g. under a long clock latency)
 
     def shape(self) -> List[str]:
         out = ["--stages", str(self.stages), "--microbatches", str(self.microbatches), "--schedule", self.schedule]
@@ -83,15 +84,18 @@ class Outcome:
     def reported_error(self) -> Optional[float]:
         return None if self.reported_saving is None else self.reported_saving - self.final_truth_saving
 
-    def passes(self, min_share=0.8, max_slowdown=0.005, max_error=0.005, max_excess=50) -> List[str]:
+    def passes(self, max_slowdown=0.005, max_error=0.005, max_excess=50) -> List[str]:
         """What fails the issue's acceptance check (empty: passes)."""
         out = []
         if self.error:
             return [self.error]
+        min_share = self.scenario.min_share
         if self.true_slowdown > max_slowdown:
             out.append(f"slowdown {100 * self.true_slowdown:.2f}%")
         if self.ideal is None:
             out.append("no plan")
+        elif min_share is None:
+            pass
         elif self.ideal < TINY_IDEAL:  # whatif finds (next to) nothing to save: at least as much
             if self.true_saving < self.ideal - 0.002:
                 out.append(f"saving {100 * self.true_saving:.2f}% below the ideal {100 * self.ideal:.2f}%")
@@ -103,7 +107,7 @@ class Outcome:
             out.append(f"history saving off by {100 * self.history_saving_error:.2f}pp")
         if self.history_slowdown_error > 0.003:
             out.append(f"history slowdown off by {100 * self.history_slowdown_error:.2f}pp")
-        if self.all_max_excess > max_excess:
+        if self.all_max_excess > max_excess and min_share is not None:
             out.append(f"all-max {self.all_max_excess} rounds past the disturbances")
         return out
 
@@ -217,7 +221,7 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions) -> Outc
     if out.first_deployed_round is not None and out.ideal is not None and out.ideal >= TINY_IDEAL:
         disturbed = set()
         for a, b in scenario.disturbances:
-            disturbed.update(range((a - 1) // ROUND, (b - 1) // ROUND + 1))
+            disturbed.update(range((a - 1) // ROUND, (min(b, scenario.iterations) - 1) // ROUND + 1))
         run = excess = 0
         for r in rounds:
             if r < out.first_deployed_round:

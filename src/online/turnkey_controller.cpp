@@ -801,9 +801,23 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_pl
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d]);
   }
+  // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
+  // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
+  // overstate the stretch.
+  constexpr std::size_t kWindow = 8;
+  condition_windows_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
-    if (now[d]) conditions_[d] = *now[d];
-    else if (!shared.empty()) conditions_[d] = median(shared);
+    const double x = now[d] ? *now[d] : !shared.empty() ? median(shared) : conditions_[d];
+    auto& window = condition_windows_[d];
+    // An all-max round measures every instruction at the top clock: its conditions are precise.
+    if (!on_plans) window.clear();
+    if (!window.empty()) {
+      const double mean = mean_interval(window).value;
+      if (std::abs(x - mean) > std::max(0.005 * mean, 4 * sample_stddev(window))) window.clear();
+    }
+    window.push_back(x);
+    if (window.size() > kWindow) window.erase(window.begin());
+    conditions_[d] = mean_interval(window).value;
   }
 }
 

@@ -305,6 +305,7 @@ class TurnkeyController {
   // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
+  std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
