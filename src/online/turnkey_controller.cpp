@@ -608,6 +608,7 @@ void TurnkeyController::deploy_plan() {
 const ChosenPlan* TurnkeyController::plan_of(std::size_t d) const {
   if (!target_plan_ || d >= pace_of_.size()) return nullptr;
   const int i = pace_of_[d];
+  if (i == kLeadPlan && lead_plan_) return &*lead_plan_;
   return i >= 0 && static_cast<std::size_t>(i) < paced_plans_.size() ? &paced_plans_[static_cast<std::size_t>(i)]
                                                                      : &*target_plan_;
 }
@@ -735,13 +736,21 @@ void TurnkeyController::assign_plans(const std::string& why) {
     const double told = straggler_->slowdown;
     for (double& t : pace) t *= told;
   } else {
-    pace = iteration_samples(*plans_, target_plan_->frequencies, v, options_for(lead, true));
+    // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
+    // its own all-max than the target allows), not the target plan, which may have had slack there.
+    lead_plan_.reset();
+    if (straggler_ && !straggler_->in_baseline)
+      lead_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, v, options_for(lead, true));
+    pace = iteration_samples(*plans_, lead_plan_ ? lead_plan_->frequencies : target_plan_->frequencies, v,
+                             options_for(lead, true));
   }
   double pace_time = 0;
   for (double t : pace) pace_time += t / static_cast<double>(pace.size());
   const double to_nominal = plan_choice::NoiseSeam(*plans_, v, target_options()).to_noisy;
   // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
   std::vector<int> pace_of(D, -1);
+  if (lead_plan_)
+    for (std::size_t d : lead) pace_of[d] = kLeadPlan;
   std::map<long, std::vector<std::size_t>> groups;
   for (std::size_t d = 0; d < D; ++d) {
     if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
@@ -756,7 +765,9 @@ void TurnkeyController::assign_plans(const std::string& why) {
     for (std::size_t d : members) pace_of[d] = static_cast<int>(paced.size());
     paced.push_back(std::move(plan));
   }
-  bool changed = !deployed_once_ || pace_of != pace_of_ || paced.size() != paced_plans_.size();
+  bool changed = !deployed_once_ || pace_of != pace_of_ || paced.size() != paced_plans_.size() ||
+                 (lead_plan_ && lead_plan_->frequencies != lead_frequencies_);
+  lead_frequencies_ = lead_plan_ ? lead_plan_->frequencies : std::vector<std::vector<int>>{};
   for (std::size_t i = 0; !changed && i < paced.size(); ++i)
     changed = paced[i].frequencies != paced_plans_[i].frequencies;
   pace_of_ = std::move(pace_of);
@@ -800,6 +811,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_pl
                                    shape_.clocks.front());
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d]);
+  }
+  // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the
+  // cluster's conditions are its own less its slowdown relative to the others.
+  if (shared.empty() && straggler_ && straggler_->pipeline && !straggler_->told && straggler_->slowdown > 0) {
+    const auto d = static_cast<std::size_t>(*straggler_->pipeline);
+    if (d < D && now[d]) shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : straggler_->slowdown));
   }
   // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
   // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
@@ -1047,25 +1064,25 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
   if (ratios.size() < 2 || !pipelines_.known()) return false;
   bool changed = false;
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
-    const double pace = pipelines_.pace(d) * pace_change_[d];
-    if (pace <= 1 + config_.detector.threshold / 2) {
+    std::vector<double> others, other_paces;
+    for (std::size_t e = 0; e < ratios.size(); ++e)
+      if (e != d) others.push_back(ratios[e]), other_paces.push_back(pipelines_.pace(e) * pace_change_[e]);
+    const double pace = pipelines_.pace(d) * pace_change_[d] / median(other_paces);
+    if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
       fast_rounds_[d] = 0;
       continue;
     }
-    std::vector<double> others;
-    for (std::size_t e = 0; e < ratios.size(); ++e)
-      if (e != d) others.push_back(ratios[e]);
     const double relative = ratios[d] / median(others);
     fast_rounds_[d] = relative < 1 - config_.detector.threshold / 2 ? fast_rounds_[d] + 1 : 0;
     if (fast_rounds_[d] < config_.detector.rounds) continue;
     const double before = pace;
-    pace_change_[d] *= std::max(relative, 1.0 / pace);
+    pace_change_[d] *= std::max(relative, 1.0 / pace);  // no faster than the others
     fast_rounds_[d] = 0;
     changed = true;
     ++straggler_changes_;
-    decide("slow pipeline recovered", fmt::format("pipeline {}, {:.3f}x the median pipeline's time in the baseline, "
+    decide("slow pipeline recovered", fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
                                                   "runs at {:.3f}x now",
-                                                  d, before, pipelines_.pace(d) * pace_change_[d]));
+                                                  d, before, before * std::max(relative, 1.0 / pace)));
   }
   return changed;
 }

@@ -178,6 +178,21 @@ TEST(TurnkeyClasses, APipelineSlowFromTheFirstIterationIsInTheBaselineAndCounted
   expect_reported_true(c, r, "slow from the start");
 }
 
+// Slow from the first iteration by little (its pace over the median of two pipelines is under half the
+// straggler threshold) and back to speed later: the other pipeline, paced to it, follows it back.
+TEST(TurnkeyClasses, APipelineSlowFromTheStartThatRecoversIsFollowedBack) {
+  for (double slow : {1.04, 1.1}) {
+    auto cluster = small_cluster();
+    cluster.noise = 0.003;
+    cluster.factor = [slow](int d, int r, int) { return d == 1 && r < 60 ? slow : 1.0; };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 110);
+    EXPECT_TRUE(has(c, "slow pipeline recovered")) << slow << ": " << events(c);
+    EXPECT_LE(r.slowdown(85, 110), 0.005) << slow << ": " << events(c);
+    expect_reported_true(c, r, "recovered");
+  }
+}
+
 TEST(TurnkeyClasses, AStragglersPaceNeverMakesTheJobSlowerThanItsAllMax) {
   auto cluster = small_cluster();
   cluster.noise = 0.01;

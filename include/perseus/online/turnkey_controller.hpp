@@ -324,6 +324,9 @@ class TurnkeyController {
   // -1: the target plan.
   std::vector<ChosenPlan> paced_plans_;
   std::vector<int> pace_of_;
+  static constexpr int kLeadPlan = -2;  // pace_of_: the straggler's own plan (lead_plan_)
+  std::optional<ChosenPlan> lead_plan_;
+  std::vector<std::vector<int>> lead_frequencies_;  // lead_plan_'s last time, to tell a change
   std::vector<double> predicted_;  // per pipeline: its plan's time on its GPUs, no straggler (the model's terms)
   bool deployed_once_ = false;
   int step_ups_ = 0;
