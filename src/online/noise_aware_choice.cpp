@@ -108,6 +108,7 @@ class NoisyPipeline {
     for (int node : dag.topological_order())
       if (node < nodes_) topo_.push_back(node);
     slot_of_.assign(static_cast<std::size_t>(nodes_), {0, 0});
+    stage_nodes_ = dag.stage_nodes;
     for (int s = 0; s < stages_; ++s)
       for (std::size_t k = 0; k < dag.stage_nodes[static_cast<std::size_t>(s)].size(); ++k)
         slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
@@ -162,6 +163,13 @@ class NoisyPipeline {
   int nodes() const { return nodes_; }
   const Instruction& instruction(int node) const { return instructions_[static_cast<std::size_t>(node)]; }
   std::pair<int, std::size_t> slot(int node) const { return slot_of_[static_cast<std::size_t>(node)]; }
+  // The node that runs on its stage before `node` (the stage's last one for its first: the iteration before).
+  int previous_on_stage(int node) const {
+    const auto [s, k] = slot(node);
+    const auto& stage = stage_nodes_[static_cast<std::size_t>(s)];
+    return stage[k > 0 ? k - 1 : stage.size() - 1];
+  }
+  double latency() const { return latency_; }
   double mean_factor(int node) const {
     const double s = node_sigma_[static_cast<std::size_t>(node)];
     return std::exp(s * s / 2) * node_speed_[static_cast<std::size_t>(node)];
@@ -315,6 +323,7 @@ class NoisyPipeline {
   std::vector<std::vector<int>> predecessors_, successors_;
   std::vector<int> topo_;
   std::vector<std::pair<int, std::size_t>> slot_of_;
+  std::vector<std::vector<int>> stage_nodes_;
   std::vector<double> node_sigma_;
   std::vector<double> node_speed_;  // mean over the pipelines
   std::vector<double> competitor_;  // per sample: when the iteration ends at the latest anyway
@@ -458,6 +467,28 @@ class Chooser {
     return std::nullopt;
   }
 
+  // A critical instruction at its top clock whose stage ran the instruction before it at a slower
+  // clock starts at that clock for the clock latency: raising the one before to its clock removes
+  // the change (and the latency) altogether.
+  std::optional<Move> merge_into(int node, const std::vector<std::vector<int>>& freqs, double gradient) const {
+    if (noisy_.latency() <= 0) return std::nullopt;
+    const int previous = noisy_.previous_on_stage(node);
+    const int clock = clock_of(freqs, node), old_clock = clock_of(freqs, previous);
+    if (previous == node || old_clock == clock) return std::nullopt;
+    const auto& emulator = noisy_.emulator();
+    const auto here_now = emulator.cost(noisy_.instruction(node), clock);
+    const auto here_old = emulator.cost(noisy_.instruction(node), old_clock);
+    const auto before_now = emulator.cost(noisy_.instruction(previous), old_clock);
+    const auto before_new = emulator.cost(noisy_.instruction(previous), clock);
+    if (!here_now || !here_old || !before_now || !before_new || here_old->time <= here_now->time) return std::nullopt;
+    const double lost = std::min(noisy_.latency(), here_old->time) * (1 - here_now->time / here_old->time);
+    const double dt = std::max(0.0, before_now->time - before_new->time);
+    const double de = noisy_.mean_factor(previous) * (before_new->energy - before_now->energy + noisy_.p_block() * dt);
+    const double benefit = gradient * lost;
+    if (benefit <= 0) return std::nullopt;
+    return Move{previous, clock, std::max(de, 0.0) / benefit, benefit};
+  }
+
   // Raises the clocks of the instructions that are critical under the noise, cheapest expected
   // time first, until the plan's expected time meets the deadline. Each round raises a batch whose
   // first-order saving covers half the remaining gap, then measures again.
@@ -476,7 +507,11 @@ class Chooser {
         const double g = r.gradient[static_cast<std::size_t>(n)];
         if (g <= 0) continue;
         const auto [s, k] = noisy_.slot(n);
-        if (auto m = move_for(n, freqs[static_cast<std::size_t>(s)][k], g)) moves.push_back(*m);
+        if (auto m = move_for(n, freqs[static_cast<std::size_t>(s)][k], g)) {
+          moves.push_back(*m);
+        } else if (auto merged = merge_into(n, freqs, g)) {
+          moves.push_back(*merged);
+        }
       }
       if (moves.empty()) return std::nullopt;  // every critical instruction is at its top clock
       std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.ratio < b.ratio; });
