@@ -27,6 +27,14 @@ from turnkey_truth import HEADER, MEASURED, Scenario, measured_profile, row, run
 
 SCHEDULES = ["1f1b", "1f1b", "1f1b", "gpipe", "interleaved", "zb-h1", "zbv", "dualpipev"]
 CLASSES = ["transient", "straggler", "permanent", "from-start", "drift", "spread", "quiet", "latency"]
+# Classes run only when asked for (--only-class): one disturbance class pinned down further.
+PINNED = {
+    "transient-early": "transient",  # the cluster slow while the baseline is measured or the clocks profiled
+    "spread+straggler": "spread",  # GPUs of different speeds and a straggler for a while
+    "two-stage": "quiet",  # 2 stages
+    "latency-2ms": "latency",
+    "latency-10ms": "latency",
+}
 
 
 def random_profile(rng, perseus, scratch, name, model_stages, split, shortest=0.005):
@@ -57,6 +65,18 @@ def random_profile(rng, perseus, scratch, name, model_stages, split, shortest=0.
 
 def disturbance(rng, kind, iterations):
     """(simulate arguments, disturbed ranges, label) of one random disturbance of `kind`."""
+    if kind == "transient-early":  # the baseline is measured in iterations 1-25, the clocks profiled up to ~150
+        first = rng.randint(1, 120)
+        last = first + rng.randint(5, 60)
+        factor = rng.uniform(1.02, 1.15)
+        return ["--straggler", f"all:{factor:.3f}@{first}-{last}"], [(first, last)], f"cluster {factor:.2f}x {first}-{last}"
+    if kind == "spread+straggler":
+        spread_args, _, spread_label = disturbance(rng, "spread", iterations)
+        args, ranges, label = disturbance(rng, rng.choice(["straggler", "permanent"]), iterations)
+        return spread_args + args, ranges, f"{spread_label}; {label}"
+    if kind in ("latency-2ms", "latency-10ms"):
+        latency = 2 if kind == "latency-2ms" else 10
+        return ["--clock-latency", str(latency)], [], f"clock latency {latency} ms"
     if kind == "transient":
         first = rng.randint(1, iterations - 250)
         last = first + rng.randint(10, 250)
@@ -93,10 +113,13 @@ def disturbance(rng, kind, iterations):
     return [], [], "quiet"
 
 
-def scenario(k, perseus, scratch, only_class=None):
+def scenario(k, perseus, scratch, only_class=None, only_schedule=None):
     rng = random.Random(k)
     schedule = rng.choice(SCHEDULES)
+    schedule = only_schedule or schedule
     stages = rng.randint(2, 8) if schedule in ("1f1b", "gpipe", "zb-h1") else rng.randint(2, 4)
+    if only_class == "two-stage":
+        stages = 2
     chunks = 2 if schedule in ("interleaved", "zbv", "dualpipev") else 1
     if schedule == "interleaved":
         microbatches = stages * rng.randint(2, 4)
@@ -109,13 +132,13 @@ def scenario(k, perseus, scratch, only_class=None):
     # and more); a long latency (10 ms) only on never being slower than all-max.
     profile, p_block, what = random_profile(rng, perseus, scratch, f"profile-{k}", stages * chunks,
                                             schedule in ("zb-h1", "zbv", "dualpipev"),
-                                            0.04 if "latency" in kinds else 0.005)
+                                            0.04 if any(k.startswith("latency") for k in kinds) else 0.005)
     noise = round(rng.uniform(0, 0.02), 4)
     extra, ranges, labels = ["--noise", str(noise), "--seed", str(rng.randint(1, 10 ** 6))], [], []
     min_share = 0.8
     for kind in kinds:
-        e, r, label = disturbance(rng, kind, 1000)
-        if kind == "latency" and float(e[1]) > 2:
+        e, r, label = disturbance(rng, "quiet" if kind == "two-stage" else kind, 1000)
+        if kind.startswith("latency") and float(e[e.index("--clock-latency") + 1]) > 2:
             min_share = None
         extra += e
         ranges += r
@@ -126,6 +149,32 @@ def scenario(k, perseus, scratch, only_class=None):
                     disturbances=ranges, group=",".join(kinds), min_share=min_share)
 
 
+def summary(path):
+    """Per class (and schedule, where every scenario ran on one): instances passed, true saving over the
+    ideal (lowest, median), worst true slowdown, worst reported-minus-true saving over the run (pp) and the
+    longest stretch at all-max past the disturbances (rounds)."""
+    rows = {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            sc = r["scenario"]
+            key = sc["group"] + (f" ({sc['schedule']})" if r.get("schedule_pinned") else "")
+            rows.setdefault(key, []).append(r)
+    print("| class | passed | share of ideal: lowest / median | worst true slowdown | worst reported-true saving "
+          "during the run (pp) | longest all-max past the disturbances (rounds) | failures |")
+    print("|---|---|---|---|---|---|---|")
+    for key, rs in rows.items():
+        shares = sorted(r["share"] for r in rs if r["share"] is not None and r["ideal"] and r["ideal"] >= 0.01
+                        and r["scenario"]["min_share"] is not None)
+        fails = [f"#{r['scenario']['label'].split()[0][1:]}: {', '.join(r['problems'])}" for r in rs if r["problems"]]
+        share = f"{100 * shares[0]:.0f}% / {100 * shares[len(shares) // 2]:.0f}%" if shares else "-"
+        print(f"| {key} | {sum(not r['problems'] for r in rs)} of {len(rs)} | {share} | "
+              f"{100 * max(r['true_slowdown'] for r in rs):.2f}% | "
+              f"{100 * max(r['history_saving_error'] for r in rs):.2f} | "
+              f"{max(r['all_max_excess'] for r in rs)} | {'; '.join(fails) or '-'} |")
+    return 0
+
+
 def main():
     global ARGS
     parser = argparse.ArgumentParser()
@@ -133,14 +182,18 @@ def main():
     parser.add_argument("--shared", default="../shared")
     parser.add_argument("--first", type=int, default=1)
     parser.add_argument("--count", type=int, default=20)
-    parser.add_argument("--only-class", choices=CLASSES)
+    parser.add_argument("--only-class", choices=CLASSES + sorted(PINNED))
+    parser.add_argument("--schedule", choices=sorted(set(SCHEDULES)), help="every scenario on this schedule")
+    parser.add_argument("--summary", metavar="JSONL", help="print the per-class table of a --json file and exit")
     parser.add_argument("--json", help="append each outcome as a JSON line to this file")
     ARGS = parser.parse_args()
+    if ARGS.summary:
+        return summary(ARGS.summary)
     print(HEADER.replace("| scenario |", "| scenario | verdict |").replace("|---|", "|---|---|", 1), flush=True)
     failed = 0
     with tempfile.TemporaryDirectory() as scratch:
         for k in range(ARGS.first, ARGS.first + ARGS.count):
-            case = scenario(k, ARGS.perseus, scratch, ARGS.only_class)
+            case = scenario(k, ARGS.perseus, scratch, ARGS.only_class, ARGS.schedule)
             outcome = run_scenario(ARGS.perseus, case)
             problems = outcome.passes()
             failed += bool(problems)
@@ -151,6 +204,7 @@ def main():
                 with open(ARGS.json, "a") as f:
                     record = dataclasses.asdict(outcome)
                     record["share"], record["problems"] = outcome.share, problems
+                    record["schedule_pinned"] = ARGS.schedule is not None
                     f.write(json.dumps(record) + "\n")
     print(f"{ARGS.count - failed} of {ARGS.count} passed")
     return 1 if failed else 0
