@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "perseus/online/clock_scan.hpp"
@@ -75,6 +76,31 @@ TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
   for (int c : {1230, 1215, 1200}) EXPECT_FALSE(filled.count(c)) << c;
   // Below the early stop nothing is measured.
   for (int c : asked) EXPECT_GE(c, 1410 - 25 * 15);
+}
+
+// Measured profiles are not monotone near the top clock: a clock between two coarse points can run
+// faster than both. Where a slower measured clock runs no longer than a faster one, the gap is
+// bisected down to neighbours, and the dip is found; a monotone curve gets no such filling.
+TEST(ClockScan, WhereTimeIsNotMonotoneInTheClockTheGapIsMeasuredDownToNeighbours) {
+  for (bool dip : {true, false}) {
+    ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
+    std::vector<int> asked;
+    const auto& clocks = scan.clocks();
+    while (auto clock = scan.next()) {
+      asked.push_back(*clock);
+      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+      // Time rising by 1% a clock, or (dip) flat over the top 10 clocks but for the coarse points 5 and 10,
+      // each a little faster than the one above it, and index 7, 3% faster; energy U-shaped, least at index 20.
+      double time = 1.0 + 0.01 * double(i);
+      if (dip && i <= 10) time = i == 7 ? 0.97 : i == 5 ? 0.999 : i == 10 ? 0.99 : 1.0;
+      scan.record(*clock, {time, 100.0 + 0.05 * std::pow(double(i) - 20, 2)});
+      ASSERT_LE(asked.size(), clocks.size());
+    }
+    const std::set<int> measured(asked.begin(), asked.end());
+    EXPECT_EQ(measured.count(clocks[7]), dip ? 1u : 0u) << dip;
+    EXPECT_EQ(measured.count(clocks[3]), dip ? 1u : 0u) << dip;  // the top gap, bisected
+    EXPECT_EQ(measured.count(clocks[22]), 0u);                   // below the least energy: never
+  }
 }
 
 TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
