@@ -1063,10 +1063,20 @@ void TurnkeyController::choose_for_latency() {
 bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratios) {
   if (ratios.size() < 2 || !pipelines_.known()) return false;
   bool changed = false;
+  // A straggler that is a change (not in the baseline) is slower than its pace: next to it the
+  // others would look recovered.
+  std::optional<std::size_t> straggling;
+  if (straggler_ && !straggler_->in_baseline && straggler_->pipeline)
+    straggling = static_cast<std::size_t>(*straggler_->pipeline);
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
     std::vector<double> others, other_paces;
     for (std::size_t e = 0; e < ratios.size(); ++e)
-      if (e != d) others.push_back(ratios[e]), other_paces.push_back(pipelines_.pace(e) * pace_change_[e]);
+      if (e != d && e != straggling)
+        others.push_back(ratios[e]), other_paces.push_back(pipelines_.pace(e) * pace_change_[e]);
+    if (d == straggling || others.empty()) {
+      fast_rounds_[d] = 0;
+      continue;
+    }
     const double pace = pipelines_.pace(d) * pace_change_[d] / median(other_paces);
     if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
       fast_rounds_[d] = 0;

@@ -193,6 +193,20 @@ TEST(TurnkeyClasses, APipelineSlowFromTheStartThatRecoversIsFollowedBack) {
   }
 }
 
+// Pipeline 1 slower from the start (its GPUs), then pipeline 0 a straggler: next to the straggler
+// pipeline 1 runs fast, which is no recovery; paced on its own speed, it never holds the job back.
+TEST(TurnkeyClasses, AStragglerNextToAPipelineSlowFromTheStartDoesNotMakeThatOneLookRecovered) {
+  auto cluster = small_cluster();
+  cluster.noise = 0.002;
+  cluster.factor = [](int d, int r, int) { return d == 1 ? 1.05 : r >= 40 ? 1.2 : 1.0; };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 90);
+  EXPECT_TRUE(has(c, "straggler detected")) << events(c);
+  EXPECT_FALSE(has(c, "slow pipeline recovered")) << events(c);
+  EXPECT_LE(r.slowdown(60, 90), 0.005) << events(c);
+  expect_reported_true(c, r, "straggler next to a slow pipeline");
+}
+
 TEST(TurnkeyClasses, AStragglersPaceNeverMakesTheJobSlowerThanItsAllMax) {
   auto cluster = small_cluster();
   cluster.noise = 0.01;
