@@ -1063,10 +1063,13 @@ void TurnkeyController::choose_for_latency() {
 bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratios) {
   if (ratios.size() < 2 || !pipelines_.known()) return false;
   bool changed = false;
-  // A straggler that is a change (not in the baseline) is slower than its pace: next to it the
-  // others would look recovered.
+  // A straggler that is a change (not in the baseline) and runs slower than its own plan predicts:
+  // next to it the others would look recovered. (One detected only because the others sped up runs
+  // as predicted, and is compared with.)
   std::optional<std::size_t> straggling;
-  if (straggler_ && !straggler_->in_baseline && straggler_->pipeline)
+  if (straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
+      static_cast<std::size_t>(*straggler_->pipeline) < ratios.size() &&
+      ratios[static_cast<std::size_t>(*straggler_->pipeline)] > 1 + config_.detector.threshold / 2)
     straggling = static_cast<std::size_t>(*straggler_->pipeline);
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
     std::vector<double> others, other_paces;
