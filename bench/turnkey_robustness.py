@@ -1,122 +1,118 @@
 #!/usr/bin/env python3
 """The turnkey loop under noise and disturbances: each scenario runs `perseus simulate` against
 `perseus serve --scheduler Perseus` and against an `AllMaxFrequency` twin with the same profile,
-noise, seed and disturbances; truth is simulate's own time and energy over the stated iterations.
-Prints the true saving and slowdown, what the server reported (with its interval), and the share of
-the ideal saving (`perseus whatif`'s noise-free saving at T'/T = 1, the same choice rule).
+noise, seed and disturbances; truth is simulate's own time and energy (bench/turnkey_truth.py). Prints
+the true saving and slowdown, what the server reported (with its interval), the share of the ideal
+saving (`perseus whatif`'s noise-free saving at T'/T = 1 for the same schedule and shape), how far what
+the server reported after each round was from the truth over the same rounds, and how many rounds past
+the disturbances it ran at all-max.
 
     python3 bench/turnkey_robustness.py [--perseus build/src/perseus] [--shared ../shared]
-                                        [--only noise|disturbances] [--seeds 3] [--first-seed 1]
-                                        [--iterations 1000] [--report-every 50]
+                                        [--only noise|disturbances|classes] [--classes phase,spread,...]
+                                        [--seeds 3] [--first-seed 1] [--iterations 1000]
                                         [--sigmas 0,0.01,0.02,0.03] [--profiles gpt3-a100,...]
                                         [--scheduler-args '{"refine_passes": 1}']
 """
 import argparse
 import json
 import os
-import re
-import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_server import free_port, wait_for  # noqa: E402
+from turnkey_truth import HEADER, Scenario, measured_profile, row, run_scenario, synth_profile  # noqa: E402
 
-PROFILES = {  # name: (file, microbatches, P_block W)
-    "gpt3-a100": ("gpt3-175b+a100_sxm_bf16.csv", 12, 83.64),
-    "bloom-a100": ("bloom+a100_sxm_bf16.csv", 12, 83.64),
-    "gpt3-a40": ("gpt3-175b+a40_bf16.csv", 12, 70.38),
-    "bloom-a40": ("bloom+a40_bf16.csv", 12, 70.38),
-}
-
-# name: (extra simulate arguments, first iteration of the truth window)
+# name: (extra simulate arguments, disturbed iterations)
 DISTURBANCES = [
-    ("1 iteration 1.3x in the baseline", ["--straggler", "all:1.3@8-8"], 701),
-    ("baseline round 1.3x on pipeline 0", ["--straggler", "0:1.3@6-10"], 701),
-    ("cluster 1.1x for 501-650", ["--straggler", "all:1.1@501-650"], 701),
-    ("straggler 1.02x 501-650", ["--straggler", "1:1.02@501-650"], 701),
-    ("straggler 1.03x 501-650", ["--straggler", "1:1.03@501-650"], 701),
-    ("straggler 1.04x 501-650", ["--straggler", "1:1.04@501-650"], 701),
-    ("straggler 1.3x while profiling", ["--straggler", "1:1.3@30-90"], 701),
-    ("gpu speed spread 0.02", ["--gpu-speed-spread", "0.02"], 701),
+    ("1 iteration 1.3x in the baseline", ["--straggler", "all:1.3@8-8"], [(8, 8)]),
+    ("baseline round 1.3x on pipeline 0", ["--straggler", "0:1.3@6-10"], [(6, 10)]),
+    ("cluster 1.1x for 501-650", ["--straggler", "all:1.1@501-650"], [(501, 650)]),
+    ("straggler 1.02x 501-650", ["--straggler", "1:1.02@501-650"], [(501, 650)]),
+    ("straggler 1.03x 501-650", ["--straggler", "1:1.03@501-650"], [(501, 650)]),
+    ("straggler 1.04x 501-650", ["--straggler", "1:1.04@501-650"], [(501, 650)]),
+    ("straggler 1.3x while profiling", ["--straggler", "1:1.3@30-90"], [(30, 90)]),
+    ("gpu speed spread 0.02", ["--gpu-speed-spread", "0.02"], []),
 ]
 
 
+def stragglers(*specs):
+    """simulate arguments and disturbed ranges for PIPELINE:FACTOR@FROM-UNTIL specs (UNTIL 0: to the end)."""
+    extra, ranges = [], []
+    for spec in specs:
+        who, rest = spec.split(":")
+        factor, when = rest.split("@")
+        first, last = (int(x) for x in when.split("-"))
+        extra += ["--straggler", f"{who}:{factor}@{first}" + (f"-{last}" if last else "")]
+        ranges.append((first, last or 10 ** 9))
+    return extra, ranges
 
 
-def simulate(args, scheduler, profile, microbatches, p_block, extra):
-    """Runs one server and one simulation; (reports, final server status)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    sched_args = json.dumps({"wait_for_plan": True, **json.loads(args.scheduler_args)}) if scheduler == "Perseus" else "{}"
-    with tempfile.TemporaryDirectory() as dump:
-        server = subprocess.Popen([args.perseus, "serve", "--scheduler", scheduler, "--port", str(port), "--dump-dir",
-                                   dump, "--scheduler-args", sched_args],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_for(url)
-            lines = subprocess.run([args.perseus, "simulate", profile, "--stages", "8", "--microbatches",
-                                    str(microbatches), "--p2p-power", str(p_block), "--pipelines", "2",
-                                    "--iterations", str(args.iterations), "--report-every", str(args.report_every), "--server", url,
-                                    "--json"] + extra,
-                                   check=True, capture_output=True, text=True).stdout.splitlines()
-        finally:
-            server.terminate()
-            server.wait()
-    reports = [json.loads(line)["report"] for line in lines if line.startswith('{"report"')]
-    summary = json.loads(lines[-1])["summary"]
-    return reports, summary["server"]
+def class_scenarios(args, scratch):
+    """The issue's classes, one or a few instances each (2 pipelines, noise 0.01-0.02)."""
+    gpt3, gpt3_pb = measured_profile(args.shared, "gpt3-a100")
+    a40, a40_pb = measured_profile(args.shared, "gpt3-a40")
+    bloom, bloom_pb = measured_profile(args.shared, "bloom-a100")
+    out = []
 
+    def add(group, label, profile, p_block, extra, ranges=(), stages=8, microbatches=12, **kw):
+        out.append(Scenario(label=label, profile=profile, stages=stages, microbatches=microbatches, p_block=p_block,
+                            iterations=args.iterations, simulate_args=extra, disturbances=list(ranges), group=group,
+                            scheduler_args=json.loads(args.scheduler_args), **kw))
 
-def window(reports, first):
-    """Mean time and energy per iteration over iterations first..end."""
-    t = e = n = 0
-    for r in reports:
-        if r["first_iteration"] >= first:
-            k = r["last_iteration"] - r["first_iteration"] + 1
-            t += r["iteration_time"] * k
-            e += r["energy"] * k
-            n += k
-    return t / n, e / n
-
-
-def ideal_saving(args, profile, microbatches, p_block, unit_time, cache={}):
-    key = (profile, unit_time)
-    if key not in cache:
-        out = subprocess.run([args.perseus, "whatif", profile, "--stages", "8", "--microbatches", str(microbatches),
-                              "--p2p-power", str(p_block), "--pipelines", "2", "--slowdowns", "1", "--unit-time",
-                              str(unit_time), "--baselines", "all-max"], check=True, capture_output=True, text=True).stdout
-        for line in out.splitlines():
-            if re.match(r"\s*1\.000\s+perseus\s", line):
-                cache[key] = float(line.split()[-1].rstrip("%")) / 100
-                break
-        else:
-            raise RuntimeError("no perseus row in whatif's output:\n" + out)
-    return cache[key]
-
-
-def run_case(args, label, name, extra, first):
-    file, microbatches, p_block = PROFILES[name]
-    profile = os.path.join(args.shared, "data/sosp24/stage_profile", file)
-    started = time.time()
-    reports, status = simulate(args, "Perseus", profile, microbatches, p_block, extra)
-    twin_reports, _ = simulate(args, "AllMaxFrequency", profile, microbatches, p_block, extra)
-    t, e = window(reports, first)
-    t0, e0 = window(twin_reports, first)
-    true_saving, true_slowdown = 1 - e / e0, t / t0 - 1
-    ideal = ideal_saving(args, profile, microbatches, p_block, status["plan"]["unit_time"]) if status.get("plan") else None
-    saving, slowdown = status.get("saving"), status.get("slowdown")
-    ci = status.get("saving_ci") or [None, None]
-    fmt_pc = lambda v: "-" if v is None else f"{100 * v:6.2f}%"
-    share = "-" if not ideal else f"{100 * true_saving / ideal:5.0f}%"
-    off = "-" if saving is None else f"{100 * abs(saving - true_saving):5.2f}"
-    ci_text = "-" if ci[0] is None else f"[{100 * ci[0]:.2f}, {100 * ci[1]:.2f}]"
-    plan = status.get("plan") or {}
-    print(f"| {label} | {name} | {fmt_pc(true_saving)} | {fmt_pc(true_slowdown)} | {fmt_pc(saving)} {ci_text} | "
-          f"{fmt_pc(slowdown)} | {fmt_pc(ideal)} | {share} | {off} | {plan.get('step_ups', '-')} | "
-          f"{time.time() - started:.0f} |", flush=True)
+    noise = lambda sigma, seed: ["--noise", str(sigma), "--seed", str(seed)]  # noqa: E731
+    # Transient slowdowns of the whole cluster in each phase (warm-up ~ iterations 1-45, profiling ~ 46-120).
+    for label, spec in [("warm-up", "all:1.05@3-40"), ("warm-up and profiling", "all:1.03@1-150"),
+                        ("profiling", "all:1.04@50-100"), ("deployed", "all:1.1@501-650")]:
+        extra, ranges = stragglers(spec + ("" if spec.count("-") else "-0"))
+        add("phase", f"cluster {spec.split(':')[1]} ({label})", gpt3, gpt3_pb, noise(0.01, 1) + extra, ranges)
+    extra, ranges = stragglers("all:1.03@1-150")
+    add("phase", "cluster 1.03@1-150 (A40)", a40, a40_pb, noise(0.02, 2) + extra, ranges)
+    # GPU speed spread, with and without stragglers.
+    add("spread", "spread 0.03", bloom, bloom_pb, noise(0.02, 2) + ["--gpu-speed-spread", "0.03"])
+    add("spread", "spread 0.02 (A40)", a40, a40_pb, noise(0.01, 3) + ["--gpu-speed-spread", "0.02"])
+    extra, ranges = stragglers("1:1.05@300-0")
+    add("spread", "spread 0.03, straggler 1.05@300", a40, a40_pb,
+        noise(0.02, 1) + ["--gpu-speed-spread", "0.03"] + extra, ranges)
+    extra, ranges = stragglers("0:1.1@300-600")
+    add("spread", "spread 0.03, straggler 1.1@300-600", gpt3, gpt3_pb,
+        noise(0.01, 4) + ["--gpu-speed-spread", "0.03"] + extra, ranges)
+    # Permanent stragglers.
+    for spec, profile, p_block in [("1:1.1@300-0", gpt3, gpt3_pb), ("0:1.2@200-0", bloom, bloom_pb)]:
+        extra, ranges = stragglers(spec)
+        add("permanent", f"straggler {spec.split(':', 1)[1].replace('-0', '')} for good", profile, p_block,
+            noise(0.01, 1) + extra, ranges)
+    # Stragglers from iteration 1: in the baseline.
+    for spec, profile, p_block in [("1:1.1@1-0", gpt3, gpt3_pb), ("0:1.07@1-0", a40, a40_pb),
+                                   ("1:1.2@1-400", gpt3, gpt3_pb)]:
+        extra, ranges = stragglers(spec)
+        add("from-start", f"straggler {spec.split(':', 1)[1].replace('-0', '')}", profile, p_block,
+            noise(0.01, 2) + extra, ranges)
+    # Drift in steps.
+    extra, ranges = stragglers("all:1.01@200-399", "all:1.02@400-599", "all:1.03@600-799", "all:1.04@800-0")
+    add("drift", "drift 1.01, 1.02, 1.03, 1.04 from 200, every 200", gpt3, gpt3_pb, noise(0.01, 1) + extra)
+    extra, _ = stragglers("all:1.01@150-0", "all:1.01@300-0", "all:1.01@450-0", "all:1.01@600-0")
+    add("drift", "drift +1% every 150 (A40)", a40, a40_pb, noise(0.02, 3) + extra)
+    # Short and uneven pipelines, made with perseus synth-profile.
+    two = synth_profile(args.perseus, os.path.join(scratch, "two.csv"), ["--stages", "2"])
+    add("shape", "2 stages (synthetic)", two, 60, noise(0.01, 1), stages=2, microbatches=8)
+    two_m = synth_profile(args.perseus, os.path.join(scratch, "two-m.csv"), ["--from", gpt3, "--pick-stages", "0,7"])
+    add("shape", "2 stages (GPT-3 A100's first and last)", two_m, gpt3_pb, noise(0.01, 2), stages=2, microbatches=8)
+    uneven = synth_profile(args.perseus, os.path.join(scratch, "uneven.csv"),
+                           ["--stages", "8", "--stage-weights", "1.3,0.8,1,1.2,0.7,1,0.9,1.1", "--compute-share",
+                            "0.7"])
+    add("shape", "8 uneven stages (synthetic)", uneven, 60, noise(0.02, 1))
+    uneven_m = synth_profile(args.perseus, os.path.join(scratch, "uneven-m.csv"),
+                             ["--from", bloom, "--pick-stages", "0,3,3,5,7"])
+    add("shape", "5 stages of Bloom A100", uneven_m, bloom_pb, noise(0.02, 1), stages=5, microbatches=10)
+    # Every schedule under noise (the split backwards for the zero-bubble and V schedules).
+    split = synth_profile(args.perseus, os.path.join(scratch, "split.csv"), ["--from", gpt3, "--split-backward", "0.5"])
+    for schedule, stages, extra, profile in [("1f1b", 8, {}, gpt3), ("gpipe", 8, {}, gpt3),
+                                             ("interleaved", 4, {"virtual_stages": 2}, gpt3),
+                                             ("zb-h1", 8, {}, split), ("zbv", 4, {}, split),
+                                             ("dualpipev", 4, {}, split)]:
+        add("schedules", f"{schedule}, noise 0.02", profile, gpt3_pb, noise(0.02, 1), stages=stages, microbatches=16,
+            schedule=schedule, **extra)
+    return out
 
 
 def main():
@@ -124,26 +120,38 @@ def main():
     parser.add_argument("--perseus", default="build/src/perseus")
     parser.add_argument("--shared", default="../shared")
     parser.add_argument("--iterations", type=int, default=1000)
-    parser.add_argument("--report-every", type=int, default=50, help="iterations per round (the client's report_every)")
-    parser.add_argument("--only", choices=["noise", "disturbances"])
+    parser.add_argument("--only", choices=["noise", "disturbances", "classes"])
+    parser.add_argument("--classes", default="", help="with --only classes: these groups only (comma-separated)")
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--first-seed", type=int, default=1)
     parser.add_argument("--sigmas", default="0,0.01,0.02,0.03")
-    parser.add_argument("--profiles", default=",".join(PROFILES))
+    parser.add_argument("--profiles", default="gpt3-a100,bloom-a100,gpt3-a40,bloom-a40")
     parser.add_argument("--scheduler-args", default="{}", help="more Perseus scheduler arguments (JSON object)")
     args = parser.parse_args()
-    print("| scenario | profile | true saving | true slowdown | reported saving [95%] | reported slowdown | ideal | "
-          "share of ideal | reported-true (pp) | step-ups | wall (s) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    if args.only != "disturbances":
-        for name in args.profiles.split(","):
-            for sigma in [float(s) for s in args.sigmas.split(",")]:
-                for seed in range(args.first_seed, args.first_seed + (args.seeds if sigma > 0 else 1)):
-                    run_case(args, f"noise {sigma} seed {seed}", name,
-                             ["--noise", str(sigma), "--seed", str(seed)], 501)
-    if args.only != "noise":
-        for label, extra, first in DISTURBANCES:
-            run_case(args, label, "gpt3-a100", ["--noise", "0.01", "--seed", "1"] + extra, first)
+    print(HEADER, flush=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        cases = []
+        if args.only in (None, "noise"):
+            for name in args.profiles.split(","):
+                profile, p_block = measured_profile(args.shared, name)
+                for sigma in [float(s) for s in args.sigmas.split(",")]:
+                    for seed in range(args.first_seed, args.first_seed + (args.seeds if sigma > 0 else 1)):
+                        cases.append(Scenario(label=f"noise {sigma} seed {seed} ({name})", profile=profile, stages=8,
+                                              microbatches=12, p_block=p_block, iterations=args.iterations,
+                                              simulate_args=["--noise", str(sigma), "--seed", str(seed)],
+                                              scheduler_args=json.loads(args.scheduler_args), group="noise"))
+        if args.only in (None, "disturbances"):
+            profile, p_block = measured_profile(args.shared, "gpt3-a100")
+            for label, extra, ranges in DISTURBANCES:
+                cases.append(Scenario(label=label, profile=profile, stages=8, microbatches=12, p_block=p_block,
+                                      iterations=args.iterations, disturbances=ranges, group="disturbances",
+                                      simulate_args=["--noise", "0.01", "--seed", "1"] + extra,
+                                      scheduler_args=json.loads(args.scheduler_args)))
+        if args.only in (None, "classes"):
+            wanted = set(filter(None, args.classes.split(",")))
+            cases += [c for c in class_scenarios(args, scratch) if not wanted or c.group in wanted]
+        for case in cases:
+            print(row(run_scenario(args.perseus, case)), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,12 @@ struct SyntheticCluster {
   std::function<double(int d, int r, int k)> factor = [](int, int, int) { return 1.0; };
   // Time factor of an instruction at `clock` (1: as profiled): a profile that is wrong below the top.
   std::function<double(int clock)> clock_error = [](int) { return 1.0; };
+  // Seconds added to every iteration of round r that no instruction shows (a slower gradient
+  // synchronisation): every GPU blocks meanwhile.
+  std::function<double(int r)> overhead = [](int) { return 0.0; };
+  // Time and energy factor of the GPU of pipeline d, stage s for the whole run (GPUs of one cluster
+  // are not equally fast).
+  std::function<double(int d, int s)> speed = [](int, int) { return 1.0; };
 
   online::JobShape shape() const {
     online::JobShape s;
@@ -60,9 +66,9 @@ struct SyntheticCluster {
     for (int k = 0; k < iterations; ++k) {
       double iteration = 0, energy = 0, busy_time = 0;
       for (std::size_t d = 0; d < D; ++d) {
-        double f = factor(static_cast<int>(d), round, k);
         std::vector<std::vector<double>> durations(S);
         for (std::size_t s = 0; s < S; ++s) {
+          const double f = factor(static_cast<int>(d), round, k) * speed(static_cast<int>(d), static_cast<int>(s));
           auto& slots = m.slot_time[d][s];
           slots.resize(orders[s].size(), 0);
           for (std::size_t slot = 0; slot < orders[s].size(); ++slot) {
@@ -87,6 +93,7 @@ struct SyntheticCluster {
         }
         iteration = std::max(iteration, pipeline_makespan(orders, microbatches, durations));
       }
+      iteration += overhead(round);
       double idle = iteration * double(S * D) - busy_time;
       energy += p_block * idle;
       for (std::size_t d = 0; d < D; ++d) m.pipeline_energy[d] += p_block * idle / double(D) / iterations;

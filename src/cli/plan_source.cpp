@@ -78,6 +78,10 @@ void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_requir
                   "With --schedule envpipe: most extra forwards memory holds")
       ->check(non_negative());
   cmd->add_flag("--quantize", args.quantize, "Floor instruction times to the unit time, as the planner does");
+  cmd->add_option("--clock-latency", args.clock_latency_ms,
+                  "Milliseconds until a changed clock takes effect: an instruction whose clock differs from the one "
+                  "before it on its stage runs that long at that one's clock (emulation; the planner does not see it)")
+      ->check(CLI::Range(0.0, 10000.0));
   cmd->add_flag("--recompute", args.recompute,
                 "Activation recomputation: each backward runs its forward again first (added to the backward's "
                 "time and energy at its clock; a frontier planned with it says so itself)");
@@ -144,6 +148,7 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     throw Error("the schedule differs from the frontier's", kExitUsage);
   }
   if (args.quantize) p.config.quantum = p.unit_time;
+  p.config.clock_latency = args.clock_latency_ms / 1000;
   return p;
 }
 

@@ -26,6 +26,7 @@ struct SimulateArgs {
   std::string schedule = "1f1b";
   std::vector<std::string> stragglers;
   bool json = false;
+  double clock_latency_ms = 0;
   simulate::SimulationConfig config;
 };
 
@@ -82,6 +83,7 @@ int run_simulate(SimulateArgs& args) {
   auto kind = parse_schedule_kind(args.schedule);
   if (!kind) throw Error(fmt::format("--schedule: '{}' is not one of {}", args.schedule, schedule_names()), kExitUsage);
   config.schedule = *kind;
+  config.clock_latency = args.clock_latency_ms / 1000;
   for (const auto& s : args.stragglers) config.stragglers.push_back(simulate::parse_straggler(s));
   config.profile = read_profile(args.profile);
   config.model_name = std::filesystem::path(args.profile).stem().string();  // part of the job id: no '+', '/'
@@ -192,6 +194,11 @@ Runner add_simulate_command(CLI::App& app) {
   cmd->add_option("--seed", c.seed, "Seed of the noise")->capture_default_str();
   cmd->add_option("--gpu-speed-spread", c.gpu_speed_spread,
                   "Sigma of a log-normal factor per GPU on all its instructions, fixed for the run (from --seed)")
+      ->capture_default_str();
+  cmd->add_option(
+         "--clock-latency", args->clock_latency_ms,
+         "Milliseconds (simulated) after a clock lock until the GPU runs at the new clock; the instruction runs "
+         "at the clock before until then")
       ->capture_default_str();
   cmd->add_option("--time-scale", c.time_scale,
                   "Pace the cluster at F x simulated time in wall time (0.005: a 2.2 s iteration takes 11 ms); "

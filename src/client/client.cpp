@@ -134,6 +134,11 @@ struct Client::Impl {
   // Controller thread only.
   int applied = -1;
   bool apply_failed = false;
+  // A clock locked for the instruction running now, read back from the GPU when it ends: a GPU
+  // applies a locked clock some time after the call, and a change that had not taken effect by
+  // then did not do what the plan meant (counted per round, reported with the results).
+  std::optional<int> to_check;
+  int round_changes = 0, round_late = 0;
   struct Open {
     SteadyClock::time_point time;
     double energy;
@@ -165,7 +170,11 @@ struct Client::Impl {
     try {
       if (mode == protocol::PowerMode::power_limit)
         gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
-      else gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
+      else {
+        gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
+        to_check = state;
+        ++round_changes;
+      }
       applied = state;
     } catch (const std::exception& e) {
       if (!apply_failed)
@@ -193,6 +202,13 @@ struct Client::Impl {
           step_time[e.name].push_back(std::chrono::duration<double>(e.time - it->second.time).count());
           step_energy[e.name].push_back(energy_j() - it->second.energy);
           open.erase(it);
+          if (to_check) {
+            try {
+              if (gpu->current_graphics_clock(options.device) != static_cast<unsigned>(*to_check)) ++round_late;
+            } catch (const std::exception&) {  // not readable (gpud restarting): not counted either way
+            }
+            to_check.reset();
+          }
           break;
         }
         case Event::step_end: {
@@ -215,6 +231,7 @@ struct Client::Impl {
         case Event::restart: {
           std::lock_guard lock(mutex);
           round_data = {};
+          round_changes = round_late = 0;
           break;
         }
         case Event::report: {
@@ -226,6 +243,9 @@ struct Client::Impl {
           }
           data.rank = options.rank;
           data.stale = e.state == 1;
+          data.clock_changes = round_changes;
+          data.clocks_late = round_late;
+          round_changes = round_late = 0;
           hand_over(std::move(data));
           break;
         }

@@ -115,6 +115,17 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
                   kExitDataError);
     }
     costs[node] = *c;
+    if (config_.clock_latency <= 0) continue;
+    const auto& stage = frequencies[s];
+    const int before = stage[k > 0 ? k - 1 : stage.size() - 1];
+    const auto old = before == stage[k] ? std::nullopt : cost(inst, before);
+    if (!old || old->time <= 0) continue;
+    if (old->time <= config_.clock_latency) {  // it ends before the new clock takes effect
+      costs[node] = *old;
+      continue;
+    }
+    const double done = config_.clock_latency / old->time;  // its share of the work at the old clock
+    costs[node] = {config_.clock_latency + (1 - done) * c->time, done * old->energy + (1 - done) * c->energy};
   }
   return costs;
 }

@@ -23,6 +23,7 @@ std::size_t ClockScan::planned() const {
 
 void ClockScan::record(int clock, ClockMeasurement measurement) {
   measured_[clock] = measurement;
+  if (redo_.erase(clock) != 0) return advance();
   if (coarse_ && next_ && clock == *next_) {
     if (!top_energy_) top_energy_ = measurement.energy;
     if (!best_energy_ || measurement.energy < *best_energy_) {
@@ -43,7 +44,18 @@ bool ClockScan::request(int clock) {
   return true;
 }
 
+bool ClockScan::redo(int clock) {
+  if (measured_.count(clock) == 0) return false;
+  redo_.insert(clock);
+  next_ = *redo_.rbegin();
+  return true;
+}
+
 void ClockScan::advance() {
+  if (!redo_.empty()) {
+    next_ = *redo_.rbegin();
+    return;
+  }
   if (coarse_) {
     int needed = (options_.stop_after + options_.coarse_step - 1) / options_.coarse_step;
     bool fell = best_energy_ && top_energy_ && *best_energy_ < *top_energy_ * (1 - options_.descent);
@@ -91,11 +103,26 @@ std::optional<int> ClockScan::next_fill() const {
     bool pareto = i == 0 || ea < best;
     if (i == 0 || ea < best) best = ea;
     if (!pareto || ea - eb <= options_.fill_gap * ea) continue;
-    auto hi = std::find(clocks_.begin(), clocks_.end(), order[i]) - clocks_.begin();
-    auto lo = std::find(clocks_.begin(), clocks_.end(), order[i + 1]) - clocks_.begin();
-    if (lo - hi >= 2) return clocks_[static_cast<std::size_t>((hi + lo) / 2)];
+    if (auto middle = between(order[i], order[i + 1])) return middle;
   }
+  // Where a slower clock runs no longer than a faster one, time is not monotone in the clock there
+  // (measured profiles near the top clock): the clocks between cannot be interpolated, and one of
+  // them may be both faster and cheaper than either end. Bisected until the ends are neighbours,
+  // above the clock of least energy (below it no plan runs).
+  std::size_t cheapest = 0;
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (measured_.at(order[i]).energy < measured_.at(order[cheapest]).energy) cheapest = i;
+  for (std::size_t i = 0; i < cheapest; ++i)
+    if (measured_.at(order[i + 1]).time <= measured_.at(order[i]).time)
+      if (auto middle = between(order[i], order[i + 1])) return middle;
   return std::nullopt;
+}
+
+std::optional<int> ClockScan::between(int faster, int slower) const {
+  auto hi = std::find(clocks_.begin(), clocks_.end(), faster) - clocks_.begin();
+  auto lo = std::find(clocks_.begin(), clocks_.end(), slower) - clocks_.begin();
+  if (lo - hi < 2) return std::nullopt;
+  return clocks_[static_cast<std::size_t>((hi + lo) / 2)];
 }
 
 }  // namespace perseus::online

@@ -108,26 +108,52 @@ class NoisyPipeline {
     for (int node : dag.topological_order())
       if (node < nodes_) topo_.push_back(node);
     slot_of_.assign(static_cast<std::size_t>(nodes_), {0, 0});
+    stage_nodes_ = dag.stage_nodes;
     for (int s = 0; s < stages_; ++s)
       for (std::size_t k = 0; k < dag.stage_nodes[static_cast<std::size_t>(s)].size(); ++k)
         slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
 
     const bool noisy = v.max() > 0;
-    pipelines_ = noisy ? std::clamp(options.pipelines, 1, kMaxPipelines) : 1;
+    const bool spread = !options.speeds.empty();
+    pipelines_ = spread  ? std::min<int>(static_cast<int>(options.speeds.size()), kMaxPipelines)
+                 : noisy ? std::clamp(options.pipelines, 1, kMaxPipelines)
+                         : 1;
     const std::size_t per_sample = static_cast<std::size_t>(pipelines_) * static_cast<std::size_t>(std::max(nodes_, 1));
     const int affordable = static_cast<int>(std::min<std::size_t>(options.max_work / per_sample, 1 << 20));
     samples_ = noisy ? std::max(std::min(std::max(options.samples, 1), affordable), std::min(options.samples, 8)) : 1;
     samples_ = std::max(samples_, 1);
+    competitor_ = options.competitor;
+    latency_ = std::max(0.0, options.clock_latency);
+    if (!competitor_.empty()) samples_ = static_cast<int>(competitor_.size());
     node_sigma_.resize(static_cast<std::size_t>(nodes_));
     for (int n = 0; n < nodes_; ++n) {
       const auto& inst = instructions_[static_cast<std::size_t>(n)];
       node_sigma_[static_cast<std::size_t>(n)] = std::max(0.0, v.of(inst.stage, inst.kind));
     }
+    // Per pipeline and node: its GPU's speed.
+    std::vector<double> speed(static_cast<std::size_t>(pipelines_) * nodes_, 1.0);
+    node_speed_.assign(static_cast<std::size_t>(nodes_), 1.0);
+    if (spread) {
+      for (int n = 0; n < nodes_; ++n) {
+        const auto& inst = instructions_[static_cast<std::size_t>(n)];
+        const std::pair<int, InstructionKind> key{model_stage(inst, stages_), inst.kind};
+        double sum = 0;
+        for (int d = 0; d < pipelines_; ++d) {
+          const auto& mine = options.speeds[static_cast<std::size_t>(d)];
+          auto it = mine.find(key);
+          const double f = it != mine.end() && it->second > 0 ? it->second : 1.0;
+          speed[static_cast<std::size_t>(d) * nodes_ + n] = f;
+          sum += f;
+        }
+        node_speed_[static_cast<std::size_t>(n)] = sum / pipelines_;
+      }
+    }
     factors_.assign(static_cast<std::size_t>(samples_) * pipelines_ * nodes_, 1.0);
-    if (noisy) {
-      std::mt19937_64 rng(options.seed);
-      std::normal_distribution<double> normal(0.0, 1.0);
-      for (std::size_t i = 0; i < factors_.size(); ++i) factors_[i] = std::exp(node_sigma_[i % nodes_] * normal(rng));
+    std::mt19937_64 rng(options.seed);
+    std::normal_distribution<double> normal(0.0, 1.0);
+    for (std::size_t i = 0; i < factors_.size(); ++i) {
+      const std::size_t pipeline_node = i % (static_cast<std::size_t>(pipelines_) * nodes_);
+      factors_[i] = (noisy ? std::exp(node_sigma_[i % nodes_] * normal(rng)) : 1.0) * speed[pipeline_node];
     }
   }
 
@@ -137,9 +163,16 @@ class NoisyPipeline {
   int nodes() const { return nodes_; }
   const Instruction& instruction(int node) const { return instructions_[static_cast<std::size_t>(node)]; }
   std::pair<int, std::size_t> slot(int node) const { return slot_of_[static_cast<std::size_t>(node)]; }
+  // The node that runs on its stage before `node` (the stage's last one for its first: the iteration before).
+  int previous_on_stage(int node) const {
+    const auto [s, k] = slot(node);
+    const auto& stage = stage_nodes_[static_cast<std::size_t>(s)];
+    return stage[k > 0 ? k - 1 : stage.size() - 1];
+  }
+  double latency() const { return latency_; }
   double mean_factor(int node) const {
     const double s = node_sigma_[static_cast<std::size_t>(node)];
-    return std::exp(s * s / 2);
+    return std::exp(s * s / 2) * node_speed_[static_cast<std::size_t>(node)];
   }
 
   int samples() const { return samples_; }
@@ -177,10 +210,30 @@ class NoisyPipeline {
     const bool gradient = detail != Detail::time;
     const bool paths = detail == Detail::paths;
     std::vector<Emulator::Cost> costs(static_cast<std::size_t>(nodes_));
+    // With a clock latency: an instruction whose clock differs from the one before it on its stage
+    // runs at that one's clock for the latency (its cost at that clock, here), then at its own.
+    std::vector<Emulator::Cost> before;
+    if (latency_ > 0) before.resize(costs.size());
     for (int n = 0; n < nodes_; ++n) {
       const auto [s, k] = slot(n);
-      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), frequencies[static_cast<std::size_t>(s)][k]);
+      const auto& stage = frequencies[static_cast<std::size_t>(s)];
+      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), stage[k]);
+      if (latency_ > 0) {
+        const int previous = stage[k > 0 ? k - 1 : stage.size() - 1];  // the last one of the iteration before
+        before[static_cast<std::size_t>(n)] =
+            previous == stage[k] ? Emulator::Cost{-1, 0} : *emulator_.cost(instruction(n), previous);
+      }
     }
+    // Time and energy of node n with noise factor f.
+    auto run = [&](int n, double f) -> std::pair<double, double> {
+      const auto& now = costs[static_cast<std::size_t>(n)];
+      if (latency_ <= 0 || before[static_cast<std::size_t>(n)].time < 0) return {now.time * f, now.energy * f};
+      const auto& old = before[static_cast<std::size_t>(n)];
+      const double t_old = old.time * f;
+      if (t_old <= latency_) return {t_old, old.energy * f};  // it ends before the new clock takes effect
+      const double done = latency_ / t_old;                   // its share of the work at the old clock
+      return {latency_ + (1 - done) * now.time * f, done * old.energy * f + (1 - done) * now.energy * f};
+    };
     Result out;
     if (gradient) out.gradient.assign(static_cast<std::size_t>(nodes_), 0.0);
     if (paths) {
@@ -192,7 +245,10 @@ class NoisyPipeline {
     double sum_time = 0, sum_sq = 0, sum_energy = 0;
     for (int k = 0; k < samples_; ++k) {
       double slowest = 0, compute = 0, busy = 0;
-      int slowest_pipeline = 0, slowest_last = -1;
+      // The other pipelines' end, when given: the iteration ends no earlier.
+      const bool floor = !competitor_.empty();
+      if (floor) slowest = competitor_[static_cast<std::size_t>(k)];
+      int slowest_pipeline = floor ? -1 : 0, slowest_last = -1;
       for (int d = 0; d < pipelines_; ++d) {
         const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
         int last = -1;
@@ -200,10 +256,10 @@ class NoisyPipeline {
           double s = 0;
           for (int p : predecessors_[static_cast<std::size_t>(n)]) s = std::max(s, end[static_cast<std::size_t>(p)]);
           start[static_cast<std::size_t>(n)] = s;
-          const double t = costs[static_cast<std::size_t>(n)].time * f[n];
+          const auto [t, e] = run(n, f[n]);
           end[static_cast<std::size_t>(n)] = s + t;
           busy += t;
-          compute += costs[static_cast<std::size_t>(n)].energy * f[n];
+          compute += e;
           if (last < 0 || end[static_cast<std::size_t>(n)] > end[static_cast<std::size_t>(last)]) last = n;
         }
         const double time = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
@@ -213,13 +269,12 @@ class NoisyPipeline {
             const auto n = static_cast<std::size_t>(*it);
             double after = 0;
             for (int q : successors_[n])
-              after =
-                  std::max(after, tail[static_cast<std::size_t>(q)] + costs[static_cast<std::size_t>(q)].time * f[q]);
+              after = std::max(after, tail[static_cast<std::size_t>(q)] + run(q, f[q]).first);
             tail[n] = after;
             through[n] = end[n] + after;
           }
         }
-        if (d == 0 || time > slowest) {
+        if ((d == 0 && !floor) || time > slowest) {
           slowest = time;
           slowest_pipeline = d;
           slowest_last = last;
@@ -234,7 +289,7 @@ class NoisyPipeline {
       if (paths) out.makespan[static_cast<std::size_t>(k)] = slowest;
       // Every pipeline's GPUs compute or block until the slowest pipeline ends.
       sum_energy += (compute + p_block_ * (stages_ * pipelines_ * slowest - busy)) / pipelines_;
-      if (gradient) {
+      if (gradient && slowest_pipeline >= 0) {
         const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + slowest_pipeline) * nodes_];
         for (int n = slowest_last; n >= 0;) {
           out.gradient[static_cast<std::size_t>(n)] += f[n] / samples_;
@@ -268,8 +323,12 @@ class NoisyPipeline {
   std::vector<std::vector<int>> predecessors_, successors_;
   std::vector<int> topo_;
   std::vector<std::pair<int, std::size_t>> slot_of_;
+  std::vector<std::vector<int>> stage_nodes_;
   std::vector<double> node_sigma_;
-  std::vector<double> factors_;  // [sample][pipeline][node]
+  std::vector<double> node_speed_;  // mean over the pipelines
+  std::vector<double> competitor_;  // per sample: when the iteration ends at the latest anyway
+  double latency_ = 0;              // seconds until a changed clock takes effect
+  std::vector<double> factors_;     // [sample][pipeline][node]
 };
 
 // One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyPipeline.
@@ -309,7 +368,7 @@ class Chooser {
     }
     ChosenPlan top = all_max();
     if (best) {
-      ChosenPlan improved = improve(std::move(*best));
+      ChosenPlan improved = merge(improve(std::move(*best)));
       if (improved.frequencies == top.frequencies) return top;  // raised all the way: call it by its name
       if (improved.point) improved.fit_steps = steps_from(*improved.point, improved.frequencies);
       return improved;
@@ -408,6 +467,28 @@ class Chooser {
     return std::nullopt;
   }
 
+  // A critical instruction at its top clock whose stage ran the instruction before it at a slower
+  // clock starts at that clock for the clock latency: raising the one before to its clock removes
+  // the change (and the latency) altogether.
+  std::optional<Move> merge_into(int node, const std::vector<std::vector<int>>& freqs, double gradient) const {
+    if (noisy_.latency() <= 0) return std::nullopt;
+    const int previous = noisy_.previous_on_stage(node);
+    const int clock = clock_of(freqs, node), old_clock = clock_of(freqs, previous);
+    if (previous == node || old_clock == clock) return std::nullopt;
+    const auto& emulator = noisy_.emulator();
+    const auto here_now = emulator.cost(noisy_.instruction(node), clock);
+    const auto here_old = emulator.cost(noisy_.instruction(node), old_clock);
+    const auto before_now = emulator.cost(noisy_.instruction(previous), old_clock);
+    const auto before_new = emulator.cost(noisy_.instruction(previous), clock);
+    if (!here_now || !here_old || !before_now || !before_new || here_old->time <= here_now->time) return std::nullopt;
+    const double lost = std::min(noisy_.latency(), here_old->time) * (1 - here_now->time / here_old->time);
+    const double dt = std::max(0.0, before_now->time - before_new->time);
+    const double de = noisy_.mean_factor(previous) * (before_new->energy - before_now->energy + noisy_.p_block() * dt);
+    const double benefit = gradient * lost;
+    if (benefit <= 0) return std::nullopt;
+    return Move{previous, clock, std::max(de, 0.0) / benefit, benefit};
+  }
+
   // Raises the clocks of the instructions that are critical under the noise, cheapest expected
   // time first, until the plan's expected time meets the deadline. Each round raises a batch whose
   // first-order saving covers half the remaining gap, then measures again.
@@ -426,7 +507,11 @@ class Chooser {
         const double g = r.gradient[static_cast<std::size_t>(n)];
         if (g <= 0) continue;
         const auto [s, k] = noisy_.slot(n);
-        if (auto m = move_for(n, freqs[static_cast<std::size_t>(s)][k], g)) moves.push_back(*m);
+        if (auto m = move_for(n, freqs[static_cast<std::size_t>(s)][k], g)) {
+          moves.push_back(*m);
+        } else if (auto merged = merge_into(n, freqs, g)) {
+          moves.push_back(*merged);
+        }
       }
       if (moves.empty()) return std::nullopt;  // every critical instruction is at its top clock
       std::sort(moves.begin(), moves.end(), [](const Move& a, const Move& b) { return a.ratio < b.ratio; });
@@ -538,6 +623,43 @@ class Chooser {
     return best;
   }
 
+  // With a clock latency a change of clock pays only where what the instruction gains at its new
+  // clock outweighs running the latency at the clock before: each change is tried without (the
+  // instruction at the clock before it, or the one before at this one's) and left out where the
+  // plan then costs no more and still meets the deadline. Bounded in evaluations.
+  ChosenPlan merge(ChosenPlan plan) {
+    if (options_.clock_latency <= 0) return plan;
+    constexpr int kEvaluations = 600;
+    auto freqs = plan.frequencies;
+    NoisyEstimate current = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+    int budget = kEvaluations;
+    for (int pass = 0; pass < 3 && budget > 0; ++pass) {
+      bool changed = false;
+      for (std::size_t s = 0; s < freqs.size() && budget > 0; ++s)
+        for (std::size_t k = 1; k < freqs[s].size() && budget > 0; ++k) {
+          if (freqs[s][k] == freqs[s][k - 1]) continue;
+          for (const std::size_t target : {k, k - 1}) {
+            const int old_clock = freqs[s][target], clock = freqs[s][target == k ? k - 1 : k];
+            if (!noisy_.emulator().cost(noisy_.emulator().layout()[s][target], clock)) continue;  // not profiled
+            freqs[s][target] = clock;
+            --budget;
+            const auto e = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+            if (e.time <= deadline_ && total(e) <= total(current) - 1e-12) {
+              current = e;
+              changed = true;
+              break;
+            }
+            freqs[s][target] = old_clock;
+          }
+        }
+      if (!changed) break;
+    }
+    plan.frequencies = std::move(freqs);
+    plan.time = current.time;
+    plan.energy = current.energy;
+    return plan;
+  }
+
   // Clock steps between a plan and its frontier point, either way, over every instruction.
   int steps_from(std::size_t point, const std::vector<std::vector<int>>& freqs) {
     const auto& base = frequencies(point);
@@ -592,6 +714,13 @@ NoisyEstimate expected_time_and_energy(const PlanningOutput& plans, const std::v
   NoisyPipeline noisy(plans, v, options);
   noisy.emulator().check_plan(frequencies);
   return noisy.evaluate(frequencies, NoisyPipeline::Detail::time).estimate;
+}
+
+std::vector<double> iteration_samples(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
+                                      const Variability& v, const NoiseAwareOptions& options) {
+  NoisyPipeline noisy(plans, v, options);
+  noisy.emulator().check_plan(frequencies);
+  return noisy.evaluate(frequencies, NoisyPipeline::Detail::paths).makespan;
 }
 
 double expected_time(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,

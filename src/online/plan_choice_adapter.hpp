@@ -7,6 +7,7 @@
 // deadline of x times all-max means x times all-max under the same noise, and the plans it returns
 // carry times the controller compares with its noise-free all-max.
 #include <algorithm>
+#include <utility>
 
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
@@ -20,8 +21,8 @@ struct NoiseSeam {
   NoiseAwareOptions options;
   double to_noisy = 1;  // expected (plus allowance) over noise-free all-max time
 
-  NoiseSeam(const PlanningOutput& plans, const Variability& v, int pipelines) {
-    options.pipelines = std::max(pipelines, 1);
+  NoiseSeam(const PlanningOutput& plans, const Variability& v, NoiseAwareOptions base) : options(std::move(base)) {
+    options.pipelines = std::max(options.pipelines, 1);
     double nominal = plans.all_max().time;
     if (nominal > 0) to_noisy = deadline_for(plans, 1.0, v, options) / nominal;
   }
@@ -35,18 +36,25 @@ struct NoiseSeam {
   }
 };
 
+// Options for `pipelines` pipelines of equal speed.
+inline NoiseAwareOptions for_pipelines(int pipelines) {
+  NoiseAwareOptions o;
+  o.pipelines = pipelines;
+  return o;
+}
+
 // The cheapest plan that meets `deadline` (noise-free terms) under the measured variability.
 inline ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,
-                                          int pipelines) {
-  NoiseSeam seam(plans, v, pipelines);
+                                          const NoiseAwareOptions& options) {
+  NoiseSeam seam(plans, v, options);
   return seam.from_noisy(online::choose_plan_under_noise(plans, deadline * seam.to_noisy, v, seam.options));
 }
 
 // The cheapest plan faster than `current` that the corrected `deadline` allows; all-max only when
 // nothing else meets it.
 inline ChosenPlan step_up(const PlanningOutput& plans, const ChosenPlan& current, double deadline, const Variability& v,
-                          int pipelines) {
-  NoiseSeam seam(plans, v, pipelines);
+                          const NoiseAwareOptions& options) {
+  NoiseSeam seam(plans, v, options);
   return seam.from_noisy(
       online::step_up(plans, seam.to_noisy_terms(current), deadline * seam.to_noisy, v, seam.options));
 }

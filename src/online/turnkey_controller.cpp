@@ -21,85 +21,7 @@ constexpr double kCautionStep = 1.5;  // each step-up judges plans under this mu
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
 constexpr std::size_t kJudgedRounds = 40;
 
-// The 95% two-sided t quantile for the mean of n values (1.96 for many).
-double t_quantile(std::size_t n) {
-  static const double t[] = {0, 12.71, 4.30, 3.18, 2.78, 2.57, 2.45, 2.36, 2.31, 2.26, 2.23};
-  return n >= 2 && n - 1 <= 10 ? t[n - 1] : 1.96;
-}
-
-// `e` (the mean of n values) with its interval at least as wide as values of standard deviation
-// `floor_sd` give: a few rounds that agree by chance must not look precise.
-Estimate at_least_as_wide(Estimate e, std::size_t n, double floor_sd) {
-  if (n == 0 || floor_sd <= 0) return e;
-  double half = std::max((e.high - e.low) / 2, t_quantile(n) * floor_sd / std::sqrt(double(n)));
-  return {e.value, e.value - half, e.value + half};
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  std::size_t n = values.size();
-  return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
-}
-
-// (stage, kind)'s mean instruction over the pipelines not marked disturbed (all of them when
-// the measurement has no per-pipeline numbers).
-std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
-                                                  const StageKind& key) {
-  double time = 0, energy = 0;
-  int n = 0;
-  for (std::size_t d = 0; d < m.pipeline_instructions.size(); ++d) {
-    if (d < disturbed.size() && disturbed[d]) continue;
-    auto it = m.pipeline_instructions[d].find(key);
-    if (it == m.pipeline_instructions[d].end()) continue;
-    time += it->second.first, energy += it->second.second, ++n;
-  }
-  if (n > 0) return ClockMeasurement{time / n, energy / n};
-  auto it = m.instructions.find(key);
-  if (it == m.instructions.end()) return std::nullopt;
-  return ClockMeasurement{it->second.first, it->second.second};
-}
-
-double sample_stddev(const std::vector<double>& values) {
-  if (values.size() < 2) return 0;
-  double mean = 0, var = 0;
-  for (double v : values) mean += v;
-  mean /= double(values.size());
-  for (double v : values) var += (v - mean) * (v - mean);
-  return std::sqrt(var / double(values.size() - 1));
-}
-
-// The plain mean of `values` with a 95% interval (t quantiles for few).
-Estimate mean_interval(const std::vector<double>& values) {
-  Estimate out;
-  if (values.empty()) return out;
-  for (double v : values) out.value += v;
-  out.value /= double(values.size());
-  const double half =
-      values.size() > 1 ? t_quantile(values.size()) * sample_stddev(values) / std::sqrt(double(values.size())) : 0;
-  out.low = out.value - half;
-  out.high = out.value + half;
-  return out;
-}
-
 }  // namespace
-
-Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept) {
-  if (kept) kept->assign(values.size(), false);
-  if (values.empty()) return {};
-  double mid = median(values);
-  std::vector<double> deviations;
-  for (double v : values) deviations.push_back(std::abs(v - mid));
-  // A floor on the spread: rounds that agree to a part in 10^4 are all kept.
-  double spread = std::max(1.4826 * median(deviations), 1e-4 * std::abs(mid));
-  std::vector<double> used;
-  for (std::size_t i = 0; i < values.size(); ++i)
-    if (std::abs(values[i] - mid) <= 3.5 * spread) {
-      used.push_back(values[i]);
-      if (kept) (*kept)[i] = true;
-    }
-  return mean_interval(used);
-}
 
 const char* to_string(ControllerPhase phase) {
   switch (phase) {
@@ -121,7 +43,9 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
       shape_(std::move(shape)),
       hooks_(std::move(hooks)),
       reused_profile_(std::move(reused)),
-      detector_(config_.detector) {
+      retry_(config_.retry_after, config_.max_retry_after),
+      detector_(config_.detector),
+      latency_(config_.clock_latency.value_or(0)) {
   if (shape_.num_stages < 1 || shape_.num_microbatches < 1 || shape_.pipelines < 1)
     throw std::invalid_argument("the job needs at least one stage, microbatch and pipeline");
   if (shape_.clocks.empty()) throw std::invalid_argument("no clock to run");
@@ -142,6 +66,8 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
   std::sort(operations_.begin(), operations_.end());
   operations_.erase(std::unique(operations_.begin(), operations_.end()), operations_.end());
   for (std::size_t i = 0; i < operations_.size(); ++i) scans_.emplace_back(shape_.clocks, config_.scan);
+  pace_change_.assign(static_cast<std::size_t>(shape_.pipelines), 1.0);
+  fast_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), 0);
   variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
 }
 
@@ -189,7 +115,7 @@ RoundClocks TurnkeyController::next_round() {
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
       // Not while a straggler is followed: its rounds are not all-max's.
-      if (config_.probe_every > 0 && !straggler_ &&
+      if (config_.probe_every > 0 && !(straggler_ && !straggler_->in_baseline) &&
           (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
@@ -203,6 +129,10 @@ RoundClocks TurnkeyController::next_round() {
 
 void TurnkeyController::observe(const RoundMeasurement& m) {
   int round = round_++;
+  if (phase_ == ControllerPhase::deployed) {
+    clock_changes_ += m.clock_changes;
+    clocks_late_ += m.clocks_late;
+  }
   last_round_on_plans_ = phase_ == ControllerPhase::deployed && ran_plan_;
   last_pipeline_time_ = m.pipeline_time;
   last_pipeline_energy_ = m.pipeline_energy;
@@ -226,10 +156,11 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
 
 void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) {
   if (!told) {
-    if (told_straggler_) decide("straggler cleared", "the API cleared the straggler");
+    if (told_straggler_) decide("straggler cleared", "the API cleared the straggler"), ++straggler_changes_;
     told_straggler_.reset();
   } else {
     told_straggler_ = *told;
+    ++straggler_changes_;
     decide("straggler told", told->slowdown
                                  ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
                                  : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
@@ -265,8 +196,9 @@ std::size_t TurnkeyController::scan_index(const Instruction& inst) const {
   return scan_index(StageKind{model_stage(inst, shape_.num_stages), inst.kind});
 }
 
-void TurnkeyController::add_baseline(const RoundMeasurement& m, double conditions) {
-  baseline_samples_.push_back({m.iteration_time, m.energy, conditions});
+void TurnkeyController::add_baseline(const RoundMeasurement& m) {
+  baseline_samples_.push_back({m.iteration_time, m.energy});
+  pipelines_.add(m, static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)));
   if (m.blocking_power) {
     idle_power_sum_ += *m.blocking_power;
     ++idle_power_rounds_;
@@ -275,7 +207,8 @@ void TurnkeyController::add_baseline(const RoundMeasurement& m, double condition
   estimate_baseline();
 }
 
-// The baseline from its rounds: outliers in time or energy left out, the mean of the others.
+// The baseline from its rounds: outliers in time or energy left out, the mean of the others (and,
+// while the warm-up's rounds are the baseline's, each pipeline's statistics from the same rounds).
 void TurnkeyController::estimate_baseline() {
   std::vector<double> times, energies;
   for (const auto& r : baseline_samples_) times.push_back(r.time), energies.push_back(r.energy);
@@ -283,40 +216,78 @@ void TurnkeyController::estimate_baseline() {
   robust_mean(times, &time_kept);
   robust_mean(energies, &energy_kept);
   std::vector<double> kept_times, kept_energies;
-  double conditions = 0;
+  std::vector<bool> kept(baseline_samples_.size(), false);
   for (std::size_t i = 0; i < baseline_samples_.size(); ++i)
     if (time_kept[i] && energy_kept[i]) {
       kept_times.push_back(times[i]);
       kept_energies.push_back(energies[i]);
-      conditions += baseline_samples_[i].conditions;
+      kept[i] = true;
     }
-  if (kept_times.empty()) kept_times = times, kept_energies = energies;
+  if (kept_times.empty()) kept_times = times, kept_energies = energies, kept.assign(kept.size(), true);
+  if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_samples_.size()) pipelines_.estimate(kept);
   baseline_time_estimate_ = robust_mean(kept_times);
   baseline_time_estimate_ =
       at_least_as_wide(baseline_time_estimate_, kept_times.size(), round_spread_floor(baseline_time_estimate_.value));
   baseline_energy_estimate_ = robust_mean(kept_energies);
   baseline_time_ = baseline_time_estimate_.value;
   baseline_energy_ = baseline_energy_estimate_.value;
-  baseline_conditions_ = kept_times.empty() || conditions <= 0 ? 1 : conditions / double(kept_times.size());
   baseline_rounds_ = static_cast<int>(kept_times.size());
   baseline_round_spread_ = {std::max(sample_stddev(kept_times), round_spread_floor(baseline_time_)),
                             sample_stddev(kept_energies)};
   baseline_rejected_ = static_cast<int>(times.size() - kept_times.size());
+  if (plans_ && plans_->all_max().time > 0) scale_ = baseline_time_ / plans_->all_max().time;
 }
 
-// Per pipeline: whether its compute-bound time this round is above the median of the others' by
-// more than the straggler threshold (all pipelines run the same clocks in these rounds).
+// Per pipeline: its compute-bound time this round over what it is expected to take, in units of
+// its own baseline pace (GPUs of different speeds are no straggler). `on_plans`: each pipeline ran
+// its plan (expected: the plan's time); otherwise all ran the same clocks (expected: the same).
+std::vector<double> TurnkeyController::paced_ratios(const RoundMeasurement& m, bool on_plans) const {
+  std::vector<double> out(m.pipeline_time.size(), 1.0);
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    double expected =
+        (pipelines_.known() ? pipelines_.pace(d) : 1.0) * (d < pace_change_.size() ? pace_change_[d] : 1.0);
+    if (on_plans) expected = d < predicted_.size() ? predicted_[d] : 0;
+    out[d] = expected > 0 && m.pipeline_time[d] > 0 ? m.pipeline_time[d] / expected : 1.0;
+  }
+  return out;
+}
+
+// Per pipeline: whether its compute-bound time this round, in units of its baseline pace, is above
+// the median of the others' by more than the straggler threshold (all pipelines run the same clocks
+// in these rounds).
 std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement& m) const {
-  std::vector<bool> out(m.pipeline_time.size(), false);
-  if (m.pipeline_time.size() < 2) return out;
+  const auto ratios = paced_ratios(m, false);
+  std::vector<bool> out(ratios.size(), false);
+  if (ratios.size() < 2) return out;
   for (std::size_t d = 0; d < out.size(); ++d) {
     std::vector<double> others;
     for (std::size_t e = 0; e < out.size(); ++e)
-      if (e != d) others.push_back(m.pipeline_time[e]);
+      if (e != d) others.push_back(ratios[e]);
     double ref = median(others);
-    out[d] = ref > 0 && m.pipeline_time[d] > ref * (1 + config_.detector.threshold);
+    out[d] = ref > 0 && ratios[d] > ref * (1 + config_.detector.threshold);
   }
   return out;
+}
+
+// (stage, kind)'s mean instruction over the pipelines not marked disturbed (all of them when the
+// measurement has no per-pipeline numbers), each pipeline's in units of its GPUs' speed in the
+// baseline, so that the profile is the median pipeline's whichever pipelines it is measured on.
+std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const RoundMeasurement& m,
+                                                                     const std::vector<bool>& disturbed,
+                                                                     const StageKind& key) const {
+  double time = 0, energy = 0;
+  int n = 0;
+  for (std::size_t d = 0; d < m.pipeline_instructions.size(); ++d) {
+    if (d < disturbed.size() && disturbed[d]) continue;
+    auto it = m.pipeline_instructions[d].find(key);
+    if (it == m.pipeline_instructions[d].end()) continue;
+    const double speed = pipelines_.known() ? pipelines_.speed(d, key) : 1.0;
+    time += it->second.first / speed, energy += it->second.second / speed, ++n;
+  }
+  if (n > 0) return ClockMeasurement{time / n, energy / n};
+  auto it = m.instructions.find(key);
+  if (it == m.instructions.end()) return std::nullopt;
+  return ClockMeasurement{it->second.first, it->second.second};
 }
 
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
@@ -345,11 +316,13 @@ double TurnkeyController::round_spread_floor(double iteration_time) const {
   return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
-// Detection in rounds where every pipeline runs the same clocks: each one's compute-bound time
-// against the others'. Returns whether the verdict changed.
+// Detection: each pipeline's compute-bound time, in units of its baseline pace, against the others'.
+// Returns whether the verdict changed.
 bool TurnkeyController::observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios) {
   bool before = detector_.current().has_value();
-  if (!detector_.observe(ratios) || told_straggler_) return false;
+  if (!detector_.observe(ratios)) return false;
+  ++straggler_changes_;
+  if (told_straggler_) return false;
   const auto& now = detector_.current();
   if (now) {
     decide(before ? "straggler changed" : "straggler detected",
@@ -365,9 +338,8 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, const std::
 void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   ++warmup_seen_;
   add_variability(m);
-  observe_straggler(m, m.pipeline_time);
   // The first warm-up round carries start-up effects; the others are the baseline, outliers left out.
-  if (round > 0 || config_.warmup_rounds <= 1) add_baseline(m, 1);
+  if (round > 0 || config_.warmup_rounds <= 1) add_baseline(m);
   if (warmup_seen_ < std::max(config_.warmup_rounds, 1)) return;
   // Outliers left too few rounds, or the baseline is not yet precise enough: go on measuring.
   const int wanted = std::max(config_.warmup_rounds - 1, 1);
@@ -376,7 +348,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   if ((baseline_rounds_ < wanted || !precise) &&
       warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
     return;
-  if (baseline_samples_.empty()) add_baseline(m, 1);
+  if (baseline_samples_.empty()) add_baseline(m);
   decide("baseline",
          fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
                      "blocking power {}",
@@ -384,6 +356,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
                      baseline_rounds_,
                      baseline_rejected_ > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_rejected_) : "",
                      p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
+  note_slow_pipelines();
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
     decide("profile reused", fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
@@ -403,12 +376,38 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   if (profiling_done()) finish_profiling();
 }
 
+// Pipelines that the baseline measured slower than the others by more than the straggler threshold:
+// slow since the start (a slow node, or slow GPUs), so part of the cluster. Said once; the others are
+// paced to them once deployed.
+void TurnkeyController::note_slow_pipelines() {
+  if (!pipelines_.known() || pipelines_.pipelines() < 2) return;
+  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) {
+    std::vector<double> others;
+    for (std::size_t e = 0; e < pipelines_.pipelines(); ++e)
+      if (e != d) others.push_back(pipelines_.pace(e));
+    const double pace = pipelines_.pace(d) / median(others);
+    if (pace > 1 + config_.detector.threshold)
+      decide("slow pipeline in the baseline",
+             fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max since the "
+                         "start: part of the all-max baseline (not a straggler); the others run plans paced to it",
+                         d, pace));
+  }
+}
+
 bool TurnkeyController::profiling_done() const {
-  return std::all_of(scans_.begin(), scans_.end(), [](const auto& s) { return s.done(); });
+  return std::all_of(scans_.begin(), scans_.end(), [](const auto& s) { return s.done(); }) &&
+         (since_check_.empty() || config_.check_every <= 0 || !pipelines_.known());
 }
 
 RoundClocks TurnkeyController::profiling_clocks() {
   issued_.clear();
+  checking_ = false;
+  const bool scanned = std::all_of(scans_.begin(), scans_.end(), [](const auto& s) { return s.done(); });
+  if (config_.check_every > 0 && pipelines_.known() && !since_check_.empty() &&
+      (rounds_since_check_ >= config_.check_every || scanned)) {
+    checking_ = true;  // an all-max round: the conditions now
+    return std::nullopt;
+  }
   for (auto& scan : scans_) issued_.push_back(scan.next());
   std::vector<std::vector<int>> stages;
   for (const auto& order : orders_) {
@@ -422,14 +421,59 @@ RoundClocks TurnkeyController::profiling_clocks() {
 void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   ++profiling_rounds_;
   add_variability(m);
-  observe_straggler(m, m.pipeline_time);
-  // A slow pipeline's instructions are not the profile's: measured from the others only.
+  observe_straggler(m, paced_ratios(m, false));
+  if (checking_) return observe_check(m);
+  // A slow pipeline's instructions are not the profile's: measured from the others only, at the
+  // baseline's conditions.
   auto disturbed = disturbed_pipelines(m);
+  const double c = profile_conditions_ > 0 ? profile_conditions_ : 1.0;
   for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
-    if (issued_[i] && measured) scans_[i].record(*issued_[i], *measured);
+    if (!issued_[i] || !measured) continue;
+    scans_[i].record(*issued_[i], {measured->time / c, measured->energy / c});
+    since_check_.emplace_back(i, *issued_[i]);
   }
   issued_.clear();
+  ++rounds_since_check_;
+  if (profiling_done()) finish_profiling();
+}
+
+// The cluster's conditions in an all-max round: the median over the pipelines that ran like the
+// others of their top-clock times over the baseline's.
+std::optional<double> TurnkeyController::cluster_conditions(const RoundMeasurement& m,
+                                                            const std::vector<bool>& disturbed) const {
+  std::vector<double> c;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+    if (d < disturbed.size() && disturbed[d]) continue;
+    if (auto x = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front()))
+      c.push_back(*x);
+  }
+  if (c.empty()) return std::nullopt;
+  return median(c);
+}
+
+// A check round while profiling: when the conditions moved since the last one (by more than a
+// percent), the clocks measured in between are measured again (when the change came is not known),
+// and the clocks from now on are taken at the new conditions.
+void TurnkeyController::observe_check(const RoundMeasurement& m) {
+  checking_ = false;
+  ++profiling_checks_;
+  rounds_since_check_ = 0;
+  const auto now = cluster_conditions(m, disturbed_pipelines(m));
+  if (!now) return since_check_.clear();
+  constexpr double kBand = 0.01;
+  constexpr int kMostRedos = 3;  // a cluster that keeps changing is profiled as it goes after that
+  if (std::abs(*now / profile_conditions_ - 1) > kBand && profile_redos_ < kMostRedos) {
+    ++profile_redos_;
+    std::size_t again = 0;
+    for (const auto& [scan, clock] : since_check_) again += scans_[scan].redo(clock) ? 1 : 0;
+    decide("profiling conditions changed",
+           fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {} "
+                       "clocks measured since are measured again",
+                       *now, profile_conditions_, again));
+  }
+  profile_conditions_ = *now;
+  since_check_.clear();
   if (profiling_done()) finish_profiling();
 }
 
@@ -465,13 +509,15 @@ void TurnkeyController::start_planning(Profile profile) {
   PlanningInput input;
   input.config.shape() = shape_.shape();
   input.config.p_block = p_block_.value_or(0);
-  input.config.cost_model = config_.cost_model;
+  input.config.cost_model = replans_ > 0 ? CostModelKind::piecewise_linear : config_.cost_model;
   input.config.unit_time = config_.unit_time.value_or(automatic_unit_time(profile));
+  if (replans_ > 1) input.config.unit_time /= 2;  // a finer time quantum: steps too small for the coarse one
+  planned_profile_ = profile;
   input.profile = std::move(profile);
   input.record_dir = hooks_.record_dir;
   phase_ = ControllerPhase::planning;
   decide("planning", fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
-                                 input.config.unit_time, input.config.p_block, to_string(config_.cost_model)));
+                                 input.config.unit_time, input.config.p_block, to_string(input.config.cost_model)));
   planner_.start(std::move(input), hooks_.wake);
 }
 
@@ -480,6 +526,19 @@ void TurnkeyController::plan_ready() {
     plans_ = planner_.take();
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("Perseus could not plan: {}", e.what()));
+  }
+  // No frontier (the solver stopped before its first point): plan again with the piecewise-linear
+  // cost model (exact at the measured points), then with a finer time quantum, before settling
+  // for all-max.
+  constexpr int kMostReplans = 2;
+  if (plans_->record.points.empty() && replans_ < kMostReplans && planned_profile_) {
+    ++replans_;
+    decide("no frontier",
+           fmt::format("planning found no frontier point ({}); planning again {}",
+                       plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason,
+                       replans_ == 1 ? "with the piecewise-linear cost model" : "with half the time quantum"));
+    plans_.reset();
+    return start_planning(*planned_profile_);
   }
   if (refine_passes_ < config_.refine_passes && !reused_ && config_.interpolate) {
     // Fill in where the front needs it: measure the clocks the target plan runs that were only
@@ -517,9 +576,25 @@ void TurnkeyController::deploy_plan() {
                                  : fmt::format("piecewise-linear for {} (the exponential fit failed), "
                                                "exponential elsewhere",
                                                fmt::join(pwl, ", "))));
+  // How much one pipeline's all-max iteration varies under the measured noise: how much later the
+  // slowest of several pipelines ends than any one (the reference's stretch under changed paces).
+  {
+    NoiseAwareOptions one;
+    const auto top =
+        expected_time_and_energy(*plans_, all_max(*plans_).frequencies, variability_->estimator.estimate(), one);
+    pace_model_ = PaceModel(top.time > 0 ? top.time_stddev / top.time : 0);
+  }
   target_plan_ =
-      plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
-  plan_reason_ = "the cheapest plan predicted to meet the target";
+      plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), target_options());
+  plan_reason_ = plans_->record.points.empty()
+                     ? fmt::format("planning found no frontier ({}): all-max",
+                                   plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason)
+                 : !target_plan_->point && target_plan_->fit_steps == 0
+                     ? "no plan but all-max is predicted to meet the target"
+                     : "the cheapest plan predicted to meet the target";
+  if (plans_->record.points.empty())
+    decide("no frontier",
+           fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
     decide("deadline below all-max", fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
@@ -531,16 +606,81 @@ void TurnkeyController::deploy_plan() {
 }
 
 const ChosenPlan* TurnkeyController::plan_of(std::size_t d) const {
-  if (!target_plan_ || d >= slowed_.size()) return nullptr;
-  return slowed_[d] && slowed_plan_ ? &*slowed_plan_ : &*target_plan_;
+  if (!target_plan_ || d >= pace_of_.size()) return nullptr;
+  const int i = pace_of_[d];
+  if (i == kLeadPlan && lead_plan_) return &*lead_plan_;
+  return i >= 0 && static_cast<std::size_t>(i) < paced_plans_.size() ? &paced_plans_[static_cast<std::size_t>(i)]
+                                                                     : &*target_plan_;
 }
 
 std::string TurnkeyController::describe(const ChosenPlan& plan) const {
   return fmt::format("{} (predicted {:.6g} s, {:.6g} J per pipeline)", plan.label(), plan.time * scale_, plan.energy);
 }
 
-// Every pipeline's plan from the target and the straggler (told first, then detected).
+// Per pipeline, per (model stage, kind): its GPUs' speed now (a factor on time and energy): the
+// baseline's, times how much its pace changed since; `straggling`: times the straggler's slowdown
+// on the straggler too.
+std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d, bool straggling) const {
+  std::map<StageKind, double> out;
+  double factor = d < pace_change_.size() ? pace_change_[d] : 1.0;
+  if (straggling && straggler_ && straggler_->pipeline && !straggler_->in_baseline && !straggler_->told &&
+      static_cast<std::size_t>(*straggler_->pipeline) == d)
+    factor *= straggler_->slowdown;
+  for (const auto& key : operations_) out[key] = (pipelines_.known() ? pipelines_.speed(d, key) : 1.0) * factor;
+  return out;
+}
+
+// The chooser's options for `group` of pipelines: their GPUs' speeds (the slowest kMaxPipelines).
+NoiseAwareOptions TurnkeyController::options_for(const std::vector<std::size_t>& group, bool straggling) const {
+  NoiseAwareOptions o;
+  o.pipelines = static_cast<int>(std::max<std::size_t>(group.size(), 1));
+  o.clock_latency = latency_;
+  if (!pipelines_.known() || shape_.pipelines < 2) return o;
+  std::vector<std::size_t> order = group;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return pipelines_.pace(a) * pace_change_[a] > pipelines_.pace(b) * pace_change_[b];
+  });
+  order.resize(std::min<std::size_t>(order.size(), kMaxPipelines));
+  for (std::size_t d : order) o.speeds.push_back(speeds_of(d, straggling));
+  return o;
+}
+
+// Pipeline d's noise-free iteration time running `frequencies` on its GPUs (the model's terms).
+double TurnkeyController::time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies,
+                                  bool straggling) const {
+  NoiseAwareOptions o;
+  o.speeds.push_back(speeds_of(d, straggling));
+  o.clock_latency = latency_;
+  return expected_time(*plans_, frequencies, Variability{}, o);
+}
+
+// The pipelines that run the target plan when nobody straggles: those within half the straggler
+// threshold of the slowest one's all-max time (the others finish earlier anyway and are paced).
+std::vector<std::size_t> TurnkeyController::lead_pipelines(const std::vector<double>& top) const {
+  std::vector<std::size_t> lead;
+  const double slowest = top.empty() ? 0 : *std::max_element(top.begin(), top.end());
+  for (std::size_t d = 0; d < top.size(); ++d)
+    if (top[d] * (1 + config_.detector.threshold / 2) >= slowest) lead.push_back(d);
+  return lead;
+}
+
+NoiseAwareOptions TurnkeyController::target_options() const {
+  if (!plans_ || !pipelines_.known()) return options_for({}, false);
+  std::vector<double> top;
+  const auto all = all_max(*plans_).frequencies;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) top.push_back(time_on(d, all, false));
+  return options_for(lead_pipelines(top), false);
+}
+
+// Every pipeline's plan from the target and the straggler (told first, then detected): the
+// pipelines that set the iteration's pace (the straggler, or the slowest of the baseline and those
+// within half the threshold of it) run the target plan; every other pipeline runs the cheapest plan
+// that, on its own GPUs and under the measured noise, makes the iteration end no more than
+// kPaceAllowance later than the pace setters alone would (a straggler told without its pipeline:
+// every pipeline slows to the time told).
 void TurnkeyController::assign_plans(const std::string& why) {
+  constexpr double kPaceAllowance = 0.001;
+  constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
   std::optional<ActiveStraggler> next;
   if (told_straggler_) {
     ActiveStraggler s;
@@ -555,32 +695,95 @@ void TurnkeyController::assign_plans(const std::string& why) {
     ActiveStraggler s;
     s.pipeline = detector_.current()->pipeline;
     s.slowdown = detector_.current()->slowdown;
-    // Its measured compute-bound time on its plan; detected before deployment: its plan's time stretched.
-    s.compute_time = last_round_on_plans_ ? last_pipeline_time_.at(static_cast<std::size_t>(*s.pipeline))
-                                          : target_plan_->time * s.slowdown;
     next = s;
   }
-  std::vector<bool> slowed(static_cast<std::size_t>(shape_.pipelines), false);
-  std::optional<ChosenPlan> slowed_plan;
-  // The others finish by the straggler's time, but never later than the target asks.
-  if (next && next->compute_time > target_plan_->time) {
-    slowed_plan =
-        plan_choice::choose_plan_under_noise(*plans_, next->compute_time, choice_variability(), shape_.pipelines);
-    for (std::size_t d = 0; d < slowed.size(); ++d)
-      if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
-  }
-  bool changed = !deployed_once_ || slowed != slowed_ || (slowed_plan.has_value() != slowed_plan_.has_value()) ||
-                 (slowed_plan && slowed_plan->frequencies != slowed_plan_->frequencies);
   straggler_ = next;
-  slowed_ = slowed;
-  slowed_plan_ = std::move(slowed_plan);
+  const auto D = static_cast<std::size_t>(shape_.pipelines);
+  const auto all = all_max(*plans_).frequencies;
+  std::vector<double> top(D);
+  for (std::size_t d = 0; d < D; ++d) top[d] = time_on(d, all, true);
+  const double slowest = *std::max_element(top.begin(), top.end());
+  std::vector<std::size_t> lead;
+  if (straggler_ && straggler_->told) {
+    if (straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) < D)
+      lead.push_back(static_cast<std::size_t>(*straggler_->pipeline));
+  } else {
+    lead = lead_pipelines(top);
+  }
+  // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
+  if (!straggler_ && D > 1 && pipelines_.known()) {
+    const std::size_t d = static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
+    std::vector<double> others;
+    for (std::size_t e = 0; e < D; ++e)
+      if (e != d) others.push_back(top[e]);
+    const double pace = top[d] / median(others);
+    if (pace > 1 + config_.detector.threshold) {
+      ActiveStraggler s;
+      s.pipeline = static_cast<int>(d);
+      s.slowdown = pace;
+      s.in_baseline = true;
+      straggler_ = s;
+    }
+  }
+  // When the iteration ends anyway, per Monte Carlo sample: the pace setters on the target plan, or
+  // all-max stretched to the time told.
+  const Variability v = choice_variability();
+  std::vector<double> pace;
+  if (straggler_ && straggler_->told) {
+    std::vector<std::size_t> everyone(D);
+    for (std::size_t d = 0; d < D; ++d) everyone[d] = d;
+    pace = iteration_samples(*plans_, all, v, options_for(everyone, false));
+    const double told = straggler_->slowdown;
+    for (double& t : pace) t *= told;
+  } else {
+    // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
+    // its own all-max than the target allows), not the target plan, which may have had slack there.
+    lead_plan_.reset();
+    if (straggler_ && !straggler_->in_baseline)
+      lead_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, v, options_for(lead, true));
+    pace = iteration_samples(*plans_, lead_plan_ ? lead_plan_->frequencies : target_plan_->frequencies, v,
+                             options_for(lead, true));
+  }
+  double pace_time = 0;
+  for (double t : pace) pace_time += t / static_cast<double>(pace.size());
+  const double to_nominal = plan_choice::NoiseSeam(*plans_, v, target_options()).to_noisy;
+  // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
+  std::vector<int> pace_of(D, -1);
+  if (lead_plan_)
+    for (std::size_t d : lead) pace_of[d] = kLeadPlan;
+  std::map<long, std::vector<std::size_t>> groups;
+  for (std::size_t d = 0; d < D; ++d) {
+    if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
+    groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
+  }
+  std::vector<ChosenPlan> paced;
+  for (const auto& [bin, members] : groups) {
+    NoiseAwareOptions o = options_for(members, true);
+    o.competitor = pace;
+    ChosenPlan plan = choose_plan_under_noise(*plans_, pace_time * (1 + kPaceAllowance), v, o);
+    plan.time /= to_nominal > 0 ? to_nominal : 1.0;
+    for (std::size_t d : members) pace_of[d] = static_cast<int>(paced.size());
+    paced.push_back(std::move(plan));
+  }
+  bool changed = !deployed_once_ || pace_of != pace_of_ || paced.size() != paced_plans_.size() ||
+                 (lead_plan_ && lead_plan_->frequencies != lead_frequencies_);
+  lead_frequencies_ = lead_plan_ ? lead_plan_->frequencies : std::vector<std::vector<int>>{};
+  for (std::size_t i = 0; !changed && i < paced.size(); ++i)
+    changed = paced[i].frequencies != paced_plans_[i].frequencies;
+  pace_of_ = std::move(pace_of);
+  paced_plans_ = std::move(paced);
+  // What each pipeline is expected to take on its plan without a straggler (detection's yardstick).
+  predicted_.assign(D, 0);
+  for (std::size_t d = 0; d < D; ++d) predicted_[d] = time_on(d, plan_of(d)->frequencies, false);
+  if (straggler_ && !straggler_->told && straggler_->pipeline)
+    straggler_->compute_time = predicted_[static_cast<std::size_t>(*straggler_->pipeline)] * straggler_->slowdown;
   deployed_once_ = true;
   if (!changed) return;
   measured_.clear();
   judged_.clear();
   rounds_on_plan_ = 0;
   std::string who;
-  for (std::size_t d = 0; d < slowed_.size(); ++d)
+  for (std::size_t d = 0; d < pace_of_.size(); ++d)
     who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(*plan_of(d)));
   decide(why, who);
 }
@@ -591,49 +794,77 @@ RoundClocks TurnkeyController::plan_clocks() const {
   return out;
 }
 
-// Per pipeline: its measured instruction time over the profile's, the median over the instructions
-// it ran at the top clock (a profile's error below the top clock, or a plan slower under noise,
-// does not show there; a slower cluster or GPU does); 1 (unknown) when it ran fewer than 3 there.
-std::vector<double> TurnkeyController::pipeline_conditions(const RoundMeasurement& m) const {
-  std::vector<double> out(m.slot_time.size(), 1.0);
-  if (!plans_ || !plans_->emulator) return out;
-  const int top = shape_.clocks.front();
-  for (std::size_t d = 0; d < m.slot_time.size(); ++d) {
-    const ChosenPlan* plan = probing_ ? nullptr : plan_of(d);
-    std::vector<double> at_top;
-    for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s)
-      for (std::size_t slot = 0; slot < m.slot_time[d][s].size() && slot < orders_[s].size(); ++slot) {
-        int clock = plan ? plan->frequencies[s][slot] : top;
-        if (clock != top) continue;
-        auto cost = plans_->emulator->cost(orders_[s][slot], clock);
-        if (!cost || cost->time <= 0 || m.slot_time[d][s][slot] <= 0) continue;
-        if (clock == top) at_top.push_back(m.slot_time[d][s][slot] / cost->time);
-      }
-    if (at_top.size() >= 3) out[d] = median(at_top);
+// Per pipeline: its measured top-clock instruction times over its own in the baseline (the median
+// over the instructions it ran at the top clock; a profile's error below the top clock, or a plan
+// slower under noise, does not show there; a slower cluster or GPU does). Where a pipeline ran
+// fewer than 3 at the top clock: the median of the pipelines that did and are no straggler, else
+// what it was.
+void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_plans) {
+  const auto D = static_cast<std::size_t>(shape_.pipelines);
+  conditions_.resize(D, 1.0);
+  if (!pipelines_.known()) return;
+  std::vector<std::optional<double>> now(D);
+  std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
+  for (std::size_t d = 0; d < D; ++d) {
+    const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
+    now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
+                                   shape_.clocks.front());
+    const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
+    if (now[d] && !straggling) shared.push_back(*now[d]);
   }
-  return out;
+  // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the
+  // cluster's conditions are its own less its slowdown relative to the others.
+  if (shared.empty() && straggler_ && straggler_->pipeline && !straggler_->told && straggler_->slowdown > 0) {
+    const auto d = static_cast<std::size_t>(*straggler_->pipeline);
+    if (d < D && now[d]) shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : straggler_->slowdown));
+  }
+  // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
+  // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
+  // overstate the stretch.
+  constexpr std::size_t kWindow = 8;
+  condition_windows_.resize(D);
+  for (std::size_t d = 0; d < D; ++d) {
+    const double x = now[d] ? *now[d] : !shared.empty() ? median(shared) : conditions_[d];
+    auto& window = condition_windows_[d];
+    // An all-max round measures every instruction at the top clock: its conditions are precise.
+    if (!on_plans) window.clear();
+    if (!window.empty()) {
+      const double mean = mean_interval(window).value;
+      if (std::abs(x - mean) > std::max(0.005 * mean, 4 * sample_stddev(window))) window.clear();
+    }
+    window.push_back(x);
+    if (window.size() > kWindow) window.erase(window.begin());
+    conditions_[d] = mean_interval(window).value;
+  }
 }
 
 Reference TurnkeyController::reference() const {
   Reference ref{"all-max baseline", baseline_time_, baseline_energy_, 1};
-  if (phase_ != ControllerPhase::deployed || conditions_.empty() || baseline_conditions_ <= 0) return ref;
-  // Conditions relative to the baseline's; within a percent of it: the baseline as it is (noise).
-  std::vector<double> c;
-  for (double x : conditions_) c.push_back(x / baseline_conditions_);
-  double slowest = *std::max_element(c.begin(), c.end()), fastest = *std::min_element(c.begin(), c.end());
-  const double band = 0.01;
-  if (std::abs(slowest - 1) <= band && !straggler_) return ref;
-  const double D = static_cast<double>(c.size());
+  if (phase_ != ControllerPhase::deployed || conditions_.empty() || !pipelines_.known()) return ref;
+  std::vector<double> paces;
+  double pipeline_energy = 0;
+  for (std::size_t d = 0; d < conditions_.size(); ++d) {
+    paces.push_back(pipelines_.pace(d));
+    pipeline_energy += pipelines_.energy(d);
+  }
+  const double stretch = pace_model_.stretch(paces, conditions_);
+  ref.conditions = stretch;
+  ref.iteration_time = baseline_time_ * stretch;
+  // Each pipeline's GPUs compute for its conditions times as long at the same power, and block
+  // until the iteration ends: E_d(now) = c_d (E_d - P G T0) + P G T(now), the baseline's per
+  // pipeline energies scaled to the job's baseline energy.
   const double gpus = static_cast<double>(shape_.num_stages * shape_.gpus_per_stage);
-  ref.conditions = slowest;
-  ref.iteration_time = baseline_time_ * slowest;
+  const double p = p_block_.value_or(0);
+  const double to_job = pipeline_energy > 0 ? baseline_energy_ / pipeline_energy : 0;
   ref.energy = 0;
-  for (double x : c)
-    ref.energy += baseline_energy_ / D * x + p_block_.value_or(0) * gpus * baseline_time_ * (slowest - x);
-  ref.name = straggler_ ? "all-max baseline at the straggler's pace"
-             : slowest - fastest <= band
-                 ? fmt::format("all-max baseline under current conditions (x{:.3f})", slowest)
-                 : fmt::format("all-max baseline at the slowest pipeline's pace (x{:.3f})", slowest);
+  for (std::size_t d = 0; d < conditions_.size(); ++d) {
+    const double e = to_job > 0 ? pipelines_.energy(d) * to_job : baseline_energy_ / double(conditions_.size());
+    ref.energy += conditions_[d] * (e - p * gpus * baseline_time_) + p * gpus * ref.iteration_time;
+  }
+  const bool moved = std::abs(stretch - 1) > 0.001;
+  if (straggler_ && !straggler_->in_baseline)
+    ref.name = fmt::format("all-max baseline at the straggler's pace (x{:.3f})", stretch);
+  else if (moved) ref.name = fmt::format("all-max baseline under current conditions (x{:.3f})", stretch);
   return ref;
 }
 
@@ -686,13 +917,16 @@ void TurnkeyController::remember(const RoundMeasurement& m) {
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
   rounds_since_probe_ = 0;
-  conditions_ = pipeline_conditions(m);
+  measure_conditions(m, false);
   remember(m);
   auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;  // a straggler's round
-  auto c = pipeline_conditions(m);
-  double conditions = c.empty() ? 1 : median(c);
-  AllMaxRound probe{m.iteration_time, m.energy, conditions};
+  // The probe at the baseline's conditions: what the reference says all-max takes now is the
+  // baseline stretched by the conditions, so a probe that agrees with the reference agrees with the
+  // baseline.
+  const Reference ref = reference();
+  if (ref.iteration_time <= 0 || ref.energy <= 0) return;
+  AllMaxRound probe{m.iteration_time * baseline_time_ / ref.iteration_time, m.energy * baseline_energy_ / ref.energy};
   // One probe round is as noisy as one baseline round: it disagrees when it is further from the
   // baseline than the tolerance, the baseline's interval and three of its rounds' spread allow.
   const double time_band =
@@ -718,115 +952,242 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
     if (probe_samples_.size() >= 3) probe_samples_.clear();  // too noisy to tell: keep the baseline
     return;
   }
-  double before_time = baseline_time_, before_energy = baseline_energy_;
+  const double before_time = baseline_time_, before_energy = baseline_energy_;
   baseline_samples_ = {a, probe};
   probe_samples_.clear();
   estimate_baseline();
-  ++baseline_corrections_;
+  correct_baseline(before_time, before_energy);
   decide("baseline corrected",
-         fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration, outside the baseline's "
-                     "{:.6g} s and {:.6g} J; the baseline is now theirs (conditions x{:.3f})",
-                     baseline_time_, baseline_energy_, before_time, before_energy, baseline_conditions_));
+         fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration at the baseline's "
+                     "conditions, outside the baseline's {:.6g} s and {:.6g} J; the baseline is now theirs",
+                     baseline_time_, baseline_energy_, before_time, before_energy));
+}
+
+// The baseline changed from (time, energy): what was measured against it is measured against the
+// new one (the running plan judged again, the reported numbers corrected).
+void TurnkeyController::correct_baseline(double time, double energy) {
+  ++baseline_corrections_;
+  const double t = time > 0 ? baseline_time_ / time : 1, e = energy > 0 ? baseline_energy_ / energy : 1;
+  for (double& r : judged_) r /= t;
+  for (auto* rounds : {&measured_, &recent_})
+    for (auto& r : *rounds) r.reference.iteration_time *= t, r.reference.energy *= e;
 }
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
+  if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
+    remember(m);
+    return choose_for_latency();
+  }
   ++rounds_on_plan_;
   ++rounds_since_probe_;
-  conditions_ = pipeline_conditions(m);
+  measure_conditions(m, true);
   remember(m);
   measured_.push_back(recent_.back());
   if (measured_.size() > 10) measured_.erase(measured_.begin());
-  judged_.push_back(recent_.back().time * baseline_time_ / recent_.back().reference.iteration_time);
+  judged_.push_back(recent_.back().time / recent_.back().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
 
-  // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction.
-  std::vector<double> ratios;
-  for (std::size_t d = 0; d < m.pipeline_time.size(); ++d) {
-    double predicted = plan_of(d) ? plan_of(d)->time : 0;
-    ratios.push_back(predicted > 0 && m.pipeline_time[d] > 0 ? m.pipeline_time[d] / predicted : 1.0);
-  }
+  // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction,
+  // in units of its baseline pace.
+  const auto ratios = paced_ratios(m, true);
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? "slowed to the straggler" : "back to the target plan");
+  if (follow_baseline_changes(ratios)) return assign_plans("paced to the pipelines' new speeds");
   judge_plan();
 }
 
-// Closed loop: the target plan must not be measurably slower than asked, under the conditions it
-// ran in (a slower cluster or a slow pipeline stretches what all-max would take as much). Not
-// while a straggler is followed or a pipeline looks like one that detection has not confirmed yet.
-void TurnkeyController::judge_plan() {
-  if (straggler_ || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
-  const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
-  // The saving plan again once conditions changed since the step-up (the cluster's pace, or the
-  // baseline), and not before retry_after rounds: under the same conditions it would fail the same way.
-  const bool changed =
-      std::abs(reference().conditions - conditions_at_step_) > 0.01 || baseline_corrections_ != corrections_at_step_;
-  if (saving_plan_ && retry_round_ >= 0 && round_ >= retry_round_ && changed) {
-    ChosenPlan before_plan = *target_plan_;
-    caution_ = 1;
-    target_plan_ =
-        plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), shape_.pipelines);
-    saving_plan_.reset();
-    retry_round_ = -1;
-    steps_since_retry_ = 0;
-    plan_reason_ = "tried again after a step-up: conditions may have changed";
-    decide("retrying", fmt::format("conditions changed since stepping up (x{:.3f} then, x{:.3f} now{}): from {} back "
-                                   "to {}",
-                                   conditions_at_step_, reference().conditions,
-                                   baseline_corrections_ != corrections_at_step_ ? ", baseline corrected" : "",
-                                   describe(before_plan), describe(*target_plan_)));
-    deployed_once_ = false;
-    return assign_plans("saving plan again");
+// The clock latency from a round on the plans: per stage, an instruction right after a change of
+// clock takes longer (shorter, after a change to a slower clock) than one of the same kind at the
+// same clock right after the same clock, by the latency times 1 - (its time at its clock over its
+// time at the clock before). The least-squares latency over the rounds so far, once there are
+// enough of them and it is clearly above zero; plans are chosen again for it when it differs from
+// what they were chosen for by more than a quarter (and half a millisecond).
+bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
+  if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
+  constexpr std::size_t kKept = 4000, kEnough = 200;
+  const Emulator& emulator = *plans_->emulator;
+  for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+    const ChosenPlan* plan = plan_of(d);
+    if (!plan) continue;
+    for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s) {
+      const auto& times = m.slot_time[d][s];
+      const auto& clocks = plan->frequencies[s];
+      const auto& order = orders_[s];
+      const std::size_t n = std::min({times.size(), clocks.size(), order.size()});
+      std::map<std::tuple<int, InstructionKind, int>, double> unchanged;
+      for (std::size_t k = 1; k < n; ++k)
+        if (clocks[k] == clocks[k - 1] && times[k] > 0)
+          unchanged.emplace(std::tuple{model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]}, times[k]);
+      for (std::size_t k = 1; k < n; ++k) {
+        if (clocks[k] == clocks[k - 1] || times[k] <= 0) continue;
+        auto same = unchanged.find({model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]});
+        const auto now = emulator.cost(order[k], clocks[k]), before = emulator.cost(order[k], clocks[k - 1]);
+        if (same == unchanged.end() || !now || !before || before->time <= 0) continue;
+        const double share = 1 - now->time / before->time;
+        if (std::abs(share) >= 0.05) latency_samples_.push_back({share, times[k] - same->second});
+      }
+    }
   }
-  // The plan's rounds at the baseline's conditions (outlying rounds left out), against the target
-  // with both uncertainties: a step-up only when even the low end of the 95% interval is above the
+  if (latency_samples_.size() > kKept)
+    latency_samples_.erase(latency_samples_.begin(),
+                           latency_samples_.begin() + static_cast<long>(latency_samples_.size() - kKept));
+  if (latency_samples_.size() < kEnough) return false;
+  double xx = 0, xy = 0;
+  for (const auto& [share, excess] : latency_samples_) xx += share * share, xy += share * excess;
+  const double fit = xy / xx;
+  double residual = 0;
+  for (const auto& [share, excess] : latency_samples_) residual += std::pow(excess - fit * share, 2);
+  const double stderr_ = std::sqrt(residual / double(latency_samples_.size() - 1) / xx);
+  constexpr double kSmallest = 5e-4;
+  const double now = fit < std::max(kSmallest, 3 * stderr_) ? 0.0 : fit;
+  if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
+  decide("clock latency",
+         fmt::format("a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
+                     "(measured over {} changes; plans were chosen for {:.2f} ms): choosing them again",
+                     1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_));
+  latency_ = now;
+  return true;
+}
+
+void TurnkeyController::choose_for_latency() {
+  ++straggler_changes_;  // the evidence of every verdict on a plan is stale
+  target_plan_ =
+      plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
+  deployed_once_ = false;
+  assign_plans("chosen for the clock latency");
+}
+
+// A pipeline slow since the baseline that runs faster than that by more than half the straggler
+// threshold for as many rounds as detection takes has recovered: its pace is what it runs now.
+// Returns whether a pace changed.
+bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratios) {
+  if (ratios.size() < 2 || !pipelines_.known()) return false;
+  bool changed = false;
+  // A straggler that is a change (not in the baseline) and runs slower than its own plan predicts:
+  // next to it the others would look recovered. (One detected only because the others sped up runs
+  // as predicted, and is compared with.)
+  std::optional<std::size_t> straggling;
+  if (straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
+      static_cast<std::size_t>(*straggler_->pipeline) < ratios.size() &&
+      ratios[static_cast<std::size_t>(*straggler_->pipeline)] > 1 + config_.detector.threshold / 2)
+    straggling = static_cast<std::size_t>(*straggler_->pipeline);
+  for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
+    std::vector<double> others, other_paces;
+    for (std::size_t e = 0; e < ratios.size(); ++e)
+      if (e != d && e != straggling)
+        others.push_back(ratios[e]), other_paces.push_back(pipelines_.pace(e) * pace_change_[e]);
+    if (d == straggling || others.empty()) {
+      fast_rounds_[d] = 0;
+      continue;
+    }
+    const double pace = pipelines_.pace(d) * pace_change_[d] / median(other_paces);
+    if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
+      fast_rounds_[d] = 0;
+      continue;
+    }
+    const double relative = ratios[d] / median(others);
+    fast_rounds_[d] = relative < 1 - config_.detector.threshold / 2 ? fast_rounds_[d] + 1 : 0;
+    if (fast_rounds_[d] < config_.detector.rounds) continue;
+    const double before = pace;
+    pace_change_[d] *= std::max(relative, 1.0 / pace);  // no faster than the others
+    fast_rounds_[d] = 0;
+    changed = true;
+    ++straggler_changes_;
+    decide("slow pipeline recovered", fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
+                                                  "runs at {:.3f}x now",
+                                                  d, before, before * std::max(relative, 1.0 / pace)));
+  }
+  return changed;
+}
+
+Evidence TurnkeyController::evidence() const {
+  return {baseline_corrections_, straggler_changes_, reference().conditions};
+}
+
+// Back to the saving plan after a step-up: all the way when the evidence against it is stale or
+// a retry halfway held; after rounds alone, halfway (the plan predicted to meet the target with
+// half the miss measured then), so that a miss that persists costs little and one that ended costs
+// two retries.
+void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
+  ChosenPlan before_plan = *target_plan_;
+  caution_ = 1;
+  steps_since_retry_ = 0;
+  miss_ = stale || halfway_held_ ? 1.0 : 1 + (miss_ - 1) / 2;
+  if (miss_ < 1.002) miss_ = 1;
+  halfway_held_ = false;
+  target_plan_ =
+      plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
+  retry_.retried(round_);
+  plan_reason_ = "tried again after a step-up: " + why;
+  decide("retrying",
+         fmt::format("{}: from {} back to {}{}", why, describe(before_plan), describe(*target_plan_),
+                     miss_ > 1 ? fmt::format(" (planned for {:.2f}% of the miss measured then)", 100 * (miss_ - 1))
+                               : std::string()));
+  deployed_once_ = false;
+  assign_plans("saving plan again");
+}
+
+// Closed loop: the target plan must not be measurably slower than asked, against what all-max
+// would take under the conditions it ran in (a slower cluster or a slow pipeline stretches that as
+// much). Not while a straggler is followed or a pipeline looks like one that detection has not
+// confirmed yet.
+void TurnkeyController::judge_plan() {
+  std::string why;
+  bool stale = false;
+  if (retry_.due(round_, evidence(), &why, &stale)) return retry_saving_plan(why, stale);
+  const bool followed = straggler_ && !straggler_->in_baseline;
+  if (followed || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
+  if (retry_.held(rounds_on_plan_) && miss_ > 1) {  // halfway held: all the way next
+    halfway_held_ = true;
+    retry_.wait(round_, evidence());
+  }
+  const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
+  // The plan's rounds against the reference (outlying rounds left out), against the target with
+  // both uncertainties: a step-up only when even the low end of the 95% interval is above the
   // tolerance. Without noise the interval is the point; with it, the evidence grows with every
   // round on the plan, so a plan measurably too slow is caught, and one that only looks so in a
   // few noisy rounds is not.
-  const Estimate plan_time = at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_time_));
-  const double baseline_half = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
-  const double ratio = plan_time.value / baseline_time_;
-  const double ratio_half =
-      std::hypot((plan_time.high - plan_time.low) / 2 / baseline_time_, ratio * baseline_half / baseline_time_);
-  double measured_time = plan_time.value;
-  double target = target_time();
-  if ((ratio - ratio_half) * baseline_time_ <= target * (1 + config_.tolerance)) return;
+  const Estimate plan_ratio =
+      at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_time_) / baseline_time_);
+  const double baseline_half = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2 / baseline_time_;
+  const double ratio = plan_ratio.value;
+  const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
+  const double target = target_time() / baseline_time_;
+  if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
   if (steps_since_retry_ >= config_.max_step_ups) {
     target_plan_ = all_max(*plans_);
   } else {
     // Correct the prediction by what was measured and take the next plan that then meets the target.
+    const double all_max_time = plans_->all_max().time;
     const double faster = target_plan_->time * (1 - config_.tolerance / 2);
-    double correction = measured_time / (target_plan_->time * scale_);
-    ChosenPlan next = plan_choice::step_up(*plans_, *target_plan_, std::min(target / (scale_ * correction), faster),
-                                           choice_variability(), shape_.pipelines);
+    const double correction = ratio * all_max_time / target_plan_->time;
+    miss_ = std::max(1.0, correction);
+    ChosenPlan next = plan_choice::step_up(*plans_, *target_plan_, std::min(target * all_max_time / correction, faster),
+                                           choice_variability(), target_options());
     if (!next.point && next.fit_steps == 0) {
       // Only all-max meets the corrected time: under noise the miss is the model's (it grows with
       // how many paths a plan balances), not an offset every plan shares. The next, more cautious
       // plan instead: judged under more noise, predicted faster than the one that missed.
       caution_ *= kCautionStep;
       next = plan_choice::step_up(*plans_, *target_plan_, std::min(target_deadline(), faster), choice_variability(),
-                                  shape_.pipelines);
+                                  target_options());
     }
     target_plan_ = std::move(next);
   }
   ++step_ups_;
   ++steps_since_retry_;
-  if (!saving_plan_) saving_plan_ = before_plan;
-  conditions_at_step_ = reference().conditions;
-  corrections_at_step_ = baseline_corrections_;
-  if (config_.retry_after > 0) {
-    retry_interval_ = retry_interval_ > 0 ? 2 * retry_interval_ : config_.retry_after;
-    retry_round_ = round_ + retry_interval_;
-  }
-  const std::string evidence = fmt::format(
-      "measured {:.6g} s (95%: from {:.6g} s with the baseline's uncertainty, over "
-      "{} rounds, at the baseline's conditions)",
-      measured_time, (ratio - ratio_half) * baseline_time_, judged_.size());
-  plan_reason_ = fmt::format("stepped up: {} was above the target {:.6g} s by more than {:.2g}%", evidence, target,
+  retry_.stepped_up(round_, evidence());
+  const std::string evidence_text = fmt::format(
+      "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's uncertainty, over {} rounds)",
+      ratio, ratio - ratio_half, judged_.size());
+  plan_reason_ = fmt::format("stepped up: {} was above the target {:.4f}x by more than {:.2g}%", evidence_text, target,
                              100 * config_.tolerance);
-  decide("stepped up", fmt::format("{} is above the target {:.6g} s by more than {:.2g}%: from {} to {}", evidence,
-                                   target, 100 * config_.tolerance, describe(before_plan), describe(*target_plan_)));
+  decide("stepped up", fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
+                                   "plan is tried again when this evidence is stale, or after {} rounds",
+                                   evidence_text, target, 100 * config_.tolerance, describe(before_plan),
+                                   describe(*target_plan_), retry_.interval()));
   deployed_once_ = false;
   assign_plans("faster plan");
 }

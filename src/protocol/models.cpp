@@ -398,6 +398,8 @@ json to_json(const ProfilingResult& result) {
               {"time_breakdown", result.time_breakdown},
               {"energy_breakdown", result.energy_breakdown}};
   if (result.stale) out["stale"] = true;
+  if (result.clock_changes > 0) out["clock_changes"] = result.clock_changes;
+  if (result.clocks_late > 0) out["clocks_late"] = result.clocks_late;
   return out;
 }
 

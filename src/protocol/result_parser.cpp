@@ -120,6 +120,14 @@ ProfilingResult profiling_result_from_text(std::string_view text) {
     if (stale.get_bool().get(flag)) bad("stale", fmt::format("expected true or false, got {}", type_name(stale)));
     result.stale = flag;
   }
+  for (auto [name, field] : {std::pair{"clock_changes", &result.clock_changes}, {"clocks_late", &result.clocks_late}}) {
+    dom::element value;
+    if (body[name].get(value)) continue;  // optional
+    *field = as_int(value, name);
+    if (*field < 0) bad(name, fmt::format("must be at least 0, got {}", *field));
+  }
+  if (result.clocks_late > result.clock_changes)
+    bad("clocks_late", fmt::format("{} is more than clock_changes ({})", result.clocks_late, result.clock_changes));
   return result;
 }
 

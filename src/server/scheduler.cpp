@@ -218,6 +218,8 @@ std::vector<ProfilingResult> fold_stages(const std::vector<ProfilingResult>& res
       energies.push_back(&g->iter_energy);
       time_b.push_back(&g->time_breakdown);
       energy_b.push_back(&g->energy_breakdown);
+      f.clock_changes += g->clock_changes;
+      f.clocks_late += g->clocks_late;
     }
     auto max = [](double a, double b) { return std::max(a, b); };
     auto sum = [](double a, double b) { return a + b; };

@@ -79,6 +79,7 @@ class Cluster {
           r.dp = d, r.pp = s, r.tp = t;
           r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
           r.speed = speed_factor(speeds);
+          if (config_.clock_latency > 0) r.gpu->set_clock_latency([rp = &r] { return rp->now; }, config_.clock_latency);
           for (const auto& inst : orders_[static_cast<std::size_t>(s)]) r.names.emplace_back(to_string(inst.kind));
         }
   }
@@ -175,9 +176,6 @@ class Cluster {
     auto usage = [](const std::string& what) { throw Error(what, kExitUsage); };
     if (c.num_stages < 1) usage("--stages must be at least 1");
     if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
-    if (c.schedule == ScheduleKind::one_f_one_b && c.num_microbatches < c.num_stages)
-      usage(
-          fmt::format("--microbatches ({}) must be at least --stages ({}) for 1f1b", c.num_microbatches, c.num_stages));
     if (c.pipelines < 1) usage("--pipelines must be at least 1");
     if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
     if (static_cast<long long>(c.num_stages) * c.pipelines * c.tensor_parallel > 16384)
@@ -185,6 +183,7 @@ class Cluster {
     if (static_cast<long long>(c.num_microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
     if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power)) usage("--p2p-power must be a non-negative number of watts");
     if (c.iterations < 1) usage("--iterations must be at least 1");
+    if (!(c.clock_latency >= 0 && c.clock_latency <= 10)) usage("--clock-latency must be between 0 and 10000 ms");
     if (c.report_every < 1) usage("--report-every must be at least 1");
     if (c.round_iterations < 1) usage("--round-iterations must be at least 1");
     if (!(c.noise >= 0 && c.noise <= 1)) usage("--noise must be between 0 and 1");
@@ -289,6 +288,26 @@ class Cluster {
     return factor;
   }
 
+  // One instruction on `gpu` from `start`, `f` times the profile's time and energy: at the clock in
+  // effect, and where a requested clock takes effect while it runs, the rest of its work at that one.
+  // Returns its duration and energy.
+  static std::pair<double, double> run_on(SimulatedGpu& gpu, const CostTable& table, double start, double f) {
+    double now = start, left = 1, energy = 0;  // left: the share of its work still to do
+    for (;;) {
+      const std::size_t i = table.index_for(gpu.clock_at(now));
+      const double full = table.time[i] * f;  // the whole instruction at this clock
+      const auto change = gpu.next_change_after(now);
+      if (!change || full <= 0 || now + left * full <= *change) {
+        energy += left * table.energy[i] * f;
+        return {now + left * full - start, energy};
+      }
+      const double done = (*change - now) / full;
+      energy += done * table.energy[i] * f;
+      left -= done;
+      now = *change;
+    }
+  }
+
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
     const CostTable& table = tables_[table_index(model_stage(inst, config_.num_stages), inst.kind)];
@@ -302,11 +321,11 @@ class Cluster {
       r.gpu->add_energy(config_.p2p_power * (start - r.last_end));
       r.now = start;
       if (r.client) r.client->on_instruction_begin(name);
-      std::size_t i = table.index_for(r.gpu->locked_clock());
-      double f = noise_factor() * slow * r.speed;
-      durations_[static_cast<std::size_t>(t)] = table.time[i] * f;
-      energies_[static_cast<std::size_t>(t)] = table.energy[i] * f;
-      longest = std::max(longest, table.time[i] * f);
+      const double f = noise_factor() * slow * r.speed;
+      const auto [duration, energy] = run_on(*r.gpu, table, start, f);
+      durations_[static_cast<std::size_t>(t)] = duration;
+      energies_[static_cast<std::size_t>(t)] = energy;
+      longest = std::max(longest, duration);
     }
     double end = start + longest;
     for (int t = 0; t < T; ++t) {

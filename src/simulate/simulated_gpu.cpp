@@ -20,9 +20,35 @@ void SimulatedGpu::check_device(unsigned device) const {
     throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument, fmt::format("simulated GPU: no device {}", device));
 }
 
+void SimulatedGpu::set_clock_latency(std::function<double()> now, double latency) {
+  std::lock_guard lock(mutex_);
+  now_ = std::move(now);
+  latency_ = latency;
+}
+
+void SimulatedGpu::settle(double time) {
+  while (!pending_.empty() && pending_.front().at <= time) {
+    locked_ = pending_.front().clock;
+    pending_.pop_front();
+  }
+}
+
 unsigned SimulatedGpu::locked_clock() const {
   std::lock_guard lock(mutex_);
   return locked_ != 0 ? locked_ : clocks_.front();
+}
+
+unsigned SimulatedGpu::clock_at(double time) {
+  std::lock_guard lock(mutex_);
+  settle(time);
+  return locked_ != 0 ? locked_ : clocks_.front();
+}
+
+std::optional<double> SimulatedGpu::next_change_after(double time) const {
+  std::lock_guard lock(mutex_);
+  for (const auto& p : pending_)
+    if (p.at > time) return p.at;
+  return std::nullopt;
 }
 
 void SimulatedGpu::add_energy(double joules) {
@@ -60,7 +86,9 @@ std::vector<unsigned> SimulatedGpu::supported_graphics_clocks(unsigned device, u
 
 unsigned SimulatedGpu::current_graphics_clock(unsigned device) {
   check_device(device);
-  return locked_clock();
+  std::lock_guard lock(mutex_);
+  if (now_) settle(now_());
+  return locked_ != 0 ? locked_ : clocks_.front();
 }
 
 unsigned SimulatedGpu::current_memory_clock(unsigned device) {
@@ -74,14 +102,19 @@ void SimulatedGpu::lock_graphics_clock(unsigned device, unsigned min_mhz, unsign
     throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument,
                         fmt::format("simulated GPU: cannot lock {}-{} MHz (not a supported clock)", min_mhz, max_mhz));
   std::lock_guard lock(mutex_);
-  locked_ = max_mhz;
   ++locks_;
+  if (!now_ || latency_ <= 0) {
+    locked_ = max_mhz;
+    return;
+  }
+  pending_.push_back({now_() + latency_, max_mhz});
 }
 
 void SimulatedGpu::reset_graphics_clock(unsigned device) {
   check_device(device);
   std::lock_guard lock(mutex_);
   locked_ = 0;
+  pending_.clear();
 }
 
 void SimulatedGpu::lock_memory_clock(unsigned device, unsigned, unsigned) { check_device(device); }

@@ -78,6 +78,38 @@ TEST_F(ClientTest, EachInstructionRunsAtItsScheduledClock) {
   EXPECT_GE(result["iter_time"][0].get<double>(), 4 * 0.005);
 }
 
+// A GPU applies a locked clock some time after the call: the client reads the clock back when the
+// instruction it was locked for ends and reports the changes that had not taken effect by then.
+TEST_F(ClientTest, ClocksThatHadNotTakenEffectByTheEndOfTheirInstructionAreReported) {
+  for (const char* latency_us : {"0", "200000"}) {
+    TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+    ::setenv("PERSEUS_FAKE_NVML_CLOCK_LATENCY_US", latency_us, 1);
+    std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+    ::unsetenv("PERSEUS_FAKE_NVML_CLOCK_LATENCY_US");
+    {
+      client::Client c(options(server.url, gpu));
+      for (int step = 0; step < 2; ++step) {
+        c.on_step_begin();
+        for (const auto& name : c.pipe_schedule()) {
+          c.on_instruction_begin(name);
+          std::this_thread::sleep_for(std::chrono::milliseconds(2));
+          c.on_instruction_end(name);
+        }
+        c.on_step_end();
+      }
+      ASSERT_TRUE(c.wait_for_server(std::chrono::seconds(10)));
+    }
+    ASSERT_TRUE(server.jobs->flush_records(std::chrono::seconds(10)));
+    json result;
+    for (const auto& entry : fs::recursive_directory_iterator(dir))
+      if (entry.path().filename() == "0.prof.json") result = json::parse(read_file(entry.path()))[0];
+    ASSERT_TRUE(result.is_object()) << latency_us;
+    EXPECT_EQ(result.value("clock_changes", 0), 8) << latency_us;  // every forward and backward changes it
+    EXPECT_EQ(result.value("clocks_late", 0), std::string(latency_us) == "0" ? 0 : 8) << latency_us;
+    fs::remove_all(dir);
+  }
+}
+
 TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   auto o = options("http://127.0.0.1:1", gpu);

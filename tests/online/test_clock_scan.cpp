@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <set>
 #include <vector>
 
 #include "perseus/online/clock_scan.hpp"
@@ -77,6 +78,31 @@ TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
   for (int c : asked) EXPECT_GE(c, 1410 - 25 * 15);
 }
 
+// Measured profiles are not monotone near the top clock: a clock between two coarse points can run
+// faster than both. Where a slower measured clock runs no longer than a faster one, the gap is
+// bisected down to neighbours, and the dip is found; a monotone curve gets no such filling.
+TEST(ClockScan, WhereTimeIsNotMonotoneInTheClockTheGapIsMeasuredDownToNeighbours) {
+  for (bool dip : {true, false}) {
+    ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
+    std::vector<int> asked;
+    const auto& clocks = scan.clocks();
+    while (auto clock = scan.next()) {
+      asked.push_back(*clock);
+      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+      // Time rising by 1% a clock, or (dip) flat over the top 10 clocks but for the coarse points 5 and 10,
+      // each a little faster than the one above it, and index 7, 3% faster; energy U-shaped, least at index 20.
+      double time = 1.0 + 0.01 * double(i);
+      if (dip && i <= 10) time = i == 7 ? 0.97 : i == 5 ? 0.999 : i == 10 ? 0.99 : 1.0;
+      scan.record(*clock, {time, 100.0 + 0.05 * std::pow(double(i) - 20, 2)});
+      ASSERT_LE(asked.size(), clocks.size());
+    }
+    const std::set<int> measured(asked.begin(), asked.end());
+    EXPECT_EQ(measured.count(clocks[7]), dip ? 1u : 0u) << dip;
+    EXPECT_EQ(measured.count(clocks[3]), dip ? 1u : 0u) << dip;  // the top gap, bisected
+    EXPECT_EQ(measured.count(clocks[22]), 0u);                   // below the least energy: never
+  }
+}
+
 TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
   ClockScan scan({1410, 1395, 1380, 1365, 1350}, ScanOptions{4, 5, 0.01, 1.0});
   scan.record(1410, {1.0, 100.0});
@@ -93,6 +119,27 @@ TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
   EXPECT_EQ(scan.next(), 1365);
   scan.record(1365, {1.3, 84.0});
   EXPECT_TRUE(scan.done());
+}
+
+}  // namespace
+}  // namespace perseus
+
+namespace perseus {
+namespace {
+
+TEST(ClockScan, AClockMeasuredUnderOtherConditionsIsMeasuredAgainFirst) {
+  ClockScan scan(a100_clocks());
+  scan.record(1410, {1.0, 10.0});
+  ASSERT_EQ(scan.next(), 1335);
+  scan.record(1335, {1.1, 9.0});
+  const int coarse_next = *scan.next();
+  EXPECT_FALSE(scan.redo(1200));  // never measured
+  EXPECT_TRUE(scan.redo(1335));
+  EXPECT_EQ(scan.next(), 1335);                   // before the scan's own next clock
+  EXPECT_EQ(scan.measured().at(1335).time, 1.1);  // kept until measured again
+  scan.record(1335, {1.05, 8.5});
+  EXPECT_EQ(scan.measured().at(1335).time, 1.05);
+  EXPECT_EQ(scan.next(), coarse_next);  // and the scan goes on where it was
 }
 
 }  // namespace

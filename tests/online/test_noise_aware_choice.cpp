@@ -228,6 +228,25 @@ TEST(ChoosePlanUnderNoise, TheNoiseFreeChoiceMissesWhatTheNoisyOneMeets) {
   EXPECT_LT(chosen.energy, plans.all_max().energy);
 }
 
+// A clock latency slows every instruction whose clock rises over the one before it on its stage:
+// at zero slowdown asked, frontier plans miss all-max's time by those latencies, and the choice
+// removes changes on the critical path (the instruction before raised to its clock) instead of
+// giving up the saving.
+TEST(ChoosePlanUnderNoise, AClockLatencyMergesChangesRatherThanFallingBackToAllMax) {
+  const auto& plans = small_plans();
+  const auto v = Variability::uniform(4, 0.005);
+  for (double latency : {0.002, 0.005}) {
+    NoiseAwareOptions options;
+    options.pipelines = 2;
+    options.clock_latency = latency;
+    const double deadline = expected_all_max_time(plans, v, options);
+    const auto chosen = choose_plan_under_noise(plans, deadline, v, options);
+    EXPECT_LE(chosen.time, deadline) << latency;
+    const auto top = expected_time_and_energy(plans, all_max(plans).frequencies, v, options);
+    EXPECT_LT(chosen.energy, 0.97 * top.energy) << latency;
+  }
+}
+
 TEST(ChoosePlanUnderNoise, FastestPlanWhenNothingMeetsTheDeadline) {
   const auto& plans = small_plans();
   const auto v = Variability::uniform(4, 0.02);

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "perseus/emulate/emulator.hpp"
+#include "perseus/online/noise_aware_choice.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/profile/blocking_power.hpp"
 #include "perseus/profile/synthetic.hpp"
@@ -158,6 +159,31 @@ TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
   EXPECT_THROW((void)simulate::simulate_cluster(config), Error);
 }
 
+// A locked clock takes effect some time after the call: each instruction whose clock differs from
+// the one before it runs that long at the clock before, as the loop's model of a plan says.
+TEST_F(SimulateTest, WithAClockLatencyAChangedInstructionStartsAtTheClockBefore) {
+  testing::TestServer server(settings("TwoFrequencies", {{"forward_freq", 1200}, {"backward_freq", 1005}}));
+  auto config = gpt3_cluster(server.url, 1, 20);
+  config.report_every = 5;
+  config.clock_latency = 0.02;
+  auto late = simulate::simulate_cluster(config);
+  config.clock_latency = 0;
+  auto at_once = simulate::simulate_cluster(config);
+  ASSERT_EQ(late.reports.size(), 4u);
+  online::PlanningOutput model;
+  model.emulator = std::make_shared<Emulator>(gpt3_emulator());
+  std::vector<std::vector<int>> plan;
+  for (const auto& stage : model.emulator->layout()) {
+    plan.emplace_back();
+    for (const auto& inst : stage) plan.back().push_back(inst.kind == InstructionKind::forward ? 1200 : 1005);
+  }
+  online::NoiseAwareOptions options;
+  EXPECT_NEAR(at_once.reports.back().iteration_time, online::expected_time(model, plan, {}, options), 1e-9);
+  options.clock_latency = 0.02;
+  EXPECT_NEAR(late.reports.back().iteration_time, online::expected_time(model, plan, {}, options), 1e-9);
+  EXPECT_GT(std::abs(late.reports.back().iteration_time - at_once.reports.back().iteration_time), 1e-3);
+}
+
 TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
   for (const char* bad : {"1", "x:1.2", "0:0.5", "0:1.2@0", "0:1.2@5-3", "0:abc", "-1:1.2"}) {
     try {
@@ -173,13 +199,31 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
   EXPECT_TRUE(spec.active(2, 10) && spec.active(2, 20));
   EXPECT_FALSE(spec.active(2, 9) || spec.active(2, 21) || spec.active(1, 15));
   simulate::SimulationConfig config = gpt3_cluster("http://127.0.0.1:1", 1, 1);
-  config.num_microbatches = 4;  // fewer than the 8 stages
+  config.clock_latency = -0.001;
   try {
     (void)simulate::simulate_cluster(config);
-    ADD_FAILURE() << "1f1b with fewer microbatches than stages was accepted";
+    ADD_FAILURE() << "a negative clock latency was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_NE(std::string(e.what()).find("--clock-latency"), std::string::npos) << e.what();
   }
+}
+
+TEST(SimulatedGpu, ALockedClockTakesEffectTheLatencyAfterTheCall) {
+  simulate::SimulatedGpu gpu("g", {1410, 1305, 1200});
+  double now = 10.0;
+  gpu.set_clock_latency([&now] { return now; }, 0.002);
+  gpu.lock_graphics_clock(0, 1200, 1200);
+  EXPECT_EQ(gpu.current_graphics_clock(0), 1410u);  // read back right after the call: not yet
+  EXPECT_EQ(gpu.next_change_after(10.0), 10.002);
+  now = 10.0015;
+  gpu.lock_graphics_clock(0, 1305, 1305);  // another before the first took effect: in order
+  EXPECT_EQ(gpu.clock_at(10.0019), 1410u);
+  EXPECT_EQ(gpu.clock_at(10.002), 1200u);
+  EXPECT_EQ(gpu.next_change_after(10.002), 10.0035);
+  now = 10.004;
+  EXPECT_EQ(gpu.current_graphics_clock(0), 1305u);
+  EXPECT_FALSE(gpu.next_change_after(10.004));
 }
 
 TEST(SimulatedGpu, ListsItsClocksDescendingAndRefusesOthers) {

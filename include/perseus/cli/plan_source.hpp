@@ -36,7 +36,8 @@ struct PipelineArgs {
   std::optional<double> p_block, unit_time;
   int envpipe_memory_cap = -1;  // extra forwards that fit in memory; -1: no cap
   bool quantize = false;
-  bool recompute = false;  // 1F1B with activation recomputation (with_recomputation)
+  bool recompute = false;       // 1F1B with activation recomputation (with_recomputation)
+  double clock_latency_ms = 0;  // the emulator's EmulatorConfig::clock_latency, in milliseconds
 };
 // `profile_required`: false where a frontier directory can name the profile.
 void add_pipeline_options(CLI::App* cmd, PipelineArgs& args, bool profile_required);

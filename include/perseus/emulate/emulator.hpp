@@ -21,6 +21,11 @@ struct EmulatorConfig : PipelineShape {
   // When > 0, instruction times are floored to multiples of this, as the planner quantizes
   // them, so that frontier plans are judged in the planner's own time units.
   double quantum = 0;
+  // Seconds until a locked clock takes effect: an instruction whose clock differs from the one
+  // before it on its stage (the last one of the iteration before, for the first) runs that long
+  // at that one's clock, the rest of its work at its own (all of it at that one's when it is
+  // shorter), as a GPU applies a lock some time after the call.
+  double clock_latency = 0;
 };
 
 // Seeded per-instruction multiplicative noise: each instruction's time and energy are scaled by

@@ -6,7 +6,9 @@
 // flat or noisy near the top would otherwise stop before the part that saves energy). Then only
 // where the Pareto front needs it: between two measured clocks whose faster one is Pareto-optimal
 // whose slower one uses `fill_gap` less energy, the clock in the middle, until no such gap is
-// left. Clocks below the early stop cannot be Pareto-optimal and are never run.
+// left; and between two measured clocks above the one of least energy where the slower clock runs no
+// longer than the faster one (time not monotone in the clock), until the two are neighbours. Clocks below the early
+// stop cannot be Pareto-optimal and are never run.
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -38,6 +40,10 @@ class ClockScan {
   // Asks for `clock` to be measured too (a plan wants to run it), after the scan's own clocks.
   // Returns false when it is measured already or not one of the scan's clocks.
   bool request(int clock);
+  // Asks for `clock` to be measured again (it was measured under conditions that changed since),
+  // before the scan's own clocks; its measurement is kept until then. False when it is not one of
+  // the scan's measured clocks.
+  bool redo(int clock);
 
   const std::map<int, ClockMeasurement>& measured() const { return measured_; }
   const std::vector<int>& clocks() const { return clocks_; }  // descending
@@ -51,7 +57,8 @@ class ClockScan {
  private:
   void advance();
   std::optional<int> next_fill() const;
-  std::set<int> requested_;
+  std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any
+  std::set<int> requested_, redo_;
 
   std::vector<int> clocks_;  // descending
   ScanOptions options_;

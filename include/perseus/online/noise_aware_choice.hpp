@@ -30,6 +30,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <vector>
 
@@ -82,6 +83,18 @@ struct NoiseAwareOptions {
   // ends with the slowest of this many independently noisy pipelines (at most kMaxPipelines of
   // them are drawn: the slowest of more grows too slowly to matter next to the work).
   int pipelines = 1;
+  // Per pipeline, per (model stage, kind): its GPUs' speed, a factor on the time and energy of every
+  // such instruction (1 where not given; GPUs of one cluster are not equally fast). When given, its
+  // size is the number of pipelines drawn (at most kMaxPipelines), instead of `pipelines`.
+  std::vector<std::map<std::pair<int, InstructionKind>, double>> speeds;
+  // Per Monte Carlo sample, when the iteration ends at the latest anyway (other pipelines running
+  // their own plans: iteration_samples of theirs): a plan is then judged by how much later than
+  // that it makes the iteration end. Its size is the number of samples.
+  std::vector<double> competitor;
+  // Seconds until a locked clock takes effect: an instruction whose clock differs from the one
+  // before it on its stage runs that long at the one before (0: at once). Plans are judged with it,
+  // and a chosen plan keeps a change only where it pays (see choose_plan_under_noise).
+  double clock_latency = 0;
   // Bound on one evaluation's work, instructions x pipelines x samples: large pipelines get
   // fewer samples (at least 8), so that a choice stays within seconds.
   std::size_t max_work = std::size_t{1} << 22;
@@ -108,6 +121,10 @@ double expected_time(const PlanningOutput& plans, const std::vector<std::vector<
                      const Variability& v, const NoiseAwareOptions& = {});
 NoisyEstimate expected_time_and_energy(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
                                        const Variability& v, const NoiseAwareOptions& = {});
+// Per Monte Carlo sample, the iteration time of the pipelines running `frequencies` (as
+// expected_time averages them).
+std::vector<double> iteration_samples(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
+                                      const Variability& v, const NoiseAwareOptions& = {});
 // The reference: all-max's expected time under `v` (see the top of this file).
 double expected_all_max_time(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& = {});
 // The deadline for "at most `slowdown` times all-max's time" under `v`:

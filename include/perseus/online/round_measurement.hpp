@@ -32,6 +32,9 @@ struct RoundMeasurement {
   // (all at one clock while the clocks of a (stage, kind) do not change within a round). Filled
   // only when asked for (warm-up and profiling rounds).
   std::map<StageKind, std::vector<std::vector<double>>> occurrences;
+  // Clock locks the ranks made this round, and how many had not taken effect by the end of the
+  // instruction they were made for (the clients read the clock back).
+  int clock_changes = 0, clocks_late = 0;
 };
 
 }  // namespace perseus::online

@@ -17,10 +17,15 @@
 #include <vector>
 
 #include "perseus/online/background_planner.hpp"
-#include "perseus/pipeline/shape.hpp"
 #include "perseus/online/clock_scan.hpp"
+#include "perseus/online/noise_aware_choice.hpp"
+#include "perseus/online/pipeline_baseline.hpp"
+#include "perseus/online/reference_model.hpp"
+#include "perseus/online/retry_policy.hpp"
 #include "perseus/online/round_measurement.hpp"
+#include "perseus/online/statistics.hpp"
 #include "perseus/online/straggler_detector.hpp"
+#include "perseus/pipeline/shape.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/profile/profile.hpp"
 
@@ -38,7 +43,12 @@ struct ControllerConfig {
   int max_baseline_rounds = 40;
   bool wait_for_plan = false;  // hold the rounds while planning (else: train at the top clock)
   bool interpolate = true;     // plan with the clocks between measured ones too (interpolated)
-  int refine_passes = 0;       // measure the interpolated clocks a plan runs, then plan again
+  // While profiling, one all-max round after every this many rounds (and one at the end) measures the
+  // cluster's conditions: clocks measured while they changed are measured again, and every clock's
+  // measurement is taken at the baseline's conditions, so that a slow spell during profiling does
+  // not make the profile inconsistent (0: no such rounds).
+  int check_every = 4;
+  int refine_passes = 0;  // measure the interpolated clocks a plan runs, then plan again
   double slowdown = 1.0;
   std::optional<double> deadline;
   double tolerance = 0.005;
@@ -46,13 +56,19 @@ struct ControllerConfig {
   int max_step_ups = 8;
   // While deployed, one all-max round every this many rounds re-checks the baseline (0: never).
   int probe_every = 40;
-  // Rounds on a stepped-up plan before the plan it stepped up from is tried again (doubling each
-  // time), once conditions changed since the step-up (the reference's pace, or a corrected baseline).
-  int retry_after = 60;
+  // Every step-up is provisional: the saving plan is tried again at once when the evidence that
+  // condemned it is stale (a corrected baseline, a straggler that came or went, the cluster's pace
+  // changed by more than 1%), and otherwise after retry_after rounds, doubling with each retry that
+  // fails again up to max_retry_after (0: never retried).
+  int retry_after = 20;
+  int max_retry_after = 40;
   // Deployed rounds that saving and slowdown are measured over.
   int report_rounds = 60;
   std::optional<double> unit_time;
   CostModelKind cost_model = CostModelKind::automatic;
+  // Seconds until a locked clock takes effect on the GPUs; none: measured while deployed (how much
+  // longer an instruction takes right after a change of clock than without one).
+  std::optional<double> clock_latency;
   ScanOptions scan;
   DetectorOptions detector;
 };
@@ -82,9 +98,10 @@ struct StragglerTold {
 
 struct ActiveStraggler {
   std::optional<int> pipeline;  // the slow pipeline, when known
-  double slowdown = 1;
-  double compute_time = 0;  // its compute-bound iteration time (the model's terms): what the others slow down to
-  bool told = false;        // through the API, not detected
+  double slowdown = 1;          // its all-max time over the other pipelines' (their median)
+  double compute_time = 0;      // its compute-bound iteration time (the model's terms): what the others slow down to
+  bool told = false;            // through the API, not detected
+  bool in_baseline = false;     // slow since the baseline: part of the all-max reference, not a change
 };
 
 // Clocks for one round: per pipeline, per stage, per slot of the stage's schedule (forwards and
@@ -99,23 +116,13 @@ struct ControllerHooks {
   std::string profile_source;          // the profile's name in the frontier record
 };
 
-// A measured quantity with its uncertainty.
-struct Estimate {
-  double value = 0;
-  double low = 0, high = 0;  // a 95% interval
-};
-
-// The mean of `values` without outliers (further than 3.5 scaled MADs from the median), with a 95%
-// interval from their spread; `kept` says which were used.
-Estimate robust_mean(const std::vector<double>& values, std::vector<bool>* kept = nullptr);
-
 // What the reported numbers are measured against: the all-max baseline as the current conditions
 // would make it run (a whole-cluster slowdown or a straggler stretches it; docs/design.md#the-turnkey-loop).
 struct Reference {
   std::string name;           // "all-max baseline", "... at the straggler's pace", "... under current conditions"
   double iteration_time = 0;  // seconds per iteration
   double energy = 0;          // joules per iteration, whole job
-  double conditions = 1;      // the slowest pipeline's measured/profiled instruction time at the top clock
+  double conditions = 1;  // its iteration time over the baseline's (the pipelines' conditions, the slowest deciding)
 };
 
 class TurnkeyController {
@@ -142,6 +149,7 @@ class TurnkeyController {
   const ControllerConfig& config() const { return config_; }
   bool reused_profile() const { return reused_; }
   int profiling_rounds() const { return profiling_rounds_; }
+  int profiling_checks() const { return profiling_checks_; }  // of those, all-max check rounds
   std::size_t clocks_measured() const;
   std::size_t clocks_planned() const;
   bool has_baseline() const { return baseline_rounds_ > 0; }
@@ -187,6 +195,12 @@ class TurnkeyController {
   const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
   const std::vector<double>& last_pipeline_energy() const { return last_pipeline_energy_; }
   const std::vector<Decision>& decisions() const { return decisions_; }
+  // Clock changes the ranks made while deployed, and how many had not taken effect by the end of
+  // their instruction; the clock latency plans are chosen for (seconds) and whether it was measured.
+  long long clock_changes() const { return clock_changes_; }
+  long long clocks_late() const { return clocks_late_; }
+  double clock_latency() const { return latency_; }
+  std::size_t latency_samples() const { return latency_samples_.size(); }
 
  private:
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
@@ -195,28 +209,45 @@ class TurnkeyController {
   std::size_t scan_index(const Instruction& inst) const;
   double target_deadline() const;
   double target_deadline_for(const PlanningOutput& plans) const;
-  void add_baseline(const RoundMeasurement& m, double conditions);
+  void add_baseline(const RoundMeasurement& m);
   void estimate_baseline();
+  std::vector<double> paced_ratios(const RoundMeasurement& m, bool on_plans) const;
   std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
-  std::vector<double> pipeline_conditions(const RoundMeasurement& m) const;
+  std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
+                                                    const StageKind& key) const;
+  void measure_conditions(const RoundMeasurement& m, bool on_plans);
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   bool observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios);
   void observe_probe(const RoundMeasurement& m);
+  void correct_baseline(double time, double energy);
   void judge_plan();
+  void retry_saving_plan(const std::string& why, bool stale);
   void remember(const RoundMeasurement& m);
   void observe_warmup(int round, const RoundMeasurement& m);
+  void note_slow_pipelines();
   void observe_profiling(const RoundMeasurement& m);
   void observe_deployed(const RoundMeasurement& m);
+  bool measure_latency(const RoundMeasurement& m);
+  void choose_for_latency();
+  bool follow_baseline_changes(const std::vector<double>& ratios);
   bool profiling_done() const;
+  std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
+  void observe_check(const RoundMeasurement& m);
   RoundClocks profiling_clocks();
   void finish_profiling();
   void start_planning(Profile profile);
   void plan_ready();
   void deploy_plan();
+  std::map<StageKind, double> speeds_of(std::size_t d, bool straggling) const;
+  NoiseAwareOptions options_for(const std::vector<std::size_t>& group, bool straggling) const;
+  double time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies, bool straggling) const;
+  std::vector<std::size_t> lead_pipelines(const std::vector<double>& top) const;
   void assign_plans(const std::string& why);
   RoundClocks plan_clocks() const;
   std::string describe(const ChosenPlan& plan) const;
+  Evidence evidence() const;
+  NoiseAwareOptions target_options() const;
 
   ControllerConfig config_;
   JobShape shape_;
@@ -234,18 +265,28 @@ class TurnkeyController {
   ControllerPhase phase_ = ControllerPhase::warmup;
   int round_ = 0;
   int profiling_rounds_ = 0;
+  // Profiling's check rounds: the conditions the clocks since the last one were measured under, the
+  // rounds since, and what was measured since (scan, clock).
+  double profile_conditions_ = 1;
+  int rounds_since_check_ = 0, profile_redos_ = 0, profiling_checks_ = 0;
+  bool checking_ = false;
+  std::vector<std::pair<std::size_t, int>> since_check_;
   double baseline_time_ = 0, baseline_energy_ = 0;
   int baseline_rounds_ = 0, baseline_rejected_ = 0;
   Estimate baseline_time_estimate_, baseline_energy_estimate_;
   struct AllMaxRound {
-    double time = 0, energy = 0, conditions = 1;
+    double time = 0, energy = 0;  // at the baseline's conditions
   };
-  std::vector<AllMaxRound> baseline_samples_;      // clean all-max rounds the baseline is estimated from
-  double baseline_conditions_ = 1;                 // the conditions those rounds ran under
+  std::vector<AllMaxRound> baseline_samples_;  // clean all-max rounds the baseline is estimated from
+  PipelineBaseline pipelines_;                 // each pipeline in the warm-up's baseline rounds
+  // Per pipeline: its all-max pace now over its baseline pace, where a pipeline slow in the
+  // baseline has since run faster by more than half the straggler threshold (it recovered).
+  std::vector<double> pace_change_;
+  std::vector<int> fast_rounds_;
   std::array<double, 2> baseline_round_spread_{};  // standard deviation of one of those rounds: time, energy
   double noise_sigma_ = 0;                         // the largest (stage, kind) sigma measured so far
   int iterations_per_round_ = 1;                   // as the warm-up and profiling rounds ran them
-  std::vector<AllMaxRound> probe_samples_;         // probes that disagreed with the baseline, in a row
+  std::vector<AllMaxRound> probe_samples_;         // probes that disagreed with the reference, in a row
   int warmup_seen_ = 0;                            // warm-up rounds observed
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
@@ -257,12 +298,19 @@ class TurnkeyController {
   // its prediction shows what the model leaves out (the online profile's own measurement error,
   // which a plan balanced on it leans on) acting like more noise, so each step-up raises it.
   double caution_ = 1;
-  std::vector<double> conditions_;  // per pipeline, the last deployed round's
+  // The target plan is chosen to meet the target with this much to spare: what the last step-up
+  // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
+  double miss_ = 1;
+  bool halfway_held_ = false;  // a retry halfway held: the next goes all the way
+  // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
+  // round (1 before any): what the reference stretches the baseline by.
+  std::vector<double> conditions_;
+  std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
+  PaceModel pace_model_;
   std::string plan_reason_;
-  std::optional<ChosenPlan> saving_plan_;  // the plan stepped up from, tried again later
-  int retry_round_ = -1, retry_interval_ = 0;
-  double conditions_at_step_ = 1;  // the reference's conditions at the last step-up
-  int baseline_corrections_ = 0, corrections_at_step_ = 0;
+  RetryPolicy retry_;
+  int baseline_corrections_ = 0;
+  int straggler_changes_ = 0;
   std::unique_ptr<struct VariabilityState> variability_;
   double idle_power_sum_ = 0;
   int idle_power_rounds_ = 0;
@@ -270,18 +318,28 @@ class TurnkeyController {
   BackgroundPlanner planner_;
   std::optional<PlanningOutput> plans_;
   double scale_ = 1;
-  std::optional<ChosenPlan> target_plan_, slowed_plan_;
-  std::vector<bool> slowed_;  // per pipeline: runs slowed_plan_ (for a straggler)
+  std::optional<ChosenPlan> target_plan_;
+  // Pipelines slower than others finish later anyway: the others run plans paced to the slowest
+  // (a straggler, or a pipeline slow in the baseline). Per pipeline an index into paced_plans_;
+  // -1: the target plan.
+  std::vector<ChosenPlan> paced_plans_;
+  std::vector<int> pace_of_;
+  static constexpr int kLeadPlan = -2;  // pace_of_: the straggler's own plan (lead_plan_)
+  std::optional<ChosenPlan> lead_plan_;
+  std::vector<std::vector<int>> lead_frequencies_;  // lead_plan_'s last time, to tell a change
+  std::vector<double> predicted_;  // per pipeline: its plan's time on its GPUs, no straggler (the model's terms)
   bool deployed_once_ = false;
   int step_ups_ = 0;
   int refine_passes_ = 0;
+  int replans_ = 0;                         // plannings again after one found no frontier
+  std::optional<Profile> planned_profile_;  // what the last planning planned from
   int rounds_on_plan_ = 0;
   struct PlanRound {
     double time = 0, energy = 0;
     Reference reference;
   };
   std::vector<PlanRound> measured_;  // the last rounds on the current plans
-  std::vector<double> judged_;       // the rounds on the current plans, at the baseline's conditions
+  std::vector<double> judged_;       // the rounds on the current plans: time over the reference's
   std::vector<PlanRound> recent_;    // the last deployed rounds, probes included
   double energy_saved_ = 0;
   long long deployed_iterations_ = 0;
@@ -290,6 +348,11 @@ class TurnkeyController {
   std::optional<StragglerTold> told_straggler_;
   std::optional<ActiveStraggler> straggler_;
   std::vector<Decision> decisions_;
+  long long clock_changes_ = 0, clocks_late_ = 0;
+  double latency_ = 0;  // seconds, what plans are chosen for
+  // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
+  // than the same instruction at the same clock unchanged (that share of the latency).
+  std::vector<std::pair<double, double>> latency_samples_;
 };
 
 }  // namespace perseus::online

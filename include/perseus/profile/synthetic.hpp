@@ -5,10 +5,11 @@
 //   power(f)  = p_idle + p_dyn * (f / f_top) * (V(f) / V_top)^2,  V linear from v_min to v_top
 //   energy(f) = power(f) * time(f)
 // Stage 0 carries the embedding (+embedding_extra of its work), the last stage the LM head
-// (+head_extra); a backward costs backward_ratio forwards. Optional seeded multiplicative noise
-// imitates measurement jitter.
+// (+head_extra); a backward costs backward_ratio forwards; stage_weights, when given, multiply each
+// stage's work (uneven partitions). Optional seeded multiplicative noise imitates measurement jitter.
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace perseus {
 
@@ -27,6 +28,7 @@ struct SyntheticGpu {
   double bottom_voltage_ratio = 0.7;
   double noise = 0;  // relative standard deviation of time and energy noise
   std::uint64_t seed = 1;
+  std::vector<double> stage_weights;  // per stage, a factor on its work; empty: all 1
 };
 
 // CSV text with header stage,instruction,frequency,time,energy, clocks from top to bottom.

@@ -120,6 +120,10 @@ struct ProfilingResult {
   // arrived late), so the round's measurements mix schedules and the round is run again.
   // Optional in the body ("stale": true); the artifact's server ignores it.
   bool stale = false;
+  // perseus's client: clock locks it made this round, and how many of them had not taken effect
+  // by the end of the instruction they were made for (read back from the GPU). Optional in the
+  // body ("clock_changes", "clocks_late"; 0 when absent).
+  int clock_changes = 0, clocks_late = 0;
 };
 
 // Parsing checks every field and throws RequestError (invalid_request) naming it. `what` prefixes the

@@ -60,6 +60,9 @@ struct SimulationConfig : PipelineShape {
   // Sigma of a log-normal factor (median 1) per GPU on its every instruction's time and energy,
   // drawn once from the seed: GPUs of one cluster are not equally fast.
   double gpu_speed_spread = 0;
+  // Seconds after a clock lock until the GPU runs at the new clock (the instruction it was locked
+  // for runs at the clock before until then), as real GPUs apply locked clocks some time after the call.
+  double clock_latency = 0;
   // 0: pure simulated time (nothing sleeps; at each round boundary the simulation waits for the
   // clients' exchange with the server, as if the network took no time). F > 0: each iteration
   // takes F x its simulated time in wall time and nothing waits for the server, as in training.

@@ -2,9 +2,14 @@
 // One GPU of `perseus simulate`: it has the clocks of a measured profile, remembers the
 // clock a client locked, and its energy counter is what the simulator says it consumed up to the
 // simulated time of the reading. It does no timing itself; the simulator asks it which clock is
-// locked and charges time and energy from the profile.
+// in effect and charges time and energy from the profile. A locked clock takes effect `latency`
+// seconds of simulated time after the request, as a real GPU's does some time after the call
+// (until then it runs at the clock before).
 #include <cstdint>
+#include <deque>
+#include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,8 +22,15 @@ class SimulatedGpu final : public gpu::GpuLibrary {
   // `clocks`: the graphics clocks it supports (any order; listed descending).
   SimulatedGpu(std::string name, std::vector<unsigned> clocks);
 
+  // The simulated time now (seconds) and how long a lock takes to take effect; without a time
+  // source a lock takes effect at once.
+  void set_clock_latency(std::function<double()> now, double latency);
+
   // What the simulator drives.
-  unsigned locked_clock() const;  // the locked graphics clock, or the top one when none is locked
+  unsigned locked_clock() const;   // the clock in effect now: the locked one, or the top one when none is
+  unsigned clock_at(double time);  // the clock in effect at `time` (not before the last time asked)
+  // When the next requested clock takes effect after `time`, if one is pending.
+  std::optional<double> next_change_after(double time) const;
   void add_energy(double joules);
   double energy() const;
   int lock_count() const;  // lock_graphics_clock calls so far
@@ -47,6 +59,14 @@ class SimulatedGpu final : public gpu::GpuLibrary {
   std::vector<unsigned> clocks_;  // descending
   mutable std::mutex mutex_;
   unsigned locked_ = 0;  // 0: not locked
+  struct Pending {
+    double at = 0;  // simulated seconds
+    unsigned clock = 0;
+  };
+  std::deque<Pending> pending_;  // requested clocks not in effect yet, in order
+  std::function<double()> now_;
+  double latency_ = 0;
+  void settle(double time);  // applies what took effect by `time`
   unsigned power_limit_mw_ = 400000;
   double energy_j_ = 0;
   int locks_ = 0;

@@ -9,6 +9,9 @@
 //   PERSEUS_FAKE_NVML_LOG         call log path; "%p" becomes the process id
 //   PERSEUS_FAKE_NVML_DENY        1: every set/reset call fails with NO_PERMISSION
 //   PERSEUS_FAKE_NVML_LATENCY_US  sleep this long in every set/reset call, like a real driver
+//   PERSEUS_FAKE_NVML_CLOCK_LATENCY_US  a locked graphics clock takes effect this long after the
+//                                 call (GetClockInfo and the power drawn follow it then), as real
+//                                 GPUs apply a locked clock some time after the call
 //   PERSEUS_FAKE_NVML_LOCKED_US   hold the library's lock this long in every set/reset call (a
 //                                 driver call in progress), so a signal handler that called
 //                                 NVML on that thread would deadlock
@@ -49,6 +52,11 @@ constexpr unsigned kMinLimit = 150000, kMaxLimit = 400000;
 struct FakeGpu {
   double constant_power_w = -1;  // >= 0: the power whatever the clock (PERSEUS_FAKE_NVML_POWER_W)
   unsigned locked_graphics = 0;  // 0: not locked, runs at the top clock
+  struct Pending {
+    Clock::time_point at;
+    unsigned clock = 0;
+  };
+  std::vector<Pending> pending;  // locked clocks not in effect yet, in order
   unsigned locked_memory = 0;
   unsigned power_limit = kMaxLimit;
   double energy_mj = 0;
@@ -67,8 +75,16 @@ struct FakeGpu {
     return clock;
   }
   double power_w() const { return constant_power_w >= 0 ? constant_power_w : power_at(graphics()); }
+  // Energy up to now, each pending clock taking effect at its time.
   void advance() {
     auto now = Clock::now();
+    std::size_t applied = 0;
+    for (; applied < pending.size() && pending[applied].at <= now; ++applied) {
+      energy_mj += power_w() * std::chrono::duration<double>(pending[applied].at - last).count() * 1000.0;
+      last = pending[applied].at;
+      locked_graphics = pending[applied].clock;
+    }
+    pending.erase(pending.begin(), pending.begin() + static_cast<long>(applied));
     energy_mj += power_w() * std::chrono::duration<double>(now - last).count() * 1000.0;
     last = now;
   }
@@ -83,6 +99,7 @@ struct State {
   bool deny = false;
   long latency_us = 0;
   long locked_us = 0;
+  long clock_latency_us = 0;
   bool log_reads = false;
   Clock::time_point start = Clock::now();
 };
@@ -195,6 +212,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
     s.log_reads = log_reads != nullptr && std::strcmp(log_reads, "1") == 0;
     const char* latency = std::getenv("PERSEUS_FAKE_NVML_LATENCY_US");
     s.latency_us = latency != nullptr ? std::atol(latency) : 0;
+    const char* clock_latency = std::getenv("PERSEUS_FAKE_NVML_CLOCK_LATENCY_US");
+    s.clock_latency_us = clock_latency != nullptr ? std::atol(clock_latency) : 0;
     const char* locked = std::getenv("PERSEUS_FAKE_NVML_LOCKED_US");
     s.locked_us = locked != nullptr ? std::atol(locked) : 0;
     s.initialized = true;
@@ -302,7 +321,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetGpuLockedClocks
   return setter("nvmlDeviceSetGpuLockedClocks", device, std::to_string(min_mhz) + " " + std::to_string(max_mhz),
                 [&](FakeGpu& gpu) {
                   if (min_mhz != max_mhz || !valid_graphics(max_mhz)) return nv::kInvalidArgument;
-                  gpu.locked_graphics = max_mhz;
+                  const long delay = state().clock_latency_us;
+                  if (delay <= 0) gpu.locked_graphics = max_mhz;
+                  else gpu.pending.push_back({Clock::now() + std::chrono::microseconds(delay), max_mhz});
                   return nv::kSuccess;
                 });
 }
@@ -310,6 +331,7 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceSetGpuLockedClocks
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceResetGpuLockedClocks(nvmlDevice_t device) {
   return setter("nvmlDeviceResetGpuLockedClocks", device, "", [](FakeGpu& gpu) {
     gpu.locked_graphics = 0;
+    gpu.pending.clear();
     return nv::kSuccess;
   });
 }

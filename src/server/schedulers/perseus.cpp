@@ -185,9 +185,13 @@ class PerseusScheduler final : public Scheduler {
   json status() const override {
     const auto& c = *controller_;
     json out;
-    out["profiling"] = {{"clocks_done", c.clocks_measured()}, {"clocks_total", c.clocks_planned()},
-                        {"rounds", c.profiling_rounds()},     {"clocks_available", c.shape().clocks.size()},
-                        {"profile", profile_path_.string()},  {"reused", c.reused_profile()}};
+    out["profiling"] = {{"clocks_done", c.clocks_measured()},
+                        {"clocks_total", c.clocks_planned()},
+                        {"rounds", c.profiling_rounds()},
+                        {"checks", c.profiling_checks()},
+                        {"clocks_available", c.shape().clocks.size()},
+                        {"profile", profile_path_.string()},
+                        {"reused", c.reused_profile()}};
     auto interval = [](const online::Estimate& e) { return json::array({e.low, e.high}); };
     out["baseline"] = c.has_baseline() ? json{{"iteration_time", c.baseline_time()},
                                               {"energy", c.baseline_energy()},
@@ -218,6 +222,13 @@ class PerseusScheduler final : public Scheduler {
     out["reference"] = nullptr;
     out["straggler"] = nullptr;
     out["energy_saved"] = c.energy_saved();
+    // Clock changes while deployed, those that had not taken effect by the end of their instruction
+    // (the ranks read the clock back), and the latency plans are chosen for.
+    out["clocks"] = {{"changes", c.clock_changes()},
+                     {"late", c.clocks_late()},
+                     {"latency", c.clock_latency()},
+                     {"latency_source", c.config().clock_latency ? "told" : "measured"},
+                     {"latency_samples", c.latency_samples()}};
     out["deployed_iterations"] = c.deployed_iterations();
     if (c.plans() && c.target_plan()) {
       const auto& p = *c.target_plan();
@@ -261,7 +272,9 @@ class PerseusScheduler final : public Scheduler {
     out["pipelines"] = pipelines;
     if (const auto& s = c.straggler())
       out["straggler"] = {{"slowdown", s->slowdown},
-                          {"source", s->told ? "api" : "detected"},
+                          {"source", s->told          ? "api"
+                                     : s->in_baseline ? "baseline"
+                                                      : "detected"},
                           {"dp_rank", s->pipeline ? json(*s->pipeline) : json(nullptr)},
                           {"iteration_time", s->compute_time * c.scale()}};
     else if (const auto& d = c.detected_straggler(); d && c.phase() != online::ControllerPhase::deployed)
@@ -414,10 +427,13 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
                          "fill_gap",
                          "interpolate",
                          "refine_passes",
+                         "check_every",
+                         "clock_latency",
                          "straggler_threshold",
                          "straggler_rounds",
                          "probe_every",
                          "retry_after",
+                         "max_retry_after",
                          "report_rounds",
                          "baseline_precision",
                          "max_baseline_rounds"});
@@ -429,6 +445,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   c.interpolate = checked.boolean("interpolate").value_or(c.interpolate);
   c.refine_passes = checked.integer("refine_passes").value_or(c.refine_passes);
   if (c.refine_passes < 0) checked.fail("refine_passes", "must be at least 0");
+  c.check_every = checked.integer("check_every").value_or(c.check_every);
+  if (c.check_every < 0) checked.fail("check_every", "must be at least 0 (0: no check rounds while profiling)");
   auto slowdown = checked.number("slowdown");
   c.deadline = checked.number("deadline");
   if (slowdown && c.deadline) checked.fail("deadline", "give slowdown or deadline, not both");
@@ -448,7 +466,9 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   c.probe_every = checked.integer("probe_every").value_or(c.probe_every);
   if (c.probe_every < 0) checked.fail("probe_every", "must be at least 0 (0: no probes)");
   c.retry_after = checked.integer("retry_after").value_or(c.retry_after);
-  if (c.retry_after < 0) checked.fail("retry_after", "must be at least 0 (0: never)");
+  if (c.retry_after < 1) checked.fail("retry_after", "must be at least 1");
+  c.max_retry_after = checked.integer("max_retry_after").value_or(c.max_retry_after);
+  if (c.max_retry_after < 0) checked.fail("max_retry_after", "must be at least 0 (0: a step-up is never retried)");
   c.report_rounds = checked.integer("report_rounds").value_or(c.report_rounds);
   if (c.report_rounds < 1) checked.fail("report_rounds", "must be at least 1");
   c.max_step_ups = checked.integer("max_step_ups").value_or(c.max_step_ups);
@@ -462,6 +482,9 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
     }
   }
   config.minimum_power_state = checked.integer("minimum_power_state").value_or(0);
+  c.clock_latency = checked.number("clock_latency");
+  if (c.clock_latency && !(*c.clock_latency >= 0 && *c.clock_latency <= 10))
+    checked.fail("clock_latency", "must be between 0 and 10 s");
   c.unit_time = checked.number("unit_time");
   if (c.unit_time && !(*c.unit_time >= 1e-6 && *c.unit_time <= 1))
     checked.fail("unit_time", "must be between 1e-6 and 1 s");

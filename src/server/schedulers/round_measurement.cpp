@@ -85,6 +85,8 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
   double idle_time = 0, idle_energy = 0;
   for (const auto& result : results) {
     const RankInfo& info = ranks.at(static_cast<std::size_t>(result.rank));
+    out.clock_changes += result.clock_changes;
+    out.clocks_late += result.clocks_late;
     double t = protocol::round_mean(result.iter_time), e = protocol::round_mean(result.iter_energy);
     out.iteration_time = std::max(out.iteration_time, t);
     out.iterations = std::max(out.iterations, static_cast<int>(result.iter_time.size()));
@@ -199,7 +201,10 @@ nlohmann::json to_json(const online::RoundMeasurement& m) {
           {"pipeline_time", m.pipeline_time},
           {"pipeline_energy", m.pipeline_energy},
           {"slot_time", m.slot_time},
-          {"occurrences", occurrences}};
+          {"occurrences", occurrences},
+          {"iterations", m.iterations},
+          {"clock_changes", m.clock_changes},
+          {"clocks_late", m.clocks_late}};
 }
 
 online::RoundMeasurement round_measurement_from_json(const nlohmann::json& j) {
@@ -214,6 +219,9 @@ online::RoundMeasurement round_measurement_from_json(const nlohmann::json& j) {
   m.slot_time = j.at("slot_time").get<std::vector<std::vector<std::vector<double>>>>();
   for (const auto& o : j.at("occurrences"))
     m.occurrences[stage_kind(o.at(0), o.at(1))] = o.at(2).get<std::vector<std::vector<double>>>();
+  m.iterations = j.value("iterations", 0);  // optional: stores written before these were kept
+  m.clock_changes = j.value("clock_changes", 0);
+  m.clocks_late = j.value("clocks_late", 0);
   return m;
 }
 

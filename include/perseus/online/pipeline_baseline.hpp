@@ -1,0 +1,57 @@
+#pragma once
+// Each data-parallel pipeline as the all-max baseline measured it. The GPUs of one cluster are not
+// equally fast, so pipelines differ at all-max (and a pipeline slow from the first iteration on is
+// just as much part of the cluster): what the baseline measured per pipeline is the reference for
+// that pipeline, and only a change relative to it is a straggler. Kept per pipeline: its
+// compute-bound iteration time (its pace), its energy per iteration, and per (model stage, kind)
+// its top-clock instruction time, so that a later round's top-clock instructions say how much
+// slower or faster each pipeline runs now than it did then (its conditions), whatever its GPUs'
+// own speed.
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "perseus/online/round_measurement.hpp"
+#include "perseus/pipeline/schedule.hpp"
+
+namespace perseus::online {
+
+class PipelineBaseline {
+ public:
+  // One all-max round. At most `capacity` rounds are kept (the oldest go).
+  void add(const RoundMeasurement& m, std::size_t capacity);
+  void clear() { samples_.clear(), estimated_ = false; }
+  // The per-pipeline statistics from the rounds kept[i] says to use (each pipeline's outlying
+  // rounds left out on top); nothing when no round is kept.
+  void estimate(const std::vector<bool>& kept);
+  std::size_t rounds() const { return samples_.size(); }
+
+  bool known() const { return estimated_; }
+  std::size_t pipelines() const { return compute_time_.size(); }
+  // Pipeline d's compute-bound all-max time over the median pipeline's.
+  double pace(std::size_t d) const;
+  double compute_time(std::size_t d) const;  // seconds, compute-bound, at all-max
+  double energy(std::size_t d) const;        // joules per iteration, its GPUs, blocking included
+  // Pipeline d's top-clock time of `key` over the median pipeline's (1 when unknown): its GPUs' speed.
+  double speed(std::size_t d, const StageKind& key) const;
+
+  // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
+  // that ran at the top clock (`clocks`: per stage and slot, the clocks pipeline d ran; null: all
+  // at the top clock), of measured time over its baseline time. None with fewer than 3 such slots.
+  std::optional<double> conditions(const RoundMeasurement& m, std::size_t d,
+                                   const std::vector<std::vector<Instruction>>& orders, int num_stages,
+                                   const std::vector<std::vector<int>>* clocks, int top) const;
+
+ private:
+  struct Sample {
+    std::vector<double> compute_time, energy;
+    std::vector<std::map<StageKind, double>> top_time;  // per pipeline
+  };
+  std::vector<Sample> samples_;
+  bool estimated_ = false;
+  std::vector<double> compute_time_, energy_, pace_;
+  std::vector<std::map<StageKind, double>> top_time_, speed_;
+};
+
+}  // namespace perseus::online

@@ -1,0 +1,88 @@
+#include "perseus/online/pipeline_baseline.hpp"
+
+#include <algorithm>
+
+#include "perseus/online/statistics.hpp"
+
+namespace perseus::online {
+
+void PipelineBaseline::add(const RoundMeasurement& m, std::size_t capacity) {
+  Sample s;
+  s.compute_time = m.pipeline_time;
+  s.energy = m.pipeline_energy;
+  s.energy.resize(s.compute_time.size(), 0);
+  s.top_time.resize(s.compute_time.size());
+  for (std::size_t d = 0; d < s.top_time.size() && d < m.pipeline_instructions.size(); ++d)
+    for (const auto& [key, value] : m.pipeline_instructions[d]) s.top_time[d][key] = value.first;
+  samples_.push_back(std::move(s));
+  if (samples_.size() > std::max<std::size_t>(capacity, 1)) samples_.erase(samples_.begin());
+}
+
+void PipelineBaseline::estimate(const std::vector<bool>& kept) {
+  std::size_t D = 0;
+  for (std::size_t i = 0; i < samples_.size(); ++i)
+    if (i < kept.size() && kept[i]) D = std::max(D, samples_[i].compute_time.size());
+  if (D == 0) return;
+  compute_time_.assign(D, 0);
+  energy_.assign(D, 0);
+  top_time_.assign(D, {});
+  for (std::size_t d = 0; d < D; ++d) {
+    std::vector<double> times, energies;
+    std::map<StageKind, std::vector<double>> tops;
+    for (std::size_t i = 0; i < samples_.size(); ++i) {
+      const Sample& s = samples_[i];
+      if (i >= kept.size() || !kept[i] || d >= s.compute_time.size()) continue;
+      times.push_back(s.compute_time[d]);
+      energies.push_back(s.energy[d]);
+      for (const auto& [key, t] : s.top_time[d]) tops[key].push_back(t);
+    }
+    compute_time_[d] = robust_mean(times).value;
+    energy_[d] = robust_mean(energies).value;
+    for (const auto& [key, values] : tops) top_time_[d][key] = robust_mean(values).value;
+  }
+  const double middle = median(compute_time_);
+  pace_.assign(D, 1.0);
+  for (std::size_t d = 0; d < D; ++d)
+    if (middle > 0 && compute_time_[d] > 0) pace_[d] = compute_time_[d] / middle;
+  speed_.assign(D, {});
+  std::map<StageKind, std::vector<double>> across;
+  for (const auto& mine : top_time_)
+    for (const auto& [key, t] : mine) across[key].push_back(t);
+  for (const auto& [key, values] : across) {
+    const double mid = median(values);
+    for (std::size_t d = 0; d < D; ++d) {
+      auto it = top_time_[d].find(key);
+      if (it != top_time_[d].end() && mid > 0 && it->second > 0) speed_[d][key] = it->second / mid;
+    }
+  }
+  estimated_ = true;
+}
+
+double PipelineBaseline::pace(std::size_t d) const { return d < pace_.size() ? pace_[d] : 1.0; }
+double PipelineBaseline::compute_time(std::size_t d) const { return d < compute_time_.size() ? compute_time_[d] : 0; }
+double PipelineBaseline::energy(std::size_t d) const { return d < energy_.size() ? energy_[d] : 0; }
+
+double PipelineBaseline::speed(std::size_t d, const StageKind& key) const {
+  if (d >= speed_.size()) return 1.0;
+  auto it = speed_[d].find(key);
+  return it == speed_[d].end() ? 1.0 : it->second;
+}
+
+std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
+                                                   const std::vector<std::vector<Instruction>>& orders, int num_stages,
+                                                   const std::vector<std::vector<int>>* clocks, int top) const {
+  if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
+  std::vector<double> ratios;
+  const auto& slots = m.slot_time[d];
+  for (std::size_t s = 0; s < slots.size() && s < orders.size(); ++s)
+    for (std::size_t k = 0; k < slots[s].size() && k < orders[s].size(); ++k) {
+      if (clocks && (s >= clocks->size() || k >= (*clocks)[s].size() || (*clocks)[s][k] != top)) continue;
+      auto it = top_time_[d].find({model_stage(orders[s][k], num_stages), orders[s][k].kind});
+      if (it == top_time_[d].end() || it->second <= 0 || slots[s][k] <= 0) continue;
+      ratios.push_back(slots[s][k] / it->second);
+    }
+  if (ratios.size() < 3) return std::nullopt;
+  return median(ratios);
+}
+
+}  // namespace perseus::online

@@ -1,0 +1,110 @@
+// The turnkey loop's parts of their own: when a step-up is tried again, what the slowest of
+// several pipelines takes, and each pipeline's baseline.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "perseus/online/pipeline_baseline.hpp"
+#include "perseus/online/reference_model.hpp"
+#include "perseus/online/retry_policy.hpp"
+
+namespace perseus::online {
+namespace {
+
+TEST(RetryPolicy, RetriesAtOnceWhenTheEvidenceIsStaleAndOtherwiseAfterDoublingRoundsUpToTheBound) {
+  RetryPolicy p(20, 40);
+  Evidence e;
+  EXPECT_FALSE(p.due(0, e));
+  p.stepped_up(10, e);
+  std::string why;
+  bool stale = true;
+  EXPECT_FALSE(p.due(29, e));
+  EXPECT_TRUE(p.due(30, e, &why, &stale));
+  EXPECT_FALSE(stale);
+  EXPECT_NE(why.find("20 rounds"), std::string::npos) << why;
+  p.retried(30);
+  EXPECT_FALSE(p.due(31, e));
+  p.stepped_up(33, e);  // the retry failed: twice as long
+  EXPECT_EQ(p.interval(), 40);
+  EXPECT_FALSE(p.due(72, e));
+  EXPECT_TRUE(p.due(73, e));
+  p.retried(73);
+  p.stepped_up(75, e);
+  EXPECT_EQ(p.interval(), 40);  // bounded
+  // Stale evidence: at once, whatever the rounds.
+  for (Evidence stale_evidence : {Evidence{1, 0, 1}, Evidence{0, 1, 1}, Evidence{0, 0, 1.02}}) {
+    EXPECT_TRUE(p.due(76, stale_evidence, &why, &stale)) << why;
+    EXPECT_TRUE(stale);
+  }
+  EXPECT_FALSE(p.due(76, Evidence{0, 0, 1.005}));  // a pace within a percent is the same
+  // A retry that holds ten rounds is a success: the next step-up waits the first interval again.
+  p.retried(115);
+  EXPECT_FALSE(p.held(9));
+  EXPECT_TRUE(p.held(10));
+  EXPECT_FALSE(p.held(11));  // once
+  p.stepped_up(200, e);
+  EXPECT_EQ(p.interval(), 20);
+  RetryPolicy never(20, 0);
+  never.stepped_up(0, e);
+  EXPECT_FALSE(never.due(1000, Evidence{5, 5, 2}));
+}
+
+TEST(PaceModel, TheSlowestOfNoisyPipelinesIsLaterThanAnyAndAStragglerDecides) {
+  PaceModel quiet(0), noisy(0.01);
+  EXPECT_DOUBLE_EQ(quiet.expected_slowest({1.0, 1.0}), 1.0);
+  EXPECT_DOUBLE_EQ(quiet.expected_slowest({1.0, 1.2}), 1.2);
+  // Two equal pipelines with 1% noise: the expected maximum of two normals, 0.564 sigma above.
+  EXPECT_NEAR(noisy.expected_slowest({1.0, 1.0}), 1.00564, 0.001);
+  EXPECT_NEAR(noisy.expected_slowest({1.0}), 1.0, 1e-12);
+  // One pipeline 10% slower: the iteration stretches by its change less the noise's share that is gone.
+  const double stretch = noisy.stretch({1.0, 1.0}, {1.0, 1.1});
+  EXPECT_LT(stretch, 1.1);
+  EXPECT_NEAR(stretch, 1.1 / 1.00564, 0.002);
+  EXPECT_NEAR(noisy.stretch({1.0, 1.0}, {1.03, 1.03}), 1.03, 1e-9);  // the whole cluster: exactly its change
+  EXPECT_NEAR(quiet.stretch({1.0, 1.1}, {1.05, 1.0}), 1.0, 1e-12);   // the faster one slowing a little: nothing
+}
+
+RoundMeasurement all_max_round(double t0, double t1) {
+  RoundMeasurement m;
+  m.pipeline_time = {t0 * 10, t1 * 10};
+  m.pipeline_energy = {100 * t0, 100 * t1};
+  m.pipeline_instructions.resize(2);
+  m.slot_time.resize(2);
+  for (int d = 0; d < 2; ++d) {
+    const double t = d == 0 ? t0 : t1;
+    m.pipeline_instructions[std::size_t(d)][{0, InstructionKind::forward}] = {t, 10 * t};
+    m.pipeline_instructions[std::size_t(d)][{0, InstructionKind::backward}] = {2 * t, 20 * t};
+    m.slot_time[std::size_t(d)] = {{t, t, t, 2 * t, 2 * t, 2 * t}};
+  }
+  return m;
+}
+
+TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
+  PipelineBaseline b;
+  for (int r = 0; r < 4; ++r) b.add(all_max_round(1.0, 1.1), 40);
+  b.add(all_max_round(1.0, 3.0), 40);  // an outlying round of pipeline 1
+  b.estimate({true, true, true, true, true});
+  ASSERT_TRUE(b.known());
+  EXPECT_NEAR(b.pace(0) / b.pace(1), 1 / 1.1, 1e-12);
+  EXPECT_NEAR(b.speed(1, {0, InstructionKind::forward}) / b.speed(0, {0, InstructionKind::forward}), 1.1, 1e-12);
+  EXPECT_NEAR(b.energy(1), 110, 1e-9);
+  std::vector<std::vector<Instruction>> orders = {{{0, InstructionKind::forward, 0},
+                                                   {0, InstructionKind::forward, 1},
+                                                   {0, InstructionKind::forward, 2},
+                                                   {0, InstructionKind::backward, 0},
+                                                   {0, InstructionKind::backward, 1},
+                                                   {0, InstructionKind::backward, 2}}};
+  // Pipeline 1 now 5% slower than in its baseline: its conditions, whatever its own speed.
+  auto now = all_max_round(1.0, 1.1 * 1.05);
+  EXPECT_NEAR(*b.conditions(now, 0, orders, 1, nullptr, 1410), 1.0, 1e-12);
+  EXPECT_NEAR(*b.conditions(now, 1, orders, 1, nullptr, 1410), 1.05, 1e-12);
+  // Only slots at the top clock count (and at least 3 of them).
+  std::vector<std::vector<int>> clocks = {{1410, 1410, 1200, 1200, 1410, 1410}};
+  EXPECT_NEAR(*b.conditions(now, 1, orders, 1, &clocks, 1410), 1.05, 1e-12);
+  clocks = {{1410, 1200, 1200, 1200, 1200, 1410}};
+  EXPECT_FALSE(b.conditions(now, 1, orders, 1, &clocks, 1410));
+}
+
+}  // namespace
+}  // namespace perseus::online

@@ -1,0 +1,81 @@
+"""bench/turnkey_random.py, the random scenarios the turnkey loop is judged on (docs/benchmarks.md): every
+class draws scenarios of its kind (without running them: that is the benchmark's), and the per-class summary
+counts what passed and names what failed."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from fakegpu import BINARY
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+import turnkey_random  # noqa: E402
+
+
+@pytest.fixture()
+def drawn(tmp_path):
+    if not BINARY:
+        pytest.skip("no perseus binary")
+
+    class Args:
+        shared = os.environ.get("PERSEUS_SHARED", str(ROOT.parent / "shared"))
+
+    turnkey_random.ARGS = Args
+    if not Path(Args.shared, "data/sosp24/stage_profile").is_dir():
+        pytest.skip("the measured profiles are not here")
+
+    def draw(k, cls, schedule=None):
+        return turnkey_random.scenario(k, BINARY, str(tmp_path), cls, schedule)
+    return draw
+
+
+def flag(scenario, name):
+    args = scenario.simulate_args
+    return [args[i + 1] for i, a in enumerate(args) if a == name]
+
+
+@pytest.mark.parametrize("cls", turnkey_random.CLASSES + sorted(turnkey_random.PINNED))
+def test_every_class_draws_scenarios_of_its_kind(drawn, cls):
+    for k in (1, 2, 3):
+        s = drawn(k, cls)
+        assert s.group == cls and Path(s.profile).is_file()
+        assert s.pipelines == 2 and s.iterations == 1000
+        assert 0 <= float(flag(s, "--noise")[0]) <= 0.02
+        stragglers = flag(s, "--straggler")
+        if cls in ("transient", "transient-early", "straggler", "permanent", "from-start", "spread+straggler"):
+            assert len(stragglers) == 1 and s.disturbances, s.label
+        if cls == "transient-early":
+            assert stragglers[0].startswith("all:") and s.disturbances[0][0] <= 120
+        if cls in ("spread", "spread+straggler"):
+            assert flag(s, "--gpu-speed-spread")
+        if cls == "two-stage":
+            assert s.stages == 2
+        if cls.startswith("latency-"):
+            assert flag(s, "--clock-latency") == [cls[len("latency-"):-2]]
+            assert (s.min_share is None) == (cls == "latency-10ms")
+        if cls in ("quiet", "two-stage"):
+            assert not stragglers and not s.disturbances
+
+
+def test_a_schedule_asked_for_is_every_scenarios(drawn):
+    for schedule in ("interleaved", "dualpipev"):
+        s = drawn(7, "quiet", schedule)
+        assert s.schedule == schedule and "--split-backward" not in s.label
+
+
+def test_the_summary_counts_each_class_and_names_its_failures(tmp_path, capsys):
+    def record(k, group, problems, share=0.9, slowdown=0.001):
+        label = f"#{k} 1f1b S=4 M=8 synthetic, noise 0.01, quiet"
+        return {"scenario": {"group": group, "label": label, "min_share": 0.8, "schedule": "1f1b"},
+                "share": share, "ideal": 0.1, "true_slowdown": slowdown, "history_saving_error": 0.001,
+                "all_max_excess": 1, "problems": problems}
+    path = tmp_path / "runs.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in [
+        record(1, "quiet", []), record(2, "quiet", ["slowdown 0.70%"], 0.85, 0.007), record(3, "drift", [], 0.95)]))
+    assert turnkey_random.summary(str(path)) == 0
+    rows = {line.split(" | ")[0].strip("| "): line for line in capsys.readouterr().out.splitlines()[2:]}
+    assert "| 1 of 2 | 85% / 90% | 0.70% |" in rows["quiet"] and "#2: slowdown 0.70%" in rows["quiet"]
+    assert "| 1 of 1 | 95% / 95% |" in rows["drift"] and rows["drift"].endswith("| - |")
