@@ -188,8 +188,8 @@ RoundClocks TurnkeyController::next_round() {
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
-      // Not while a straggler is followed: its rounds are not all-max's.
-      if (config_.probe_every > 0 && !straggler_ &&
+      // Not while a straggler is followed (its rounds are not all-max's), nor while a power budget holds them.
+      if (config_.probe_every > 0 && !straggler_ && !hold_probes_ &&
           (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
@@ -562,12 +562,15 @@ void TurnkeyController::assign_plans(const std::string& why) {
   }
   std::vector<bool> slowed(static_cast<std::size_t>(shape_.pipelines), false);
   std::optional<ChosenPlan> slowed_plan;
-  // The others finish by the straggler's time, but never later than the target asks.
-  if (next && next->compute_time > target_plan_->time) {
-    slowed_plan =
-        plan_choice::choose_plan_under_noise(*plans_, next->compute_time, choice_variability(), shape_.pipelines);
+  // The others finish by the straggler's time, but never later than the target asks; a power
+  // budget's pace slower than both slows every pipeline down to it.
+  double slow_to = next ? next->compute_time : 0;
+  const bool budget_pace = pace_ && *pace_ / scale_ > std::max(slow_to, target_plan_->time);
+  if (budget_pace) slow_to = *pace_ / scale_;
+  if (slow_to > target_plan_->time) {
+    slowed_plan = plan_choice::choose_plan_under_noise(*plans_, slow_to, choice_variability(), shape_.pipelines);
     for (std::size_t d = 0; d < slowed.size(); ++d)
-      if (!next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
+      if (budget_pace || !next->pipeline || static_cast<int>(d) != *next->pipeline) slowed[d] = true;
   }
   bool changed = !deployed_once_ || slowed != slowed_ || (slowed_plan.has_value() != slowed_plan_.has_value()) ||
                  (slowed_plan && slowed_plan->frequencies != slowed_plan_->frequencies);
@@ -752,9 +755,10 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 
 // Closed loop: the target plan must not be measurably slower than asked, under the conditions it
 // ran in (a slower cluster or a slow pipeline stretches what all-max would take as much). Not
-// while a straggler is followed or a pipeline looks like one that detection has not confirmed yet.
+// while a straggler or a power budget's pace is followed, or while a pipeline looks like a
+// straggler that detection has not confirmed yet.
 void TurnkeyController::judge_plan() {
-  if (straggler_ || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
+  if (straggler_ || paced() || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
   const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
   // The saving plan again once conditions changed since the step-up (the cluster's pace, or the
   // baseline), and not before retry_after rounds: under the same conditions it would fail the same way.
