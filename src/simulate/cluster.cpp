@@ -67,6 +67,7 @@ class Cluster {
     build_tables();
     std::vector<unsigned> clocks;
     for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
+    const gpu::PowerLimitRange limits = power_limit_range();
     const int world = config_.pipelines * config_.num_stages * config_.tensor_parallel;
     ranks_.resize(static_cast<std::size_t>(world));
     std::mt19937_64 speeds(config_.seed ^ 0x5eed5bead5ULL);  // its own stream: the noise stays as it was
@@ -76,7 +77,10 @@ class Cluster {
           Rank& r = rank_at(d, s, t);
           r.rank = index(d, s, t);
           r.dp = d, r.pp = s, r.tp = t;
-          r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
+          r.gpu =
+              std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks, limits);
+          if (config_.power_limit > 0)
+            r.gpu->set_power_limit_mw(0, static_cast<unsigned>(std::lround(config_.power_limit * 1000)));
           r.speed = speed_factor(speeds);
           for (const auto& inst : orders_[static_cast<std::size_t>(s)]) r.names.emplace_back(to_string(inst.kind));
         }
@@ -168,6 +172,17 @@ class Cluster {
   };
 
   int index(int d, int s, int t) const { return (d * config_.num_stages + s) * config_.tensor_parallel + t; }
+
+  // The power limits the simulated GPUs take (cluster.hpp): from max(P_block + 1, a quarter of the
+  // profile's highest power) to that highest power, in whole watts.
+  gpu::PowerLimitRange power_limit_range() const {
+    double highest = 0;
+    for (const auto& row : config_.profile.rows)
+      if (row.time > 0) highest = std::max(highest, row.energy / row.time);
+    const double top = std::max(1.0, std::ceil(highest));
+    const double bottom = std::min(top, std::ceil(std::max(config_.p2p_power + 1, top / 4)));
+    return {static_cast<unsigned>(bottom) * 1000u, static_cast<unsigned>(top) * 1000u};
+  }
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
   void check_config() const {
@@ -192,6 +207,12 @@ class Cluster {
     if (!(c.time_scale >= 0 && c.time_scale <= 1000)) usage("--time-scale must be between 0 and 1000");
     if (!(c.request_timeout_s >= 0.01 && c.request_timeout_s <= 3600))
       usage("--request-timeout must be between 0.01 and 3600 seconds");
+    const auto limits = power_limit_range();
+    if (c.power_limit != 0 && !(c.power_limit * 1000 >= limits.min_mw && c.power_limit * 1000 <= limits.max_mw))
+      usage(fmt::format("--power-limit {} W: the simulated GPUs take {} to {} W (from the profile's powers)",
+                        c.power_limit, limits.min_mw / 1000, limits.max_mw / 1000));
+    if (c.max_clock < 0) usage("--max-clock must be a clock in MHz (0: none)");
+    if (!(c.weight > 0 && c.weight <= 1e6)) usage("--weight must be between 0 (excluded) and 1e6");
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines,
@@ -250,6 +271,10 @@ class Cluster {
               std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
         };
         o.heartbeat_interval = std::chrono::milliseconds(1000);
+        o.weight = config_.weight;
+        // Heartbeats run in wall time: in simulated time a power limit they carried would land at a
+        // simulated moment nobody chose. Round boundaries carry it too.
+        o.power_limit_from_heartbeat = config_.time_scale > 0;
         o.request_timeout = std::chrono::milliseconds(static_cast<long long>(config_.request_timeout_s * 1000));
         o.broadcast_job_id = [&](const std::string& value) {
           if (rp->rank == 0) {
@@ -287,6 +312,18 @@ class Cluster {
     return factor;
   }
 
+  // An instruction's time and energy on `gpu`: at its locked clock (at most the administrator's), and
+  // under its power limit at the highest clock whose power fits (cluster.hpp).
+  std::pair<double, double> under_power_limit(const CostTable& table, const SimulatedGpu& gpu) const {
+    unsigned clock = gpu.locked_clock();
+    if (config_.max_clock > 0) clock = std::min(clock, static_cast<unsigned>(config_.max_clock));
+    std::size_t i = table.index_for(clock);
+    const double limit = gpu.power_limit_w();
+    while (i + 1 < table.time.size() && table.energy[i] > limit * table.time[i]) ++i;
+    const double time = table.time[i], energy = table.energy[i];
+    return {energy > limit * time ? energy / limit : time, energy};
+  }
+
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
     const CostTable& table = tables_[table_index(model_stage(inst, config_.num_stages), inst.kind)];
@@ -300,11 +337,11 @@ class Cluster {
       r.gpu->add_energy(config_.p2p_power * (start - r.last_end));
       r.now = start;
       if (r.client) r.client->on_instruction_begin(name);
-      std::size_t i = table.index_for(r.gpu->locked_clock());
+      const auto [time, energy] = under_power_limit(table, *r.gpu);
       double f = noise_factor() * slow * r.speed;
-      durations_[static_cast<std::size_t>(t)] = table.time[i] * f;
-      energies_[static_cast<std::size_t>(t)] = table.energy[i] * f;
-      longest = std::max(longest, table.time[i] * f);
+      durations_[static_cast<std::size_t>(t)] = time * f;
+      energies_[static_cast<std::size_t>(t)] = energy * f;
+      longest = std::max(longest, time * f);
     }
     double end = start + longest;
     for (int t = 0; t < T; ++t) {

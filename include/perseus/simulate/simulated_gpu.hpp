@@ -14,14 +14,16 @@ namespace perseus::simulate {
 
 class SimulatedGpu final : public gpu::GpuLibrary {
  public:
-  // `clocks`: the graphics clocks it supports (any order; listed descending).
-  SimulatedGpu(std::string name, std::vector<unsigned> clocks);
+  // `clocks`: the graphics clocks it supports (any order; listed descending); `power_limits`: the
+  // power limits it takes (its default limit is the highest).
+  SimulatedGpu(std::string name, std::vector<unsigned> clocks, gpu::PowerLimitRange power_limits = {100000, 400000});
 
   // What the simulator drives.
   unsigned locked_clock() const;  // the locked graphics clock, or the top one when none is locked
   void add_energy(double joules);
   double energy() const;
-  int lock_count() const;  // lock_graphics_clock calls so far
+  int lock_count() const;        // lock_graphics_clock calls so far
+  double power_limit_w() const;  // the power limit in force
 
   unsigned device_count() override { return 1; }
   std::string name(unsigned device) override;
@@ -47,7 +49,8 @@ class SimulatedGpu final : public gpu::GpuLibrary {
   std::vector<unsigned> clocks_;  // descending
   mutable std::mutex mutex_;
   unsigned locked_ = 0;  // 0: not locked
-  unsigned power_limit_mw_ = 400000;
+  gpu::PowerLimitRange power_limits_;
+  unsigned power_limit_mw_ = 0;
   double energy_j_ = 0;
   int locks_ = 0;
 };
