@@ -109,6 +109,28 @@ TEST_F(ClientTest, APowerBudgetsLimitReachesTheGpuWithinARoundAndTheGpusOwnLimit
   EXPECT_EQ(gpu->power_limit_mw(0), before) << "the client's end restores the GPU's own limit";
 }
 
+TEST_F(ClientTest, APowerBudgetsLimitKeepsAnAdministratorsLimitAndRestoresIt) {
+  auto s = settings();
+  s.power_budget_w = 1;  // out of any job's reach: the backstop's limit, at the GPU's lowest
+  TestServer server(s);
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  const unsigned factory = gpu->power_limit_mw(0), lowest = gpu->power_limit_range(0).min_mw;
+  const unsigned admin = lowest + (factory - lowest) / 2;  // an administrator's cap below the default
+  gpu->set_power_limit_mw(0, admin);
+  {
+    auto o = options(server.url, gpu);
+    o.heartbeat_interval = std::chrono::milliseconds(20);
+    client::Client c(o);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest));
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": null})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, admin)) << "lifted: the administrator's limit, not the default";
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": 1, "seconds": 0})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest));
+  }
+  EXPECT_EQ(gpu->power_limit_mw(0), admin) << "the client's end restores the limit it found";
+  gpu->set_power_limit_mw(0, factory);
+}
+
 TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   auto o = options("http://127.0.0.1:1", gpu);
