@@ -278,7 +278,7 @@ def main():
                     [limit * (1 + 0.01 * k) for k in range(0, 121)],
                     lambda w: measure_fixed(args, the_jobs, lambda job: ["--power-limit", limit_flag(job, w)]), budget)
                 clock, locked = highest_fitting(
-                    list(range(600, 1411, 15)),
+                    list(range(600, top_clock(the_jobs) + 1, 15)),
                     lambda f: measure_fixed(args, the_jobs, lambda job: ["--max-clock", str(f)]), budget)
             verdicts.append(verdict(fraction, r, the_jobs, tp(uniform)))
             name = f"{100 * fraction:.0f}% ({budget:.0f} W)"
@@ -438,6 +438,16 @@ def verdict(fraction, r, the_jobs, uniform):
                  f"{100 * lost_w:.2f}% against {100 * lost_w_uniform:.2f}%); jobs losing more than under the "
                  f"uniform limit: {', '.join(worse) if worse else 'none'}")
     return "\n".join(lines)
+
+
+def top_clock(the_jobs):
+    """The highest SM clock any job's profile has: the locked clocks searched go up to it."""
+    import csv
+    top = 0
+    for job in the_jobs:
+        with open(job[1][0]) as f:
+            top = max(top, max(int(float(r["frequency"])) for r in csv.DictReader(f)))
+    return top
 
 
 def limit_flag(job, watts):
