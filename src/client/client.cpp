@@ -196,7 +196,9 @@ struct Client::Impl {
       }
       const auto range = gpu->power_limit_range(options.device);
       const unsigned ceiling = std::max(range.min_mw, std::min(range.max_mw, before_cap_mw));
-      cap_mw = std::clamp(static_cast<unsigned>(mw), range.min_mw, ceiling);
+      const unsigned wanted = std::clamp(static_cast<unsigned>(mw), range.min_mw, ceiling);
+      if (wanted == cap_mw && !power_states) return;  // in force already: no driver call every round
+      cap_mw = wanted;
       gpu->set_power_limit_mw(options.device,
                               power_states && applied >= 0 ? capped(static_cast<unsigned>(applied) * 1000u) : cap_mw);
     } catch (const std::exception& ex) {

@@ -159,6 +159,12 @@ TEST(RankFaults, ASigtermedRankGivesItsGpuBackThePowerLimitItHad) {
   ASSERT_TRUE(eventually([&] {
     return last_power_limit_call(read_if_exists(log)) == "nvmlDeviceSetPowerManagementLimit 0 150000 -> 0";
   })) << read_if_exists(rc + ".out");
+  std::this_thread::sleep_for(300ms);  // a few rounds under the limit
+  const std::string before = read_file(log);
+  std::size_t sets = 0;
+  for (std::size_t at = 0; (at = before.find("SetPowerManagementLimit 0 150000", at)) != std::string::npos; ++at)
+    ++sets;
+  EXPECT_EQ(sets, 1u) << "a limit in force is not set again every round";
   pid_t rank = std::stoi(read_file(rc + ".pid"));
   ::kill(rank, SIGTERM);
   bool ended = eventually([&] { return fs::exists(rc); }, 10s);
