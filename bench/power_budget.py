@@ -7,9 +7,14 @@ and the aggregate (weighted by GPUs) against all-max; and the same cluster under
 (a) a uniform power limit on every GPU at the same total (budget / GPUs, as a datacenter sets it),
 (a*) the highest uniform power limit whose measured power fits the budget (the best a uniform limit can do),
 (b) the highest uniform locked SM clock whose measured power fits the budget.
-Then 100% (every job back to its zero-slowdown plan) and 100% -> 80% at once (the power-limit backstop).
+Then 100% (every job back to its zero-slowdown plan) and 100% -> 80% at once (the power-limit backstop),
+and a verdict per budget on the acceptance's checks. --jobs picks the cluster (the published one, the
+authors' A40 profiles, or synthetic shapes), --weights the jobs' priorities; --dynamics instead has a job
+arrive, crash and end under 80% of all-max.
 
     python3 bench/power_budget.py [--perseus build/src/perseus] [--shared ../shared] [--rounds 40]
+        [--jobs shipped|other|synthetic] [--weights W1,W2,W3] [--budgets 0.95,0.9,...] [--uniform-only]
+    python3 bench/power_budget.py --dynamics [--jobs ...] [--weights ...] [--time-scale 0.02]
 """
 import argparse
 import json
