@@ -26,7 +26,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
                                     int report_every, py::object broadcast_job_id, std::string job_id,
                                     std::string nvml_library, double request_timeout, bool fail_open,
                                     bool strict_schedule, std::string gpud_socket, std::string token, double retry_for,
-                                    double heartbeat_interval, std::string job_secret) {
+                                    double heartbeat_interval, std::string job_secret, double weight) {
   ClientOptions o;
   o.rank = rank, o.dp_rank = dp_rank, o.pp_rank = pp_rank, o.tp_rank = tp_rank;
   o.dp_degree = dp_degree, o.pp_degree = pp_degree, o.tp_degree = tp_degree, o.world_size = world_size;
@@ -47,6 +47,7 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
   o.token = std::move(token);
   o.retry_for = std::chrono::milliseconds(static_cast<long>(retry_for * 1000));
   o.heartbeat_interval = std::chrono::milliseconds(static_cast<long>(heartbeat_interval * 1000));
+  o.weight = weight;
   if (!broadcast_job_id.is_none()) {
     // Called from this thread with the GIL released; take it back for the Python callable.
     o.broadcast_job_id = [broadcast_job_id](const std::string& id) {
@@ -129,7 +130,9 @@ Args:
         client is made is retried the same way: training starts at default clocks, and the
         client registers in the background once it answers (job_id is "" until then).
     heartbeat_interval: seconds between heartbeats that tell the server this rank is alive and
-        progressing, so a killed or hung rank is named within seconds; 0: none.)";
+        progressing, so a killed or hung rank is named within seconds; 0: none.
+    weight: the job's priority under the server's cluster power budget (perseus serve
+        --power-budget): its throughput counts this many times when the budget is shared out.)";
 
 }  // namespace
 
@@ -157,7 +160,7 @@ PYBIND11_MODULE(_perseus, m) {
            py::arg("broadcast_job_id") = py::none(), py::arg("job_id") = "", py::arg("nvml_library") = "",
            py::arg("request_timeout") = 30.0, py::arg("fail_open") = true, py::arg("strict_schedule") = false,
            py::arg("gpud_socket") = "", py::arg("token") = "", py::arg("retry_for") = 300.0,
-           py::arg("heartbeat_interval") = 5.0, py::arg("job_secret") = "")
+           py::arg("heartbeat_interval") = 5.0, py::arg("job_secret") = "", py::arg("weight") = 1.0)
       .def("on_step_begin", &Client::on_step_begin,
            "Starts an iteration: the schedule fetched at the last round boundary takes effect.")
       .def("on_step_end", &Client::on_step_end, py::call_guard<py::gil_scoped_release>(),

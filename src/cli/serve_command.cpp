@@ -75,6 +75,7 @@ struct ServeArgs {
   bool record_ranks = kDefaults.record_ranks;
   bool metrics_public = false;
   int record_rounds = kDefaults.record_rounds;
+  std::optional<double> power_budget;
   unsigned threads = 0;  // 0: one per CPU core
   std::string token_file;
   // Options Zeus's server reads from ZEUS_PFO_* when neither the flag nor PERSEUS_* gave them.
@@ -206,6 +207,7 @@ int serve(ServeArgs args) {
   settings.max_job_entries = args.max_job_entries;
   settings.record_ranks = args.record_ranks;
   settings.record_rounds = args.record_rounds;
+  settings.power_budget_w = args.power_budget;
   if (args.port < 0 || args.port > 65535)
     throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
 
@@ -392,6 +394,11 @@ Runner add_serve_command(CLI::App& app) {
       ->envname("PERSEUS_RECORD_ROUNDS")
       ->check(non_negative())
       ->capture_default_str();
+  cmd->add_option("--power-budget", args->power_budget,
+                  "The cluster's power budget in watts: every job on this server together draws at most this much "
+                  "(PUT /power_budget changes it while the server runs)")
+      ->envname("PERSEUS_POWER_BUDGET")
+      ->check(CLI::Range(1e-3, 1e9));
   cmd->add_option("--token-file", args->token_file,
                   "File whose first line is a bearer token (at least 16 characters): every request must then send "
                   "'Authorization: Bearer <token>' (401 otherwise); clients: the token option or PERSEUS_TOKEN")

@@ -214,6 +214,17 @@ Runner add_simulate_command(CLI::App& app) {
                   "zbv and dualpipev always run 2 (a V)")
       ->capture_default_str()
       ->check(between(1, 1024));
+  cmd->add_option("--power-limit", c.power_limit,
+                  "Every simulated GPU's power limit in watts, as an administrator sets it before training "
+                  "(nvidia-smi -pl): each instruction runs at the highest clock whose power fits; 0: the GPU's highest")
+      ->capture_default_str();
+  cmd->add_option("--max-clock", c.max_clock,
+                  "Every simulated GPU's highest SM clock in MHz, as an administrator locks it (nvidia-smi -lgc); "
+                  "0: none")
+      ->capture_default_str();
+  cmd->add_option("--weight", c.weight,
+                  "The job's priority weight under the server's power budget (its throughput counts this many times)")
+      ->capture_default_str();
   cmd->add_flag("--json", args->json, "Print each report and the summary as JSON lines");
   return [args] { return run_simulate(*args); };
 }

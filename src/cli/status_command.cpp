@@ -99,6 +99,30 @@ void print_turnkey(const json& job) {
                       s.value("source", ""), s.value("slowdown", 1.0), number(s["iteration_time"], "s")));
 }
 
+// The cluster's power budget (GET /power_budget), when the server has one.
+void print_budget(const json& b) {
+  if (!b.is_object() || !b["budget"].is_number()) return;
+  print(fmt::format("power budget {} ({}): predicted {}, measured {} (all-max {}){}\n", number(b["budget"], "W"),
+                    b.value("source", ""), number(b["predicted"], "W"), number(b["measured"], "W"),
+                    number(b["all_max"], "W"), b.value("within_reach", true) ? "" : "; out of reach of the plans"));
+  const json& backstop = b["backstop"];
+  if (backstop.is_object() && backstop.value("active", false))
+    print(fmt::format("  backstop: GPU power limits of {} per GPU: {}\n", number(backstop["power_limit"], "W"),
+                      backstop.value("reason", "")));
+}
+
+// A job's part of the power budget: its share, what it measured, its pace.
+void print_job_budget(const json& p) {
+  if (!p.is_object()) return;
+  print(fmt::format(
+      "  power budget: share {}, measured {}, {}{}{}\n", number(p["share"], "W"), number(p["measured"], "W"),
+      p["pace"].is_number() ? fmt::format("paced to {} per iteration ({} of its throughput)", number(p["pace"], "s"),
+                                          percent(p["throughput"]))
+                            : std::string("unpaced"),
+      p["power_limit"].is_number() ? fmt::format(", GPU power limit {}", number(p["power_limit"], "W")) : "",
+      p.value("weight", 1.0) != 1.0 ? fmt::format(", weight {:g}", p.value("weight", 1.0)) : ""));
+}
+
 void print_job(const json& job) {
   print(fmt::format("job {}\n  scheduler {} ({} client), {}, round {}, {}/{} ranks registered\n",
                     job.value("job_id", ""), job.value("scheduler", ""), job.value("dialect", ""),
@@ -113,6 +137,7 @@ void print_job(const json& job) {
     print(fmt::format("    pipeline dp {}: iteration {}, energy {}{}\n", p.value("dp_rank", 0),
                       number(p["iteration_time"], "s"), number(p["energy"], "J"),
                       p.contains("plan") ? fmt::format(", {}", p.value("plan", "")) : ""));
+  if (job.contains("power_budget")) print_job_budget(job["power_budget"]);
   if (job["end_detail"].is_string())
     print(fmt::format("  ended: {}\n", end_reason(job["end_detail"].get<std::string>())));
 }
@@ -128,6 +153,9 @@ int show_status(const StatusArgs& args) {
     print_job(body);
     return kExitOk;
   }
+  try {  // a server without a budget, or an older one without the route, shows none
+    print_budget(call("GET", "/power_budget"));
+  } catch (const Error&) {}
   if (body.empty()) std::printf("no jobs\n");
   for (const auto& summary : body) {  // the details of each (one may end meanwhile: skip it)
     try {

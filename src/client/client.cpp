@@ -44,7 +44,8 @@ namespace {
 struct Event {
   // report: hand the round's measurements to the exchange thread (state 1: stale); restart: drop
   // what the round measured so far (it ran the previous schedule).
-  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush, reset, report, restart } kind;
+  // power_limit: the power budget's backstop (state: the limit in mW; -1: none).
+  enum Kind : std::uint8_t { step_begin, step_end, begin, end, flush, reset, report, restart, power_limit } kind;
   int state = -1;  // power state to apply before measuring; -1: keep
   std::string name;
   SteadyClock::time_point time;
@@ -110,8 +111,12 @@ struct Client::Impl {
   std::condition_variable exchange_wake, exchange_settled;
   std::optional<protocol::ProfilingResult> outbox;  // a round's result to send
   bool want_schedule = false;                       // ask for the next schedule (after sending outbox)
-  std::optional<std::vector<int>> inbox;            // a schedule that arrived and is not in use yet
-  std::uint64_t received_seq = 0;                   // schedules that arrived
+  struct Received {
+    std::vector<int> states;
+    std::optional<double> power_limit_w;  // the power budget's backstop while it runs
+  };
+  std::optional<Received> inbox;   // a schedule that arrived and is not in use yet
+  std::uint64_t received_seq = 0;  // schedules that arrived
   bool exchange_busy = false, exchange_stop = false;
   std::atomic<bool> exchange_news{false};  // done or failure is set: the training thread acts on it
   std::optional<std::string> done_detail;  // the server says training is done
@@ -139,6 +144,9 @@ struct Client::Impl {
   // then did not do what the plan meant (counted per round, reported with the results).
   std::optional<int> to_check;
   int round_changes = 0, round_late = 0;
+  unsigned cap_mw = 0;         // the power budget's limit in force (0: none)
+  unsigned before_cap_mw = 0;  // the GPU's limit before it: what lifting it restores
+  bool cap_failed = false;
   struct Open {
     SteadyClock::time_point time;
     double energy;
@@ -169,7 +177,7 @@ struct Client::Impl {
     if (state < 0 || state == applied || clock_reset_started()) return;
     try {
       if (mode == protocol::PowerMode::power_limit)
-        gpu->set_power_limit_mw(options.device, static_cast<unsigned>(state) * 1000u);
+        gpu->set_power_limit_mw(options.device, capped(static_cast<unsigned>(state) * 1000u));
       else {
         gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
         to_check = state;
@@ -180,6 +188,44 @@ struct Client::Impl {
       if (!apply_failed)
         spdlog::warn("perseus: rank {}: cannot apply power state {}: {}", options.rank, state, e.what());
       apply_failed = true;
+    }
+  }
+
+  // A power-limit mode's state under the power budget's limit.
+  unsigned capped(unsigned limit_mw) const {
+    if (cap_mw == 0) return limit_mw;
+    return std::max(std::min(limit_mw, cap_mw), gpu->power_limit_range(options.device).min_mw);
+  }
+
+  // The power budget's backstop: the GPU's power limit while the server asks for one (`mw` < 0:
+  // none), within what the GPU supports and never above the limit it had (an administrator's cap
+  // stays). Lifting it restores that limit.
+  void set_power_cap(int mw) {
+    if (clock_reset_started() || (mw < 0 && cap_mw == 0)) return;
+    const bool power_states = mode == protocol::PowerMode::power_limit;
+    try {
+      if (mw < 0) {
+        gpu->set_power_limit_mw(options.device,
+                                power_states && applied >= 0 ? static_cast<unsigned>(applied) * 1000u : before_cap_mw);
+        cap_mw = 0;
+        forget_power_limit(gpu.get(), options.device);
+        return;
+      }
+      if (cap_mw == 0) {
+        before_cap_mw = power_states && limit_before_mw != 0 ? limit_before_mw : gpu->power_limit_mw(options.device);
+        remember_power_limit(gpu.get(), options.device, before_cap_mw);
+      }
+      const auto range = gpu->power_limit_range(options.device);
+      const unsigned ceiling = std::max(range.min_mw, std::min(range.max_mw, before_cap_mw));
+      const unsigned wanted = std::clamp(static_cast<unsigned>(mw), range.min_mw, ceiling);
+      if (wanted == cap_mw && !power_states) return;  // in force already: no driver call every round
+      cap_mw = wanted;
+      gpu->set_power_limit_mw(options.device,
+                              power_states && applied >= 0 ? capped(static_cast<unsigned>(applied) * 1000u) : cap_mw);
+    } catch (const std::exception& ex) {
+      if (!cap_failed)
+        spdlog::warn("perseus: rank {}: cannot apply the power budget's power limit: {}", options.rank, ex.what());
+      cap_failed = true;
     }
   }
 
@@ -224,6 +270,9 @@ struct Client::Impl {
           break;
         }
         case Event::flush:
+          break;
+        case Event::power_limit:
+          set_power_cap(e.state);
           break;
         case Event::reset:
           reset_clocks();
@@ -275,6 +324,9 @@ struct Client::Impl {
   }
 
   void reset_clocks() {
+    if (cap_mw != 0 && mode != protocol::PowerMode::power_limit) set_power_cap(-1);  // the limit it had
+    if (cap_mw != 0) forget_power_limit(gpu.get(), options.device);  // power-limit mode restores its own below
+    cap_mw = 0;
     try {
       if (mode == protocol::PowerMode::power_limit) {  // back to the limit the GPU had before (an admin's cap stays)
         gpu->set_power_limit_mw(options.device,
@@ -322,13 +374,24 @@ struct Client::Impl {
 
   // Exchange thread only: the next round's schedule (the server's barrier: it answers once every
   // rank asked), with a deadline like every request.
-  std::vector<int> fetch_schedule() {
+  Received fetch_schedule() {
     json reply = call("GET", fmt::format("/schedule/{}?rank={}", encode_path_segment(job_id), options.rank), nullptr);
-    auto states = protocol::schedule_from_json(reply).power_states;
-    if (states.size() != options.pipe_schedule.size())
-      throw Error(fmt::format("the server sent {} power states for {} instructions", states.size(),
+    auto schedule = protocol::schedule_from_json(reply);
+    if (schedule.power_states.size() != options.pipe_schedule.size())
+      throw Error(fmt::format("the server sent {} power states for {} instructions", schedule.power_states.size(),
                               options.pipe_schedule.size()));
-    return states;
+    return {std::move(schedule.power_states), schedule.power_limit_w};
+  }
+
+  // A schedule that arrived takes effect: its clocks from the next instruction, its power limit now.
+  void take(Received received) {
+    schedule = std::move(received.states);
+    push_power_limit(received.power_limit_w);
+  }
+
+  void push_power_limit(std::optional<double> watts) {
+    const int mw = watts ? static_cast<int>(std::clamp(*watts, 1.0, 2e6) * 1000) : -1;
+    push({Event::power_limit, mw, {}, now()});
   }
 
   // A round's result for the exchange thread, which then asks for the next schedule. A result still
@@ -361,7 +424,7 @@ struct Client::Impl {
       exchange_busy = true;
       std::optional<protocol::ProfilingResult> result = outbox;
       lock.unlock();
-      std::optional<std::vector<int>> schedule;
+      std::optional<Received> schedule;
       try {
         if (!connected.load(std::memory_order_acquire)) {
           connect_rest();
@@ -494,6 +557,7 @@ struct Client::Impl {
     const auto& o = options;
     protocol::JobInfo job{"",          o.pp_degree,  o.dp_degree,        o.tp_degree,       o.world_size,
                           o.framework, o.model_name, o.partition_method, o.microbatch_size, o.num_microbatches};
+    job.weight = o.weight;
     std::string id = call("POST", "/register_job", protocol::to_json(job)).get<std::string>();
     std::string secret = http->received_job_secret();  // "" from a server that keeps no secrets
     if (secret != job_secret) use_job_secret(std::move(secret));
@@ -503,8 +567,10 @@ struct Client::Impl {
   void register_rank() {
     const auto& o = options;
     protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
-    try {  // the bound on what this rank may measure (physical_bounds.hpp)
-      rank.max_power_w = gpu->power_limit_range(o.device).max_mw / 1000.0;
+    try {  // the bound on what this rank may measure (physical_bounds.hpp), and what a power budget may ask
+      const auto range = gpu->power_limit_range(o.device);
+      rank.max_power_w = range.max_mw / 1000.0;
+      if (range.min_mw > 0) rank.min_power_w = range.min_mw / 1000.0;
     } catch (const std::exception&) {}
     call("POST", "/register_rank", protocol::to_json(rank));
     start_heartbeat();
@@ -586,7 +652,7 @@ struct Client::Impl {
     if (done_detail) throw ProfilingDone(*done_detail);
     if (failure) throw Error(*failure);
     if (inbox) {
-      schedule = std::move(*inbox);
+      take(std::move(*inbox));
       inbox.reset();
       applied_seq = received_seq;
     } else {
@@ -660,25 +726,39 @@ struct Client::Impl {
 
   void start_heartbeat() {
     if (options.heartbeat_interval.count() <= 0) return;
-    heartbeat = std::thread(
-        [this, url = options.server_url, target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
-          HttpClient beat_http(url, options.token);
-          beat_http.set_job_secret(job_secret);
-          std::unique_lock lock(heartbeat_mutex);
-          for (;;) {
-            json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
-            lock.unlock();
-            try {
-              beat_http.request("POST", target, body.dump(),
-                                std::min(options.request_timeout, options.heartbeat_interval * 2));
-            } catch (const std::exception& e) {
-              spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank,
-                            e.what());  // the round boundary handles outages
-            }
-            lock.lock();
-            if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
-          }
-        });
+    // An inline controller runs on the training thread: nothing else may hand it events.
+    const bool from_heartbeat = options.power_limit_from_heartbeat && !options.inline_controller;
+    heartbeat = std::thread([this, from_heartbeat, url = options.server_url,
+                             target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
+      HttpClient beat_http(url, options.token);
+      beat_http.set_job_secret(job_secret);
+      std::unique_lock lock(heartbeat_mutex);
+      for (;;) {
+        json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
+        lock.unlock();
+        try {
+          auto reply = beat_http.request("POST", target, body.dump(),
+                                         std::min(options.request_timeout, options.heartbeat_interval * 2));
+          if (reply.status == 200 && from_heartbeat) heartbeat_power_limit(reply.body);
+        } catch (const std::exception& e) {
+          spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank,
+                        e.what());  // the round boundary handles outages
+        }
+        lock.lock();
+        if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
+      }
+    });
+  }
+
+  // A heartbeat's answer: the power budget's limit for this rank now ({"power_limit": W}), or none
+  // (null). Acted on at once: the budget may have to hold sooner than the round ends.
+  void heartbeat_power_limit(const std::string& body) {
+    try {
+      json reply = json::parse(body);
+      if (reply.is_object() && reply.contains("power_limit") && reply["power_limit"].is_number())
+        push_power_limit(reply["power_limit"].get<double>());
+      else if (reply.is_null()) push_power_limit(std::nullopt);
+    } catch (const json::exception&) {}  // an answer this client does not know: nothing to do
   }
 
   void stop_heartbeat() {
@@ -703,7 +783,7 @@ struct Client::Impl {
     {
       std::lock_guard lock(exchange_mutex);
       if (inbox) {
-        schedule = std::move(*inbox);
+        take(std::move(*inbox));
         inbox.reset();
         applied_seq = received_seq;
       }

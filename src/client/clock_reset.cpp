@@ -18,6 +18,8 @@ namespace {
 struct Slot {
   std::atomic<gpu::GpuLibrary*> library{nullptr};
   std::atomic<unsigned> device{0};
+  std::atomic<bool> clocks{false};           // reset the clocks
+  std::atomic<unsigned> limit_before_mw{0};  // set this power limit again (0: none)
 };
 
 constexpr int kSlots = 64;
@@ -58,8 +60,13 @@ void reset_all() {
     gpu::GpuLibrary* library = slot.library.exchange(nullptr);
     if (library == nullptr) continue;
     try {
-      library->reset_graphics_clock(slot.device);
-      library->reset_memory_clock(slot.device);
+      if (slot.clocks.load()) {
+        library->reset_graphics_clock(slot.device);
+        library->reset_memory_clock(slot.device);
+      }
+    } catch (...) {}
+    try {
+      if (unsigned before = slot.limit_before_mw.load(); before != 0) library->set_power_limit_mw(slot.device, before);
     } catch (...) {}
   }
 }
@@ -136,21 +143,59 @@ void install() {
 
 bool clock_reset_started() { return reset_started.load(std::memory_order_relaxed); }
 
-void register_clock_reset(gpu::GpuLibrary* library, unsigned device) {
+namespace {
+
+// The slot of (library, device), taking a free one when it has none; null when all are taken.
+Slot* slot_of(gpu::GpuLibrary* library, unsigned device) {
   std::call_once(installed, install);
+  for (auto& slot : slots)
+    if (slot.library.load() == library && slot.device.load() == device) return &slot;
   for (auto& slot : slots) {
     gpu::GpuLibrary* expected = nullptr;
     if (slot.library.compare_exchange_strong(expected, library)) {
+      slot.clocks.store(false);
+      slot.limit_before_mw.store(0);
       slot.device.store(device);
-      return;
+      return &slot;
     }
   }
+  return nullptr;
+}
+
+// Frees the slot once it has nothing left to reset.
+void release_if_idle(Slot& slot, gpu::GpuLibrary* library) {
+  if (slot.clocks.load() || slot.limit_before_mw.load() != 0) return;
+  gpu::GpuLibrary* expected = library;
+  slot.library.compare_exchange_strong(expected, nullptr);
+}
+
+Slot* registered(gpu::GpuLibrary* library, unsigned device) {
+  for (auto& slot : slots)
+    if (slot.library.load() == library && slot.device.load() == device) return &slot;
+  return nullptr;
+}
+
+}  // namespace
+
+void register_clock_reset(gpu::GpuLibrary* library, unsigned device) {
+  if (Slot* slot = slot_of(library, device)) slot->clocks.store(true);
 }
 
 void unregister_clock_reset(gpu::GpuLibrary* library, unsigned device) {
-  for (auto& slot : slots) {
-    gpu::GpuLibrary* expected = library;
-    if (slot.device.load() == device && slot.library.compare_exchange_strong(expected, nullptr)) return;
+  if (Slot* slot = registered(library, device)) {
+    slot->clocks.store(false);
+    release_if_idle(*slot, library);
+  }
+}
+
+void remember_power_limit(gpu::GpuLibrary* library, unsigned device, unsigned before_mw) {
+  if (Slot* slot = slot_of(library, device)) slot->limit_before_mw.store(before_mw);
+}
+
+void forget_power_limit(gpu::GpuLibrary* library, unsigned device) {
+  if (Slot* slot = registered(library, device)) {
+    slot->limit_before_mw.store(0);
+    release_if_idle(*slot, library);
   }
 }
 

@@ -114,8 +114,8 @@ RoundClocks TurnkeyController::next_round() {
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
-      // Not while a straggler is followed: its rounds are not all-max's.
-      if (config_.probe_every > 0 && !(straggler_ && !straggler_->in_baseline) &&
+      // Not while a straggler is followed (its rounds are not all-max's), nor while a power budget holds them.
+      if (config_.probe_every > 0 && !(straggler_ && !straggler_->in_baseline) && !hold_probes_ &&
           (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
@@ -747,6 +747,14 @@ void TurnkeyController::assign_plans(const std::string& why) {
   double pace_time = 0;
   for (double t : pace) pace_time += t / static_cast<double>(pace.size());
   const double to_nominal = plan_choice::NoiseSeam(*plans_, v, target_options()).to_noisy;
+  // A power budget's pace slower than the pace setters': every pipeline, the pace setters too, runs
+  // the cheapest plan on its GPUs that finishes by it.
+  if (pace_ && *pace_ / scale_ * to_nominal > pace_time) {
+    lead.clear();
+    lead_plan_.reset();
+    pace_time = *pace_ / scale_ * to_nominal;
+    pace.clear();
+  }
   // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
   std::vector<int> pace_of(D, -1);
   if (lead_plan_)
@@ -1129,14 +1137,14 @@ void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
 
 // Closed loop: the target plan must not be measurably slower than asked, against what all-max
 // would take under the conditions it ran in (a slower cluster or a slow pipeline stretches that as
-// much). Not while a straggler is followed or a pipeline looks like one that detection has not
-// confirmed yet.
+// much). Not while a straggler or a power budget's pace is followed, or while a pipeline looks like
+// a straggler that detection has not confirmed yet.
 void TurnkeyController::judge_plan() {
   std::string why;
   bool stale = false;
   if (retry_.due(round_, evidence(), &why, &stale)) return retry_saving_plan(why, stale);
   const bool followed = straggler_ && !straggler_->in_baseline;
-  if (followed || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
+  if (followed || paced() || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
   if (retry_.held(rounds_on_plan_) && miss_ > 1) {  // halfway held: all the way next
     halfway_held_ = true;
     retry_.wait(round_, evidence());

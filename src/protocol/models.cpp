@@ -276,6 +276,11 @@ JobInfo job_info_from_json(const json& body) {
     if (!hex) bad("job_secret", "expected at most 128 hexadecimal digits");
     info.job_secret = it->get<std::string>();
   }
+  if (auto it = body.find("weight"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 1e6))
+      bad("weight", fmt::format("expected a priority weight between 0 (excluded) and 1e6, got {}", describe_json(*it)));
+    info.weight = it->get<double>();
+  }
   // Any of the artifact's model fields makes it the Perseus dialect (then all are required);
   // none of them is Zeus's JobInfo.
   bool perseus = false;
@@ -329,6 +334,11 @@ RankInfo rank_info_from_json(const json& body) {
       bad("max_power_w", fmt::format("expected watts between 0 and 100000, got {}", describe_json(*it)));
     info.max_power_w = it->get<double>();
   }
+  if (auto it = body.find("min_power_w"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 100000))
+      bad("min_power_w", fmt::format("expected watts between 0 and 100000, got {}", describe_json(*it)));
+    info.min_power_w = it->get<double>();
+  }
   return info;
 }
 
@@ -340,6 +350,11 @@ PowerStateSchedule schedule_from_json(const json& body) {
   if (!states.is_array()) bad("power_states", fmt::format("expected a list, got {}", type_name(states)));
   for (std::size_t i = 0; i < states.size(); ++i)
     schedule.power_states.push_back(as_int(states[i], fmt::format("power_states[{}]", i)));
+  if (auto it = body.find("power_limit"); it != body.end() && !it->is_null()) {
+    if (!it->is_number() || !(it->get<double>() > 0 && it->get<double>() <= 100000))
+      bad("power_limit", fmt::format("expected watts between 0 and 100000, got {}", describe_json(*it)));
+    schedule.power_limit_w = it->get<double>();
+  }
   return schedule;
 }
 
@@ -349,6 +364,7 @@ json to_json(const JobInfo& info) {
                 {"tp_degree", info.tp_degree}, {"world_size", info.world_size}, {"job_metadata", nullptr}};
     if (!info.job_metadata.empty()) out["job_metadata"] = info.job_metadata;
     if (!info.job_secret.empty()) out["job_secret"] = info.job_secret;
+    if (info.weight != 1) out["weight"] = info.weight;
     return out;
   }
   json out = {{"job_id", info.job_id},
@@ -362,6 +378,7 @@ json to_json(const JobInfo& info) {
               {"microbatch_size", info.microbatch_size},
               {"num_microbatches", info.num_microbatches}};
   if (!info.job_secret.empty()) out["job_secret"] = info.job_secret;
+  if (info.weight != 1) out["weight"] = info.weight;
   return out;
 }
 
@@ -377,11 +394,14 @@ json to_json(const RankInfo& info) {
               {"pipe_schedule", info.pipe_schedule},
               {"power_state_range", info.power_state_range}};
   if (info.max_power_w) out["max_power_w"] = *info.max_power_w;
+  if (info.min_power_w) out["min_power_w"] = *info.min_power_w;
   return out;
 }
 
 json to_json(const PowerStateSchedule& schedule) {
-  return {{"rank", schedule.rank}, {"power_states", schedule.power_states}};
+  json out = {{"rank", schedule.rank}, {"power_states", schedule.power_states}};
+  if (schedule.power_limit_w) out["power_limit"] = *schedule.power_limit_w;
+  return out;
 }
 
 json to_zeus_json(const PowerStateSchedule& schedule) {

@@ -162,6 +162,9 @@ class Session : public std::enable_shared_from_this<Session> {
     Credentials credentials;
     // With a token, only its holder gets this far, but for the web page (public_page).
     credentials.admin = !token_.empty() && authorized(request_);
+    credentials.loopback =
+        peer_.is_loopback() || (peer_.is_v6() && peer_.to_v6().is_v4_mapped() &&
+                                asio::ip::make_address_v4(asio::ip::v4_mapped, peer_.to_v6()).is_loopback());
     if (auto it = request_.find(kJobSecretHeader); it != request_.end())
       credentials.job_secret = std::string(it->value());
     route_request(

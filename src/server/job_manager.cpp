@@ -85,7 +85,11 @@ void JobManager::persist(const Job& job, std::function<void(JobStore&)> write, s
 
 JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
     : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {
+  budget_ = std::make_unique<PowerBudget>(settings_.power_budget_w);
   if (!settings_.dump_data) return;
+  // A budget acknowledged through PUT /power_budget before a restart holds again.
+  if (auto stored = stored_budget(fs::path(settings_.dump_dir) / kBudgetFile, settings_.power_budget_w))
+    budget_->set(*stored, SteadyClock::now());
   store_ = std::make_unique<JobStore>(fs::path(settings_.dump_dir) / ".perseus.db");  // hidden from dump/* globs
   writer_ = std::make_unique<BackgroundWriter>();
   std::vector<StoredJob> stored;
@@ -199,6 +203,7 @@ void JobManager::forget(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
   persist(*it->second, [id](JobStore& store) { store.forget_job(id); });
+  budget_->leave(id, SteadyClock::now());  // a job forgotten while it ran (Zeus's client's) leaves the budget
   jobs_.erase(it);
   spdlog::debug("job {}: forgotten", id);
 }
@@ -398,6 +403,7 @@ void JobManager::straggler(const std::string& job_id, const std::optional<Stragg
   if (!job.scheduler)
     throw RequestError(Refusal::conflict, fmt::format("job '{}' has not started: not every rank registered", job_id));
   job.scheduler->set_straggler(notice);
+  budget_->plans_changed(job_id, SteadyClock::now());
   spdlog::info("job {}: straggler {}", job_id,
                !notice            ? std::string("cleared through the API")
                : notice->slowdown ? fmt::format("slowdown {} told through the API", *notice->slowdown)
@@ -509,6 +515,7 @@ void JobManager::start_rounds(Job& job) {
   } catch (const std::exception& e) {
     return end(job, JobOutcome::failed(fmt::format("scheduler {} could not start: {}", settings_.scheduler, e.what())));
   }
+  budget_->join(job.info.job_id, *job.scheduler, job.info, context.ranks, SteadyClock::now());
   job.phase = Phase::asking;
   arm_timer(job, "ask for the schedule");
 }
@@ -556,6 +563,7 @@ json JobManager::job_status(const std::string& job_id) const {
   out["end_detail"] = job.phase == Phase::ended ? json(to_detail(job.outcome)) : json(nullptr);
   out["measured"] = job.measured;
   out["pipelines"] = job.pipelines;
+  out["power_budget"] = budget_->job_status(job_id);
   if (own.is_object())
     for (const auto& [key, value] : own.items())
       if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended
@@ -567,7 +575,16 @@ std::string JobManager::metrics_text() const {
   for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
   StoreCounters store;
   if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
-  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION);
+  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION, power_budget_status());
+}
+
+void JobManager::set_power_budget(const BudgetRequest& request) { budget_->set(request, SteadyClock::now()); }
+
+json JobManager::power_budget_status() const { return budget_->status(SteadyClock::now()); }
+
+json JobManager::heartbeat_reply(const std::string& job_id) const {
+  auto limit = budget_->power_limit(job_id);
+  return limit ? json{{"power_limit", *limit}} : json(nullptr);
 }
 
 json JobManager::job_frontier(const std::string& job_id) const {
@@ -594,7 +611,10 @@ std::string JobManager::job_timeline_svg(const std::string& job_id) const {
 json JobManager::answer(const Job& job, std::size_t rank) const {
   const auto& schedule = job.current[rank];
   if (job.ranks[rank] && job.ranks[rank]->dialect == Dialect::zeus) return to_zeus_json(schedule);
-  return to_json(schedule);
+  json out = to_json(schedule);
+  // The power budget's backstop (perseus's client applies it; the artifact's ignores the field).
+  if (auto limit = budget_->power_limit(job.info.job_id)) out["power_limit"] = *limit;
+  return out;
 }
 
 bool JobManager::next_schedules(Job& job) {
@@ -763,6 +783,8 @@ void JobManager::finish_round(Job& job) {
     return end(job, JobOutcome::failed(fmt::format("scheduler {} failed observing round {}: {}", settings_.scheduler,
                                                    job.round - 1, e.what())));
   }
+  budget_->round(job.info.job_id, {time, energy, job.scheduler->phase().value_or("running"), job.typical_round_s},
+                 SteadyClock::now());
   arm_timer(job, "ask for the schedule");
 }
 
@@ -780,6 +802,7 @@ void JobManager::end(Job& job, const JobOutcome& outcome) {
       job.timeline_at_end = job.scheduler->timeline();
     } catch (const std::exception&) {}
   }
+  budget_->leave(job.info.job_id, job.ended_at);  // a job that ended, crashed or not, frees its share at once
   job.scheduler.reset();
   persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
   // Without the wire marker: "[profiling-done]" ends every job that ended well, profiled or not.

@@ -128,14 +128,37 @@ void add_job(Exposition& out, const json& status) {
                                                                                       : 1.0);
   if (auto v = number_at(status, {"plan", "step_ups"}))
     out.add("perseus_job_step_ups_total", "counter", "Steps to a faster plan since the job began", job, *v);
+  gauge("perseus_job_power_share_watts", "The job's share of the cluster's power budget: what it is predicted to draw",
+        {"power_budget", "share"});
+  gauge("perseus_job_power_measured_watts", "The job's power in its last round (energy per iteration / time)",
+        {"power_budget", "measured"});
+  gauge("perseus_job_power_pace_seconds", "The iteration time the power budget paces the job to (absent: unpaced)",
+        {"power_budget", "pace"});
+  gauge("perseus_job_power_limit_watts", "The GPU power limit the budget's backstop sets on the job's GPUs",
+        {"power_budget", "power_limit"});
+}
+
+// The cluster's power budget: the budget, what the jobs are predicted to draw and what they measured.
+void add_budget(Exposition& out, const json& budget) {
+  if (!budget.is_object()) return;
+  auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
+    if (auto v = number_at(budget, path)) out.add(name, "gauge", help, {}, *v);
+  };
+  gauge("perseus_power_budget_watts", "The cluster's power budget (absent: none)", {"budget"});
+  gauge("perseus_power_predicted_watts", "What the jobs are predicted to draw at their allocation", {"predicted"});
+  gauge("perseus_power_measured_watts", "What the jobs drew, each in its last round", {"measured"});
+  if (const json* active = at(budget, {"backstop", "active"}); active && active->is_boolean())
+    out.add("perseus_power_backstop_active", "gauge", "1 while GPU power limits hold the budget", {},
+            active->get<bool>() ? 1 : 0);
+  gauge("perseus_power_backstop_limit_watts", "The backstop's power limit per GPU", {"backstop", "power_limit"});
 }
 
 }  // namespace
 
 std::string_view route_of(std::string_view path) {
-  static constexpr std::array<std::string_view, 11> kRoutes = {
-      "info", "register_job", "register_rank", "schedule", "result", "heartbeat",
-      "jobs", "straggler",    "leave",         "metrics",  ""};
+  static constexpr std::array<std::string_view, 12> kRoutes = {"info",   "register_job", "register_rank", "schedule",
+                                                               "result", "heartbeat",    "jobs",          "straggler",
+                                                               "leave",  "metrics",      "power_budget",  ""};
   if (path == "/") return "page";
   if (path.empty() || path.front() != '/') return "other";
   std::string_view first =
@@ -164,7 +187,7 @@ HttpMetrics::Snapshot HttpMetrics::snapshot() const {
 }
 
 std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, const StoreCounters& store,
-                           const std::string& version) {
+                           const std::string& version, const json& budget) {
   Exposition out;
   out.add("perseus_build_info", "gauge", "The server's version", {{"version", version}}, 1);
   std::map<std::string, int> by_phase;
@@ -177,6 +200,7 @@ std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, 
     }
   for (const auto& [phase, n] : by_phase)
     out.add("perseus_jobs", "gauge", "Jobs held, by phase", {{"phase", phase}}, n);
+  add_budget(out, budget);
   for (const auto& [key, n] : http.requests)
     out.add("perseus_http_requests_total", "counter", "HTTP requests answered, by route and status",
             {{"route", key.first}, {"code", std::to_string(key.second)}}, static_cast<double>(n));

@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "perseus/protocol/job_secret.hpp"
+#include "perseus/server/budget_routes.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/web_page.hpp"
@@ -67,6 +68,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       if (method != "GET") return fail(405, "Method Not Allowed");
       return respond(ok(info_json(jobs.settings())));
     }
+    if (path == "/power_budget") return route_power_budget(jobs, method, body, std::move(respond), credentials);
     if (path == "/metrics") {
       if (method != "GET") return fail(405, "Method Not Allowed");
       return on_jobs(jobs, std::move(respond), [&jobs](auto& reply) {
@@ -136,7 +138,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       return on_jobs(jobs, std::move(respond), [&jobs, id, beat, allowed](auto& reply) {
         allowed(id);
         jobs.heartbeat(id, beat);
-        reply(ok(nullptr));
+        reply(ok(jobs.heartbeat_reply(id)));  // the power budget's limit for the rank now, or null
       });
     }
     // What the web page draws of one job: its frontier (JSON) and its deployed plan's timeline (SVG).

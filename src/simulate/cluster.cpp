@@ -68,6 +68,7 @@ class Cluster {
     build_tables();
     std::vector<unsigned> clocks;
     for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
+    const gpu::PowerLimitRange limits = power_limit_range(config_);
     const int world = config_.pipelines * config_.num_stages * config_.tensor_parallel;
     ranks_.resize(static_cast<std::size_t>(world));
     std::mt19937_64 speeds(config_.seed ^ 0x5eed5bead5ULL);  // its own stream: the noise stays as it was
@@ -77,7 +78,10 @@ class Cluster {
           Rank& r = rank_at(d, s, t);
           r.rank = index(d, s, t);
           r.dp = d, r.pp = s, r.tp = t;
-          r.gpu = std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks);
+          r.gpu =
+              std::make_shared<SimulatedGpu>(fmt::format("simulated GPU ({})", config_.profile.source), clocks, limits);
+          if (config_.power_limit > 0)
+            r.gpu->set_power_limit_mw(0, static_cast<unsigned>(std::lround(config_.power_limit * 1000)));
           r.speed = speed_factor(speeds);
           if (config_.clock_latency > 0) r.gpu->set_clock_latency([rp = &r] { return rp->now; }, config_.clock_latency);
           for (const auto& inst : orders_[static_cast<std::size_t>(s)]) r.names.emplace_back(to_string(inst.kind));
@@ -170,6 +174,17 @@ class Cluster {
   };
 
   int index(int d, int s, int t) const { return (d * config_.num_stages + s) * config_.tensor_parallel + t; }
+
+  // The power limits the simulated GPUs take (cluster.hpp): from max(P_block + 1, a quarter of the
+  // profile's highest power) to that highest power, in whole watts.
+  static gpu::PowerLimitRange power_limit_range(const SimulationConfig& c) {
+    double highest = 0;
+    for (const auto& row : c.profile.rows)
+      if (row.time > 0) highest = std::max(highest, row.energy / row.time);
+    const double top = std::max(1.0, std::ceil(highest));
+    const double bottom = std::min(top, std::ceil(std::max(c.p2p_power + 1, top / 4)));
+    return {static_cast<unsigned>(bottom) * 1000u, static_cast<unsigned>(top) * 1000u};
+  }
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
   static void check_config(const SimulationConfig& c) {
@@ -191,6 +206,12 @@ class Cluster {
     if (!(c.time_scale >= 0 && c.time_scale <= 1000)) usage("--time-scale must be between 0 and 1000");
     if (!(c.request_timeout_s >= 0.01 && c.request_timeout_s <= 3600))
       usage("--request-timeout must be between 0.01 and 3600 seconds");
+    const auto limits = power_limit_range(c);
+    if (c.power_limit != 0 && !(c.power_limit * 1000 >= limits.min_mw && c.power_limit * 1000 <= limits.max_mw))
+      usage(fmt::format("--power-limit {} W: the simulated GPUs take {} to {} W (from the profile's powers)",
+                        c.power_limit, limits.min_mw / 1000, limits.max_mw / 1000));
+    if (c.max_clock < 0) usage("--max-clock must be a clock in MHz (0: none)");
+    if (!(c.weight > 0 && c.weight <= 1e6)) usage("--weight must be between 0 (excluded) and 1e6");
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
         usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines,
@@ -249,6 +270,10 @@ class Cluster {
               std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(rp->now)));
         };
         o.heartbeat_interval = std::chrono::milliseconds(1000);
+        o.weight = config_.weight;
+        // Heartbeats run in wall time: in simulated time a power limit they carried would land at a
+        // simulated moment nobody chose. Round boundaries carry it too.
+        o.power_limit_from_heartbeat = config_.time_scale > 0;
         o.request_timeout = std::chrono::milliseconds(static_cast<long long>(config_.request_timeout_s * 1000));
         o.broadcast_job_id = [&](const std::string& value) {
           if (rp->rank == 0) {
@@ -288,21 +313,33 @@ class Cluster {
     return factor;
   }
 
-  // One instruction on `gpu` from `start`, `f` times the profile's time and energy: at the clock in
-  // effect, and where a requested clock takes effect while it runs, the rest of its work at that one.
-  // Returns its duration and energy.
-  static std::pair<double, double> run_on(SimulatedGpu& gpu, const CostTable& table, double start, double f) {
+  // The whole instruction's time and energy on `gpu` with `clock` in effect: at most the
+  // administrator's clock, and under the GPU's power limit at the highest clock whose power fits
+  // (cluster.hpp).
+  std::pair<double, double> under_limits(const CostTable& table, const SimulatedGpu& gpu, unsigned clock) const {
+    if (config_.max_clock > 0) clock = std::min(clock, static_cast<unsigned>(config_.max_clock));
+    std::size_t i = table.index_for(clock);
+    const double limit = gpu.power_limit_w();
+    while (i + 1 < table.time.size() && table.energy[i] > limit * table.time[i]) ++i;
+    const double time = table.time[i], energy = table.energy[i];
+    return {energy > limit * time ? energy / limit : time, energy};
+  }
+
+  // One instruction on `gpu` from `start`, `f` times its time and energy (under_limits): at the clock
+  // in effect, and where a requested clock takes effect while it runs, the rest of its work at that
+  // one. Returns its duration and energy.
+  std::pair<double, double> run_on(SimulatedGpu& gpu, const CostTable& table, double start, double f) const {
     double now = start, left = 1, energy = 0;  // left: the share of its work still to do
     for (;;) {
-      const std::size_t i = table.index_for(gpu.clock_at(now));
-      const double full = table.time[i] * f;  // the whole instruction at this clock
+      const auto [time, whole_energy] = under_limits(table, gpu, gpu.clock_at(now));
+      const double full = time * f;  // the whole instruction at this clock
       const auto change = gpu.next_change_after(now);
       if (!change || full <= 0 || now + left * full <= *change) {
-        energy += left * table.energy[i] * f;
+        energy += left * whole_energy * f;
         return {now + left * full - start, energy};
       }
       const double done = (*change - now) / full;
-      energy += done * table.energy[i] * f;
+      energy += done * whole_energy * f;
       left -= done;
       now = *change;
     }

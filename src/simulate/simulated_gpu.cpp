@@ -8,11 +8,21 @@
 
 namespace perseus::simulate {
 
-SimulatedGpu::SimulatedGpu(std::string name, std::vector<unsigned> clocks)
-    : name_(std::move(name)), clocks_(std::move(clocks)) {
+SimulatedGpu::SimulatedGpu(std::string name, std::vector<unsigned> clocks, gpu::PowerLimitRange power_limits)
+    : name_(std::move(name)),
+      clocks_(std::move(clocks)),
+      power_limits_(power_limits),
+      power_limit_mw_(power_limits.max_mw) {
   std::sort(clocks_.begin(), clocks_.end(), std::greater<>());
   clocks_.erase(std::unique(clocks_.begin(), clocks_.end()), clocks_.end());
   if (clocks_.empty()) throw std::invalid_argument("a simulated GPU needs at least one clock");
+  if (power_limits_.min_mw == 0 || power_limits_.min_mw > power_limits_.max_mw)
+    throw std::invalid_argument("a simulated GPU needs a power limit range min <= max, min > 0");
+}
+
+double SimulatedGpu::power_limit_w() const {
+  std::lock_guard lock(mutex_);
+  return power_limit_mw_ / 1000.0;
 }
 
 void SimulatedGpu::check_device(unsigned device) const {
@@ -128,11 +138,15 @@ unsigned SimulatedGpu::power_limit_mw(unsigned device) {
 
 gpu::PowerLimitRange SimulatedGpu::power_limit_range(unsigned device) {
   check_device(device);
-  return {100000, 400000};
+  return power_limits_;
 }
 
 void SimulatedGpu::set_power_limit_mw(unsigned device, unsigned limit_mw) {
   check_device(device);
+  if (limit_mw < power_limits_.min_mw || limit_mw > power_limits_.max_mw)  // as NVML refuses one
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument,
+                        fmt::format("simulated GPU: a power limit of {} mW is outside {} .. {} mW", limit_mw,
+                                    power_limits_.min_mw, power_limits_.max_mw));
   std::lock_guard lock(mutex_);
   power_limit_mw_ = limit_mw;
 }

@@ -33,9 +33,9 @@ def serve(tmp_path):
     """Starts `perseus serve --scheduler Perseus` on a free port; yields a function that returns its URL."""
     procs = []
 
-    def start(token_file=None):
+    def start(token_file=None, extra=()):
         proc, url = start_serve(BINARY, tmp_path / "dump", "Perseus", '{"wait_for_plan": true}',
-                                ["--token-file", str(token_file)] if token_file else [])
+                                (["--token-file", str(token_file)] if token_file else []) + list(extra))
         procs.append(proc)
         return url
 
@@ -150,6 +150,15 @@ def test_the_page_shows_a_simulated_job_with_its_phase_and_saving(serve, tmp_pat
     assert f"against the {reference['name']} ({reference['iteration_time']:.3f} s)" in html, reference
     assert status["end_detail"].startswith("[profiling-done] ")
     assert page.by_id["job-end"]["text"] == "Ended: " + status["end_detail"][len("[profiling-done] "):]
+
+
+def test_the_page_shows_the_clusters_power_budget(serve, tmp_path):
+    url = serve(extra=["--power-budget", "20000"])
+    html, console = render(url + "/", tmp_path)
+    assert console == [], "the page logged to the console:\n" + "\n".join(console)
+    budget = Page(html).field("budget", "jobs-card")
+    assert float(budget["attrs"]["data-value"]) == 20000
+    assert budget["text"].startswith("Power budget 20.00 kW"), budget["text"]
 
 
 def test_with_a_token_the_page_loads_and_asks_for_it(serve, tmp_path):

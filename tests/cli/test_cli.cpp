@@ -241,6 +241,18 @@ TEST_F(Cli, StatusShowsTheJobsOfARunningServer) {
   EXPECT_EQ(too_fast.code, 64) << too_fast.output;
 }
 
+TEST_F(Cli, StatusShowsTheClustersPowerBudgetAndServeChecksIt) {
+  perseus::testing::ServeProcess serve(dir_ / "serve", "AllMaxFrequency", "{}", "--no-dump --power-budget 5000");
+  ASSERT_NE(serve.port, 0);
+  auto all = run("status --server " + serve.url());
+  EXPECT_EQ(all.code, 0) << all.output;
+  EXPECT_NE(all.output.find("power budget 5000 W (flag): predicted 0 W, measured - (all-max -)"), std::string::npos)
+      << all.output;
+  auto bad = run("serve --power-budget -3 --port 0 --no-dump");
+  EXPECT_EQ(bad.code, 64) << bad.output;
+  EXPECT_NE(bad.output.find("--power-budget"), std::string::npos) << bad.output;
+}
+
 TEST_F(Cli, BadInputsGetClearErrorsAndFittingExitCodes) {
   auto r = run("optimize /nonexistent.csv --stages 2 --microbatches 2 --p2p-power 70 --out " + (dir_ / "x").string());
   EXPECT_EQ(r.code, 66);

@@ -110,6 +110,62 @@ TEST_F(ClientTest, ClocksThatHadNotTakenEffectByTheEndOfTheirInstructionAreRepor
   }
 }
 
+// Waits (bounded) until the GPU's power limit is `mw`, flushing what the client has queued.
+bool power_limit_becomes(client::Client& c, gpu::GpuLibrary& gpu, unsigned mw) {
+  for (int i = 0; i < 500; ++i) {
+    c.flush();
+    if (gpu.power_limit_mw(0) == mw) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+TEST_F(ClientTest, APowerBudgetsLimitReachesTheGpuWithinARoundAndTheGpusOwnLimitComesBack) {
+  auto s = settings();
+  s.power_budget_w = 1;  // out of any job's reach: the backstop's limit, at the GPU's lowest
+  TestServer server(s);
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  const unsigned before = gpu->power_limit_mw(0), lowest = gpu->power_limit_range(0).min_mw;
+  ASSERT_NE(before, lowest);
+  {
+    auto o = options(server.url, gpu);
+    o.heartbeat_interval = std::chrono::milliseconds(20);
+    client::Client c(o);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest)) << "with the first schedule, never below the GPU's minimum";
+    // Lifted through the API: back to the GPU's own limit between round boundaries (the heartbeat's answer).
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": null})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, before));
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": 1, "seconds": 0})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest)) << "within a round: no step ran meanwhile";
+    c.on_step_begin();
+    for (const auto& name : c.pipe_schedule()) c.on_instruction_begin(name), c.on_instruction_end(name);
+    c.on_step_end();
+  }
+  EXPECT_EQ(gpu->power_limit_mw(0), before) << "the client's end restores the GPU's own limit";
+}
+
+TEST_F(ClientTest, APowerBudgetsLimitKeepsAnAdministratorsLimitAndRestoresIt) {
+  auto s = settings();
+  s.power_budget_w = 1;  // out of any job's reach: the backstop's limit, at the GPU's lowest
+  TestServer server(s);
+  std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
+  const unsigned factory = gpu->power_limit_mw(0), lowest = gpu->power_limit_range(0).min_mw;
+  const unsigned admin = lowest + (factory - lowest) / 2;  // an administrator's cap below the default
+  gpu->set_power_limit_mw(0, admin);
+  {
+    auto o = options(server.url, gpu);
+    o.heartbeat_interval = std::chrono::milliseconds(20);
+    client::Client c(o);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest));
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": null})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, admin)) << "lifted: the administrator's limit, not the default";
+    EXPECT_EQ(server.call("PUT", "/power_budget", R"({"watts": 1, "seconds": 0})").status, 200);
+    EXPECT_TRUE(power_limit_becomes(c, *gpu, lowest));
+  }
+  EXPECT_EQ(gpu->power_limit_mw(0), admin) << "the client's end restores the limit it found";
+  gpu->set_power_limit_mw(0, factory);
+}
+
 TEST_F(ClientTest, AnUnreachableServerDisablesPerseusButNotTraining) {
   std::shared_ptr<gpu::GpuLibrary> gpu = gpu::load_nvml(PERSEUS_FAKE_NVML);
   auto o = options("http://127.0.0.1:1", gpu);

@@ -1,5 +1,5 @@
 // Faults on the training side, each with real processes: a rank killed with SIGKILL, with and
-// without `perseus gpud`, and what happened to its GPU's clocks (from the fake NVML call log).
+// without `perseus gpud`, and what happened to its GPU's clocks and power limit (from the fake NVML call log).
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/syscall.h>
@@ -128,6 +128,49 @@ TEST(RankFaults, ASigtermMidDriverCallEndsTheRankAtDefaultClocks) {
     EXPECT_EQ(last.rfind("nvmlDeviceResetGpuLockedClocks", 0), 0u)
         << "attempt " << attempt << ": last clock call: " << last;
   }
+  fs::remove_all(dir);
+}
+
+// The last call of the log that sets the power limit ("nvmlDeviceSetPowerManagementLimit DEVICE MW -> RESULT").
+std::string last_power_limit_call(const std::string& log) {
+  std::string last;
+  for (std::size_t at = 0; (at = log.find("nvmlDeviceSetPowerManagementLimit", at)) != std::string::npos;) {
+    auto end = log.find('\n', at);
+    last = log.substr(at, end - at);
+    at = end == std::string::npos ? log.size() : end;
+  }
+  return last;
+}
+
+// A power budget's limit on a rank's GPU does not outlive the rank: its fatal-signal handler sets
+// the limit the GPU had again (the fake GPU starts at its maximum, 400 W).
+TEST(RankFaults, ASigtermedRankGivesItsGpuBackThePowerLimitItHad) {
+  auto dir = test_dir();
+  // A budget of 1 W is out of any job's reach: the backstop's limit, at the GPU's lowest (150 W).
+  ServeProcess serve(dir, "TwoFrequencies", kTwoClocks, "--no-dump --power-budget 1");
+  ASSERT_NE(serve.port, 0);
+  std::string log = (dir / "rank.log").string(), rc = (dir / "rank.rc").string();
+  std::string command = fmt::format(
+      "({} & echo $! > '{}.pid'; wait $!; echo $? > '{}.part' && mv '{}.part' '{}') > /dev/null 2>&1 &",
+      trainer(serve, fmt::format("PERSEUS_NVML_LIBRARY={} PERSEUS_FAKE_NVML_LOG={}", PERSEUS_FAKE_NVML, log)) +
+          fmt::format(" > '{}.out' 2>&1", rc),
+      rc, rc, rc, rc, rc);
+  ASSERT_EQ(std::system(command.c_str()), 0);
+  ASSERT_TRUE(eventually([&] {
+    return last_power_limit_call(read_if_exists(log)) == "nvmlDeviceSetPowerManagementLimit 0 150000 -> 0";
+  })) << read_if_exists(rc + ".out");
+  std::this_thread::sleep_for(300ms);  // a few rounds under the limit
+  const std::string before = read_file(log);
+  std::size_t sets = 0;
+  for (std::size_t at = 0; (at = before.find("SetPowerManagementLimit 0 150000", at)) != std::string::npos; ++at)
+    ++sets;
+  EXPECT_EQ(sets, 1u) << "a limit in force is not set again every round";
+  pid_t rank = std::stoi(read_file(rc + ".pid"));
+  ::kill(rank, SIGTERM);
+  bool ended = eventually([&] { return fs::exists(rc); }, 10s);
+  if (!ended) ::kill(rank, SIGKILL);
+  ASSERT_TRUE(ended) << "the rank hung in its SIGTERM handler";
+  EXPECT_EQ(last_power_limit_call(read_file(log)), "nvmlDeviceSetPowerManagementLimit 0 400000 -> 0");
   fs::remove_all(dir);
 }
 

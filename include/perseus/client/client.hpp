@@ -119,6 +119,14 @@ struct ClientOptions {
   // round; for a caller that waits for the server at round ends (perseus simulate in simulated
   // time, where the network takes no time).
   bool switch_over_iteration = true;
+  // The job's priority under a cluster power budget (perseus serve --power-budget): its throughput
+  // counts this many times when the server shares the budget out. Sent when rank 0 registers the job.
+  double weight = 1;
+  // A power budget's backstop is a GPU power limit the server asks for in each round's schedule and,
+  // to act within a round, in its answers to heartbeats. false: only at round boundaries (perseus
+  // simulate, whose heartbeats run in wall time while its GPUs run in simulated time). The limit the
+  // GPU had is restored when the server lifts it and when the client ends.
+  bool power_limit_from_heartbeat = true;
 };
 
 class Client {

@@ -22,6 +22,7 @@
 #include "perseus/online/pipeline_baseline.hpp"
 #include "perseus/online/reference_model.hpp"
 #include "perseus/online/retry_policy.hpp"
+#include "perseus/online/power_allocation.hpp"
 #include "perseus/online/round_measurement.hpp"
 #include "perseus/online/statistics.hpp"
 #include "perseus/online/straggler_detector.hpp"
@@ -142,6 +143,20 @@ class TurnkeyController {
   // Whether observe() wants RoundMeasurement::occurrences filled for the round it is running.
   bool wants_occurrences() const;
 
+  // --- pacing under a cluster power budget (turnkey_pacing.cpp) ---
+  // What the job can run, deployed (empty before): the unpaced plans first (the target's time, or a
+  // straggler's), then slower paces along the frontier, at most `most` in all, evenly spaced along it.
+  std::vector<PaceOption> pace_options(std::size_t most) const;
+  // From the next round, every pipeline runs the cheapest plan that finishes by `iteration_time`
+  // (measured seconds) where that is slower than it runs unpaced; none: unpaced. `hold_probes`: no
+  // all-max probe round meanwhile (a budget it would break).
+  void set_pace(std::optional<double> iteration_time, bool hold_probes = false);
+  std::optional<double> pace() const;  // measured seconds; none when unpaced
+  bool probes_held() const { return hold_probes_; }
+  // The unpaced job with every GPU's power limit at `watts`: each instruction at the highest clock
+  // at or below its plan's whose power fits (what a GPU's power limit does); none before deployment.
+  std::optional<PaceOption> under_power_limit(double watts) const;
+
   // --- state, for status pages ---
   ControllerPhase phase() const { return phase_; }
   int round() const { return round_; }
@@ -248,6 +263,8 @@ class TurnkeyController {
   std::string describe(const ChosenPlan& plan) const;
   Evidence evidence() const;
   NoiseAwareOptions target_options() const;
+  bool paced() const;           // a pace slows the pipelines down now
+  double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
   ControllerConfig config_;
   JobShape shape_;
@@ -344,6 +361,8 @@ class TurnkeyController {
   double energy_saved_ = 0;
   long long deployed_iterations_ = 0;
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
+  std::optional<double> pace_;  // measured seconds; see set_pace
+  bool hold_probes_ = false;
   StragglerDetector detector_;
   std::optional<StragglerTold> told_straggler_;
   std::optional<ActiveStraggler> straggler_;

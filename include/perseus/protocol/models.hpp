@@ -60,6 +60,9 @@ struct JobInfo {
   // Set by the server when the registering client asked for one: every request that changes the
   // job must then carry it. Persisted with the job (to_json writes it when set); never shown.
   std::string job_secret = {};
+  // Optional field "weight": the job's priority under a cluster power budget (its throughput counts
+  // this many times); 1 by default, written only when it is not.
+  double weight = 1;
 };
 
 struct RankInfo {
@@ -73,6 +76,9 @@ struct RankInfo {
   // The GPU's maximum power limit (W), when the client says it (optional field "max_power_w"): the
   // bound a measured result must keep (physical_bounds.hpp).
   std::optional<double> max_power_w = {};
+  // The GPU's minimum power limit (W) when the client says it (optional field "min_power_w"): a
+  // power budget never asks for a lower one.
+  std::optional<double> min_power_w = {};
   bool operator==(const RankInfo&) const = default;
 };
 
@@ -81,6 +87,10 @@ struct PowerStateSchedule {
   std::vector<int> power_states;  // one per entry of the rank's pipe_schedule
   // The instruction of each power state, for a rank registered without a pipe_schedule.
   std::vector<std::string> instructions = {};
+  // A cluster power budget's backstop: the GPU's power limit (W) while this schedule runs (optional
+  // field "power_limit", absent: none; perseus's client sets it and restores the GPU's own at the end,
+  // other clients ignore it).
+  std::optional<double> power_limit_w = {};
 };
 
 // POST /heartbeat/{job_id}: a rank is alive, and how far its training thread got (hooks called),

@@ -33,6 +33,7 @@ inline constexpr const char* kJobSecretHeader = "Perseus-Job-Secret";
 struct Credentials {
   std::string job_secret;
   bool admin = false;
+  bool loopback = false;  // the request came from this machine
 };
 
 // Routes one request: method, target (path and query) and body. `respond` is called exactly

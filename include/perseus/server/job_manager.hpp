@@ -45,6 +45,7 @@
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
 #include "perseus/server/metrics.hpp"
+#include "perseus/server/power_budget.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
@@ -89,6 +90,13 @@ class JobManager {
   // which takes it into account from the next round on. 404 unknown job, 409 not running or a
   // scheduler that does not follow stragglers.
   void straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice);
+
+  // The cluster's power budget (power_budget.hpp): PUT /power_budget (stored first, see
+  // power_budget.hpp's store_budget) and GET /power_budget; what a heartbeat is answered (the
+  // power limit its rank is to run under now, {"power_limit": W}, or null).
+  void set_power_budget(const BudgetRequest& request);
+  nlohmann::json power_budget_status() const;
+  nlohmann::json heartbeat_reply(const std::string& job_id) const;
 
   // GET /jobs: one summary per job; GET /jobs/{id}: one job in detail (404 when unknown).
   nlohmann::json jobs_summary() const;
@@ -153,6 +161,7 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
+  std::unique_ptr<PowerBudget> budget_;       // holds the jobs' schedulers: destroyed before jobs_
   std::size_t restored_ = 0;
   std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
 };

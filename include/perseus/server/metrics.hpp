@@ -57,9 +57,10 @@ struct StoreCounters {
   std::uint64_t writes = 0, failures = 0, dropped = 0;
 };
 
-// The exposition text: `jobs` is an array of job status objects (GET /jobs/{job_id}'s replies).
+// The exposition text: `jobs` is an array of job status objects (GET /jobs/{job_id}'s replies),
+// `budget` the cluster's power budget (GET /power_budget's reply; null: none shown).
 std::string render_metrics(const nlohmann::json& jobs, const HttpMetrics::Snapshot& http, const StoreCounters& store,
-                           const std::string& version);
+                           const std::string& version, const nlohmann::json& budget = nullptr);
 
 // The content type of the exposition text.
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";

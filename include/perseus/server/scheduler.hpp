@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "perseus/online/power_allocation.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/settings.hpp"
 
@@ -64,6 +65,15 @@ class Scheduler {
   // that plans: frontier(), the planned frontier, at most kMaxFrontierPoints points (null when none);
   // timeline(), a function that draws the deployed plan's pipeline timeline as SVG, holding what it
   // needs so that it may outlive the scheduler (empty when there is no plan). None by default.
+  // Under a cluster's power budget (power_budget.hpp), a scheduler whose plans can run slower says
+  // how: pace_options(), the unpaced plans first and then slower paces (empty: it cannot, now: not
+  // deployed, or not a planning scheduler); under_power_limit(watts), what a power limit of that many
+  // watts on every GPU would make of the unpaced job; and set_pace(), the iteration time it is to
+  // keep from its next round (none: unpaced) and whether all-max probe rounds must wait.
+  virtual std::vector<online::PaceOption> pace_options() const { return {}; }
+  virtual std::optional<online::PaceOption> under_power_limit(double /*watts*/) const { return std::nullopt; }
+  virtual void set_pace(std::optional<double> /*iteration_time*/, bool /*hold_probes*/) {}
+
   static constexpr std::size_t kMaxFrontierPoints = 1000;
   virtual nlohmann::json frontier() const { return nullptr; }
   virtual std::function<std::string()> timeline() const { return {}; }

@@ -4,6 +4,7 @@
 // PERSEUS_LOG_LEVEL), then these defaults.
 #include <chrono>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 
 #include "perseus/protocol/power_mode.hpp"
@@ -46,6 +47,8 @@ struct ServerSettings {
   // every rank's result and schedule, as the artifact writes them.
   bool record_ranks = false;
   int record_rounds = 0;  // keep the record files of the last this many rounds per job; 0: all
+  // The cluster's power budget at start (W, every job's GPUs together; power_budget.hpp); none: no budget.
+  std::optional<double> power_budget_w;
 };
 
 // The longest duration a setting may have (~31.7 years): longer ones would overflow the clock's

@@ -9,6 +9,14 @@
 // wall time instead (for faults injected at realistic iteration lengths). The tensor-parallel ranks of a stage run each
 // instruction together: it ends when the slowest of them ends, and each draws the profile's energy
 // (the profile is per GPU).
+//
+// A GPU's power limit (set by the client, for a power budget's backstop, or by the administrator,
+// SimulationConfig::power_limit) acts as the emulator's Zeus baseline assumes: each instruction runs
+// at the highest clock at or below the locked one whose power (the profile's energy over time) fits
+// the limit. An instruction whose power does not fit even at the profile's lowest clock runs there
+// stretched to the limit's power at that clock's energy (the GPU throttles further; the model counts
+// no more energy for it). The GPU takes limits from max(P_block + 1, a quarter of the profile's
+// highest power) up to that highest power, rounded to watts (its default).
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -67,7 +75,12 @@ struct SimulationConfig : PipelineShape {
   // clients' exchange with the server, as if the network took no time). F > 0: each iteration
   // takes F x its simulated time in wall time and nothing waits for the server, as in training.
   double time_scale = 0;
-  double request_timeout_s = 30;            // the clients' deadline for each request to the server
+  double request_timeout_s = 30;  // the clients' deadline for each request to the server
+  // What an administrator set on every GPU before training (nvidia-smi -pl, -lgc): a power limit in
+  // watts, the highest SM clock in MHz; 0: none.
+  double power_limit = 0;
+  int max_clock = 0;
+  double weight = 1;                        // the job's priority weight under a power budget (registered with the job)
   const std::atomic<bool>* stop = nullptr;  // Ctrl-C: ends after the current iteration
   // Called once the job is registered, before the first iteration, with its id and secret (what
   // another process needs to change the job: perseus straggler's PERSEUS_JOB_SECRET).

@@ -19,8 +19,9 @@ namespace perseus::simulate {
 
 class SimulatedGpu final : public gpu::GpuLibrary {
  public:
-  // `clocks`: the graphics clocks it supports (any order; listed descending).
-  SimulatedGpu(std::string name, std::vector<unsigned> clocks);
+  // `clocks`: the graphics clocks it supports (any order; listed descending); `power_limits`: the
+  // power limits it takes (its default limit is the highest).
+  SimulatedGpu(std::string name, std::vector<unsigned> clocks, gpu::PowerLimitRange power_limits = {100000, 400000});
 
   // The simulated time now (seconds) and how long a lock takes to take effect; without a time
   // source a lock takes effect at once.
@@ -33,7 +34,8 @@ class SimulatedGpu final : public gpu::GpuLibrary {
   std::optional<double> next_change_after(double time) const;
   void add_energy(double joules);
   double energy() const;
-  int lock_count() const;  // lock_graphics_clock calls so far
+  int lock_count() const;        // lock_graphics_clock calls so far
+  double power_limit_w() const;  // the power limit in force
 
   unsigned device_count() override { return 1; }
   std::string name(unsigned device) override;
@@ -67,7 +69,8 @@ class SimulatedGpu final : public gpu::GpuLibrary {
   std::function<double()> now_;
   double latency_ = 0;
   void settle(double time);  // applies what took effect by `time`
-  unsigned power_limit_mw_ = 400000;
+  gpu::PowerLimitRange power_limits_;
+  unsigned power_limit_mw_ = 0;
   double energy_j_ = 0;
   int locks_ = 0;
 };

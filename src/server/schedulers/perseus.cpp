@@ -151,6 +151,7 @@ class PerseusScheduler final : public Scheduler {
   std::optional<std::string> phase() const override { return online::to_string(controller_->phase()); }
 
   std::vector<PowerStateSchedule> next_schedule() override {
+    budget_at_issue_ = {controller_->pace(), controller_->probes_held()};
     online::RoundClocks clocks = controller_->next_round();
     occurrences_ = controller_->wants_occurrences();
     if (!clocks) return top_clock_schedules(context_.ranks);
@@ -168,11 +169,19 @@ class PerseusScheduler final : public Scheduler {
   }
 
   // The round as the loop sees it, not per rank: a restarted server replays exactly this.
+  // A round paced for a power budget says so, so that a replay judges it as paced (not as a plan
+  // that ran too slowly).
   json round_record(const std::vector<ProfilingResult>& results) const override {
-    return server::to_json(measure(results));
+    json record = server::to_json(measure(results));
+    if (budget_at_issue_.first) record["budget_pace"] = *budget_at_issue_.first;
+    if (budget_at_issue_.second) record["budget_holds_probes"] = true;
+    return record;
   }
   void replay(const json& record) override {
     if (record.is_array()) return Scheduler::replay(record);  // per-rank results, as older stores kept them
+    auto pace = record.value("budget_pace", json(nullptr));
+    controller_->set_pace(pace.is_number() ? std::optional<double>(pace.get<double>()) : std::nullopt,
+                          record.value("budget_holds_probes", false));
     controller_->observe(round_measurement_from_json(record));
     note_history();
   }
@@ -347,6 +356,14 @@ class PerseusScheduler final : public Scheduler {
     };
   }
 
+  std::vector<online::PaceOption> pace_options() const override { return controller_->pace_options(kPaceOptions); }
+  std::optional<online::PaceOption> under_power_limit(double watts) const override {
+    return controller_->under_power_limit(watts);
+  }
+  void set_pace(std::optional<double> iteration_time, bool hold_probes) override {
+    controller_->set_pace(iteration_time, hold_probes);
+  }
+
   void set_straggler(const std::optional<StragglerNotice>& notice) override {
     if (!notice) return controller_->set_straggler(std::nullopt);
     controller_->set_straggler(online::StragglerTold{notice->slowdown, notice->iteration_time, notice->dp_rank});
@@ -359,6 +376,8 @@ class PerseusScheduler final : public Scheduler {
 
   // The status's `history`: the saving and slowdown it reported after each of the last deployed rounds.
   static constexpr std::size_t kHistoryRounds = 500;
+  // Paces offered to a power budget: a step of about 0.4% of the frontier's time range each.
+  static constexpr std::size_t kPaceOptions = 256;
   // A timeline's SVG takes ~400 bytes per box: this bounds one at ~3 MB.
   static constexpr std::size_t kMaxTimelineInstructions = 8192;
   struct HistoryPoint {
@@ -403,7 +422,8 @@ class PerseusScheduler final : public Scheduler {
   std::vector<json> decisions_;
   std::deque<HistoryPoint> history_;
   bool occurrences_ = false;  // the round running now is one the controller wants every duration of
-  std::unique_ptr<online::TurnkeyController> controller_;  // last: its hooks point at the members above
+  std::pair<std::optional<double>, bool> budget_at_issue_;  // the power budget's pace and probe hold of that round
+  std::unique_ptr<online::TurnkeyController> controller_;   // last: its hooks point at the members above
 };
 
 }  // namespace
