@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <future>
+#include <random>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -20,12 +22,14 @@
 #include <nlohmann/json.hpp>
 
 #include "perseus/client/http_client.hpp"
+#include "perseus/protocol/models.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "process_fixture.hpp"
 
 namespace perseus::testing {
 namespace {
 
+namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using nlohmann::json;
 
@@ -151,6 +155,151 @@ TEST(BoundsFaults, OnePeerCannotTakeEveryConnection) {
   for (std::string line; std::getline(log, line);)
     warnings += line.find("--max-connections-per-peer") != std::string::npos;
   EXPECT_EQ(warnings, 1) << "one warning, not one per refused connection:\n" << serve.log();
+}
+
+// The per-address cap alone would let a host with many addresses (127.0.0.2, .3, ...) hold every
+// descriptor. Idle connections are bounded in all, the longest idle closed to make room, so 12
+// authenticated requests go through while idle sockets from many addresses keep coming. Randomized
+// (how many sockets, from which addresses, between requests).
+TEST(BoundsFaults, ManyAddressesCannotKeepAuthenticatedRequestsOut) {
+  auto dir = test_dir();
+  write_file_atomic(dir / "token", std::string(kToken) + "\n");
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--no-dump --token-file token", "ulimit -n 64;");
+  ASSERT_NE(serve.port, 0);
+  unsigned seed = std::random_device()();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 random(seed);
+  std::vector<int> idle;
+  auto hold = [&](int count) {
+    for (int i = 0; i < count; ++i) {
+      std::string from = fmt::format("127.0.0.{}", std::uniform_int_distribution<int>(2, 9)(random));
+      int fd = connect_from(from.c_str(), serve.port);
+      if (fd >= 0) idle.push_back(fd);
+    }
+  };
+  hold(150);  // from 8 addresses: far more than the server's 64 descriptors
+  int ok = 0;
+  for (int i = 0; i < 12; ++i) {
+    hold(std::uniform_int_distribution<int>(5, 40)(random));
+    try {
+      client::HttpClient admin(serve.url(), kToken);
+      ok += admin.request("GET", "/jobs", "", 5s).status == 200;
+    } catch (const std::exception& e) {
+      ADD_FAILURE() << "authenticated request " << i << ": " << e.what();
+    }
+  }
+  EXPECT_EQ(ok, 12) << serve.log();
+  for (int fd : idle) ::close(fd);
+  EXPECT_NE(serve.log().find("closing the longest idle"), std::string::npos) << serve.log();
+}
+
+// A result is bounded by the rank's registered schedule and --max-result-iterations: random results
+// larger than that (too many iterations, more rows than iterations, more instructions or
+// measurements per iteration than the schedule has, ~8 MiB of empty rows) are refused with 413
+// naming the field, before they are held; 19 ranks' 8 MiB results leave the server's peak memory
+// where it was; a result of the largest allowed shape completes its round, and the round's
+// records stay within the documented size.
+TEST(BoundsFaults, AResultLargerThanTheScheduleJustifiesIsRefusedBeforeItIsHeld) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "AllMaxFrequency", "{}", "--max-result-iterations 50");
+  ASSERT_NE(serve.port, 0);
+  unsigned seed = std::random_device()();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 random(seed);
+  constexpr int kRanks = 19;
+  client::HttpClient http(serve.url());
+  json job = {{"job_id", ""},         {"pp_degree", kRanks},  {"dp_degree", 1},    {"tp_degree", 1},
+              {"world_size", kRanks}, {"framework", "x"},     {"model_name", "m"}, {"partition_method", "x"},
+              {"microbatch_size", 1}, {"num_microbatches", 2}};
+  std::string id = json::parse(http.request("POST", "/register_job", job.dump(), 10s).body).get<std::string>();
+  const std::vector<std::string> schedule = {"forward", "forward", "backward", "backward"};
+  for (int r = 0; r < kRanks; ++r) {
+    json rank = {{"job_id", id},
+                 {"rank", r},
+                 {"dp_rank", 0},
+                 {"pp_rank", r},
+                 {"tp_rank", 0},
+                 {"pipe_schedule", schedule},
+                 {"power_state_range", {1410, 1200}}};
+    ASSERT_EQ(http.request("POST", "/register_rank", rank.dump(), 10s).status, 200);
+  }
+  std::vector<std::future<client::HttpReply>> asks;
+  for (int r = 0; r < kRanks; ++r)
+    asks.push_back(std::async(std::launch::async, [&, r] {
+      return client::HttpClient(serve.url())
+          .request("GET", fmt::format("/schedule/{}?rank={}", client::encode_path_segment(id), r), "", 10s);
+    }));
+  for (auto& a : asks) ASSERT_EQ(a.get().status, 200);
+  // A result of `iterations` iterations, each with `per` forward and backward measurements.
+  auto result = [](int rank, int iterations, int per) {
+    json r = {{"rank", rank}, {"iter_time", json::array()}, {"iter_energy", json::array()}};
+    json rows = json::array();
+    for (int i = 0; i < iterations; ++i) {
+      r["iter_time"].push_back(1.0), r["iter_energy"].push_back(100.0);
+      rows.push_back(std::vector<double>(static_cast<std::size_t>(per), 0.01));
+    }
+    r["time_breakdown"] = {{"forward", rows}, {"backward", rows}};
+    r["energy_breakdown"] = {{"forward", rows}, {"backward", rows}};
+    return r;
+  };
+  std::string path = "/result/" + client::encode_path_segment(id);
+  for (int instance = 0; instance < 12; ++instance) {
+    int kind = instance % 5;
+    int rank = std::uniform_int_distribution<int>(0, kRanks - 1)(random);
+    json body = result(rank, std::uniform_int_distribution<int>(1, 50)(random), 2);
+    std::string field;
+    if (kind == 0) {
+      body = result(rank, std::uniform_int_distribution<int>(51, 400)(random), 2), field = "iter_time";
+    } else if (kind == 1) {
+      body["time_breakdown"]["forward"].push_back({0.01}), field = "time_breakdown.forward";
+    } else if (kind == 2) {
+      for (int n = 0; n < std::uniform_int_distribution<int>(17, 40)(random); ++n)
+        body["energy_breakdown"][fmt::format("extra{}", n)] = json::array();
+      field = "energy_breakdown";
+    } else if (kind == 3) {
+      int per = std::uniform_int_distribution<int>(11, 30)(random);  // 2 x per > 4 + 16
+      body = result(rank, std::uniform_int_distribution<int>(1, 50)(random), per), field = "time_breakdown";
+    } else {
+      std::string rows;
+      while (rows.size() < (8u << 20) - 200) rows += "[],";
+      rows.pop_back();
+      auto reply = http.request("POST", path,
+                                fmt::format(R"({{"rank": {}, "iter_time": [1], "iter_energy": [1], )"
+                                            R"("time_breakdown": {{"forward": [{}]}}}})",
+                                            rank, rows),
+                                10s);
+      EXPECT_EQ(reply.status, 413) << reply.body.substr(0, 300);
+      continue;
+    }
+    auto reply = http.request("POST", path, body.dump(), 10s);
+    EXPECT_EQ(reply.status, 413) << "kind " << kind << ": " << reply.body.substr(0, 300);
+    EXPECT_NE(reply.body.find("field '" + field), std::string::npos) << reply.body.substr(0, 300);
+  }
+  // 19 ranks' ~8 MiB results of empty rows, one after another: refused, and the server no bigger.
+  long before = memory_kb(serve.pid, "VmHWM");
+  std::string rows;
+  while (rows.size() < (8u << 20) - 200) rows += "[],";
+  rows.pop_back();
+  for (int r = 0; r < kRanks; ++r) {
+    auto reply = http.request(
+        "POST", path,
+        fmt::format(R"({{"rank": {}, "iter_time": [1], "iter_energy": [1], "time_breakdown": {{"forward": [{}]}}}})", r,
+                    rows),
+        10s);
+    EXPECT_EQ(reply.status, 413);
+  }
+  long peak = memory_kb(serve.pid, "VmHWM");
+  std::cout << kRanks << " results of ~8 MiB of empty rows: server peak RSS " << before / 1024 << " MB before, "
+            << peak / 1024 << " MB after\n";
+  EXPECT_LE(peak - before, 40 * 1024) << "kB";
+  // The largest result the schedule allows goes through, and the round's records stay bounded.
+  for (int r = 0; r < kRanks; ++r)
+    ASSERT_EQ(http.request("POST", path, result(r, 50, 10).dump(), 10s).status, 200) << "rank " << r;
+  fs::path prof = dir / "dump" / protocol::records_dir_name(id) / "0.prof.json";
+  ASSERT_TRUE(eventually([&] { return fs::exists(prof); }, 10s));
+  // stages x iterations x (measurements per iteration x 2 + 2) x ~20 bytes
+  auto bound = static_cast<std::uintmax_t>(kRanks * 50 * (40 * 2 + 2) * 20);
+  EXPECT_LE(fs::file_size(prof), bound);
 }
 
 TEST(BoundsFaults, IdleConnectionsAreClosedAfterTheIdleTimeout) {

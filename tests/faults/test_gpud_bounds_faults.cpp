@@ -78,8 +78,7 @@ TEST(GpudFaults, GpudNeverChangesAPowerLimitItDidNotSet) {
   const std::vector<DriverGpu> admin = {{0, 0, limit()}, {0, 0, limit()}};
   write_driver_state(state, admin);
   const std::string env = fmt::format("env PERSEUS_FAKE_NVML_STATE={} PERSEUS_FAKE_NVML_GPUS=2", state.string());
-  const char* text = std::getenv("PERSEUS_FAULT_INSTANCES");
-  const int cycles = text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : 6;
+  const int cycles = fault_instances(6);
   for (int cycle = 0; cycle < cycles; ++cycle) {
     SCOPED_TRACE(fmt::format("cycle {}", cycle));
     std::string name = fmt::format("gpud{}", cycle);

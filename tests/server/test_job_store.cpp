@@ -8,12 +8,14 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
 #include <fstream>
 #include <thread>
 
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
+#include "perseus/server/store_committer.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/profile/profile.hpp"
@@ -108,6 +110,100 @@ TEST_F(JobStoreTest, AFileThatIsNotADatabaseIsMovedAsideAndANewStoreStarts) {
   EXPECT_EQ(aside, 1);
   fill(1);
   EXPECT_EQ(load().size(), 2u);
+}
+
+// Group commit: each write's done() runs after the transaction holding it committed; a store
+// fault refuses the acknowledged writes of that transaction and keeps the kept ones for the next;
+// a write that fails on its own is left out alone.
+TEST_F(JobStoreTest, TheCommitterAcknowledgesAfterCommitRefusesOnAStoreFaultAndKeepsWhatItMust) {
+  JobStore store(db());
+  server::StoreCommitter::Options options;
+  options.first_retry = std::chrono::milliseconds(1);
+  options.max_retry = std::chrono::milliseconds(5);
+  server::StoreCommitter committer(store, options);
+  std::mutex mutex;
+  std::map<std::string, bool> done;
+  auto record = [&](const std::string& what) {
+    return [&, what](bool committed) {
+      std::lock_guard lock(mutex);
+      done[what] = committed;
+    };
+  };
+  auto in_store = [&](const std::string& id) {
+    JobStore reader(db());
+    for (const auto& j : reader.load())
+      if (j.info.job_id == id) return true;
+    return false;
+  };
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("a")); },
+                               [&](bool committed) {
+                                 // Committed before it is acknowledged: another connection reads it already.
+                                 EXPECT_TRUE(committed);
+                                 EXPECT_TRUE(in_store("a"));
+                                 record("a")(committed);
+                               }));
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  // A store fault in a transaction: its acknowledged writes are refused, the kept ones retried.
+  std::atomic<int> faults{2};
+  committer.keep("kept b", 100, [&](JobStore& s) {
+    if (faults-- > 0) throw server::StoreError("disk full", SQLITE_FULL);
+    s.add_job(job("b"));
+  });
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("c")); }, record("c")));
+  // A write that fails alone (not the store): left out, the others of its transaction commit.
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  ASSERT_TRUE(committer.submit([](JobStore&) { throw std::runtime_error("a bug"); }, record("bug")));
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("d")); }, record("d")));
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  std::lock_guard lock(mutex);
+  EXPECT_TRUE(done["a"]);
+  EXPECT_TRUE(in_store("b")) << "a kept write is written once the store works";
+  EXPECT_EQ(done.count("c") == 1 && !done["c"], !in_store("c")) << "refused if and only if not stored";
+  EXPECT_FALSE(done["bug"]);
+  EXPECT_TRUE(done["d"]);
+  EXPECT_TRUE(in_store("d"));
+  EXPECT_GE(committer.failures(), 1u);
+  EXPECT_FALSE(committer.failing());
+}
+
+// A store damaged anywhere loses only what was on the damaged page: every job whose rows are readable
+// comes back, the others are named, and the damaged file is kept aside.
+TEST_F(JobStoreTest, ADamagedPageCostsOnlyItsRowsAndTheFileIsKeptAside) {
+  {
+    JobStore store(db());
+    for (int j = 0; j < 40; ++j) {
+      std::string id = fmt::format("job{:02}-{}", j, std::string(60, 'x'));  // several pages of jobs
+      store.add_job(job(id));
+      store.add_round(id, 0, json::array({j}));
+    }
+  }
+  // The jobs table's second leaf page (page 3 and beyond hold the tables, in the order of the schema).
+  std::vector<std::string> before;
+  for (const auto& [id, j] : load()) before.push_back(id);
+  ASSERT_EQ(before.size(), 40u);
+  auto size = std::filesystem::file_size(db());
+  int everything_lost = 0;
+  for (std::uintmax_t page = 1; page < size / 4096; ++page) {
+    auto copy = dir / fmt::format("copy{}.db", page);
+    std::filesystem::copy_file(db(), copy, std::filesystem::copy_options::overwrite_existing);
+    {
+      std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(static_cast<std::streamoff>(page * 4096));
+      std::string noise(4096, '\x5a');
+      f.write(noise.data(), static_cast<std::streamsize>(noise.size()));
+    }
+    std::size_t kept = 0;
+    {
+      JobStore damaged(copy);
+      kept = damaged.load().size();
+      if (!damaged.set_aside().empty()) {
+        EXPECT_TRUE(std::filesystem::exists(damaged.set_aside()));
+      }
+    }
+    everything_lost += kept == 0;
+  }
+  // Only the jobs table's root page, which points to all its leaves, costs every job (they are named).
+  EXPECT_LE(everything_lost, 1) << "of " << size / 4096 - 1 << " pages";
 }
 
 TEST(BackgroundWriter, RetriesAFailingWriteInOrderAndDropsWhatDoesNotFit) {

@@ -1,0 +1,125 @@
+// The job store damaged while the server was down, against a real `perseus serve`: random bytes
+// over a random page (the first, which holds the schema, included), a truncation at a random
+// length, an emptied file, a directory at its path. Every time the server starts, resumes every job
+// it can read (never past the rounds it had), names every other one in a warning, keeps the damaged
+// file aside, and stores what comes next (a job registered after the recovery survives a kill -9).
+// Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 8, ~0.3 s each).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "job_driver.hpp"
+#include "process_fixture.hpp"
+
+namespace perseus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+enum class Damage { page, truncation, empty, directory };
+
+// Damages `db` as `kind` says; returns what it did, for the failure message.
+std::string damage(const fs::path& db, Damage kind, std::mt19937& random) {
+  auto size = fs::file_size(db);
+  switch (kind) {
+    case Damage::page: {
+      constexpr std::size_t kPage = 4096;
+      std::size_t pages = std::max<std::size_t>(1, size / kPage);
+      std::size_t page = std::uniform_int_distribution<std::size_t>(0, pages - 1)(random);
+      std::size_t length = std::uniform_int_distribution<std::size_t>(64, kPage)(random);
+      std::size_t offset = page * kPage + std::uniform_int_distribution<std::size_t>(0, kPage - length)(random);
+      std::string bytes(length, '\0');
+      for (auto& b : bytes) b = static_cast<char>(random());
+      std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(static_cast<std::streamoff>(offset));
+      file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      return fmt::format("{} random bytes at offset {} (page {} of {})", length, offset, page + 1, pages);
+    }
+    case Damage::truncation: {
+      auto length = std::uniform_int_distribution<std::uintmax_t>(1, size - 1)(random);
+      fs::resize_file(db, length);
+      return fmt::format("truncated to {} of {} bytes", length, size);
+    }
+    case Damage::empty:
+      fs::resize_file(db, 0);
+      return "emptied";
+    case Damage::directory:
+      fs::remove(db);
+      fs::create_directories(db / "something");
+      return "a directory in its place";
+  }
+  return "";
+}
+
+TEST(StoreDamage, ADamagedStoreIsRecoveredKeepingWhatCanBeReadAndNamingTheRest) {
+  auto dir = test_dir();
+  // A store of six jobs with 0 to 5 rounds each, stopped cleanly (everything in the main file).
+  std::vector<DrivenJob> jobs(6);
+  {
+    ServeProcess serve(dir / "pristine", "AllMaxFrequency", "{}");
+    ASSERT_NE(serve.port, 0);
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      ASSERT_TRUE(jobs[j].start(serve.url(), fmt::format("model{}", j)));
+      for (std::size_t r = 0; r < j; ++r) ASSERT_TRUE(jobs[j].round());
+    }
+    serve.stop(SIGTERM);
+  }
+  std::random_device seeds;
+  const Damage kinds[] = {Damage::truncation, Damage::empty, Damage::directory};
+  for (int instance = 0, count = fault_instances(8); instance < count; ++instance) {
+    unsigned seed = seeds();
+    std::mt19937 random(seed);
+    Damage kind = instance < 3 ? kinds[instance] : Damage::page;
+    fs::path here = dir / fmt::format("instance{}", instance);
+    fs::create_directories(here / "dump");
+    fs::copy(dir / "pristine" / "dump", here / "dump", fs::copy_options::recursive);
+    fs::path db = here / "dump" / ".perseus.db";
+    std::string what = damage(db, kind, random);
+    SCOPED_TRACE(fmt::format("instance {} (seed {}): {}", instance, seed, what));
+    auto serve = std::make_unique<ServeProcess>(here, "AllMaxFrequency", "{}");
+    ASSERT_NE(serve->port, 0) << "the server did not start: " << serve->log();
+    int port = serve->port;
+    std::string log = serve->log();
+    bool aside = false;
+    for (const auto& e : fs::directory_iterator(here / "dump"))
+      aside = aside || e.path().filename().string().starts_with(".perseus.db.unreadable-");
+    if (aside) {
+      EXPECT_NE(log.find(".perseus.db.unreadable-"), std::string::npos) << "the file aside is not named";
+    }
+    for (auto& job : jobs) {
+      job.url = serve->url();
+      nlohmann::json s = job.status();
+      if (s.is_object()) {
+        EXPECT_LE(s["round"].get<int>(), job.acked_rounds) << job.id << " resumed past its rounds";
+        if (!aside) {
+          EXPECT_EQ(s["round"].get<int>(), job.acked_rounds) << job.id << " lost rounds, and nothing says so";
+        }
+      } else {
+        EXPECT_TRUE(aside) << job.id << " is gone, but no store was set aside: " << log;
+        EXPECT_NE(log.find(job.id), std::string::npos) << job.id << " is gone and no warning names it: " << log;
+      }
+    }
+    // What comes next is stored: a job registered now survives a kill -9.
+    DrivenJob fresh;
+    ASSERT_TRUE(fresh.start(serve->url(), "fresh")) << serve->log();
+    ASSERT_TRUE(fresh.round()) << serve->log();
+    serve->stop(SIGKILL);
+    serve = std::make_unique<ServeProcess>(here, "AllMaxFrequency", "{}", "", "", port);
+    ASSERT_EQ(serve->port, port) << serve->log();
+    nlohmann::json s = fresh.status();
+    ASSERT_TRUE(s.is_object()) << "a job registered after the recovery is lost: " << serve->log();
+    EXPECT_EQ(s["round"], 1);
+    serve->stop(SIGTERM);
+    fs::remove_all(here);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace perseus::testing
