@@ -3,7 +3,7 @@
 // length, an emptied file, a directory at its path. Every time the server starts, resumes every job
 // it can read (never past the rounds it had), names every other one in a warning, keeps the damaged
 // file aside, and stores what comes next (a job registered after the recovery survives a kill -9).
-// Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 8, ~0.3 s each).
+// Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 6, ~0.7 s each).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -72,7 +72,7 @@ TEST(StoreDamage, ADamagedStoreIsRecoveredKeepingWhatCanBeReadAndNamingTheRest) 
   }
   std::random_device seeds;
   const Damage kinds[] = {Damage::truncation, Damage::empty, Damage::directory};
-  for (int instance = 0, count = fault_instances(8); instance < count; ++instance) {
+  for (int instance = 0, count = fault_instances(6); instance < count; ++instance) {
     unsigned seed = seeds();
     std::mt19937 random(seed);
     Damage kind = instance < 3 ? kinds[instance] : Damage::page;
