@@ -1,7 +1,9 @@
-// LD_PRELOAD library for fault tests: a full disk for one folder, without root or a filesystem of
-// its own. While the file $PERSEUS_DISK_FULL_FLAG exists, every write to a file under
+// LD_PRELOAD library for fault tests: a full or slow disk for one folder, without root or a
+// filesystem of its own. While the file $PERSEUS_DISK_FULL_FLAG exists, every write to a file under
 // $PERSEUS_DISK_FULL_DIR (an absolute, canonical path) fails with ENOSPC, as on a full filesystem;
-// every other file (the server's log) is written as usual.
+// with $PERSEUS_DISK_SLOW_US set, every fsync/fdatasync of a file under that folder takes that many
+// microseconds longer, as on a busy disk (a store's commits fall behind its acknowledgements if it
+// acknowledges early). Every other file (the server's log) is written as usual.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <sys/types.h>
@@ -16,10 +18,9 @@
 
 namespace {
 
-bool full(int fd) {
-  static const char* flag = std::getenv("PERSEUS_DISK_FULL_FLAG");
+bool under_dir(int fd) {
   static const char* dir = std::getenv("PERSEUS_DISK_FULL_DIR");
-  if (flag == nullptr || dir == nullptr || ::access(flag, F_OK) != 0) return false;
+  if (dir == nullptr) return false;
   char link[64];
   std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
   char path[PATH_MAX];
@@ -27,6 +28,19 @@ bool full(int fd) {
   if (n <= 0) return false;
   path[n] = '\0';
   return std::strncmp(path, dir, std::strlen(dir)) == 0;
+}
+
+bool full(int fd) {
+  static const char* flag = std::getenv("PERSEUS_DISK_FULL_FLAG");
+  return flag != nullptr && ::access(flag, F_OK) == 0 && under_dir(fd);
+}
+
+void slow_sync(int fd) {
+  static const long delay_us = [] {
+    const char* slow = std::getenv("PERSEUS_DISK_SLOW_US");
+    return slow != nullptr ? std::atol(slow) : 0L;
+  }();
+  if (delay_us > 0 && under_dir(fd)) ::usleep(static_cast<useconds_t>(delay_us));
 }
 
 template <typename Function>
@@ -84,6 +98,18 @@ int posix_fallocate(int fd, off_t offset, off_t length) {
   static auto real = next<int (*)(int, off_t, off_t)>("posix_fallocate");
   if (full(fd)) return ENOSPC;
   return real(fd, offset, length);
+}
+
+int fsync(int fd) {
+  static auto real = next<int (*)(int)>("fsync");
+  slow_sync(fd);
+  return real(fd);
+}
+
+int fdatasync(int fd) {
+  static auto real = next<int (*)(int)>("fdatasync");
+  slow_sync(fd);
+  return real(fd);
 }
 
 }  // extern "C"
