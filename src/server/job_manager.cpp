@@ -7,6 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
+#include <string_view>
 #include <map>
 #include <chrono>
 #include <optional>
@@ -132,9 +135,46 @@ JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings set
   if (!store_->set_aside().empty()) name_records_not_resumed();
 }
 
+namespace {
+
+// Rounds a job's records folder holds records of: one past the highest N of its N.prof.json files
+// (0 when none).
+int rounds_recorded(const fs::path& dir) {
+  int rounds = 0;
+  std::error_code ec;
+  std::size_t looked = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && looked < 100000; it.increment(ec), ++looked) {
+    std::string name = it->path().filename().string();
+    constexpr std::string_view kSuffix = ".prof.json";
+    if (name.size() <= kSuffix.size() || !name.ends_with(kSuffix)) continue;
+    int round = -1;
+    const char* last = name.data() + name.size() - kSuffix.size();
+    auto [at, error] = std::from_chars(name.data(), last, round);
+    if (error == std::errc() && at == last && round >= 0 && round < std::numeric_limits<int>::max())
+      rounds = std::max(rounds, round + 1);
+  }
+  return rounds;
+}
+
+}  // namespace
+
 // After a damaged store was set aside: the jobs whose records folders say they existed and that
-// were not resumed, named (ended jobs among them), so that nothing goes missing silently.
+// were not resumed (ended jobs among them), and the jobs resumed at an earlier round than their
+// records reach, named, so that nothing goes missing silently.
 void JobManager::name_records_not_resumed() const {
+  std::vector<std::string> behind;
+  for (const auto& [id, job] : jobs_) {
+    if (job->phase == Phase::ended) continue;
+    if (int recorded = rounds_recorded(job->dir); recorded > job->round)
+      behind.push_back(fmt::format("{} (at round {}, its records reach round {})", id, job->round, recorded - 1));
+  }
+  if (!behind.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < behind.size() && i < 50; ++i) names += (i ? ", " : "") + behind[i];
+    if (behind.size() > 50) names += fmt::format(" and {} more", behind.size() - 50);
+    spdlog::warn(
+        "jobs resumed earlier than their records reach (the job store was damaged; those rounds run again): {}", names);
+  }
   std::vector<std::string> missing;
   std::error_code ec;
   std::size_t looked = 0;

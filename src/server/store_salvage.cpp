@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -40,29 +41,35 @@ struct Prepared {
   bool ok = false;
 };
 
-// Calls `on_row` for every row of `table` that can be read, in rowid order (column 0 is the rowid,
-// then `columns`); returns the regions it had to step over, or -1 when nothing can be read.
+// Calls `on_row` once for every row of `table` that can be read, in rowid order and then from the
+// end backwards (column 0 is the rowid, then `columns`); returns the regions it had to step over, or -1 when nothing
+// can be read.
 int walk_table(sqlite3* db, const std::string& table, const std::string& columns,
                const std::function<void(sqlite3_stmt*)>& on_row) {
-  Prepared next(db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid > ?1 ORDER BY rowid LIMIT 1", columns, table));
+  // `rowid >= after + 1`, not `rowid > after`: past a damaged page, the seek for the first key of the
+  // next page works where the seek for the key before it (on the damaged page) does not.
+  Prepared next(db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", columns, table));
   Prepared probe(db, fmt::format("SELECT rowid FROM {} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", table));
-  if (!next.ok || !probe.ok) return -1;
+  Prepared exact(db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid = ?1", columns, table));
+  if (!next.ok || !probe.ok || !exact.ok) return -1;
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::int64_t after = std::numeric_limits<std::int64_t>::min();
   int regions = 0, probes = 0, rows = 0;
+  std::set<std::int64_t> read;  // rowids passed to on_row
   for (;;) {
-    Step step = next.read(after);
+    if (after == kMax) break;
+    Step step = next.read(after + 1);
     if (step == Step::row) {
       std::int64_t rowid = sqlite3_column_int64(next.stmt, 0);
       if (rowid <= after) break;  // a damaged page that still parses: no order to follow
       on_row(next.stmt);
+      read.insert(rowid);
       ++rows;
       after = rowid;
       continue;
     }
     if (step == Step::done) break;
     ++regions;
-    if (after == kMax) break;
     // The row right after may be readable by its key alone (its payload is what is damaged): skip it.
     Step first = probe.read(after + 1);
     if (first == Step::done) break;
@@ -71,9 +78,10 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
       continue;
     }
     // A damaged page: find the smallest key past it whose seek works, doubling, then halving.
+    const std::int64_t start = after;
     std::int64_t bad = after + 1, good = 0;
     bool found = false;
-    for (std::int64_t jump = 1; jump > 0 && ++probes < kMaxProbes; jump *= 2) {
+    for (std::int64_t jump = 1; ++probes<kMaxProbes; jump = jump> kMax / 2 ? kMax : 2 * jump) {
       std::int64_t key = bad > kMax - jump ? kMax : bad + jump;
       if (probe.read(key) != Step::error) {
         good = key, found = true;
@@ -88,7 +96,33 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
       if (probe.read(middle) != Step::error) good = middle;
       else bad = middle;
     }
+    // A seek that passes a damaged cell fails, where a lookup of a key in an intact cell of the same
+    // page (or of the next) does not: the keys stepped over, one at a time (rowids are dense here:
+    // every table is appended to), all of them in a short region, its ends in a long one.
+    auto look_up = [&](std::int64_t key) {
+      if (++probes < kMaxProbes && exact.read(key) == Step::row && read.insert(key).second) on_row(exact.stmt), ++rows;
+    };
+    constexpr std::int64_t kLookUps = 2048;
+    const std::int64_t from = std::max<std::int64_t>(start, 0) + 1;  // rowids start at 1
+    if (good <= from || good - from <= 2 * kLookUps) {
+      for (std::int64_t key = from; key < good && probes < kMaxProbes; ++key) look_up(key);
+    } else {
+      for (std::int64_t key = from; key < from + kLookUps && probes < kMaxProbes; ++key) look_up(key);
+      for (std::int64_t key = good - kLookUps; key < good && probes < kMaxProbes; ++key) look_up(key);
+    }
     after = good - 1;
+  }
+  // A damaged page can hold a cell that still parses but with a wrong rowid, larger than those of
+  // the rows after it: the walk above jumped past them. Walking back from the end until the first
+  // row it cannot follow (an error, a rowid out of order, a row already read) reads them.
+  Prepared previous(
+      db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid < ?1 ORDER BY rowid DESC LIMIT 1", columns, table));
+  for (std::int64_t before = kMax; previous.ok && previous.read(before) == Step::row;) {
+    std::int64_t rowid = sqlite3_column_int64(previous.stmt, 0);
+    if (rowid >= before || read.contains(rowid)) break;
+    on_row(previous.stmt);
+    ++rows;
+    before = rowid;
   }
   return rows == 0 && regions > 0 && after == std::numeric_limits<std::int64_t>::min() ? -1 : regions;
 }
