@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <fstream>
 #include <future>
@@ -19,12 +20,15 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "perseus/client/http_client.hpp"
 #include "perseus/protocol/models.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "process_fixture.hpp"
+#include "server_fixture.hpp"
 
 namespace perseus::testing {
 namespace {
@@ -326,6 +330,101 @@ TEST(BoundsFaults, DurationsTooLongForTheClockAreAUsageError) {
     EXPECT_NE(read_file(dir / "usage.out").find(flag.substr(0, flag.find(' '))), std::string::npos)
         << read_file(dir / "usage.out");
   }
+}
+
+}  // namespace
+}  // namespace perseus::testing
+
+namespace perseus::testing {
+namespace {
+
+// Sample lines of a Prometheus exposition whose value is not finite (a bucket's le="+Inf" label is fine).
+std::vector<std::string> non_finite_samples(const std::string& exposition) {
+  std::vector<std::string> out;
+  std::istringstream lines(exposition);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    std::string value = line.substr(line.find_last_of(' ') + 1);
+    if (value == "+Inf" || value == "-Inf" || value == "NaN") out.push_back(line);
+  }
+  return out;
+}
+
+// Results no GPU could measure, against a real `perseus serve`, at random: an iteration longer than
+// a day (up to 1e308 s) or negative, an energy above a day at the most a GPU draws (up to 1e308 J),
+// are refused with 422 naming the field before they reach the round; an average power above the
+// GPU's maximum is taken as no measurement (a warning says so; the job's measured values leave it out). The rounds go
+// on with the valid results, and no metric becomes infinite. PERSEUS_FAULT_INSTANCES sets how many (default 8).
+TEST(BoundsFaults, ResultsNoGpuCouldMeasureAreRejectedAndNothingBecomesInfinite) {
+  auto dir = test_dir();
+  ServeProcess serve(dir, "AllMaxFrequency", "{}");
+  ASSERT_NE(serve.port, 0);
+  unsigned seed = std::random_device()();
+  SCOPED_TRACE(fmt::format("seed {}", seed));
+  std::mt19937 random(seed);
+  client::HttpClient http(serve.url());
+  std::string id = json::parse(http.request("POST", "/register_job", job_body(1).dump(), 10s).body).get<std::string>();
+  ASSERT_EQ(http.request("POST", "/register_rank", rank_body(id, 0, 0, {"forward", "backward"}).dump(), 10s).status,
+            200);
+  const std::string result_path = "/result/" + client::encode_path_segment(id);
+  const std::string schedule_path = "/schedule/" + client::encode_path_segment(id) + "?rank=0";
+  auto log_uniform = [&](double low, double high) {
+    return std::exp(std::uniform_real_distribution<double>(std::log(low), std::log(high))(random));
+  };
+  int rounds = 0, no_measurement = 0;
+  auto round = [&](const json& result) {
+    EXPECT_EQ(http.request("GET", schedule_path, "", 10s).status, 200);
+    auto reply = http.request("POST", result_path, result.dump(), 10s);
+    rounds += reply.status == 200;
+    return reply;
+  };
+  for (int instance = 0, count = fault_instances(8); instance < count; ++instance) {
+    const int kind = instance % 4;
+    json bad = result_body(0);
+    std::string field;
+    if (kind == 0) {
+      double time = log_uniform(protocol::kMaxMeasuredSeconds * 1.0001, 1e308);
+      bad["iter_time"][1] = time, field = "iter_time[1]";
+    } else if (kind == 1) {
+      bad["iter_time"][0] = -log_uniform(1e-9, 1e308), field = "iter_time[0]";
+    } else if (kind == 2) {
+      bad["iter_energy"][0] = log_uniform(protocol::kMaxMeasuredJoules * 1.0001, 1e308), field = "iter_energy[0]";
+    } else {
+      // Plausible values, but 1 s at more than any GPU's maximum power.
+      bad["iter_energy"] = {log_uniform(protocol::kMaxPlausibleGpuPowerW * protocol::kPowerSlack * 1.01, 1e6), 100.0};
+    }
+    SCOPED_TRACE(fmt::format("instance {}: {}", instance, bad.dump().substr(0, 120)));
+    EXPECT_EQ(http.request("GET", schedule_path, "", 10s).status, 200);
+    auto reply = http.request("POST", result_path, bad.dump(), 10s);
+    if (kind < 3) {
+      EXPECT_EQ(reply.status, 422) << reply.body;
+      EXPECT_NE(reply.body.find("field '" + field + "'"), std::string::npos) << reply.body;
+      EXPECT_EQ(http.request("POST", result_path, result_body(0).dump(), 10s).status, 200);
+    } else {
+      EXPECT_EQ(reply.status, 200) << reply.body;
+      ++no_measurement;
+      EXPECT_TRUE(eventually(
+          [&] {
+            return serve.log().find(fmt::format("round {} rejected, it is no measurement", rounds)) !=
+                   std::string::npos;
+          },
+          5s))
+          << serve.log();
+      json measured =
+          json::parse(http.request("GET", "/jobs/" + client::encode_path_segment(id), "", 10s).body)["measured"];
+      EXPECT_EQ(measured["energy"], 100.0) << "the rejected result was counted: " << measured.dump();
+      round(result_body(0));  // a valid round between rejected ones: the job goes on
+    }
+    ++rounds;
+  }
+  json status = json::parse(http.request("GET", "/jobs/" + client::encode_path_segment(id), "", 10s).body);
+  EXPECT_EQ(status["round"].get<int>(), rounds) << status.dump();
+  EXPECT_TRUE(non_finite_samples(http.request("GET", "/metrics", "", 10s).body).empty())
+      << fmt::format("{}", fmt::join(non_finite_samples(http.request("GET", "/metrics", "", 10s).body), "\n"));
+  std::printf("%d rounds: %d results refused, %d taken as no measurement\n", rounds,
+              fault_instances(8) - no_measurement, no_measurement);
+  serve.stop(SIGTERM);
+  fs::remove_all(dir);
 }
 
 }  // namespace
