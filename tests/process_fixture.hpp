@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <sstream>
 #include <string>
@@ -81,11 +82,12 @@ struct ServeProcess {
   }
   ~ServeProcess() { stop(SIGTERM); }
 
-  // Sends `signal` and waits (up to 2 s) for the process to go.
+  // Sends `signal` and waits (up to 10 s: a process killed in the middle of a disk flush on a busy
+  // machine goes only when the flush returns, and holds its port until then) for the process to go.
   void stop(int signal) {
     if (pid <= 0) return;
     ::kill(pid, signal);
-    for (int i = 0; i < 200 && alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    for (int i = 0; i < 1000 && alive(pid); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     pid = -1;
   }
 
@@ -111,6 +113,13 @@ inline pid_t spawn(const std::filesystem::path& dir, const std::string& command,
                                  command, name, name, dir.string(), name);
   EXPECT_EQ(std::system(line.c_str()), 0);
   return std::stoi(read_file(dir / (name + ".pid")));
+}
+
+// How many random instances a randomized fault test runs: PERSEUS_FAULT_INSTANCES when set (to run
+// many more than CI does), else `fallback`.
+inline int fault_instances(int fallback) {
+  const char* text = std::getenv("PERSEUS_FAULT_INSTANCES");
+  return text != nullptr && std::atoi(text) > 0 ? std::atoi(text) : fallback;
 }
 
 // Waits up to `limit` for `done()`; returns whether it happened.

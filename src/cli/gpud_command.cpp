@@ -5,6 +5,9 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <optional>
 
@@ -26,6 +29,8 @@ struct GpudArgs {
   std::string log_level = "info";
   std::string metrics_address;  // "": no metrics listener
   double idle_timeout_s = 60;
+  long long max_connections_per_user = -1;  // -1: half the open-file limit
+  long long max_connections = -1;           // -1: the open-file limit less a reserve
 };
 
 int run_gpud(const GpudArgs& args) {
@@ -64,6 +69,17 @@ int run_gpud(const GpudArgs& args) {
   boost::asio::io_context io(1);
   gpud::DaemonOptions options{args.socket, mode, args.socket_group};
   options.idle_timeout = std::chrono::milliseconds(static_cast<long long>(args.idle_timeout_s * 1000));
+  // Defaults from the open-file limit: a user may hold half; all connections, all but a reserve.
+  rlimit files{};
+  bool limited = getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY;
+  if (args.max_connections_per_user >= 0)
+    options.max_connections_per_user = static_cast<std::size_t>(args.max_connections_per_user);
+  else if (limited)
+    options.max_connections_per_user = std::max<std::size_t>(8, static_cast<std::size_t>(files.rlim_cur / 2));
+  if (args.max_connections >= 0) options.max_connections = static_cast<std::size_t>(args.max_connections);
+  else if (limited)
+    options.max_connections =
+        static_cast<std::size_t>(std::max<rlim_t>(16, files.rlim_cur - std::max<rlim_t>(16, files.rlim_cur / 8)));
   gpud::Daemon daemon(io, library, options);
   std::optional<gpud::MetricsEndpoint> metrics;  // after the daemon: it reads the daemon's state
   if (metrics_address) metrics.emplace(io, daemon, library, *metrics_address);
@@ -115,6 +131,14 @@ Runner add_gpud_command(CLI::App& app) {
   cmd->add_option("--idle-timeout", args->idle_timeout_s,
                   "Seconds after which a connection that owns no GPU and sends nothing is closed (0: never)")
       ->capture_default_str();
+  cmd->add_option("--max-connections-per-user", args->max_connections_per_user,
+                  "Most connections one user (uid) may hold; more are closed as they are accepted (default: half "
+                  "the open-file limit; 0: no cap)")
+      ->check(CLI::Range(0LL, 1LL << 30));
+  cmd->add_option("--max-connections", args->max_connections,
+                  "Most connections in all; at the bound the longest-idle one that owns no GPU is closed to make "
+                  "room (default: the open-file limit less 16 or an eighth of it; 0: no bound)")
+      ->check(CLI::Range(0LL, 1LL << 30));
   cmd->add_option("--metrics-address", args->metrics_address,
                   "Serve Prometheus metrics (GET /metrics: per GPU its locked clock, owner, power, energy, resets) "
                   "on HOST:PORT, or on 127.0.0.1:PORT given a PORT alone; off by default");

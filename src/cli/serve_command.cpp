@@ -70,9 +70,11 @@ struct ServeArgs {
   long long max_job_entries = kDefaults.max_job_entries;
   std::size_t max_body_bytes = server::HttpLimits{}.max_body_bytes;
   long long max_connections_per_peer = -1;  // -1: half the open-file limit
+  long long max_connections = -1;           // -1: the open-file limit less a reserve for files
   double idle_timeout = std::chrono::duration<double>(server::HttpLimits{}.idle_timeout).count();
   double write_timeout = std::chrono::duration<double>(server::HttpLimits{}.write_timeout).count();
   bool record_ranks = kDefaults.record_ranks;
+  long long max_result_iterations = static_cast<long long>(kDefaults.max_result_iterations);
   bool metrics_public = false;
   int record_rounds = kDefaults.record_rounds;
   std::optional<double> power_budget;
@@ -206,6 +208,7 @@ int serve(ServeArgs args) {
   settings.max_total_ranks = args.max_total_ranks;
   settings.max_job_entries = args.max_job_entries;
   settings.record_ranks = args.record_ranks;
+  settings.max_result_iterations = static_cast<std::size_t>(args.max_result_iterations);
   settings.record_rounds = args.record_rounds;
   settings.power_budget_w = args.power_budget;
   if (args.port < 0 || args.port > 65535)
@@ -231,6 +234,11 @@ int serve(ServeArgs args) {
     limits.max_connections_per_peer = static_cast<std::size_t>(args.max_connections_per_peer);
   else if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
     limits.max_connections_per_peer = std::max<std::size_t>(16, static_cast<std::size_t>(files.rlim_cur / 2));
+  // By default every descriptor but a reserve (the store, record files, the log: 16, or an eighth).
+  if (args.max_connections >= 0) limits.max_connections = static_cast<std::size_t>(args.max_connections);
+  else if (getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur != RLIM_INFINITY)
+    limits.max_connections =
+        static_cast<std::size_t>(std::max<rlim_t>(16, files.rlim_cur - std::max<rlim_t>(16, files.rlim_cur / 8)));
   auto milliseconds = [](double seconds) {
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(seconds));
   };
@@ -371,6 +379,18 @@ Runner add_serve_command(CLI::App& app) {
                   "Most connections one remote address may hold; more are closed as they are accepted (default: "
                   "half the open-file limit; 0: no cap). Each rank holds two or three")
       ->envname("PERSEUS_MAX_CONNECTIONS_PER_PEER")
+      ->check(between(0LL, 1LL << 30));
+  cmd->add_option("--max-result-iterations", args->max_result_iterations,
+                  "Most iterations one POST /result may hold (413 beyond, refused before it is held); with the "
+                  "rank's schedule it bounds what a round holds and records per rank")
+      ->envname("PERSEUS_MAX_RESULT_ITERATIONS")
+      ->check(between(1LL, 1LL << 24))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", args->max_connections,
+                  "Most connections in all, from every address (default: the open-file limit less 16 or an eighth "
+                  "of it; 0: no bound). Idle ones (no request in progress) may take all but an eighth: past "
+                  "either bound the longest-idle connection is closed to make room")
+      ->envname("PERSEUS_MAX_CONNECTIONS")
       ->check(between(0LL, 1LL << 30));
   cmd->add_option("--idle-timeout", args->idle_timeout,
                   "Seconds a kept-alive connection may wait for its next request, or a request take to arrive, "

@@ -247,6 +247,8 @@ struct Client::Impl {
           if (it == open.end()) break;  // an end without a begin: nothing to measure
           step_time[e.name].push_back(std::chrono::duration<double>(e.time - it->second.time).count());
           step_energy[e.name].push_back(energy_j() - it->second.energy);
+          // A counter that went backwards (the GPU was reset): the iteration is no measurement.
+          if (step_energy[e.name].back() < 0) step_read_failed = true;
           open.erase(it);
           if (to_check) {
             try {
@@ -260,6 +262,7 @@ struct Client::Impl {
         case Event::step_end: {
           if (!step_open || step_read_failed) break;  // an iteration measured in part is no measurement
           double energy = energy_j() - step_open->energy;
+          if (energy < 0) break;
           double time = std::chrono::duration<double>(e.time - step_open->time).count();
           std::lock_guard lock(mutex);
           append_iteration(round_data.time_breakdown, step_time, round_data.iter_time.size());

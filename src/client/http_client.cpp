@@ -57,7 +57,11 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
     if (impl_->cancelled.load()) throw ServerUnreachable(fmt::format("{} {}{}: cancelled", method, url_, target));
     beast::error_code ec;
     bool done = false;
-    http::response<http::string_body> res;
+    // The reply's size is bounded before any of its body is read (a Content-Length above the bound
+    // is refused from the header): a broken or hostile server cannot make training allocate it.
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(kMaxReplyBytes);
+    parser.header_limit(kMaxReplyHeaderBytes);
     http::request<http::string_body> req(http::string_to_verb(method), target, 11);
     req.set(http::field::host, impl_->host);
     req.set(http::field::content_type, "application/json");
@@ -74,9 +78,19 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
           done = true;
           return;
         }
-        http::async_read(*impl_->stream, buffer, res, [&](beast::error_code e2, std::size_t) {
-          ec = e2;
-          done = true;
+        // The header first: a Content-Length above the bound ends the exchange before any of the
+        // body is read (the parser's own check alone let some through).
+        http::async_read_header(*impl_->stream, buffer, parser, [&](beast::error_code e2, std::size_t) {
+          if (!e2 && parser.content_length() && *parser.content_length() > kMaxReplyBytes) e2 = http::error::body_limit;
+          if (e2 || parser.is_done()) {
+            ec = e2;
+            done = true;
+            return;
+          }
+          http::async_read(*impl_->stream, buffer, parser, [&](beast::error_code e3, std::size_t) {
+            ec = e3;
+            done = true;
+          });
         });
       });
     };
@@ -117,12 +131,18 @@ HttpReply HttpClient::request(const std::string& method, const std::string& targ
       ec = beast::error::timeout;
     }
     if (!ec) {
+      auto res = parser.release();
       if (!res.keep_alive()) impl_->stream.reset();
       auto secret = res.find(kJobSecretHeader);
       impl_->received_job_secret = secret != res.end() ? std::string(secret->value()) : std::string();
       return {static_cast<int>(res.result_int()), res.body()};
     }
     impl_->stream.reset();
+    if (ec == http::error::body_limit || ec == http::error::header_limit || ec == http::error::buffer_overflow)
+      throw Error(
+          fmt::format("{} {}{}: the server's reply is larger than a reply may be ({} bytes of body, {} of "
+                      "header): not read",
+                      method, url_, target, kMaxReplyBytes, kMaxReplyHeaderBytes));
     bool stale =
         ec == http::error::end_of_stream || ec == asio::error::connection_reset || ec == asio::error::broken_pipe;
     if (attempt == 0 && stale && !impl_->cancelled.load()) continue;

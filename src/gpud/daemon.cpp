@@ -20,10 +20,12 @@
 #include <filesystem>
 #include <istream>
 #include <map>
+#include <optional>
 #include <vector>
 
 #include "perseus/cpu/rapl.hpp"
 #include "perseus/gpud/protocol.hpp"
+#include "perseus/util/atomic_file.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/safe_text.hpp"
 
@@ -58,7 +60,17 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   void set_socket_access();  // mode and group of the socket file
   void accept();
   void accept_failed(const boost::system::error_code& ec);
-  void reset_all(const char* why);
+  // Whether a new connection may stay: room is made under max_connections_per_user (closing that
+  // user's longest-idle connection that owns no GPU) and under max_connections (anyone's); only
+  // when every candidate owns a GPU is the new one closed. A rank's clock lock is never kept out by
+  // connections held open.
+  bool admit(const Connection& connection);
+  // What this daemon's clients changed and nobody undid yet, per GPU, in <socket>.state, written
+  // before each change that adds to it: a daemon started after a crash undoes exactly that
+  // (undo_what_a_crash_left) and nothing else, so an administrator's power limit is never lifted.
+  void note_changes();
+  void undo_what_a_crash_left();
+  std::string state_path() const { return options.socket_path + ".state"; }
   // Undoes `touched` on `device`; returns what failed ("" when nothing did).
   std::string reset(unsigned device, const Touched& touched);
   // reset() on behalf of a client, counted in the GPU's resets.
@@ -87,6 +99,8 @@ struct Daemon::Impl : std::enable_shared_from_this<Daemon::Impl> {
   std::map<unsigned, std::vector<unsigned>> clocks;  // supported graphics clocks at the top memory clock
   std::vector<std::weak_ptr<Connection>> connections;
   std::unique_ptr<cpu::RaplSource> rapl;  // opened at the first "rapl" request
+  std::string noted;                      // the state file's content as last written ("": none)
+  std::size_t refused = 0, evicted = 0;
   bool stopped = false;
 };
 
@@ -122,6 +136,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::map<unsigned, Touched> owned;  // GPUs this connection owns, and what it changed on each
   pid_t pid = 0;
   uid_t uid = 0;
+  std::chrono::steady_clock::time_point last_request = std::chrono::steady_clock::now();
 
  private:
   void read() {
@@ -153,6 +168,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
                    true);
     }
     if (ec) return close();
+    last_request = std::chrono::steady_clock::now();
     std::string line(asio::buffers_begin(buffer_.data()),
                      asio::buffers_begin(buffer_.data()) + static_cast<std::ptrdiff_t>(n));
     buffer_.consume(n);
@@ -260,7 +276,14 @@ void Daemon::Impl::accept() {
     if (self->stopped || ec == asio::error::operation_aborted) return;
     if (!ec) {
       auto connection = std::make_shared<Connection>(std::move(socket), self);
-      std::erase_if(self->connections, [](const auto& c) { return c.expired(); });
+      std::erase_if(self->connections, [](const auto& c) {
+        auto open = c.lock();
+        return !open || !open->is_open();
+      });
+      if (!self->admit(*connection)) {
+        connection->close();
+        return self->accept();
+      }
       self->connections.push_back(connection);
       connection->start();
       if (self->accept_failures > 0) spdlog::warn("accept works again after {} failed attempts", self->accept_failures);
@@ -270,6 +293,58 @@ void Daemon::Impl::accept() {
     }
     self->accept();
   });
+}
+
+bool Daemon::Impl::admit(const Connection& connection) {
+  // The longest-idle open connection that owns no GPU, of `uid` (or of anyone), and how many `uid` holds.
+  auto idlest = [&](std::optional<uid_t> uid, std::size_t* held) {
+    std::shared_ptr<Connection> found;
+    for (const auto& weak : connections) {
+      auto other = weak.lock();
+      if (!other || !other->is_open() || (uid && other->uid != *uid)) continue;
+      if (held) ++*held;
+      if (other->owned.empty() && (!found || other->last_request < found->last_request)) found = other;
+    }
+    return found;
+  };
+  auto make_room = [&](const std::shared_ptr<Connection>& victim) {
+    victim->close();
+    std::erase_if(connections, [&](const auto& c) { return c.lock() == victim; });
+  };
+  std::size_t mine = 0;
+  auto own_idlest = idlest(connection.uid, &mine);
+  if (options.max_connections_per_user != 0 && mine >= options.max_connections_per_user) {
+    if (!own_idlest) {
+      if (refused++ % 1000 == 0)
+        spdlog::warn(
+            "uid {} holds {} connections, each owning a GPU (--max-connections-per-user): closing new ones "
+            "({} so far)",
+            connection.uid, mine, refused);
+      return false;
+    }
+    if (evicted++ % 1000 == 0)
+      spdlog::warn(
+          "uid {} holds {} connections (--max-connections-per-user): closing its longest idle one that owns "
+          "no GPU to make room ({} so far)",
+          connection.uid, mine, evicted);
+    make_room(own_idlest);
+  }
+  if (options.max_connections != 0 && connections.size() >= options.max_connections) {
+    auto any_idlest = idlest(std::nullopt, nullptr);
+    if (!any_idlest) {
+      if (refused++ % 1000 == 0)
+        spdlog::warn("{} connections, each owning a GPU (--max-connections): closing new ones ({} so far)",
+                     connections.size(), refused);
+      return false;
+    }
+    if (evicted++ % 1000 == 0)
+      spdlog::warn(
+          "{} connections (--max-connections): closing the longest idle one that owns no GPU to make room "
+          "({} so far)",
+          connections.size(), evicted);
+    make_room(any_idlest);
+  }
+  return true;
 }
 
 // Out of descriptors, the pending connection stays queued and accept fails again at once: retrying
@@ -326,12 +401,53 @@ std::string Daemon::Impl::undo(unsigned device, const Touched& touched) {
   return failed;
 }
 
-void Daemon::Impl::reset_all(const char* why) {
+void Daemon::Impl::note_changes() {
+  json gpus = json::object();
   for (unsigned d = 0; d < device_count; ++d) {
-    std::string failed = reset(d, Touched{true, true, true});
-    if (failed.empty()) spdlog::info("GPU {}: clocks and power limit reset ({})", d, why);
-    else spdlog::warn("GPU {}: could not reset everything ({}): {}", d, why, failed);
+    if (owner[d] == nullptr) continue;
+    auto it = owner[d]->owned.find(d);
+    if (it == owner[d]->owned.end() || !it->second.any()) continue;
+    const Touched& t = it->second;
+    gpus[std::to_string(d)] = {{"graphics_clock_locked", t.graphics},
+                               {"memory_clock_locked", t.memory},
+                               {"power_limit_before_mw", t.power_limit ? json(t.limit_before_mw) : json(nullptr)}};
   }
+  std::string text = gpus.empty() ? "" : json{{"changed", gpus}}.dump() + "\n";
+  if (text == noted) return;
+  std::error_code ignored;
+  try {
+    if (text.empty()) std::filesystem::remove(state_path(), ignored);
+    else write_file_atomic(state_path(), text);
+    noted = text;
+  } catch (const std::exception& e) {
+    spdlog::warn("could not write {} (a daemon started after a crash would not know what to undo): {}", state_path(),
+                 e.what());
+  }
+}
+
+void Daemon::Impl::undo_what_a_crash_left() {
+  std::error_code ec;
+  if (!std::filesystem::exists(state_path(), ec)) return;
+  try {
+    json state = json::parse(read_file(state_path()));
+    for (const auto& [key, change] : state.at("changed").items()) {
+      unsigned device = static_cast<unsigned>(std::stoul(key));
+      if (device >= device_count) continue;
+      Touched touched;
+      touched.graphics = change.at("graphics_clock_locked").get<bool>();
+      touched.memory = change.at("memory_clock_locked").get<bool>();
+      touched.power_limit = !change.at("power_limit_before_mw").is_null();
+      if (touched.power_limit) touched.limit_before_mw = change.at("power_limit_before_mw").get<unsigned>();
+      std::string failed = reset(device, touched);
+      if (failed.empty())
+        spdlog::info("GPU {}: undid what the clients of an earlier perseus gpud set (it did not stop cleanly)", device);
+      else spdlog::warn("GPU {}: could not undo all an earlier perseus gpud's clients set: {}", device, failed);
+    }
+  } catch (const std::exception& e) {
+    spdlog::warn("{} cannot be read ({}): what an earlier perseus gpud's clients set is left as it is", state_path(),
+                 e.what());
+  }
+  std::filesystem::remove(state_path(), ec);
 }
 
 const std::vector<unsigned>& Daemon::Impl::graphics_clocks(unsigned device) {
@@ -366,6 +482,7 @@ void Daemon::Impl::release(Connection& connection) {
     if (owner[device] == &connection) owner[device] = nullptr;
   }
   connection.owned.clear();
+  note_changes();
 }
 
 json Daemon::Impl::handle(Connection& connection, const Request& request) {
@@ -401,6 +518,7 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     connection.owned.erase(device);
     owner[device] = nullptr;
     std::string failed = undo(device, touched);
+    note_changes();
     if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
     return nullptr;
   }
@@ -419,10 +537,12 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     Touched& touched = connection.owned[device];
     if (lock_graphics) {
       touched.graphics = true;  // before the call: a partial failure must still be undone
+      note_changes();
       gpu->lock_graphics_clock(device, low, high);
       state[device].locked_graphics_mhz = high;
     } else {
       touched.memory = true;
+      note_changes();
       gpu->lock_memory_clock(device, low, high);
       state[device].locked_memory_mhz = high;
     }
@@ -438,6 +558,7 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
     Touched& touched = connection.owned[device];
     if (!touched.power_limit) touched.limit_before_mw = gpu->power_limit_mw(device);
     touched.power_limit = true;
+    note_changes();
     gpu->set_power_limit_mw(device, limit);
     return nullptr;
   }
@@ -453,11 +574,13 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
       touched.memory = false;
       state[device].locked_memory_mhz = 0;
     }
+    note_changes();
     return nullptr;
   }
-  if (op == "reset") {  // everything, whoever set it (perseus gpu reset)
+  if (op == "reset") {  // everything, whoever set it: asked for by hand (perseus gpu reset)
     claim(connection, device);
     connection.owned[device] = Touched{};
+    note_changes();
     std::string failed = undo(device, Touched{true, true, true});
     if (!failed.empty()) throw GpuError(GpuErrorKind::other, failed);
     return nullptr;
@@ -490,7 +613,7 @@ Daemon::Daemon(asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, Daemo
   impl_->owner.assign(impl_->device_count, nullptr);
   impl_->state.assign(impl_->device_count, GpuState{});
   impl_->listen();
-  impl_->reset_all("gpud started");
+  impl_->undo_what_a_crash_left();
   impl_->accept();
 }
 
@@ -512,10 +635,11 @@ void Daemon::stop() {
   boost::system::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->retry.cancel();
+  // Each connection's close undoes what it set; nothing else is touched.
   for (auto& weak : impl_->connections)
     if (auto connection = weak.lock()) connection->close();
   impl_->connections.clear();
-  impl_->reset_all("gpud stopping");
+  impl_->note_changes();
   std::error_code fs_error;
   std::filesystem::remove(impl_->options.socket_path, fs_error);
 }

@@ -2,10 +2,14 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
@@ -184,9 +188,26 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
 
 namespace {
 
+// Every number in `value` (a number or nested lists) an integer that fits an int: 1e12 or 2.5 is
+// an error, not a conversion (which would be undefined).
+bool ints_only(const json& value) {
+  if (value.is_array()) return std::all_of(value.begin(), value.end(), ints_only);
+  if (value.is_number_unsigned()) return value.get<std::uint64_t>() <= std::numeric_limits<int>::max();
+  if (value.is_number_integer())
+    return value.get<std::int64_t>() >= std::numeric_limits<int>::min() &&
+           value.get<std::int64_t>() <= std::numeric_limits<int>::max();
+  return false;
+}
+
 template <typename T>
 T field(const json& object, const char* name, const std::string& file) {
   if (!object.contains(name)) throw InputError(file, 0, name, "missing");
+  constexpr bool integers =
+      std::is_same_v<T, int> || std::is_same_v<T, std::vector<int>> || std::is_same_v<T, std::vector<std::vector<int>>>;
+  if constexpr (integers)
+    if (!ints_only(object.at(name)))
+      throw InputError(file, 0, name,
+                       fmt::format("must hold whole numbers that fit an int, got {}", describe_json(object.at(name))));
   try {
     return object.at(name).get<T>();
   } catch (const json::exception&) {

@@ -247,6 +247,76 @@ PlanFile parse_python_plan(const std::string& text, const std::string& source) {
   return plan;
 }
 
+namespace {
+
+// What a JSON plan says of its shape must be what it holds: num_stages its stage lists, and
+// instructions (as plan_to_json writes them) one name per clock, the very names of its schedule.
+// Every stage runs at least one instruction per microbatch, so num_microbatches is at most a
+// stage's clock count (which also bounds the schedule built to compare against).
+void check_json_plan_shape(const json& doc, const PlanFile& plan, const std::string& source) {
+  const auto stages = plan.frequencies.size();
+  if (doc.contains("num_stages")) {
+    const json& n = doc["num_stages"];
+    if (!n.is_number_integer() || n.get<std::int64_t>() != static_cast<std::int64_t>(stages))
+      throw InputError(source, 0, "num_stages",
+                       fmt::format("{} but the plan lists {} stages in 'frequencies'", describe_json(n), stages));
+  }
+  if (plan.num_microbatches) {
+    for (std::size_t s = 0; s < stages; ++s)
+      if (static_cast<std::size_t>(*plan.num_microbatches) > plan.frequencies[s].size())
+        throw InputError(source, 0, "num_microbatches",
+                         fmt::format("{} microbatches, but stage {} runs only {} instructions (at least one per "
+                                     "microbatch)",
+                                     *plan.num_microbatches, s, plan.frequencies[s].size()));
+  }
+  if (!doc.contains("instructions")) return;
+  const json& names = doc["instructions"];
+  if (!names.is_array() || names.size() != stages)
+    throw InputError(source, 0, "instructions", fmt::format("must be {} lists of names, one per stage", stages));
+  std::vector<std::vector<std::string>> expected;
+  if (plan.schedule && plan.num_microbatches) {
+    Plan shape;
+    shape.num_stages = static_cast<int>(stages);
+    shape.num_microbatches = *plan.num_microbatches;
+    shape.schedule = *plan.schedule;
+    shape.extra_forwards = plan.extra_forwards;
+    shape.virtual_stages = plan.virtual_stages;
+    try {
+      check_schedule_shape(shape.schedule, shape.num_stages, shape.num_microbatches, shape.virtual_stages);
+      check_extra_forwards(shape.schedule, shape.extra_forwards, shape.num_stages, shape.num_microbatches);
+      for (const auto& stage : shape.stage_instructions()) {
+        expected.emplace_back();
+        for (const auto& inst : stage) expected.back().push_back(short_name(inst, shape.virtual_stages));
+      }
+    } catch (const Error& e) {
+      throw InputError(source, 0, "schedule", e.what());
+    }
+  }
+  for (std::size_t s = 0; s < stages; ++s) {
+    const std::string where = fmt::format("instructions[{}]", s);
+    if (!names[s].is_array() || names[s].size() != plan.frequencies[s].size())
+      throw InputError(
+          source, 0, where,
+          fmt::format("must list one name per clock of frequencies[{}] ({})", s, plan.frequencies[s].size()));
+    for (std::size_t k = 0; k < names[s].size(); ++k) {
+      const json& name = names[s][k];
+      bool same = name.is_string() && (expected.empty() ? !name.get_ref<const std::string&>().empty()
+                                                        : s < expected.size() && k < expected[s].size() &&
+                                                              name.get_ref<const std::string&>() == expected[s][k]);
+      if (!same)
+        throw InputError(
+            source, 0, fmt::format("{}[{}]", where, k),
+            expected.empty()
+                ? fmt::format("expected an instruction name, got {}", describe_json(name))
+                : fmt::format("{} is not the plan's {} schedule's instruction here ({})", describe_json(name),
+                              to_string(*plan.schedule),
+                              s < expected.size() && k < expected[s].size() ? expected[s][k] : std::string("none")));
+    }
+  }
+}
+
+}  // namespace
+
 PlanFile parse_json_plan(const std::string& text, const std::string& source) {
   json doc;
   try {
@@ -321,6 +391,7 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
     }
     plan.num_microbatches = doc["num_microbatches"].get<int>();
   }
+  check_json_plan_shape(doc, plan, source);
   return plan;
 }
 

@@ -154,8 +154,13 @@ std::string sanitize_id_part(std::string_view text) {
 }
 
 std::string records_dir_name(const std::string& job_id) {
-  std::string out = job_id;
-  std::replace(out.begin(), out.end(), '/', '_');
+  std::string out;
+  out.reserve(job_id.size());
+  for (char c : job_id) {
+    if (c == '/') out += "%2F";
+    else if (c == '%') out += "%25";
+    else out.push_back(c);
+  }
   return out;
 }
 

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
+#include <utility>
 
 #include "perseus/util/safe_text.hpp"
 
@@ -29,6 +31,32 @@ std::string sum_iteration(const Breakdown& breakdown, std::size_t iteration, con
 
 }  // namespace
 
+std::string oversized_result(const ProfilingResult& result, const RankInfo& rank) {
+  const std::set<std::string> distinct(rank.pipe_schedule.begin(), rank.pipe_schedule.end());
+  const std::size_t most_names = distinct.size() + kMaxUnscheduledInstructions;
+  const std::size_t most_per_iteration = rank.pipe_schedule.size() + kMaxUnscheduledInstructions;
+  for (const auto& [field, breakdown] :
+       {std::pair{"time_breakdown", &result.time_breakdown}, std::pair{"energy_breakdown", &result.energy_breakdown}}) {
+    if (breakdown->size() > most_names)
+      return fmt::format(
+          "field '{}': {} instructions named; rank {} registered {} distinct instructions (at most {} others may be "
+          "measured)",
+          field, breakdown->size(), rank.rank, distinct.size(), kMaxUnscheduledInstructions);
+    std::vector<std::size_t> per_iteration;
+    for (const auto& [name, rows] : *breakdown) {
+      if (per_iteration.size() < rows.size()) per_iteration.resize(rows.size());
+      for (std::size_t i = 0; i < rows.size(); ++i) per_iteration[i] += rows[i].size();
+    }
+    for (std::size_t i = 0; i < per_iteration.size(); ++i)
+      if (per_iteration[i] > most_per_iteration)
+        return fmt::format(
+            "field '{}': iteration {} holds {} measurements; rank {} registered {} instructions per iteration (at most "
+            "{} others may be measured)",
+            field, i, per_iteration[i], rank.rank, rank.pipe_schedule.size(), kMaxUnscheduledInstructions);
+  }
+  return "";
+}
+
 double max_power_w(const RankInfo& rank) { return rank.max_power_w.value_or(kMaxPlausibleGpuPowerW); }
 
 std::optional<double> plausible_blocking_power(double watts, const std::vector<RankInfo>& ranks) {
@@ -48,6 +76,7 @@ std::string implausible_result(const ProfilingResult& result, double max_power) 
   for (std::size_t i = 0; i < result.iter_time.size(); ++i) {
     const double t = result.iter_time[i], e = result.iter_energy[i];
     if (!std::isfinite(t) || t <= 0) return fmt::format("iteration {} took {} s", i, t);
+    if (t > kMaxMeasuredSeconds) return fmt::format("iteration {} took {} s, longer than a day", i, t);
     if (!std::isfinite(e) || e <= 0) return fmt::format("iteration {} used {} J", i, e);
     if (e / t > max_power * kPowerSlack)
       return fmt::format(

@@ -15,6 +15,8 @@ int http_status(Refusal refusal) {
       return 422;
     case Refusal::forbidden:
       return 403;
+    case Refusal::too_large:
+      return 413;
     case Refusal::not_found:
       return 404;
     case Refusal::conflict:

@@ -4,11 +4,14 @@
 // other body, and the text of a malformed one, goes through nlohmann (parse_body).
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cmath>
+#include <optional>
 #include <fmt/format.h>
 
 #include "field_checks.hpp"
 #include "perseus/protocol/models.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
 
 namespace perseus::protocol {
 namespace {
@@ -58,33 +61,66 @@ int as_int(dom::element value, const std::string& name) {
   bad(name, fmt::format("expected an integer, got {}", type_name(value)));
 }
 
+// What a measured value may be (physical_bounds.hpp): a time or an energy.
+struct Bound {
+  double max;
+  const char* unit;
+  const char* why;
+};
+constexpr Bound kTimeBound{kMaxMeasuredSeconds, "s", "a day"};
+constexpr Bound kEnergyBound{kMaxMeasuredJoules, "J", "a day at the most a GPU draws"};
+
+[[noreturn]] void out_of_bounds(const std::string& name, double v, const Bound& bound) {
+  bad(name, fmt::format("{} {} is no measurement: a value must be between 0 and {:.0f} {} ({})", v, bound.unit,
+                        bound.max, bound.unit, bound.why));
+}
+
+[[noreturn]] void too_large(const std::string& name, const std::string& problem) {
+  throw RequestError(Refusal::too_large, fmt::format("field '{}': {}", name, problem));
+}
+
 // Names an element only when it is bad: formatting a name per number would cost more than parsing.
-std::vector<double> number_list(dom::element value, const std::string& name) {
+// `most`: the most elements it may have (0: any number).
+std::vector<double> number_list(dom::element value, const std::string& name, const Bound& bound, std::size_t most = 0) {
   dom::array array;
   if (value.get_array().get(array)) bad(name, fmt::format("expected a list, got {}", type_name(value)));
+  if (most != 0 && array.size() > most)
+    too_large(name,
+              fmt::format("{} iterations, at most {} (perseus serve --max-result-iterations)", array.size(), most));
   std::vector<double> out;
   out.reserve(array.size());
   for (dom::element v : array) {
     double d = 0;
-    if (v.type() != Type::BOOL && !v.get_double().get(d) && std::isfinite(d)) out.push_back(d);
-    else out.push_back(as_number(v, fmt::format("{}[{}]", name, out.size())));
+    if (v.type() == Type::BOOL || v.get_double().get(d) || !std::isfinite(d))
+      d = as_number(v, fmt::format("{}[{}]", name, out.size()));
+    if (!(d >= 0 && d <= bound.max)) out_of_bounds(fmt::format("{}[{}]", name, out.size()), d, bound);
+    out.push_back(d);
   }
   return out;
 }
 
-Breakdown breakdown(dom::object body, const char* name) {
+// Every instruction has one row per iteration measured (`iterations`: the result's).
+Breakdown breakdown(dom::object body, const char* name, const Bound& bound, std::size_t iterations_measured,
+                    const ResultLimits& limits) {
   Breakdown out;
   dom::element value;
   if (body[name].get(value)) return out;  // optional, as in the artifact
   dom::object object;
   if (value.get_object().get(object)) bad(name, fmt::format("expected an object, got {}", type_name(value)));
+  if (limits.max_instructions != 0 && object.size() > limits.max_instructions)
+    too_large(name, fmt::format("{} instructions, at most {}", object.size(), limits.max_instructions));
   for (dom::key_value_pair field : object) {
     std::string where = fmt::format("{}.{}", name, std::string_view(field.key));
     dom::array iterations;
     if (field.value.get_array().get(iterations))
       bad(where, fmt::format("expected a list of lists, got {}", type_name(field.value)));
+    if (iterations.size() > iterations_measured)
+      too_large(where, fmt::format("{} rows for {} iterations measured (iter_time): one row per iteration",
+                                   iterations.size(), iterations_measured));
     auto& rows = out[std::string(field.key)];
-    for (dom::element row : iterations) rows.push_back(number_list(row, fmt::format("{}[{}]", where, rows.size())));
+    rows.reserve(iterations.size());
+    for (dom::element row : iterations)
+      rows.push_back(number_list(row, fmt::format("{}[{}]", where, rows.size()), bound));
   }
   return out;
 }
@@ -97,9 +133,23 @@ dom::element required(dom::object body, const char* name) {
 
 }  // namespace
 
-ProfilingResult profiling_result_from_text(std::string_view text) {
-  // One parser per thread: its buffers grow to the largest result and are reused.
-  thread_local dom::parser parser;
+ProfilingResult profiling_result_from_text(std::string_view text, const ResultLimits& limits) {
+  // One parser per thread for the usual results: its buffers (~15 bytes per byte of JSON) grow to
+  // the largest and are reused. A larger one gets a parser of its own, freed when it is decoded, so
+  // that one large result does not make every I/O thread keep its buffers.
+  constexpr std::size_t kReusedUpTo = 1u << 20;
+  // Decoding takes ~10 bytes per byte of JSON. A body with more lists than the limits allow (rows of
+  // empty lists cost the most: 3 bytes of JSON, 24 of vector) is refused before any of that.
+  if (limits.max_iterations != 0 && limits.max_instructions != 0) {
+    const std::size_t most_lists = 2 + 2 * limits.max_instructions * (limits.max_iterations + 1);
+    if (static_cast<std::size_t>(std::count(text.begin(), text.end(), '[')) > most_lists)
+      too_large("body", fmt::format("more lists than {} iterations of {} instructions hold (perseus serve "
+                                    "--max-result-iterations)",
+                                    limits.max_iterations, limits.max_instructions));
+  }
+  thread_local dom::parser reused;
+  std::optional<dom::parser> once;
+  dom::parser& parser = text.size() <= kReusedUpTo ? reused : once.emplace();
   dom::element doc;
   if (auto error = parser.parse(text.data(), text.size()).get(doc)) {
     parse_body(std::string(text));  // throws with the byte nlohmann stops at
@@ -110,10 +160,11 @@ ProfilingResult profiling_result_from_text(std::string_view text) {
   ProfilingResult result;
   result.rank = as_int(required(body, "rank"), "rank");
   if (result.rank < 0) bad("rank", fmt::format("must be at least 0, got {}", result.rank));
-  result.iter_time = number_list(required(body, "iter_time"), "iter_time");
-  result.iter_energy = number_list(required(body, "iter_energy"), "iter_energy");
-  result.time_breakdown = breakdown(body, "time_breakdown");
-  result.energy_breakdown = breakdown(body, "energy_breakdown");
+  result.iter_time = number_list(required(body, "iter_time"), "iter_time", kTimeBound, limits.max_iterations);
+  result.iter_energy = number_list(required(body, "iter_energy"), "iter_energy", kEnergyBound, limits.max_iterations);
+  const std::size_t iterations = std::max(result.iter_time.size(), result.iter_energy.size());
+  result.time_breakdown = breakdown(body, "time_breakdown", kTimeBound, iterations, limits);
+  result.energy_breakdown = breakdown(body, "energy_breakdown", kEnergyBound, iterations, limits);
   dom::element stale;
   if (!body["stale"].get(stale)) {
     bool flag = false;

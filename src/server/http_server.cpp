@@ -12,8 +12,12 @@
 
 #include <algorithm>
 #include <array>
+#include <list>
 #include <map>
 #include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -40,55 +44,129 @@ constexpr std::size_t kDrainChunk = 4096;
 constexpr std::size_t kDrainBytes = 1u << 20;
 constexpr auto kDrainTime = std::chrono::seconds(1);
 
-// Connections per remote address, shared by the acceptor and every session (a session may outlive
-// the server object while the io_context winds down).
-class PeerCounts {
+class Session;
+
+// Every connection the server holds, shared by the acceptor and every session (a session may
+// outlive the server object while the io_context winds down). Two bounds: connections per remote
+// address, and connections in all. Of the latter, idle ones — no request in progress: just
+// accepted, kept alive between requests, or still sending a header — may hold at most
+// `max_idle`, so that the rest stays free for requests in progress whatever other addresses hold
+// (a host has many: 127.0.0.2, 127.0.0.3, ...). When a new connection would pass a bound, the
+// longest-idle connection is closed to make room; only when every connection has a request in
+// progress is the new one closed instead.
+class Connections {
  public:
-  explicit PeerCounts(std::size_t cap) : cap_(cap) {}
-  bool admit(const asio::ip::address& peer) {
+  Connections(std::size_t per_peer, std::size_t max_total, std::size_t max_idle)
+      : per_peer_(per_peer), max_total_(max_total), max_idle_(max_idle) {}
+
+  // A new connection from `peer`: false when it must be closed at once. `evict` gets the idle
+  // sessions to close for it.
+  bool admit(const asio::ip::address& peer, std::vector<std::weak_ptr<Session>>& evict) {
     std::lock_guard lock(mutex_);
-    auto& n = counts_[peer];
-    if (cap_ != 0 && n >= cap_) return false;
+    auto& n = per_peer_count_[peer];
+    if (per_peer_ != 0 && n >= per_peer_) {
+      if (n == 0) per_peer_count_.erase(peer);
+      return false;
+    }
+    // The longest idle go first: one for the total, then as many as the idle bound needs.
+    auto take_idle = [&] {
+      if (idle_.empty()) return false;
+      auto [session, weak] = idle_.front();
+      evict.push_back(weak);
+      index_.erase(session);
+      idle_.pop_front();
+      evicted_sessions_.insert(session);
+      --total_;  // counted out now: its close follows on its own strand
+      ++evicted_;
+      return true;
+    };
+    if (max_total_ != 0 && total_ >= max_total_ && !take_idle()) {
+      if (n == 0) per_peer_count_.erase(peer);
+      return false;
+    }
+    while (max_idle_ != 0 && idle_.size() >= max_idle_ && take_idle()) {}
     ++n;
+    ++total_;
     return true;
   }
-  void release(const asio::ip::address& peer) {
+  // The session is idle from now (waiting for a request's header) / has a request in progress.
+  void idle(Session* session, std::weak_ptr<Session> weak) {
     std::lock_guard lock(mutex_);
-    auto it = counts_.find(peer);
-    if (it != counts_.end() && --it->second == 0) counts_.erase(it);
+    if (index_.count(session) != 0 || evicted_sessions_.count(session) != 0) return;
+    idle_.emplace_back(session, std::move(weak));
+    index_[session] = std::prev(idle_.end());
   }
-  std::size_t cap() const { return cap_; }
+  // False when the session was chosen to be closed: it must not start the request.
+  bool busy(Session* session) {
+    std::lock_guard lock(mutex_);
+    if (evicted_sessions_.count(session) != 0) return false;
+    auto it = index_.find(session);
+    if (it != index_.end()) idle_.erase(it->second), index_.erase(it);
+    return true;
+  }
+  // The session is gone.
+  void release(const asio::ip::address& peer, Session* session) {
+    std::lock_guard lock(mutex_);
+    auto it = index_.find(session);
+    if (it != index_.end()) idle_.erase(it->second), index_.erase(it);
+    if (evicted_sessions_.erase(session) == 0) --total_;  // an evicted one was counted out already
+    auto p = per_peer_count_.find(peer);
+    if (p != per_peer_count_.end() && --p->second == 0) per_peer_count_.erase(p);
+  }
+  std::size_t per_peer() const { return per_peer_; }
+  std::size_t max_total() const { return max_total_; }
+  std::size_t max_idle() const { return max_idle_; }
+  std::size_t evicted() const {
+    std::lock_guard lock(mutex_);
+    return evicted_;
+  }
 
  private:
-  std::mutex mutex_;
-  std::map<asio::ip::address, std::size_t> counts_;
-  std::size_t cap_;
+  mutable std::mutex mutex_;
+  std::map<asio::ip::address, std::size_t> per_peer_count_;
+  std::list<std::pair<Session*, std::weak_ptr<Session>>> idle_;  // longest idle first
+  std::unordered_map<Session*, std::list<std::pair<Session*, std::weak_ptr<Session>>>::iterator> index_;
+  std::unordered_set<Session*> evicted_sessions_;
+  std::size_t per_peer_, max_total_, max_idle_;
+  std::size_t total_ = 0, evicted_ = 0;
 };
 
 class Session : public std::enable_shared_from_this<Session> {
  public:
   Session(tcp::socket socket, JobManager& jobs, const std::string& token, const HttpLimits& limits,
-          std::shared_ptr<PeerCounts> peers, asio::ip::address peer)
+          std::shared_ptr<Connections> connections, asio::ip::address peer)
       : stream_(std::move(socket)),
         jobs_(jobs),
         token_(token),
         limits_(limits),
-        peers_(std::move(peers)),
+        connections_(std::move(connections)),
         peer_(std::move(peer)) {
     // Beast reads max(512, free capacity) per call: without room, a 5 KB result takes ~7 recvmsg.
     buffer_.reserve(kReadBuffer);
     metrics_->connection_opened();
   }
   ~Session() {
-    peers_->release(peer_);
+    connections_->release(peer_, this);
     metrics_->connection_closed();
   }
 
   void start() { read_header(); }
 
+  // Chosen to make room (Connections::admit): closed on its own strand unless a request began.
+  static void evict(const std::weak_ptr<Session>& weak) {
+    auto self = weak.lock();
+    if (!self) return;
+    asio::post(self->stream_.get_executor(), [self] {
+      self->evicted_ = true;
+      self->close();
+    });
+  }
+
  private:
   // The header first: the token and the body's size are checked before any of the body is read.
   void read_header() {
+    if (evicted_) return close();
+    connections_->idle(this, weak_from_this());
     parser_.emplace();
     // Checked once the token is (a stranger learns nothing); none here would refuse every body.
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
@@ -128,6 +206,8 @@ class Session : public std::enable_shared_from_this<Session> {
                     "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
                     "or PERSEUS_TOKEN)");
     }
+    // A request in progress: not idle, never closed to make room (unless it was chosen already).
+    if (evicted_ || !connections_->busy(this)) return close();
     if (auto length = parser_->content_length(); length && *length > limits_.max_body_bytes)
       return refuse(413, fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
                                      *length, limits_.max_body_bytes));
@@ -258,8 +338,9 @@ class Session : public std::enable_shared_from_this<Session> {
   JobManager& jobs_;
   std::string token_;  // empty: no authorization required
   const HttpLimits limits_;
-  std::shared_ptr<PeerCounts> peers_;
+  std::shared_ptr<Connections> connections_;
   asio::ip::address peer_;
+  bool evicted_ = false;
   bool unauthorized_ = false;
   std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
   std::string_view route_ = "other";  // route_of's: a static string
@@ -285,7 +366,15 @@ struct HttpServer::Impl {
         retry(acceptor.get_executor()),
         jobs(jobs),
         limits(limits),
-        peers(std::make_shared<PeerCounts>(limits.max_connections_per_peer)) {}
+        connections(std::make_shared<Connections>(limits.max_connections_per_peer, limits.max_connections,
+                                                  idle_bound(limits))) {}
+
+  // Idle connections may take all but a reserve of max_connections: an eighth, at least 8.
+  static std::size_t idle_bound(const HttpLimits& limits) {
+    if (limits.max_connections == 0) return 0;
+    std::size_t reserve = std::max<std::size_t>(8, limits.max_connections / 8);
+    return limits.max_connections > reserve ? limits.max_connections - reserve : 1;
+  }
 
   void accept() {
     acceptor.async_accept(asio::make_strand(io), [this](beast::error_code ec, tcp::socket socket) {
@@ -295,18 +384,28 @@ struct HttpServer::Impl {
       failures = 0;
       beast::error_code ignored;
       auto peer = socket.remote_endpoint(ignored).address();
-      if (!peers->admit(peer)) {
+      std::vector<std::weak_ptr<Session>> evict;
+      if (!connections->admit(peer, evict)) {
         // Once per 1,000 refusals: a client opening connections in a loop must not flood the log.
         if (refused++ % 1000 == 0)
           spdlog::warn(
-              "{} already holds {} connections (perseus serve --max-connections-per-peer): closing new ones "
-              "({} so far)",
-              peer.to_string(), peers->cap(), refused);
+              "{}: a new connection is closed at once: that address holds --max-connections-per-peer ({}), or "
+              "every one of --max-connections ({}) has a request in progress ({} closed so far)",
+              peer.to_string(), connections->per_peer(), connections->max_total(), refused);
         socket.close(ignored);
         return accept();
       }
+      for (const auto& weak : evict) {
+        // Once per 1,000: many idle connections (from however many addresses) must not flood the log.
+        if (evictions++ % 1000 == 0)
+          spdlog::warn(
+              "idle connections at their bound ({} of --max-connections {}): closing the longest idle to make room "
+              "({} so far)",
+              connections->max_idle(), connections->max_total(), evictions);
+        Session::evict(weak);
+      }
       socket.set_option(tcp::no_delay(true), ignored);
-      std::make_shared<Session>(std::move(socket), jobs, token, limits, peers, peer)->start();
+      std::make_shared<Session>(std::move(socket), jobs, token, limits, connections, peer)->start();
       accept();
     });
   }
@@ -342,8 +441,8 @@ struct HttpServer::Impl {
   JobManager& jobs;
   std::string token;
   HttpLimits limits;
-  std::shared_ptr<PeerCounts> peers;
-  std::size_t refused = 0;
+  std::shared_ptr<Connections> connections;
+  std::size_t refused = 0, evictions = 0;
 };
 
 bool constant_time_equal(std::string_view a, std::string_view b) {

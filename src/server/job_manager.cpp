@@ -7,6 +7,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
+#include <string_view>
 #include <map>
 #include <chrono>
 #include <optional>
@@ -39,7 +42,7 @@ struct JobManager::Job {
   JobInfo info;
   fs::path dir;
   std::vector<std::optional<RankInfo>> ranks;
-  int registered = 0;
+  int registered = 0;  // ranks whose registration is stored (a slot is taken while its write commits)
   std::unique_ptr<Scheduler> scheduler;
   Phase phase = Phase::registering;
   int round = 0;
@@ -76,11 +79,43 @@ struct JobManager::Job {
   boost::asio::steady_timer watchdog;
 };
 
-void JobManager::persist(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes) {
-  if (!store_) return;
-  // A failed write is retried on the writer; training goes on meanwhile.
-  writer_->post(fmt::format("job {}'s state to {}", job.info.job_id, store_->file().string()), bytes,
-                [store = store_.get(), write = std::move(write)] { write(*store); });
+void JobManager::keep(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes) {
+  if (committer_) committer_->keep(fmt::format("job {}'s state", job.info.job_id), bytes, std::move(write));
+}
+
+void JobManager::durably(std::function<void(JobStore&)> write, std::function<void(bool)> then) {
+  if (!committer_) return then(true);
+  auto on_strand = [executor = executor_, then](bool committed) {
+    boost::asio::post(executor, [then, committed] { then(committed); });
+  };
+  if (!committer_->submit(std::move(write), on_strand)) then(false);
+}
+
+void JobManager::after_stored(Ack ack) {
+  if (!committer_ || committer_->failing()) return ack(std::nullopt);
+  auto on_strand = [executor = executor_, ack](bool) { boost::asio::post(executor, [ack] { ack(std::nullopt); }); };
+  if (!committer_->submit({}, on_strand)) ack(std::nullopt);
+}
+
+namespace {
+
+RequestError not_stored(const std::string& what) {
+  return RequestError(Refusal::over_capacity,
+                      fmt::format("the server cannot store {} now (its job store cannot be written: a full disk?); "
+                                  "it was not kept, try again",
+                                  what));
+}
+
+}  // namespace
+
+void JobManager::write_held_jobs_again() {
+  for (const auto& [id, job] : jobs_) {
+    keep(*job, [info = job->info](JobStore& store) { store.add_job(info); });
+    for (const auto& rank : job->ranks)
+      if (rank) keep(*job, [id, rank = *rank](JobStore& store) { store.add_rank(id, rank); });
+    if (job->phase == Phase::ended)
+      keep(*job, [id, detail = to_detail(job->outcome)](JobStore& store) { store.end_job(id, detail); });
+  }
 }
 
 JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
@@ -99,7 +134,73 @@ JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings set
     spdlog::error("could not read the jobs stored in {} ({}); starting without them (they stay in the file)",
                   store_->file().string(), e.what());
   }
+  committer_ = std::make_unique<StoreCommitter>(*store_);
+  committer_->on_recovered([this] { boost::asio::post(executor_, [this] { write_held_jobs_again(); }); });
   for (auto& job : stored) restore(std::move(job));
+  if (!store_->set_aside().empty()) name_records_not_resumed();
+}
+
+namespace {
+
+// Rounds a job's records folder holds records of: one past the highest N of its N.prof.json files
+// (0 when none).
+int rounds_recorded(const fs::path& dir) {
+  int rounds = 0;
+  std::error_code ec;
+  std::size_t looked = 0;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && looked < 100000; it.increment(ec), ++looked) {
+    std::string name = it->path().filename().string();
+    constexpr std::string_view kSuffix = ".prof.json";
+    if (name.size() <= kSuffix.size() || !name.ends_with(kSuffix)) continue;
+    int round = -1;
+    const char* last = name.data() + name.size() - kSuffix.size();
+    auto [at, error] = std::from_chars(name.data(), last, round);
+    if (error == std::errc() && at == last && round >= 0 && round < std::numeric_limits<int>::max())
+      rounds = std::max(rounds, round + 1);
+  }
+  return rounds;
+}
+
+}  // namespace
+
+// After a damaged store was set aside: the jobs whose records folders say they existed and that
+// were not resumed (ended jobs among them), and the jobs resumed at an earlier round than their
+// records reach, named, so that nothing goes missing silently.
+void JobManager::name_records_not_resumed() const {
+  std::vector<std::string> behind;
+  for (const auto& [id, job] : jobs_) {
+    if (job->phase == Phase::ended) continue;
+    if (int recorded = rounds_recorded(job->dir); recorded > job->round)
+      behind.push_back(fmt::format("{} (at round {}, its records reach round {})", id, job->round, recorded - 1));
+  }
+  if (!behind.empty()) {
+    std::string names;
+    for (std::size_t i = 0; i < behind.size() && i < 50; ++i) names += (i ? ", " : "") + behind[i];
+    if (behind.size() > 50) names += fmt::format(" and {} more", behind.size() - 50);
+    spdlog::warn(
+        "jobs resumed earlier than their records reach (the job store was damaged; those rounds run again): {}", names);
+  }
+  std::vector<std::string> missing;
+  std::error_code ec;
+  std::size_t looked = 0;
+  for (fs::directory_iterator it(settings_.dump_dir, ec), end; !ec && it != end && looked < 100000;
+       it.increment(ec), ++looked) {
+    if (!it->is_directory(ec) || it->path().filename().string().starts_with(".")) continue;
+    try {
+      json job = json::parse(read_file(it->path() / "job.json"));
+      std::string id = job.at("job").at("job_id").get<std::string>();
+      if (jobs_.count(id) == 0) missing.push_back(id);
+    } catch (const std::exception&) {
+      // not a job's records folder
+    }
+  }
+  if (missing.empty()) return;
+  std::sort(missing.begin(), missing.end());
+  std::string names;
+  for (std::size_t i = 0; i < missing.size() && i < 50; ++i) names += (i ? ", " : "") + missing[i];
+  if (missing.size() > 50) names += fmt::format(" and {} more", missing.size() - 50);
+  spdlog::warn("jobs recorded in {} that are not resumed (the job store was damaged; ended jobs are among them): {}",
+               settings_.dump_dir, names);
 }
 
 void JobManager::restore(StoredJob stored) {
@@ -202,9 +303,10 @@ void JobManager::make_room(int world_size) {
 void JobManager::forget(const std::string& id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return;
-  persist(*it->second, [id](JobStore& store) { store.forget_job(id); });
+  keep(*it->second, [id](JobStore& store) { store.forget_job(id); });
   budget_->leave(id, SteadyClock::now());  // a job forgotten while it ran (Zeus's client's) leaves the budget
   jobs_.erase(it);
+  issued_ids_.insert(id);  // not given again within this second (its folder may not be written yet)
   spdlog::debug("job {}: forgotten", id);
 }
 
@@ -230,21 +332,44 @@ std::string JobManager::same_job(const Job& job, const JobInfo& info) const {
 
 std::string JobManager::job_secret(const std::string& job_id) { return find(job_id).info.job_secret; }
 
-std::string JobManager::register_job(JobInfo info, const std::string& secret) {
+std::string JobManager::new_job_id(const JobInfo& info) {
+  auto now = std::chrono::system_clock::now();
+  auto second = std::chrono::floor<std::chrono::seconds>(now);
+  if (second != issued_second_) issued_ids_.clear(), issued_second_ = second;
+  const std::string base = make_job_id(info, settings_.scheduler, now);
+  auto taken = [&](const std::string& id) {
+    std::error_code ignored;
+    return jobs_.count(id) != 0 || issued_ids_.count(id) != 0 ||
+           (settings_.dump_data && fs::exists(fs::path(settings_.dump_dir) / records_dir_name(id), ignored));
+  };
+  std::string id = base;
+  for (int n = 2; taken(id); ++n) id = fmt::format("{}+{}", base, n);
+  check_job_id_length(id);
+  issued_ids_.insert(id);
+  return id;
+}
+
+void JobManager::register_job(JobInfo info, const std::string& secret,
+                              std::function<void(std::optional<RequestError>, const JobInfo&)> ack) {
   // A secret the client brought that a job already has: another rank of that job registered it
-  // first (rank 0 could not reach the server at start), or a retry whose answer was lost.
+  // first (rank 0 could not reach the server at start), or a retry whose answer was lost. Answered
+  // once what was asked of the store before is committed, that job's registration among it.
   if (!secret.empty() && secret != protocol::kAskForJobSecret)
     for (const auto& entry : jobs_)
-      if (constant_time_equal(secret, entry.second->info.job_secret)) return same_job(*entry.second, info);
+      if (constant_time_equal(secret, entry.second->info.job_secret)) {
+        std::string id = same_job(*entry.second, info);
+        return durably({}, [this, id, ack = std::move(ack)](bool) {
+          auto it = jobs_.find(id);
+          if (it == jobs_.end()) return ack(not_stored(fmt::format("job {}'s registration", id)), JobInfo{});
+          ack(std::nullopt, it->second->info);
+        });
+      }
   if (info.world_size > settings_.max_world_size)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
                                    "(perseus serve --max-world-size)",
                                    info.world_size, settings_.max_world_size));
-  std::string base = make_job_id(info, settings_.scheduler, std::chrono::system_clock::now());
-  std::string id = base;
-  for (int n = 2; jobs_.count(id) != 0; ++n) id = fmt::format("{}+{}", base, n);  // two jobs in one second
-  check_job_id_length(id);
+  std::string id = new_job_id(info);
   make_room(info.world_size);  // before the job's per-rank state is allocated
   info.job_secret = secret == protocol::kAskForJobSecret ? protocol::new_job_secret() : secret;
   info.job_id = id;
@@ -252,15 +377,30 @@ std::string JobManager::register_job(JobInfo info, const std::string& secret) {
   job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));
-  spdlog::info("job {} registered: world size {}", id, info.world_size);
-  dump(ref, "perseus.json", artifact_server_info(settings_));  // what the artifact's load_info() reads
-  dump(ref, "job.json", {{"server", info_json(settings_)}, {"job", public_json(info)}});
-  persist(ref, [info = ref.info](JobStore& store) { store.add_job(info); });
   arm_timer(ref, "register");
-  return id;
+  // Its records folder is made with it: an id whose folder exists is never given again (new_job_id).
+  durably(
+      [info, dir = ref.dir](JobStore& store) {
+        fs::create_directories(dir);
+        store.add_job(info);
+      },
+      [this, info, ack = std::move(ack)](bool stored) {
+        auto it = jobs_.find(info.job_id);
+        if (!stored) {
+          if (it != jobs_.end()) jobs_.erase(it);  // nobody knows its id yet
+          spdlog::warn("job {}: registration refused: the job store cannot be written", info.job_id);
+          return ack(not_stored(fmt::format("job {}'s registration", info.job_id)), info);
+        }
+        spdlog::info("job {} registered: world size {}", info.job_id, info.world_size);
+        if (it != jobs_.end()) {
+          dump(*it->second, "perseus.json", artifact_server_info(settings_));  // what the artifact's load_info() reads
+          dump(*it->second, "job.json", {{"server", info_json(settings_)}, {"job", public_json(info)}});
+        }
+        ack(std::nullopt, info);
+      });
 }
 
-void JobManager::register_rank(const std::string& job_id, RankInfo info) {
+void JobManager::register_rank(const std::string& job_id, RankInfo info, Ack ack) {
   Job& job = find(job_id);
   check_rank(job, info.rank);
   const JobInfo& j = job.info;
@@ -286,7 +426,14 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
   if (slot) {
-    if (*slot == info) return;  // a retry
+    // A retry: answered once the first one's write is committed (or refused, if it was).
+    if (*slot == info)
+      return durably({}, [this, job_id, info, ack = std::move(ack)](bool) {
+        auto it = jobs_.find(job_id);
+        const auto* now = it != jobs_.end() ? &it->second->ranks[static_cast<std::size_t>(info.rank)] : nullptr;
+        if (now && *now && **now == info) return ack(std::nullopt);
+        ack(not_stored(fmt::format("rank {}'s registration", info.rank)));
+      });
     throw RequestError(
         Refusal::conflict,
         fmt::format("rank {} is already registered in job '{}' with different information", info.rank, job_id));
@@ -295,11 +442,23 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info) {
     if (other && other->dp_rank == info.dp_rank && other->pp_rank == info.pp_rank && other->tp_rank == info.tp_rank)
       throw RequestError(Refusal::conflict, fmt::format("rank {} already registered (dp {}, pp {}, tp {})", other->rank,
                                                         info.dp_rank, info.pp_rank, info.tp_rank));
-  slot = std::move(info);
-  ++job.registered;
-  persist(job, [job_id, rank = *slot](JobStore& store) { store.add_rank(job_id, rank); });
-  spdlog::debug("job {}: rank {} registered ({}/{})", job_id, slot->rank, job.registered, j.world_size);
-  advance(job);
+  slot = info;  // taken while it is stored: a different registration for it is a conflict meanwhile
+  durably([job_id, info](JobStore& store) { store.add_rank(job_id, info); },
+          [this, job_id, info, ack = std::move(ack)](bool stored) {
+            auto it = jobs_.find(job_id);
+            if (it == jobs_.end())
+              return ack(RequestError(Refusal::not_found, fmt::format("job '{}' ended and was forgotten", job_id)));
+            Job& job = *it->second;
+            auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
+            if (!stored) {
+              if (slot && *slot == info) slot.reset();
+              return ack(not_stored(fmt::format("rank {}'s registration", info.rank)));
+            }
+            ++job.registered;
+            spdlog::debug("job {}: rank {} registered ({}/{})", job_id, info.rank, job.registered, job.info.world_size);
+            ack(std::nullopt);
+            if (job.phase != Phase::ended) advance(job);
+          });
 }
 
 void JobManager::request_schedule(const std::string& job_id, int rank, Reply reply) {
@@ -328,15 +487,15 @@ void JobManager::request_schedule(const std::string& job_id, int rank, Reply rep
   advance(job);
 }
 
-void JobManager::report_result(const std::string& job_id, ProfilingResult result) {
+void JobManager::report_result(const std::string& job_id, ProfilingResult result, Ack ack) {
   Job& job = find(job_id);
   check_rank(job, result.rank);
   auto r = static_cast<std::size_t>(result.rank);
-  if (job.phase == Phase::ended) return;  // nobody waits on it any more
+  if (job.phase == Phase::ended) return ack(std::nullopt);  // nobody waits on it any more
   if (job.restored && job.phase == Phase::asking) {
     spdlog::info("job {}: dropped rank {}'s result of round {}, which the restart interrupted (it runs again)", job_id,
                  result.rank, job.round);
-    return;
+    return ack(std::nullopt);
   }
   if (job.phase == Phase::registering)
     throw RequestError(Refusal::conflict,
@@ -345,12 +504,15 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
                                    result.rank, job.round));
   // A client sends its next result only after asking for (and getting) the next schedule, so a
   // result while the job asks, or a second one for this round, is a retry of one this server has
-  // (the answer to the first went to a connection the client had given up on): acknowledged.
+  // (the answer to the first went to a connection the client had given up on): acknowledged, once
+  // the round it completed is stored.
   if (job.phase != Phase::running || job.results[r]) {
     spdlog::debug("job {}: rank {} sent its result of round {} again", job_id, result.rank,
                   job.phase == Phase::running ? job.round : job.round - 1);
-    return;
+    return after_stored(std::move(ack));
   }
+  if (std::string why = oversized_result(result, *job.ranks[r]); !why.empty())
+    throw RequestError(Refusal::too_large, why);
   if (result.stale) job.stale_round = true;
   if (std::string why = implausible_result(result, max_power_w(*job.ranks[r])); !why.empty()) {
     spdlog::warn("job {}: rank {}'s result of round {} rejected, it is no measurement: {}", job_id, result.rank,
@@ -359,7 +521,11 @@ void JobManager::report_result(const std::string& job_id, ProfilingResult result
   }
   job.results[r] = std::move(result);
   ++job.reported;
+  const int round = job.round;
   advance(job);
+  // The result that completed the round is answered once the round's record is committed.
+  if (job.round != round) return after_stored(std::move(ack));
+  ack(std::nullopt);
 }
 
 void JobManager::heartbeat(const std::string& job_id, const Heartbeat& beat) {
@@ -377,20 +543,21 @@ void JobManager::heartbeat(const std::string& job_id, const Heartbeat& beat) {
   if (settings_.dead_rank_timeout_s > 0 && !job.watchdog_armed) arm_watchdog(job);
 }
 
-void JobManager::leave(const std::string& job_id, const Leave& leave) {
+void JobManager::leave(const std::string& job_id, const Leave& leave, Ack ack) {
   Job& job = find(job_id);
   check_rank(job, leave.rank);
-  if (job.phase == Phase::ended) return;
+  if (job.phase == Phase::ended) return ack(std::nullopt);
   if (leave.finished) {
     job.finished.insert(leave.rank);
     if (static_cast<int>(job.finished.size()) == job.info.world_size)
-      return end(job, JobOutcome::done("training finished: every rank closed its client"));
-    check_finished(job);
+      end(job, JobOutcome::done("training finished: every rank closed its client"));
+    else check_finished(job);
     if (job.phase != Phase::ended) advance(job);  // the barrier may have all its ranks now
-    return;
+  } else {
+    end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus",
+                                            leave.rank, leave.reason.empty() ? "" : ": ", leave.reason)));
   }
-  end(job, JobOutcome::failed(fmt::format("rank {} cannot take part{}{}; every rank continues without perseus",
-                                          leave.rank, leave.reason.empty() ? "" : ": ", leave.reason)));
+  after_stored(std::move(ack));  // the job's end (or the round it completed) is stored before the answer
 }
 
 void JobManager::straggler(const std::string& job_id, const std::optional<StragglerNotice>& notice) {
@@ -575,6 +742,11 @@ std::string JobManager::metrics_text() const {
   for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
   StoreCounters store;
   if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
+  if (committer_) {
+    store.writes += committer_->committed();
+    store.failures += committer_->failures();
+    store.dropped += committer_->dropped();
+  }
   return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION, power_budget_status());
 }
 
@@ -764,7 +936,7 @@ void JobManager::finish_round(Job& job) {
       // observe() meets the same problem below and ends the job, which is what a restart restores.
     }
     std::size_t bytes = 1024 + (record.is_null() ? 0 : 32 * record.size());
-    persist(
+    keep(
         job,
         [id = job.info.job_id, round = job.round, record = std::move(record)](JobStore& store) {
           store.add_round(id, round, record);
@@ -804,7 +976,10 @@ void JobManager::end(Job& job, const JobOutcome& outcome) {
   }
   budget_->leave(job.info.job_id, job.ended_at);  // a job that ended, crashed or not, frees its share at once
   job.scheduler.reset();
-  persist(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
+  // What the rounds held goes now (the job's summary and end detail stay until it is forgotten).
+  for (auto& r : job.results) r.reset();
+  job.current = {};
+  keep(job, [id = job.info.job_id, detail](JobStore& store) { store.end_job(id, detail); });
   // Without the wire marker: "[profiling-done]" ends every job that ended well, profiled or not.
   if (outcome.is_done()) spdlog::info("job {} done: {}", job.info.job_id, outcome.why);
   else spdlog::error("job {}: {}", job.info.job_id, detail);

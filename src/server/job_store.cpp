@@ -11,22 +11,39 @@
 #include <map>
 #include <stdexcept>
 
-#include "perseus/util/error.hpp"
+#include "perseus/util/safe_text.hpp"
+#include "sqlite_statement.hpp"
+#include "store_salvage.hpp"
 
 namespace perseus::server {
 
+namespace fs = std::filesystem;
 using nlohmann::json;
 
-struct JobStore::Db {
-  sqlite3* handle = nullptr;
-  ~Db() { sqlite3_close(handle); }
-};
+bool StoreError::store_fault() const {
+  switch (code_ & 0xff) {
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED:
+    case SQLITE_READONLY:
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB:
+    case SQLITE_CANTOPEN:
+    case SQLITE_NOMEM:
+    case SQLITE_PROTOCOL:
+    case SQLITE_PERM:
+      return true;
+    default:
+      return false;
+  }
+}
 
-namespace {
+bool StoreError::damaged() const { return (code_ & 0xff) == SQLITE_CORRUPT || (code_ & 0xff) == SQLITE_NOTADB; }
 
-constexpr const char* kSchema = R"(
+const char* const kStoreSchema = R"(
+PRAGMA page_size = 4096;
 PRAGMA journal_mode = WAL;
-PRAGMA synchronous = NORMAL;
 PRAGMA foreign_keys = ON;
 CREATE TABLE IF NOT EXISTS jobs (job_id TEXT PRIMARY KEY, info TEXT NOT NULL, ended INTEGER NOT NULL DEFAULT 0,
                                  end_detail TEXT NOT NULL DEFAULT '');
@@ -36,44 +53,87 @@ CREATE TABLE IF NOT EXISTS rounds (job_id TEXT NOT NULL REFERENCES jobs ON DELET
                                    results TEXT, PRIMARY KEY (job_id, round));
 )";
 
-// One prepared statement, bound, stepped to completion, finalized.
-class Statement {
- public:
-  Statement(sqlite3* db, const char* sql) : db_(db) {
-    if (sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr) != SQLITE_OK)
-      throw Error(fmt::format("job store: {}", sqlite3_errmsg(db)));
+struct JobStore::Db {
+  sqlite3* handle = nullptr;
+  ~Db() { close(); }
+  void close() {
+    sqlite3_close(handle);
+    handle = nullptr;
   }
-  ~Statement() { sqlite3_finalize(stmt_); }
-  Statement& bind(int i, const std::string& text) {
-    sqlite3_bind_text(stmt_, i, text.data(), static_cast<int>(text.size()), SQLITE_TRANSIENT);
-    return *this;
-  }
-  Statement& bind(int i, int value) {
-    sqlite3_bind_int(stmt_, i, value);
-    return *this;
-  }
-  Statement& bind_null(int i) {
-    sqlite3_bind_null(stmt_, i);
-    return *this;
-  }
-  // true while there is a row.
-  bool step() {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    throw Error(fmt::format("job store: {}", sqlite3_errmsg(db_)));
-  }
-  std::string text(int column) const {
-    auto* p = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
-    return p ? std::string(p, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column))) : std::string();
-  }
-  bool is_null(int column) const { return sqlite3_column_type(stmt_, column) == SQLITE_NULL; }
-  int integer(int column) const { return sqlite3_column_int(stmt_, column); }
-
- private:
-  sqlite3* db_;
-  sqlite3_stmt* stmt_ = nullptr;
 };
+
+namespace {
+
+// FULL: every COMMIT reaches the disk before the writes it holds are acknowledged, so an
+// acknowledged registration survives a power cut as well as a kill -9 (NORMAL would survive only
+// the kill). The group commit pays one fsync per batch of writes, not one per write
+// (docs/benchmarks.md#job-store).
+const char* synchronous(StoreSync sync) {
+  return sync == StoreSync::full ? "PRAGMA synchronous = FULL;" : "PRAGMA synchronous = NORMAL;";
+}
+
+// Opens `file` and makes the schema; the SQLite result code, `why` set on failure.
+int open_database(const fs::path& file, sqlite3*& handle, std::string& why, StoreSync sync = StoreSync::full) {
+  int rc = sqlite3_open_v2(file.c_str(), &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr);
+  if (rc != SQLITE_OK) {
+    why = handle != nullptr ? sqlite3_errmsg(handle) : sqlite3_errstr(rc);
+    return sqlite3_extended_errcode(handle);
+  }
+  sqlite3_extended_result_codes(handle, 1);
+  sqlite3_busy_timeout(handle, 10000);  // at start only: another process may hold a lock for a while
+  for (const char* sql : {kStoreSchema, synchronous(sync)}) {
+    char* message = nullptr;
+    rc = sqlite3_exec(handle, sql, nullptr, nullptr, &message);
+    if (rc != SQLITE_OK) {
+      why = message ? message : sqlite3_errstr(rc);
+      sqlite3_free(message);
+      return rc;
+    }
+  }
+  return SQLITE_OK;
+}
+
+// "" when SQLite finds the file sound (its tables, and their indexes agreeing with them), else
+// what it found first.
+std::string integrity_check(sqlite3* handle) {
+  try {
+    Statement s(handle, "PRAGMA integrity_check(1)");
+    std::string verdict = s.step() ? s.text(0) : "no verdict";
+    return verdict == "ok" ? "" : verdict;
+  } catch (const StoreError& e) {
+    return e.what();
+  }
+}
+
+fs::path with_suffix(const fs::path& file, const std::string& suffix) {
+  auto out = file;
+  out += suffix;
+  return out;
+}
+
+// Renames `file` (and its -wal and -shm) to <file>.unreadable-<seconds>[-N]; returns the new name.
+fs::path move_aside(const fs::path& file) {
+  auto seconds =
+      std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+  fs::path aside = with_suffix(file, fmt::format(".unreadable-{}", seconds));
+  std::error_code ec;
+  for (int n = 2; fs::exists(fs::symlink_status(aside, ec)); ++n)
+    aside = with_suffix(file, fmt::format(".unreadable-{}-{}", seconds, n));
+  fs::rename(file, aside, ec);
+  if (ec)
+    throw Error(
+        fmt::format("the job store {} cannot be used and cannot be moved aside: {}", file.string(), ec.message()),
+        kExitCantCreate);
+  for (const char* side : {"-wal", "-shm"}) fs::rename(with_suffix(file, side), with_suffix(aside, side), ec);
+  return aside;
+}
+
+void remove_with_sides(const fs::path& file) {
+  std::error_code ignored;
+  for (const char* side : {"", "-wal", "-shm"}) fs::remove(with_suffix(file, side), ignored);
+}
+
+}  // namespace
 
 JobInfo job_info_from_stored(const std::string& text) {
   json body = json::parse(text);
@@ -84,59 +144,88 @@ JobInfo job_info_from_stored(const std::string& text) {
   return info;
 }
 
-// Opens `file` and makes the schema; the SQLite result code, `why` set on failure.
-int open_database(const std::filesystem::path& file, sqlite3*& handle, std::string& why) {
-  if (sqlite3_open(file.c_str(), &handle) != SQLITE_OK) {
-    why = sqlite3_errmsg(handle);
-    return sqlite3_errcode(handle);
-  }
-  sqlite3_busy_timeout(handle, 10000);  // at start only: another process may hold a lock for a while
-  char* message = nullptr;
-  int rc = sqlite3_exec(handle, kSchema, nullptr, nullptr, &message);
-  if (rc != SQLITE_OK) {
-    why = message ? message : sqlite3_errstr(rc);
-    sqlite3_free(message);
-  }
-  return rc;
-}
-
-}  // namespace
-
-JobStore::JobStore(const std::filesystem::path& file) : db_(std::make_unique<Db>()), file_(file) {
-  std::error_code ignored;
-  if (file.has_parent_path()) std::filesystem::create_directories(file.parent_path(), ignored);
-  std::string why;
-  int rc = open_database(file, db_->handle, why);
-  if ((rc & 0xff) == SQLITE_NOTADB || (rc & 0xff) == SQLITE_CORRUPT) {
-    // Refusing to start would keep every job away until someone deletes the file by hand.
-    auto aside = file;
-    aside += fmt::format(
-        ".unreadable-{}",
-        std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count());
-    spdlog::error(
-        "the job store {} cannot be read ({}): moved it to {} and started a new one; jobs it held are not "
-        "resumed",
-        file.string(), why, aside.string());
-    sqlite3_close(db_->handle);
-    db_->handle = nullptr;
-    std::filesystem::rename(file, aside, ignored);
-    for (const char* suffix : {"-wal", "-shm"}) {
-      auto side = file;
-      side += suffix;
-      auto side_aside = aside;
-      side_aside += suffix;
-      std::filesystem::rename(side, side_aside, ignored);
-    }
-    rc = open_database(file, db_->handle, why);
-  }
-  if (rc != SQLITE_OK) throw Error(fmt::format("cannot use the job store {}: {}", file.string(), why));
-  set_busy_timeout(std::chrono::milliseconds(1000));
+JobStore::JobStore(const fs::path& file, StoreSync sync) : db_(std::make_unique<Db>()), file_(file), sync_(sync) {
+  open_checked();
 }
 
 JobStore::~JobStore() = default;
 
+void JobStore::open_checked() {
+  std::error_code ec;
+  if (file_.has_parent_path()) fs::create_directories(file_.parent_path(), ec);
+  if (ec)
+    throw Error(fmt::format("cannot create the folder of the job store {}: {}", file_.string(), ec.message()),
+                kExitCantCreate);
+  // A salvage that was interrupted between its two renames.
+  fs::path salvaged = with_suffix(file_, ".salvaged");
+  if (!fs::exists(fs::symlink_status(file_, ec)) && fs::is_regular_file(salvaged, ec)) fs::rename(salvaged, file_, ec);
+  if (auto status = fs::symlink_status(file_, ec); fs::exists(status) && !fs::is_regular_file(status)) {
+    set_aside_ = move_aside(file_);
+    spdlog::error("the job store {} is not a file: moved it to {} and started a new store; no job is resumed",
+                  file_.string(), set_aside_.string());
+  }
+  // A store is never empty once made (its schema is written at once): this one lost its contents.
+  bool emptied = fs::is_regular_file(file_, ec) && fs::file_size(file_, ec) == 0;
+  std::string why;
+  int rc = open_database(file_, db_->handle, why, sync_);
+  if (rc == SQLITE_OK) why = emptied ? "it is empty" : integrity_check(db_->handle);
+  else if ((rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB)
+    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), why), kExitCantCreate);
+  if (!why.empty()) recover_because(why);
+  set_busy_timeout(busy_timeout_);
+}
+
+void JobStore::recover() { recover_because("a write found it damaged"); }
+
+void JobStore::recover_because(const std::string& why) {
+  db_->close();
+  fs::path salvaged = with_suffix(file_, ".salvaged");
+  remove_with_sides(salvaged);
+  sqlite3* fresh = nullptr;
+  std::string problem;
+  if (open_database(salvaged, fresh, problem) != SQLITE_OK) {
+    sqlite3_close(fresh);
+    throw Error(fmt::format("cannot make a new job store {}: {}", salvaged.string(), problem), kExitCantCreate);
+  }
+  SalvageReport report = salvage_store(file_, fresh);
+  sqlite3_close(fresh);
+  fs::path aside = set_aside_ = move_aside(file_);
+  std::error_code ec;
+  fs::rename(salvaged, file_, ec);
+  if (ec)
+    throw Error(fmt::format("cannot put the new job store in place of {}: {}", file_.string(), ec.message()),
+                kExitCantCreate);
+  spdlog::error("the job store {} is damaged ({}): moved it to {} and started a new store with what could be read: {}",
+                file_.string(), safe_text(why, 300), aside.string(), describe(report));
+  int rc = open_database(file_, db_->handle, problem, sync_);
+  if (rc != SQLITE_OK)
+    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), problem), kExitCantCreate);
+  set_busy_timeout(busy_timeout_);
+}
+
 void JobStore::set_busy_timeout(std::chrono::milliseconds timeout) {
+  busy_timeout_ = timeout;
   sqlite3_busy_timeout(db_->handle, static_cast<int>(timeout.count()));
+}
+
+void JobStore::exec(const char* sql) {
+  char* message = nullptr;
+  int rc = sqlite3_exec(db_->handle, sql, nullptr, nullptr, &message);
+  if (rc == SQLITE_OK) return;
+  std::string why = message ? message : sqlite3_errstr(rc);
+  sqlite3_free(message);
+  throw StoreError(fmt::format("job store: {}", why), sqlite3_extended_errcode(db_->handle));
+}
+
+void JobStore::begin() { exec("BEGIN IMMEDIATE"); }
+void JobStore::commit() { exec("COMMIT"); }
+void JobStore::rollback() noexcept {
+  if (sqlite3_get_autocommit(db_->handle) == 0) sqlite3_exec(db_->handle, "ROLLBACK", nullptr, nullptr, nullptr);
+}
+void JobStore::savepoint() { exec("SAVEPOINT one_write"); }
+void JobStore::release_savepoint() { exec("RELEASE one_write"); }
+void JobStore::rollback_to_savepoint() noexcept {
+  sqlite3_exec(db_->handle, "ROLLBACK TO one_write; RELEASE one_write", nullptr, nullptr, nullptr);
 }
 
 void JobStore::add_job(const JobInfo& info) {
@@ -174,6 +263,16 @@ void JobStore::forget_job(const std::string& job_id) {
 }
 
 std::vector<StoredJob> JobStore::load() {
+  try {
+    return load_once();
+  } catch (const StoreError& e) {
+    if (!e.damaged()) throw;
+    recover_because(e.what());
+    return load_once();
+  }
+}
+
+std::vector<StoredJob> JobStore::load_once() {
   std::map<std::string, StoredJob> jobs;
   std::vector<std::string> unreadable;
   {
@@ -187,9 +286,11 @@ std::vector<StoredJob> JobStore::load() {
         job.ended = s.integer(2) != 0;
         job.end_detail = s.text(3);
         jobs.emplace(id, std::move(job));
+      } catch (const StoreError&) {
+        throw;
       } catch (const std::exception& e) {
-        spdlog::warn("job store {}: dropped job {}: its stored registration cannot be read ({})", file_.string(), id,
-                     e.what());
+        spdlog::warn("job store {}: dropped job {}: its stored registration cannot be read ({})", file_.string(),
+                     safe_text(id, 300), e.what());
         unreadable.push_back(id);
       }
     }

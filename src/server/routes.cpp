@@ -39,6 +39,14 @@ void on_jobs(JobManager& jobs, std::function<void(HttpResponse)> respond, Work w
   });
 }
 
+// The reply to a request that changed state, once the job manager says it is durable.
+JobManager::Ack acknowledge(const std::function<void(HttpResponse)>& reply) {
+  return [reply](std::optional<RequestError> refused) {
+    if (refused) return reply(error_response(http_status(refused->refusal()), refused->what()));
+    reply(ok(nullptr));
+  };
+}
+
 }  // namespace
 
 void route_request(JobManager& jobs, const std::string& method, const std::string& target, const std::string& body,
@@ -87,10 +95,13 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         throw RequestError(Refusal::invalid_request,
                            fmt::format("header {}: 'new' or 32 to 128 lowercase hexadecimal digits", kJobSecretHeader));
       return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), secret](auto& reply) mutable {
-        std::string id = jobs.register_job(std::move(info), secret);
-        HttpResponse response = ok(id);
-        if (!secret.empty()) response.headers.emplace_back(kJobSecretHeader, jobs.job_secret(id));
-        reply(std::move(response));
+        jobs.register_job(std::move(info), secret,
+                          [reply, with_secret = !secret.empty()](std::optional<RequestError> refused, const JobInfo& job) {
+                            if (refused) return reply(error_response(http_status(refused->refusal()), refused->what()));
+                            HttpResponse response = ok(job.job_id);
+                            if (with_secret) response.headers.emplace_back(kJobSecretHeader, job.job_secret);
+                            reply(std::move(response));
+                          });
       });
     }
     if (path == "/register_rank" || under("/register_rank/")) {
@@ -106,8 +117,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), allowed](auto& reply) mutable {
         std::string id = info.job_id;
         allowed(id);
-        jobs.register_rank(id, std::move(info));
-        reply(ok(nullptr));
+        jobs.register_rank(id, std::move(info), acknowledge(reply));
       });
     }
     if (under("/schedule/")) {
@@ -124,11 +134,11 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
     if (under("/result/")) {
       if (method != "POST") return fail(405, "Method Not Allowed");
       std::string id = path.substr(std::string("/result/").size());
-      ProfilingResult result = profiling_result_from_text(body);
+      ProfilingResult result =
+          profiling_result_from_text(body, {jobs.settings().max_result_iterations, kMaxResultInstructions});
       return on_jobs(jobs, std::move(respond), [&jobs, id, result = std::move(result), allowed](auto& reply) mutable {
         allowed(id);
-        jobs.report_result(id, std::move(result));
-        reply(ok(nullptr));
+        jobs.report_result(id, std::move(result), acknowledge(reply));
       });
     }
     if (under("/heartbeat/")) {
@@ -177,8 +187,7 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
       Leave leave = leave_from_json(parse_body(body));
       return on_jobs(jobs, std::move(respond), [&jobs, id, leave, allowed](auto& reply) {
         allowed(id);
-        jobs.leave(id, leave);
-        reply(ok(nullptr));
+        jobs.leave(id, leave, acknowledge(reply));
       });
     }
     return fail(404, "Not Found");

@@ -20,6 +20,7 @@ nlohmann::json info_json(const ServerSettings& s) {
           {"max_jobs", s.max_jobs},
           {"max_total_ranks", s.max_total_ranks},
           {"max_job_entries", s.max_job_entries},
+          {"max_result_iterations", s.max_result_iterations},
           {"record_ranks", s.record_ranks},
           {"record_rounds", s.record_rounds}};
 }

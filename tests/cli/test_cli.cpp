@@ -800,3 +800,54 @@ TEST_F(Cli, OptimizeWithNoFrontierFailsSayingWhy) {
   EXPECT_NE(r.output.find("no frontier"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(dir_ / "huge" / "frontier.csv"));
 }
+
+// Where the server keeps its store decides how it starts: a dump folder it cannot write to exits
+// 73 naming it; a directory where the store should be is moved aside and the server starts.
+TEST_F(Cli, ServeExits73WithoutAWritableDumpFolderAndStartsPastADirectoryAtItsStore) {
+  write("file", "not a folder\n");
+  auto r = run(fmt::format("serve --port 0 --dump-dir {}", (dir_ / "file" / "dump").string()));
+  EXPECT_EQ(r.code, 73) << r.output;
+  EXPECT_NE(r.output.find(".perseus.db"), std::string::npos) << r.output;
+  if (::geteuid() != 0) {  // root writes into a read-only folder
+    fs::create_directories(dir_ / "readonly");
+    fs::permissions(dir_ / "readonly", fs::perms::owner_read | fs::perms::owner_exec);
+    r = run(fmt::format("serve --port 0 --dump-dir {}", (dir_ / "readonly").string()));
+    EXPECT_EQ(r.code, 73) << r.output;
+    fs::permissions(dir_ / "readonly", fs::perms::owner_all);
+  }
+  fs::create_directories(dir_ / "dump" / ".perseus.db" / "inside");
+  r = run(fmt::format("serve --port 0 --dump-dir {}", (dir_ / "dump").string()), "timeout 3");
+  EXPECT_EQ(r.code, 124) << "it ran until stopped: " << r.output;
+  EXPECT_NE(r.output.find("is not a file: moved it to"), std::string::npos) << r.output;
+  EXPECT_TRUE(fs::is_regular_file(dir_ / "dump" / ".perseus.db"));
+}
+
+// A plan's own account of its shape must match what it holds: 1e12 stages for one stage list, or
+// an instruction its schedule never runs, is an error naming the field, for every reader.
+TEST_F(Cli, PlansWhoseShapeContradictsThemselvesAreRefused) {
+  const std::string huge = write("huge.json", R"({"frequencies": [[1410, 1200]], "num_stages": 1e12})");
+  const std::string named = write("named.json", R"({"frequencies": [[1410, 1200, 1410, 1200]], "num_stages": 1,
+    "num_microbatches": 2, "schedule": "1f1b", "instructions": [["F0", "B0", "F999999999999", "B1"]]})");
+  const std::string good = write("good.json", R"({"frequencies": [[1410, 1200, 1410, 1200]], "num_stages": 1,
+    "num_microbatches": 2, "schedule": "1f1b", "instructions": [["F0", "B0", "F1", "B1"]]})");
+  auto r = run("plans read " + huge);
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("field 'num_stages'"), std::string::npos) << r.output;
+  r = run("plans read " + named);
+  EXPECT_EQ(r.code, 65) << r.output;
+  EXPECT_NE(r.output.find("field 'instructions[0][2]'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("F999999999999"), std::string::npos) << r.output;
+  EXPECT_EQ(run("plans read " + good).code, 0);
+  const std::string profile = write("one-stage.csv",
+                                    "stage,instruction,frequency,time,energy\n0,forward,1410,0.010,3\n"
+                                    "0,forward,1200,0.012,2.5\n0,backward,1410,0.020,6\n0,backward,1200,0.024,5\n");
+  auto emulate = [&](const std::string& plan) {
+    return run(fmt::format("emulate {} --stages 1 --microbatches 2 --p2p-power 70 --plan {}", profile, plan));
+  };
+  EXPECT_EQ(emulate(good).code, 0) << emulate(good).output;
+  for (const auto& [plan, field] : {std::pair{huge, "num_stages"}, std::pair{named, "instructions[0][2]"}}) {
+    r = emulate(plan);
+    EXPECT_EQ(r.code, 65) << plan << ": " << r.output;
+    EXPECT_NE(r.output.find(fmt::format("field '{}'", field)), std::string::npos) << r.output;
+  }
+}

@@ -86,8 +86,8 @@ TEST(RankFaults, WithGpudASigkilledRanksGpuIsResetWithinASecond) {
       << read_file(dir / "gpud.err");
   std::printf("reset %lld ms after SIGKILL\n", static_cast<long long>(took.count()));
   ::kill(std::stoi(read_file(dir / "gpud.pid")), SIGTERM);
-  EXPECT_TRUE(
-      eventually([&] { return read_if_exists(dir / "gpud.err").find("gpud stopping") != std::string::npos; }, 5s));
+  EXPECT_TRUE(eventually(
+      [&] { return read_if_exists(dir / "gpud.err").find("signal 15: stopping") != std::string::npos; }, 5s));
   fs::remove_all(dir);
 }
 

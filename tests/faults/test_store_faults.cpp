@@ -135,7 +135,7 @@ TEST(StoreFaults, ADatabaseLockedByAnotherProcessDoesNotSlowRoundsAndItsWritesCa
   sqlite3_close(other);
   ASSERT_TRUE(eventually([&] { return stored_rounds(db, job.id, 7); }, 20s)) << serve.log();
   std::string log = serve.log();
-  EXPECT_NE(log.find("retrying until it works"), std::string::npos) << log;
+  EXPECT_NE(log.find("written when it works again"), std::string::npos) << log;
   EXPECT_NE(log.find("failed attempts"), std::string::npos) << log;
   int port = serve.port;
   serve.stop(SIGTERM);

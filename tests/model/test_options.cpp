@@ -1,5 +1,9 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <random>
+#include <set>
+
 #include "perseus/model/options.hpp"
 #include "perseus/util/pyfloat.hpp"
 
@@ -65,4 +69,62 @@ TEST(Options, SingleOptionAndAllEqual) {
   const auto equal = build_options(rows({{1400, 0.01, 30}, {1300, 0.01, 30}, {1200, 0.01, 30}}), {});
   ASSERT_EQ(equal.options().size(), 1u);
   EXPECT_EQ(equal.min_quant(), equal.max_quant());
+}
+
+namespace {
+
+// The filter by its definition, comparing every pair: what pareto_options must equal.
+std::vector<ExecutionOption> pareto_by_definition(const std::vector<ProfileRow>& input, double unit_time,
+                                                  double noise_factor) {
+  std::vector<ExecutionOption> all;
+  for (const auto& row : input)
+    all.push_back({row.frequency, row.time, row.energy, static_cast<int>(py_floordiv(row.time, unit_time)), 0});
+  std::stable_sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.real_time > b.real_time; });
+  std::vector<ExecutionOption> pareto;
+  for (const auto& option : all) {
+    bool dominated = false;
+    for (const auto& other : all)
+      dominated = dominated ||
+                  (other.real_time < option.real_time * noise_factor && other.energy < option.energy * noise_factor);
+    if (!dominated) pareto.push_back(option);
+  }
+  std::stable_sort(pareto.begin(), pareto.end(), [](const auto& a, const auto& b) { return a.energy > b.energy; });
+  std::vector<ExecutionOption> unique;
+  std::set<int> seen;
+  for (const auto& option : pareto)
+    if (seen.insert(option.quant_time).second) unique.push_back(option);
+  std::stable_sort(unique.begin(), unique.end(),
+                   [](const auto& a, const auto& b) { return a.quant_time > b.quant_time; });
+  return unique;
+}
+
+}  // namespace
+
+// The sort-and-sweep filter keeps exactly what the pairwise definition keeps, in the same order,
+// ties included: random profiles whose times and energies repeat (few distinct values) and do not.
+TEST(Options, ParetoFilterEqualsItsPairwiseDefinitionOnRandomProfiles) {
+  std::mt19937 random(20240611);
+  for (int instance = 0; instance < 400; ++instance) {
+    const int n = std::uniform_int_distribution<int>(1, 80)(random);
+    const bool ties = instance % 2 == 0;
+    std::uniform_real_distribution<double> time(0.001, 0.05), energy(1.0, 60.0);
+    std::uniform_int_distribution<int> step(1, 6);
+    std::vector<ProfileRow> input;
+    for (int i = 0; i < n; ++i) {
+      double t = ties ? 0.005 * step(random) : time(random);
+      double e = ties ? 10.0 * step(random) : energy(random);
+      input.push_back({0, InstructionKind::forward, 1410 - 15 * i, t, e, 0});
+    }
+    for (double noise : {1.0, 0.95}) {
+      auto fast = pareto_options(input, 0.001, noise);
+      auto slow = pareto_by_definition(input, 0.001, noise);
+      ASSERT_EQ(fast.size(), slow.size()) << "instance " << instance << " noise " << noise;
+      for (std::size_t i = 0; i < fast.size(); ++i) {
+        EXPECT_EQ(fast[i].frequency, slow[i].frequency) << "instance " << instance << " option " << i;
+        EXPECT_EQ(fast[i].real_time, slow[i].real_time);
+        EXPECT_EQ(fast[i].energy, slow[i].energy);
+        EXPECT_EQ(fast[i].quant_time, slow[i].quant_time);
+      }
+    }
+  }
 }

@@ -173,12 +173,32 @@ TEST_F(HostileRequests, ARankWithAnUnphysicalResultMakesTheRoundRunAgainThenEnds
   EXPECT_EQ(status["round"], 1) << "the round runs again";
   EXPECT_EQ(status["measured"]["energy"], 100.0) << "the rejected result is not recorded";
   EXPECT_EQ(round(100.0)["round"], 2) << "a good result ends the repeats";
-  for (int i = 0; i < protocol::kMaxRejectedRounds; ++i) EXPECT_EQ(round(-1.0)["phase"], "running");
-  status = round(-1.0);
+  for (int i = 0; i < protocol::kMaxRejectedRounds; ++i) EXPECT_EQ(round(1001.0)["phase"], "running");
+  status = round(1001.0);
   EXPECT_EQ(status["phase"], "failed");
   EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=0").status, 500);
-  EXPECT_NE(status.dump().find("rank 0's results are no measurement (iteration 0 used -1 J)"), std::string::npos)
+  EXPECT_NE(status.dump().find("rank 0's results are no measurement (iteration 0 drew 1001 W on average"),
+            std::string::npos)
       << status.dump();
+}
+
+// An iteration of 1e308 s would make the round's time, and the baseline savings are measured
+// against, infinite: refused before it reaches the job, naming the field.
+TEST_F(HostileRequests, AResultNoGpuCouldMeasureAnywhereIsRefusedNamingTheField) {
+  TestServer server(settings());
+  std::string id = json::parse(server.post("/register_job", job_body(1)).body).get<std::string>();
+  ASSERT_EQ(server.post("/register_rank", rank_body(id, 0, 0, {"forward", "backward"})).status, 200);
+  ASSERT_EQ(server.call("GET", "/schedule/" + id + "?rank=0").status, 200);
+  for (double time : {1e308, 86401.0, -1.0}) {
+    auto reply = server.post("/result/" + id, result_body(0, time, 100.0));
+    EXPECT_EQ(reply.status, 422) << time;
+    EXPECT_NE(reply.body.find("field 'iter_time[0]'"), std::string::npos) << reply.body;
+  }
+  auto reply = server.post("/result/" + id, result_body(0, 1.0, -5.0));
+  EXPECT_EQ(reply.status, 422);
+  EXPECT_NE(reply.body.find("field 'iter_energy[0]'"), std::string::npos) << reply.body;
+  json status = json::parse(server.call("GET", "/jobs/" + id).body);
+  EXPECT_EQ(status["reported"], 0) << "nothing of them reached the round";
 }
 
 }  // namespace

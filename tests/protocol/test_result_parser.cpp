@@ -4,6 +4,7 @@
 
 #include "perseus/protocol/job_outcome.hpp"
 #include "perseus/protocol/models.hpp"
+#include "perseus/protocol/physical_bounds.hpp"
 #include "perseus/protocol/replies.hpp"
 
 namespace perseus::protocol {
@@ -26,7 +27,7 @@ json valid() {
   return {{"rank", 3},
           {"iter_time", {1.25, 2}},
           {"iter_energy", {310.5, 1e-3}},
-          {"time_breakdown", {{"forward", {{0.1, 0.30000000000000004}, {5e-324, 1.7976931348623157e308}}}}},
+          {"time_breakdown", {{"forward", {{0.1, 0.30000000000000004}, {5e-324, 86400.0}}}}},
           {"energy_breakdown", json::object()}};
 }
 
@@ -51,10 +52,33 @@ TEST(ResultParser, IntegersAndIntegralFloatsAreNumbersAndRanks) {
   ProfilingResult r = profiling_result_from_text(body.dump());
   EXPECT_EQ(r.rank, 2);
   EXPECT_EQ(r.iter_time, (std::vector<double>{1.25, 2.0}));
-  EXPECT_EQ(r.time_breakdown.at("forward")[1][1], 1.7976931348623157e308);
+  EXPECT_EQ(r.time_breakdown.at("forward")[1][1], 86400.0);
   body.erase("time_breakdown");
   body.erase("energy_breakdown");
   EXPECT_TRUE(profiling_result_from_text(body.dump()).time_breakdown.empty());  // optional, as in the artifact
+}
+
+// A value no measurement can have makes sums and means infinite downstream (a baseline of +Inf):
+// refused, naming it. A time is at most a day, an energy at most a day at the most a GPU draws.
+TEST(ResultParser, ValuesNoMeasurementCanHaveAreRefusedNamingThem) {
+  auto with = [](const char* key, json value) {
+    json body = valid();
+    body[key] = std::move(value);
+    return detail_of(body.dump());
+  };
+  EXPECT_NE(with("iter_time", {1.0, 1e308}).find("field 'iter_time[1]': 1e+308 s is no measurement"),
+            std::string::npos);
+  EXPECT_NE(with("iter_time", {86400.5}).find("between 0 and 86400 s"), std::string::npos);
+  EXPECT_NE(with("iter_energy", {-1.0, 2.0}).find("field 'iter_energy[0]'"), std::string::npos);
+  EXPECT_NE(with("iter_energy", {1e300, 2.0}).find("J (a day at the most a GPU draws)"), std::string::npos);
+  EXPECT_NE(with("time_breakdown", {{"forward", {{0.1}, {-0.5}}}}).find("field 'time_breakdown.forward[1][0]'"),
+            std::string::npos);
+  EXPECT_NE(with("energy_breakdown", {{"backward", {{1e200}}}}).find("field 'energy_breakdown.backward[0][0]'"),
+            std::string::npos);
+  json edge = valid();
+  edge["iter_time"] = {86400, 0};
+  edge["iter_energy"] = {kMaxMeasuredJoules, 0};
+  EXPECT_NO_THROW(profiling_result_from_text(edge.dump())) << "the bounds themselves are measurements";
 }
 
 TEST(ResultParser, MalformedJsonIsA422NamingTheBody) {

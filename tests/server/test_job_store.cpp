@@ -8,17 +8,22 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
 #include <mutex>
+#include <random>
+#include <set>
 #include <fstream>
 #include <thread>
 
 #include "perseus/server/background_writer.hpp"
 #include "perseus/server/job_store.hpp"
+#include "perseus/server/store_committer.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/profile/profile.hpp"
 #include "server_fixture.hpp"
 #include "simulate_fixtures.hpp"
+#include "store_rows.hpp"
 
 namespace perseus {
 namespace {
@@ -108,6 +113,118 @@ TEST_F(JobStoreTest, AFileThatIsNotADatabaseIsMovedAsideAndANewStoreStarts) {
   EXPECT_EQ(aside, 1);
   fill(1);
   EXPECT_EQ(load().size(), 2u);
+}
+
+// Group commit: each write's done() runs after the transaction holding it committed; a store
+// fault refuses the acknowledged writes of that transaction and keeps the kept ones for the next;
+// a write that fails on its own is left out alone.
+TEST_F(JobStoreTest, TheCommitterAcknowledgesAfterCommitRefusesOnAStoreFaultAndKeepsWhatItMust) {
+  JobStore store(db());
+  server::StoreCommitter::Options options;
+  options.first_retry = std::chrono::milliseconds(1);
+  options.max_retry = std::chrono::milliseconds(5);
+  server::StoreCommitter committer(store, options);
+  std::mutex mutex;
+  std::map<std::string, bool> done;
+  auto record = [&](const std::string& what) {
+    return [&, what](bool committed) {
+      std::lock_guard lock(mutex);
+      done[what] = committed;
+    };
+  };
+  auto in_store = [&](const std::string& id) {
+    JobStore reader(db());
+    for (const auto& j : reader.load())
+      if (j.info.job_id == id) return true;
+    return false;
+  };
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("a")); },
+                               [&](bool committed) {
+                                 // Committed before it is acknowledged: another connection reads it already.
+                                 EXPECT_TRUE(committed);
+                                 EXPECT_TRUE(in_store("a"));
+                                 record("a")(committed);
+                               }));
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  // A store fault in a transaction: its acknowledged writes are refused, the kept ones retried.
+  std::atomic<int> faults{2};
+  committer.keep("kept b", 100, [&](JobStore& s) {
+    if (faults-- > 0) throw server::StoreError("disk full", SQLITE_FULL);
+    s.add_job(job("b"));
+  });
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("c")); }, record("c")));
+  // A write that fails alone (not the store): left out, the others of its transaction commit.
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  ASSERT_TRUE(committer.submit([](JobStore&) { throw std::runtime_error("a bug"); }, record("bug")));
+  ASSERT_TRUE(committer.submit([&](JobStore& s) { s.add_job(job("d")); }, record("d")));
+  ASSERT_TRUE(committer.flush(std::chrono::seconds(10)));
+  std::lock_guard lock(mutex);
+  EXPECT_TRUE(done["a"]);
+  EXPECT_TRUE(in_store("b")) << "a kept write is written once the store works";
+  EXPECT_EQ(done.count("c") == 1 && !done["c"], !in_store("c")) << "refused if and only if not stored";
+  EXPECT_FALSE(done["bug"]);
+  EXPECT_TRUE(done["d"]);
+  EXPECT_TRUE(in_store("d"));
+  EXPECT_GE(committer.failures(), 1u);
+  EXPECT_FALSE(committer.failing());
+}
+
+// A store damaged anywhere loses only what cannot be read: every registration a plain reader gets
+// back row by row comes back, and the damaged file is kept aside. Every page in turn, damaged four
+// ways: all of it, its header and cells but not its end, its end, a few bytes in its middle.
+TEST_F(JobStoreTest, ADamagedPageCostsOnlyItsRowsAndTheFileIsKeptAside) {
+  {
+    JobStore store(db());
+    for (int j = 0; j < 40; ++j) {
+      std::string id = fmt::format("job{:02}-{}", j, std::string(60, 'x'));  // several pages of jobs
+      store.add_job(job(id));
+      store.add_round(id, 0, json::array({j}));
+    }
+  }
+  const auto pristine = testing::readable_jobs(db(), dir / "oracle");
+  ASSERT_EQ(pristine.size(), 40u);
+  auto size = std::filesystem::file_size(db());
+  int everything_lost = 0, damaged = 0;
+  struct Span {
+    std::size_t from, length;
+  };
+  const Span spans[] = {{0, 4096}, {0, 3900}, {196, 3900}, {2000, 64}};
+  for (std::uintmax_t page = 1; page < size / 4096; ++page) {
+    for (std::size_t s = 0; s < std::size(spans); ++s) {
+      SCOPED_TRACE(fmt::format("page {}, bytes {} to {}", page, spans[s].from, spans[s].from + spans[s].length));
+      auto copy = dir / fmt::format("copy{}-{}.db", page, s);
+      std::filesystem::copy_file(db(), copy, std::filesystem::copy_options::overwrite_existing);
+      {
+        std::mt19937 random(static_cast<unsigned>(page * 8 + s));
+        std::string noise(spans[s].length, '\0');
+        for (auto& b : noise) b = static_cast<char>(random());
+        std::fstream f(copy, std::ios::in | std::ios::out | std::ios::binary);
+        f.seekp(static_cast<std::streamoff>(page * 4096 + spans[s].from));
+        f.write(noise.data(), static_cast<std::streamsize>(noise.size()));
+      }
+      auto readable = testing::readable_jobs(copy, dir / "oracle");
+      std::set<std::string> kept;
+      {
+        JobStore store(copy);
+        for (const auto& j : store.load()) kept.insert(j.info.job_id);
+        if (!store.set_aside().empty()) {
+          EXPECT_TRUE(std::filesystem::exists(store.set_aside()));
+        }
+        if (readable.size() < pristine.size()) {
+          EXPECT_FALSE(store.set_aside().empty()) << "a store a plain reader trips over is not kept aside";
+        }
+        damaged += !store.set_aside().empty();
+      }
+      for (const auto& [id, info] : readable)
+        if (pristine.contains(id) && pristine.at(id) == info) {
+          EXPECT_TRUE(kept.contains(id)) << id << "'s registration can be read, yet it was not kept";
+        }
+      everything_lost += kept.empty();
+    }
+  }
+  EXPECT_GT(damaged, 0);
+  // Only the jobs table's root page, which points to all its leaves, costs every job (they are named).
+  EXPECT_LE(everything_lost, static_cast<int>(std::size(spans))) << "of " << size / 4096 - 1 << " pages";
 }
 
 TEST(BackgroundWriter, RetriesAFailingWriteInOrderAndDropsWhatDoesNotFit) {

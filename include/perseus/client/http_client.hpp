@@ -2,6 +2,7 @@
 // A small blocking HTTP/1.1 client (Boost.Beast) for talking to `perseus serve`: one request
 // per call on a kept-alive connection, reconnecting when the server closed it.
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 
@@ -22,6 +23,11 @@ class ServerTimeout : public ServerUnreachable {
  public:
   using ServerUnreachable::ServerUnreachable;
 };
+
+// The largest reply a client reads (a schedule of a million instructions is ~6 MB); a larger one
+// fails the request (perseus::Error) as soon as its header announces it, before any of it is held.
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kMaxReplyHeaderBytes = 16u << 10;
 
 struct HttpReply {
   int status = 0;

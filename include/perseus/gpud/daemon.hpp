@@ -5,7 +5,10 @@
 // When a connection closes, for any reason — exit, exception, SIGKILL, OOM kill — the daemon
 // resets at once what that connection set: the NVIDIA driver keeps locked clocks after the
 // process that locked them is gone, so only something that outlives the rank can undo them.
-// Every GPU is reset when the daemon starts and when it stops.
+// The daemon changes nothing no client asked for: when it stops, it undoes what its clients set
+// (their connections close); what they set is also noted in <socket>.state, so that a daemon
+// started after a crash undoes exactly that. A power limit no client of it set (an administrator's
+// cap) is never touched.
 #include <boost/asio/io_context.hpp>
 #include <chrono>
 #include <cstdint>
@@ -25,6 +28,13 @@ struct DaemonOptions {
   std::string socket_group;     // "" keeps the daemon's group
   // A connection that owns no GPU is closed after this long without a request (0: never).
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  // Connections one user (SO_PEERCRED uid) may hold at once: at the cap that user's longest-idle
+  // connection that owns no GPU is closed to make room (the new one only when each owns a GPU), so
+  // one user's sockets can keep neither another user's ranks nor its own out. 0: no cap.
+  std::size_t max_connections_per_user = 0;
+  // Connections in all; at the bound the longest-idle connection that owns no GPU is closed to
+  // make room for a new one (only when every one owns a GPU is the new one closed). 0: no bound.
+  std::size_t max_connections = 0;
   // The powercap tree whose RAPL counters the "rapl" operation serves ("": $PERSEUS_POWERCAP_ROOT,
   // else /sys/class/powercap); serve_rapl false refuses it (no_permission).
   std::string powercap_root{};
@@ -52,16 +62,16 @@ struct DaemonStats {
 
 class Daemon {
  public:
-  // Resets every GPU, then listens on options.socket_path (a stale socket file is replaced; a live
-  // daemon on it, or a path that is not a socket, is an error; on any error no socket is left). Serves on `io`, which
-  // must run on one thread.
+  // Listens on options.socket_path (a stale socket file is replaced; a live daemon on it, or a path
+  // that is not a socket, is an error; on any error no socket is left), after undoing what an
+  // earlier daemon's clients left set (its <socket>.state). Serves on `io`, which must run on one thread.
   Daemon(boost::asio::io_context& io, std::shared_ptr<gpu::GpuLibrary> gpu, DaemonOptions options);
   ~Daemon();
   Daemon(const Daemon&) = delete;
   Daemon& operator=(const Daemon&) = delete;
 
-  // Closes every connection (resetting what each set), resets every GPU and removes the socket
-  // file. Call on io's thread (or with io stopped); the destructor calls it too.
+  // Closes every connection (undoing what each set) and removes the socket file. Call on io's
+  // thread (or with io stopped); the destructor calls it too.
   void stop();
 
   // Call on io's thread.

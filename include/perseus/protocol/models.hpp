@@ -20,6 +20,7 @@ enum class Refusal {
   forbidden,        // the job's secret is missing or wrong
   not_found,        // no such job, rank or resource (yet)
   conflict,         // the request contradicts the job's state (already registered, no round running)
+  too_large,        // a result holds more than the job's schedule or the server's settings allow
   job_ended,        // the job has ended: the detail is its outcome (the artifact's clients match on it)
   over_capacity,    // the server holds as many jobs or ranks as it may
   server_stopping,  // the server is shutting down
@@ -144,8 +145,15 @@ PowerStateSchedule schedule_from_json(const nlohmann::json& body);
 Heartbeat heartbeat_from_json(const nlohmann::json& body);
 Leave leave_from_json(const nlohmann::json& body);
 StragglerNotice straggler_from_json(const nlohmann::json& body);
+// What one POST /result may hold, checked while it is decoded (too_large naming the field), so
+// that a result is refused before it is held: iterations (iter_time, iter_energy, rows of each
+// breakdown instruction), and instructions named in each breakdown. 0: no bound.
+struct ResultLimits {
+  std::size_t max_iterations = 0;
+  std::size_t max_instructions = 0;
+};
 // POST /result's body, decoded with simdjson (the hot path); same checks and messages.
-ProfilingResult profiling_result_from_text(std::string_view body);
+ProfilingResult profiling_result_from_text(std::string_view body, const ResultLimits& limits = {});
 
 nlohmann::json to_json(const JobInfo& info);
 nlohmann::json to_json(const RankInfo& info);
@@ -165,7 +173,8 @@ std::string sanitize_id_part(std::string_view text);
 // Throws RequestError (invalid_request) when `job_id` is longer than kMaxJobIdBytes.
 void check_job_id_length(const std::string& job_id);
 // The job's records directory under the dump directory: its id with '/' (allowed in Zeus's
-// job_metadata, e.g. a Hugging Face model name) replaced, so that it is one directory.
+// job_metadata, e.g. a Hugging Face model name) written %2F and '%' written %25, so that it is one
+// directory and two ids never share one (org/model and org_model stay apart).
 std::string records_dir_name(const std::string& job_id);
 
 // Parses JSON text; throws RequestError (invalid_request) saying where it is malformed.

@@ -55,6 +55,11 @@ struct HttpLimits {
   // Connections one remote address may hold at once; more are closed as they are accepted.
   // 0: no cap.
   std::size_t max_connections_per_peer = 0;
+  // Connections the server holds at once, from every address. Idle ones (no request in progress:
+  // just accepted, kept alive, or still sending a header) may take all but a reserve of an eighth
+  // (at least 8): past either bound the longest-idle one is closed to make room, so connections
+  // held open from many addresses cannot keep requests out. 0: no bound.
+  std::size_t max_connections = 0;
   // A kept-alive connection with no request in progress, or a request still arriving, is
   // closed after this long.
   std::chrono::milliseconds idle_timeout{60000};

@@ -28,8 +28,12 @@
 //   max(dead_rank_timeout_s, 3 x the typical round time). Ranks that never send heartbeats (the
 //   artifact's client) are only subject to round_timeout_s.
 //
-// Disk writes (record files, the job store) never run on the strand: they go to a BackgroundWriter,
-// which retries a failed one, so a slow, full or locked disk does not slow a round.
+// Acknowledged means durable: a registration (job or rank) is answered only once the job store
+// committed it (StoreCommitter: group commit), and refused with 503 when it cannot be (the client
+// retries); a result that completes a round is answered once the round's record is committed. While
+// the store cannot be written (a full disk), rounds go on: their records are kept in memory and
+// written when it works again. Record files go to a BackgroundWriter of their own. Neither runs
+// on the strand, so a slow, full or locked disk does not slow a round.
 //
 // With records on (settings.dump_data), jobs survive restarts (job_store.hpp): the constructor
 // restores every job from <dump_dir>/.perseus.db, each at the start of the round that was running
@@ -40,6 +44,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 
 #include "perseus/server/background_writer.hpp"
@@ -49,6 +54,7 @@
 #include "perseus/server/wire.hpp"
 #include "perseus/server/scheduler.hpp"
 #include "perseus/server/settings.hpp"
+#include "perseus/server/store_committer.hpp"
 
 namespace perseus::server {
 
@@ -57,6 +63,9 @@ class JobManager {
   // status, JSON body. Called exactly once per schedule request, now or later.
   // A schedule request's answer: the schedule (no refusal), or why it is refused and the detail.
   using Reply = std::function<void(std::optional<Refusal>, const nlohmann::json&)>;
+  // How a request that changes state is answered once that state is durable: nullopt, or why it
+  // is refused. Called exactly once, now or later, on the strand.
+  using Ack = std::function<void(std::optional<RequestError>)>;
 
   // `executor` must serialize its handlers (a strand, or a single-threaded io_context's executor).
   JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory);
@@ -69,22 +78,25 @@ class JobManager {
 
   // `secret`: "" none; "new" (protocol::kAskForJobSecret): a random one; else the client's own
   // (protocol::is_job_secret). Every request changing the job must then carry it (authorize;
-  // job_secret returns it). A secret a job already has registers nothing: that job's id comes back
-  // (409 when the registration differs in shape). Refused before anything is allocated: 422 above
-  // max_world_size or a job id above kMaxJobIdBytes, 503 at max_jobs or max_total_ranks once no
-  // ended job is left to forget early.
-  std::string register_job(JobInfo info, const std::string& secret = "");
+  // job_secret returns it). A secret a job already has registers nothing: that job's registration
+  // comes back (409 when the registration differs in shape). Refused before anything is allocated:
+  // 422 above max_world_size or a job id above kMaxJobIdBytes, 503 at max_jobs or max_total_ranks
+  // once no ended job is left to forget early.
+  // `ack` gets the job's registration (id and secret) once it is stored; a registration the store
+  // cannot keep is forgotten and refused (503).
+  void register_job(JobInfo info, const std::string& secret,
+                    std::function<void(std::optional<RequestError>, const JobInfo&)> ack);
   std::string job_secret(const std::string& job_id);  // "" for a job registered without one
   // May this request change job `job_id`? Yes for the administrator (`admin`: the server's bearer
   // token), for any request to a job registered without a secret, and for one carrying the job's
   // secret; 403 otherwise, 404 for an unknown job.
   void authorize(const std::string& job_id, const std::string& secret, bool admin);
-  void register_rank(const std::string& job_id, RankInfo info);
+  void register_rank(const std::string& job_id, RankInfo info, Ack ack);
   void request_schedule(const std::string& job_id, int rank, Reply reply);
-  void report_result(const std::string& job_id, ProfilingResult result);
+  void report_result(const std::string& job_id, ProfilingResult result, Ack ack);
   void heartbeat(const std::string& job_id, const Heartbeat& beat);
   // A rank cannot take part: the job ends ([job-failed], naming it) and every rank goes on without perseus.
-  void leave(const std::string& job_id, const Leave& leave);
+  void leave(const std::string& job_id, const Leave& leave, Ack ack);
 
   // POST /straggler/{id} (a notice) and DELETE /straggler/{id} (none): handed to the scheduler,
   // which takes it into account from the next round on. 404 unknown job, 409 not running or a
@@ -111,7 +123,9 @@ class JobManager {
 
   // Waits until every record and store write queued so far is on disk (tests); true when done.
   // Callable from any thread.
-  bool flush_records(std::chrono::milliseconds limit) { return !writer_ || writer_->flush(limit); }
+  bool flush_records(std::chrono::milliseconds limit) {
+    return (!committer_ || committer_->flush(limit)) && (!writer_ || writer_->flush(limit));
+  }
 
   // GET /metrics: every job's status and the server's counters, as Prometheus text.
   std::string metrics_text() const;
@@ -153,16 +167,31 @@ class JobManager {
   void dump(const Job& job, const std::string& name, nlohmann::json content, std::size_t bytes = 4096) const;
   void record_round(const Job& job, const std::vector<ProfilingResult>& results) const;
   void restore(StoredJob stored);
-  void persist(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes = 1024);
+  // Store writes. keep(): state the server already acts on, written when the store can;
+  // durably(): `then(committed)` runs on the strand once the write is committed or refused
+  // (at once without a store); after_stored(): `ack` once every write queued so far is committed
+  // (at once while the store fails: rounds go on).
+  void keep(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes = 1024);
+  void durably(std::function<void(JobStore&)> write, std::function<void(bool)> then);
+  void after_stored(Ack ack);
+  void write_held_jobs_again();  // after the store was recovered from damage
+  void name_records_not_resumed() const;
+  // A job id no other job has had: make_job_id's, then +2, +3, ... when a job of the same second
+  // took it — held now, issued earlier in this second (then forgotten early: --max-jobs), or
+  // recorded by an earlier run (its records folder exists).
+  std::string new_job_id(const JobInfo& info);
 
   boost::asio::any_io_executor executor_;
   ServerSettings settings_;
   SchedulerFactory factory_;
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::unique_ptr<JobStore> store_;
-  std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
-  std::unique_ptr<PowerBudget> budget_;       // holds the jobs' schedulers: destroyed before jobs_
+  std::unique_ptr<StoreCommitter> committer_;  // after store_: destroyed (drained) first
+  std::unique_ptr<BackgroundWriter> writer_;   // record files
+  std::unique_ptr<PowerBudget> budget_;        // holds the jobs' schedulers: destroyed before jobs_
   std::size_t restored_ = 0;
+  std::set<std::string> issued_ids_;  // this second's
+  std::chrono::system_clock::time_point issued_second_;
   std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
 };
 

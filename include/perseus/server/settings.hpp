@@ -46,6 +46,10 @@ struct ServerSettings {
   // whose schedule differs, so a round's records grow with stages and pipelines, not ranks. On:
   // every rank's result and schedule, as the artifact writes them.
   bool record_ranks = false;
+  // Iterations one POST /result may hold (413 beyond, refused while it is decoded): with the
+  // rank's schedule (physical_bounds.hpp: oversized_result) it bounds what a round holds per rank
+  // and records. The client reports every 5 iterations by default.
+  std::size_t max_result_iterations = 100;
   int record_rounds = 0;  // keep the record files of the last this many rounds per job; 0: all
   // The cluster's power budget at start (W, every job's GPUs together; power_budget.hpp); none: no budget.
   std::optional<double> power_budget_w;

@@ -17,6 +17,12 @@
 //                                 NVML on that thread would deadlock
 //   PERSEUS_FAKE_NVML_LOG_READS   1: log energy-counter reads too (value in mJ), so a test can tell
 //                                 which clock every measured instruction ran at
+//   PERSEUS_FAKE_NVML_STATE       a file holding what the driver keeps across processes, as a real
+//                                 one does: each GPU's locked clocks and power limit, one line per
+//                                 GPU, "gpu I graphics MHZ memory MHZ power_limit_mw MW" (0 MHz: not
+//                                 locked). Read before every call that reads or sets them, written
+//                                 after every change: a test sets an administrator's power limit
+//                                 in one process and checks it in another
 //   PERSEUS_FAKE_NVML_POWER_W     a constant power in W instead of the clock-dependent one (a floor that
 //                                 a simulation adds its own energy on top of, see below)
 //   PERSEUS_FAKE_NVML_REPLAY      power and energy from a recorded trace instead (replay.hpp)
@@ -101,8 +107,36 @@ struct State {
   long locked_us = 0;
   long clock_latency_us = 0;
   bool log_reads = false;
+  std::string state_file;  // PERSEUS_FAKE_NVML_STATE; "" keeps the state in this process only
   Clock::time_point start = Clock::now();
 };
+
+// The driver's state shared between processes (PERSEUS_FAKE_NVML_STATE): lines as documented above.
+void load_shared(State& s) {
+  if (s.state_file.empty()) return;
+  std::FILE* in = std::fopen(s.state_file.c_str(), "r");
+  if (in == nullptr) return;
+  unsigned index = 0, graphics = 0, memory = 0, limit = 0;
+  while (std::fscanf(in, " gpu %u graphics %u memory %u power_limit_mw %u", &index, &graphics, &memory, &limit) == 4)
+    if (index < s.gpus.size()) {
+      s.gpus[index].locked_graphics = graphics;
+      s.gpus[index].locked_memory = memory;
+      s.gpus[index].power_limit = limit;
+    }
+  std::fclose(in);
+}
+
+void save_shared(const State& s) {
+  if (s.state_file.empty()) return;
+  std::string temp = s.state_file + ".tmp" + std::to_string(getpid());
+  std::FILE* out = std::fopen(temp.c_str(), "w");
+  if (out == nullptr) return;
+  for (std::size_t i = 0; i < s.gpus.size(); ++i)
+    std::fprintf(out, "gpu %zu graphics %u memory %u power_limit_mw %u\n", i, s.gpus[i].locked_graphics,
+                 s.gpus[i].locked_memory, s.gpus[i].power_limit);
+  std::fclose(out);
+  std::rename(temp.c_str(), s.state_file.c_str());
+}
 
 State& state() {
   static State s;
@@ -154,8 +188,10 @@ nvmlReturn_t setter(const char* fn, nvmlDevice_t device, const std::string& args
   else if (gpu == nullptr) result = nv::kInvalidArgument;
   else if (s.deny) result = nv::kNoPermission;
   else {
+    load_shared(s);
     gpu->advance();
     result = body(*gpu);
+    if (result == nv::kSuccess) save_shared(s);
   }
   if (s.locked_us > 0) std::this_thread::sleep_for(std::chrono::microseconds(s.locked_us));
   record(s, fn, index, args, result);
@@ -172,6 +208,7 @@ nvmlReturn_t getter(const char* fn, nvmlDevice_t device, Body body, bool log_it 
   nvmlReturn_t result = !s.initialized ? nv::kUninitialized : gpu == nullptr ? nv::kInvalidArgument : nv::kSuccess;
   std::string args;
   if (result == nv::kSuccess) {
+    load_shared(s);
     gpu->advance();
     result = body(*gpu, args);
   }
@@ -216,6 +253,9 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
     s.clock_latency_us = clock_latency != nullptr ? std::atol(clock_latency) : 0;
     const char* locked = std::getenv("PERSEUS_FAKE_NVML_LOCKED_US");
     s.locked_us = locked != nullptr ? std::atol(locked) : 0;
+    const char* shared = std::getenv("PERSEUS_FAKE_NVML_STATE");
+    s.state_file = shared != nullptr ? shared : "";
+    load_shared(s);
     s.initialized = true;
   }
   record(s, "nvmlInit", -1, "", nv::kSuccess);

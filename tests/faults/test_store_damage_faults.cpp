@@ -1,0 +1,178 @@
+// The job store damaged while the server was down, against a real `perseus serve`: random bytes
+// over a random page (the first, which holds the schema, included) or over one of the pages holding
+// registrations, runs of random bytes at random
+// offsets anywhere in the file, a truncation at a random length, an emptied file, a directory at
+// its path. Every time the server starts, resumes every job a plain reader of the damaged file gets
+// back row by row (never past the rounds it had), names every other one in a warning, keeps the
+// damaged file aside, and stores what comes next (a job registered after the recovery survives a
+// kill -9). Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 7, ~0.5 s each).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "job_driver.hpp"
+#include "process_fixture.hpp"
+#include "store_rows.hpp"
+
+namespace perseus::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+enum class Damage { page, registration_page, scattered, truncation, empty, directory };
+
+// Damages `db` as `kind` says; returns what it did, for the failure message.
+std::string damage(const fs::path& db, Damage kind, std::mt19937& random) {
+  auto size = fs::file_size(db);
+  switch (kind) {
+    case Damage::page:
+    case Damage::registration_page: {
+      constexpr std::size_t kPage = 4096;
+      std::size_t pages = std::max<std::size_t>(1, size / kPage);
+      std::size_t page = std::uniform_int_distribution<std::size_t>(0, pages - 1)(random);
+      if (kind == Damage::registration_page) {  // one of the pages holding registrations, so some others remain
+        std::string bytes = read_file(db);
+        std::vector<std::size_t> holding;
+        for (std::size_t p = 0; p < pages; ++p)
+          if (bytes.substr(p * kPage, kPage).find("\"model_name\"") != std::string::npos) holding.push_back(p);
+        if (!holding.empty()) page = holding[std::uniform_int_distribution<std::size_t>(0, holding.size() - 1)(random)];
+      }
+      std::size_t length = std::uniform_int_distribution<std::size_t>(64, kPage)(random);
+      std::size_t offset = page * kPage + std::uniform_int_distribution<std::size_t>(0, kPage - length)(random);
+      std::string bytes(length, '\0');
+      for (auto& b : bytes) b = static_cast<char>(random());
+      std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+      file.seekp(static_cast<std::streamoff>(offset));
+      file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+      return fmt::format("{} random bytes at offset {} (page {} of {})", length, offset, page + 1, pages);
+    }
+    case Damage::scattered: {
+      int runs = std::uniform_int_distribution<int>(1, 8)(random);
+      std::string what = fmt::format("{} runs of random bytes at offsets", runs);
+      std::fstream file(db, std::ios::in | std::ios::out | std::ios::binary);
+      for (int i = 0; i < runs; ++i) {
+        std::size_t length = std::uniform_int_distribution<std::size_t>(1, 256)(random);
+        std::size_t offset = std::uniform_int_distribution<std::size_t>(0, size - length)(random);
+        std::string bytes(length, '\0');
+        for (auto& b : bytes) b = static_cast<char>(random());
+        file.seekp(static_cast<std::streamoff>(offset));
+        file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+        what += fmt::format(" {} (+{})", offset, length);
+      }
+      return what;
+    }
+    case Damage::truncation: {
+      auto length = std::uniform_int_distribution<std::uintmax_t>(1, size - 1)(random);
+      fs::resize_file(db, length);
+      return fmt::format("truncated to {} of {} bytes", length, size);
+    }
+    case Damage::empty:
+      fs::resize_file(db, 0);
+      return "emptied";
+    case Damage::directory:
+      fs::remove(db);
+      fs::create_directories(db / "something");
+      return "a directory in its place";
+  }
+  return "";
+}
+
+// A warning or error line of the server's log names `id`.
+bool warned(const std::string& log, const std::string& id) {
+  std::istringstream lines(log);
+  for (std::string line; std::getline(lines, line);)
+    if ((line.find("[warning]") != std::string::npos || line.find("[error]") != std::string::npos) &&
+        line.find(id) != std::string::npos)
+      return true;
+  return false;
+}
+
+TEST(StoreDamage, ADamagedStoreIsRecoveredKeepingWhatCanBeReadAndNamingTheRest) {
+  auto dir = test_dir();
+  // A store of 24 jobs (their registrations over several pages) with 0 to 3 rounds each, stopped
+  // cleanly (everything in the main file).
+  std::vector<DrivenJob> jobs(24);
+  {
+    ServeProcess serve(dir / "pristine", "AllMaxFrequency", "{}");
+    ASSERT_NE(serve.port, 0);
+    for (std::size_t j = 0; j < jobs.size(); ++j) {
+      ASSERT_TRUE(jobs[j].start(serve.url(), fmt::format("model{}-{}", j, std::string(80, 'x'))));
+      for (std::size_t r = 0; r < j % 4; ++r) ASSERT_TRUE(jobs[j].round());
+    }
+    serve.stop(SIGTERM);
+  }
+  const auto pristine = readable_jobs(dir / "pristine" / "dump" / ".perseus.db", dir / "oracle");
+  ASSERT_EQ(pristine.size(), jobs.size());
+  std::random_device seeds;
+  const Damage kinds[] = {Damage::truncation, Damage::empty, Damage::directory};
+  for (int instance = 0, count = fault_instances(7); instance < count; ++instance) {
+    unsigned seed = seeds();
+    std::mt19937 random(seed);
+    const Damage random_kinds[] = {Damage::registration_page, Damage::scattered, Damage::page};
+    Damage kind = instance < 3 ? kinds[instance] : random_kinds[instance % 3];
+    fs::path here = dir / fmt::format("instance{}", instance);
+    fs::create_directories(here / "dump");
+    fs::copy(dir / "pristine" / "dump", here / "dump", fs::copy_options::recursive);
+    fs::path db = here / "dump" / ".perseus.db";
+    std::string what = damage(db, kind, random);
+    SCOPED_TRACE(fmt::format("instance {} (seed {}): {}", instance, seed, what));
+    std::map<std::string, std::string> readable = readable_jobs(db, dir / "oracle");
+    std::size_t must_keep = 0, kept = 0;
+    auto serve = std::make_unique<ServeProcess>(here, "AllMaxFrequency", "{}");
+    ASSERT_NE(serve->port, 0) << "the server did not start: " << serve->log();
+    int port = serve->port;
+    std::string log = serve->log();
+    bool aside = false;
+    for (const auto& e : fs::directory_iterator(here / "dump"))
+      aside = aside || e.path().filename().string().starts_with(".perseus.db.unreadable-");
+    if (aside) {
+      EXPECT_NE(log.find(".perseus.db.unreadable-"), std::string::npos) << "the file aside is not named";
+    }
+    // Damage a plain reader trips over (not merely changed values) is never written over.
+    if (kind == Damage::truncation || kind == Damage::directory || readable.size() < jobs.size()) {
+      EXPECT_TRUE(aside) << "the damaged store was not kept aside: " << log;
+    }
+    for (auto& job : jobs) {
+      job.url = serve->url();
+      nlohmann::json s = job.status();
+      bool intact = readable.contains(job.id) && readable[job.id] == pristine.at(job.id);
+      must_keep += intact;
+      kept += s.is_object();
+      EXPECT_TRUE(!intact || s.is_object()) << job.id << "'s registration can be read, yet it was not kept: " << log;
+      if (s.is_object()) {
+        EXPECT_LE(s["round"].get<int>(), job.acked_rounds) << job.id << " resumed past its rounds";
+        if (s["round"].get<int>() < job.acked_rounds) {
+          EXPECT_TRUE(warned(log, job.id)) << job.id << " lost rounds, and no warning names it: " << log;
+        }
+      } else {
+        EXPECT_TRUE(warned(log, job.id)) << job.id << " is gone and no warning names it: " << log;
+      }
+    }
+    std::printf("instance %d: %s: %zu of %zu jobs kept (%zu readable row by row)\n", instance, what.c_str(), kept,
+                jobs.size(), must_keep);
+    // What comes next is stored: a job registered now survives a kill -9.
+    DrivenJob fresh;
+    ASSERT_TRUE(fresh.start(serve->url(), "fresh")) << serve->log();
+    ASSERT_TRUE(fresh.round()) << serve->log();
+    serve->stop(SIGKILL);
+    serve = std::make_unique<ServeProcess>(here, "AllMaxFrequency", "{}", "", "", port);
+    ASSERT_EQ(serve->port, port) << serve->log();
+    nlohmann::json s = fresh.status();
+    ASSERT_TRUE(s.is_object()) << "a job registered after the recovery is lost: " << serve->log();
+    EXPECT_EQ(s["round"], 1);
+    serve->stop(SIGTERM);
+    fs::remove_all(here);
+  }
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace perseus::testing
