@@ -78,4 +78,13 @@ OperationOptions build_options(const std::vector<ProfileRow>& rows, const Option
   return OperationOptions(std::move(options), used_noise);
 }
 
+OperationOptions without_costlier_slower(const OperationOptions& options) {
+  const auto& all = options.options();  // slowest first
+  std::vector<ExecutionOption> kept;
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (kept.empty() || it->effective_energy < kept.back().effective_energy) kept.push_back(*it);
+  std::reverse(kept.begin(), kept.end());
+  return OperationOptions(std::move(kept), options.used_noise_factor());
+}
+
 }  // namespace perseus

@@ -48,9 +48,11 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.stop_reason = frontier.stop_text();
   record.interrupted = frontier.interrupted;
   record.start_quant_time = frontier.start_quant_time;
-  for (const auto& spec : problem.specs)
+  for (const auto& spec : problem.specs) {
     record.model_descriptions.push_back(spec.model ? spec.model->name() + ": " + spec.model->describe()
                                                    : "none: the schedule runs no such instruction");
+    record.model_fallbacks.push_back(spec.fallback);
+  }
 
   // (stage, slot) of every instruction node
   std::vector<std::pair<int, int>> position(dag.instructions.size());
@@ -107,9 +109,12 @@ json per_operation_models(const FrontierRecord& record) {
   for (std::size_t i = 0; i < record.model_descriptions.size(); ++i) {
     const auto& text = record.model_descriptions[i];
     if (text.rfind("none:", 0) == 0) continue;
-    out.push_back({{"stage", i / kNumInstructionKinds},
-                   {"instruction", to_string(kAllInstructionKinds[i % kNumInstructionKinds])},
-                   {"model", text.substr(0, text.find(':'))}});
+    json entry = {{"stage", i / kNumInstructionKinds},
+                  {"instruction", to_string(kAllInstructionKinds[i % kNumInstructionKinds])},
+                  {"model", text.substr(0, text.find(':'))}};
+    if (i < record.model_fallbacks.size() && !record.model_fallbacks[i].empty())
+      entry["fallback"] = record.model_fallbacks[i];
+    out.push_back(std::move(entry));
   }
   return out;
 }

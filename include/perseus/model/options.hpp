@@ -50,4 +50,11 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
 // the effective-energy shift. `rows` must not be empty.
 OperationOptions build_options(const std::vector<ProfileRow>& rows, const OptionsConfig& config);
 
+// The options without those that a faster option matches or beats in effective energy: a plan
+// never gains by running them (slower and no cheaper). The noise-factor filter keeps such options,
+// and a cost model through them rises with time, which the solver's flow bounds cannot express.
+// The strict Pareto filter alone never leaves one (a slower option there costs less energy, and
+// so less effective energy). The exponential reference mode plans with every option.
+OperationOptions without_costlier_slower(const OperationOptions& options);
+
 }  // namespace perseus

@@ -43,6 +43,7 @@ struct FrontierRecord : PipelineShape {
   std::vector<RecordedPoint> points;             // slowest first
   std::vector<std::vector<SlotChange>> changes;  // per point
   std::vector<std::string> model_descriptions;   // per (stage, kind), for the metadata file
+  std::vector<std::string> model_fallbacks;      // per (stage, kind): why auto chose the hull, or empty
 
   std::vector<std::vector<Instruction>> stage_instructions() const;
 };

@@ -32,6 +32,7 @@ namespace perseus {
 struct OperationSpec {
   OperationOptions options;
   std::shared_ptr<const CostModel> model;
+  std::string fallback;  // why `auto` planned it with the piecewise-linear hull; empty where it did not
 };
 
 struct PlanningProblem {
@@ -79,6 +80,12 @@ struct SolverOptions {
   // flow of 0, while they are at most this share of it; 0: it is built anew on the critical arcs
   // at every change (the same frontier, slower where they change often).
   double most_resting = 0.25;
+  // Stop where the reference planner stops: at a step that changes the cost by less than 1e-6 J,
+  // and at a cut that would slow down an instruction already at its slowest clock. Otherwise such a
+  // step is taken (time for free is a point of the frontier, not its end) and such an instruction
+  // left as it is (the iteration gets shorter all the same). Either way the frontiers agree up to
+  // the reference's stop.
+  bool reference_stops = false;
 };
 
 struct DurationChange {
@@ -118,6 +125,9 @@ struct Frontier {
   std::vector<DurationChange> changes;
   StopReason stop_reason = StopReason::none;
   std::string stop_instruction;  // the instruction stop_reason names, if it names one
+  // The instructions the last cut would have changed, where the frontier ended at a cut (what made
+  // it stop, when it stopped before the iteration could get no shorter).
+  std::vector<int> stop_cut;
   bool interrupted = false;
 
   std::string stop_text() const { return to_string(stop_reason, stop_instruction); }
