@@ -1,7 +1,8 @@
 #pragma once
 // Random noisy stage profiles, as measurements of real GPUs look: for property tests of the planner
 // on inputs nobody tuned it for. Each case draws a pipeline shape (2-8 stages, 2-16 microbatches,
-// 1F1B or ZB-H1 with the backward split in two), a GPU (a set of clocks, how its time and power
+// 1F1B or ZB-H1 with the backward split in two; or any schedule asked for, 2-4 stages of several
+// chunks for interleaved and the V schedules), a GPU (a set of clocks, how its time and power
 // follow the clock), per-stage work, a noise level of 0-15% on every time and energy, and the
 // defects of measured files: clocks missing from some (stage, kind), rows measured equal, rows in
 // any order, and (in a few cases) a row given twice, which the profile reader must reject.
@@ -11,6 +12,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -24,17 +26,25 @@ struct RandomProfileCase {
   std::string csv;
   int stages = 2, microbatches = 2;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
+  int virtual_stages = 1;  // model chunks per stage: the profile has stages x this many stages
   double unit_time = 0.001, p_block = 0, noise = 0;
   bool duplicate_row = false;      // a (stage, kind, clock) appears twice: the reader must reject it
   bool top_clock_fastest = false;  // every (stage, kind) runs fastest at its highest clock
 
   std::string describe() const {
-    return fmt::format("seed {}: {} stages, {} microbatches, {}, unit time {:.3g} s, P_block {:.1f} W, noise {:.0f}%",
-                       seed, stages, microbatches, to_string(schedule), unit_time, p_block, 100 * noise);
+    return fmt::format("seed {}: {} stages{}, {} microbatches, {}, unit time {:.3g} s, P_block {:.1f} W, noise {:.0f}%",
+                       seed, stages, virtual_stages > 1 ? fmt::format(" x {} chunks", virtual_stages) : "",
+                       microbatches, to_string(schedule), unit_time, p_block, 100 * noise);
   }
 };
 
-inline RandomProfileCase random_profile_case(std::uint64_t seed) {
+struct RandomProfileRequest {
+  std::optional<ScheduleKind> schedule;  // none: 1F1B or ZB-H1, at random
+  bool top_clock_fastest = false;        // no row runs faster than its (stage, kind)'s top clock
+  bool duplicate_rows = true;            // a few cases give a row twice
+};
+
+inline RandomProfileCase random_profile_case(std::uint64_t seed, const RandomProfileRequest& request = {}) {
   std::mt19937_64 rng(seed);
   auto uniform = [&](double lo, double hi) { return std::uniform_real_distribution<double>(lo, hi)(rng); };
   auto integer = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
@@ -44,6 +54,19 @@ inline RandomProfileCase random_profile_case(std::uint64_t seed) {
   c.stages = integer(2, 8);
   c.microbatches = integer(2, 16);
   c.schedule = chance(0.5) ? ScheduleKind::one_f_one_b : ScheduleKind::zb_h1;
+  if (request.schedule) c.schedule = *request.schedule;
+  c.virtual_stages = schedule_virtual_stages(c.schedule, c.schedule == ScheduleKind::interleaved ? integer(2, 3) : 1);
+  if (c.virtual_stages > 1) {  // several chunks per stage: fewer stages, and microbatches the schedule takes
+    c.stages = integer(2, 4);
+    c.microbatches = c.stages * integer(1, 4);
+    for (;; ++c.microbatches) {
+      try {
+        check_schedule_shape(c.schedule, c.stages, c.microbatches, c.virtual_stages);
+        break;
+      } catch (const std::exception&) {}
+    }
+  }
+  const int model_stages = c.stages * c.virtual_stages;
   c.noise = chance(0.15) ? 0.0 : uniform(0, 0.15);
   c.p_block = chance(0.1) ? 0.0 : uniform(20, 150);
 
@@ -70,10 +93,10 @@ inline RandomProfileCase random_profile_case(std::uint64_t seed) {
   auto noisy = [&](double value) { return value * std::max(0.3, 1 + c.noise * gauss(rng)); };
   const double base_time = uniform(0.005, 0.2);
   std::vector<std::string> kinds = {"forward", "backward"};
-  if (c.schedule == ScheduleKind::zb_h1) kinds = {"forward", "backward_input", "backward_weight"};
+  if (splits_backward(c.schedule)) kinds = {"forward", "backward_input", "backward_weight"};
   const double input_share = uniform(0.3, 0.7);
   double shortest = 1e9;
-  for (int s = 0; s < c.stages; ++s) {
+  for (int s = 0; s < model_stages; ++s) {
     const double work = uniform(0.7, 1.5);
     for (const auto& kind : kinds) {
       double top_time = base_time * work;
@@ -95,6 +118,7 @@ inline RandomProfileCase random_profile_case(std::uint64_t seed) {
           row.time = kept.back().time;
           row.energy = kept.back().energy;
         }
+        if (request.top_clock_fastest && !kept.empty()) row.time = std::max(row.time, kept.front().time);
         kept.push_back(row);
       }
       rows.insert(rows.end(), kept.begin(), kept.end());
@@ -110,7 +134,7 @@ inline RandomProfileCase random_profile_case(std::uint64_t seed) {
   const double unit = shortest / std::exp(uniform(std::log(3.0), std::log(200.0)));
   const double power10 = std::pow(10.0, std::floor(std::log10(unit)) - 1);
   c.unit_time = std::floor(unit / power10) * power10;
-  c.duplicate_row = chance(0.05);
+  c.duplicate_row = request.duplicate_rows && chance(0.05);
   if (c.duplicate_row) rows.push_back(rows[static_cast<std::size_t>(integer(0, static_cast<int>(rows.size()) - 1))]);
   std::shuffle(rows.begin(), rows.end(), rng);
   c.csv = "stage,instruction,frequency,time,energy\n";

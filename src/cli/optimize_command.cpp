@@ -128,11 +128,14 @@ int run_optimize(OptimizeArgs& args) {
                              frontier.interrupted ? " (interrupted)" : "")
                      .c_str());
     if (!record.points.empty()) {
+      // On the profile (emulated), with 10 significant digits, and the planner's quantized view.
       const auto& slow = record.points.front();
-      const auto& fast = record.points.back();
+      const auto& fast = record.points[fastest_point(record)];
       std::fprintf(stderr, "%s\n",
-                   fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J", slow.time, slow.energy,
-                               fast.time, fast.energy)
+                   fmt::format("  slowest {:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J (emulated; the "
+                               "planner's quantized: {:.10g} s at {:.10g} J, {:.10g} s at {:.10g} J)",
+                               slow.shown_time(), slow.shown_energy(), fast.shown_time(), fast.shown_energy(),
+                               slow.time, slow.energy, fast.time, fast.energy)
                        .c_str());
     }
     std::vector<std::string> fallbacks;  // with auto: where the hull plans instead of the exponential fit, and why

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <nlohmann/json.hpp>
 
+#include "perseus/solver/exact_times.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
@@ -15,6 +16,10 @@ namespace perseus {
 using nlohmann::json;
 
 namespace {
+
+constexpr const char* kFrontierHeader =
+    "index,time,energy,quant_time,cost_change,effective_cost,profile_energy,emulated_time,emulated_energy";
+constexpr const char* kOldFrontierHeader = "index,time,energy,quant_time,cost_change,effective_cost,profile_energy";
 
 std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_stages, int num_microbatches,
                                                 const std::vector<int>& extra_forwards, int virtual_stages) {
@@ -47,6 +52,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.p_block = problem.p_block;
   record.stop_reason = frontier.stop_text();
   record.interrupted = frontier.interrupted;
+  record.fastest_fitted = frontier.fastest_fitted;
   record.start_quant_time = frontier.start_quant_time;
   for (const auto& spec : problem.specs) {
     record.model_descriptions.push_back(spec.model ? spec.model->name() + ": " + spec.model->describe()
@@ -75,6 +81,10 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
     }
   }
   const double blocking = dag.num_stages * problem.p_block;
+  // Emulated times: the frontier's (plan_frontier computes them), or computed here as the points go.
+  std::optional<ExactTimes> exact;
+  if (!frontier.points.empty() && std::isnan(frontier.points.front().exact_time))
+    exact.emplace(problem, frontier.start_durations);
   for (std::size_t p = 0; p < frontier.points.size(); ++p) {
     const auto& point = frontier.points[p];
     std::vector<SlotChange> changes;
@@ -84,6 +94,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
       option_energy += options.option_for(change.duration).effective_energy -
                        options.option_for(durations[change.instruction]).effective_energy;
       durations[change.instruction] = change.duration;
+      if (exact) exact->set_duration(change.instruction, change.duration);
       const auto [stage, slot] = position[change.instruction];
       changes.push_back({stage, slot, change.duration, options.knob_for(change.duration)});
     }
@@ -95,6 +106,8 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
     recorded.cost_change = point.cost_change;
     recorded.effective_cost = point.effective_cost;
     recorded.profile_energy = option_energy + blocking * recorded.time;
+    recorded.emulated_time = exact ? exact->time() : point.exact_time;
+    recorded.emulated_energy = exact ? exact->energy() : point.exact_energy;
     record.points.push_back(recorded);
     record.changes.push_back(std::move(changes));
   }
@@ -136,11 +149,11 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
   {
     AtomicFile file(dir / "frontier.csv");
     auto& out = file.stream();
-    out << "index,time,energy,quant_time,cost_change,effective_cost,profile_energy\n";
+    out << kFrontierHeader << "\n";
     for (std::size_t i = 0; i < record.points.size(); ++i) {
       const auto& p = record.points[i];
-      out << fmt::format("{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change, p.effective_cost,
-                         p.profile_energy);
+      out << fmt::format("{},{},{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
+                         p.effective_cost, p.profile_energy, p.emulated_time, p.emulated_energy);
     }
     file.commit();
   }
@@ -175,6 +188,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"num_points", record.points.size()},
       {"stop_reason", record.stop_reason},
       {"interrupted", record.interrupted},
+      {"fastest_fitted", record.fastest_fitted},
       {"models", record.model_descriptions},
       {"cost_models", per_operation_models(record)},
       {"start",
@@ -261,6 +275,7 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   if (meta.contains("recompute")) record.recompute = field<bool>(meta, "recompute", meta_file);
   record.stop_reason = field<std::string>(meta, "stop_reason", meta_file);
   record.interrupted = field<bool>(meta, "interrupted", meta_file);
+  if (meta.contains("fastest_fitted")) record.fastest_fitted = field<bool>(meta, "fastest_fitted", meta_file);
   record.model_descriptions = field<std::vector<std::string>>(meta, "models", meta_file);
   const json start = field<json>(meta, "start", meta_file);
   record.start_quant_time = field<int>(start, "quant_time", meta_file);
@@ -293,8 +308,11 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const std::string frontier_file = (dir / "frontier.csv").string();
   const std::string frontier_text = read_file(frontier_file);
   std::vector<std::size_t> lines;
+  // A record written before the emulated columns has the first seven only.
+  const bool emulated = frontier_text.rfind(std::string(kFrontierHeader) + "\n", 0) == 0 ||
+                        frontier_text.rfind(std::string(kFrontierHeader) + "\r\n", 0) == 0;
   const auto rows = read_rows(frontier_text, frontier_file,
-                              "index,time,energy,quant_time,cost_change,effective_cost,profile_energy", lines);
+                              emulated ? std::string(kFrontierHeader) : std::string(kOldFrontierHeader), lines);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     if (int_field(r[0], frontier_file, lines[i], "index") != static_cast<long long>(i)) {
@@ -307,6 +325,8 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
     p.cost_change = number_field(r[4], frontier_file, lines[i], "cost_change");
     p.effective_cost = number_field(r[5], frontier_file, lines[i], "effective_cost");
     p.profile_energy = number_field(r[6], frontier_file, lines[i], "profile_energy");
+    p.emulated_time = emulated ? number_field(r[7], frontier_file, lines[i], "emulated_time") : std::nan("");
+    p.emulated_energy = emulated ? number_field(r[8], frontier_file, lines[i], "emulated_energy") : std::nan("");
     record.points.push_back(p);
   }
   record.changes.resize(record.points.size());
@@ -356,6 +376,8 @@ void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index) {
   plan.index = index;
   plan.time = point.time;
   plan.energy = point.energy;
+  plan.emulated_time = point.has_emulated() ? std::optional<double>(point.emulated_time) : std::nullopt;
+  plan.emulated_energy = point.has_emulated() ? std::optional<double>(point.emulated_energy) : std::nullopt;
   plan.cost_change = point.cost_change;
   plan.effective_cost = point.effective_cost;
 }
@@ -363,9 +385,30 @@ void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index) {
 std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline) {
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < record.points.size(); ++i) {
-    // Times are multiples of unit_time; tolerate the rounding of a deadline given in seconds.
-    if (record.points[i].time > deadline + 1e-9 * std::max(1.0, deadline)) continue;
-    if (!best || record.points[i].energy < record.points[*best].energy) best = i;
+    const auto& p = record.points[i];
+    // Tolerate the rounding of a deadline typed from a time shown (10 significant digits).
+    if (p.shown_time() > deadline + 1e-9 * std::max(1.0, deadline)) continue;
+    if (!best || p.shown_energy() < record.points[*best].shown_energy() ||
+        (p.shown_energy() == record.points[*best].shown_energy() && p.shown_time() < record.points[*best].shown_time()))
+      best = i;
+  }
+  return best;
+}
+
+std::size_t fastest_point(const FrontierRecord& record) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < record.points.size(); ++i)
+    if (record.points[i].shown_time() <= record.points[best].shown_time()) best = i;
+  return best;
+}
+
+std::size_t cheapest_point(const FrontierRecord& record) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < record.points.size(); ++i) {
+    const auto &p = record.points[i], &b = record.points[best];
+    if (p.shown_energy() < b.shown_energy() ||
+        (p.shown_energy() == b.shown_energy() && p.shown_time() < b.shown_time()))
+      best = i;
   }
   return best;
 }

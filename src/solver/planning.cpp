@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "perseus/pipeline/schedule_profile.hpp"
+#include "perseus/solver/exact_times.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus {
@@ -118,8 +119,10 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
         continue;
       }
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
-      spec.options = build_options(rows.rows_for(stage, kind), options_config);
-      if (config.cost_model != CostModelKind::exponential) spec.options = without_costlier_slower(spec.options);
+      const auto stage_rows = rows.rows_for(stage, kind);
+      spec.options = build_options(stage_rows, options_config);
+      if (config.cost_model != CostModelKind::exponential)
+        spec.options = without_costlier_slower(faster_within_quanta(spec.options, stage_rows, options_config));
       const std::string what = fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
       const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
       const long long span = slowest.quant_time - spec.options.options().back().quant_time;
@@ -166,6 +169,57 @@ bool keep_the_start(Frontier& frontier) {
   start.changes_begin = frontier.changes.size();
   frontier.points.push_back(start);
   return true;
+}
+
+// Where the frontier's fastest point runs slower (exactly) than every instruction at its fastest
+// clock, one more point: that plan with the cheapest clock step on its exact critical path taken,
+// one at a time, until it runs as fast (it does at the latest when every instruction on that path
+// is at its fastest clock, whose path then is no longer than the all-fastest plan's). Quantized
+// time cannot tell them apart: floors leave each instruction up to a unit of slack that is not
+// there.
+void fit_the_fastest_point(const PlanningProblem& problem, Frontier& frontier) {
+  if (frontier.points.empty()) return;
+  const int instructions = static_cast<int>(problem.dag.instructions.size());
+  std::vector<int> fastest(instructions);
+  for (int i = 0; i < instructions; ++i) fastest[i] = problem.spec_of(i).options.min_quant();
+  const double target = ExactTimes(problem, fastest).time();
+  std::vector<int> durations = frontier.durations_at(frontier.points.size() - 1);
+  ExactTimes times(problem, durations);
+  if (!(times.time() > target)) return;
+  std::vector<char> raised(instructions, 0);
+  while (times.time() > target) {
+    int best = -1;
+    const ExecutionOption* best_option = nullptr;
+    double best_price = 0;  // joules per second saved
+    for (int i : times.critical_path()) {
+      const auto& options = problem.spec_of(i).options.options();  // slowest first
+      const auto at =
+          std::find_if(options.begin(), options.end(), [&](const auto& o) { return &o == &times.option(i); });
+      if (at + 1 >= options.end()) continue;  // at its fastest clock
+      const double price = ((at + 1)->energy - at->energy) / (at->real_time - (at + 1)->real_time);
+      if (best < 0 || price < best_price) {
+        best = i;
+        best_option = &*(at + 1);
+        best_price = price;
+      }
+    }
+    if (best < 0) break;  // (never: see above)
+    times.set_duration(best, best_option->quant_time);
+    raised[best] = 1;
+  }
+  FrontierPoint point;
+  point.changes_begin = frontier.changes.size();
+  for (int i = 0; i < instructions; ++i) {
+    durations[i] = times.duration(i);
+    if (raised[i]) frontier.changes.push_back({i, durations[i]});
+  }
+  point.quant_time = longest_path(problem.dag, [&](int i) { return durations[i]; });
+  for (int i = 0; i < instructions; ++i) point.effective_cost += (*problem.spec_of(i).model)(durations[i]);
+  point.cost_change = point.effective_cost - frontier.points.back().effective_cost;
+  point.exact_time = times.time();
+  point.exact_energy = times.energy();
+  frontier.points.push_back(point);
+  frontier.fastest_fitted = true;
 }
 
 }  // namespace
@@ -217,6 +271,9 @@ PlannedFrontier plan_frontier(const Profile& profile, const PlanningConfig& conf
                                planned.frontier.points.back().quant_time, planned.frontier.stop_text());
     }
   }
+  add_exact_times(planned.problem, planned.frontier);
+  if (config.cost_model != CostModelKind::exponential && !planned.frontier.interrupted)
+    fit_the_fastest_point(planned.problem, planned.frontier);
   return planned;
 }
 

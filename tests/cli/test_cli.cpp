@@ -838,3 +838,56 @@ TEST_F(Cli, NoisyProfilesPlanWithTheFallbackStated) {
     EXPECT_FALSE(fs::exists(dir_ / "exp" / "frontier.csv"));
   }
 }
+
+// The times perseus shows are what its plans take on the profile. On the shipped 4-stage example,
+// whose top clock is every operation's fastest, the fastest plan runs exactly as fast as all-max on
+// every schedule, `plans show` prints the emulated time of the plan it shows, and --slowdown 1.0
+// picks a plan no slower than all-max, for less energy.
+TEST_F(Cli, TheFastestPlanRunsAsFastAsAllMaxOnEverySchedule) {
+  const std::string example = std::string(PERSEUS_SOURCE_DIR) + "/examples/synthetic-4stage.csv";
+  const std::string split = (dir_ / "split.csv").string();
+  ASSERT_EQ(run("synth-profile --from " + example + " --split-backward 0.55 --out " + split).code, 0);
+  struct Case {
+    const char* schedule;
+    std::string profile, shape;
+  };
+  for (const Case& c :
+       {Case{"1f1b", example, "--stages 4 --microbatches 8"}, Case{"gpipe", example, "--stages 4 --microbatches 8"},
+        Case{"interleaved", example, "--stages 2 --virtual-stages 2 --microbatches 4"},
+        Case{"zb-h1", split, "--stages 4 --microbatches 8"}, Case{"zbv", split, "--stages 2 --microbatches 8"},
+        Case{"dualpipev", split, "--stages 2 --microbatches 8"}}) {
+    SCOPED_TRACE(c.schedule);
+    const std::string dir = (dir_ / c.schedule).string();
+    const std::string pipeline = fmt::format("{} {} --p2p-power 75 --schedule {}", c.profile, c.shape, c.schedule);
+    auto r = run("optimize " + pipeline + " --quiet --out " + dir);
+    ASSERT_EQ(r.code, 0) << r.output;
+    r = run("emulate " + pipeline + " --baseline all-max --json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto all_max = nlohmann::json::parse(r.output);
+    r = run("plans show " + dir + " --json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto fastest = nlohmann::json::parse(r.output);
+    EXPECT_NEAR(fastest["time"].get<double>(), all_max["iteration_time"].get<double>(),
+                1e-9 * all_max["iteration_time"].get<double>());
+    EXPECT_LE(fastest["planned_time"].get<double>(), fastest["time"].get<double>()) << "floors read short";
+    // The text shows the same time, with 10 significant digits.
+    r = run("plans show " + dir);
+    EXPECT_NE(r.output.find(fmt::format("iteration time {:.10g} s", fastest["time"].get<double>())), std::string::npos)
+        << r.output;
+    // What --slowdown 1.0 picks runs no slower than all-max on the emulator, for less energy.
+    r = run("plans export " + dir + " --slowdown 1.0 --format json --out " + dir + "/chosen");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto index = perseus::read_frontier_record(dir).points.size();
+    std::string chosen;
+    for (const auto& entry : fs::directory_iterator(dir + "/chosen")) chosen = entry.path().string();
+    r = run("emulate " + pipeline + " --plan " + chosen + " --json");
+    ASSERT_EQ(r.code, 0) << r.output;
+    const auto emulated = nlohmann::json::parse(r.output);
+    EXPECT_LE(emulated["iteration_time"].get<double>(), all_max["iteration_time"].get<double>() * (1 + 1e-9));
+    EXPECT_LT(emulated["energy"].get<double>(), all_max["energy"].get<double>());
+    const auto plan = nlohmann::json::parse(perseus::read_file(chosen));
+    EXPECT_NEAR(plan["time"].get<double>(), emulated["iteration_time"].get<double>(),
+                1e-9 * emulated["iteration_time"].get<double>());
+    EXPECT_GT(index, 10u);
+  }
+}

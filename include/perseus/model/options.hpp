@@ -57,4 +57,12 @@ OperationOptions build_options(const std::vector<ProfileRow>& rows, const Option
 // so less effective energy). The exponential reference mode plans with every option.
 OperationOptions without_costlier_slower(const OperationOptions& options);
 
+// The options with each one replaced by the fastest row of the same quantized time that costs no
+// more energy, where there is one: the noise-factor filter may keep a slower and costlier row for
+// a quantized time, and the planner's exact times (and its fastest plan: every instruction at its
+// top clock where that is the fastest) follow the clock it keeps. On strictly Pareto options the
+// row kept for a quantized time is its fastest already.
+OperationOptions faster_within_quanta(const OperationOptions& options, const std::vector<ProfileRow>& rows,
+                                      const OptionsConfig& config);
+
 }  // namespace perseus

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -98,6 +99,10 @@ struct FrontierPoint {
   double cost_change = 0;         // effective energy added by this step
   double effective_cost = 0;      // sum of the cost model over all instructions
   std::size_t changes_begin = 0;  // this point's changes are changes[changes_begin, next begin)
+  // The plan as the emulator runs it (exact_times.hpp): seconds and joules, unquantized. Set by
+  // add_exact_times() (plan_frontier does); NaN until then.
+  double exact_time = std::numeric_limits<double>::quiet_NaN();
+  double exact_energy = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Why a frontier ends: the solver was interrupted, or its next step cannot shorten the iteration.
@@ -128,6 +133,9 @@ struct Frontier {
   // The instructions the last cut would have changed, where the frontier ended at a cut (what made
   // it stop, when it stopped before the iteration could get no shorter).
   std::vector<int> stop_cut;
+  // The last point is the one before it with clocks on its exact critical path raised until it runs
+  // as fast as every instruction at its fastest clock (plan_frontier), at the same quantized time.
+  bool fastest_fitted = false;
   bool interrupted = false;
 
   std::string stop_text() const { return to_string(stop_reason, stop_instruction); }

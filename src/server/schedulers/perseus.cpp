@@ -292,9 +292,11 @@ class PerseusScheduler final : public Scheduler {
     const std::size_t n = candidates.size() - 1;
     const std::size_t kept = std::min(n, kMaxFrontierPoints);
     json points = json::array();
-    for (std::size_t k = 0; k < kept; ++k) {  // evenly spaced, the first and last included
-      const auto& p = candidates[kept == 1 ? 0 : k * (n - 1) / (kept - 1)];
-      points.push_back({p.time * c.scale(), p.energy * gpus});
+    const auto& planned = c.plans()->record.points;  // the planner's quantized view of the same plans
+    for (std::size_t k = 0; k < kept; ++k) {         // evenly spaced, the first and last included
+      const std::size_t i = kept == 1 ? 0 : k * (n - 1) / (kept - 1);
+      const auto& p = candidates[i];
+      points.push_back({p.time * c.scale(), p.energy * gpus, planned[i].time * c.scale(), planned[i].energy * gpus});
     }
     json out = {{"points", std::move(points)},
                 {"frontier_points", n},
