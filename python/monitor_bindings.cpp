@@ -34,6 +34,32 @@ std::shared_ptr<perseus::cpu::RaplCounters> rapl_for(const std::optional<std::ve
   }
 }
 
+// A node without GPUs: what ZeusMonitor() measures where NVML cannot be loaded, as Zeus falls back
+// to no GPUs. Every per-GPU call is an error (there is no GPU to name).
+class NoGpus final : public gpu::GpuLibrary {
+ public:
+  unsigned device_count() override { return 0; }
+  std::string name(unsigned d) override { fail(d); }
+  std::vector<unsigned> supported_memory_clocks(unsigned d) override { fail(d); }
+  std::vector<unsigned> supported_graphics_clocks(unsigned d, unsigned) override { fail(d); }
+  unsigned current_graphics_clock(unsigned d) override { fail(d); }
+  unsigned current_memory_clock(unsigned d) override { fail(d); }
+  void lock_graphics_clock(unsigned d, unsigned, unsigned) override { fail(d); }
+  void reset_graphics_clock(unsigned d) override { fail(d); }
+  void lock_memory_clock(unsigned d, unsigned, unsigned) override { fail(d); }
+  void reset_memory_clock(unsigned d) override { fail(d); }
+  unsigned power_limit_mw(unsigned d) override { fail(d); }
+  gpu::PowerLimitRange power_limit_range(unsigned d) override { fail(d); }
+  void set_power_limit_mw(unsigned d, unsigned) override { fail(d); }
+  std::uint64_t total_energy_mj(unsigned d) override { fail(d); }
+  unsigned power_usage_mw(unsigned d) override { fail(d); }
+
+ private:
+  [[noreturn]] static void fail(unsigned d) {
+    throw gpu::GpuError(gpu::GpuErrorKind::invalid_argument, "GPU " + std::to_string(d) + ": no GPU is visible");
+  }
+};
+
 py::object optional_map(const std::optional<std::map<unsigned, double>>& m) { return m ? py::cast(*m) : py::none(); }
 
 }  // namespace
@@ -63,14 +89,20 @@ void bind_monitor(py::module_& m) {
              o.cpu_indices = cpu_indices;
              o.approx_instant_energy = approx_instant_energy;
              o.rapl = rapl_for(cpu_indices, gpud_socket);
-             auto gpus = visible_gpus(gpud_socket, nvml_library);
+             std::shared_ptr<gpu::GpuLibrary> gpus;
+             try {
+               gpus = visible_gpus(gpud_socket, nvml_library);
+             } catch (const gpu::GpuError&) {
+               if (o.gpu_indices && !o.gpu_indices->empty()) throw;  // GPUs named: say why they cannot be read
+               gpus = std::make_shared<NoGpus>();                    // as Zeus: no NVML, no GPUs measured
+             }
              py::gil_scoped_release release;
              return std::make_unique<EnergyMonitor>(std::move(gpus), std::move(o));
            }),
            py::arg("gpu_indices") = py::none(), py::arg("nvml_library") = "", py::arg("gpud_socket") = "",
            py::arg("cpu_indices") = py::none(), py::arg("approx_instant_energy") = false,
            "Args:\n    gpu_indices: GPUs to measure as CUDA numbers them (CUDA_VISIBLE_DEVICES applies); None: every "
-           "visible GPU.\n"
+           "visible GPU (none where NVML cannot be loaded).\n"
            "    nvml_library: path of libnvidia-ml (\"\": $PERSEUS_NVML_LIBRARY or the driver's).\n"
            "    gpud_socket: go through `perseus gpud` (\"\": $PERSEUS_GPUD_SOCKET, else NVML directly).\n"
            "    cpu_indices: RAPL packages (intel-rapl:N) to measure; None: every one that can be read; []: none.\n"

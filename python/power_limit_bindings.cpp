@@ -38,5 +38,21 @@ void bind_power_limit(py::module_& m) {
           "lock_graphics_clock",
           [](perseus::gpu::GpuLibrary& g, unsigned d, unsigned mhz) { g.lock_graphics_clock(d, mhz, mhz); },
           py::arg("device"), py::arg("mhz"))
-      .def("reset_graphics_clock", &perseus::gpu::GpuLibrary::reset_graphics_clock, py::arg("device"));
+      .def("reset_graphics_clock", &perseus::gpu::GpuLibrary::reset_graphics_clock, py::arg("device"))
+      // The rest of the GPU layer, for perseus.zeus.device (Zeus's GPUs interface).
+      .def("name", &perseus::gpu::GpuLibrary::name, py::arg("device"))
+      .def("supported_memory_clocks", &perseus::gpu::GpuLibrary::supported_memory_clocks, py::arg("device"),
+           "MHz, descending.")
+      .def("supported_graphics_clocks_at", &perseus::gpu::GpuLibrary::supported_graphics_clocks, py::arg("device"),
+           py::arg("memory_mhz"), "MHz, descending, at that memory clock.")
+      .def("current_graphics_clock", &perseus::gpu::GpuLibrary::current_graphics_clock, py::arg("device"))
+      .def("current_memory_clock", &perseus::gpu::GpuLibrary::current_memory_clock, py::arg("device"))
+      .def("lock_graphics_clocks", &perseus::gpu::GpuLibrary::lock_graphics_clock, py::arg("device"),
+           py::arg("min_mhz"), py::arg("max_mhz"))
+      .def("lock_memory_clocks", &perseus::gpu::GpuLibrary::lock_memory_clock, py::arg("device"), py::arg("min_mhz"),
+           py::arg("max_mhz"))
+      .def("reset_memory_clock", &perseus::gpu::GpuLibrary::reset_memory_clock, py::arg("device"))
+      .def("total_energy_mj", &perseus::gpu::GpuLibrary::total_energy_mj, py::arg("device"),
+           "mJ since the driver loaded.")
+      .def("power_usage_mw", &perseus::gpu::GpuLibrary::power_usage_mw, py::arg("device"));
 }

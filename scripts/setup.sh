@@ -2,7 +2,10 @@
 # Installs the Debian packages perseus builds with (idempotent), then configures (scripts/configure.sh:
 # the flags scripts/test.sh uses too) and builds it. The first build takes about 10 minutes on 2 cores
 # (ninja shows [done/total]); later ones compile only what changed.
-# Usage: scripts/setup.sh [--deps-only] [BUILD_DIR]
+#   --deps-only  the Debian packages, nothing built
+#   --python     the Debian packages and the Python test environment .venv-test (scripts/python_env.sh:
+#                the pinned PyPI packages the Python tests and integrations run against), nothing built
+# Usage: scripts/setup.sh [--deps-only | --python] [BUILD_DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,7 +14,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev libfmt-dev libspdlog-dev libsimdjson-dev
   libboost-dev libboost-graph-dev libsqlite3-dev
   pybind11-dev python3-dev python3-pytest
-  python3-pip python3-venv python3-setuptools python3-wheel python3-mypy python3-torch
+  python3-pip python3-venv python3-setuptools python3-wheel python3-mypy
   python3-prometheus-client python3-yaml python3-pydantic
   libgtest-dev libgmock-dev libbenchmark-dev libtinyxml2-dev
   clang libclang-rt-14-dev clang-format
@@ -31,6 +34,9 @@ if ((${#missing[@]})); then
 fi
 
 [ "${1:-}" = "--deps-only" ] && exit 0
+if [ "${1:-}" = "--python" ]; then
+  exec bash scripts/python_env.sh
+fi
 build_dir="${1:-build}"
 started=$SECONDS
 bash scripts/configure.sh "$build_dir"

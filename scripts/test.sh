@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds perseus with warnings as errors and runs every test (GoogleTest through CTest). The build
 # folder is configured as scripts/setup.sh configures it (scripts/configure.sh), so that after setup
-# nothing is recompiled; the tests take about 10 minutes on 2 cores.
+# nothing is recompiled; the tests take about 10 minutes on 2 cores. The Python tests' environment
+# (scripts/python_env.sh: pinned PyPI packages in .venv-test) is made while the C++ compiles.
 # Usage: scripts/test.sh [--sanitize]   (--sanitize: AddressSanitizer + UBSan build in build-asan/)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -16,9 +17,21 @@ if [ "${1:-}" = "--sanitize" ]; then
 else
   build=build
   bash scripts/configure.sh "$build"
+  mkdir -p "$build"
+  # Downloading and unpacking is mostly waiting on the network and the disk: it overlaps the compile.
+  bash scripts/python_env.sh >"$build/python-env.log" 2>&1 &
+  python_env=$!
 fi
 started=$SECONDS
 cmake --build "$build"
+if [ -n "${python_env:-}" ]; then
+  if ! wait "$python_env"; then
+    cat "$build/python-env.log" >&2
+    echo "test: making the Python test environment failed (log above)" >&2
+    exit 1
+  fi
+  tail -n 1 "$build/python-env.log"
+fi
 echo "test: built in $((SECONDS - started)) s; running the tests"
 started=$SECONDS
 ctest --test-dir "$build" --output-on-failure -j "$(nproc)"

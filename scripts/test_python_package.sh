@@ -5,11 +5,15 @@
 # `perseus` command on PATH, and that `import perseus` from the checkout's parent folder still
 # finds the installed package; then the README's install command (pip install . into a venv) and
 # `cmake --install`. Run by CTest (test python_package) after the build.
+# The packages the tests need (torch, zeus, pytest, mypy) come from the test environment
+# (TEST_PYTHON, scripts/python_env.sh), seen by the fresh venv through a .pth file after its own.
 # Usage: scripts/test_python_package.sh BUILD_DIR   (reuses BUILD_DIR's CMake build; Debian's python3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(cd "${1:?usage: scripts/test_python_package.sh BUILD_DIR}" && pwd)
 python=${PYTHON:-/usr/bin/python3}
+test_python=${TEST_PYTHON:-$root/.venv-test/bin/python}
+test_site=$("$test_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 work="$build/python-package-test"
 rm -rf "$work" && mkdir -p "$work/outside"
 
@@ -23,6 +27,7 @@ echo "== install into a fresh virtual environment"
 "$python" -m venv --system-site-packages "$work/venv"
 "$work/venv/bin/pip" install -q --no-index --no-deps "$wheel"
 venv_python="$work/venv/bin/python"
+venv_site=$("$venv_python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 
 cd "$work/outside"
 installed=$("$venv_python" -c 'import perseus; print(perseus.__file__)')
@@ -37,8 +42,11 @@ ln -s "$root" perseus
 rm perseus
 
 echo "== pytest against the installed package (from $work/outside)"
+echo "$test_site" >"$venv_site/perseus-test-environment.pth"
+# Without the tests that start groups of training ranks on the real frameworks (marker multiprocess):
+# they exercise the same pure-Python files, which the build tree's run (python_bindings) covers.
 env -u PYTHONPATH -u PERSEUS_BINARY -u PERSEUS_FAKE_NVML PATH="$work/venv/bin:$PATH" PERSEUS_REQUIRE_TORCH=1 \
-  PERSEUS_TEST_TMP="$work" "$venv_python" -m pytest -q -p no:cacheprovider "$root/tests/python"
+  PERSEUS_TEST_TMP="$work" "$venv_python" -m pytest -q -p no:cacheprovider -m "not multiprocess" "$root/tests/python"
 
 echo "== mypy on the examples against the installed package"
 "$venv_python" -m mypy --strict --cache-dir "$build/mypy-cache" "$root/examples/pytorch/pipeline_train.py"

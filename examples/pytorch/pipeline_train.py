@@ -40,6 +40,12 @@ def stage_model(stage: int, stages: int) -> nn.Module:
     return nn.Sequential(*layers)
 
 
+def _sent(work: Optional[dist.Work]) -> dist.Work:
+    """The handle of a send started with isend (None only for a rank outside the group, never here)."""
+    assert work is not None
+    return work
+
+
 def batch(iteration: int, microbatches: int, size: int) -> List[torch.Tensor]:
     """The iteration's microbatches of inputs and targets (the same on every rank: the first stage
     uses the inputs, the last the targets), from a small data set of 4 batches seen in turn. The
@@ -88,7 +94,7 @@ class Stage:
                 if self.last:
                     losses.append(float(y.detach()) * self.microbatches)
                 else:
-                    pending.append(dist.isend(y.detach(), dst=self.stage + 1))
+                    pending.append(_sent(dist.isend(y.detach(), dst=self.stage + 1)))
             else:
                 m = backwards
                 backwards += 1
@@ -101,7 +107,7 @@ class Stage:
                 if not self.first:
                     input_grad = stage_inputs[m].grad
                     assert input_grad is not None
-                    pending.append(dist.isend(input_grad, dst=self.stage - 1))
+                    pending.append(_sent(dist.isend(input_grad, dst=self.stage - 1)))
                 stage_outputs[m] = stage_inputs[m] = torch.empty(0)  # free the activations
         for work in pending:
             work.wait()

@@ -29,6 +29,12 @@ class Callback:
     def on_evaluate(self, metric: float) -> None:
         """Called after evaluating the model."""
 
+    def on_instruction_begin(self, name: str) -> None:
+        """Called at the beginning of a pipeline instruction (``"forward"``, ``"backward"``)."""
+
+    def on_instruction_end(self, name: str) -> None:
+        """Called at the end of a pipeline instruction."""
+
 
 class CallbackSet(Callback):
     """Several callbacks called as one, in the order given."""
@@ -63,3 +69,11 @@ class CallbackSet(Callback):
     def on_evaluate(self, metric: float) -> None:
         for callback in self.callbacks:
             callback.on_evaluate(metric)
+
+    def on_instruction_begin(self, name: str) -> None:
+        for callback in self.callbacks:
+            callback.on_instruction_begin(name)
+
+    def on_instruction_end(self, name: str) -> None:
+        for callback in self.callbacks:
+            callback.on_instruction_end(name)

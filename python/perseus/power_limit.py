@@ -494,10 +494,10 @@ class HFGlobalPowerLimitOptimizer(_callback_base()):  # type: ignore[misc]
             profile_steps=profile_steps, pl_step=pl_step, profile_path=profile_path, fail_open=fail_open,
             combine=combine, nvml_library=nvml_library, gpud_socket=gpud_socket)
 
-    def on_epoch_end(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_epoch_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Marks the end of an epoch."""
         self.optimizer.on_epoch_end()
 
-    def on_step_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kwargs: Any) -> None:
+    def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
         """Marks the beginning of a training step."""
         self.optimizer.on_step_begin()

@@ -51,7 +51,7 @@ def broadcast_job_id(job_id: str) -> str:
     import torch.distributed as dist
 
     box = [job_id]
-    dist.broadcast_object_list(box, src=0)  # type: ignore[no-untyped-call]
+    dist.broadcast_object_list(box, src=0)
     return str(box[0])
 
 
@@ -130,7 +130,7 @@ class Client(perseus.Client):
 def _cuda_synchronize() -> None:
     import torch
 
-    torch.cuda.current_stream().synchronize()  # type: ignore[no-untyped-call]
+    torch.cuda.current_stream().synchronize()
 
 
 def instrument_pipelining(schedule: Any, client: Optional[perseus.Client] = None, **client_options: Any) -> Pipelining:
@@ -139,11 +139,13 @@ def instrument_pipelining(schedule: Any, client: Optional[perseus.Client] = None
     Every training ``schedule.step(...)`` becomes one perseus step, and every compute action it
     runs one instruction: F ``forward``, B ``backward``, I ``backward_input``, W
     ``backward_weight``, an overlapped OVERLAP_F_B pair one ``forward_backward``. The rank's
-    order comes from ``schedule.pipeline_order`` (:func:`pipe_schedule_of`). ``schedule.eval()``
-    is not measured. The hooks are fail-open: an error in them or in the client (other than
-    :class:`perseus.ProfilingDone` from a step's end, and :class:`perseus.ScheduleMismatch` with
-    ``strict_schedule=True``) is one ``RuntimeWarning``, after which they stand aside; the step
-    runs unchanged either way.
+    order comes from the schedule's (:func:`pipe_schedule_of`). ``schedule.eval()`` is not
+    measured. The hooks are fail-open: PyTorch internals other than the ones perseus knows
+    (checked before anything is wrapped) leave them off; an action run out of the registered
+    order, or an error in them or in the client (other than :class:`perseus.ProfilingDone` from a
+    step's end, and :class:`perseus.ScheduleMismatch` with ``strict_schedule=True``), makes them
+    stand aside. Either is one ``RuntimeWarning``, and the client is closed (default clocks; the
+    server hears the rank left); the step runs unchanged either way.
 
     Args:
         schedule: this rank's schedule (Schedule1F1B, ScheduleGPipe, ScheduleInterleaved1F1B,
@@ -157,8 +159,8 @@ def instrument_pipelining(schedule: Any, client: Optional[perseus.Client] = None
 
     Returns:
         A :class:`Pipelining`: ``.client``, ``.pipe_schedule``, ``.perseus_schedule`` (the perseus
-        ``--schedule`` of the same order, see :func:`perseus_schedule_of`), ``detach()``,
-        ``close()``; as a context manager it closes on exit.
+        ``--schedule`` of the same order, see :func:`perseus_schedule_of`), ``.enabled``,
+        ``detach()``, ``close()``; as a context manager it closes on exit.
 
     Raises:
         TypeError: ``schedule`` is not a pipelining schedule, or has no order and no client was given.

@@ -2,6 +2,8 @@
 // a missing library, a refused call and an unsupported clock.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
 #include <cstdlib>
 #include <thread>
 
@@ -95,6 +97,32 @@ TEST(Gpu, RefusedLockingNamesThePermission) {
     EXPECT_EQ(nvml->current_graphics_clock(0), 1410u);  // reading still works
   }
   ::unsetenv("PERSEUS_FAKE_NVML_DENY");
+}
+
+// What a simulation of a GPU (examples/pytorch_pipelining) sets: a constant floor power whatever the
+// clock, and the energy its model says each computation used on top, through a call beyond NVML's.
+TEST(Gpu, FakeNvmlTakesASimulationsPowerAndEnergy) {
+  ::setenv("PERSEUS_FAKE_NVML_POWER_W", "75", 1);
+  {
+    auto nvml = load_nvml(PERSEUS_FAKE_NVML);  // the fake reads its settings at nvmlInit
+    EXPECT_EQ(nvml->power_usage_mw(0), 75000u);
+    nvml->lock_graphics_clock(0, 705, 705);
+    EXPECT_EQ(nvml->power_usage_mw(0), 75000u) << "the floor does not depend on the clock";
+    void* library = ::dlopen(PERSEUS_FAKE_NVML, RTLD_NOW);  // the same instance load_nvml opened
+    ASSERT_NE(library, nullptr);
+    using AddEnergy = int (*)(unsigned, double);
+    auto add = reinterpret_cast<AddEnergy>(::dlsym(library, "perseusFakeNvmlAddEnergy"));
+    ASSERT_NE(add, nullptr);
+    auto before = nvml->total_energy_mj(0);
+    EXPECT_EQ(add(0, 2.5), 0);
+    EXPECT_GE(nvml->total_energy_mj(0) - before, 2500u);
+    EXPECT_LT(nvml->total_energy_mj(0) - before, 2500u + 75u * 1000u) << "2.5 J and at most a second at 75 W";
+    EXPECT_NE(add(1, 1.0), 0) << "no GPU 1";
+    EXPECT_NE(add(0, -1.0), 0) << "energy is never taken away";
+    nvml->reset_graphics_clock(0);
+    ::dlclose(library);
+  }
+  ::unsetenv("PERSEUS_FAKE_NVML_POWER_W");
 }
 
 }  // namespace

@@ -5,6 +5,12 @@ from fakegpu import BINARY
 from serve_process import start_serve, stop_all
 
 
+def pytest_configure(config):
+    config.addinivalue_line("markers", "multiprocess: starts a group of training-rank processes on the real "
+                            "frameworks (scripts/test_python_package.sh leaves them out: the build tree's run has "
+                            "them, on the same Python files)")
+
+
 @pytest.fixture
 def serve(tmp_path):
     """Starts `perseus serve` with the given scheduler; yields a function that returns its URL."""

@@ -235,14 +235,14 @@ class FakeGpuControl:
 
 
 def wait_for_samples(power, count):
-    before = len(power.get_power_timeline()[0])
-    while len(power.get_power_timeline()[0]) < before + count:
+    before = len(power._monitor.timeline(0))  # every sample, not only the changes the timeline lists
+    while len(power._monitor.timeline(0)) < before + count:
         time.sleep(0.002)
 
 
 def test_power_monitor_energy_matches_the_energy_counter(gpu_env):
     monitor = ZeusMonitor(cpu_indices=[])
-    power = PowerMonitor(gpu_update_period=0.002)
+    power = PowerMonitor(update_period=0.002)
     control = FakeGpuControl()
     try:
         start = time.time()
@@ -259,8 +259,10 @@ def test_power_monitor_energy_matches_the_energy_counter(gpu_env):
         power.stop()
     integrated = power.get_energy(start, end)[0]
     assert integrated == pytest.approx(m.gpu_energy[0], rel=0.01)
-    watts = [w for _, w in power.get_power_timeline(gpu_index=0, start_time=start, end_time=end)[0]]
-    assert max(watts) == pytest.approx(300.0) and min(watts) < 201.0, "the timeline saw both limits"
+    watts = [w for _, w in power.get_power_timeline("device_instant", gpu_index=0)[0]]
+    assert watts[0] == pytest.approx(300.0) and watts[1] < 201.0, "the timeline lists both limits' power"
+    inside = power.get_power_timeline("device_instant", gpu_index=0, start_time=start, end_time=end)[0]
+    assert [w for _, w in inside] == watts[1:], "as Zeus's: only the changes within the window"
     assert power.get_power(time=start)[0] == pytest.approx(300.0)
 
 

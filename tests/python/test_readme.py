@@ -37,6 +37,7 @@ RUN_ELSEWHERE = {
     "pip wheel --no-build-isolation -w dist .    # or build a wheel to install elsewhere":
     "scripts/test_python_package.sh (CTest python_package)",
     "examples/pytorch/run.sh out/pytorch-example": "tests/python/test_pytorch_example.py",
+    "examples/pytorch_pipelining/run.sh out/pytorch-pipelining": "tests/python/test_pytorch_pipelining_example.py",
 }
 
 

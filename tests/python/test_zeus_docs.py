@@ -36,6 +36,8 @@ def test_every_block_is_tested() -> None:
         ("python", "import time"),
         ("console", """ZEUS_PFO_SCHEDULER_ARGS='{"solution_path": "path/to/freqs_pipeline_00042.py"}' perseus serve --port 7787"""),
         ("python", "import torch.distributed as dist"),
+        ("python", "from perseus.zeus.device import get_gpus"),
+        ("console", "python -m perseus.zeus.monitor power --update-period 0.2"),
     ], "a new block in docs/zeus.md needs a test here"
     for _, text in BLOCKS:
         assert "import zeus" not in text and "from zeus" not in text
@@ -195,3 +197,27 @@ def test_zeus_pipeline_frequency_server_command_and_training_side(tmp_path: Path
     locked = [int(f[3]) for log in tmp_path.glob("gpu*.log") for f in log_lines(str(log))
               if f[1] == "nvmlDeviceSetGpuLockedClocks"]
     assert locked == [1395, 1380, 1200, 1005] * 3, "the plan from the first iteration, every iteration"
+
+
+def test_devices_and_typed_environment_variables(tmp_path: Path) -> None:
+    env = environment(tmp_path, PERSEUS_FAKE_NVML_GPUS="2", ZEUS_MAX_SLOWDOWN="1.25")
+    out = run([sys.executable, "-c", block("python", "from perseus.zeus.device import get_gpus")], tmp_path, env)
+    assert "2 GPU(s), Perseus Simulated GPU: power limits 150-400 W" in out, out
+    assert "max slowdown: 1.25" in out, out
+
+
+def test_the_monitor_command_until_ctrl_c(tmp_path: Path) -> None:
+    command = block("console", "python -m perseus.zeus.monitor").strip().split()
+    command[0] = sys.executable
+    monitor = subprocess.Popen(command, cwd=tmp_path, env=environment(tmp_path), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        assert monitor.stdout is not None
+        lines = [monitor.stdout.readline() for _ in range(2)]
+        assert all("{'GPU0': 300.0}" in line for line in lines), lines
+        monitor.send_signal(signal.SIGINT)
+        out, err = monitor.communicate(timeout=60)
+    finally:
+        monitor.kill()
+    assert monitor.returncode == 0, err
+    assert "Total time (s):" in out and "Total energy (J): {'GPU0': " in out, out

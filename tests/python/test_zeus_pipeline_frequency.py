@@ -7,15 +7,17 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
 import threading
+from pathlib import Path
 from typing import Any, Dict, Iterator, List
 
 import pytest
 
-from fakegpu import FAKE_NVML, log_lines
+from fakegpu import BUILD_TREE_RUN, FAKE_NVML, log_lines
 
 dist = pytest.importorskip("torch.distributed")
 
@@ -196,3 +198,99 @@ def test_two_pipeline_stages_each_follow_their_own_plan(serve: Any, tmp_path: An
         distinct = [c for i, (_, c) in enumerate(stage * 2) if i == 0 or c != (stage * 2)[i - 1][1]]
         assert locked == distinct, f"rank {rank}: its stage's clocks from the first iteration"
         assert calls[-1][0] == "nvmlDeviceResetGpuLockedClocks"
+
+
+# Zeus's own client (the real `zeus` package's PipelineFrequencyOptimizer, httpx and nvidia-ml-py, its
+# clock controller in a forked process) against `perseus serve` started with Zeus's documented command.
+ZEUS_RANK_SCRIPT = """
+import json, sys
+import fake_cuda  # PyTorch sees the fake NVML's GPUs
+import torch.distributed as dist
+from zeus.optimizer.pipeline_frequency import PipelineFrequencyOptimizer
+rank, port, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+opt = PipelineFrequencyOptimizer(rank=rank, dp_rank=0, pp_rank=rank, tp_rank=0, device_id=rank, dp_degree=1,
+                                 pp_degree=2, tp_degree=1, world_size=2, server_url=url,
+                                 job_metadata="meta-llama/Llama-2-7b")
+for _ in range(3):
+    opt.on_step_begin()
+    for name, _ in opt.freq_schedule:
+        opt.on_instruction_begin(name)
+        opt.on_instruction_end(name)
+    opt.on_step_end()
+print(json.dumps({"job_id": opt.job_id, "schedule": opt.freq_schedule}))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.skipif(not BUILD_TREE_RUN, reason="the server's protocol, not the package: the build tree's suite")
+def test_zeus_own_client_against_perseus_serve_with_zeus_documented_command(tmp_path: Any) -> None:
+    pytest.importorskip("zeus.optimizer.pipeline_frequency")
+    from fakegpu import BINARY
+
+    stages = [[("forward", 1395), ("forward", 1380), ("backward", 1410), ("backward", 1200)],
+              [("forward", 1410), ("backward", 1410), ("forward", 1005), ("backward", 1395)]]
+    plan = tmp_path / "path" / "to" / "freqs_pipeline_00042.py"
+    plan.parent.mkdir(parents=True)
+    plan.write_text("[\n" + "".join("[" + ", ".join(f"('{n}', {c})" for n, c in s) + "],\n" for s in stages) + "]\n")
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "zeus.md").read_text()
+    (command,) = [line for line in docs.splitlines() if line.startswith("ZEUS_PFO_SCHEDULER_ARGS=")]
+    port = free_port()
+    command = command.replace("7787", str(port))
+    nvml = tmp_path / "nvml"
+    nvml.mkdir()
+    (nvml / "libnvidia-ml.so.1").symlink_to(FAKE_NVML)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PERSEUS_FAKE_NVML", "CUDA_VISIBLE"))}
+    env["PATH"] = f"{Path(BINARY).resolve().parent}:{env['PATH']}" if BINARY else env["PATH"]
+    server = subprocess.Popen(["bash", "-c", command], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        assert server.stdout is not None
+        ready = server.stdout.readline()
+        assert f"listening on http://127.0.0.1:{port} (scheduler PointSolution" in ready, ready
+        script = tmp_path / "zeus_rank.py"
+        script.write_text(ZEUS_RANK_SCRIPT)
+        rendezvous, procs = str(free_port()), []
+        for rank in (0, 1):
+            rank_env = dict(env, LD_LIBRARY_PATH=f"{nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}",
+                            PERSEUS_FAKE_NVML_GPUS="2", PERSEUS_FAKE_NVML_LOG=str(tmp_path / f"gpu{rank}.log"),
+                            PYTHONPATH=os.pathsep.join([str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+            procs.append(subprocess.Popen([sys.executable, str(script), str(rank), rendezvous, f"http://127.0.0.1:{port}"],
+                                          env=rank_env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                          text=True))
+        outputs = []
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0, err[-3000:]
+            outputs.append(json.loads(out.strip().splitlines()[-1]))
+    finally:
+        os.killpg(server.pid, signal.SIGKILL)
+        server.wait()
+
+    job_id = outputs[0]["job_id"]
+    assert outputs[1]["job_id"] == job_id, "rank 0 registered the job and broadcast its id"
+    assert job_id.endswith("+dp1+pp1+tp1+PointSolution+meta-llama/Llama-2-7b".replace("pp1", "pp2")), job_id
+    for rank, stage in enumerate(stages):
+        assert [tuple(x) for x in outputs[rank]["schedule"]] == stage, f"rank {rank} fetched its stage's plan"
+    # The server's records of the protocol: Zeus's JobInfo, both ranks with their GPUs' clocks.
+    records = tmp_path / "dump" / job_id.replace("/", "_")
+    job = json.loads((records / "job.json").read_text())["job"]
+    assert job == {"job_id": job_id, "pp_degree": 2, "dp_degree": 1, "tp_degree": 1, "world_size": 2,
+                   "job_metadata": "meta-llama/Llama-2-7b"}
+    ranks = json.loads((records / "ranks.json").read_text())
+    assert [(r["rank"], r["pp_rank"], r["job_id"]) for r in sorted(ranks, key=lambda r: r["rank"])] == [
+        (0, 0, job_id), (1, 1, job_id)]
+    for rank in ranks:
+        clocks = rank["available_frequencies"]
+        assert clocks[0] == 1410 and clocks[-1] == 210 and clocks == sorted(clocks, reverse=True), rank
+    # Zeus's controller (a forked process driving NVML through nvidia-ml-py) applied each stage's clocks.
+    for rank, stage in enumerate(stages):
+        calls = [(f[1], f[2], f[3]) for f in log_lines(str(tmp_path / f"gpu{rank}.log")) if "LockedClocks" in f[1]]
+        assert {device for _, device, _ in calls} == {str(rank)}, "each rank its own GPU"
+        assert calls[0] == ("nvmlDeviceSetMemoryLockedClocks", str(rank), "1593"), "memory at its highest clock"
+        locked = [int(c) for name, _, c in calls if name == "nvmlDeviceSetGpuLockedClocks"]
+        wanted = [1410] + [c for _, c in stage] * 3
+        distinct = [c for i, c in enumerate(wanted) if i == 0 or c != wanted[i - 1]]
+        assert locked == distinct, f"rank {rank}: the plan's clocks, each change once, from the first iteration"
+        assert [name for name, _, _ in calls[-2:]] == ["nvmlDeviceResetMemoryLockedClocks",
+                                                       "nvmlDeviceResetGpuLockedClocks"], "reset at exit"

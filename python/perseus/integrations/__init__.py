@@ -3,7 +3,9 @@
 - :mod:`perseus.integrations.deepspeed`: ``attach(engine, client)`` for DeepSpeed's
   ``PipelineEngine``.
 - :mod:`perseus.integrations.megatron`: ``attach(client)`` for Megatron-LM's pipeline schedules.
+- :mod:`perseus.integrations.torchtitan`: ``enable(**client_options)`` (or torchtitan's override
+  ``perseus.integrations.torchtitan.perseus``) for the pipeline schedules torchtitan builds.
 
-Neither imports its framework: they wrap the methods and functions by name, so they stay thin
-and are tested against stand-ins with the same names and call order.
+The DeepSpeed and Megatron-LM ones wrap the methods and functions by name and import neither
+framework; all are tested on the frameworks themselves.
 """

@@ -50,7 +50,7 @@ def attach(client: perseus.Client, schedules: Optional[Any] = None) -> Attachmen
         TypeError: the module lacks ``forward_step``, ``backward_step`` or every schedule function.
     """
     if schedules is None:
-        from megatron.core.pipeline_parallel import schedules as megatron_schedules  # type: ignore[import]
+        from megatron.core.pipeline_parallel import schedules as megatron_schedules  # type: ignore[import-untyped]
 
         schedules = megatron_schedules
     present = [name for name in SCHEDULE_FUNCTIONS if callable(getattr(schedules, name, None))]

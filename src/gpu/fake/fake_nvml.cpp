@@ -14,6 +14,13 @@
 //                                 NVML on that thread would deadlock
 //   PERSEUS_FAKE_NVML_LOG_READS   1: log energy-counter reads too (value in mJ), so a test can tell
 //                                 which clock every measured instruction ran at
+//   PERSEUS_FAKE_NVML_POWER_W     a constant power in W instead of the clock-dependent one (a floor that
+//                                 a simulation adds its own energy on top of, see below)
+//   PERSEUS_FAKE_NVML_REPLAY      power and energy from a recorded trace instead (replay.hpp)
+//
+// Beyond NVML, for a simulation that models what its GPUs compute (examples/pytorch_pipelining):
+// perseusFakeNvmlAddEnergy(index, joules) adds energy to a GPU's counter.
+// The functions only NVIDIA's Python bindings call (for Zeus) are in fake_nvml_pynvml.cpp.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -28,6 +35,7 @@
 #include <vector>
 
 #include "perseus/gpu/nvml_api.hpp"
+#include "replay.hpp"
 
 namespace {
 
@@ -39,6 +47,7 @@ constexpr unsigned kMemoryClocks[] = {1593, 1215};
 constexpr unsigned kMinLimit = 150000, kMaxLimit = 400000;
 
 struct FakeGpu {
+  double constant_power_w = -1;  // >= 0: the power whatever the clock (PERSEUS_FAKE_NVML_POWER_W)
   unsigned locked_graphics = 0;  // 0: not locked, runs at the top clock
   unsigned locked_memory = 0;
   unsigned power_limit = kMaxLimit;
@@ -57,7 +66,7 @@ struct FakeGpu {
     while (clock > kMinGraphics && power_at(clock) > power_limit / 1000.0) clock -= kGraphicsStep;
     return clock;
   }
-  double power_w() const { return power_at(graphics()); }
+  double power_w() const { return constant_power_w >= 0 ? constant_power_w : power_at(graphics()); }
   void advance() {
     auto now = Clock::now();
     energy_mj += power_w() * std::chrono::duration<double>(now - last).count() * 1000.0;
@@ -174,7 +183,10 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
   if (s.init_count++ == 0) {
     const char* n = std::getenv("PERSEUS_FAKE_NVML_GPUS");
     int count = n != nullptr ? std::atoi(n) : 1;
-    s.gpus.assign(static_cast<std::size_t>(std::max(count, 0)), FakeGpu{});
+    FakeGpu gpu;
+    const char* power = std::getenv("PERSEUS_FAKE_NVML_POWER_W");
+    if (power != nullptr && *power != '\0') gpu.constant_power_w = std::max(0.0, std::atof(power));
+    s.gpus.assign(static_cast<std::size_t>(std::max(count, 0)), gpu);
     const char* path = std::getenv("PERSEUS_FAKE_NVML_LOG");
     if (path != nullptr && *path != '\0' && s.log == nullptr) s.log = std::fopen(log_path(path).c_str(), "a");
     const char* deny = std::getenv("PERSEUS_FAKE_NVML_DENY");
@@ -354,7 +366,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyCons
                                                                                         unsigned long long* energy) {
   return getter("nvmlDeviceGetTotalEnergyConsumption", device, [&](FakeGpu& gpu, std::string& args) {
     if (energy == nullptr) return nv::kInvalidArgument;
-    *energy = static_cast<unsigned long long>(gpu.energy_mj);
+    const auto replay = perseus::gpu::fake::replayed(static_cast<long>(reinterpret_cast<std::uintptr_t>(device)) - 1);
+    *energy = static_cast<unsigned long long>(replay ? replay->energy_mj : gpu.energy_mj);
     args = std::to_string(*energy);
     return nv::kSuccess;
   });
@@ -363,7 +376,8 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetTotalEnergyCons
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned* power) {
   return getter("nvmlDeviceGetPowerUsage", device, [&](FakeGpu& gpu, std::string&) {
     if (power == nullptr) return nv::kInvalidArgument;
-    *power = static_cast<unsigned>(gpu.power_w() * 1000.0);
+    const auto replay = perseus::gpu::fake::replayed(static_cast<long>(reinterpret_cast<std::uintptr_t>(device)) - 1);
+    *power = static_cast<unsigned>((replay ? replay->power_w : gpu.power_w()) * 1000.0);
     return nv::kSuccess;
   });
 }
@@ -376,6 +390,21 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetClockInfo(nvmlD
     else *clock = gpu.graphics();
     return nv::kSuccess;
   });
+}
+
+// Not NVML: energy a simulation says GPU `index` used (on top of the power it draws anyway).
+__attribute__((visibility("default"))) nvmlReturn_t perseusFakeNvmlAddEnergy(unsigned index, double joules) {
+  State& s = state();
+  std::lock_guard lock(s.mutex);
+  nvmlReturn_t result = nv::kSuccess;
+  if (!s.initialized) result = nv::kUninitialized;
+  else if (index >= s.gpus.size() || !(joules >= 0)) result = nv::kInvalidArgument;
+  else {
+    s.gpus[index].advance();
+    s.gpus[index].energy_mj += joules * 1000.0;
+  }
+  record(s, "perseusFakeNvmlAddEnergy", index, std::to_string(joules), result);
+  return result;
 }
 
 }  // extern "C"

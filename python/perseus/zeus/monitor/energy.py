@@ -18,7 +18,7 @@ from typing import IO, Any, Dict, List, Optional, Union
 from ..._perseus import EnergyMonitor as _CompiledMonitor
 from ..._perseus import nvml_device_index
 
-__all__ = ["Measurement", "ZeusMonitor", "sync_execution"]
+__all__ = ["Measurement", "MeasurementState", "ZeusMonitor"]
 
 
 @dataclass
@@ -45,9 +45,29 @@ class Measurement:
         return sum(self.gpu_energy.values())
 
 
+@dataclass
+class MeasurementState:
+    """Where an open window started: ``time.time()`` and, by index, the GPUs', CPU packages' and
+    DRAMs' energy counters (J), as Zeus keeps it. perseus's counters live in C++; its windows' start
+    times are kept here."""
+
+    time: float
+    gpu_energy: Dict[int, float]
+    cpu_energy: Optional[Dict[int, float]] = None
+    dram_energy: Optional[Dict[int, float]] = None
+
+    @cached_property
+    def total_energy(self) -> float:
+        return sum(self.gpu_energy.values())
+
+
+_FRAMEWORKS = ("torch", "jax", "cupy")
+
+
 def sync_execution(gpu_indices: List[int], sync_with: str = "torch") -> None:
-    """Waits until the work queued on ``gpu_indices`` ran (``torch.cuda.synchronize`` or a JAX
-    barrier), where that framework is already imported and uses the GPU; else nothing to wait for."""
+    """Waits until the work queued on ``gpu_indices`` ran (``torch.cuda.synchronize``, a JAX barrier or
+    CuPy's device synchronize), where that framework is already imported and uses the GPU; else
+    nothing to wait for."""
     if sync_with == "torch":
         torch: Any = sys.modules.get("torch")
         if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
@@ -59,8 +79,13 @@ def sync_execution(gpu_indices: List[int], sync_with: str = "torch") -> None:
             devices = jax.devices("gpu")
             for index in gpu_indices:
                 jax.device_put(0.0, device=devices[index]).block_until_ready()
+    elif sync_with == "cupy":
+        cupy: Any = sys.modules.get("cupy")
+        if cupy is not None:
+            for index in gpu_indices:
+                cupy.cuda.Device(index).synchronize()
     else:
-        raise ValueError(f"sync_execution_with must be 'torch' or 'jax', not {sync_with!r}")
+        raise ValueError(f"sync_execution_with must be one of {_FRAMEWORKS}, not {sync_with!r}")
 
 
 class ZeusMonitor(_CompiledMonitor):
@@ -68,7 +93,8 @@ class ZeusMonitor(_CompiledMonitor):
     ``ZeusMonitor``.
 
     Args:
-        gpu_indices: GPUs to measure, as CUDA numbers them; None: every visible GPU.
+        gpu_indices: GPUs to measure, as CUDA numbers them; None: every visible GPU (none, as in
+            Zeus, where NVML cannot be loaded).
         cpu_indices: CPU packages to measure (RAPL ``intel-rapl:N``); None: every package whose
             counters can be read (none where RAPL cannot be read); ``[]``: none. Naming packages
             that cannot be read raises RuntimeError.
@@ -76,7 +102,8 @@ class ZeusMonitor(_CompiledMonitor):
             update period) gets the GPU's power times the window's time instead.
         log_file: a CSV file written as Zeus writes it: ``start_time,window_name,elapsed_time,
             gpu{i}_energy...``, one line per window ended (not cancelled).
-        sync_execution_with: ``"torch"`` or ``"jax"``: how ``sync_execution`` waits for queued work.
+        sync_execution_with: ``"torch"``, ``"jax"`` or ``"cupy"``: how ``sync_execution`` waits for
+            queued work.
         nvml_library: path of libnvidia-ml (``""``: ``$PERSEUS_NVML_LIBRARY`` or the driver's).
         gpud_socket: go through ``perseus gpud`` (``""``: ``$PERSEUS_GPUD_SOCKET``, else NVML
             directly); RAPL is read through it when the powercap tree is not readable here.
@@ -85,8 +112,8 @@ class ZeusMonitor(_CompiledMonitor):
     def __init__(self, gpu_indices: Optional[List[int]] = None, cpu_indices: Optional[List[int]] = None,
                  approx_instant_energy: bool = False, log_file: Union[str, "os.PathLike[str]", None] = None,
                  sync_execution_with: str = "torch", *, nvml_library: str = "", gpud_socket: str = "") -> None:
-        if sync_execution_with not in ("torch", "jax"):
-            raise ValueError(f"sync_execution_with must be 'torch' or 'jax', not {sync_execution_with!r}")
+        if sync_execution_with not in _FRAMEWORKS:
+            raise ValueError(f"sync_execution_with must be one of {_FRAMEWORKS}, not {sync_execution_with!r}")
         super().__init__(gpu_indices, nvml_library, gpud_socket, cpu_indices=cpu_indices,
                          approx_instant_energy=approx_instant_energy)
         self.approx_instant_energy = approx_instant_energy
@@ -94,7 +121,7 @@ class ZeusMonitor(_CompiledMonitor):
         self.nvml_gpu_indices: List[int] = [nvml_device_index(i, None, nvml_library, gpud_socket)
                                             for i in self.gpu_indices]
         self.sync_with = sync_execution_with
-        self._start_times: Dict[str, float] = {}
+        self.measurement_states: Dict[str, MeasurementState] = {}
         self.log_file: Optional[IO[str]] = None
         if log_file is not None:
             directory = os.path.dirname(os.fspath(log_file))
@@ -119,7 +146,7 @@ class ZeusMonitor(_CompiledMonitor):
             self._begin_window(key, restart)
         except ValueError:
             raise ValueError(f"Measurement window '{key}' already exists") from None
-        self._start_times[key] = time()
+        self.measurement_states[key] = MeasurementState(time=time(), gpu_energy={})
 
     def end_window(self, key: str, sync_execution: bool = True, cancel: bool = False) -> Measurement:
         """Closes the window ``key`` and returns what it measured.
@@ -135,7 +162,8 @@ class ZeusMonitor(_CompiledMonitor):
             raw = self._end_window(key, cancel)
         except ValueError:
             raise ValueError(f"Measurement window '{key}' does not exist") from None
-        start_time = self._start_times.pop(key, 0.0)
+        state = self.measurement_states.pop(key, None)
+        start_time = state.time if state is not None else 0.0
         if cancel:
             return Measurement(time=0.0, gpu_energy=dict(raw.gpu_energy), cpu_energy=raw.cpu_energy or {})
         measurement = Measurement(time=raw.time, gpu_energy=dict(raw.gpu_energy), cpu_energy=raw.cpu_energy,
@@ -149,6 +177,12 @@ class ZeusMonitor(_CompiledMonitor):
             self.log_file.write(f"{start_time},{key},{measurement.time},{energies}\n")
             self.log_file.flush()
         return measurement
+
+    def reset_windows(self) -> None:
+        """Drops every open window (a notebook cell that failed between begin and end)."""
+        for key in list(self.measurement_states):
+            self._end_window(key, True)
+        self.measurement_states.clear()
 
 
 sync_execution_fn = sync_execution  # begin_window's argument of the same name hides it

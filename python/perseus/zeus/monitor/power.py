@@ -1,87 +1,165 @@
-"""Zeus's ``zeus.monitor.power``: :class:`PowerMonitor`, every GPU's power sampled on a thread of
-its own (in C++: no subprocess, no GIL) into a timeline of ``(time.time(), watts)``.
+"""Zeus's ``zeus.monitor.power``: :class:`PowerMonitor`, every GPU's power sampled on a thread of its
+own (in C++: no subprocess, no GIL) into a timeline of ``(time.time(), watts)``.
 
-GPU indices are CUDA's (``CUDA_VISIBLE_DEVICES`` applies). Only the ``device_instant`` GPU power
-domain is sampled; CPU power timelines are not kept (``ZeusMonitor`` measures CPU energy).
+GPU indices are CUDA's (``CUDA_VISIBLE_DEVICES`` applies). perseus reads a GPU's instantaneous power
+(NVML's power usage): the ``device_instant`` power domain. Timelines list, as Zeus's do, only the
+samples where a GPU's power changed.
 """
 from __future__ import annotations
 
 import bisect
-from typing import Dict, List, Optional, Tuple
+from dataclasses import dataclass
+from enum import Enum
+from typing import Dict, List, Literal, Optional, Tuple, Union
 
 from ..._perseus import _PowerMonitor
 
-__all__ = ["PowerMonitor"]
+__all__ = ["PowerDomain", "PowerMonitor", "PowerSample", "infer_counter_update_period"]
 
-_DOMAIN = "device_instant"
+_DEFAULT_PERIOD = 0.1  # s: power counters update at 10 Hz or faster
 
 
-def _check_domain(domain: Optional[object]) -> None:
-    value = getattr(domain, "value", domain)
-    if value is not None and value != _DOMAIN:
-        raise ValueError(f"Power domain {value} is not being monitored. Monitored domains: ['{_DOMAIN}']")
+class PowerDomain(Enum):
+    """What a power reading covers."""
+
+    DEVICE_INSTANT = "device_instant"
+    DEVICE_AVERAGE = "device_average"
+    MEMORY_AVERAGE = "memory_average"
+
+
+DomainName = Literal["device_instant", "device_average", "memory_average"]
+_SUPPORTED = [PowerDomain.DEVICE_INSTANT]
+
+
+@dataclass
+class PowerSample:
+    """One power reading."""
+
+    timestamp: float
+    gpu_index: int
+    power_mw: float
+
+
+def infer_counter_update_period(gpu_indicies: List[int]) -> float:
+    """Half the shortest interval between changes of the GPUs' power readings, polled as fast as they
+    answer for about 1000 readings each (at most 0.1 s; 0.05 s where a reading never changes)."""
+    return _infer_period(list(gpu_indicies), "", "")
+
+
+def _infer_period(gpu_indices: List[int], nvml_library: str, gpud_socket: str) -> float:
+    monitor = _PowerMonitor(gpu_indices, 0.0, 0, nvml_library, gpud_socket)
+    shortest = 2 * _DEFAULT_PERIOD
+    for gpu in gpu_indices:
+        changes, previous = [], None
+        for _ in range(1000):
+            monitor.sample()
+        for at, watts in monitor.timeline(gpu):
+            if previous is not None and watts != previous:
+                changes.append(at)
+            previous = watts
+        shortest = min([shortest] + [b - a for a, b in zip(changes, changes[1:]) if b > a])
+    return min(shortest / 2, _DEFAULT_PERIOD)
+
+
+def _domain(value: Union[PowerDomain, str]) -> PowerDomain:
+    return PowerDomain(value)
+
+
+def _changes(samples: List[Tuple[float, float]]) -> List[Tuple[float, float]]:
+    """The samples where the power differs from the sample before (positive readings only)."""
+    out: List[Tuple[float, float]] = []
+    previous: Optional[float] = None
+    for at, watts in samples:
+        if watts <= 0 or watts == previous:
+            continue
+        out.append((at, watts))
+        previous = watts
+    return out
 
 
 class PowerMonitor:
-    """GPU power over time.
+    """GPU power over time, Zeus's ``PowerMonitor``.
 
     Args:
         gpu_indices: GPUs to sample, as CUDA numbers them; None: every visible GPU.
-        cpu_indices: must be None or ``[]`` (CPU power timelines are not kept).
-        gpu_update_period: seconds between samples; None: 0.1 s.
+        update_period: seconds between samples; None: inferred with
+            :func:`infer_counter_update_period`.
         max_samples_per_gpu: samples kept per GPU (the oldest go first); None: all.
-        update_period: the older name of ``gpu_update_period``.
-        nvml_library, gpud_socket: where the GPUs are read, as for :class:`ZeusMonitor`.
+        power_domains: the domains to sample; None: every supported one. perseus supports
+            ``device_instant``; any other raises ValueError, as Zeus does for a domain the GPUs lack.
+        nvml_library, gpud_socket: where the GPUs are read, as for ``ZeusMonitor``.
     """
 
-    def __init__(self, gpu_indices: Optional[List[int]] = None, cpu_indices: Optional[List[int]] = None,
-                 gpu_update_period: Optional[float] = None, max_samples_per_gpu: Optional[int] = None, *,
-                 update_period: Optional[float] = None, nvml_library: str = "", gpud_socket: str = "") -> None:
-        if cpu_indices:
-            raise ValueError("perseus's PowerMonitor samples GPUs only; CPU energy is ZeusMonitor's cpu_energy")
-        period = gpu_update_period if gpu_update_period is not None else update_period
-        if period is None:
-            period = 0.1
-        if period <= 0:
-            raise ValueError(f"the update period must be positive, not {period}")
-        self.gpu_update_period = period
-        self._monitor = _PowerMonitor(gpu_indices, period, max_samples_per_gpu or 0, nvml_library, gpud_socket)
+    def __init__(self, gpu_indices: Optional[List[int]] = None, update_period: Optional[float] = None,
+                 max_samples_per_gpu: Optional[int] = None,
+                 power_domains: Optional[List[Union[PowerDomain, DomainName]]] = None, *,
+                 nvml_library: str = "", gpud_socket: str = "") -> None:
+        if gpu_indices is not None and not gpu_indices:
+            raise ValueError("`gpu_indices` must be either `None` or non-empty")
+        if power_domains is not None and not power_domains:
+            raise ValueError("`power_domains` must be either `None` or non-empty")
+        domains = list(_SUPPORTED)
+        if power_domains is not None:
+            domains = []
+            for requested in power_domains:
+                domain = _domain(requested)
+                if domain not in _SUPPORTED:
+                    raise ValueError(f"Requested power domain {domain.value} is not supported by the current GPUs. "
+                                     f"Supported domains are: {[d.value for d in _SUPPORTED]}")
+                if domain not in domains:
+                    domains.append(domain)
+        self.measurement_domains: List[PowerDomain] = domains
+        if update_period is None:
+            visible = _PowerMonitor(gpu_indices, 0.0, 0, nvml_library, gpud_socket).gpu_indices
+            update_period = _infer_period(list(visible), nvml_library, gpud_socket)
+        if update_period <= 0:
+            raise ValueError(f"the update period must be positive, not {update_period}")
+        self.update_period = update_period
+        self._monitor = _PowerMonitor(gpu_indices, update_period, max_samples_per_gpu or 0, nvml_library,
+                                      gpud_socket)
         self.gpu_indices: List[int] = list(self._monitor.gpu_indices)
-        self.cpu_indices: List[int] = []
+        if not self.gpu_indices:
+            raise ValueError("At least one GPU index must be specified")
 
     def stop(self) -> None:
-        """Stops sampling; the timeline stays readable."""
+        """Stops sampling; the timelines stay readable."""
         self._monitor.stop()
 
-    def get_power_timeline(self, gpu_power_domain: Optional[object] = None, gpu_index: Optional[int] = None,
-                           start_time: Optional[float] = None, end_time: Optional[float] = None, *,
-                           cpu_power_domain: Optional[object] = None,
-                           cpu_index: Optional[int] = None) -> Dict[int, List[Tuple[float, float]]]:
-        """``{gpu: [(time, watts), ...]}``, oldest first, samples within ``[start_time, end_time]``.
+    def _check(self, domain: PowerDomain) -> None:
+        if domain not in self.measurement_domains:
+            raise ValueError(f"Power domain {domain.value} is not being monitored. "
+                             f"Monitored domains: {[d.value for d in self.measurement_domains]}")
 
-        Args:
-            gpu_power_domain: ``"device_instant"`` (or None, the same).
-            gpu_index: one GPU; None: every one.
-            start_time, end_time: ``time.time()`` bounds; None: unbounded.
-            cpu_power_domain, cpu_index: not kept here (ValueError when given).
-        """
-        if cpu_power_domain is not None or cpu_index is not None:
-            raise ValueError("CPU power domains are not being monitored")
-        _check_domain(gpu_power_domain)
+    def get_power_timeline(self, power_domain: Union[PowerDomain, DomainName], gpu_index: Optional[int] = None,
+                           start_time: Optional[float] = None,
+                           end_time: Optional[float] = None) -> Dict[int, List[Tuple[float, float]]]:
+        """``{gpu: [(time, watts), ...]}``, oldest first: the samples where the power changed, within
+        ``[start_time, end_time]`` (``time.time()`` bounds; None: unbounded)."""
+        domain = _domain(power_domain)
+        self._check(domain)
         indices = [gpu_index] if gpu_index is not None else self.gpu_indices
-        return {i: self._monitor.timeline(i, start_time, end_time) for i in indices if i in self.gpu_indices}
+        out = {}
+        for i in indices:
+            if i not in self.gpu_indices:
+                continue
+            out[i] = [(at, watts) for at, watts in _changes(self._monitor.timeline(i))
+                      if (start_time is None or at >= start_time) and (end_time is None or at <= end_time)]
+        return out
 
-    def get_energy(self, start_time: float, end_time: float,
-                   power_domain: Optional[object] = None) -> Optional[Dict[int, float]]:
-        """Joules per GPU between two ``time.time()`` instants: the timeline integrated over exactly
-        that span (linear between samples, held at the first and last); None without samples."""
-        _check_domain(power_domain)
+    def get_all_power_timelines(self, gpu_index: Optional[int] = None, start_time: Optional[float] = None,
+                                end_time: Optional[float] = None) -> Dict[str, Dict[int, List[Tuple[float, float]]]]:
+        """``{domain name: get_power_timeline(domain, ...)}`` for every domain monitored."""
+        return {domain.value: self.get_power_timeline(domain, gpu_index, start_time, end_time)
+                for domain in self.measurement_domains}
+
+    def get_energy(self, start_time: float, end_time: float) -> Optional[Dict[int, float]]:
+        """Joules per GPU between two ``time.time()`` instants; None without samples. Every sample is
+        integrated (linear between samples, held before the first and after the last) over exactly
+        ``[start_time, end_time]``."""
         return self._monitor.energy(start_time, end_time)
 
-    def get_power(self, time: Optional[float] = None,
-                  power_domain: Optional[object] = _DOMAIN) -> Optional[Dict[int, float]]:
+    def get_power(self, time: Optional[float] = None) -> Optional[Dict[int, float]]:
         """Watts per GPU: the latest sample, or the one closest to ``time``; None without samples."""
-        _check_domain(power_domain)
         out: Dict[int, float] = {}
         for i in self.gpu_indices:
             samples = self._monitor.timeline(i)
@@ -99,3 +177,4 @@ class PowerMonitor:
                 before, after = samples[at - 1], samples[at]
                 out[i] = before[1] if time - before[0] <= after[0] - time else after[1]
         return out
+

@@ -1,0 +1,76 @@
+"""examples/pytorch_pipelining/run.sh, run short: real PyTorch pipelining on 4 rank processes, each
+rank's GPU perseus's fake NVML driven by the example's GPU model, the turnkey loop deploying a plan,
+an all-max twin, and the comparison printed. It says that it runs on the fake NVML and why, the
+fake GPUs ran the clocks perseus locked and metered the model's energy, and the numbers it prints
+are the ones its ranks measured."""
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+if not os.environ.get("PERSEUS_REQUIRE_TORCH"):  # CI sets it: there, a missing torch is a failure
+    pytest.importorskip("torch")
+
+pytestmark = pytest.mark.multiprocess
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "pytorch_pipelining"
+SHORT = {"WINDOW": "4", "REPORT_EVERY": "1", "TIME_SCALE": "0.25",
+         "SCHEDULER_ARGS": json.dumps({"warmup_rounds": 3, "max_baseline_rounds": 6, "minimum_power_state": 1005,
+                                       "verify_rounds": 1})}
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    out = tmp_path_factory.mktemp("pytorch-pipelining")
+    env = dict(os.environ, PYTHON=sys.executable, **SHORT)
+    if os.environ.get("PERSEUS_BINARY"):
+        env["PERSEUS"] = os.environ["PERSEUS_BINARY"]
+    env.pop("PERSEUS_FAKE_NVML_LOG", None)
+    done = subprocess.run(["bash", str(EXAMPLE / "run.sh"), str(out)], env=env, capture_output=True, text=True,
+                          timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return out, done.stdout
+
+
+def test_it_says_it_runs_on_the_fake_nvml_and_why(example):
+    _, stdout = example
+    assert stdout.startswith("== No GPU here: every rank's GPU is perseus's fake NVML (")
+    assert "driven by the GPU model in" in stdout and "The savings below are the model's" in stdout
+
+
+def test_it_compares_the_deployed_plan_with_its_all_max_twin(example):
+    out, stdout = example
+    windows = {run: [json.loads((out / run / f"window{r}.json").read_text()) for r in range(4)]
+               for run in ("perseus", "allmax")}
+    assert all(w["perseus_on"] and w["iterations"] == 4 for ws in windows.values() for w in ws)
+    status = json.loads((out / "perseus" / "status.json").read_text())
+    assert status["schedule"] == {"kind": "1f1b", "microbatches": 8, "virtual_stages": 1}
+    assert status["plan"] is not None  # the window began after the plan was deployed
+    seconds = {run: max(w["seconds"] / w["iterations"] for w in ws) for run, ws in windows.items()}
+    joules = {run: sum(w["joules"] / w["iterations"] for w in ws) for run, ws in windows.items()}
+    saved, slowdown = 1 - joules["perseus"] / joules["allmax"], seconds["perseus"] / seconds["allmax"] - 1
+    line = re.search(r"energy saved (-?[0-9.]+)% at a slowdown of ([-+][0-9.]+)% against the all-max run; perseus "
+                     r"whatif's ideal for the measured profile: ([0-9.]+)%", stdout)
+    assert line, stdout
+    assert float(line.group(1)) == pytest.approx(100 * saved, abs=0.051)
+    assert float(line.group(2)) == pytest.approx(100 * slowdown, abs=0.0051)
+    assert saved > 0 and float(line.group(3)) > 0  # lower clocks where the model leaves time to spare
+
+
+def test_the_fake_gpus_ran_the_clocks_perseus_locked_and_metered_the_model(example):
+    out, _ = example
+    for rank in range(4):
+        calls = [line.split() for line in (out / "perseus" / f"gpu{rank}.log").read_text().splitlines()]
+        locked = {int(c[3]) for c in calls if c[1] == "nvmlDeviceSetGpuLockedClocks" and c[-1] == "0"}
+        added = [float(c[3]) for c in calls if c[1] == "perseusFakeNvmlAddEnergy" and c[-1] == "0"]
+        assert len(locked) > 1 and min(locked) >= 1005  # profiled, then planned, within the range it was given
+        assert len(added) == 2 * 8 * windows_run(out, rank) and all(j > 0 for j in added)
+
+
+def windows_run(out, rank):
+    """Iterations the rank ran in the perseus run."""
+    return json.loads((out / "perseus" / f"window{rank}.json").read_text())["iterations_run"]
