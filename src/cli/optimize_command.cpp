@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -130,12 +131,21 @@ int run_optimize(OptimizeArgs& args) {
     if (!record.points.empty()) {
       // On the profile (emulated), with 10 significant digits, and the planner's quantized view.
       const auto& slow = record.points.front();
-      const auto& fast = record.points[fastest_point(record)];
+      const std::size_t fastest = fastest_point(record), cheapest = cheapest_point(record);
+      const auto &fast = record.points[fastest], &cheap = record.points[cheapest];
       std::fprintf(stderr, "%s\n",
-                   fmt::format("  slowest {:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J (emulated; the "
-                               "planner's quantized: {:.10g} s at {:.10g} J, {:.10g} s at {:.10g} J)",
+                   fmt::format("  slowest {:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J, cheapest {:.10g} s "
+                               "at {:.10g} J (point {}; plans show --min-energy)",
                                slow.shown_time(), slow.shown_energy(), fast.shown_time(), fast.shown_energy(),
-                               slow.time, slow.energy, fast.time, fast.energy)
+                               cheap.shown_time(), cheap.shown_energy(), cheapest)
+                       .c_str());
+      const auto dominated =
+          std::count_if(record.points.begin(), record.points.end(), [](const RecordedPoint& p) { return p.dominated; });
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("  times and energies emulated on the profile; the planner's quantized: slowest "
+                               "{:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J; {} of {} points dominated "
+                               "(slower and costlier than another: frontier.csv's dominated column)",
+                               slow.time, slow.energy, fast.time, fast.energy, dominated, record.points.size())
                        .c_str());
     }
     std::vector<std::string> fallbacks;  // with auto: where the hull plans instead of the exponential fit, and why

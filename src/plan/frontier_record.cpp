@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "perseus/solver/exact_times.hpp"
@@ -18,7 +20,7 @@ using nlohmann::json;
 namespace {
 
 constexpr const char* kFrontierHeader =
-    "index,time,energy,quant_time,cost_change,effective_cost,profile_energy,emulated_time,emulated_energy";
+    "index,time,energy,quant_time,cost_change,effective_cost,profile_energy,emulated_time,emulated_energy,dominated";
 constexpr const char* kOldFrontierHeader = "index,time,energy,quant_time,cost_change,effective_cost,profile_energy";
 
 std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_stages, int num_microbatches,
@@ -111,6 +113,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
     record.points.push_back(recorded);
     record.changes.push_back(std::move(changes));
   }
+  mark_dominated(record);
   return record;
 }
 
@@ -152,8 +155,8 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
     out << kFrontierHeader << "\n";
     for (std::size_t i = 0; i < record.points.size(); ++i) {
       const auto& p = record.points[i];
-      out << fmt::format("{},{},{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
-                         p.effective_cost, p.profile_energy, p.emulated_time, p.emulated_energy);
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
+                         p.effective_cost, p.profile_energy, p.emulated_time, p.emulated_energy, p.dominated ? 1 : 0);
     }
     file.commit();
   }
@@ -308,7 +311,8 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const std::string frontier_file = (dir / "frontier.csv").string();
   const std::string frontier_text = read_file(frontier_file);
   std::vector<std::size_t> lines;
-  // A record written before the emulated columns has the first seven only.
+  // A record written before the emulated columns has the first seven only. `dominated` is computed
+  // again from the times and energies (the column is for readers of the CSV).
   const bool emulated = frontier_text.rfind(std::string(kFrontierHeader) + "\n", 0) == 0 ||
                         frontier_text.rfind(std::string(kFrontierHeader) + "\r\n", 0) == 0;
   const auto rows = read_rows(frontier_text, frontier_file,
@@ -327,8 +331,11 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
     p.profile_energy = number_field(r[6], frontier_file, lines[i], "profile_energy");
     p.emulated_time = emulated ? number_field(r[7], frontier_file, lines[i], "emulated_time") : std::nan("");
     p.emulated_energy = emulated ? number_field(r[8], frontier_file, lines[i], "emulated_energy") : std::nan("");
+    if (emulated && r[9] != "0" && r[9] != "1")
+      throw InputError(frontier_file, lines[i], "dominated", "must be 0 or 1");
     record.points.push_back(p);
   }
+  mark_dominated(record);
   record.changes.resize(record.points.size());
 
   const std::string changes_file = (dir / "plan_changes.csv").string();
@@ -400,6 +407,36 @@ std::size_t fastest_point(const FrontierRecord& record) {
   for (std::size_t i = 1; i < record.points.size(); ++i)
     if (record.points[i].shown_time() <= record.points[best].shown_time()) best = i;
   return best;
+}
+
+std::vector<bool> dominated_points(const std::vector<std::pair<double, double>>& points) {
+  std::vector<std::size_t> order(points.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return points[a] < points[b]; });
+  // By time, then energy: a point is dominated by a faster one at most as costly, or by one as fast
+  // and cheaper (the first of its time, where that one is cheaper).
+  std::vector<bool> dominated(points.size(), false);
+  double cheapest_faster = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < order.size();) {
+    std::size_t end = k;
+    while (end < order.size() && points[order[end]].first == points[order[k]].first) ++end;
+    const double cheapest_here = points[order[k]].second;
+    for (std::size_t j = k; j < end; ++j) {
+      const double energy = points[order[j]].second;
+      dominated[order[j]] = cheapest_faster <= energy || cheapest_here < energy;
+    }
+    cheapest_faster = std::min(cheapest_faster, cheapest_here);
+    k = end;
+  }
+  return dominated;
+}
+
+void mark_dominated(FrontierRecord& record) {
+  std::vector<std::pair<double, double>> points;
+  points.reserve(record.points.size());
+  for (const auto& p : record.points) points.emplace_back(p.shown_time(), p.shown_energy());
+  const auto dominated = dominated_points(points);
+  for (std::size_t i = 0; i < record.points.size(); ++i) record.points[i].dominated = dominated[i];
 }
 
 std::size_t cheapest_point(const FrontierRecord& record) {

@@ -891,3 +891,57 @@ TEST_F(Cli, TheFastestPlanRunsAsFastAsAllMaxOnEverySchedule) {
     EXPECT_GT(index, 10u);
   }
 }
+
+// The energy-optimal end is in plain view: the summary names the cheapest plan, `plans show
+// --min-energy` shows it, and frontier.csv marks the points slower and costlier than another.
+TEST_F(Cli, TheCheapestPlanIsShownAndDominatedPointsMarked) {
+  const std::string example = std::string(PERSEUS_SOURCE_DIR) + "/examples/synthetic-4stage.csv";
+  const std::string dir = (dir_ / "out").string();
+  auto r = run("optimize " + example + " --stages 4 --microbatches 8 --p2p-power 75 --out " + dir);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const auto record = perseus::read_frontier_record(dir);
+  std::size_t cheapest = 0;
+  for (std::size_t i = 0; i < record.points.size(); ++i)
+    if (record.points[i].emulated_energy < record.points[cheapest].emulated_energy) cheapest = i;
+  // The blocking power grows with time: the slowest plan is not the cheapest.
+  ASSERT_GT(cheapest, 0u);
+  ASSERT_LT(cheapest + 1, record.points.size());
+  const auto& c = record.points[cheapest];
+  EXPECT_NE(r.output.find(
+                fmt::format("cheapest {:.10g} s at {:.10g} J (point {}", c.emulated_time, c.emulated_energy, cheapest)),
+            std::string::npos)
+      << r.output;
+  r = run("plans show " + dir + " --min-energy");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(
+      r.output.rfind(
+          fmt::format("plan {} of {}: iteration time {:.10g} s", cheapest, record.points.size(), c.emulated_time), 0),
+      0u)
+      << r.output;
+  EXPECT_NE(run("plans show " + dir + " --min-energy --index 3").code, 0);
+
+  // frontier.csv's dominated column: a point is dominated exactly when another is at most as slow
+  // and cheaper (or faster and at most as costly).
+  std::size_t dominated = 0;
+  for (std::size_t i = 0; i < record.points.size(); ++i) {
+    const auto& p = record.points[i];
+    bool beaten = false;
+    for (const auto& q : record.points)
+      beaten |= (q.emulated_time <= p.emulated_time && q.emulated_energy < p.emulated_energy) ||
+                (q.emulated_time < p.emulated_time && q.emulated_energy <= p.emulated_energy);
+    EXPECT_EQ(p.dominated, beaten) << "point " << i;
+    dominated += p.dominated;
+  }
+  EXPECT_TRUE(record.points.front().dominated) << "the cheapest plan is faster and cheaper than the slowest";
+  EXPECT_FALSE(record.points[cheapest].dominated);
+  const std::string csv = perseus::read_file(dir + "/frontier.csv");
+  EXPECT_EQ(csv.rfind("index,time,energy,quant_time,cost_change,effective_cost,profile_energy,emulated_time,"
+                      "emulated_energy,dominated\n",
+                      0),
+            0u);
+  EXPECT_GT(dominated, 0u);
+  // The picture draws them apart.
+  r = run("plot frontier " + dir + " --no-baselines --out " + dir + "/frontier.svg");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(perseus::read_file(dir + "/frontier.svg").find("class=\"dominated\""), std::string::npos);
+}

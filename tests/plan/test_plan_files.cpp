@@ -105,10 +105,23 @@ TEST(FrontierRecord, ChoosesByEmulatedTimesWhereItHasThem) {
   EXPECT_FALSE(cheapest_within(record, 2.71)) << "the fastest takes 2.72 s on the profile";
   EXPECT_EQ(fastest_point(record), 3u);
   EXPECT_EQ(cheapest_point(record), 1u);
+  mark_dominated(record);
+  EXPECT_TRUE(record.points[0].dominated) << "point 1 is faster and cheaper on the profile";
+  EXPECT_FALSE(record.points[1].dominated);
+  EXPECT_TRUE(record.points[2].dominated) << "point 1 is faster and cheaper on the profile";
+  EXPECT_FALSE(record.points[3].dominated);
   EXPECT_TRUE(record.points[0].has_emulated());
   record.points[0].emulated_time = std::nan("");
   EXPECT_FALSE(record.points[0].has_emulated());
   EXPECT_EQ(record.points[0].shown_time(), 3.0);
+}
+
+TEST(FrontierRecord, DominatedPointsAreSlowerAndCostlierThanAnother) {
+  // Equal points dominate none of each other; one as fast and cheaper, or faster and as cheap, does.
+  const std::vector<std::pair<double, double>> points = {{5, 10}, {4, 10}, {4, 9}, {3, 9}, {3, 9}, {2, 11}, {1, 12}};
+  const std::vector<bool> expected = {true, true, true, false, false, false, false};
+  EXPECT_EQ(dominated_points(points), expected);
+  EXPECT_TRUE(dominated_points({}).empty());
 }
 
 TEST(PlanFiles, PythonPlanRoundTripsWithoutEvaluation) {

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perseus/pipeline/schedule.hpp"
@@ -25,6 +26,9 @@ struct RecordedPoint {
   // of its clock, unquantized. NaN in a record written without them (an older perseus).
   double emulated_time = std::numeric_limits<double>::quiet_NaN();
   double emulated_energy = std::numeric_limits<double>::quiet_NaN();
+  // Another point is at least as fast and as cheap, and faster or cheaper (shown time and energy):
+  // no deadline makes this plan the one to choose.
+  bool dominated = false;
 
   bool has_emulated() const { return emulated_time == emulated_time; }  // not NaN
   // What a user sees and chooses by: the emulated time and energy where the record has them.
@@ -96,5 +100,10 @@ std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double 
 // energy; the faster on a tie). The record must have a point.
 std::size_t fastest_point(const FrontierRecord& record);
 std::size_t cheapest_point(const FrontierRecord& record);
+// Per (time, energy) point: whether another is at least as fast and as cheap, and faster or cheaper.
+// Points that coincide dominate none of each other.
+std::vector<bool> dominated_points(const std::vector<std::pair<double, double>>& points);
+// Sets every point's `dominated` from its shown time and energy.
+void mark_dominated(FrontierRecord& record);
 
 }  // namespace perseus
