@@ -16,7 +16,7 @@ inline OperationSpec pwl_spec(const std::vector<std::pair<int, double>>& points)
     o.effective_energy = e;
     options.push_back(o);
   }
-  OperationSpec spec{OperationOptions(options), nullptr};
+  OperationSpec spec{OperationOptions(options), nullptr, ""};
   spec.model = std::make_shared<PiecewiseLinearModel>(options);
   return spec;
 }

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 
@@ -59,20 +60,26 @@ class Progress {
   std::chrono::steady_clock::time_point last_ = start_;
 };
 
-// A frontier with no point, or with times or energies that are not finite numbers, is no result:
-// the run failed (exit 1), saying why, and writes nothing.
-void check_frontier(const FrontierRecord& record, const Frontier& frontier) {
-  if (record.points.empty() && !frontier.interrupted)
-    throw Error(fmt::format("no frontier: the solver found no plan ({}); a frontier needs some (stage, instruction) "
-                            "with more than one usable clock, and times and energies whose sums are finite",
-                            frontier.stop_text()),
-                kExitFailure);
+// A frontier with times or energies that are not finite numbers is no result: the run failed
+// (exit 1), saying why, and writes nothing.
+void check_frontier(const FrontierRecord& record) {
   for (std::size_t i = 0; i < record.points.size(); ++i)
     if (!std::isfinite(record.points[i].time) || !std::isfinite(record.points[i].energy))
       throw Error(fmt::format("no frontier: point {} has time {} s and energy {} J, not finite numbers (the profile's "
                               "times or energies are too large to add up)",
                               i, record.points[i].time, record.points[i].energy),
                   kExitFailure);
+}
+
+// With the exponential model (the reference mode), the operations that made the solver stop early.
+std::string stopping_models(const PlannedFrontier& planned) {
+  std::vector<std::string> names;
+  for (int spec : planned.stopping_specs()) names.push_back(describe_spec(spec));
+  return fmt::format(
+      "the exponential cost model{} of {} stop{} it; --cost-model auto plans {} with the "
+      "piecewise-linear hull",
+      names.size() == 1 ? "" : "s", fmt::join(names, ", "), names.size() == 1 ? "s" : "",
+      names.size() == 1 ? "it" : "them");
 }
 
 int run_optimize(OptimizeArgs& args) {
@@ -92,9 +99,7 @@ int run_optimize(OptimizeArgs& args) {
     args.config.extra_forwards =
         envpipe_extra_forwards(profile, args.config.num_stages, args.config.num_microbatches, args.envpipe_memory_cap);
   }
-  const PlanningProblem problem = make_planning_problem(profile, args.config);
-
-  Frontier frontier;
+  PlannedFrontier planned;
   {
     StopOnSignal interrupt;
     Progress progress(args.config.unit_time, !args.quiet && ::isatty(STDERR_FILENO));
@@ -102,13 +107,20 @@ int run_optimize(OptimizeArgs& args) {
     options.stop = interrupt.flag();
     options.threads = args.threads;
     options.on_progress = [&](std::size_t points, int quant_time) { progress.update(points, quant_time); };
-    frontier = solve_frontier(problem, options);
+    planned = plan_frontier(profile, args.config, options);
     progress.finish();
   }
+  const PlanningProblem& problem = planned.problem;
+  const Frontier& frontier = planned.frontier;
+  const bool reference_stop = args.config.cost_model == CostModelKind::exponential && planned.stopped_early();
+  if (reference_stop && planned.only_the_start)
+    throw Error(
+        fmt::format("no frontier: the solver found no plan ({}); {}", frontier.stop_text(), stopping_models(planned)),
+        kExitFailure);
 
   const FrontierRecord record =
       make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});
-  check_frontier(record, frontier);
+  check_frontier(record);
   write_frontier_record(record, args.out);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (!args.quiet) {
@@ -117,28 +129,42 @@ int run_optimize(OptimizeArgs& args) {
                              frontier.interrupted ? " (interrupted)" : "")
                      .c_str());
     if (!record.points.empty()) {
+      // On the profile (emulated), with 10 significant digits, and the planner's quantized view.
       const auto& slow = record.points.front();
-      const auto& fast = record.points.back();
+      const std::size_t fastest = fastest_point(record), cheapest = cheapest_point(record);
+      const auto &fast = record.points[fastest], &cheap = record.points[cheapest];
       std::fprintf(stderr, "%s\n",
-                   fmt::format("  slowest {:.4f} s at {:.2f} J, fastest {:.4f} s at {:.2f} J", slow.time, slow.energy,
-                               fast.time, fast.energy)
+                   fmt::format("  slowest {:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J, cheapest {:.10g} s "
+                               "at {:.10g} J (point {}; plans show --min-energy)",
+                               slow.shown_time(), slow.shown_energy(), fast.shown_time(), fast.shown_energy(),
+                               cheap.shown_time(), cheap.shown_energy(), cheapest)
+                       .c_str());
+      const auto dominated =
+          std::count_if(record.points.begin(), record.points.end(), [](const RecordedPoint& p) { return p.dominated; });
+      std::fprintf(stderr, "%s\n",
+                   fmt::format("  times and energies emulated on the profile; the planner's quantized: slowest "
+                               "{:.10g} s at {:.10g} J, fastest {:.10g} s at {:.10g} J; {} of {} points dominated "
+                               "(slower and costlier than another: frontier.csv's dominated column)",
+                               slow.time, slow.energy, fast.time, fast.energy, dominated, record.points.size())
                        .c_str());
     }
-    std::vector<std::string> fallbacks;  // with auto: where the exponential fit failed
-    for (int stage = 0; stage < problem.dag.num_model_stages(); ++stage)
-      for (auto kind : kAllInstructionKinds)
-        if (const auto& model = problem.specs[PlanningProblem::spec_index(stage, kind)].model;
-            args.config.cost_model == CostModelKind::automatic && model && model->name() == "pwl")
-          fallbacks.push_back(fmt::format("stage {} {}", stage, to_string(kind)));
+    std::vector<std::string> fallbacks;  // with auto: where the hull plans instead of the exponential fit, and why
+    for (int spec = 0; spec < static_cast<int>(problem.specs.size()); ++spec)
+      if (!problem.specs[spec].fallback.empty())
+        fallbacks.push_back(fmt::format("{} ({})", describe_spec(spec), problem.specs[spec].fallback));
     if (!fallbacks.empty())
-      std::fprintf(stderr, "%s\n",
-                   fmt::format("  cost model: piecewise-linear where the exponential fit failed ({}), "
-                               "exponential elsewhere",
-                               fmt::join(fallbacks, ", "))
+      std::fprintf(
+          stderr, "%s\n",
+          fmt::format("  cost model: piecewise-linear for {}; exponential elsewhere", fmt::join(fallbacks, "; "))
+              .c_str());
+    std::fprintf(stderr, "  stopped: %s\n", frontier.stop_text().c_str());
+    if (reference_stop)
+      std::fprintf(stderr, "  %s\n",
+                   fmt::format("stopped before the fastest iteration time ({:.4f} s): {}",
+                               planned.fastest_quant_time * problem.unit_time, stopping_models(planned))
                        .c_str());
-    std::fprintf(stderr,
-                 "  stopped: %s\n  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
-                 frontier.stop_text().c_str(), args.out.c_str());
+    std::fprintf(stderr, "  wrote %s/{frontier.csv,iteration_time_energy.csv,plans.json,plan_changes.csv}\n",
+                 args.out.c_str());
   }
   return frontier.interrupted ? kExitInterrupted : kExitOk;
 }

@@ -16,10 +16,17 @@ namespace perseus::cli {
 
 namespace {
 
+// Times and energies with 10 significant digits: the emulated ones within 1e-9.
 void print_plan(const Plan& plan, const FrontierRecord& record) {
-  std::printf("%s", fmt::format("plan {} of {}: iteration time {:.6g} s, energy {:.6g} J\n", *plan.index,
-                                record.points.size(), plan.time, plan.energy)
-                        .c_str());
+  const std::string planner = fmt::format("{:.10g} s quantized, {:.10g} J", plan.time, plan.energy);
+  std::printf("%s\n",
+              (plan.emulated_time && plan.emulated_energy
+                   ? fmt::format("plan {} of {}: iteration time {:.10g} s, energy {:.10g} J on the profile (the "
+                                 "planner's: {})",
+                                 *plan.index, record.points.size(), *plan.emulated_time, *plan.emulated_energy, planner)
+                   : fmt::format("plan {} of {}: the planner's {} (the frontier was written without emulated times)",
+                                 *plan.index, record.points.size(), planner))
+                  .c_str());
   std::printf("%s", plan_to_text(plan).c_str());
 }
 

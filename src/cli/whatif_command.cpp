@@ -33,14 +33,14 @@ struct WhatIfArgs {
   bool quiet = false;
 };
 
-FrontierRecord plan_frontier(const Pipeline& pipeline, const std::string& cost_model, const std::string& profile) {
+FrontierRecord planned_record(const Pipeline& pipeline, const std::string& cost_model, const std::string& profile) {
   PlanningConfig config;
   config.shape() = pipeline.config.shape();
   config.unit_time = pipeline.unit_time;
   config.p_block = pipeline.config.p_block;
   config.cost_model = *parse_cost_model_kind(cost_model);  // CLI checked the name
-  const auto problem = make_planning_problem(pipeline.profile, config);
-  return make_frontier_record(problem, solve_frontier(problem), {profile, cost_model});
+  const auto planned = plan_frontier(pipeline.profile, config);
+  return make_frontier_record(planned.problem, planned.frontier, {profile, cost_model});
 }
 
 int run_whatif(const WhatIfArgs& args) {
@@ -57,7 +57,7 @@ int run_whatif(const WhatIfArgs& args) {
     }
     pipelines = args.global_batch / M;
   }
-  if (!record) record = plan_frontier(pipeline, args.cost_model, pipeline.profile.source);
+  if (!record) record = planned_record(pipeline, args.cost_model, pipeline.profile.source);
   const Emulator emulator(pipeline.profile, pipeline.config);
 
   const auto all_max = run_baseline("all-max", pipeline.profile, emulator, args.options);

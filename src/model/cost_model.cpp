@@ -256,19 +256,79 @@ std::string PiecewiseLinearModel::describe() const {
 
 std::string ConstantModel::describe() const { return fmt::format("{:.17g}", value_); }
 
-std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
-                                           const std::string& what) {
+namespace {
+
+constexpr double kSolverResolution = 1e-6;  // J: the solver's flow unit and cost-change tolerance
+
+double root_mean_square_error(const CostModel& model, const std::vector<ExecutionOption>& options) {
+  double sum = 0;
+  for (const auto& option : options) {
+    const double residual = option.effective_energy - model(option.quant_time);
+    sum += residual * residual;
+  }
+  return std::sqrt(sum / static_cast<double>(options.size()));
+}
+
+}  // namespace
+
+std::string exponential_misfit(const ExponentialModel& model, const OperationOptions& options) {
+  const int slowest = options.max_quant(), fastest = options.min_quant();
+  if (slowest == fastest) return "";
+  if (model(slowest) > model(fastest))
+    return fmt::format("the exponential fit rises with time (b = {:.3g})", model.b());
+  const PiecewiseLinearModel hull(options.options());
+  auto step = [](const CostModel& m, int d) { return std::fabs(m(d - 1) - m(d)); };
+  // An exponential's steps shrink toward the slow end, the hull's too (it is convex): the first
+  // negligible step of the fit, found by bisection, is where the hull's steps are largest.
+  if (step(model, slowest) < kSolverResolution) {
+    int lo = fastest + 1, hi = slowest;  // step(hi) is negligible
+    while (lo < hi) {
+      const int mid = lo + (hi - lo) / 2;
+      if (step(model, mid) < kSolverResolution) hi = mid;
+      else lo = mid + 1;
+    }
+    if (step(hull, hi) >= kSolverResolution)
+      return fmt::format(
+          "the exponential fit is flat from q = {} to {} (steps below 1e-6 J) where its options' "
+          "hull falls by {:.3g} J",
+          hi - 1, slowest, hull(hi - 1) - hull(slowest));
+  }
+  double low = options.options().front().effective_energy, high = low;
+  for (const auto& option : options.options()) {
+    low = std::min(low, option.effective_energy);
+    high = std::max(high, option.effective_energy);
+  }
+  const double error = root_mean_square_error(model, options.options());
+  const double hull_error = root_mean_square_error(hull, options.options());
+  if (error > 2 * hull_error && error > 0.05 * (high - low))
+    return fmt::format(
+        "the exponential fit's error ({:.3g} J root mean square) is {:.0f}% of its options' range and "
+        "over twice the hull's ({:.3g} J)",
+        error, 100 * error / (high - low), hull_error);
+  return "";
+}
+
+CostModelChoice choose_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
+                                  const std::string& what) {
   const auto& list = options.options();
-  if (list.size() == 1) return std::make_unique<ConstantModel>(list.front().effective_energy);
-  if (kind == CostModelKind::piecewise_linear) return std::make_unique<PiecewiseLinearModel>(list);
+  if (list.size() == 1) return {std::make_unique<ConstantModel>(list.front().effective_energy), ""};
+  if (kind == CostModelKind::piecewise_linear) return {std::make_unique<PiecewiseLinearModel>(list), ""};
   auto model = fit_exponential(list, unit_time);
-  if (model) return model;
-  if (kind == CostModelKind::automatic) return std::make_unique<PiecewiseLinearModel>(list);
-  throw Error(fmt::format("{}: the exponential cost model could not be fitted to its {} Pareto "
-                          "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
-                          "fits); use --cost-model auto or pwl",
-                          what, list.size()),
-              kExitDataError);
+  if (kind == CostModelKind::exponential) {
+    if (model) return {std::move(model), ""};
+    throw Error(fmt::format("{}: the exponential cost model could not be fitted to its {} Pareto "
+                            "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
+                            "fits); use --cost-model auto or pwl",
+                            what, list.size()),
+                kExitDataError);
+  }
+  if (!model)
+    return {std::make_unique<PiecewiseLinearModel>(list),
+            list.size() <= 3 ? fmt::format("{} options: too few for the exponential fit", list.size())
+                             : std::string("the exponential fit did not converge")};
+  std::string misfit = exponential_misfit(*model, options);
+  if (!misfit.empty()) return {std::make_unique<PiecewiseLinearModel>(list), std::move(misfit)};
+  return {std::move(model), ""};
 }
 
 }  // namespace perseus

@@ -88,4 +88,32 @@ OperationOptions build_options(const std::vector<ProfileRow>& rows, const Option
   return OperationOptions(std::move(options), used_noise);
 }
 
+OperationOptions without_costlier_slower(const OperationOptions& options) {
+  const auto& all = options.options();  // slowest first
+  std::vector<ExecutionOption> kept;
+  for (auto it = all.rbegin(); it != all.rend(); ++it)
+    if (kept.empty() || it->effective_energy < kept.back().effective_energy) kept.push_back(*it);
+  std::reverse(kept.begin(), kept.end());
+  return OperationOptions(std::move(kept), options.used_noise_factor());
+}
+
+OperationOptions faster_within_quanta(const OperationOptions& options, const std::vector<ProfileRow>& rows,
+                                      const OptionsConfig& config) {
+  std::vector<ExecutionOption> result = options.options();
+  for (auto& option : result) {
+    const ProfileRow* best = nullptr;
+    for (const auto& row : rows) {
+      if (py_floordiv(row.time, config.unit_time) != option.quant_time) continue;
+      if (!(row.time < option.real_time && row.energy <= option.energy)) continue;
+      if (!best || row.time < best->time || (row.time == best->time && row.energy < best->energy)) best = &row;
+    }
+    if (!best) continue;
+    option.frequency = best->frequency;
+    option.real_time = best->time;
+    option.energy = best->energy;
+    option.effective_energy = best->energy - config.p_block * option.quant_time * config.unit_time;
+  }
+  return OperationOptions(std::move(result), options.used_noise_factor());
+}
+
 }  // namespace perseus

@@ -41,11 +41,12 @@ double automatic_unit_time(const Profile& profile, std::optional<double> previou
 PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop) {
   auto started = std::chrono::steady_clock::now();
   const auto& config = input.config;
-  PlanningProblem problem = make_planning_problem(input.profile, config);
   SolverOptions options;
   options.stop = stop;
   options.threads = 1;  // it plans beside training (or other jobs): no second core of theirs spinning
-  Frontier frontier = solve_frontier(problem, options);
+  const PlannedFrontier planned = plan_frontier(input.profile, config, options);
+  const PlanningProblem& problem = planned.problem;
+  const Frontier& frontier = planned.frontier;
   if (frontier.interrupted) throw std::runtime_error("planning was stopped");
   PlanningOutput out;
   out.record = make_frontier_record(problem, frontier, {input.profile.source, to_string(config.cost_model)});

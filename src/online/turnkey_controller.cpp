@@ -573,7 +573,7 @@ void TurnkeyController::deploy_plan() {
   decide("planned",
          fmt::format("{} frontier points in {:.2f} s; cost model {}", plans_->record.points.size(), plans_->seconds,
                      pwl.empty() ? "exponential everywhere"
-                                 : fmt::format("piecewise-linear for {} (the exponential fit failed), "
+                                 : fmt::format("piecewise-linear for {} (where the exponential fit fails or misleads), "
                                                "exponential elsewhere",
                                                fmt::join(pwl, ", "))));
   // How much one pipeline's all-max iteration varies under the measured noise: how much later the

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
+#include "perseus/solver/exact_times.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
@@ -21,6 +22,10 @@ namespace perseus {
 using nlohmann::json;
 
 namespace {
+
+constexpr const char* kFrontierHeader =
+    "index,time,energy,quant_time,cost_change,effective_cost,profile_energy,emulated_time,emulated_energy,dominated";
+constexpr const char* kOldFrontierHeader = "index,time,energy,quant_time,cost_change,effective_cost,profile_energy";
 
 std::vector<std::vector<Instruction>> layout_of(ScheduleKind schedule, int num_stages, int num_microbatches,
                                                 const std::vector<int>& extra_forwards, int virtual_stages) {
@@ -53,10 +58,13 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
   record.p_block = problem.p_block;
   record.stop_reason = frontier.stop_text();
   record.interrupted = frontier.interrupted;
+  record.fastest_fitted = frontier.fastest_fitted;
   record.start_quant_time = frontier.start_quant_time;
-  for (const auto& spec : problem.specs)
+  for (const auto& spec : problem.specs) {
     record.model_descriptions.push_back(spec.model ? spec.model->name() + ": " + spec.model->describe()
                                                    : "none: the schedule runs no such instruction");
+    record.model_fallbacks.push_back(spec.fallback);
+  }
 
   // (stage, slot) of every instruction node
   std::vector<std::pair<int, int>> position(dag.instructions.size());
@@ -79,6 +87,10 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
     }
   }
   const double blocking = dag.num_stages * problem.p_block;
+  // Emulated times: the frontier's (plan_frontier computes them), or computed here as the points go.
+  std::optional<ExactTimes> exact;
+  if (!frontier.points.empty() && std::isnan(frontier.points.front().exact_time))
+    exact.emplace(problem, frontier.start_durations);
   for (std::size_t p = 0; p < frontier.points.size(); ++p) {
     const auto& point = frontier.points[p];
     std::vector<SlotChange> changes;
@@ -88,6 +100,7 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
       option_energy += options.option_for(change.duration).effective_energy -
                        options.option_for(durations[change.instruction]).effective_energy;
       durations[change.instruction] = change.duration;
+      if (exact) exact->set_duration(change.instruction, change.duration);
       const auto [stage, slot] = position[change.instruction];
       changes.push_back({stage, slot, change.duration, options.knob_for(change.duration)});
     }
@@ -99,9 +112,12 @@ FrontierRecord make_frontier_record(const PlanningProblem& problem, const Fronti
     recorded.cost_change = point.cost_change;
     recorded.effective_cost = point.effective_cost;
     recorded.profile_energy = option_energy + blocking * recorded.time;
+    recorded.emulated_time = exact ? exact->time() : point.exact_time;
+    recorded.emulated_energy = exact ? exact->energy() : point.exact_energy;
     record.points.push_back(recorded);
     record.changes.push_back(std::move(changes));
   }
+  mark_dominated(record);
   return record;
 }
 
@@ -113,9 +129,12 @@ json per_operation_models(const FrontierRecord& record) {
   for (std::size_t i = 0; i < record.model_descriptions.size(); ++i) {
     const auto& text = record.model_descriptions[i];
     if (text.rfind("none:", 0) == 0) continue;
-    out.push_back({{"stage", i / kNumInstructionKinds},
-                   {"instruction", to_string(kAllInstructionKinds[i % kNumInstructionKinds])},
-                   {"model", text.substr(0, text.find(':'))}});
+    json entry = {{"stage", i / kNumInstructionKinds},
+                  {"instruction", to_string(kAllInstructionKinds[i % kNumInstructionKinds])},
+                  {"model", text.substr(0, text.find(':'))}};
+    if (i < record.model_fallbacks.size() && !record.model_fallbacks[i].empty())
+      entry["fallback"] = record.model_fallbacks[i];
+    out.push_back(std::move(entry));
   }
   return out;
 }
@@ -137,11 +156,11 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
   {
     AtomicFile file(dir / "frontier.csv");
     auto& out = file.stream();
-    out << "index,time,energy,quant_time,cost_change,effective_cost,profile_energy\n";
+    out << kFrontierHeader << "\n";
     for (std::size_t i = 0; i < record.points.size(); ++i) {
       const auto& p = record.points[i];
-      out << fmt::format("{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change, p.effective_cost,
-                         p.profile_energy);
+      out << fmt::format("{},{},{},{},{},{},{},{},{},{}\n", i, p.time, p.energy, p.quant_time, p.cost_change,
+                         p.effective_cost, p.profile_energy, p.emulated_time, p.emulated_energy, p.dominated ? 1 : 0);
     }
     file.commit();
   }
@@ -176,6 +195,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
       {"num_points", record.points.size()},
       {"stop_reason", record.stop_reason},
       {"interrupted", record.interrupted},
+      {"fastest_fitted", record.fastest_fitted},
       {"models", record.model_descriptions},
       {"cost_models", per_operation_models(record)},
       {"start",
@@ -288,6 +308,7 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   if (meta.contains("recompute")) record.recompute = field<bool>(meta, "recompute", meta_file);
   record.stop_reason = field<std::string>(meta, "stop_reason", meta_file);
   record.interrupted = field<bool>(meta, "interrupted", meta_file);
+  if (meta.contains("fastest_fitted")) record.fastest_fitted = field<bool>(meta, "fastest_fitted", meta_file);
   record.model_descriptions = field<std::vector<std::string>>(meta, "models", meta_file);
   const json start = field<json>(meta, "start", meta_file);
   record.start_quant_time = field<int>(start, "quant_time", meta_file);
@@ -320,8 +341,12 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const std::string frontier_file = (dir / "frontier.csv").string();
   const std::string frontier_text = read_file(frontier_file);
   std::vector<std::size_t> lines;
+  // A record written before the emulated columns has the first seven only. `dominated` is computed
+  // again from the times and energies (the column is for readers of the CSV).
+  const bool emulated = frontier_text.rfind(std::string(kFrontierHeader) + "\n", 0) == 0 ||
+                        frontier_text.rfind(std::string(kFrontierHeader) + "\r\n", 0) == 0;
   const auto rows = read_rows(frontier_text, frontier_file,
-                              "index,time,energy,quant_time,cost_change,effective_cost,profile_energy", lines);
+                              emulated ? std::string(kFrontierHeader) : std::string(kOldFrontierHeader), lines);
   for (std::size_t i = 0; i < rows.size(); ++i) {
     const auto& r = rows[i];
     if (int_field(r[0], frontier_file, lines[i], "index") != static_cast<long long>(i)) {
@@ -334,8 +359,13 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
     p.cost_change = number_field(r[4], frontier_file, lines[i], "cost_change");
     p.effective_cost = number_field(r[5], frontier_file, lines[i], "effective_cost");
     p.profile_energy = number_field(r[6], frontier_file, lines[i], "profile_energy");
+    p.emulated_time = emulated ? number_field(r[7], frontier_file, lines[i], "emulated_time") : std::nan("");
+    p.emulated_energy = emulated ? number_field(r[8], frontier_file, lines[i], "emulated_energy") : std::nan("");
+    if (emulated && r[9] != "0" && r[9] != "1")
+      throw InputError(frontier_file, lines[i], "dominated", "must be 0 or 1");
     record.points.push_back(p);
   }
+  mark_dominated(record);
   record.changes.resize(record.points.size());
 
   const std::string changes_file = (dir / "plan_changes.csv").string();
@@ -383,6 +413,8 @@ void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index) {
   plan.index = index;
   plan.time = point.time;
   plan.energy = point.energy;
+  plan.emulated_time = point.has_emulated() ? std::optional<double>(point.emulated_time) : std::nullopt;
+  plan.emulated_energy = point.has_emulated() ? std::optional<double>(point.emulated_energy) : std::nullopt;
   plan.cost_change = point.cost_change;
   plan.effective_cost = point.effective_cost;
 }
@@ -390,9 +422,60 @@ void advance_plan(const FrontierRecord& record, Plan& plan, std::size_t index) {
 std::optional<std::size_t> cheapest_within(const FrontierRecord& record, double deadline) {
   std::optional<std::size_t> best;
   for (std::size_t i = 0; i < record.points.size(); ++i) {
-    // Times are multiples of unit_time; tolerate the rounding of a deadline given in seconds.
-    if (record.points[i].time > deadline + 1e-9 * std::max(1.0, deadline)) continue;
-    if (!best || record.points[i].energy < record.points[*best].energy) best = i;
+    const auto& p = record.points[i];
+    // Tolerate the rounding of a deadline typed from a time shown (10 significant digits).
+    if (p.shown_time() > deadline + 1e-9 * std::max(1.0, deadline)) continue;
+    if (!best || p.shown_energy() < record.points[*best].shown_energy() ||
+        (p.shown_energy() == record.points[*best].shown_energy() && p.shown_time() < record.points[*best].shown_time()))
+      best = i;
+  }
+  return best;
+}
+
+std::size_t fastest_point(const FrontierRecord& record) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < record.points.size(); ++i)
+    if (record.points[i].shown_time() <= record.points[best].shown_time()) best = i;
+  return best;
+}
+
+std::vector<bool> dominated_points(const std::vector<std::pair<double, double>>& points) {
+  std::vector<std::size_t> order(points.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return points[a] < points[b]; });
+  // By time, then energy: a point is dominated by a faster one at most as costly, or by one as fast
+  // and cheaper (the first of its time, where that one is cheaper).
+  std::vector<bool> dominated(points.size(), false);
+  double cheapest_faster = std::numeric_limits<double>::infinity();
+  for (std::size_t k = 0; k < order.size();) {
+    std::size_t end = k;
+    while (end < order.size() && points[order[end]].first == points[order[k]].first) ++end;
+    const double cheapest_here = points[order[k]].second;
+    for (std::size_t j = k; j < end; ++j) {
+      const double energy = points[order[j]].second;
+      dominated[order[j]] = cheapest_faster <= energy || cheapest_here < energy;
+    }
+    cheapest_faster = std::min(cheapest_faster, cheapest_here);
+    k = end;
+  }
+  return dominated;
+}
+
+void mark_dominated(FrontierRecord& record) {
+  std::vector<std::pair<double, double>> points;
+  points.reserve(record.points.size());
+  for (const auto& p : record.points) points.emplace_back(p.shown_time(), p.shown_energy());
+  const auto dominated = dominated_points(points);
+  for (std::size_t i = 0; i < record.points.size(); ++i) record.points[i].dominated = dominated[i];
+}
+
+std::size_t cheapest_point(const FrontierRecord& record) {
+  std::size_t best = 0;
+  for (std::size_t i = 1; i < record.points.size(); ++i) {
+    const auto &p = record.points[i], &b = record.points[best];
+    if (p.shown_energy() < b.shown_energy() ||
+        (p.shown_energy() == b.shown_energy() && p.shown_time() < b.shown_time()))
+      best = i;
   }
   return best;
 }

@@ -29,9 +29,13 @@ std::string plan_to_json(const Plan& plan) {
     }
     instructions.push_back(std::move(names));
   }
+  // time and energy: what the plan takes on the profile (emulated) where known; planned_*: the
+  // planner's quantized time and model energy.
   json out = {{"format", "perseus-plan/1"},
-              {"time", plan.time},
-              {"energy", plan.energy},
+              {"time", plan.emulated_time.value_or(plan.time)},
+              {"energy", plan.emulated_energy.value_or(plan.energy)},
+              {"planned_time", plan.time},
+              {"planned_energy", plan.energy},
               {"num_stages", plan.num_stages},
               {"num_microbatches", plan.num_microbatches},
               {"schedule", to_string(plan.schedule)},
@@ -356,8 +360,12 @@ PlanFile parse_json_plan(const std::string& text, const std::string& source) {
     plan.frequencies.push_back(std::move(clocks));
   }
   if (plan.frequencies.empty()) throw InputError(source, 0, "frequencies", "lists no stages");
-  if (doc.contains("time") && doc["time"].is_number()) plan.time = doc["time"].get<double>();
-  if (doc.contains("energy") && doc["energy"].is_number()) plan.energy = doc["energy"].get<double>();
+  // The planner's prediction: planned_* where the file has them (time and energy are then the
+  // emulated ones), time and energy in files written before.
+  for (const char* name : {"planned_time", "time"})
+    if (!plan.time && doc.contains(name) && doc[name].is_number()) plan.time = doc[name].get<double>();
+  for (const char* name : {"planned_energy", "energy"})
+    if (!plan.energy && doc.contains(name) && doc[name].is_number()) plan.energy = doc[name].get<double>();
   if (doc.contains("schedule")) {
     const auto kind =
         doc["schedule"].is_string() ? parse_schedule_kind(doc["schedule"].get<std::string>()) : std::nullopt;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "perseus/plan/frontier_record.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus {
@@ -235,19 +236,40 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
   double legend_y = top + 10;
   for (std::size_t k = 0; k < series.size(); ++k) {
     const auto& s = series[k];
-    std::string points;
+    // Points slower and costlier than another (no deadline chooses them): a thin dashed line
+    // through every point shows where they lie; the solid one joins the others.
+    const auto dominated = dominated_points(s.points);
+    const auto dominated_count = std::count(dominated.begin(), dominated.end(), true);
+    std::string points, all_points;
     points.reserve(s.points.size() * 16);
-    for (const auto& [t, e] : s.points) points += fmt::format("{:.2f},{:.2f} ", x_of(t), y_of(e));
+    for (std::size_t i = 0; i < s.points.size(); ++i) {
+      const std::string xy = fmt::format("{:.2f},{:.2f} ", x_of(s.points[i].first), y_of(s.points[i].second));
+      if (!dominated[i]) points += xy;
+      if (dominated_count > 0) all_points += xy;
+    }
     const char* colour = colours[k % colours.size()];
+    if (dominated_count > 0)
+      svg += fmt::format(
+          "<polyline class=\"dominated\" data-name=\"{}\" data-points=\"{}\" points=\"{}\" fill=\"none\" "
+          "stroke=\"{}\" stroke-width=\"1\" stroke-dasharray=\"4 3\" stroke-opacity=\"0.6\"><title>{} points "
+          "slower and costlier than another</title></polyline>\n",
+          xml_escape(s.name), dominated_count, all_points, colour, dominated_count);
     svg += fmt::format(
         "<polyline class=\"frontier\" data-name=\"{}\" data-points=\"{}\" points=\"{}\" fill=\"none\" "
         "stroke=\"{}\" stroke-width=\"1.5\"/>\n",
-        xml_escape(s.name), s.points.size(), points, colour);
+        xml_escape(s.name), s.points.size() - static_cast<std::size_t>(dominated_count), points, colour);
     svg += fmt::format(
         "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-width=\"2\"/>"
         "<text x=\"{4:.1f}\" y=\"{5:.1f}\">{6}</text>\n",
         left + plot_w + 10, legend_y, left + plot_w + 30, colour, left + plot_w + 36, legend_y + 4, xml_escape(s.name));
     legend_y += 18;
+    if (dominated_count > 0) {
+      svg += fmt::format(
+          "<line x1=\"{0:.1f}\" y1=\"{1:.1f}\" x2=\"{2:.1f}\" y2=\"{1:.1f}\" stroke=\"{3}\" stroke-dasharray=\"4 3\"/>"
+          "<text x=\"{4:.1f}\" y=\"{5:.1f}\">dominated ({6})</text>\n",
+          left + plot_w + 10, legend_y, left + plot_w + 30, colour, left + plot_w + 36, legend_y + 4, dominated_count);
+      legend_y += 18;
+    }
   }
   for (std::size_t k = 0; k < markers.size(); ++k) {
     const auto& m = markers[k];

@@ -95,13 +95,14 @@ void route_request(JobManager& jobs, const std::string& method, const std::strin
         throw RequestError(Refusal::invalid_request,
                            fmt::format("header {}: 'new' or 32 to 128 lowercase hexadecimal digits", kJobSecretHeader));
       return on_jobs(jobs, std::move(respond), [&jobs, info = std::move(info), secret](auto& reply) mutable {
-        jobs.register_job(std::move(info), secret,
-                          [reply, with_secret = !secret.empty()](std::optional<RequestError> refused, const JobInfo& job) {
-                            if (refused) return reply(error_response(http_status(refused->refusal()), refused->what()));
-                            HttpResponse response = ok(job.job_id);
-                            if (with_secret) response.headers.emplace_back(kJobSecretHeader, job.job_secret);
-                            reply(std::move(response));
-                          });
+        jobs.register_job(
+            std::move(info), secret,
+            [reply, with_secret = !secret.empty()](std::optional<RequestError> refused, const JobInfo& job) {
+              if (refused) return reply(error_response(http_status(refused->refusal()), refused->what()));
+              HttpResponse response = ok(job.job_id);
+              if (with_secret) response.headers.emplace_back(kJobSecretHeader, job.job_secret);
+              reply(std::move(response));
+            });
       });
     }
     if (path == "/register_rank" || under("/register_rank/")) {

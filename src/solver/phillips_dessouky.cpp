@@ -260,6 +260,7 @@ class Solver {
 
   // One Phillips–Dessouky iteration. Returns false (with the reason) when the frontier ends.
   bool step(Frontier& frontier, StopReason& reason, std::string& instruction) {
+    frontier.stop_cut.clear();  // a stop on a guess that was taken back leaves none
     if (!flow_and_cut()) {
       reason = StopReason::no_feasible_flow;
       return false;
@@ -271,37 +272,38 @@ class Solver {
       return false;
     }
     double cost_change = 0;
+    auto stop_at_cut = [&](StopReason why, int inst) {
+      reason = why;
+      if (inst >= 0) instruction = describe(inst);
+      frontier.stop_cut.clear();
+      for (const auto* arcs : {&speed_up, &slow_down})
+        for (int a : *arcs)
+          if (graph_.instruction[a] >= 0) frontier.stop_cut.push_back(graph_.instruction[a]);
+      return false;
+    };
     for (int a : speed_up) {
       const int inst = graph_.instruction[a];
-      if (inst < 0) {
-        reason = StopReason::fixed_dependency_in_cut;
-        return false;
-      }
+      if (inst < 0) return stop_at_cut(StopReason::fixed_dependency_in_cut, -1);
       const SpecTable& t = tables_[table_of_[inst]];
       const int d = duration_[inst];
-      if (d - 1 < t.min) {
-        reason = StopReason::instruction_at_fastest;
-        instruction = describe(inst);
-        return false;
-      }
+      if (d - 1 < t.min) return stop_at_cut(StopReason::instruction_at_fastest, inst);
       cost_change += std::fabs(t.at(d - 1) - t.at(d));
     }
+    slowed_.clear();
     for (int a : slow_down) {
       const int inst = graph_.instruction[a];
       if (inst < 0) continue;  // dependencies need no slowing down
       const SpecTable& t = tables_[table_of_[inst]];
       const int d = duration_[inst];
       if (d + 1 > t.max) {
-        reason = StopReason::instruction_at_slowest;
-        instruction = describe(inst);
-        return false;
+        if (options_.reference_stops) return stop_at_cut(StopReason::instruction_at_slowest, inst);
+        continue;  // left at its slowest: the paths through it get shorter by one more unit
       }
       cost_change -= std::fabs(t.at(d) - t.at(d + 1));
+      slowed_.push_back(a);
     }
-    if (std::fabs(cost_change) < kFpError) {
-      reason = StopReason::negligible_cost_change;
-      return false;
-    }
+    if (options_.reference_stops && std::fabs(cost_change) < kFpError)
+      return stop_at_cut(StopReason::negligible_cost_change, -1);
 
     FrontierPoint point;
     point.changes_begin = frontier.changes.size();
@@ -320,8 +322,7 @@ class Solver {
       change(graph_.instruction[a], -1);
       changed_.push_back(a);
     }
-    for (int a : slow_down) {
-      if (graph_.instruction[a] < 0) continue;
+    for (int a : slowed_) {
       change(graph_.instruction[a], +1);
       changed_.push_back(a);
     }
@@ -564,6 +565,7 @@ class Solver {
   BoundedFlowNetwork network_;
   std::vector<int> changed_in_network_;                 // indices into arcs_ of arcs with new bounds
   std::vector<int> speed_up_, slow_down_;               // arcs the cut crosses forward / backward
+  std::vector<int> slowed_;                             // the instruction arcs of slow_down_ a step slows
   std::vector<char> in_cut_;                            // per compact node: on the source side of the cut
   std::vector<int> side_, cut_forward_, cut_backward_;  // per cut: its source side, and the arcs it crosses
   std::vector<int> compact_id_, compact_nodes_;

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "perseus/pipeline/schedule_profile.hpp"
+#include "perseus/solver/exact_times.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus {
@@ -43,7 +44,9 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
   auto fit = [&](std::size_t k) {
     const std::size_t i = distinct[k];
     try {
-      problem.specs[i].model = make_cost_model(config.cost_model, problem.specs[i].options, config.unit_time, whats[i]);
+      auto choice = choose_cost_model(config.cost_model, problem.specs[i].options, config.unit_time, whats[i]);
+      problem.specs[i].model = std::move(choice.model);
+      problem.specs[i].fallback = std::move(choice.fallback);
     } catch (...) {
       errors[k] = std::current_exception();
     }
@@ -59,7 +62,10 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
   for (auto& t : threads) t.join();
   for (const auto& error : errors)
     if (error) std::rethrow_exception(error);
-  for (std::size_t i = 0; i < problem.specs.size(); ++i) problem.specs[i].model = problem.specs[fitted_by[i]].model;
+  for (std::size_t i = 0; i < problem.specs.size(); ++i) {
+    problem.specs[i].model = problem.specs[fitted_by[i]].model;
+    problem.specs[i].fallback = problem.specs[fitted_by[i]].fallback;
+  }
 }
 
 }  // namespace
@@ -113,7 +119,10 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
         continue;
       }
       auto& spec = problem.specs[PlanningProblem::spec_index(stage, kind)];
-      spec.options = build_options(rows.rows_for(stage, kind), options_config);
+      const auto stage_rows = rows.rows_for(stage, kind);
+      spec.options = build_options(stage_rows, options_config);
+      if (config.cost_model != CostModelKind::exponential)
+        spec.options = without_costlier_slower(faster_within_quanta(spec.options, stage_rows, options_config));
       const std::string what = fmt::format("{}: stage {} {}", profile.source, stage, to_string(kind));
       const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
       const long long span = slowest.quant_time - spec.options.options().back().quant_time;
@@ -132,6 +141,140 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
   }
   fit_cost_models(problem, config, whats);
   return problem;
+}
+
+namespace {
+
+// The iteration time with every instruction at `duration_of(instruction)`.
+template <typename DurationOf>
+int longest_path(const PipelineDag& dag, DurationOf duration_of) {
+  const int n = dag.num_nodes(), instructions = static_cast<int>(dag.instructions.size());
+  std::vector<std::vector<int>> predecessors(n);
+  for (const auto& [u, v] : dag.edges) predecessors[v].push_back(u);
+  std::vector<long long> finish(n, 0);
+  for (int v : dag.topological_order()) {
+    long long start = 0;
+    for (int u : predecessors[v]) start = std::max(start, finish[u]);
+    finish[v] = start + (v < instructions ? duration_of(v) : 0);
+  }
+  return static_cast<int>(finish[dag.sink]);
+}
+
+// A frontier without points gets the plan it started from as its only point.
+bool keep_the_start(Frontier& frontier) {
+  if (!frontier.points.empty() || frontier.interrupted) return false;
+  FrontierPoint start;
+  start.quant_time = frontier.start_quant_time;
+  start.effective_cost = frontier.start_effective_cost;
+  start.changes_begin = frontier.changes.size();
+  frontier.points.push_back(start);
+  return true;
+}
+
+// Where the frontier's fastest point runs slower (exactly) than every instruction at its fastest
+// clock, one more point: that plan with the cheapest clock step on its exact critical path taken,
+// one at a time, until it runs as fast (it does at the latest when every instruction on that path
+// is at its fastest clock, whose path then is no longer than the all-fastest plan's). Quantized
+// time cannot tell them apart: floors leave each instruction up to a unit of slack that is not
+// there.
+void fit_the_fastest_point(const PlanningProblem& problem, Frontier& frontier) {
+  if (frontier.points.empty()) return;
+  const int instructions = static_cast<int>(problem.dag.instructions.size());
+  std::vector<int> fastest(instructions);
+  for (int i = 0; i < instructions; ++i) fastest[i] = problem.spec_of(i).options.min_quant();
+  const double target = ExactTimes(problem, fastest).time();
+  std::vector<int> durations = frontier.durations_at(frontier.points.size() - 1);
+  ExactTimes times(problem, durations);
+  if (!(times.time() > target)) return;
+  std::vector<char> raised(instructions, 0);
+  while (times.time() > target) {
+    int best = -1;
+    const ExecutionOption* best_option = nullptr;
+    double best_price = 0;  // joules per second saved
+    for (int i : times.critical_path()) {
+      const auto& options = problem.spec_of(i).options.options();  // slowest first
+      const auto at =
+          std::find_if(options.begin(), options.end(), [&](const auto& o) { return &o == &times.option(i); });
+      if (at + 1 >= options.end()) continue;  // at its fastest clock
+      const double price = ((at + 1)->energy - at->energy) / (at->real_time - (at + 1)->real_time);
+      if (best < 0 || price < best_price) {
+        best = i;
+        best_option = &*(at + 1);
+        best_price = price;
+      }
+    }
+    if (best < 0) break;  // (never: see above)
+    times.set_duration(best, best_option->quant_time);
+    raised[best] = 1;
+  }
+  FrontierPoint point;
+  point.changes_begin = frontier.changes.size();
+  for (int i = 0; i < instructions; ++i) {
+    durations[i] = times.duration(i);
+    if (raised[i]) frontier.changes.push_back({i, durations[i]});
+  }
+  point.quant_time = longest_path(problem.dag, [&](int i) { return durations[i]; });
+  for (int i = 0; i < instructions; ++i) point.effective_cost += (*problem.spec_of(i).model)(durations[i]);
+  point.cost_change = point.effective_cost - frontier.points.back().effective_cost;
+  point.exact_time = times.time();
+  point.exact_energy = times.energy();
+  frontier.points.push_back(point);
+  frontier.fastest_fitted = true;
+}
+
+}  // namespace
+
+std::string describe_spec(int spec) {
+  return fmt::format("stage {} {}", spec / kNumInstructionKinds,
+                     to_string(kAllInstructionKinds[spec % kNumInstructionKinds]));
+}
+
+std::vector<int> PlannedFrontier::stopping_specs() const {
+  std::vector<int> specs;
+  auto exponential = [&](int spec) { return problem.specs[spec].model && problem.specs[spec].model->name() == "exp"; };
+  for (int instruction : frontier.stop_cut) {
+    const auto& inst = problem.dag.instructions[instruction];
+    const int spec = PlanningProblem::spec_index(model_stage(inst, problem.dag.num_stages), inst.kind);
+    if (exponential(spec)) specs.push_back(spec);
+  }
+  // No cut to tell (no flow met the bounds): the exponential models that fit their options
+  // badly, else every exponential one.
+  for (const bool misfits_only : {true, false}) {
+    if (!specs.empty()) break;
+    for (int spec = 0; spec < static_cast<int>(problem.specs.size()); ++spec) {
+      if (!exponential(spec)) continue;
+      const auto& model = dynamic_cast<const ExponentialModel&>(*problem.specs[spec].model);
+      if (!misfits_only || !exponential_misfit(model, problem.specs[spec].options).empty()) specs.push_back(spec);
+    }
+  }
+  std::sort(specs.begin(), specs.end());
+  specs.erase(std::unique(specs.begin(), specs.end()), specs.end());
+  return specs;
+}
+
+PlannedFrontier plan_frontier(const Profile& profile, const PlanningConfig& config, SolverOptions options) {
+  PlannedFrontier planned;
+  planned.problem = make_planning_problem(profile, config);
+  options.reference_stops = config.cost_model == CostModelKind::exponential;
+  const auto& problem = planned.problem;
+  planned.fastest_quant_time = longest_path(problem.dag, [&](int i) { return problem.spec_of(i).options.min_quant(); });
+  for (;;) {
+    planned.frontier = solve_frontier(planned.problem, options);
+    planned.only_the_start = keep_the_start(planned.frontier);
+    if (config.cost_model != CostModelKind::automatic || !planned.stopped_early()) break;
+    const auto specs = planned.stopping_specs();
+    if (specs.empty()) break;  // every model is the hull already: nothing left to change
+    for (int spec : specs) {
+      auto& s = planned.problem.specs[spec];
+      s.model = std::make_shared<PiecewiseLinearModel>(s.options.options());
+      s.fallback = fmt::format("the exponential model stopped the solver at {} unit times ({})",
+                               planned.frontier.points.back().quant_time, planned.frontier.stop_text());
+    }
+  }
+  add_exact_times(planned.problem, planned.frontier);
+  if (config.cost_model != CostModelKind::exponential && !planned.frontier.interrupted)
+    fit_the_fastest_point(planned.problem, planned.frontier);
+  return planned;
 }
 
 }  // namespace perseus

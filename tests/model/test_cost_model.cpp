@@ -71,3 +71,52 @@ TEST(PiecewiseLinearModel, LowerHullIsExactAtItsPointsAndConvex) {
     EXPECT_LE(model(q) - model(q + 1), model(q - 1) - model(q) + 1e-12) << "not convex at " << q;
   }
 }
+
+// Where auto plans with the hull instead of the exponential fit, and says why.
+TEST(ExponentialModel, AutoFallsBackWhereTheFitWouldMisleadTheSolver) {
+  auto choose = [](const OperationOptions& options) {
+    return choose_cost_model(CostModelKind::automatic, options, 0.001, "x");
+  };
+  // A clean exponential: exp, no fallback.
+  std::vector<std::pair<int, double>> clean;
+  for (int q = 60; q >= 40; q -= 2) clean.emplace_back(q, 500.0 * std::exp(-0.08 * q) + 12.0);
+  const auto fitted = choose(OperationOptions(points(clean)));
+  EXPECT_EQ(fitted.model->name(), "exp");
+  EXPECT_EQ(fitted.fallback, "");
+  // Too few options.
+  const auto three = choose(OperationOptions(points({{30, 10}, {25, 11}, {20, 13}})));
+  EXPECT_EQ(three.model->name(), "pwl");
+  EXPECT_NE(three.fallback.find("too few"), std::string::npos) << three.fallback;
+  // A cliff: flat over the slow two thirds, steep at the fast end. The best a*exp(b*q)+c is flat
+  // (steps below 1e-6 J) where the options still fall.
+  const auto cliff = choose(OperationOptions(points({{45, 3.0}, {40, 3.2}, {35, 3.4}, {33, 3.5}, {32, 8.2}})));
+  EXPECT_EQ(cliff.model->name(), "pwl");
+  EXPECT_NE(cliff.fallback.find("flat"), std::string::npos) << cliff.fallback;
+  // Options that rise with time: the fit rises too.
+  const auto rising = choose(OperationOptions(points({{40, 9}, {35, 7}, {30, 6}, {25, 5.5}, {20, 5.2}})));
+  EXPECT_EQ(rising.model->name(), "pwl");
+  EXPECT_NE(rising.fallback.find("rises"), std::string::npos) << rising.fallback;
+  // The strict reference mode keeps the exponential fit whatever it looks like.
+  const auto strict =
+      choose_cost_model(CostModelKind::exponential,
+                        OperationOptions(points({{45, 3.0}, {40, 3.2}, {35, 3.4}, {33, 3.5}, {32, 8.2}})), 0.001, "x");
+  EXPECT_EQ(strict.model->name(), "exp");
+  EXPECT_EQ(strict.fallback, "");
+}
+
+TEST(ExponentialModel, AFitFarWorseThanTheHullIsAMisfit) {
+  // Convex options the hull passes through exactly, but with a kink no exponential follows.
+  const OperationOptions kinked(points({{60, 1}, {55, 1.5}, {50, 2}, {45, 2.5}, {40, 3}, {39, 9}, {38, 15}, {37, 21}}));
+  const auto model = fit_exponential(kinked.options(), 0.001);
+  ASSERT_NE(model, nullptr);
+  const std::string misfit = exponential_misfit(*model, kinked);
+  EXPECT_NE(misfit.find("error"), std::string::npos) << misfit;
+  // Measured-looking options around a smooth curve: no misfit.
+  std::vector<std::pair<int, double>> smooth;
+  for (int q = 80; q >= 50; q -= 3)
+    smooth.emplace_back(q, 300.0 * std::exp(-0.05 * q) + 4.0 + ((q / 3) % 2 ? 0.02 : -0.02));
+  const OperationOptions noisy(points(smooth));
+  const auto smooth_model = fit_exponential(noisy.options(), 0.001);
+  ASSERT_NE(smooth_model, nullptr);
+  EXPECT_EQ(exponential_misfit(*smooth_model, noisy), "");
+}

@@ -128,3 +128,24 @@ TEST(Options, ParetoFilterEqualsItsPairwiseDefinitionOnRandomProfiles) {
     }
   }
 }
+
+TEST(Options, PlanningLeavesOutOptionsAFasterOneMatchesInEffectiveEnergy) {
+  // The noise-factor filter keeps 1300 (slower than 1400, costlier in effective energy) and 1000
+  // (slower than 1100, no cheaper): neither can help a plan.
+  const auto built = build_options(
+      rows({{1400, 0.0105, 30}, {1300, 0.0125, 31}, {1200, 0.0135, 28}, {1100, 0.0155, 27}, {1000, 0.0165, 27.1}}),
+      {0.001, 100.0, 0.95});
+  ASSERT_TRUE(built.used_noise_factor());
+  ASSERT_EQ(built.options().size(), 5u);
+  const auto kept = without_costlier_slower(built);
+  std::vector<int> clocks;
+  for (const auto& option : kept.options()) clocks.push_back(option.frequency);
+  EXPECT_EQ(clocks, (std::vector<int>{1100, 1200, 1400}));
+  EXPECT_TRUE(kept.used_noise_factor());
+  for (std::size_t i = 1; i < kept.options().size(); ++i)
+    EXPECT_GT(kept.options()[i].effective_energy, kept.options()[i - 1].effective_energy);
+  // On strictly Pareto options it changes nothing.
+  const auto strict =
+      build_options(rows({{1400, 0.0101, 30}, {1200, 0.0125, 28}, {1000, 0.0152, 27}}), {0.001, 0, 1.0});
+  EXPECT_EQ(without_costlier_slower(strict).options().size(), strict.options().size());
+}

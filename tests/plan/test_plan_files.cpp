@@ -1,8 +1,15 @@
 #include <gtest/gtest.h>
 
+#include <array>
+#include <cmath>
 #include <filesystem>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include "perseus/plan/plan_files.hpp"
+#include "perseus/util/atomic_file.hpp"
+#include "perseus/util/csv.hpp"
 #include "perseus/util/error.hpp"
 #include "solver_fixtures.hpp"
 
@@ -46,7 +53,20 @@ TEST(FrontierRecord, RoundTripReconstructsEveryPlanExactly) {
     }
     EXPECT_DOUBLE_EQ(plan.time, frontier.points[i].quant_time * 0.001);
     EXPECT_DOUBLE_EQ(plan.energy, record.points[i].energy);
+    EXPECT_EQ(plan.emulated_time, record.points[i].emulated_time);
   }
+  // A frontier.csv written before the emulated columns still reads, without them.
+  std::string csv = read_file(dir / "frontier.csv"), old;
+  LineReader reader(csv);
+  for (std::string_view line; reader.next(line);) {
+    const auto fields = split_csv_line(line);
+    old += fmt::format("{}\n", fmt::join(fields.begin(), fields.begin() + 7, ","));
+  }
+  write_file_atomic(dir / "frontier.csv", old);
+  const auto older = read_frontier_record(dir);
+  ASSERT_EQ(older.points.size(), frontier.points.size());
+  EXPECT_FALSE(older.points[0].has_emulated());
+  EXPECT_EQ(older.points[0].time, back.points[0].time);
   std::filesystem::remove_all(dir);
 }
 
@@ -62,6 +82,46 @@ TEST(FrontierRecord, CheapestWithinDeadline) {
   EXPECT_EQ(cheapest_within(record, 2.85), 2u);
   EXPECT_EQ(cheapest_within(record, 2.7), 3u);
   EXPECT_FALSE(cheapest_within(record, 2.6));
+}
+
+// Where the record has emulated times and energies, plans are chosen by them: what they take on
+// the profile, not the planner's floored times.
+TEST(FrontierRecord, ChoosesByEmulatedTimesWhereItHasThem) {
+  FrontierRecord record;
+  // (quantized, emulated) times and (model, emulated) energies: the quantized times fall, the
+  // emulated ones wiggle (point 2 runs slower than point 1 on the profile).
+  const std::vector<std::array<double, 4>> points = {
+      {3.0, 3.04, 10, 10.2}, {2.9, 2.93, 9.5, 9.4}, {2.8, 2.95, 11, 11.3}, {2.7, 2.72, 12, 12.1}};
+  for (const auto& [t, te, e, ee] : points) {
+    RecordedPoint p;
+    p.time = t;
+    p.emulated_time = te;
+    p.energy = e;
+    p.emulated_energy = ee;
+    record.points.push_back(p);
+  }
+  EXPECT_EQ(cheapest_within(record, 2.94), 1u);
+  EXPECT_EQ(cheapest_within(record, 2.9), 3u) << "point 1 takes 2.93 s on the profile";
+  EXPECT_FALSE(cheapest_within(record, 2.71)) << "the fastest takes 2.72 s on the profile";
+  EXPECT_EQ(fastest_point(record), 3u);
+  EXPECT_EQ(cheapest_point(record), 1u);
+  mark_dominated(record);
+  EXPECT_TRUE(record.points[0].dominated) << "point 1 is faster and cheaper on the profile";
+  EXPECT_FALSE(record.points[1].dominated);
+  EXPECT_TRUE(record.points[2].dominated) << "point 1 is faster and cheaper on the profile";
+  EXPECT_FALSE(record.points[3].dominated);
+  EXPECT_TRUE(record.points[0].has_emulated());
+  record.points[0].emulated_time = std::nan("");
+  EXPECT_FALSE(record.points[0].has_emulated());
+  EXPECT_EQ(record.points[0].shown_time(), 3.0);
+}
+
+TEST(FrontierRecord, DominatedPointsAreSlowerAndCostlierThanAnother) {
+  // Equal points dominate none of each other; one as fast and cheaper, or faster and as cheap, does.
+  const std::vector<std::pair<double, double>> points = {{5, 10}, {4, 10}, {4, 9}, {3, 9}, {3, 9}, {2, 11}, {1, 12}};
+  const std::vector<bool> expected = {true, true, true, false, false, false, false};
+  EXPECT_EQ(dominated_points(points), expected);
+  EXPECT_TRUE(dominated_points({}).empty());
 }
 
 TEST(PlanFiles, PythonPlanRoundTripsWithoutEvaluation) {

@@ -75,6 +75,26 @@ TEST(Svg, FrontierHasAllPointsAndMarkers) {
   ASSERT_EQ(marks.size(), 3u);
   EXPECT_STREQ(marks[2]->Attribute("data-name"), "chosen");
   EXPECT_THROW(frontier_svg({}, {}, "empty"), Error);
+  EXPECT_TRUE(find_all(doc.RootElement(), "polyline", "dominated").empty());
+}
+
+// Points slower and costlier than another are drawn apart: the solid line joins the others.
+TEST(Svg, DominatedPointsAreDrawnDashed) {
+  // Past 3 s the energy rises again (the blocking power outweighs the clocks' saving).
+  std::vector<FrontierSeries> series{{"rises", {{4, 9}, {3.5, 8.5}, {3, 8}, {2, 9}, {1, 12}}}};
+  const std::string svg = frontier_svg(series, {}, "frontier");
+  tinyxml2::XMLDocument doc;
+  ASSERT_EQ(doc.Parse(svg.c_str()), tinyxml2::XML_SUCCESS) << doc.ErrorStr();
+  const auto solid = find_all(doc.RootElement(), "polyline", "frontier");
+  ASSERT_EQ(solid.size(), 1u);
+  EXPECT_EQ(solid[0]->IntAttribute("data-points"), 3);
+  const std::string points = solid[0]->Attribute("points");
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 3);
+  const auto dashed = find_all(doc.RootElement(), "polyline", "dominated");
+  ASSERT_EQ(dashed.size(), 1u);
+  EXPECT_EQ(dashed[0]->IntAttribute("data-points"), 2);
+  const std::string all = dashed[0]->Attribute("points");
+  EXPECT_EQ(std::count(all.begin(), all.end(), ','), 5);
 }
 
 }  // namespace

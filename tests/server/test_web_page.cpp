@@ -58,9 +58,10 @@ TEST_F(WebPageTest, GetRootAnswersTheSelfContainedPage) {
   EXPECT_EQ(page.status, 200);
   EXPECT_EQ(page.content_type, "text/html; charset=utf-8");
   EXPECT_EQ(page.body, std::string(server::web_page()));
-  for (const char* part : {"<!DOCTYPE html>", "<noscript>", "id=\"jobs\"", "id=\"job\"", "id=\"history\"",
-                           "id=\"frontier\"", "id=\"timeline\"", "id=\"decisions\"", "id=\"straggler\"",
-                           "id=\"token-form\"", "sessionStorage", "fetch(", "/timeline.svg", "/frontier", "</html>"})
+  for (const char* part :
+       {"<!DOCTYPE html>", "<noscript>", "id=\"jobs\"", "id=\"job\"", "id=\"history\"", "id=\"frontier\"",
+        "id=\"timeline\"", "id=\"decisions\"", "id=\"straggler\"", "id=\"token-form\"", "sessionStorage", "fetch(",
+        "/timeline.svg", "/frontier", "frontier-ends", "</html>"})
     EXPECT_NE(page.body.find(part), std::string::npos) << part;
   // Nothing from elsewhere: no external script, style, font or image, and a policy that forbids them.
   for (const char* outside : {"src=\"http", "href=\"http", "url(http", "@import", "<link", "<script src"})
@@ -151,6 +152,18 @@ TEST_F(WebPageTest, PerseusHistoryFrontierAndTimelineAreBoundedAndKeptAfterTheJo
   const json& points = frontier["points"];
   ASSERT_EQ(points.size(), 1000u);
   for (const auto& p : points) EXPECT_TRUE(p[0].get<double>() > 0 && p[1].get<double>() > 0) << p;
+  // [time, energy, planned time, planned energy, dominated]: a dominated point has a faster one at
+  // most as costly among those shown or thinned out; the fastest never is.
+  for (const auto& p : points) ASSERT_EQ(p.size(), 5u) << p;
+  EXPECT_FALSE(points.back()[4].get<bool>());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    bool beaten = false;
+    for (const auto& q : points)
+      beaten |= q[0].get<double>() <= points[i][0].get<double>() && q[1].get<double>() < points[i][1].get<double>();
+    if (beaten) {
+      EXPECT_TRUE(points[i][4].get<bool>()) << i;
+    }
+  }
   // Slowest and cheapest first, fastest last (in between, emulated times may wiggle a little).
   EXPECT_GT(points.front()[0].get<double>(), points.back()[0].get<double>());
   EXPECT_LT(points.front()[1].get<double>(), points.back()[1].get<double>());

@@ -57,6 +57,30 @@ TEST(Solver, HandComputedChain) {
   EXPECT_EQ(f.stop_text(), "the minimum cut crosses a fixed dependency: the iteration cannot get shorter");
 }
 
+// A step that costs nothing (a flat stretch of a cost model) is time for free: the reference stops
+// there, the default goes on to the fastest time. Up to the reference's stop both agree.
+TEST(Solver, FreeStepsAreTakenUnlessTheReferenceStopsAsked) {
+  PlanningProblem problem;
+  problem.dag = build_pipeline_dag(ScheduleKind::one_f_one_b, 1, 1);
+  problem.specs = {pwl_spec({{10, 10}, {9, 10}, {8, 11}}), pwl_spec({{20, 20}, {19, 21.5}, {18, 23.5}})};
+  SolverOptions reference;
+  reference.reference_stops = true;
+  const Frontier stopped = solve_frontier(problem, reference);
+  EXPECT_TRUE(stopped.points.empty());
+  EXPECT_EQ(stopped.stop_reason, StopReason::negligible_cost_change);
+  EXPECT_EQ(stopped.stop_cut, std::vector<int>{0}) << "the forward, whose step was free";
+
+  const Frontier f = solve_frontier(problem);
+  ASSERT_EQ(f.points.size(), 4u);
+  const std::vector<int> times = {29, 28, 27, 26};
+  const std::vector<double> costs = {30, 31, 32.5, 34.5};
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(f.points[i].quant_time, times[i]);
+    EXPECT_NEAR(f.points[i].effective_cost, costs[i], 1e-9);
+  }
+  EXPECT_EQ(f.stop_reason, StopReason::fixed_dependency_in_cut);
+}
+
 TEST(Solver, SlowsDownWhereTheCutCrossesBackward) {
   // Two stages: the cheapest way to shorten eventually re-lengthens an instruction that an
   // earlier step sped up. Checked by the invariant that every point is one unit faster.

@@ -20,6 +20,7 @@ struct Selector {
   std::optional<std::size_t> index;
   std::optional<double> time;
   std::optional<double> slowdown;
+  bool min_energy = false;  // the cheapest plan of all (the energy-optimal end)
 };
 void add_selector(CLI::App* cmd, Selector& selector);
 bool has_selection(const Selector& selector);

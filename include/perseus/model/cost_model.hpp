@@ -74,10 +74,32 @@ class ConstantModel : public CostModel {
 // a >= 0 (or there are too few options to determine three parameters).
 std::unique_ptr<ExponentialModel> fit_exponential(const std::vector<ExecutionOption>& options, double unit_time);
 
+// Why an exponential model would plan these options badly, or empty when it would not:
+// - it rises with time (b > 0): the solver's flow bounds take every cost difference as a saving
+//   of running slower, so it would plan nonsense and stop;
+// - its steps at the slow end change the cost by less than the solver's resolution (1e-6 J) where
+//   the options' lower convex hull does not: a fit that flattens out (a steep cliff at the fast
+//   end) makes every step there look free, and the reference stops at the first one;
+// - its error is large: a root-mean-square error at the options above both twice the hull's and
+//   5% of the options' effective-energy range (the published profiles stay below: at most 1.9
+//   times the hull's, and where they exceed 5% of the range the hull misses by more).
+std::string exponential_misfit(const ExponentialModel& model, const OperationOptions& options);
+
+// The model one operation plans with and, where `automatic` chose the piecewise-linear hull,
+// why (empty otherwise): the fit failed, or exponential_misfit() names a reason.
+struct CostModelChoice {
+  std::unique_ptr<CostModel> model;
+  std::string fallback;
+};
+
 // Builds the requested model for one operation. A single option gives a ConstantModel. With
 // `exponential`, throws Error (kExitDataError) naming `what` when the fit fails, suggesting pwl or
-// auto; `automatic` then builds the piecewise-linear model (its name() says which was built).
-std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
-                                           const std::string& what);
+// auto; `automatic` then builds the piecewise-linear model, as it does where the fit is a misfit.
+CostModelChoice choose_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
+                                  const std::string& what);
+inline std::unique_ptr<CostModel> make_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
+                                                  const std::string& what) {
+  return choose_cost_model(kind, options, unit_time, what).model;
+}
 
 }  // namespace perseus

@@ -50,4 +50,19 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
 // the effective-energy shift. `rows` must not be empty.
 OperationOptions build_options(const std::vector<ProfileRow>& rows, const OptionsConfig& config);
 
+// The options without those that a faster option matches or beats in effective energy: a plan
+// never gains by running them (slower and no cheaper). The noise-factor filter keeps such options,
+// and a cost model through them rises with time, which the solver's flow bounds cannot express.
+// The strict Pareto filter alone never leaves one (a slower option there costs less energy, and
+// so less effective energy). The exponential reference mode plans with every option.
+OperationOptions without_costlier_slower(const OperationOptions& options);
+
+// The options with each one replaced by the fastest row of the same quantized time that costs no
+// more energy, where there is one: the noise-factor filter may keep a slower and costlier row for
+// a quantized time, and the planner's exact times (and its fastest plan: every instruction at its
+// top clock where that is the fastest) follow the clock it keeps. On strictly Pareto options the
+// row kept for a quantized time is its fastest already.
+OperationOptions faster_within_quanta(const OperationOptions& options, const std::vector<ProfileRow>& rows,
+                                      const OptionsConfig& config);
+
 }  // namespace perseus

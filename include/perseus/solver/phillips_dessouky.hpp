@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +33,7 @@ namespace perseus {
 struct OperationSpec {
   OperationOptions options;
   std::shared_ptr<const CostModel> model;
+  std::string fallback;  // why `auto` planned it with the piecewise-linear hull; empty where it did not
 };
 
 struct PlanningProblem {
@@ -79,6 +81,12 @@ struct SolverOptions {
   // flow of 0, while they are at most this share of it; 0: it is built anew on the critical arcs
   // at every change (the same frontier, slower where they change often).
   double most_resting = 0.25;
+  // Stop where the reference planner stops: at a step that changes the cost by less than 1e-6 J,
+  // and at a cut that would slow down an instruction already at its slowest clock. Otherwise such a
+  // step is taken (time for free is a point of the frontier, not its end) and such an instruction
+  // left as it is (the iteration gets shorter all the same). Either way the frontiers agree up to
+  // the reference's stop.
+  bool reference_stops = false;
 };
 
 struct DurationChange {
@@ -91,6 +99,10 @@ struct FrontierPoint {
   double cost_change = 0;         // effective energy added by this step
   double effective_cost = 0;      // sum of the cost model over all instructions
   std::size_t changes_begin = 0;  // this point's changes are changes[changes_begin, next begin)
+  // The plan as the emulator runs it (exact_times.hpp): seconds and joules, unquantized. Set by
+  // add_exact_times() (plan_frontier does); NaN until then.
+  double exact_time = std::numeric_limits<double>::quiet_NaN();
+  double exact_energy = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Why a frontier ends: the solver was interrupted, or its next step cannot shorten the iteration.
@@ -118,6 +130,12 @@ struct Frontier {
   std::vector<DurationChange> changes;
   StopReason stop_reason = StopReason::none;
   std::string stop_instruction;  // the instruction stop_reason names, if it names one
+  // The instructions the last cut would have changed, where the frontier ended at a cut (what made
+  // it stop, when it stopped before the iteration could get no shorter).
+  std::vector<int> stop_cut;
+  // The last point is the one before it with clocks on its exact critical path raised until it runs
+  // as fast as every instruction at its fastest clock (plan_frontier), at the same quantized time.
+  bool fastest_fitted = false;
   bool interrupted = false;
 
   std::string stop_text() const { return to_string(stop_reason, stop_instruction); }

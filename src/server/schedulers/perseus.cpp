@@ -13,6 +13,7 @@
 #include <set>
 
 #include "perseus/online/turnkey_controller.hpp"
+#include "perseus/plan/frontier_record.hpp"
 #include "perseus/plot/svg.hpp"
 #include "perseus/util/atomic_file.hpp"
 #include "round_measurement.hpp"
@@ -314,9 +315,16 @@ class PerseusScheduler final : public Scheduler {
     const std::size_t n = candidates.size() - 1;
     const std::size_t kept = std::min(n, kMaxFrontierPoints);
     json points = json::array();
+    const auto& planned = c.plans()->record.points;   // the planner's quantized view of the same plans
+    std::vector<std::pair<double, double>> emulated;  // of every point: what dominates is among them all
+    emulated.reserve(n);
+    for (std::size_t i = 0; i < n; ++i) emulated.emplace_back(candidates[i].time, candidates[i].energy);
+    const auto dominated = dominated_points(emulated);
     for (std::size_t k = 0; k < kept; ++k) {  // evenly spaced, the first and last included
-      const auto& p = candidates[kept == 1 ? 0 : k * (n - 1) / (kept - 1)];
-      points.push_back({p.time * c.scale(), p.energy * gpus});
+      const std::size_t i = kept == 1 ? 0 : k * (n - 1) / (kept - 1);
+      const auto& p = candidates[i];
+      points.push_back({p.time * c.scale(), p.energy * gpus, planned[i].time * c.scale(), planned[i].energy * gpus,
+                        static_cast<bool>(dominated[i])});
     }
     json out = {{"points", std::move(points)},
                 {"frontier_points", n},

@@ -167,17 +167,18 @@ SchedulerFactory configure_point_solution(const nlohmann::json& args) {
     if (frontier) {
       FrontierRecord record = read_frontier_record(path);
       if (record.points.empty()) checked.fail("solution_path", fmt::format("{} has no frontier points", path.string()));
-      std::size_t chosen = record.points.size() - 1;  // the fastest
+      std::size_t chosen = fastest_point(record);  // by emulated time, where the record has it
       if (index) {
         if (*index < 0 || static_cast<std::size_t>(*index) >= record.points.size())
           checked.fail("index", fmt::format("is out of range: the frontier has {} points", record.points.size()));
         chosen = static_cast<std::size_t>(*index);
       } else if (time || slowdown) {
-        double deadline = time ? *time : record.points.back().time * *slowdown;
+        const double fastest = record.points[chosen].shown_time();
+        double deadline = time ? *time : fastest * *slowdown;
         auto found = cheapest_within(record, deadline);
         if (!found)
-          checked.fail(time ? "time" : "slowdown", fmt::format("no plan finishes within {} s: the fastest takes {} s",
-                                                               deadline, record.points.back().time));
+          checked.fail(time ? "time" : "slowdown",
+                       fmt::format("no plan finishes within {} s: the fastest takes {} s", deadline, fastest));
         chosen = *found;
       }
       Plan plan = plan_at(record, chosen);
