@@ -260,7 +260,7 @@ TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
 }
 
 // Whatever bytes a line holds, the reply is one valid JSON line and the daemon goes on serving
-// (an error quoting invalid UTF-8, or cutting a name inside a character, used to end it).
+// (an error that quotes invalid UTF-8, or cuts a name inside a character, included).
 TEST_F(GpudTest, AnyRequestLineGetsAValidReplyAndTheDaemonServesOn) {
   const std::string deep(3000, '[');
   for (const std::string& line :
