@@ -53,8 +53,8 @@ namespace perseus::server {
 
 class JobManager {
  public:
-  // status, JSON body. Called exactly once per schedule request, now or later.
   // A schedule request's answer: the schedule (no refusal), or why it is refused and the detail.
+  // Called exactly once per schedule request, now or later.
   using Reply = std::function<void(std::optional<Refusal>, const nlohmann::json&)>;
 
   // `executor` must serialize its handlers (a strand, or a single-threaded io_context's executor).
@@ -110,7 +110,6 @@ class JobManager {
   const std::shared_ptr<HttpMetrics>& http_metrics() const { return http_metrics_; }
 
   std::size_t job_count() const { return jobs_.size(); }
-  std::size_t restored_count() const { return restored_; }
 
  private:
   struct Job;
@@ -150,7 +149,6 @@ class JobManager {
   std::map<std::string, std::unique_ptr<Job>> jobs_;
   std::unique_ptr<JobStore> store_;
   std::unique_ptr<BackgroundWriter> writer_;  // after store_: destroyed (drained) first
-  std::size_t restored_ = 0;
   std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
 };
 
