@@ -8,7 +8,7 @@
 #include <pybind11/stl.h>
 
 #include "perseus/client/client.hpp"
-#include "perseus/gpu/gpu.hpp"
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpu/visible_devices.hpp"
 #include "perseus/pipeline/schedule.hpp"
 #include "perseus/util/error.hpp"
@@ -61,7 +61,8 @@ std::unique_ptr<Client> make_client(int rank, int dp_rank, int pp_rank, int tp_r
 
 // The node's GPUs numbered as CUDA numbers them ($CUDA_VISIBLE_DEVICES), read-only helpers' view.
 std::shared_ptr<perseus::gpu::GpuLibrary> visible_gpus(const std::string& library) {
-  return perseus::gpu::cuda_numbered(perseus::gpu::load_nvml(library), perseus::gpu::cuda_visible_devices_from_env());
+  return perseus::gpu::cuda_numbered(perseus::gpu::load_gpu_library("", library),
+                                     perseus::gpu::cuda_visible_devices_from_env());
 }
 
 perseus::ScheduleKind schedule_kind(const std::string& name) {

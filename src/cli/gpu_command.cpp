@@ -1,4 +1,4 @@
-// `perseus gpu`: what NVML says about this machine's GPUs (read-only), directly or through
+// `perseus gpu`: what the GPU library says about this machine's GPUs (read-only), directly or through
 // `perseus gpud`; `perseus gpu reset` puts clocks and power limits back to their defaults.
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
-#include "perseus/gpu/gpu.hpp"
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/util/error.hpp"
 
@@ -27,12 +27,14 @@ std::string clock_list(const std::vector<unsigned>& clocks) {
   return fmt::format("{} values, {} .. {} MHz", clocks.size(), clocks.front(), clocks.back());
 }
 
-// The library to use, as an Error with exit 66 when there is none.
-std::unique_ptr<gpu::GpuLibrary> open_library(const std::string& socket, const std::string& nvml) {
+// The library to use, as an Error with exit 66 when there is none (64 for a bad --gpu-library).
+std::unique_ptr<gpu::GpuLibrary> open_library(const std::string& socket, const std::string& backend,
+                                              const std::string& file) {
   try {
-    return gpud::open_gpu_library(socket, nvml);
+    if (gpud::gpud_socket_from(socket).empty()) return gpu::load_gpu_library(backend, file);
+    return gpud::open_gpu_library(socket, file);
   } catch (const gpu::GpuError& e) {
-    throw Error(e.what(), kExitNoInput);
+    throw Error(e.what(), e.kind() == gpu::GpuErrorKind::invalid_argument ? kExitUsage : kExitNoInput);
   }
 }
 
@@ -68,13 +70,15 @@ int reset_gpus(gpu::GpuLibrary& library, int device) {
 
 Runner add_gpu_command(CLI::App& app) {
   auto library = std::make_shared<std::string>();
+  auto backend = std::make_shared<std::string>();
   auto socket = std::make_shared<std::string>();
   auto all_clocks = std::make_shared<bool>(false);
   auto device = std::make_shared<int>(-1);
   auto* cmd = app.add_subcommand("gpu",
                                  "List GPUs, their supported clocks, current clocks, power limit and energy "
                                  "counter (read-only); `gpu reset` resets clocks and power limits");
-  cmd->add_option("--nvml", *library, "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--gpu-library", *backend, gpu::gpu_library_help());
+  cmd->add_option("--nvml", *library, gpu::gpu_library_file_help());
   cmd->add_option("--gpud", *socket,
                   "Go through the perseus gpud listening on this socket (default: "
                   "$PERSEUS_GPUD_SOCKET when set, else NVML directly)");
@@ -83,17 +87,16 @@ Runner add_gpu_command(CLI::App& app) {
                                     "Reset GPUs' graphics and memory clocks and power limits to their "
                                     "defaults (needs root, or the gpud socket; a GPU a live rank owns through "
                                     "gpud is refused)");
-  reset->fallthrough();  // --gpud / --nvml after `reset` too
+  reset->fallthrough();  // --gpud / --nvml / --gpu-library after `reset` too
   reset->add_option("--device", *device, "Only this GPU (NVML index); default: all")->check(non_negative());
-  return [library, socket, all_clocks, device, reset]() -> int {
-    std::unique_ptr<gpu::GpuLibrary> nvml = open_library(*socket, *library);
+  return [library, backend, socket, all_clocks, device, reset]() -> int {
+    std::unique_ptr<gpu::GpuLibrary> nvml = open_library(*socket, *backend, *library);
     if (reset->parsed()) return reset_gpus(*nvml, *device);
     std::string through = gpud::gpud_socket_from(*socket);
     unsigned count = nvml->device_count();
     std::printf("%u GPU%s (%s)\n", count, count == 1 ? "" : "s",
-                !through.empty()
-                    ? fmt::format("through perseus gpud at {}", through).c_str()
-                    : fmt::format("NVML: {}", library->empty() ? gpu::default_nvml_path() : *library).c_str());
+                !through.empty() ? fmt::format("through perseus gpud at {}", through).c_str()
+                                 : gpu::describe_gpu_library(*backend, *library).c_str());
     for (unsigned d = 0; d < count; ++d) {
       std::printf("GPU %u: %s\n", d, or_reason([&] { return nvml->name(d); }).c_str());
       std::vector<unsigned> memory;

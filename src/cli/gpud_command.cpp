@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "perseus/cli/commands.hpp"
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpud/daemon.hpp"
 #include "perseus/gpud/metrics_endpoint.hpp"
 #include "perseus/gpud/protocol.hpp"
@@ -26,6 +27,7 @@ struct GpudArgs {
   std::string socket_mode = "0660";
   std::string socket_group;
   std::string nvml;
+  std::string gpu_library;  // "": $PERSEUS_GPU_LIBRARY, else nvml
   std::string log_level = "info";
   std::string metrics_address;  // "": no metrics listener
   double idle_timeout_s = 60;
@@ -62,9 +64,9 @@ int run_gpud(const GpudArgs& args) {
 
   std::shared_ptr<gpu::GpuLibrary> library;
   try {
-    library = gpu::load_nvml(args.nvml);
+    library = gpu::load_gpu_library(args.gpu_library, args.nvml);
   } catch (const gpu::GpuError& e) {
-    throw Error(e.what(), kExitNoInput);
+    throw Error(e.what(), e.kind() == gpu::GpuErrorKind::invalid_argument ? kExitUsage : kExitNoInput);
   }
   boost::asio::io_context io(1);
   gpud::DaemonOptions options{args.socket, mode, args.socket_group};
@@ -126,8 +128,8 @@ Runner add_gpud_command(CLI::App& app) {
   cmd->add_option("--socket-mode", args->socket_mode, "The socket's file mode (octal): who may connect")
       ->capture_default_str();
   cmd->add_option("--socket-group", args->socket_group, "Group that owns the socket (with mode 0660: who may connect)");
-  cmd->add_option("--nvml", args->nvml,
-                  "NVML library to load (default: $PERSEUS_NVML_LIBRARY, else libnvidia-ml.so.1)");
+  cmd->add_option("--gpu-library", args->gpu_library, gpu::gpu_library_help());
+  cmd->add_option("--nvml", args->nvml, gpu::gpu_library_file_help());
   cmd->add_option("--idle-timeout", args->idle_timeout_s,
                   "Seconds after which a connection that owns no GPU and sends nothing is closed (0: never)")
       ->capture_default_str();

@@ -18,6 +18,7 @@
 #include <optional>
 #include <utility>
 
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpud/protocol.hpp"
 #include "perseus/util/safe_text.hpp"
 
@@ -295,7 +296,7 @@ std::string gpud_socket_from(const std::string& gpud_socket) {
 std::unique_ptr<gpu::GpuLibrary> open_gpu_library(const std::string& gpud_socket, const std::string& nvml_library) {
   std::string socket = gpud_socket_from(gpud_socket);
   if (!socket.empty()) return connect(socket);
-  return gpu::load_nvml(nvml_library);
+  return gpu::load_gpu_library("", nvml_library);
 }
 
 }  // namespace perseus::gpud

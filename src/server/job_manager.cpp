@@ -209,7 +209,6 @@ void JobManager::restore(StoredJob stored) {
   job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
   Job& ref = *job;
   jobs_.emplace(id, std::move(job));
-  ++restored_;
   for (auto& rank : stored.ranks) {
     if (rank.rank < 0 || rank.rank >= ref.info.world_size) continue;
     ref.ranks[static_cast<std::size_t>(rank.rank)] = std::move(rank);

@@ -187,7 +187,7 @@ TEST_F(Cli, PlannerInputsThatBrokeItAreClearErrors) {
     for (auto [mhz, seconds] : std::vector<std::pair<int, double>>{{1410, 1e6}, {1200, 1.2e6}, {1000, 1.5e6}})
       slow += fmt::format("0,{},{},{},{}\n", kind, mhz, seconds, 1e12 / seconds);
   auto hang = run("optimize " + write("slow.csv", slow) + " --stages 1 --microbatches 1 --p2p-power 75 --quiet --out " +
-                  (dir_ / "o3").string());  // used to run for ever
+                  (dir_ / "o3").string());  // refused up front, not computed for ever
   EXPECT_EQ(hang.code, 64);
   EXPECT_NE(hang.output.find("its clocks span 500000000 units, so a frontier could have that many points"),
             std::string::npos)

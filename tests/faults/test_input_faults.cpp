@@ -1,5 +1,5 @@
 // Hostile input against real `perseus serve`, `perseus gpud` and `perseus plans` processes: the
-// requests, lines and files that used to end them, then a check that they still answer; gpud's
+// requests, lines and files that could end them, then a check that they still answer; gpud's
 // socket checks, descriptor exhaustion, and a restart under a training rank.
 #include <gtest/gtest.h>
 #include <arpa/inet.h>

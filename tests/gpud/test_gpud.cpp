@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include "perseus/client/client.hpp"
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpud/client.hpp"
 #include "perseus/gpud/daemon.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -259,7 +260,7 @@ TEST_F(GpudTest, TheClientAppliesItsScheduleThroughTheDaemon) {
 }
 
 // Whatever bytes a line holds, the reply is one valid JSON line and the daemon goes on serving
-// (an error quoting invalid UTF-8, or cutting a name inside a character, used to end it).
+// (an error that quotes invalid UTF-8, or cuts a name inside a character, included).
 TEST_F(GpudTest, AnyRequestLineGetsAValidReplyAndTheDaemonServesOn) {
   const std::string deep(3000, '[');
   for (const std::string& line :
@@ -396,6 +397,45 @@ TEST_F(GpudTest, TheClientGoesOnApplyingClocksAfterTheDaemonRestarts) {
   step(&clock);
   EXPECT_EQ(clock, 1200u) << "the rank applies clocks again";
   EXPECT_TRUE(c.enabled());
+  c.close();
+  EXPECT_EQ(graphics_clock_soon(1410), 1410u);
+}
+
+// The daemon on AMD SMI (the fake AMD SMI shows the same simulated GPU): the daemon and the
+// client are the same code whatever the backend; `nvml` here is the AMD SMI backend.
+struct GpudOnAmdSmiTest : GpudTest {
+  GpudOnAmdSmiTest() { nvml = gpu::load_gpu_library("amdsmi", PERSEUS_FAKE_AMDSMI); }
+};
+
+TEST_F(GpudOnAmdSmiTest, ChangesTheGpuAndResetsItWhenTheConnectionCloses) {
+  {
+    auto g = gpud::connect(socket);
+    EXPECT_EQ(g->supported_graphics_clocks(0, 1593).size(), 81u);
+    g->lock_graphics_clock(0, 1005, 1005);
+    g->lock_memory_clock(0, 1215, 1215);
+    g->set_power_limit_mw(0, 200000);
+    EXPECT_EQ(nvml->current_graphics_clock(0), 1005u);
+    EXPECT_EQ(g->power_limit_mw(0), 200000u);
+    EXPECT_EQ(kind_of([&] { g->lock_graphics_clock(0, 1201, 1201); }), GpuErrorKind::invalid_argument);
+  }
+  EXPECT_EQ(graphics_clock_soon(1410), 1410u);
+  EXPECT_EQ(nvml->current_memory_clock(0), 1593u);
+  EXPECT_EQ(nvml->power_limit_mw(0), 400000u);
+}
+
+TEST_F(GpudOnAmdSmiTest, TheClientAppliesItsScheduleThroughTheDaemon) {
+  TestServer server(two_frequencies());
+  client::ClientOptions o = client_options(server.url);
+  o.fail_open = false;
+  client::Client c(o);
+  c.on_step_begin();
+  for (const char* name : {"forward", "backward"}) {
+    c.on_instruction_begin(name);
+    c.flush();
+    EXPECT_EQ(nvml->current_graphics_clock(0), std::string(name) == "forward" ? 1200u : 1005u) << name;
+    c.on_instruction_end(name);
+  }
+  c.on_step_end();
   c.close();
   EXPECT_EQ(graphics_clock_soon(1410), 1410u);
 }

@@ -167,9 +167,9 @@ TEST(PlanFiles, JsonPlanValidation) {
 TEST(PlanFiles, JsonPlanEdgeCasesAreErrorsNamingTheField) {
   auto message = [](const std::string& text) { return error_of(parse_json_plan, text, "p.json"); };
   EXPECT_NE(message(R"({"frequencies": [[1410]], "energy": 405.96E620})").find("p.json"), std::string::npos)
-      << "a number too large for a double used to escape as an internal error";
+      << "a number too large for a double is an error naming the file, not an internal error";
   EXPECT_NE(message(R"({"frequencies": [[900.5]]})").find("frequencies[0][0]"), std::string::npos)
-      << "900.5 used to become 900";
+      << "900.5 is refused, not truncated to 900";
   EXPECT_NE(message(R"({"frequencies": [[]]})").find("frequencies[0]"), std::string::npos);
   EXPECT_NE(message(R"({"frequencies": [[1410]], "format": 7})").find("format"), std::string::npos);
   EXPECT_NE(message(R"({"frequencies": [[99999999999]]})").find("positive whole number"), std::string::npos);

@@ -288,7 +288,7 @@ TEST_F(ServerTest, WorldSizeAboveTheLimitIsRefusedWith422) {
       << reply.body;
   EXPECT_EQ(server.post("/register_job", job_body(8, 8, 1)).status, 200);  // 64 is fine
   EXPECT_EQ(server.jobs->job_count(), 1u);
-  // 2^31-1 with a matching product is refused before anything is allocated (it used to be a 500).
+  // 2^31-1 with a matching product is refused (422) before anything is allocated, not an internal error.
   json huge = job_body(1);
   huge["pp_degree"] = 2147483647;
   huge["world_size"] = 2147483647;

@@ -1,7 +1,8 @@
 #pragma once
 // The handful of NVML declarations perseus uses, written from NVML's public reference so that
 // nothing needs the CUDA toolkit's nvml.h at build time. The library itself is loaded at run
-// time (see nvml.hpp); the fake NVML used by the tests exports the same symbols.
+// time (src/gpu/nvml.cpp); the fake NVML used by the tests (src/gpu/fake/fake_nvml.cpp) exports
+// the same symbols.
 #include <cstdint>
 
 extern "C" {

@@ -21,7 +21,8 @@ std::unique_ptr<gpu::GpuLibrary> connect(const std::string& socket_path,
                                          std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // The GPU library a process should use: the daemon at `gpud_socket` when it is given (or
-// $PERSEUS_GPUD_SOCKET is set), NVML loaded from `nvml_library` (load_nvml's rules) otherwise.
+// $PERSEUS_GPUD_SOCKET is set), otherwise the backend $PERSEUS_GPU_LIBRARY names (NVML unless it
+// says otherwise) loaded from the file `nvml_library` (gpu::load_gpu_library's rules).
 std::unique_ptr<gpu::GpuLibrary> open_gpu_library(const std::string& gpud_socket = "",
                                                   const std::string& nvml_library = "");
 

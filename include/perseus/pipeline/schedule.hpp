@@ -71,7 +71,10 @@ struct ScheduleShape {
 // 1f1b: DeepSpeed's synchronous TrainSchedule (stage s runs S - s warm-up forwards, then
 // alternates backward and forward; Megatron-LM's non-interleaved 1F1B is the same order);
 // gpipe: all forwards, then all backwards; interleaved: Megatron-LM's interleaved 1F1B over
-// V model chunks per stage.
+// V model chunks per stage; zb_h1: Zero Bubble's ZB-H1 (backwards split into input and weight
+// parts, the weight parts filling the cool-down bubble); zbv: ZB-V, split backwards over two chunks
+// per stage in a V; dualpipev: DeepSeek's DualPipe in a V, with overlapped forward/backward pairs.
+// Each is PyTorch's order for the same schedule (src/pipeline/schedules/ says which and how).
 // `extra_forwards` (1f1b only) pulls that many more forwards ahead of the stage's first
 // backward: EnvPipe's reordered schedule. Zero gives DeepSpeed's order exactly.
 std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages, int num_microbatches,

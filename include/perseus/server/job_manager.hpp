@@ -60,8 +60,8 @@ namespace perseus::server {
 
 class JobManager {
  public:
-  // status, JSON body. Called exactly once per schedule request, now or later.
   // A schedule request's answer: the schedule (no refusal), or why it is refused and the detail.
+  // Called exactly once per schedule request, now or later.
   using Reply = std::function<void(std::optional<Refusal>, const nlohmann::json&)>;
   // How a request that changes state is answered once that state is durable: nullopt, or why it
   // is refused. Called exactly once, now or later, on the strand.
@@ -134,7 +134,6 @@ class JobManager {
   const std::shared_ptr<HttpMetrics>& http_metrics() const { return http_metrics_; }
 
   std::size_t job_count() const { return jobs_.size(); }
-  std::size_t restored_count() const { return restored_; }
 
  private:
   struct Job;
@@ -189,7 +188,6 @@ class JobManager {
   std::unique_ptr<StoreCommitter> committer_;  // after store_: destroyed (drained) first
   std::unique_ptr<BackgroundWriter> writer_;   // record files
   std::unique_ptr<PowerBudget> budget_;        // holds the jobs' schedulers: destroyed before jobs_
-  std::size_t restored_ = 0;
   std::set<std::string> issued_ids_;  // this second's
   std::chrono::system_clock::time_point issued_second_;
   std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
