@@ -188,7 +188,7 @@ class JobManager {
   std::unique_ptr<StoreCommitter> committer_;  // after store_: destroyed (drained) first
   std::unique_ptr<BackgroundWriter> writer_;   // record files
   std::unique_ptr<PowerBudget> budget_;        // holds the jobs' schedulers: destroyed before jobs_
-  std::set<std::string> issued_ids_;  // this second's
+  std::set<std::string> issued_ids_;           // this second's
   std::chrono::system_clock::time_point issued_second_;
   std::shared_ptr<HttpMetrics> http_metrics_ = std::make_shared<HttpMetrics>();
 };
