@@ -65,14 +65,16 @@ def test_strict_schedule_raises_schedule_mismatch(serve):
 
 
 def test_unreachable_server_leaves_training_alone():
-    client = perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML)
+    # retry_for=0: no retrying a server that does not answer (by default the client retries it in
+    # the background while training starts at default clocks)
+    client = perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML, retry_for=0)
     assert not client.enabled
     client.on_step_begin()
     client.on_instruction_begin("forward")
     client.on_instruction_end("forward")
     client.on_step_end()
     with pytest.raises(RuntimeError):
-        perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML, fail_open=False)
+        perseus.Client(rank=0, server_url="http://127.0.0.1:1", nvml_library=FAKE_NVML, fail_open=False, retry_for=0)
 
 
 def test_default_schedule_and_clock_listing():

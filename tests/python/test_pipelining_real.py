@@ -41,9 +41,11 @@ SCHEDULES = [
     ("dualpipev", "ScheduleDualPipeV", 2, ("dualpipev", 2)),
 ]
 PLANNED = [s for s in SCHEDULES if s[3] is not None]
-# The turnkey loop in a few dozen steps: two warm-up rounds, a handful of clocks, one round to verify.
+# The turnkey loop in a few dozen steps: two warm-up rounds, a handful of clocks, one round to verify;
+# no all-max check rounds while profiling (the CPU's timing moves with the machine's load, and each
+# move would have clocks measured again).
 TURNKEY_ARGS = json.dumps({"warmup_rounds": 2, "baseline_precision": 0.5, "max_baseline_rounds": 2,
-                           "minimum_power_state": 1350, "coarse_step": 2, "stop_after": 1, "verify_rounds": 1,
+                           "minimum_power_state": 1350, "coarse_step": 2, "stop_after": 1, "verify_rounds": 1, "check_every": 0,
                            "wait_for_plan": True})
 FORWARD_CLOCK, BACKWARD_CLOCK = 1200, 1005
 
@@ -114,7 +116,7 @@ def test_the_client_measures_and_clocks_every_action_pytorch_ran(group, name, sc
 def test_the_turnkey_loop_deploys_a_plan_for_the_schedule_it_finds(group, name, schedule, local, known):
     record = group[name][0]
     assert re.fullmatch("(warmup )+(profiling )+(planning )*(deployed ){3}", " ".join(record["phases"]) + " "), \
-        record["phases"]
+        (record["status"].get("decisions"), record["status"].get("profiling"))
     status = record["status"]
     assert status["phase"] == "deployed" and status["registered"] == RANKS
     assert status["schedule"] == {"kind": known[0], "microbatches": MICROBATCHES, "virtual_stages": known[1]}

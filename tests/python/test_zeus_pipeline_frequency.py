@@ -273,7 +273,7 @@ def test_zeus_own_client_against_perseus_serve_with_zeus_documented_command(tmp_
     for rank, stage in enumerate(stages):
         assert [tuple(x) for x in outputs[rank]["schedule"]] == stage, f"rank {rank} fetched its stage's plan"
     # The server's records of the protocol: Zeus's JobInfo, both ranks with their GPUs' clocks.
-    records = tmp_path / "dump" / job_id.replace("/", "_")
+    records = tmp_path / "dump" / job_id.replace("%", "%25").replace("/", "%2F")  # the records folder's name
     job = json.loads((records / "job.json").read_text())["job"]
     assert job == {"job_id": job_id, "pp_degree": 2, "dp_degree": 1, "tp_degree": 1, "world_size": 2,
                    "job_metadata": "meta-llama/Llama-2-7b"}
