@@ -2,7 +2,7 @@
 # Installs the Debian packages perseus builds with (idempotent), then configures (scripts/configure.sh:
 # the flags scripts/test.sh uses too) and builds the `perseus` command and the fake NVML, nothing else:
 # the tests and benchmarks are built by scripts/test.sh, the Python package by pip (setup.py reuses
-# this build/). The first build takes about 7 minutes on 2 cores (12.7 CPU-minutes without ccache;
+# this build/). The first build takes about 7 minutes on 2 cores (13.8 CPU-minutes without ccache;
 # ninja shows [done/total]); later ones compile only what changed.
 #   --deps-only  the Debian packages, nothing built
 #   --python     the Debian packages and the Python test environment .venv-test (scripts/python_env.sh:

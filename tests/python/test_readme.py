@@ -189,7 +189,11 @@ STAND_IN = """#!/bin/bash
 echo "$(basename "$0") $*" >>"$CALLS"
 case "$(basename "$0") $1" in
   "perseus serve") echo "perseus: error: cannot listen on 127.0.0.1:7787: Address already in use" >&2; exit 73 ;;
-  "perseus status") [[ " $* " == *" --wait "* ]] && exit 66 ;;
+  "perseus status")  # --wait gives up as on a server that never answers, once serve (in the background) ran
+    if [[ " $* " == *" --wait "* ]]; then
+      for try in $(seq 100); do grep -q "^perseus serve" "$CALLS" && break; sleep 0.1; done
+      exit 66
+    fi ;;
 esac
 exit 0
 """
