@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -531,7 +532,10 @@ def run_example(command: List[str], tmp_path: Path, name: str, gpus: int) -> Tup
     env = environment(folder, gpus=gpus, ZEUS_MAX_SLOWDOWN="2.0")
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
-    return sorted(done.stdout.splitlines()), limits_by_gpu(sorted(folder.glob("gpu-*.log")))
+    # Ranks print to one pipe: a line of one can end up glued to the end of another's (torchrun
+    # passes them on as they come), so lines are cut before every "rank N " too.
+    lines = re.split(r"\n|(?=rank \d+ )", done.stdout)
+    return sorted(line for line in lines if line), limits_by_gpu(sorted(folder.glob("gpu-*.log")))
 
 
 def compare_example(zeus: Tuple[List[str], Dict[str, List[int]]], perseus: Tuple[List[str], Dict[str, List[int]]],
