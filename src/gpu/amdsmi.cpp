@@ -138,17 +138,13 @@ class AmdSmiLibrary final : public GpuLibrary {
     set_range(device, min_mhz, max_mhz, amdsmi::kClockGraphics);
   }
   void reset_graphics_clock(unsigned device) override {
-    const ClockRange& range = clock_range(device, gpu(device).graphics, "graphics");
-    set_range(device, range.min_mhz, range.max_mhz, amdsmi::kClockGraphics);
-    check(set_perf_level_(gpu(device).handle, amdsmi::kPerfLevelAuto), "amdsmi_set_gpu_perf_level", device);
+    reset_clock(device, gpu(device).graphics, "graphics", amdsmi::kClockGraphics);
   }
   void lock_memory_clock(unsigned device, unsigned min_mhz, unsigned max_mhz) override {
     set_range(device, min_mhz, max_mhz, amdsmi::kClockMemory);
   }
   void reset_memory_clock(unsigned device) override {
-    const ClockRange& range = clock_range(device, gpu(device).memory, "memory");
-    set_range(device, range.min_mhz, range.max_mhz, amdsmi::kClockMemory);
-    check(set_perf_level_(gpu(device).handle, amdsmi::kPerfLevelAuto), "amdsmi_set_gpu_perf_level", device);
+    reset_clock(device, gpu(device).memory, "memory", amdsmi::kClockMemory);
   }
 
   unsigned power_limit_mw(unsigned device) override {
@@ -263,6 +259,13 @@ class AmdSmiLibrary final : public GpuLibrary {
     return info;
   }
 
+  // Back to the range read when the library opened, then the driver's automatic performance level.
+  void reset_clock(unsigned device, const std::optional<ClockRange>& opened, const char* which,
+                   amdsmi_clk_type_t type) {
+    const ClockRange& range = clock_range(device, opened, which);
+    set_range(device, range.min_mhz, range.max_mhz, type);
+    check(set_perf_level_(gpu(device).handle, amdsmi::kPerfLevelAuto), "amdsmi_set_gpu_perf_level", device);
+  }
   void set_range(unsigned device, unsigned min_mhz, unsigned max_mhz, amdsmi_clk_type_t type) {
     check(set_clock_range_(gpu(device).handle, min_mhz, max_mhz, type), "amdsmi_set_gpu_clk_range", device);
   }
