@@ -13,8 +13,6 @@
 //   energy counter          amdsmi_get_energy_count: the accumulator times its resolution (µJ)
 //   power draw              amdsmi_get_power_info: current_socket_power, else average_socket_power (W)
 // GPUs are numbered in AMD SMI's order: every GPU processor of every socket.
-#include <dlfcn.h>
-
 #include <fmt/format.h>
 
 #include <array>
@@ -25,6 +23,7 @@
 
 #include "perseus/gpu/amdsmi_api.hpp"
 #include "perseus/gpu/gpu.hpp"
+#include "shared_library.hpp"
 
 namespace perseus::gpu {
 namespace {
@@ -54,15 +53,9 @@ struct ClockRange {
 
 class AmdSmiLibrary final : public GpuLibrary {
  public:
-  explicit AmdSmiLibrary(const std::string& path) : path_(path) {
-    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      const char* why = dlerror();
-      throw GpuError(GpuErrorKind::library_missing,
-                     fmt::format("cannot load AMD SMI ({}): {}. Install ROCm's amd-smi-lib, or set "
-                                 "PERSEUS_AMDSMI_LIBRARY to the library's path",
-                                 path, why ? why : "unknown error"));
-    }
+  explicit AmdSmiLibrary(const std::string& path)
+      : library_(path, "AMD SMI", "Install ROCm's amd-smi-lib, or set PERSEUS_AMDSMI_LIBRARY to the library's path",
+                 "AMD SMI 24 (ROCm 6.1) or later is needed") {
     resolve(init_, "amdsmi_init");
     resolve(shut_down_, "amdsmi_shut_down");
     resolve(status_string_, "amdsmi_status_code_to_string");
@@ -77,25 +70,16 @@ class AmdSmiLibrary final : public GpuLibrary {
     resolve(set_power_cap_, "amdsmi_set_power_cap");
     resolve(get_power_info_, "amdsmi_get_power_info");
     resolve(get_energy_, "amdsmi_get_energy_count");
-    try {
-      check(init_(amdsmi::kInitAmdGpus), "amdsmi_init", -1);
-    } catch (const GpuError&) {
-      dlclose(handle_);
-      throw;
-    }
+    check(init_(amdsmi::kInitAmdGpus), "amdsmi_init", -1);
     try {
       list_gpus();
     } catch (const GpuError&) {
       shut_down_();
-      dlclose(handle_);
       throw;
     }
   }
 
-  ~AmdSmiLibrary() override {
-    shut_down_();
-    dlclose(handle_);
-  }
+  ~AmdSmiLibrary() override { shut_down_(); }
 
   unsigned device_count() override { return static_cast<unsigned>(gpus_.size()); }
 
@@ -186,12 +170,7 @@ class AmdSmiLibrary final : public GpuLibrary {
 
   template <typename Fn>
   void resolve(Fn& fn, const char* symbol) {
-    fn = reinterpret_cast<Fn>(dlsym(handle_, symbol));
-    if (fn == nullptr) {
-      dlclose(handle_);
-      throw GpuError(GpuErrorKind::library_missing,
-                     fmt::format("{} does not export {}: AMD SMI 24 (ROCm 6.1) or later is needed", path_, symbol));
-    }
+    library_.resolve(fn, symbol);
   }
 
   void check(amdsmi_status_t code, const char* call, long device) {
@@ -276,8 +255,7 @@ class AmdSmiLibrary final : public GpuLibrary {
     return caps;
   }
 
-  std::string path_;
-  void* handle_ = nullptr;
+  SharedLibrary library_;
   std::vector<Gpu> gpus_;
   amdsmi::InitFn init_ = nullptr;
   amdsmi::ShutDownFn shut_down_ = nullptr;

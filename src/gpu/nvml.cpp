@@ -1,12 +1,11 @@
 // NVML loaded with dlopen: each function is resolved once, and every failing call becomes a
 // GpuError that names the call, the device and NVML's own message.
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <fmt/format.h>
 
 #include "perseus/gpu/gpu.hpp"
 #include "perseus/gpu/nvml_api.hpp"
+#include "shared_library.hpp"
 
 namespace perseus::gpu {
 namespace {
@@ -27,22 +26,16 @@ GpuErrorKind kind_of(nvmlReturn_t code) {
 
 class NvmlLibrary final : public GpuLibrary {
  public:
-  explicit NvmlLibrary(const std::string& path) : path_(path) {
-    handle_ = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-    if (handle_ == nullptr) {
-      const char* why = dlerror();
-      throw GpuError(GpuErrorKind::library_missing,
-                     fmt::format("cannot load NVML ({}): {}. Install the NVIDIA driver, or set "
-                                 "PERSEUS_NVML_LIBRARY to the library's path",
-                                 path, why ? why : "unknown error"));
-    }
+  explicit NvmlLibrary(const std::string& path)
+      : library_(path, "NVML", "Install the NVIDIA driver, or set PERSEUS_NVML_LIBRARY to the library's path",
+                 "the NVIDIA driver is too old") {
     resolve(init_, "nvmlInit_v2");
     resolve(shutdown_, "nvmlShutdown");
     resolve(error_string_, "nvmlErrorString");
     resolve(get_count_, "nvmlDeviceGetCount_v2");
     resolve(get_handle_, "nvmlDeviceGetHandleByIndex_v2");
     resolve(get_name_, "nvmlDeviceGetName");
-    get_uuid_ = reinterpret_cast<nvml::GetNameFn>(dlsym(handle_, "nvmlDeviceGetUUID"));  // optional: uuid() says so
+    get_uuid_ = library_.optional<nvml::GetNameFn>("nvmlDeviceGetUUID");  // optional: uuid() says so
     resolve(get_mem_clocks_, "nvmlDeviceGetSupportedMemoryClocks");
     resolve(get_gr_clocks_, "nvmlDeviceGetSupportedGraphicsClocks");
     resolve(set_gpu_locked_, "nvmlDeviceSetGpuLockedClocks");
@@ -60,7 +53,6 @@ class NvmlLibrary final : public GpuLibrary {
 
   ~NvmlLibrary() override {
     if (shutdown_ != nullptr) shutdown_();
-    dlclose(handle_);
   }
 
   unsigned device_count() override {
@@ -77,7 +69,7 @@ class NvmlLibrary final : public GpuLibrary {
 
   std::string uuid(unsigned device) override {
     if (get_uuid_ == nullptr)
-      throw GpuError(GpuErrorKind::not_supported, fmt::format("{} does not export nvmlDeviceGetUUID", path_));
+      throw GpuError(GpuErrorKind::not_supported, fmt::format("{} does not export nvmlDeviceGetUUID", library_.path()));
     char buffer[96] = {};  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
     check(get_uuid_(handle(device), buffer, sizeof buffer), "nvmlDeviceGetUUID", device);
     return buffer;
@@ -138,12 +130,7 @@ class NvmlLibrary final : public GpuLibrary {
  private:
   template <typename Fn>
   void resolve(Fn& fn, const char* symbol) {
-    fn = reinterpret_cast<Fn>(dlsym(handle_, symbol));
-    if (fn == nullptr) {
-      dlclose(handle_);
-      throw GpuError(GpuErrorKind::library_missing,
-                     fmt::format("{} does not export {}: the NVIDIA driver is too old", path_, symbol));
-    }
+    library_.resolve(fn, symbol);
   }
 
   void check(nvmlReturn_t code, const char* call, long device) {
@@ -182,8 +169,7 @@ class NvmlLibrary final : public GpuLibrary {
     return out;
   }
 
-  std::string path_;
-  void* handle_ = nullptr;
+  SharedLibrary library_;
   nvml::InitFn init_ = nullptr;
   nvml::ShutdownFn shutdown_ = nullptr;
   nvml::ErrorStringFn error_string_ = nullptr;
