@@ -23,8 +23,8 @@ class SharedLibrary {
     handle_ = dlopen(path_.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (handle_ == nullptr) {
       const char* why = dlerror();
-      throw GpuError(GpuErrorKind::library_missing,
-                     fmt::format("cannot load {} ({}): {}. {}", name, path_, why ? why : "unknown error", install_hint));
+      throw GpuError(GpuErrorKind::library_missing, fmt::format("cannot load {} ({}): {}. {}", name, path_,
+                                                                why ? why : "unknown error", install_hint));
     }
   }
   ~SharedLibrary() { dlclose(handle_); }

@@ -6,7 +6,9 @@
 
 #include <cstdlib>
 #include <thread>
+#include <utility>
 
+#include "perseus/gpu/backends.hpp"
 #include "perseus/gpu/gpu.hpp"
 
 namespace perseus::gpu {
@@ -61,6 +63,23 @@ TEST(Gpu, EnergyCounterFollowsThePowerModel) {
   double joules = (nvml->total_energy_mj(0) - before) / 1000.0;
   EXPECT_GT(joules, watts * 0.09);
   EXPECT_LT(joules, watts * 0.5);  // generous: a loaded CI machine may oversleep
+}
+
+TEST(Gpu, ALibraryWithoutAFunctionIsNamedWithTheFunction) {
+  // Libraries that load and lack the first function asked for (the fake AMD SMI shares the fake NVML's state).
+  const std::pair<const char*, const char*> cases[] = {{"nvml", "libm.so.6"}, {"amdsmi", PERSEUS_FAKE_NVML}};
+  for (const auto& [backend, path] : cases) {
+    try {
+      load_gpu_library(backend, path);
+      FAIL() << backend;
+    } catch (const GpuError& e) {
+      EXPECT_EQ(e.kind(), GpuErrorKind::library_missing);
+      EXPECT_NE(std::string(e.what()).find(std::string(path) + " does not export "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(backend == std::string("nvml") ? "driver is too old" : "ROCm 6.1"),
+                std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(Gpu, ErrorsSayWhatWentWrong) {
