@@ -12,6 +12,7 @@ import argparse
 import csv
 import logging
 import warnings
+from typing import Dict, List, Tuple
 
 import networkx as nx
 from lowtime.cost_model import ExponentialModel
@@ -20,6 +21,33 @@ from lowtime.operation import CandidateExecutionOptions, ExecutionOption, Operat
 from lowtime.perseus.instruction import Backward, Forward
 from lowtime.perseus.schedule import Synchronous1F1B
 from lowtime.solver import PhillipsDessouky
+
+
+def pipeline_dag(stages: int, microbatches: int,
+                 specs: Dict[Tuple[int, str], OperationSpec]) -> Tuple[nx.DiGraph, List[List[int]]]:
+    """lowtime's DAG of a synchronous 1F1B iteration (specs by (stage, "forward" or "backward")); the node
+    ids of each stage in schedule order."""
+    dag = nx.DiGraph()
+    node, stage_nodes, by_key = 2, [], {}
+    for stage in range(stages):
+        spec_map = {Forward: specs[(stage, "forward")], Backward: specs[(stage, "backward")]}
+        ids = []
+        for instruction in Synchronous1F1B(num_stages=stages, num_micro_batches=microbatches, stage_id=stage,
+                                           operation_spec_map=spec_map):
+            dag.add_node(node, op=instruction)
+            by_key[(type(instruction), stage, instruction.micro_batch_id)] = node
+            ids.append(node)
+            node += 1
+        dag.add_edges_from(zip(ids, ids[1:]))
+        stage_nodes.append(ids)
+    for (kind, stage, microbatch), node in by_key.items():
+        after = (kind, stage + 1, microbatch) if kind is Forward else (kind, stage - 1, microbatch)
+        if after in by_key:
+            dag.add_edge(node, by_key[after])
+    add_source_node(dag, 0)
+    add_sink_node(dag, 1)
+    dag.graph["source_node"], dag.graph["sink_node"] = 0, 1
+    return dag, stage_nodes
 
 
 def main() -> None:
@@ -39,34 +67,16 @@ def main() -> None:
                 for r in csv.DictReader(f)]
     specs = {}
     for stage in range(args.stages):
-        for kind, name in ((Forward, "forward"), (Backward, "backward")):
+        for name in ("forward", "backward"):
             options = [ExecutionOption(real_time=t, unit_time=args.unit_time, cost=e, knob=f)
                        for s, i, f, t, e in rows if s == stage and i == name]
             candidates = CandidateExecutionOptions(options=options)
             for option in candidates.options:  # effective energy: what blocking on communication would use
                 option.cost -= args.p2p_power * option.quant_time * option.unit_time
-            specs[(stage, kind)] = OperationSpec(options=candidates,
+            specs[(stage, name)] = OperationSpec(options=candidates,
                                                  cost_model=ExponentialModel(candidates, search_strategy="best"))
 
-    dag = nx.DiGraph()
-    node, by_key = 2, {}
-    for stage in range(args.stages):
-        ids = []
-        for instruction in Synchronous1F1B(num_stages=args.stages, num_micro_batches=args.microbatches,
-                                           stage_id=stage, operation_spec_map={Forward: specs[(stage, Forward)],
-                                                                               Backward: specs[(stage, Backward)]}):
-            dag.add_node(node, op=instruction)
-            by_key[(type(instruction), stage, instruction.micro_batch_id)] = node
-            ids.append(node)
-            node += 1
-        dag.add_edges_from(zip(ids, ids[1:]))
-    for (kind, stage, microbatch), node in by_key.items():
-        after = (kind, stage + 1, microbatch) if kind is Forward else (kind, stage - 1, microbatch)
-        if after in by_key:
-            dag.add_edge(node, by_key[after])
-    add_source_node(dag, 0)
-    add_sink_node(dag, 1)
-    dag.graph["source_node"], dag.graph["sink_node"] = 0, 1
+    dag, _ = pipeline_dag(args.stages, args.microbatches, specs)
 
     with open(args.out, "w") as out:
         out.write("quant_time,cost\n")

@@ -40,23 +40,15 @@ cleanup() {
 }
 trap cleanup EXIT
 
-free_port() { "$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+# shellcheck source=../serve.sh
+source "$here/../serve.sh"
 
 # run PHASE SCHEDULER ARGS: one server, four ranks, wait for the ranks, stop the server.
 run() {
   local phase=$1 scheduler=$2 scheduler_args=$3 dir="$out/$1"
   rm -rf "$dir" && mkdir -p "$dir"
-  "${perseus[@]}" serve --port 0 --dump-dir "$dir/dump" --log-level warning --scheduler "$scheduler" \
-    --scheduler-args "$scheduler_args" >"$dir/serve.out" 2>&1 &
-  server_pid=$!
-  local url=""
-  for _ in $(seq 100); do
-    url=$(grep -o 'http://127.0.0.1:[0-9]*' "$dir/serve.out" || true)
-    [ -n "$url" ] && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$dir/serve.out" >&2; exit 1; }
-    sleep 0.1
-  done
-  [ -n "$url" ] || { echo "run.sh: perseus serve did not start" >&2; exit 1; }
+  local url
+  start_server "$dir" "$scheduler" "$scheduler_args"
   local master_port
   master_port=$(free_port)
   rank_pids=()

@@ -55,9 +55,16 @@ int reset_gpus(gpu::GpuLibrary& library, int device) {
     };
     attempt("graphics clock", [&] { library.reset_graphics_clock(d); });
     attempt("memory clock", [&] { library.reset_memory_clock(d); });
-    attempt("power limit", [&] { library.set_power_limit_mw(d, library.power_limit_range(d).max_mw); });
+    std::string limit;
+    attempt("power limit", [&] {
+      const auto range = library.power_limit_range(d);
+      library.set_power_limit_mw(d, range.reset_mw());
+      limit =
+          fmt::format("{:.0f} W, {}", range.reset_mw() / 1000.0,
+                      range.default_mw != 0 ? "the driver's default" : "the top of its range (no default reported)");
+    });
     if (failed.empty()) {
-      std::printf("GPU %u: clocks and power limit reset\n", d);
+      std::printf("GPU %u: clocks and power limit reset (%s)\n", d, limit.c_str());
     } else {
       ++failures;
       std::fprintf(stderr, "GPU %u: %s\n", d, fmt::format("{}", fmt::join(failed, "; ")).c_str());
@@ -116,12 +123,14 @@ Runner add_gpu_command(CLI::App& app) {
                                                                    nvml->current_graphics_clock(d),
                                                                    nvml->current_memory_clock(d));
                                               }).c_str());
-      std::printf("  power limit:      %s\n", or_reason([&] {
-                                                auto range = nvml->power_limit_range(d);
-                                                return fmt::format("{:.0f} W (range {:.0f} .. {:.0f} W)",
-                                                                   nvml->power_limit_mw(d) / 1000.0,
-                                                                   range.min_mw / 1000.0, range.max_mw / 1000.0);
-                                              }).c_str());
+      std::printf("  power limit:      %s\n",
+                  or_reason([&] {
+                    auto range = nvml->power_limit_range(d);
+                    return fmt::format(
+                        "{:.0f} W (range {:.0f} .. {:.0f} W{})", nvml->power_limit_mw(d) / 1000.0,
+                        range.min_mw / 1000.0, range.max_mw / 1000.0,
+                        range.default_mw != 0 ? fmt::format(", default {:.0f} W", range.default_mw / 1000.0) : "");
+                  }).c_str());
       std::printf("  power draw:       %s\n",
                   or_reason([&] { return fmt::format("{:.1f} W", nvml->power_usage_mw(d) / 1000.0); }).c_str());
       std::printf("  energy counter:   %s\n",

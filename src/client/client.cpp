@@ -332,8 +332,8 @@ struct Client::Impl {
     cap_mw = 0;
     try {
       if (mode == protocol::PowerMode::power_limit) {  // back to the limit the GPU had before (an admin's cap stays)
-        gpu->set_power_limit_mw(options.device,
-                                limit_before_mw != 0 ? limit_before_mw : gpu->power_limit_range(options.device).max_mw);
+        gpu->set_power_limit_mw(
+            options.device, limit_before_mw != 0 ? limit_before_mw : gpu->power_limit_range(options.device).reset_mw());
       } else {
         gpu->reset_graphics_clock(options.device);
         gpu->reset_memory_clock(options.device);

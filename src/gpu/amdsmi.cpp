@@ -136,7 +136,8 @@ class AmdSmiLibrary final : public GpuLibrary {
   }
   PowerLimitRange power_limit_range(unsigned device) override {
     amdsmi_power_cap_info_t caps = power_caps(device);
-    return {static_cast<unsigned>(caps.min_power_cap / 1000), static_cast<unsigned>(caps.max_power_cap / 1000)};
+    return {static_cast<unsigned>(caps.min_power_cap / 1000), static_cast<unsigned>(caps.max_power_cap / 1000),
+            static_cast<unsigned>(caps.default_power_cap / 1000)};
   }
   void set_power_limit_mw(unsigned device, unsigned limit_mw) override {
     check(set_power_cap_(gpu(device).handle, 0, std::uint64_t{limit_mw} * 1000), "amdsmi_set_power_cap", device);

@@ -45,6 +45,7 @@ class NvmlLibrary final : public GpuLibrary {
     resolve(get_limit_, "nvmlDeviceGetPowerManagementLimit");
     resolve(get_constraints_, "nvmlDeviceGetPowerManagementLimitConstraints");
     resolve(set_limit_, "nvmlDeviceSetPowerManagementLimit");
+    get_default_limit_ = library_.optional<nvml::GetUintFn>("nvmlDeviceGetPowerManagementDefaultLimit");
     resolve(get_energy_, "nvmlDeviceGetTotalEnergyConsumption");
     resolve(get_power_, "nvmlDeviceGetPowerUsage");
     resolve(get_clock_, "nvmlDeviceGetClockInfo");
@@ -111,6 +112,8 @@ class NvmlLibrary final : public GpuLibrary {
     PowerLimitRange range;
     check(get_constraints_(handle(device), &range.min_mw, &range.max_mw),
           "nvmlDeviceGetPowerManagementLimitConstraints", device);
+    if (get_default_limit_ != nullptr)
+      check(get_default_limit_(handle(device), &range.default_mw), "nvmlDeviceGetPowerManagementDefaultLimit", device);
     return range;
   }
   void set_power_limit_mw(unsigned device, unsigned limit_mw) override {
@@ -184,6 +187,7 @@ class NvmlLibrary final : public GpuLibrary {
   nvml::SetLockedClocksFn set_mem_locked_ = nullptr;
   nvml::ResetLockedClocksFn reset_mem_locked_ = nullptr;
   nvml::GetUintFn get_limit_ = nullptr;
+  nvml::GetUintFn get_default_limit_ = nullptr;  // optional: the range's default is then unknown
   nvml::GetConstraintsFn get_constraints_ = nullptr;
   nvml::SetUintFn set_limit_ = nullptr;
   nvml::GetEnergyFn get_energy_ = nullptr;

@@ -92,7 +92,8 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
   unsigned power_limit_mw(unsigned d) override { return on(d, "power_limit").get<unsigned>(); }
   gpu::PowerLimitRange power_limit_range(unsigned d) override {
     json range = on(d, "power_limit_range");
-    return {range.at("min_mw").get<unsigned>(), range.at("max_mw").get<unsigned>()};
+    return {range.at("min_mw").get<unsigned>(), range.at("max_mw").get<unsigned>(),
+            range.value("default_mw", 0u)};  // a gpud that does not say: unknown
   }
   void set_power_limit_mw(unsigned d, unsigned limit) override {
     call({{"op", "set_power_limit"}, {"device", d}, {"mw", limit}}, [&] { settings_[d].power_limit_mw = limit; });

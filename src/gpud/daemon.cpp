@@ -388,7 +388,7 @@ std::string Daemon::Impl::reset(unsigned device, const Touched& touched) {
   });
   attempt(touched.power_limit, "power limit", [&] {
     gpu->set_power_limit_mw(
-        device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).max_mw);
+        device, touched.limit_before_mw != 0 ? touched.limit_before_mw : gpu->power_limit_range(device).reset_mw());
   });
   return fmt::format("{}", fmt::join(failed, "; "));
 }
@@ -502,7 +502,7 @@ json Daemon::Impl::handle(Connection& connection, const Request& request) {
   if (op == "power_limit") return gpu->power_limit_mw(device);
   if (op == "power_limit_range") {
     auto range = gpu->power_limit_range(device);
-    return {{"min_mw", range.min_mw}, {"max_mw", range.max_mw}};
+    return {{"min_mw", range.min_mw}, {"max_mw", range.max_mw}, {"default_mw", range.default_mw}};
   }
   if (op == "total_energy") return gpu->total_energy_mj(device);
   if (op == "power_usage") return gpu->power_usage_mw(device);

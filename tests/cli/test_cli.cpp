@@ -488,7 +488,17 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   // gpu reset: every GPU, one GPU, a GPU that does not exist, a driver that refuses.
   auto reset = run(std::string("gpu reset --nvml ") + PERSEUS_FAKE_NVML);
   EXPECT_EQ(reset.code, 0) << reset.output;
-  EXPECT_NE(reset.output.find("GPU 0: clocks and power limit reset"), std::string::npos) << reset.output;
+  EXPECT_NE(reset.output.find("GPU 0: clocks and power limit reset (400 W, the driver's default)"), std::string::npos)
+      << reset.output;
+  // The driver's default limit, not the top of the range, on a GPU whose board allows more.
+  const auto default_env =
+      "PERSEUS_FAKE_NVML_DEFAULT_LIMIT_W=300 PERSEUS_FAKE_NVML_STATE=" + (dir_ / "gpu_reset_default.state").string();
+  auto to_default = run(std::string("gpu reset --nvml ") + PERSEUS_FAKE_NVML, default_env);
+  EXPECT_NE(to_default.output.find("GPU 0: clocks and power limit reset (300 W, the driver's default)"),
+            std::string::npos)
+      << to_default.output;
+  auto listed = run(std::string("gpu --nvml ") + PERSEUS_FAKE_NVML, default_env);
+  EXPECT_NE(listed.output.find("300 W (range 150 .. 400 W, default 300 W)"), std::string::npos) << listed.output;
   EXPECT_EQ(run(std::string("gpu reset --device 0 --nvml ") + PERSEUS_FAKE_NVML).code, 0);
   auto no_device = run(std::string("gpu reset --device 3 --nvml ") + PERSEUS_FAKE_NVML);
   EXPECT_EQ(no_device.code, 64);

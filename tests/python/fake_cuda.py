@@ -4,13 +4,15 @@ work is always done (synchronize returns at once) and whose tensors and modules 
 (`.cuda()` is the identity), so Zeus's synchronisation and all-reduce run as they would on a GPU node.
 
 `gpu_work(seconds_at_top_clock)` stands for a kernel: it takes longer at a lower SM clock (read from
-the fake GPU, whose clock a power limit caps), as compute-bound work does."""
+the fake GPU, whose clock a power limit caps), as compute-bound work does. `toy_dataset(samples, seed)`
+is the examples' data: 32 features, 10 classes a small model learns in a few epochs."""
 from __future__ import annotations
 
 import os
 import time
 
 import torch
+from torch.utils.data import TensorDataset
 
 TOP_CLOCK = 1410
 _device = [0]
@@ -35,3 +37,10 @@ def gpu_work(seconds_at_top_clock: float, device: int = 0) -> None:
 
     clock = perseus.current_gpu_clock(device)
     time.sleep(seconds_at_top_clock * TOP_CLOCK / clock)
+
+
+def toy_dataset(samples: int, seed: int) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    inputs = torch.randn(samples, 32, generator=generator)
+    targets = (inputs[:, :10].argmax(dim=1) + (inputs[:, 10] > 0).long()) % 10
+    return TensorDataset(inputs, targets)

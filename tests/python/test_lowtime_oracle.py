@@ -38,11 +38,11 @@ nx = pytest.importorskip("networkx")
 pytest.importorskip("lowtime")
 
 from lowtime.cost_model import CostModel, ExponentialModel  # noqa: E402
-from lowtime.graph_utils import add_sink_node, add_source_node  # noqa: E402
 from lowtime.operation import CandidateExecutionOptions, ExecutionOption, OperationSpec  # noqa: E402
-from lowtime.perseus.instruction import Backward, Forward  # noqa: E402
-from lowtime.perseus.schedule import Synchronous1F1B  # noqa: E402
 from lowtime.solver import PhillipsDessouky  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from lowtime_frontier import pipeline_dag  # noqa: E402  (the DAG bench/lowtime_side_by_side.py plans)
 
 CASES = int(os.environ.get("PERSEUS_LOWTIME_CASES", "12"))
 BUDGET = int(os.environ.get("PERSEUS_LOWTIME_BUDGET", "12000"))
@@ -102,31 +102,6 @@ def optimize(profile: Path, out: Path, stages: int, microbatches: int, p2p: floa
     return subprocess.run([BINARY, "optimize", str(profile), "--stages", str(stages), "--microbatches",
                            str(microbatches), "--p2p-power", repr(p2p), "--unit-time", repr(unit), "--cost-model",
                            cost_model, "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=300)
-
-
-def pipeline_dag(stages: int, microbatches: int, specs: Dict[Tuple[int, str], OperationSpec]) -> Tuple[Any, List[List[int]]]:
-    """lowtime's DAG of a synchronous 1F1B iteration; the node ids of each stage in schedule order."""
-    dag = nx.DiGraph()
-    node, stage_nodes, by_key = 2, [], {}
-    for stage in range(stages):
-        spec_map = {Forward: specs[(stage, "forward")], Backward: specs[(stage, "backward")]}
-        ids = []
-        for instruction in Synchronous1F1B(num_stages=stages, num_micro_batches=microbatches, stage_id=stage,
-                                           operation_spec_map=spec_map):
-            dag.add_node(node, op=instruction)
-            by_key[(type(instruction), stage, instruction.micro_batch_id)] = node
-            ids.append(node)
-            node += 1
-        dag.add_edges_from(zip(ids, ids[1:]))
-        stage_nodes.append(ids)
-    for (kind, stage, microbatch), node in by_key.items():
-        after = (kind, stage + 1, microbatch) if kind is Forward else (kind, stage - 1, microbatch)
-        if after in by_key:
-            dag.add_edge(node, by_key[after])
-    add_source_node(dag, 0)
-    add_sink_node(dag, 1)
-    dag.graph["source_node"], dag.graph["sink_node"] = 0, 1
-    return dag, stage_nodes
 
 
 def perseus_points(out: Path) -> List[Dict[str, Any]]:

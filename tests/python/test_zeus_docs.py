@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -118,48 +119,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-STAND_IN = '''
-"""A stand-in for transformers: TrainerCallback's hooks with Hugging Face's signatures, and a Trainer
-that calls them as Trainer.train does (epoch begin, per step begin and end, epoch end)."""
-import time
-
-
-class TrainerCallback:
-    def on_train_begin(self, args, state, control, **kwargs): pass
-    def on_train_end(self, args, state, control, **kwargs): pass
-    def on_epoch_begin(self, args, state, control, **kwargs): pass
-    def on_epoch_end(self, args, state, control, **kwargs): pass
-    def on_step_begin(self, args, state, control, **kwargs): pass
-    def on_step_end(self, args, state, control, **kwargs): pass
-
-
-class Trainer:
-    def __init__(self, model=None, args=None, train_dataset=None, callbacks=None):
-        self.model, self.args, self.callbacks = model, args, list(callbacks or [])
-        self.train_dataset = train_dataset
-
-    def call(self, hook, **kwargs):
-        for callback in self.callbacks:
-            getattr(callback, hook)(self.args, "state", "control", model=self.model, **kwargs)
-
-    def train(self):
-        self.call("on_train_begin")
-        for epoch in range(self.args["epochs"]):
-            self.call("on_epoch_begin")
-            for step in self.train_dataset:
-                self.call("on_step_begin")
-                time.sleep(0.0002)
-                self.call("on_step_end")
-            self.call("on_epoch_end")
-        self.call("on_train_end")
-        print("callbacks:", [type(c).__mro__[1].__module__ + "." + type(c).__mro__[1].__name__ for c in self.callbacks])
-        print("state:", self.callbacks[0].optimizer.state)
-'''
+STAND_IN = Path(__file__).parent / "standins" / "transformers.py"
 
 
 def test_the_hugging_face_callback(tmp_path: Path) -> None:
     (tmp_path / "stand_in").mkdir()
-    (tmp_path / "stand_in" / "transformers.py").write_text(STAND_IN)
+    shutil.copy(STAND_IN, tmp_path / "stand_in" / "transformers.py")
     preamble = "model = object()\ntraining_args = {'epochs': 2}\ntrain_dataset = range(600)\n"
     env = environment(tmp_path, PYTHONPATH=f"{tmp_path / 'stand_in'}:{os.environ.get('PYTHONPATH', '')}")
     out = run([sys.executable, "-c", preamble + block("python", "from transformers import Trainer")], tmp_path, env)

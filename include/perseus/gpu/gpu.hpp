@@ -25,6 +25,10 @@ class GpuError : public std::runtime_error {
 
 struct PowerLimitRange {
   unsigned min_mw = 0, max_mw = 0;
+  unsigned default_mw = 0;  // the limit the driver starts with; 0 where the backend cannot say
+
+  // What a reset puts back: the driver's default, else the top of the range.
+  unsigned reset_mw() const { return default_mw != 0 ? default_mw : max_mw; }
 };
 
 class GpuLibrary {

@@ -26,6 +26,8 @@
 //   PERSEUS_FAKE_NVML_POWER_W     a constant power in W instead of the clock-dependent one (a floor that
 //                                 a simulation adds its own energy on top of, see below)
 //   PERSEUS_FAKE_NVML_REPLAY      power and energy from a recorded trace instead (replay.hpp)
+//   PERSEUS_FAKE_NVML_DEFAULT_LIMIT_W  the default power limit the driver reports (default: the top
+//                                 of the range, 400 W, which is also every GPU's limit at start)
 //
 // Beyond NVML, for a simulation that models what its GPUs compute (examples/pytorch_pipelining):
 // perseusFakeNvmlAddEnergy(index, joules) adds energy to a GPU's counter.
@@ -106,6 +108,7 @@ struct State {
   long latency_us = 0;
   long locked_us = 0;
   long clock_latency_us = 0;
+  unsigned default_limit = kMaxLimit;
   bool log_reads = false;
   std::string state_file;  // PERSEUS_FAKE_NVML_STATE; "" keeps the state in this process only
   Clock::time_point start = Clock::now();
@@ -253,6 +256,10 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlInit_v2() {
     s.clock_latency_us = clock_latency != nullptr ? std::atol(clock_latency) : 0;
     const char* locked = std::getenv("PERSEUS_FAKE_NVML_LOCKED_US");
     s.locked_us = locked != nullptr ? std::atol(locked) : 0;
+    const char* default_limit = std::getenv("PERSEUS_FAKE_NVML_DEFAULT_LIMIT_W");
+    s.default_limit = default_limit != nullptr && *default_limit != '\0'
+                          ? std::clamp(static_cast<unsigned>(std::atol(default_limit)) * 1000, kMinLimit, kMaxLimit)
+                          : kMaxLimit;
     const char* shared = std::getenv("PERSEUS_FAKE_NVML_STATE");
     s.state_file = shared != nullptr ? shared : "";
     load_shared(s);
@@ -411,6 +418,15 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagement
     if (min_limit == nullptr || max_limit == nullptr) return nv::kInvalidArgument;
     *min_limit = kMinLimit;
     *max_limit = kMaxLimit;
+    return nv::kSuccess;
+  });
+}
+
+__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
+                                                                                             unsigned* limit) {
+  return getter("nvmlDeviceGetPowerManagementDefaultLimit", device, [&](FakeGpu&, std::string&) {
+    if (limit == nullptr) return nv::kInvalidArgument;
+    *limit = state().default_limit;
     return nv::kSuccess;
   });
 }

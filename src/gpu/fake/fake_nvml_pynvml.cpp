@@ -6,7 +6,6 @@
 //   nvmlDeviceGetArchitecture            Ampere (the fake's clocks are an A100's), so Zeus reads
 //                                        the energy counter rather than integrating power
 //   nvmlDeviceGetC2cModeInfoV            NOT_SUPPORTED: not a Grace Hopper superchip
-//   nvmlDeviceGetPowerManagementDefaultLimit  the highest limit the constraints allow
 //   nvmlDeviceGet/SetPersistenceMode     a per-GPU flag (setting it obeys PERSEUS_FAKE_NVML_DENY)
 //   nvmlDeviceGetFieldValues             NVML_FI_DEV_POWER_INSTANT of the GPU (nvmlDeviceGetPowerUsage);
 //                                        every other field or scope NOT_SUPPORTED, as on a GPU
@@ -97,13 +96,6 @@ __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetArchitecture(nv
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetC2cModeInfoV(nvmlDevice_t device, void* info) {
   if (nvmlReturn_t result = check_device(device); result != nv::kSuccess) return result;
   return info == nullptr ? nv::kInvalidArgument : nv::kNotSupported;
-}
-
-__attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPowerManagementDefaultLimit(nvmlDevice_t device,
-                                                                                             unsigned* limit) {
-  if (limit == nullptr) return nv::kInvalidArgument;
-  unsigned lowest = 0;
-  return nvmlDeviceGetPowerManagementLimitConstraints(device, &lowest, limit);
 }
 
 __attribute__((visibility("default"))) nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, int* mode) {

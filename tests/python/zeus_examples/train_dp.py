@@ -19,10 +19,10 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 from torch.optim.lr_scheduler import StepLR
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 from torch.utils.data.distributed import DistributedSampler
 
-from fake_cuda import gpu_work
+from fake_cuda import gpu_work, toy_dataset
 
 # ZEUS
 from zeus.monitor import ZeusMonitor
@@ -42,13 +42,6 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--pl_step", default=50, type=int)
     parser.add_argument("--step_time", default=0.04, type=float, help="seconds of GPU work per step at the top clock")
     return parser.parse_args()
-
-
-def dataset(samples: int, seed: int) -> TensorDataset:
-    generator = torch.Generator().manual_seed(seed)
-    inputs = torch.randn(samples, 32, generator=generator)
-    targets = (inputs[:, :10].argmax(dim=1) + (inputs[:, 10] > 0).long()) % 10
-    return TensorDataset(inputs, targets)
 
 
 def main() -> None:
@@ -71,10 +64,10 @@ def main() -> None:
     optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=0.9)
     scheduler = StepLR(optimizer, step_size=2, gamma=0.1)
 
-    train_dataset = dataset(640, args.seed)
+    train_dataset = toy_dataset(640, args.seed)
     train_sampler = DistributedSampler(train_dataset, seed=args.seed)
     train_loader = DataLoader(train_dataset, batch_size=args.batch_size, sampler=train_sampler)
-    val_dataset = dataset(160, args.seed + 1)
+    val_dataset = toy_dataset(160, args.seed + 1)
     val_loader = DataLoader(val_dataset, batch_size=args.batch_size,
                             sampler=DistributedSampler(val_dataset, shuffle=False, drop_last=True))
 

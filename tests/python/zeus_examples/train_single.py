@@ -12,9 +12,9 @@ import random
 import torch
 import torch.nn as nn
 from torch.optim.lr_scheduler import StepLR
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
-from fake_cuda import gpu_work
+from fake_cuda import gpu_work, toy_dataset
 
 # ZEUS
 from zeus.monitor import ZeusMonitor
@@ -36,13 +36,6 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def dataset(samples: int, seed: int) -> TensorDataset:
-    generator = torch.Generator().manual_seed(seed)
-    inputs = torch.randn(samples, 32, generator=generator)
-    targets = (inputs[:, :10].argmax(dim=1) + (inputs[:, 10] > 0).long()) % 10
-    return TensorDataset(inputs, targets)
-
-
 def main() -> None:
     args = parse_args()
     random.seed(args.seed)
@@ -54,9 +47,9 @@ def main() -> None:
     criterion = nn.CrossEntropyLoss().cuda(args.gpu)
     optimizer = torch.optim.SGD(model.parameters(), args.lr, momentum=0.9)
     scheduler = StepLR(optimizer, step_size=2, gamma=0.1)
-    train_loader = DataLoader(dataset(320, args.seed), batch_size=args.batch_size, shuffle=True,
+    train_loader = DataLoader(toy_dataset(320, args.seed), batch_size=args.batch_size, shuffle=True,
                               generator=torch.Generator().manual_seed(args.seed))
-    val_loader = DataLoader(dataset(160, args.seed + 1), batch_size=args.batch_size)
+    val_loader = DataLoader(toy_dataset(160, args.seed + 1), batch_size=args.batch_size)
 
     ################################## The important part #####################################
     monitor = ZeusMonitor(gpu_indices=[args.gpu])
