@@ -6,10 +6,10 @@
 #include <cmath>
 #include <iterator>
 #include <memory>
-#include <numeric>
 #include <thread>
 
 #include "perseus/solver/bounded_flow_network.hpp"
+#include "perseus/solver/in_order_sum.hpp"
 #include "perseus/solver/pipeline_times.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/in_order_thread.hpp"
@@ -179,12 +179,14 @@ class Solver {
   PipelineTimes initial_times() {
     for (const auto& spec : problem_.specs) tables_.push_back(spec.model ? make_table(spec) : SpecTable{});
     const auto& insts = problem_.dag.instructions;
+    std::vector<double> costs;
     for (std::size_t i = 0; i < insts.size(); ++i) {
       table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
       duration_.push_back(tables_[table_of_[i]].max);
-      cost_.push_back(tables_[table_of_[i]].at(duration_[i]));
+      costs.push_back(tables_[table_of_[i]].at(duration_[i]));
     }
-    return PipelineTimes(problem_.dag, duration_, cost_);
+    cost_ = InOrderSum(costs);
+    return PipelineTimes(problem_.dag, duration_, costs);
   }
 
   // The times worker's item k: record k's changes applied, their times and check.
@@ -231,7 +233,7 @@ class Solver {
       const auto& changes = records_[k % records_.size()].changes;
       for (auto c = changes.rbegin(); c != changes.rend(); ++c) {
         duration_[c->instruction] = c->old_duration;
-        cost_[c->instruction] = tables_[table_of_[c->instruction]].at(c->old_duration);
+        cost_.set(c->instruction, tables_[table_of_[c->instruction]].at(c->old_duration));
       }
     }
     const std::size_t changes_end = frontier.changes_end(r);
@@ -314,8 +316,9 @@ class Solver {
       const int old = duration_[inst];
       duration_[inst] += by;
       frontier.changes.push_back({inst, duration_[inst]});
-      cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]);
-      record.changes.push_back({inst, duration_[inst], old, cost_[inst]});
+      const double cost = tables_[table_of_[inst]].at(duration_[inst]);
+      cost_.set(inst, cost);
+      record.changes.push_back({inst, duration_[inst], old, cost});
     };
     changed_.clear();
     for (int a : speed_up) {
@@ -329,7 +332,7 @@ class Solver {
     // Where the times are behind (on this stretch they are the slower side), this thread would only
     // wait for them: it sums the cost itself, in instruction order as the times would.
     record.cost_summed = pushed_ > consumed_;
-    if (record.cost_summed) record.cost = std::accumulate(cost_.begin(), cost_.end(), 0.0);
+    if (record.cost_summed) record.cost = cost_.sum();
     point.cost_change = cost_change;
     frontier.points.push_back(point);  // its time (and cost) come with the record's results
     return true;
@@ -549,7 +552,7 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<double> cost_;                   // per instruction, at duration_
+  InOrderSum cost_;                            // per instruction, at duration_
   PipelineTimes times_;                        // the times worker's: see run()
   std::vector<int> critical_, next_critical_;  // the critical arcs the times are marked with, ascending
   std::vector<char> is_critical_;              // per arc: in critical_
