@@ -119,20 +119,4 @@ std::vector<int> ExactTimes::critical_path() {
   return path;
 }
 
-void add_exact_times(const PlanningProblem& problem, Frontier& frontier) {
-  ExactTimes times(problem, frontier.start_durations);
-  double time = times.time(), energy = times.energy();
-  for (std::size_t p = 0; p < frontier.points.size(); ++p) {
-    bool changed = false;
-    for (std::size_t c = frontier.points[p].changes_begin; c < frontier.changes_end(p); ++c)
-      changed |= times.set_duration(frontier.changes[c].instruction, frontier.changes[c].duration);
-    if (changed) {
-      time = times.time();
-      energy = times.energy();
-    }
-    frontier.points[p].exact_time = time;
-    frontier.points[p].exact_energy = energy;
-  }
-}
-
 }  // namespace perseus

@@ -6,10 +6,11 @@
 #include <cmath>
 #include <iterator>
 #include <memory>
-#include <numeric>
 #include <thread>
 
 #include "perseus/solver/bounded_flow_network.hpp"
+#include "perseus/solver/exact_times.hpp"
+#include "perseus/solver/in_order_sum.hpp"
 #include "perseus/solver/pipeline_times.hpp"
 #include "perseus/util/error.hpp"
 #include "perseus/util/in_order_thread.hpp"
@@ -94,7 +95,11 @@ ArcGraph make_arc_graph(const PipelineDag& dag) {
 class Solver {
  public:
   Solver(const PlanningProblem& problem, const SolverOptions& options)
-      : problem_(problem), options_(options), graph_(make_arc_graph(problem.dag)), times_(initial_times()) {
+      : problem_(problem),
+        options_(options),
+        graph_(make_arc_graph(problem.dag)),
+        times_(initial_times()),
+        exact_(problem, duration_) {
     compact_id_.assign(graph_.num_nodes, -1);
     previous_flow_.assign(graph_.from.size(), 0);
     is_critical_.assign(graph_.from.size(), 0);
@@ -118,6 +123,8 @@ class Solver {
     times_.compute_all();
     frontier.start_quant_time = times_.makespan();
     frontier.start_effective_cost = times_.total_cost();
+    exact_time_ = exact_.time();
+    exact_energy_ = exact_.energy();
     while (true) {
       take_results(frontier);
       if (options_.stop && options_.stop->load(std::memory_order_relaxed)) {
@@ -169,8 +176,9 @@ class Solver {
     std::vector<Change> changes;
     int makespan = 0;
     double cost = 0;
-    bool cost_summed = false;  // by the flows' thread, which was ahead and had time (see step())
-    bool same = false;         // the critical arcs after the step are those the network is built on
+    double exact_time = 0, exact_energy = 0;  // the emulated time and energy of the plan after the step
+    bool cost_summed = false;                 // by the flows' thread, which was ahead and had time (see step())
+    bool same = false;                        // the critical arcs after the step are those the network is built on
     // The network as the step left it, where the next step's flow was a guess.
     BoundedFlowNetwork::Checkpoint checkpoint;
     bool checkpointed = false;
@@ -179,12 +187,14 @@ class Solver {
   PipelineTimes initial_times() {
     for (const auto& spec : problem_.specs) tables_.push_back(spec.model ? make_table(spec) : SpecTable{});
     const auto& insts = problem_.dag.instructions;
+    std::vector<double> costs;
     for (std::size_t i = 0; i < insts.size(); ++i) {
       table_of_.push_back(PlanningProblem::spec_index(model_stage(insts[i], problem_.dag.num_stages), insts[i].kind));
       duration_.push_back(tables_[table_of_[i]].max);
-      cost_.push_back(tables_[table_of_[i]].at(duration_[i]));
+      costs.push_back(tables_[table_of_[i]].at(duration_[i]));
     }
-    return PipelineTimes(problem_.dag, duration_, cost_);
+    cost_ = InOrderSum(costs);
+    return PipelineTimes(problem_.dag, duration_, costs);
   }
 
   // The times worker's item k: record k's changes applied, their times and check.
@@ -194,6 +204,16 @@ class Solver {
     record.same = times_.update();
     record.makespan = times_.makespan();
     if (!record.cost_summed) record.cost = times_.total_cost();
+    // The emulated time and energy, computed again only where the step changed a clock: a few
+    // points behind the flows, on the thread whose share of the work is the smaller.
+    bool clock_changed = false;
+    for (const Change& c : record.changes) clock_changed |= exact_.set_duration(c.instruction, c.duration);
+    if (clock_changed) {
+      exact_time_ = exact_.time();
+      exact_energy_ = exact_.energy();
+    }
+    record.exact_time = exact_time_;
+    record.exact_energy = exact_energy_;
     return record.same;
   }
 
@@ -208,6 +228,8 @@ class Solver {
       FrontierPoint& point = frontier.points[consumed_];
       point.quant_time = record.makespan;
       point.effective_cost = record.cost;
+      point.exact_time = record.exact_time;
+      point.exact_energy = record.exact_energy;
       ++consumed_;
       same_streak_ = record.same ? same_streak_ + 1 : 0;
       if (options_.on_progress) options_.on_progress(consumed_, point.quant_time);
@@ -231,7 +253,7 @@ class Solver {
       const auto& changes = records_[k % records_.size()].changes;
       for (auto c = changes.rbegin(); c != changes.rend(); ++c) {
         duration_[c->instruction] = c->old_duration;
-        cost_[c->instruction] = tables_[table_of_[c->instruction]].at(c->old_duration);
+        cost_.set(c->instruction, tables_[table_of_[c->instruction]].at(c->old_duration));
       }
     }
     const std::size_t changes_end = frontier.changes_end(r);
@@ -314,8 +336,9 @@ class Solver {
       const int old = duration_[inst];
       duration_[inst] += by;
       frontier.changes.push_back({inst, duration_[inst]});
-      cost_[inst] = tables_[table_of_[inst]].at(duration_[inst]);
-      record.changes.push_back({inst, duration_[inst], old, cost_[inst]});
+      const double cost = tables_[table_of_[inst]].at(duration_[inst]);
+      cost_.set(inst, cost);
+      record.changes.push_back({inst, duration_[inst], old, cost});
     };
     changed_.clear();
     for (int a : speed_up) {
@@ -329,7 +352,7 @@ class Solver {
     // Where the times are behind (on this stretch they are the slower side), this thread would only
     // wait for them: it sums the cost itself, in instruction order as the times would.
     record.cost_summed = pushed_ > consumed_;
-    if (record.cost_summed) record.cost = std::accumulate(cost_.begin(), cost_.end(), 0.0);
+    if (record.cost_summed) record.cost = cost_.sum();
     point.cost_change = cost_change;
     frontier.points.push_back(point);  // its time (and cost) come with the record's results
     return true;
@@ -549,8 +572,10 @@ class Solver {
   std::vector<SpecTable> tables_;
   std::vector<int> table_of_;
   std::vector<int> duration_;
-  std::vector<double> cost_;                   // per instruction, at duration_
-  PipelineTimes times_;                        // the times worker's: see run()
+  InOrderSum cost_;      // per instruction, at duration_
+  PipelineTimes times_;  // the times worker's: see run()
+  ExactTimes exact_;     // the times worker's too, as are the last time and energy it found
+  double exact_time_ = 0, exact_energy_ = 0;
   std::vector<int> critical_, next_critical_;  // the critical arcs the times are marked with, ascending
   std::vector<char> is_critical_;              // per arc: in critical_
   std::vector<int> arriving_, leaving_;        // arcs that came into / left critical_ at its last change

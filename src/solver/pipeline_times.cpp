@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <numeric>
 
 namespace perseus {
 
@@ -90,7 +89,7 @@ void PipelineTimes::by_position(const std::vector<int>& start, const std::vector
 }
 
 void PipelineTimes::set_duration(int instruction, int duration, double cost) {
-  cost_[instruction] = cost;
+  cost_.set(instruction, cost);
   const int p = position_[instruction];
   duration_at_[p] = duration;
   first_changed_ = std::min(first_changed_, p);
@@ -200,7 +199,7 @@ bool PipelineTimes::compute_times(int first, int last) {
   return differ == 0;
 }
 
-double PipelineTimes::total_cost() const { return std::accumulate(cost_.begin(), cost_.end(), 0.0); }
+double PipelineTimes::total_cost() const { return cost_.sum(); }
 
 // Starts as early as it can and the way on to the sink is as long as it can be.
 bool PipelineTimes::is_critical(int arc) const {

@@ -161,11 +161,14 @@ int longest_path(const PipelineDag& dag, DurationOf duration_of) {
 }
 
 // A frontier without points gets the plan it started from as its only point.
-bool keep_the_start(Frontier& frontier) {
+bool keep_the_start(const PlanningProblem& problem, Frontier& frontier) {
   if (!frontier.points.empty() || frontier.interrupted) return false;
   FrontierPoint start;
   start.quant_time = frontier.start_quant_time;
   start.effective_cost = frontier.start_effective_cost;
+  ExactTimes exact(problem, frontier.start_durations);
+  start.exact_time = exact.time();
+  start.exact_energy = exact.energy();
   start.changes_begin = frontier.changes.size();
   frontier.points.push_back(start);
   return true;
@@ -260,7 +263,7 @@ PlannedFrontier plan_frontier(const Profile& profile, const PlanningConfig& conf
   planned.fastest_quant_time = longest_path(problem.dag, [&](int i) { return problem.spec_of(i).options.min_quant(); });
   for (;;) {
     planned.frontier = solve_frontier(planned.problem, options);
-    planned.only_the_start = keep_the_start(planned.frontier);
+    planned.only_the_start = keep_the_start(planned.problem, planned.frontier);
     if (config.cost_model != CostModelKind::automatic || !planned.stopped_early()) break;
     const auto specs = planned.stopping_specs();
     if (specs.empty()) break;  // every model is the hull already: nothing left to change
@@ -271,7 +274,6 @@ PlannedFrontier plan_frontier(const Profile& profile, const PlanningConfig& conf
                                planned.frontier.points.back().quant_time, planned.frontier.stop_text());
     }
   }
-  add_exact_times(planned.problem, planned.frontier);
   if (config.cost_model != CostModelKind::exponential && !planned.frontier.interrupted)
     fit_the_fastest_point(planned.problem, planned.frontier);
   return planned;

@@ -5,6 +5,7 @@
 #include <random>
 
 #include "max_flow_oracle.hpp"
+#include "perseus/solver/exact_times.hpp"
 #include "perseus/solver/phillips_dessouky.hpp"
 #include "perseus/util/error.hpp"
 #include "solver_fixtures.hpp"
@@ -22,6 +23,8 @@ void expect_same_frontier(const Frontier& a, const Frontier& b) {
     ASSERT_EQ(a.points[i].cost_change, b.points[i].cost_change) << "point " << i;
     ASSERT_EQ(a.points[i].effective_cost, b.points[i].effective_cost) << "point " << i;
     ASSERT_EQ(a.points[i].changes_begin, b.points[i].changes_begin) << "point " << i;
+    ASSERT_EQ(a.points[i].exact_time, b.points[i].exact_time) << "point " << i;
+    ASSERT_EQ(a.points[i].exact_energy, b.points[i].exact_energy) << "point " << i;
   }
   ASSERT_EQ(a.changes.size(), b.changes.size());
   for (std::size_t i = 0; i < a.changes.size(); ++i) {
@@ -30,6 +33,20 @@ void expect_same_frontier(const Frontier& a, const Frontier& b) {
   }
   EXPECT_EQ(a.stop_reason, b.stop_reason);
   EXPECT_EQ(a.stop_instruction, b.stop_instruction);
+}
+
+// Every point's emulated time and energy, as the solver kept them up to date step by step, against
+// the emulated times of its plan computed afresh.
+void expect_emulated_times_of_each_point(const PlanningProblem& problem, const Frontier& frontier) {
+  std::vector<int> durations = frontier.start_durations;
+  for (std::size_t p = 0; p < frontier.points.size(); ++p) {
+    for (std::size_t c = frontier.points[p].changes_begin; c < frontier.changes_end(p); ++c)
+      durations[frontier.changes[c].instruction] = frontier.changes[c].duration;
+    ExactTimes fresh(problem, durations);
+    ASSERT_EQ(frontier.points[p].exact_time, fresh.time()) << "point " << p;
+    const double energy = fresh.energy();
+    ASSERT_NEAR(frontier.points[p].exact_energy, energy, 1e-9 * energy) << "point " << p;
+  }
 }
 
 }  // namespace
@@ -296,6 +313,7 @@ TEST(Solver, TwoThreadsPlanExactlyTheOneThreadFrontier) {
     const Frontier a = solve_frontier(problem, one);
     const Frontier b = solve_frontier(problem, two);
     ASSERT_NO_FATAL_FAILURE(expect_same_frontier(a, b));
+    ASSERT_NO_FATAL_FAILURE(expect_emulated_times_of_each_point(problem, b));
     points += a.points.size();
     changes += a.changes.size();
   }

@@ -44,7 +44,4 @@ class ExactTimes {
   int updates_ = 0;                       // to those sums since they were last summed afresh
 };
 
-// Every point's exact_time and exact_energy, walking the frontier's changes in order.
-void add_exact_times(const PlanningProblem& problem, Frontier& frontier);
-
 }  // namespace perseus

@@ -100,7 +100,7 @@ struct FrontierPoint {
   double effective_cost = 0;      // sum of the cost model over all instructions
   std::size_t changes_begin = 0;  // this point's changes are changes[changes_begin, next begin)
   // The plan as the emulator runs it (exact_times.hpp): seconds and joules, unquantized. Set by
-  // add_exact_times() (plan_frontier does); NaN until then.
+  // the solver as it takes the step; NaN on a point made otherwise until it is set.
   double exact_time = std::numeric_limits<double>::quiet_NaN();
   double exact_energy = std::numeric_limits<double>::quiet_NaN();
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "perseus/pipeline/dag.hpp"
+#include "perseus/solver/in_order_sum.hpp"
 
 namespace perseus {
 
@@ -23,7 +24,7 @@ class PipelineTimes {
   void compute_all();
 
   int makespan() const { return makespan_; }
-  // Summed in instruction order every time: the same rounding as the reference's sum.
+  // Summed in instruction order (InOrderSum): the same rounding as the reference's sum.
   double total_cost() const;
 
   // Arcs as the solver's activity-on-arc graph numbers them: arc i < the DAG's node count is node
@@ -56,7 +57,7 @@ class PipelineTimes {
   std::vector<int> duration_at_, finish_, tail_end_, tail_start_;
   int sink_position_ = 0, makespan_ = 0;
   int first_changed_ = 0, last_changed_ = -1;  // positions set_duration() touched since the last update
-  std::vector<double> cost_;                   // per instruction
+  mutable InOrderSum cost_;                    // per instruction; summed again only from the first change
   // Marks: per position, whether its node's arc is marked; per successor slot (succ_pair_, then
   // extra_succ_), whether the dependency to that successor is. Per dependency k (dag.edges[k]):
   // its ends' positions, and its slot (>= 0 in succ_pair_, ~i for extra_succ_[i]).
