@@ -106,7 +106,7 @@ Variability measure(const Emulator& emulator, const PlanningOutput& plans, const
         const auto run = emulator.run(top, emulator_noise(truth, mix(seed, mix(r, mix(d, it)))));
         for (int s = 0; s < S; ++s)
           for (const auto& unit : run.instructions[static_cast<std::size_t>(s)])
-            sets[static_cast<std::size_t>(s) * 2 + (unit.instruction.kind == InstructionKind::forward ? 0 : 1)]
+            sets[static_cast<std::size_t>(s) * kVariabilityClasses + variability_index(unit.instruction.kind)]
                 .push_back(unit.duration);
       }
       for (int s = 0; s < S; ++s) {

@@ -29,59 +29,23 @@ Emulator::Emulator(const Profile& profile, EmulatorConfig config)
   }
   config_.check();
   config_.virtual_stages = schedule_virtual_stages(config_.schedule, config_.virtual_stages);
-  const int model_stages = config_.num_stages * config_.virtual_stages;
-  const Profile model = profile_for_schedule(by_model_stage(profile, config_.num_stages), config_.schedule,
-                                             config_.num_stages, model_stages);
-  dag_ = build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches, config_.extra_forwards,
-                            config_.virtual_stages);
-
-  tables_.resize(kNumInstructionKinds * static_cast<std::size_t>(model_stages));
-  for (int s = 0; s < model_stages; ++s) {
-    for (auto kind : kAllInstructionKinds) {
-      auto rows = model.rows_for(s, kind);
-      std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
-      auto& t = tables_[operation_index(s, kind)];
-      for (const auto& row : rows) {
-        double time = row.time;
-        if (config_.quantum > 0) time = py_floordiv(row.time, config_.quantum) * config_.quantum;
-        t.clocks.push_back(row.frequency);
-        t.costs.push_back({time, row.energy});
-      }
-    }
-  }
-
-  const int n = static_cast<int>(dag_.instructions.size());
-  predecessors_.assign(n, {});
-  slot_of_.assign(n, {0, 0});
-  for (const auto& [u, v] : dag_.edges) {
-    if (u < n && v < n) predecessors_[v].push_back(u);
-  }
-  for (int node : dag_.topological_order()) {
-    if (node < n) topo_.push_back(node);
-  }
+  tables_ = CostTables(profile, config_, config_.quantum);
+  walk_ = PipelineWalk(build_pipeline_dag(config_.schedule, config_.num_stages, config_.num_microbatches,
+                                          config_.extra_forwards, config_.virtual_stages));
   for (int s = 0; s < config_.num_stages; ++s) {
     std::vector<Instruction> stage;
-    for (std::size_t k = 0; k < dag_.stage_nodes[s].size(); ++k) {
-      const int node = dag_.stage_nodes[s][k];
-      slot_of_[node] = {s, static_cast<int>(k)};
-      stage.push_back(dag_.instructions[node]);
-    }
+    for (int node : walk_.stage_nodes[static_cast<std::size_t>(s)])
+      stage.push_back(walk_.instructions[static_cast<std::size_t>(node)]);
     layout_.push_back(std::move(stage));
   }
 }
 
-const Emulator::Table& Emulator::table(int stage, InstructionKind kind) const {
-  return tables_[operation_index(stage, kind)];
+const std::vector<int>& Emulator::clocks(int stage, InstructionKind kind) const {
+  return tables_.of(stage, kind).clocks;
 }
 
-const std::vector<int>& Emulator::clocks(int stage, InstructionKind kind) const { return table(stage, kind).clocks; }
-
 std::optional<Emulator::Cost> Emulator::cost(int stage, InstructionKind kind, int frequency) const {
-  const auto& t = table(stage, kind);
-  // clocks are sorted descending
-  const auto it = std::lower_bound(t.clocks.begin(), t.clocks.end(), frequency, std::greater<>());
-  if (it == t.clocks.end() || *it != frequency) return std::nullopt;
-  return t.costs[it - t.clocks.begin()];
+  return tables_.cost(stage, kind, frequency);
 }
 
 void Emulator::check_shape(const std::vector<std::vector<int>>& frequencies) const {
@@ -101,85 +65,70 @@ void Emulator::check_shape(const std::vector<std::vector<int>>& frequencies) con
   }
 }
 
-std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<int>>& frequencies) const {
+std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<int>>& frequencies,
+                                                 const std::vector<double>* factors) const {
   check_shape(frequencies);
-  std::vector<Cost> costs(dag_.instructions.size());
+  std::vector<Cost> costs(walk_.instructions.size());
   for (std::size_t node = 0; node < costs.size(); ++node) {
-    const auto [s, k] = slot_of_[node];
-    const auto& inst = dag_.instructions[node];
-    const auto c = cost(inst, frequencies[s][k]);
+    const auto [s, k] = walk_.slot[node];
+    const auto& inst = walk_.instructions[node];
+    const auto& stage = frequencies[static_cast<std::size_t>(s)];
+    const auto c = cost(inst, stage[k]);
     if (!c) {
       throw Error(fmt::format("stage {} slot {} ({}) runs at {} MHz, but {} has no stage {} {} row at that clock", s, k,
-                              short_name(inst, config_.virtual_stages), frequencies[s][k], source_,
+                              short_name(inst, config_.virtual_stages), stage[k], source_,
                               model_stage(inst, config_.num_stages), to_string(inst.kind)),
                   kExitDataError);
     }
-    costs[node] = *c;
-    if (config_.clock_latency <= 0) continue;
-    const auto& stage = frequencies[s];
+    const double factor = factors ? (*factors)[node] : 1.0;
     const int before = stage[k > 0 ? k - 1 : stage.size() - 1];
-    const auto old = before == stage[k] ? std::nullopt : cost(inst, before);
-    if (!old || old->time <= 0) continue;
-    if (old->time <= config_.clock_latency) {  // it ends before the new clock takes effect
-      costs[node] = *old;
-      continue;
-    }
-    const double done = config_.clock_latency / old->time;  // its share of the work at the old clock
-    costs[node] = {config_.clock_latency + (1 - done) * c->time, done * old->energy + (1 - done) * c->energy};
+    const auto old = config_.clock_latency <= 0 || before == stage[k] ? std::nullopt : cost(inst, before);
+    costs[node] = old ? cost_after_clock_change(*c, *old, config_.clock_latency, factor)
+                      : Cost{c->time * factor, c->energy * factor};
   }
   return costs;
 }
 
-int Emulator::schedule(const std::vector<Cost>& costs, std::vector<double>& start, std::vector<double>& end) const {
-  start.assign(costs.size(), 0);
-  end.assign(costs.size(), 0);
-  int last = -1;
-  for (int node : topo_) {
-    for (int p : predecessors_[node]) start[node] = std::max(start[node], end[p]);
-    end[node] = start[node] + costs[node].time;
-    if (last < 0 || end[node] > end[last]) last = node;
-  }
-  return last;
-}
-
 std::pair<double, double> Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
   const auto costs = node_costs(frequencies);
-  std::vector<double> start, end;
-  const int last = schedule(costs, start, end);
-  const double iteration = last < 0 ? 0 : end[last];
+  std::vector<double> start(costs.size()), end(costs.size());
+  const int last =
+      walk_.walk([&](int node) { return costs[static_cast<std::size_t>(node)].time; }, start.data(), end.data());
+  const double iteration = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
   double busy = 0, compute = 0;
   for (const auto& c : costs) {
     busy += c.time;
     compute += c.energy;
   }
-  return {iteration, compute + (config_.num_stages * iteration - busy) * config_.p_block};
+  return {iteration, iteration_energy(compute, busy, iteration, config_.num_stages, config_.p_block)};
 }
 
 EmulationResult Emulator::run(const std::vector<std::vector<int>>& frequencies,
                               const std::optional<EmulatorNoise>& noise) const {
-  auto costs = node_costs(frequencies);
+  std::optional<std::vector<double>> factors;
   if (noise && noise->active()) {
+    factors.emplace(walk_.instructions.size());
     std::mt19937_64 rng(noise->seed);
     // exp(sigma * z): what std::lognormal_distribution(0, sigma) draws, with a sigma per node.
     std::normal_distribution<double> normal(0.0, 1.0);
-    for (std::size_t node = 0; node < costs.size(); ++node) {  // node order: the same seed gives the same draws
-      const auto& inst = dag_.instructions[node];
-      const double f = std::exp(noise->sigma_of(inst.stage, inst.kind) * normal(rng));
-      costs[node].time *= f;
-      costs[node].energy *= f;
+    for (std::size_t node = 0; node < factors->size(); ++node) {  // node order: the same seed gives the same draws
+      const auto& inst = walk_.instructions[node];
+      (*factors)[node] = std::exp(noise->sigma_of(inst.stage, inst.kind) * normal(rng));
     }
   }
-  std::vector<double> start, end;
-  const int last = schedule(costs, start, end);
+  const auto costs = node_costs(frequencies, factors ? &*factors : nullptr);
+  std::vector<double> start(costs.size()), end(costs.size());
+  const int last =
+      walk_.walk([&](int node) { return costs[static_cast<std::size_t>(node)].time; }, start.data(), end.data());
 
   EmulationResult result;
-  result.iteration_time = last < 0 ? 0 : end[last];
+  result.iteration_time = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
   result.stages.resize(config_.num_stages);
   result.instructions.resize(config_.num_stages);
   for (int s = 0; s < config_.num_stages; ++s) {
     auto& stage = result.stages[s];
     for (std::size_t k = 0; k < layout_[s].size(); ++k) {
-      const int node = dag_.stage_nodes[s][k];
+      const auto node = static_cast<std::size_t>(walk_.stage_nodes[static_cast<std::size_t>(s)][k]);
       result.instructions[s].push_back(
           {layout_[s][k], frequencies[s][k], start[node], costs[node].time, costs[node].energy, false});
       stage.busy_time += costs[node].time;
@@ -189,16 +138,10 @@ EmulationResult Emulator::run(const std::vector<std::vector<int>>& frequencies,
     stage.idle_energy = stage.idle_time * config_.p_block;
     result.energy += stage.compute_energy + stage.idle_energy;
   }
-  // Walk back from the last instruction through the predecessor it waited for.
-  for (int node = last; node >= 0;) {
-    const auto [s, k] = slot_of_[node];
-    result.instructions[s][k].critical = true;
-    int next = -1;
-    for (int p : predecessors_[node]) {
-      if (end[p] == start[node] && (next < 0 || end[p] > end[next])) next = p;
-    }
-    node = next;
-  }
+  walk_.critical_path(last, start.data(), end.data(), [&](int node) {
+    const auto [s, k] = walk_.slot[static_cast<std::size_t>(node)];
+    result.instructions[static_cast<std::size_t>(s)][k].critical = true;
+  });
   return result;
 }
 

@@ -20,7 +20,7 @@ double Variability::max() const {
 
 double Variability::of(int stage, InstructionKind kind) const {
   if (stage < 0 || static_cast<std::size_t>(stage) >= sigma.size()) return 0;
-  return sigma[static_cast<std::size_t>(stage)][kind == InstructionKind::forward ? 0 : 1];
+  return sigma[static_cast<std::size_t>(stage)][variability_index(kind)];
 }
 
 Variability Variability::uniform(int stages, double sigma) {
@@ -42,13 +42,13 @@ constexpr int kPairSpan = 4;                // each duration is paired with the 
 constexpr double kMedianAbsDiff = 1.4142135623730951 * 0.6744897501960817;
 
 std::size_t kind_index(int stage, InstructionKind kind) {
-  return static_cast<std::size_t>(stage) * 2 + (kind == InstructionKind::forward ? 0 : 1);
+  return static_cast<std::size_t>(stage) * kVariabilityClasses + variability_index(kind);
 }
 
 }  // namespace
 
 VariabilityEstimator::VariabilityEstimator(int stages) : stages_(std::max(stages, 0)) {
-  ratios_.resize(static_cast<std::size_t>(stages_) * 2);
+  ratios_.resize(static_cast<std::size_t>(stages_) * kVariabilityClasses);
 }
 
 void VariabilityEstimator::add(int stage, InstructionKind kind, const std::vector<double>& durations) {
@@ -78,264 +78,41 @@ Variability VariabilityEstimator::estimate() const {
       std::nth_element(pool.begin(), mid, pool.end());
       double median = *mid;
       if (pool.size() % 2 == 0) median = (median + *std::max_element(pool.begin(), mid)) / 2;
-      v.sigma[static_cast<std::size_t>(s)][kind == InstructionKind::forward ? 0 : 1] = median / kMedianAbsDiff;
+      v.sigma[static_cast<std::size_t>(s)][variability_index(kind)] = median / kMedianAbsDiff;
     }
   return v;
 }
 
 namespace {
 
-// The emulator's pipeline with a fixed set of noise draws: every plan evaluated by one instance
-// sees the same factors (common random numbers).
-class NoisyPipeline {
- public:
-  NoisyPipeline(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options)
-      : emulator_(checked_emulator(plans)) {
-    const auto& config = emulator_.config();
-    stages_ = config.num_stages;
-    p_block_ = config.p_block;
-    const PipelineDag dag = build_pipeline_dag(config.schedule, config.num_stages, config.num_microbatches,
-                                               config.extra_forwards, config.virtual_stages);
-    nodes_ = static_cast<int>(dag.instructions.size());
-    instructions_ = dag.instructions;
-    predecessors_.assign(static_cast<std::size_t>(nodes_), {});
-    successors_.assign(static_cast<std::size_t>(nodes_), {});
-    for (const auto& [u, w] : dag.edges)
-      if (u < nodes_ && w < nodes_) {
-        predecessors_[static_cast<std::size_t>(w)].push_back(u);
-        successors_[static_cast<std::size_t>(u)].push_back(w);
-      }
-    for (int node : dag.topological_order())
-      if (node < nodes_) topo_.push_back(node);
-    slot_of_.assign(static_cast<std::size_t>(nodes_), {0, 0});
-    stage_nodes_ = dag.stage_nodes;
-    for (int s = 0; s < stages_; ++s)
-      for (std::size_t k = 0; k < dag.stage_nodes[static_cast<std::size_t>(s)].size(); ++k)
-        slot_of_[static_cast<std::size_t>(dag.stage_nodes[static_cast<std::size_t>(s)][k])] = {s, k};
+const Emulator& checked_emulator(const PlanningOutput& plans) {
+  if (!plans.emulator) throw std::invalid_argument("the planning output has no emulator");
+  return *plans.emulator;
+}
 
-    const bool noisy = v.max() > 0;
-    const bool spread = !options.speeds.empty();
-    pipelines_ = spread  ? std::min<int>(static_cast<int>(options.speeds.size()), kMaxPipelines)
-                 : noisy ? std::clamp(options.pipelines, 1, kMaxPipelines)
-                         : 1;
-    const std::size_t per_sample = static_cast<std::size_t>(pipelines_) * static_cast<std::size_t>(std::max(nodes_, 1));
-    const int affordable = static_cast<int>(std::min<std::size_t>(options.max_work / per_sample, 1 << 20));
-    samples_ = noisy ? std::max(std::min(std::max(options.samples, 1), affordable), std::min(options.samples, 8)) : 1;
-    samples_ = std::max(samples_, 1);
-    competitor_ = options.competitor;
-    latency_ = std::max(0.0, options.clock_latency);
-    if (!competitor_.empty()) samples_ = static_cast<int>(competitor_.size());
-    node_sigma_.resize(static_cast<std::size_t>(nodes_));
-    for (int n = 0; n < nodes_; ++n) {
-      const auto& inst = instructions_[static_cast<std::size_t>(n)];
-      node_sigma_[static_cast<std::size_t>(n)] = std::max(0.0, v.of(inst.stage, inst.kind));
-    }
-    // Per pipeline and node: its GPU's speed.
-    std::vector<double> speed(static_cast<std::size_t>(pipelines_) * nodes_, 1.0);
-    node_speed_.assign(static_cast<std::size_t>(nodes_), 1.0);
-    if (spread) {
-      for (int n = 0; n < nodes_; ++n) {
-        const auto& inst = instructions_[static_cast<std::size_t>(n)];
-        const std::pair<int, InstructionKind> key{model_stage(inst, stages_), inst.kind};
-        double sum = 0;
-        for (int d = 0; d < pipelines_; ++d) {
-          const auto& mine = options.speeds[static_cast<std::size_t>(d)];
-          auto it = mine.find(key);
-          const double f = it != mine.end() && it->second > 0 ? it->second : 1.0;
-          speed[static_cast<std::size_t>(d) * nodes_ + n] = f;
-          sum += f;
-        }
-        node_speed_[static_cast<std::size_t>(n)] = sum / pipelines_;
-      }
-    }
-    factors_.assign(static_cast<std::size_t>(samples_) * pipelines_ * nodes_, 1.0);
-    std::mt19937_64 rng(options.seed);
-    std::normal_distribution<double> normal(0.0, 1.0);
-    for (std::size_t i = 0; i < factors_.size(); ++i) {
-      const std::size_t pipeline_node = i % (static_cast<std::size_t>(pipelines_) * nodes_);
-      factors_[i] = (noisy ? std::exp(node_sigma_[i % nodes_] * normal(rng)) : 1.0) * speed[pipeline_node];
-    }
-  }
+NoisyBatchOptions batch_options(const Variability& v, const NoiseAwareOptions& options) {
+  NoisyBatchOptions o;
+  o.noise = emulator_noise(v, options.seed);
+  o.samples = options.samples;
+  o.pipelines = options.pipelines;
+  o.speeds = options.speeds;
+  o.competitor = options.competitor;
+  o.clock_latency = options.clock_latency;
+  o.max_work = options.max_work;
+  return o;
+}
 
-  int stages() const { return stages_; }
-  double p_block() const { return p_block_; }
-  const Emulator& emulator() const { return emulator_; }
-  int nodes() const { return nodes_; }
-  const Instruction& instruction(int node) const { return instructions_[static_cast<std::size_t>(node)]; }
-  std::pair<int, std::size_t> slot(int node) const { return slot_of_[static_cast<std::size_t>(node)]; }
-  // The node that runs on its stage before `node` (the stage's last one for its first: the iteration before).
-  int previous_on_stage(int node) const {
-    const auto [s, k] = slot(node);
-    const auto& stage = stage_nodes_[static_cast<std::size_t>(s)];
-    return stage[k > 0 ? k - 1 : stage.size() - 1];
-  }
-  double latency() const { return latency_; }
-  double mean_factor(int node) const {
-    const double s = node_sigma_[static_cast<std::size_t>(node)];
-    return std::exp(s * s / 2) * node_speed_[static_cast<std::size_t>(node)];
-  }
+// The emulator's noisy batch of `plans` under `v`: every plan evaluated by one instance sees the
+// same draws (common random numbers).
+NoisyBatch noisy_batch(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options) {
+  return NoisyBatch(checked_emulator(plans), batch_options(v, options));
+}
 
-  int samples() const { return samples_; }
-  int pipelines() const { return pipelines_; }
-  double factor(int sample, int pipeline, int node) const {
-    return factors_[(static_cast<std::size_t>(sample) * pipelines_ + pipeline) * nodes_ + node];
-  }
-
-  struct Result {
-    NoisyEstimate estimate;
-    std::vector<double> gradient;  // d(mean time)/d(noise-free time) per node, when asked
-    // When asked: per sample its iteration time, and per (sample, pipeline, node) the longest
-    // path through the node, so that lengthening one node is priced exactly.
-    std::vector<double> makespan, through;
-  };
-
-  enum class Detail { time, gradient, paths };
-
-  // Expected iteration time if `node` alone took `dt` longer (noise-free seconds).
-  double lengthened(const Result& r, int node, double dt) const {
-    double sum = 0;
-    for (int k = 0; k < samples_; ++k) {
-      const double t = r.makespan[static_cast<std::size_t>(k)];
-      double longest = t;
-      for (int d = 0; d < pipelines_; ++d) {
-        const std::size_t i = (static_cast<std::size_t>(k) * pipelines_ + d) * nodes_ + node;
-        longest = std::max(longest, r.through[i] + dt * factors_[i]);
-      }
-      sum += longest - t;
-    }
-    return r.estimate.time + sum / samples_;
-  }
-
-  Result evaluate(const std::vector<std::vector<int>>& frequencies, Detail detail) const {
-    const bool gradient = detail != Detail::time;
-    const bool paths = detail == Detail::paths;
-    std::vector<Emulator::Cost> costs(static_cast<std::size_t>(nodes_));
-    // With a clock latency: an instruction whose clock differs from the one before it on its stage
-    // runs at that one's clock for the latency (its cost at that clock, here), then at its own.
-    std::vector<Emulator::Cost> before;
-    if (latency_ > 0) before.resize(costs.size());
-    for (int n = 0; n < nodes_; ++n) {
-      const auto [s, k] = slot(n);
-      const auto& stage = frequencies[static_cast<std::size_t>(s)];
-      costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), stage[k]);
-      if (latency_ > 0) {
-        const int previous = stage[k > 0 ? k - 1 : stage.size() - 1];  // the last one of the iteration before
-        before[static_cast<std::size_t>(n)] =
-            previous == stage[k] ? Emulator::Cost{-1, 0} : *emulator_.cost(instruction(n), previous);
-      }
-    }
-    // Time and energy of node n with noise factor f.
-    auto run = [&](int n, double f) -> std::pair<double, double> {
-      const auto& now = costs[static_cast<std::size_t>(n)];
-      if (latency_ <= 0 || before[static_cast<std::size_t>(n)].time < 0) return {now.time * f, now.energy * f};
-      const auto& old = before[static_cast<std::size_t>(n)];
-      const double t_old = old.time * f;
-      if (t_old <= latency_) return {t_old, old.energy * f};  // it ends before the new clock takes effect
-      const double done = latency_ / t_old;                   // its share of the work at the old clock
-      return {latency_ + (1 - done) * now.time * f, done * old.energy * f + (1 - done) * now.energy * f};
-    };
-    Result out;
-    if (gradient) out.gradient.assign(static_cast<std::size_t>(nodes_), 0.0);
-    if (paths) {
-      out.makespan.assign(static_cast<std::size_t>(samples_), 0.0);
-      out.through.assign(factors_.size(), 0.0);
-    }
-    std::vector<double> start(static_cast<std::size_t>(nodes_)), end(start.size()), tail(start.size());
-    std::vector<double> best_start, best_end;
-    double sum_time = 0, sum_sq = 0, sum_energy = 0;
-    for (int k = 0; k < samples_; ++k) {
-      double slowest = 0, compute = 0, busy = 0;
-      // The other pipelines' end, when given: the iteration ends no earlier.
-      const bool floor = !competitor_.empty();
-      if (floor) slowest = competitor_[static_cast<std::size_t>(k)];
-      int slowest_pipeline = floor ? -1 : 0, slowest_last = -1;
-      for (int d = 0; d < pipelines_; ++d) {
-        const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
-        int last = -1;
-        for (int n : topo_) {
-          double s = 0;
-          for (int p : predecessors_[static_cast<std::size_t>(n)]) s = std::max(s, end[static_cast<std::size_t>(p)]);
-          start[static_cast<std::size_t>(n)] = s;
-          const auto [t, e] = run(n, f[n]);
-          end[static_cast<std::size_t>(n)] = s + t;
-          busy += t;
-          compute += e;
-          if (last < 0 || end[static_cast<std::size_t>(n)] > end[static_cast<std::size_t>(last)]) last = n;
-        }
-        const double time = last < 0 ? 0 : end[static_cast<std::size_t>(last)];
-        if (paths) {  // the longest way from each node's end to the iteration's end
-          double* through = &out.through[(static_cast<std::size_t>(k) * pipelines_ + d) * nodes_];
-          for (auto it = topo_.rbegin(); it != topo_.rend(); ++it) {
-            const auto n = static_cast<std::size_t>(*it);
-            double after = 0;
-            for (int q : successors_[n])
-              after = std::max(after, tail[static_cast<std::size_t>(q)] + run(q, f[q]).first);
-            tail[n] = after;
-            through[n] = end[n] + after;
-          }
-        }
-        if ((d == 0 && !floor) || time > slowest) {
-          slowest = time;
-          slowest_pipeline = d;
-          slowest_last = last;
-          if (gradient) {
-            best_start = start;
-            best_end = end;
-          }
-        }
-      }
-      sum_time += slowest;
-      sum_sq += slowest * slowest;
-      if (paths) out.makespan[static_cast<std::size_t>(k)] = slowest;
-      // Every pipeline's GPUs compute or block until the slowest pipeline ends.
-      sum_energy += (compute + p_block_ * (stages_ * pipelines_ * slowest - busy)) / pipelines_;
-      if (gradient && slowest_pipeline >= 0) {
-        const double* f = &factors_[(static_cast<std::size_t>(k) * pipelines_ + slowest_pipeline) * nodes_];
-        for (int n = slowest_last; n >= 0;) {
-          out.gradient[static_cast<std::size_t>(n)] += f[n] / samples_;
-          int next = -1;
-          for (int p : predecessors_[static_cast<std::size_t>(n)])
-            if (best_end[static_cast<std::size_t>(p)] == best_start[static_cast<std::size_t>(n)] &&
-                (next < 0 || best_end[static_cast<std::size_t>(p)] > best_end[static_cast<std::size_t>(next)]))
-              next = p;
-          n = next;
-        }
-      }
-    }
-    const double mean = sum_time / samples_;
-    out.estimate.time = mean;
-    out.estimate.energy = sum_energy / samples_;
-    const double variance = samples_ > 1 ? (sum_sq - samples_ * mean * mean) / (samples_ - 1) : 0;
-    out.estimate.time_stddev = std::sqrt(std::max(0.0, variance));
-    return out;
-  }
-
- private:
-  static const Emulator& checked_emulator(const PlanningOutput& plans) {
-    if (!plans.emulator) throw std::invalid_argument("the planning output has no emulator");
-    return *plans.emulator;
-  }
-
-  const Emulator& emulator_;
-  int stages_ = 0, nodes_ = 0, samples_ = 1, pipelines_ = 1;
-  double p_block_ = 0;
-  std::vector<Instruction> instructions_;
-  std::vector<std::vector<int>> predecessors_, successors_;
-  std::vector<int> topo_;
-  std::vector<std::pair<int, std::size_t>> slot_of_;
-  std::vector<std::vector<int>> stage_nodes_;
-  std::vector<double> node_sigma_;
-  std::vector<double> node_speed_;  // mean over the pipelines
-  std::vector<double> competitor_;  // per sample: when the iteration ends at the latest anyway
-  double latency_ = 0;              // seconds until a changed clock takes effect
-  std::vector<double> factors_;     // [sample][pipeline][node]
-};
-
-// One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyPipeline.
+// One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyBatch.
 class Chooser {
  public:
   Chooser(const PlanningOutput& plans, const Variability& v, const NoiseAwareOptions& options)
-      : plans_(plans), options_(options), noisy_(plans, v, options) {}
+      : plans_(plans), options_(options), noisy_(noisy_batch(plans, v, options)) {}
 
   ChosenPlan choose(double deadline) {
     deadline_ = deadline;
@@ -379,7 +156,7 @@ class Chooser {
   }
 
   ChosenPlan evaluated(ChosenPlan plan) const {
-    const auto e = noisy_.evaluate(plan.frequencies, NoisyPipeline::Detail::time).estimate;
+    const auto e = noisy_.evaluate(plan.frequencies, NoisyBatch::Detail::time).estimate;
     plan.time = e.time;
     plan.energy = e.energy;
     return plan;
@@ -406,7 +183,7 @@ class Chooser {
   ChosenPlan frontier_plan(std::size_t point) {
     auto it = estimates_.find(point);
     if (it == estimates_.end())
-      it = estimates_.emplace(point, noisy_.evaluate(frequencies(point), NoisyPipeline::Detail::time).estimate).first;
+      it = estimates_.emplace(point, noisy_.evaluate(frequencies(point), NoisyBatch::Detail::time).estimate).first;
     return {point, 0, frequencies(point), it->second.time, it->second.energy};
   }
 
@@ -496,10 +273,10 @@ class Chooser {
                                    int steps = 0) {
     std::vector<Move> batch;
     for (int round = 0; round < options_.max_repair_rounds; ++round) {
-      const auto r = noisy_.evaluate(freqs, NoisyPipeline::Detail::gradient);
+      const auto r = noisy_.evaluate(freqs, NoisyBatch::Detail::gradient);
       if (r.estimate.time <= deadline_) {
         trim(batch, freqs, steps);
-        const auto e = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+        const auto e = noisy_.evaluate(freqs, NoisyBatch::Detail::time).estimate;
         return ChosenPlan{point, steps, std::move(freqs), e.time, e.energy};
       }
       std::vector<Move> moves;
@@ -540,7 +317,7 @@ class Chooser {
   };
 
   // The lengthenings of `node` by one to three clock steps that save energy.
-  void lengthenings(const NoisyPipeline::Result& r, int node, int clock, std::vector<Change>& out) const {
+  void lengthenings(const NoisyBatch::Result& r, int node, int clock, std::vector<Change>& out) const {
     const auto& emulator = noisy_.emulator();
     const auto& inst = noisy_.instruction(node);
     const auto& clocks = emulator.clocks(inst);  // fastest first
@@ -571,7 +348,7 @@ class Chooser {
     std::vector<Applied> applied;  // the last batch of lengthenings
     int stale = 0;
     for (int round = 0; round < options_.max_improve_rounds && stale < 30; ++round) {
-      const auto r = noisy_.evaluate(freqs, NoisyPipeline::Detail::paths);
+      const auto r = noisy_.evaluate(freqs, NoisyBatch::Detail::paths);
       if (r.estimate.time > deadline_) {  // the last batch overran the slack together: undo it
         if (applied.empty()) break;
         for (auto it = applied.rbegin(); it != applied.rend(); ++it) set_clock(freqs, it->node, it->old_clock);
@@ -631,7 +408,7 @@ class Chooser {
     if (options_.clock_latency <= 0) return plan;
     constexpr int kEvaluations = 600;
     auto freqs = plan.frequencies;
-    NoisyEstimate current = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+    NoisyEstimate current = noisy_.evaluate(freqs, NoisyBatch::Detail::time).estimate;
     int budget = kEvaluations;
     for (int pass = 0; pass < 3 && budget > 0; ++pass) {
       bool changed = false;
@@ -643,7 +420,7 @@ class Chooser {
             if (!noisy_.emulator().cost(noisy_.emulator().layout()[s][target], clock)) continue;  // not profiled
             freqs[s][target] = clock;
             --budget;
-            const auto e = noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate;
+            const auto e = noisy_.evaluate(freqs, NoisyBatch::Detail::time).estimate;
             if (e.time <= deadline_ && total(e) <= total(current) - 1e-12) {
               current = e;
               changed = true;
@@ -691,7 +468,7 @@ class Chooser {
       int& clock = freqs[static_cast<std::size_t>(s)][k];
       const int raised = clock;
       clock = it->clock;
-      if (noisy_.evaluate(freqs, NoisyPipeline::Detail::time).estimate.time <= deadline_) {
+      if (noisy_.evaluate(freqs, NoisyBatch::Detail::time).estimate.time <= deadline_) {
         --steps;
       } else {
         clock = raised;
@@ -701,7 +478,7 @@ class Chooser {
 
   const PlanningOutput& plans_;
   NoiseAwareOptions options_;
-  NoisyPipeline noisy_;
+  NoisyBatch noisy_;
   double deadline_ = 0;
   std::map<std::size_t, std::vector<std::vector<int>>> cache_;
   std::map<std::size_t, NoisyEstimate> estimates_;
@@ -711,16 +488,16 @@ class Chooser {
 
 NoisyEstimate expected_time_and_energy(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
                                        const Variability& v, const NoiseAwareOptions& options) {
-  NoisyPipeline noisy(plans, v, options);
+  const NoisyBatch noisy = noisy_batch(plans, v, options);
   noisy.emulator().check_plan(frequencies);
-  return noisy.evaluate(frequencies, NoisyPipeline::Detail::time).estimate;
+  return noisy.evaluate(frequencies, NoisyBatch::Detail::time).estimate;
 }
 
 std::vector<double> iteration_samples(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,
                                       const Variability& v, const NoiseAwareOptions& options) {
-  NoisyPipeline noisy(plans, v, options);
+  const NoisyBatch noisy = noisy_batch(plans, v, options);
   noisy.emulator().check_plan(frequencies);
-  return noisy.evaluate(frequencies, NoisyPipeline::Detail::paths).makespan;
+  return noisy.evaluate(frequencies, NoisyBatch::Detail::paths).makespan;
 }
 
 double expected_time(const PlanningOutput& plans, const std::vector<std::vector<int>>& frequencies,

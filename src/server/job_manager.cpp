@@ -20,82 +20,13 @@
 #include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
+#include "job_manager_job.hpp"
 
 namespace perseus::server {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
-
-enum class Phase { registering, asking, running, ended };
-
-struct JobManager::Job {
-  Job(const boost::asio::any_io_executor& executor, JobInfo job_info)
-      : info(std::move(job_info)),
-        ranks(static_cast<std::size_t>(info.world_size)),
-        waiting(ranks.size()),
-        results(ranks.size()),
-        beats(ranks.size()),
-        timer(executor),
-        watchdog(executor) {}
-
-  JobInfo info;
-  fs::path dir;
-  std::vector<std::optional<RankInfo>> ranks;
-  int registered = 0;  // ranks whose registration is stored (a slot is taken while its write commits)
-  std::unique_ptr<Scheduler> scheduler;
-  Phase phase = Phase::registering;
-  int round = 0;
-  std::vector<Reply> waiting;  // schedule requests not yet answered, per rank
-  int asked = 0;
-  std::vector<std::optional<ProfilingResult>> results;  // this round's, per rank
-  std::map<int, std::string> rejected;                  // this round's results that are no measurement: rank -> why
-  int rejected_rounds = 0;                              // rounds in a row run again because of them
-  int reported = 0;
-  std::vector<PowerStateSchedule> current;  // this round's schedules, by rank
-  JobOutcome outcome;                       // once ended
-  bool restored = false;                    // restored from the store and the interrupted round has not restarted yet
-  bool stale_round = false;                 // a rank ran this round with a stale schedule: its results are not used
-  bool repeat = false;                      // the next round runs the current schedules again
-  SteadyClock::time_point watched;          // the watchdog's last look
-  struct Beat {
-    bool seen = false;  // this rank sends heartbeats (the artifact's client does not)
-    std::uint64_t progress = 0;
-    SteadyClock::time_point last, progressed;
-  };
-  std::vector<Beat> beats;
-  bool watchdog_armed = false;
-  std::optional<SteadyClock::time_point> round_started;
-  double typical_round_s = 0;       // moving average of the time between round starts
-  json measured = nullptr;          // the last finished round, per iteration: {iteration_time, energy}
-  json scheduler_status = nullptr;  // the scheduler's own status when the job ended
-  json frontier_at_end = nullptr;   // and its frontier and timeline (Scheduler::frontier, timeline)
-  std::function<std::string()> timeline_at_end;
-  std::set<int> finished;            // ranks whose training ended (POST /leave with finished)
-  std::set<int> unsupported_warned;  // power states a scheduler gave that some rank lacks, warned of once
-  json pipelines = json::array();    // the same per data-parallel pipeline
-  SteadyClock::time_point ended_at;  // which ended job goes first when room is needed
-  boost::asio::steady_timer timer;
-  boost::asio::steady_timer watchdog;
-};
-
-void JobManager::keep(const Job& job, std::function<void(JobStore&)> write, std::size_t bytes) {
-  if (committer_) committer_->keep(fmt::format("job {}'s state", job.info.job_id), bytes, std::move(write));
-}
-
-void JobManager::durably(std::function<void(JobStore&)> write, std::function<void(bool)> then) {
-  if (!committer_) return then(true);
-  auto on_strand = [executor = executor_, then](bool committed) {
-    boost::asio::post(executor, [then, committed] { then(committed); });
-  };
-  if (!committer_->submit(std::move(write), on_strand)) then(false);
-}
-
-void JobManager::after_stored(Ack ack) {
-  if (!committer_ || committer_->failing()) return ack(std::nullopt);
-  auto on_strand = [executor = executor_, ack](bool) { boost::asio::post(executor, [ack] { ack(std::nullopt); }); };
-  if (!committer_->submit({}, on_strand)) ack(std::nullopt);
-}
 
 namespace {
 
@@ -107,16 +38,6 @@ RequestError not_stored(const std::string& what) {
 }
 
 }  // namespace
-
-void JobManager::write_held_jobs_again() {
-  for (const auto& [id, job] : jobs_) {
-    keep(*job, [info = job->info](JobStore& store) { store.add_job(info); });
-    for (const auto& rank : job->ranks)
-      if (rank) keep(*job, [id, rank = *rank](JobStore& store) { store.add_rank(id, rank); });
-    if (job->phase == Phase::ended)
-      keep(*job, [id, detail = to_detail(job->outcome)](JobStore& store) { store.end_job(id, detail); });
-  }
-}
 
 JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings settings, SchedulerFactory factory)
     : executor_(std::move(executor)), settings_(std::move(settings)), factory_(std::move(factory)) {
@@ -140,111 +61,6 @@ JobManager::JobManager(boost::asio::any_io_executor executor, ServerSettings set
   if (!store_->set_aside().empty()) name_records_not_resumed();
 }
 
-namespace {
-
-// Rounds a job's records folder holds records of: one past the highest N of its N.prof.json files
-// (0 when none).
-int rounds_recorded(const fs::path& dir) {
-  int rounds = 0;
-  std::error_code ec;
-  std::size_t looked = 0;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end && looked < 100000; it.increment(ec), ++looked) {
-    std::string name = it->path().filename().string();
-    constexpr std::string_view kSuffix = ".prof.json";
-    if (name.size() <= kSuffix.size() || !name.ends_with(kSuffix)) continue;
-    int round = -1;
-    const char* last = name.data() + name.size() - kSuffix.size();
-    auto [at, error] = std::from_chars(name.data(), last, round);
-    if (error == std::errc() && at == last && round >= 0 && round < std::numeric_limits<int>::max())
-      rounds = std::max(rounds, round + 1);
-  }
-  return rounds;
-}
-
-}  // namespace
-
-// After a damaged store was set aside: the jobs whose records folders say they existed and that
-// were not resumed (ended jobs among them), and the jobs resumed at an earlier round than their
-// records reach, named, so that nothing goes missing silently.
-void JobManager::name_records_not_resumed() const {
-  std::vector<std::string> behind;
-  for (const auto& [id, job] : jobs_) {
-    if (job->phase == Phase::ended) continue;
-    if (int recorded = rounds_recorded(job->dir); recorded > job->round)
-      behind.push_back(fmt::format("{} (at round {}, its records reach round {})", id, job->round, recorded - 1));
-  }
-  if (!behind.empty()) {
-    std::string names;
-    for (std::size_t i = 0; i < behind.size() && i < 50; ++i) names += (i ? ", " : "") + behind[i];
-    if (behind.size() > 50) names += fmt::format(" and {} more", behind.size() - 50);
-    spdlog::warn(
-        "jobs resumed earlier than their records reach (the job store was damaged; those rounds run again): {}", names);
-  }
-  std::vector<std::string> missing;
-  std::error_code ec;
-  std::size_t looked = 0;
-  for (fs::directory_iterator it(settings_.dump_dir, ec), end; !ec && it != end && looked < 100000;
-       it.increment(ec), ++looked) {
-    if (!it->is_directory(ec) || it->path().filename().string().starts_with(".")) continue;
-    try {
-      json job = json::parse(read_file(it->path() / "job.json"));
-      std::string id = job.at("job").at("job_id").get<std::string>();
-      if (jobs_.count(id) == 0) missing.push_back(id);
-    } catch (const std::exception&) {
-      // not a job's records folder
-    }
-  }
-  if (missing.empty()) return;
-  std::sort(missing.begin(), missing.end());
-  std::string names;
-  for (std::size_t i = 0; i < missing.size() && i < 50; ++i) names += (i ? ", " : "") + missing[i];
-  if (missing.size() > 50) names += fmt::format(" and {} more", missing.size() - 50);
-  spdlog::warn("jobs recorded in {} that are not resumed (the job store was damaged; ended jobs are among them): {}",
-               settings_.dump_dir, names);
-}
-
-void JobManager::restore(StoredJob stored) {
-  std::string id = stored.info.job_id;
-  auto job = std::make_unique<Job>(executor_, stored.info);
-  job->dir = fs::path(settings_.dump_dir) / records_dir_name(id);
-  Job& ref = *job;
-  jobs_.emplace(id, std::move(job));
-  for (auto& rank : stored.ranks) {
-    if (rank.rank < 0 || rank.rank >= ref.info.world_size) continue;
-    ref.ranks[static_cast<std::size_t>(rank.rank)] = std::move(rank);
-    ++ref.registered;
-  }
-  if (stored.ended) {
-    ref.phase = Phase::ended;
-    ref.ended_at = SteadyClock::now();
-    ref.outcome = outcome_from_detail(stored.end_detail).value_or(JobOutcome::failed(stored.end_detail));
-    spdlog::info("job {} restored (ended: {})", id, stored.end_detail);
-    return forget_later(ref);
-  }
-  if (ref.registered < ref.info.world_size) {
-    spdlog::info("job {} restored: {}/{} ranks registered", id, ref.registered, ref.info.world_size);
-    return arm_timer(ref, "register");
-  }
-  start_rounds(ref);
-  if (ref.phase == Phase::ended) return;
-  // Replay the completed rounds into the new scheduler: its progress comes back as it was.
-  int r = 0;
-  try {
-    for (; r < stored.rounds; ++r) {
-      (void)ref.scheduler->next_schedule();
-      const json& record = stored.records[static_cast<std::size_t>(r)];
-      if (record.is_null()) ref.scheduler->observe({});
-      else ref.scheduler->replay(record);
-    }
-  } catch (const std::exception& e) {
-    return end(ref, JobOutcome::failed(
-                        fmt::format("could not resume after a server restart (replaying round {}): {}", r, e.what())));
-  }
-  ref.round = stored.rounds;
-  ref.restored = true;
-  spdlog::info("job {} restored at round {}", id, ref.round);
-}
-
 JobManager::~JobManager() = default;
 
 JobManager::Job& JobManager::find(const std::string& job_id) const {
@@ -258,17 +74,6 @@ void JobManager::check_rank(const Job& job, int rank) const {
     throw RequestError(Refusal::not_found, fmt::format("rank {} is out of range for job '{}' (world size {})", rank,
                                                        job.info.job_id, job.info.world_size));
 }
-
-namespace {
-
-// A job as the server shows it (GET /jobs/{id}, job.json): without its secret.
-json public_json(const JobInfo& info) {
-  json out = to_json(info);
-  out.erase("job_secret");
-  return out;
-}
-
-}  // namespace
 
 void JobManager::make_room(int world_size) {
   for (;;) {
@@ -686,99 +491,6 @@ void JobManager::start_rounds(Job& job) {
   arm_timer(job, "ask for the schedule");
 }
 
-json JobManager::scheduler_status(const Job& job) const {
-  if (job.phase == Phase::ended) return job.scheduler_status;
-  return job.scheduler ? job.scheduler->status() : json(nullptr);
-}
-
-json JobManager::summary(const Job& job, const json& own) const {
-  std::string phase = job.phase == Phase::registering ? "registering"
-                      : job.phase != Phase::ended     ? "running"
-                      : job.outcome.is_done()         ? "done"
-                                                      : "failed";
-  // A scheduler's own phases (warmup, profiling, ...) while the job runs.
-  if (job.phase != Phase::ended && job.scheduler)
-    if (auto own_phase = job.scheduler->phase()) phase = *own_phase;
-  // What a list of jobs shows of each: the scheduler's saving and slowdown (null where it has none).
-  auto own_field = [&own](const char* key) { return own.is_object() && own.contains(key) ? own[key] : json(nullptr); };
-  return {{"job_id", job.info.job_id},
-          {"scheduler", settings_.scheduler},
-          {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
-          {"phase", phase},
-          {"round", job.round},
-          {"world_size", job.info.world_size},
-          {"registered", job.registered},
-          {"saving", own_field("saving")},
-          {"slowdown", own_field("slowdown")}};
-}
-
-json JobManager::jobs_summary() const {
-  json out = json::array();
-  for (const auto& [id, job] : jobs_) out.push_back(summary(*job, scheduler_status(*job)));
-  return out;
-}
-
-json JobManager::job_status(const std::string& job_id) const {
-  const Job& job = find(job_id);
-  const json own = scheduler_status(job);
-  json out = summary(job, own);
-  out["job"] = public_json(job.info);
-  out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
-  out["reported"] = job.phase == Phase::running ? job.reported : 0;
-  out["typical_round_s"] = job.typical_round_s;
-  out["end_detail"] = job.phase == Phase::ended ? json(to_detail(job.outcome)) : json(nullptr);
-  out["measured"] = job.measured;
-  out["pipelines"] = job.pipelines;
-  out["power_budget"] = budget_->job_status(job_id);
-  if (own.is_object())
-    for (const auto& [key, value] : own.items())
-      if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended
-  return out;
-}
-
-std::string JobManager::metrics_text() const {
-  json statuses = json::array();
-  for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
-  StoreCounters store;
-  if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
-  if (committer_) {
-    store.writes += committer_->committed();
-    store.failures += committer_->failures();
-    store.dropped += committer_->dropped();
-  }
-  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION, power_budget_status());
-}
-
-void JobManager::set_power_budget(const BudgetRequest& request) { budget_->set(request, SteadyClock::now()); }
-
-json JobManager::power_budget_status() const { return budget_->status(SteadyClock::now()); }
-
-json JobManager::heartbeat_reply(const std::string& job_id) const {
-  auto limit = budget_->power_limit(job_id);
-  return limit ? json{{"power_limit", *limit}} : json(nullptr);
-}
-
-json JobManager::job_frontier(const std::string& job_id) const {
-  const Job& job = find(job_id);
-  json out = job.phase == Phase::ended ? job.frontier_at_end
-             : job.scheduler           ? job.scheduler->frontier()
-                                       : json(nullptr);
-  if (out.is_null())
-    throw RequestError(Refusal::not_found, fmt::format("job '{}' has no frontier (yet): only the Perseus scheduler "
-                                                       "plans one, once it has profiled the job",
-                                                       job_id));
-  return out;
-}
-
-std::string JobManager::job_timeline_svg(const std::string& job_id) const {
-  const Job& job = find(job_id);
-  auto draw = job.phase == Phase::ended ? job.timeline_at_end
-              : job.scheduler           ? job.scheduler->timeline()
-                                        : std::function<std::string()>();
-  if (!draw) throw RequestError(Refusal::not_found, fmt::format("job '{}' has no deployed plan to draw (yet)", job_id));
-  return draw();
-}
-
 json JobManager::answer(const Job& job, std::size_t rank) const {
   const auto& schedule = job.current[rank];
   if (job.ranks[rank] && job.ranks[rank]->dialect == Dialect::zeus) return to_zeus_json(schedule);
@@ -954,7 +666,8 @@ void JobManager::finish_round(Job& job) {
     return end(job, JobOutcome::failed(fmt::format("scheduler {} failed observing round {}: {}", settings_.scheduler,
                                                    job.round - 1, e.what())));
   }
-  budget_->round(job.info.job_id, {time, energy, job.scheduler->phase().value_or("running"), job.typical_round_s},
+  budget_->round(job.info.job_id,
+                 {time, energy, job.scheduler->phase().value_or(JobPhase::running), job.typical_round_s},
                  SteadyClock::now());
   arm_timer(job, "ask for the schedule");
 }
@@ -1022,63 +735,6 @@ void JobManager::arm_timer(Job& job, const std::string& waiting_for) {
     }
     end(job, JobOutcome::failed(fmt::format("round {} timed out after {} s: ranks [{}] did not {}", round,
                                             settings_.round_timeout_s, fmt::join(missing, ", "), waiting_for)));
-  });
-}
-
-void JobManager::record_round(const Job& job, const std::vector<ProfilingResult>& results) const {
-  if (!settings_.dump_data) return;
-  json sched = json::array(), prof = json::array();
-  std::size_t values = 0;  // numbers in the results recorded, for the writer's queue bound
-  auto count = [&](const ProfilingResult& r) {
-    values += r.iter_time.size() + r.iter_energy.size();
-    for (const auto* b : {&r.time_breakdown, &r.energy_breakdown})
-      for (const auto& [name, iterations] : *b)
-        for (const auto& it : iterations) values += it.size();
-  };
-  if (settings_.record_ranks) {
-    for (std::size_t r = 0; r < job.current.size(); ++r) sched.push_back(answer(job, r));
-    for (const auto& r : results) prof.push_back(to_json(r)), count(r);
-  } else {
-    // Each stage's first rank, and every rank whose schedule differs from it (its own plan).
-    std::map<int, std::size_t> first;
-    for (std::size_t r = 0; r < job.current.size(); ++r) {
-      auto [it, fresh] = first.emplace(job.ranks[r]->pp_rank, r);
-      const auto& mine = job.current[r];
-      const auto& theirs = job.current[it->second];
-      if (fresh || mine.power_states != theirs.power_states || mine.instructions != theirs.instructions)
-        sched.push_back(answer(job, r));
-    }
-    std::vector<int> stage_of;
-    for (const auto& r : job.ranks) stage_of.push_back(r->pp_rank);
-    std::vector<ProfilingResult> folded;
-    try {
-      folded = fold_stages(results, stage_of);
-    } catch (const std::exception& e) {
-      // Ranks disagree on what they measured: keep the iterations, without per-instruction detail.
-      spdlog::warn("job {}: round {}'s results fold per stage only without their breakdowns: {}", job.info.job_id,
-                   job.round, e.what());
-      auto bare = results;
-      for (auto& r : bare) r.time_breakdown.clear(), r.energy_breakdown.clear();
-      folded = fold_stages(bare, stage_of);
-    }
-    for (const auto& r : folded) prof.push_back(to_json(r)), count(r);
-  }
-  dump(job, fmt::format("{}.sched.json", job.round), std::move(sched), 4096 + 8 * job.current.size());
-  dump(job, fmt::format("{}.prof.json", job.round), std::move(prof), 1024 + 24 * values);
-  if (settings_.record_rounds > 0 && job.round >= settings_.record_rounds) {
-    int old = job.round - settings_.record_rounds;
-    writer_->post(fmt::format("job {}: removing round {}'s records", job.info.job_id, old), 256, [dir = job.dir, old] {
-      for (const char* kind : {"sched", "prof"}) fs::remove(dir / fmt::format("{}.{}.json", old, kind));
-    });
-  }
-}
-
-void JobManager::dump(const Job& job, const std::string& name, json content, std::size_t bytes) const {
-  if (!settings_.dump_data) return;
-  fs::path path = job.dir / name;
-  writer_->post(path.string(), bytes, [path, content = std::move(content)] {
-    fs::create_directories(path.parent_path());
-    write_file_atomic(path, content.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
   });
 }
 

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "perseus/server/job_phase.hpp"
 #include "perseus/util/prometheus_text.hpp"
 
 namespace perseus::server {
@@ -81,19 +82,15 @@ std::optional<double> number_at(const json& status, std::initializer_list<std::s
   return j->get<double>();
 }
 
-// The phases a job is shown in, one-hot: the server's own and the turnkey scheduler's.
-constexpr std::array<const char*, 8> kPhases = {"registering", "running",  "warmup", "profiling",
-                                                "planning",    "deployed", "done",   "failed"};
-
 void add_job(Exposition& out, const json& status) {
   const std::string id = status.value("job_id", std::string());
   const Labels job{{"job_id", id}};
   const std::string phase = status.value("phase", std::string());
-  for (const char* p : kPhases)
+  for (const JobPhase p : kAllJobPhases)
     out.add("perseus_job_phase", "gauge",
             "1 for the phase the job is in (registering, running, warmup, profiling, "
             "planning, deployed, done, failed), 0 for the others",
-            {{"job_id", id}, {"phase", p}}, phase == p ? 1 : 0);
+            {{"job_id", id}, {"phase", std::string(to_string(p))}}, phase == to_string(p) ? 1 : 0);
   auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
     if (auto v = number_at(status, path)) out.add(name, "gauge", help, job, *v);
   };
@@ -191,7 +188,7 @@ std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, 
   Exposition out;
   out.add("perseus_build_info", "gauge", "The server's version", {{"version", version}}, 1);
   std::map<std::string, int> by_phase;
-  for (const char* p : kPhases) by_phase[p] = 0;
+  for (const JobPhase p : kAllJobPhases) by_phase[std::string(to_string(p))] = 0;
   if (jobs.is_array())
     for (const auto& status : jobs) {
       if (!status.is_object()) continue;

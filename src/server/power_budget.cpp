@@ -27,11 +27,6 @@ double seconds_between(PowerBudget::Clock::time_point a, PowerBudget::Clock::tim
   return std::chrono::duration<double>(b - a).count();
 }
 
-// The phases in which a turnkey job runs the top clock, or clocks on their way down from it.
-bool before_plans(const std::string& phase) {
-  return phase == "warmup" || phase == "profiling" || phase == "planning" || phase == "registering";
-}
-
 json optional_number(const std::optional<double>& v) { return v ? json(*v) : json(nullptr); }
 
 }  // namespace
@@ -70,7 +65,7 @@ struct PowerBudget::Job {
   double weight = 1;
   int gpus = 1;
   double min_limit = 0, max_limit = 0;  // W per GPU, 0: unknown (the strictest of its ranks')
-  std::string phase = "registering";
+  JobPhase phase = JobPhase::registering;
   std::optional<double> last_power;  // the last round's, W
   double all_max = 0;                // the most it drew before its plans (the top clock), W
   std::deque<double> recent;         // its last rounds' power, W
@@ -391,7 +386,7 @@ void PowerBudget::round(const std::string& id, const RoundPower& r, Clock::time_
                     std::abs(a.energy - b.energy) > 1e-2 * a.energy;
   }
   std::string why;
-  if (phase_changed) why = fmt::format("job {} is {} now", id, r.phase);
+  if (phase_changed) why = fmt::format("job {} is {} now", id, to_string(r.phase));
   else if (offer_changed) why = fmt::format("job {}'s plans changed", id);
   else if (watts_) {
     double predicted = 0;
@@ -437,7 +432,7 @@ json PowerBudget::status(Clock::time_point now) const {
   for (const auto& [id, job] : jobs_) {
     json j = job_status(id);
     j["job_id"] = id;
-    j["phase"] = job.phase;
+    j["phase"] = to_string(job.phase);
     jobs.push_back(std::move(j));
   }
   json history = json::array();

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "perseus/client/client.hpp"
+#include "perseus/emulate/cost_tables.hpp"
 #include "perseus/pipeline/makespan.hpp"
 #include "perseus/pipeline/schedule_profile.hpp"
 #include "perseus/simulate/simulated_gpu.hpp"
@@ -36,17 +37,7 @@ std::optional<T> parse_number(std::string_view text) {
   return value;
 }
 
-// Time and energy of one (stage, kind) per profiled clock, fastest first.
-struct CostTable {
-  std::vector<int> clocks;
-  std::vector<double> time, energy;
-  // The profiled clock at or next below `clock` (the slowest one when `clock` is below them all).
-  std::size_t index_for(unsigned clock) const {
-    for (std::size_t i = 0; i < clocks.size(); ++i)
-      if (clocks[i] <= static_cast<int>(clock)) return i;
-    return clocks.size() - 1;
-  }
-};
+using CostTable = CostTables::Table;
 
 struct Rank {
   int rank = 0, dp = 0, pp = 0, tp = 0;
@@ -64,8 +55,8 @@ class Cluster {
   friend void perseus::simulate::check_simulation_config(const SimulationConfig& config);
   explicit Cluster(const SimulationConfig& config) : config_(config), rng_(config.seed) {
     check_config(config_);
-    orders_ = config_.stage_orders();  // what each rank runs and registers as its pipe schedule
-    build_tables();
+    orders_ = config_.stage_orders();                // what each rank runs and registers as its pipe schedule
+    tables_ = CostTables(config_.profile, config_);  // per model stage, as the emulator reads them
     std::vector<unsigned> clocks;
     for (const auto& row : config_.profile.rows) clocks.push_back(static_cast<unsigned>(row.frequency));
     const gpu::PowerLimitRange limits = power_limit_range(config_);
@@ -220,28 +211,6 @@ class Cluster {
     profile_for_schedule(by_model_stage(c.profile, c.num_stages), c.schedule, c.num_stages, c.num_model_stages());
   }
 
-  void build_tables() {  // per model stage
-    const int model_stages = config_.num_model_stages();
-    const Profile model = profile_for_schedule(by_model_stage(config_.profile, config_.num_stages), config_.schedule,
-                                               config_.num_stages, model_stages);
-    tables_.resize(static_cast<std::size_t>(model_stages) * kNumInstructionKinds);
-    for (int s = 0; s < model_stages; ++s)
-      for (auto kind : kAllInstructionKinds) {
-        auto rows = model.rows_for(s, kind);
-        std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.frequency > b.frequency; });
-        CostTable& table = tables_[table_index(s, kind)];
-        for (const auto& row : rows) {
-          table.clocks.push_back(row.frequency);
-          table.time.push_back(row.time);
-          table.energy.push_back(row.energy);
-        }
-      }
-  }
-
-  static std::size_t table_index(int stage, InstructionKind kind) {
-    return static_cast<std::size_t>(operation_index(stage, kind));
-  }
-
   // Every rank constructs its client at once, as training processes do: rank 0 registers the job
   // and hands the id to the others (the job-id broadcast), and the first schedule is a barrier.
   void start_clients(SimulationSummary& summary) {
@@ -316,19 +285,19 @@ class Cluster {
   // The whole instruction's time and energy on `gpu` with `clock` in effect: at most the
   // administrator's clock, and under the GPU's power limit at the highest clock whose power fits
   // (cluster.hpp).
-  std::pair<double, double> under_limits(const CostTable& table, const SimulatedGpu& gpu, unsigned clock) const {
+  TimeEnergy under_limits(const CostTable& table, const SimulatedGpu& gpu, unsigned clock) const {
     if (config_.max_clock > 0) clock = std::min(clock, static_cast<unsigned>(config_.max_clock));
-    std::size_t i = table.index_for(clock);
+    std::size_t i = table.at_or_below(static_cast<int>(clock));
     const double limit = gpu.power_limit_w();
-    while (i + 1 < table.time.size() && table.energy[i] > limit * table.time[i]) ++i;
-    const double time = table.time[i], energy = table.energy[i];
+    while (i + 1 < table.costs.size() && table.costs[i].energy > limit * table.costs[i].time) ++i;
+    const double time = table.costs[i].time, energy = table.costs[i].energy;
     return {energy > limit * time ? energy / limit : time, energy};
   }
 
   // One instruction on `gpu` from `start`, `f` times its time and energy (under_limits): at the clock
   // in effect, and where a requested clock takes effect while it runs, the rest of its work at that
   // one. Returns its duration and energy.
-  std::pair<double, double> run_on(SimulatedGpu& gpu, const CostTable& table, double start, double f) const {
+  TimeEnergy run_on(SimulatedGpu& gpu, const CostTable& table, double start, double f) const {
     double now = start, left = 1, energy = 0;  // left: the share of its work still to do
     for (;;) {
       const auto [time, whole_energy] = under_limits(table, gpu, gpu.clock_at(now));
@@ -347,7 +316,7 @@ class Cluster {
 
   // One instruction on the tensor-parallel ranks of (pipeline, stage), starting at `start`; returns its end.
   double run_instruction(int d, int s, const Instruction& inst, double start, double slow) {
-    const CostTable& table = tables_[table_index(model_stage(inst, config_.num_stages), inst.kind)];
+    const CostTable& table = tables_.of(model_stage(inst, config_.num_stages), inst.kind);
     const char* name = to_string(inst.kind).data();
     const int T = config_.tensor_parallel;
     durations_.assign(static_cast<std::size_t>(T), 0);
@@ -443,7 +412,7 @@ class Cluster {
   const SimulationConfig& config_;
   SteadyClock::time_point began_;  // the first iteration's start in wall time
   std::mt19937_64 rng_;
-  std::vector<CostTable> tables_;
+  CostTables tables_;
   std::vector<Rank> ranks_;
   std::vector<std::vector<Instruction>> orders_;
   std::vector<double> durations_, energies_;

@@ -304,7 +304,7 @@ TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
       const auto run = emulator.run(top, emulator_noise(truth, 1000 + 10 * round + it));
       for (std::size_t s = 0; s < 8; ++s)
         for (const auto& unit : run.instructions[s])
-          sets[2 * s + (unit.instruction.kind == InstructionKind::forward ? 0 : 1)].push_back(unit.duration);
+          sets[2 * s + variability_index(unit.instruction.kind)].push_back(unit.duration);
     }
     for (int s = 0; s < 8; ++s) {
       estimator.add(s, InstructionKind::forward, sets[static_cast<std::size_t>(2 * s)]);

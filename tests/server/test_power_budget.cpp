@@ -28,7 +28,9 @@ class FakeJob final : public server::Scheduler {
       : unpaced_(unpaced), gpus_(gpus), idle_(idle), dynamic_(dynamic) {}
   std::vector<server::PowerStateSchedule> next_schedule() override { return {}; }
   void observe(const std::vector<server::ProfilingResult>&) override {}
-  std::optional<std::string> phase() const override { return deployed ? "deployed" : "warmup"; }
+  std::optional<server::JobPhase> phase() const override {
+    return deployed ? server::JobPhase::deployed : server::JobPhase::warmup;
+  }
 
   double per_gpu(double time) const { return idle_ + dynamic_ * std::pow(unpaced_ / time, 3); }
   std::vector<online::PaceOption> pace_options() const override {
@@ -58,7 +60,7 @@ class FakeJob final : public server::Scheduler {
     double t = pace.value_or(unpaced_);
     double p = deployed ? per_gpu(t) * actual : (idle_ + dynamic_) * actual;
     if (limit) p = std::min(p, *limit);
-    return {t, p * gpus_ * t, deployed ? "deployed" : "warmup", 1.0};
+    return {t, p * gpus_ * t, deployed ? server::JobPhase::deployed : server::JobPhase::warmup, 1.0};
   }
   double all_max() const { return (idle_ + dynamic_) * gpus_; }
   int gpus() const { return gpus_; }

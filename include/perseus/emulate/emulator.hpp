@@ -4,12 +4,15 @@
 // draws P_block, and the iteration ends when the last instruction ends. Every plan and baseline
 // is judged by this one meter.
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "perseus/emulate/cost_tables.hpp"
+#include "perseus/emulate/pipeline_walk.hpp"
 #include "perseus/pipeline/dag.hpp"
 #include "perseus/pipeline/shape.hpp"
 #include "perseus/profile/profile.hpp"
@@ -28,6 +31,24 @@ struct EmulatorConfig : PipelineShape {
   double clock_latency = 0;
 };
 
+// Measured variability (how much an instruction's time varies from one run to the next) is kept
+// per stage in two classes, indexed by this: 0 for a forward, 1 for the kinds that compute
+// gradients. A split backward's input and weight parts are each backward work; the overlapped
+// forward/backward pair is one launch whose longer part is its backward.
+inline constexpr std::size_t kVariabilityClasses = 2;
+constexpr std::size_t variability_index(InstructionKind kind) {
+  switch (kind) {
+    case InstructionKind::forward:
+      return 0;
+    case InstructionKind::backward:
+    case InstructionKind::backward_input:
+    case InstructionKind::backward_weight:
+    case InstructionKind::forward_backward:
+      return 1;
+  }
+  return 1;
+}
+
 // Seeded per-instruction multiplicative noise: each instruction's time and energy are scaled by
 // one factor drawn from a log-normal distribution with median 1 (its power is unchanged).
 struct EmulatorNoise {
@@ -37,7 +58,7 @@ struct EmulatorNoise {
 
   double sigma = 0;
   std::uint64_t seed = 0;
-  // Per pipeline stage (GPU), [0 forward, 1 backward]: the sigma of that stage's instructions.
+  // Per pipeline stage (GPU), per variability_index(kind): the sigma of that stage's instructions.
   // Empty: `sigma` everywhere. The draws follow node order whatever the sigmas, so one seed gives
   // the same standard-normal draws (and, with equal sigmas, the same run) either way.
   std::vector<std::array<double, 2>> stage_sigma;
@@ -45,7 +66,7 @@ struct EmulatorNoise {
   double sigma_of(int stage, InstructionKind kind) const {
     if (stage_sigma.empty()) return sigma;
     const auto s = static_cast<std::size_t>(stage);
-    return s < stage_sigma.size() ? stage_sigma[s][kind == InstructionKind::forward ? 0 : 1] : 0.0;
+    return s < stage_sigma.size() ? stage_sigma[s][variability_index(kind)] : 0.0;
   }
   bool active() const;
 };
@@ -89,9 +110,7 @@ class Emulator {
     return clocks(model_stage(inst, config_.num_stages), inst.kind);
   }
   // Time and energy of one instruction at a clock; nullopt when the profile has no such row.
-  struct Cost {
-    double time = 0, energy = 0;
-  };
+  using Cost = TimeEnergy;
   std::optional<Cost> cost(int model_stage, InstructionKind kind, int frequency) const;
   std::optional<Cost> cost(const Instruction& inst, int frequency) const {
     return cost(model_stage(inst, config_.num_stages), inst.kind, frequency);
@@ -107,26 +126,22 @@ class Emulator {
   // Only the checks of run(): throws the same errors for a wrong shape or an unprofiled clock.
   void check_plan(const std::vector<std::vector<int>>& frequencies) const { node_costs(frequencies); }
 
+  // The graph it walks and the costs it reads: for evaluations that batch many runs (noisy_batch.hpp).
+  const PipelineWalk& walk() const { return walk_; }
+  const CostTables& costs() const { return tables_; }
+
  private:
-  struct Table {
-    std::vector<int> clocks;  // fastest first
-    std::vector<Cost> costs;  // parallel to clocks
-  };
-  const Table& table(int stage, InstructionKind kind) const;
   void check_shape(const std::vector<std::vector<int>>& frequencies) const;
-  std::vector<Cost> node_costs(const std::vector<std::vector<int>>& frequencies) const;
-  // Earliest start and end of every instruction node (the longest-path pass); returns the node
-  // that ends last, -1 when there is none.
-  int schedule(const std::vector<Cost>& costs, std::vector<double>& start, std::vector<double>& end) const;
+  // Per node, its cost at its clock (after a clock change, cost_after_clock_change with `factors`,
+  // per node, when given).
+  std::vector<Cost> node_costs(const std::vector<std::vector<int>>& frequencies,
+                               const std::vector<double>* factors = nullptr) const;
 
   EmulatorConfig config_;
   std::string source_;
-  PipelineDag dag_;
+  PipelineWalk walk_;
   std::vector<std::vector<Instruction>> layout_;
-  std::vector<int> topo_;                       // instruction nodes in topological order
-  std::vector<std::vector<int>> predecessors_;  // per instruction node, instruction nodes only
-  std::vector<std::pair<int, int>> slot_of_;    // node -> (stage, slot)
-  std::vector<Table> tables_;                   // indexed by operation_index(stage, kind)
+  CostTables tables_;
 };
 
 }  // namespace perseus

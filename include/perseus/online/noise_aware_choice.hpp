@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "perseus/emulate/emulator.hpp"
+#include "perseus/emulate/noisy_batch.hpp"
 #include "perseus/online/background_planner.hpp"
 #include "perseus/pipeline/schedule.hpp"
 
@@ -42,7 +43,7 @@ namespace perseus::online {
 
 // Log-normal sigma of one instruction's time (and energy), per stage and kind.
 struct Variability {
-  std::vector<std::array<double, 2>> sigma;  // [stage][0 forward, 1 backward]
+  std::vector<std::array<double, kVariabilityClasses>> sigma;  // [stage][variability_index(kind)]
   double max() const;
   // 0 for a stage it does not cover.
   double of(int stage, InstructionKind kind) const;
@@ -74,8 +75,6 @@ class VariabilityEstimator {
   std::vector<std::vector<double>> ratios_;  // per stage*2 + kind: |log d_i - log d_j|, bounded
 };
 
-inline constexpr int kMaxPipelines = 64;
-
 struct NoiseAwareOptions {
   int samples = 64;        // Monte Carlo iterations per evaluation
   std::uint64_t seed = 1;  // the draws: the same seed gives the same draws for every plan
@@ -106,12 +105,6 @@ struct NoiseAwareOptions {
   // (see the top), and at most this fraction of that mean (what the slowdown it costs stays within).
   double allowance = 0.5;
   double max_allowance = 0.0015;
-};
-
-struct NoisyEstimate {
-  double time = 0;         // mean iteration time, seconds
-  double energy = 0;       // mean energy of one pipeline's iteration, joules (blocking until the iteration's end)
-  double time_stddev = 0;  // of one iteration's time
 };
 
 // Expected (mean) iteration time of one pipeline running `frequencies` under `v` (with

@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "perseus/server/job_phase.hpp"
 #include "perseus/server/scheduler.hpp"
 
 namespace perseus::server {
@@ -49,10 +50,10 @@ BudgetRequest budget_request_from_json(const nlohmann::json& body);
 
 // What a round of a job measured, as the budget sees it.
 struct RoundPower {
-  double iteration_time = 0;  // seconds per iteration
-  double energy = 0;          // joules per iteration, every GPU
-  std::string phase;          // the job's phase now (warmup, profiling, planning, deployed, running)
-  double round_seconds = 0;   // how long the job's rounds take (wall time)
+  double iteration_time = 0;           // seconds per iteration
+  double energy = 0;                   // joules per iteration, every GPU
+  JobPhase phase = JobPhase::running;  // the job's phase now
+  double round_seconds = 0;            // how long the job's rounds take (wall time)
 };
 
 class PowerBudget {

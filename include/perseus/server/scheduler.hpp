@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "perseus/server/job_phase.hpp"
 #include "perseus/online/power_allocation.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/settings.hpp"
@@ -57,7 +58,7 @@ class Scheduler {
   // null here: only a scheduler that plans online fills them in).
   virtual nlohmann::json status() const;
   // The job's phase while it runs, when the scheduler has phases of its own (warmup, profiling...).
-  virtual std::optional<std::string> phase() const { return std::nullopt; }
+  virtual std::optional<JobPhase> phase() const { return std::nullopt; }
   // POST /straggler (a notice) and DELETE /straggler (none). Schedulers that do not follow
   // stragglers refuse with RequestError 409.
   virtual void set_straggler(const std::optional<StragglerNotice>& notice);

@@ -149,7 +149,19 @@ class PerseusScheduler final : public Scheduler {
 
   bool ready() const override { return controller_->ready(); }
 
-  std::optional<std::string> phase() const override { return online::to_string(controller_->phase()); }
+  std::optional<JobPhase> phase() const override {
+    switch (controller_->phase()) {
+      case online::ControllerPhase::warmup:
+        return JobPhase::warmup;
+      case online::ControllerPhase::profiling:
+        return JobPhase::profiling;
+      case online::ControllerPhase::planning:
+        return JobPhase::planning;
+      case online::ControllerPhase::deployed:
+        return JobPhase::deployed;
+    }
+    return JobPhase::running;
+  }
 
   std::vector<PowerStateSchedule> next_schedule() override {
     budget_at_issue_ = {controller_->pace(), controller_->probes_held()};
