@@ -147,8 +147,8 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     out.predicted[d] = time_on(c, d, plan.frequencies, false);
   }
   if (out.straggler && !out.straggler->told && out.straggler->pipeline)
-    out.straggler->compute_time = out.predicted[static_cast<std::size_t>(*out.straggler->pipeline)] *
-                                  out.straggler->slowdown;
+    out.straggler->compute_time =
+        out.predicted[static_cast<std::size_t>(*out.straggler->pipeline)] * out.straggler->slowdown;
   return out;
 }
 

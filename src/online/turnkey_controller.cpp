@@ -6,6 +6,7 @@
 #include <cmath>
 #include <deque>
 #include <stdexcept>
+#include <utility>
 
 #include "perseus/online/background_task.hpp"
 #include "plan_choice_adapter.hpp"
@@ -124,7 +125,14 @@ bool TurnkeyController::settle() {
 }
 
 bool TurnkeyController::ready() {
-  const bool choosing = settle();
+  bool choosing = false;
+  try {
+    choosing = settle();
+  } catch (...) {
+    // Planning or a choice failed: next_round() says so (this only says that it can answer).
+    failure_ = std::current_exception();
+    return true;
+  }
   if (!config_.wait_for_plan) return true;
   return !choosing && !(phase_ == ControllerPhase::planning && !planner_.ready());
 }
@@ -146,6 +154,7 @@ std::size_t TurnkeyController::clocks_planned() const {
 }
 
 RoundClocks TurnkeyController::next_round() {
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
   settle();
   issued_on_ = plans_taken_;
   probing_ = false;
@@ -752,10 +761,10 @@ void TurnkeyController::start_next_choice() {
 // A choice's result in place: the target plan (and what its asker does with it), then every
 // pipeline's plan, said when it changed.
 void TurnkeyController::take_choice() {
-  choice::ChoiceResult result = choices_->task.take();
   PendingChoices::Request request = std::move(*choices_->running);
   choices_->running.reset();
   ++plans_taken_;
+  choice::ChoiceResult result = choices_->task.take();
   if (result.target) {
     target_plan_ = std::move(result.target->plan);
     caution_ *= result.target->caution_factor;

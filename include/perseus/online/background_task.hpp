@@ -22,7 +22,8 @@ class BackgroundTask {
   BackgroundTask& operator=(const BackgroundTask&) = delete;
 
   // Runs `work` on a new thread; `done` is called there once its result (or exception) is ready.
-  void start(std::function<T()> work, std::function<void()> done = [] {}) {
+  void start(
+      std::function<T()> work, std::function<void()> done = [] {}) {
     if (thread_.joinable()) throw std::logic_error("the background task is already running");
     std::promise<T> promise;
     result_ = promise.get_future();

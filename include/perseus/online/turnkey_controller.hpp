@@ -10,6 +10,7 @@
 // results into RoundMeasurements and shows the state. Deterministic given the rounds (and the
 // plans), so that replaying a job's rounds into a new controller restores it.
 #include <array>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -394,6 +395,7 @@ class TurnkeyController {
   // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
   // than the same instruction at the same clock unchanged (that share of the latency).
   std::vector<std::pair<double, double>> latency_samples_;
+  std::exception_ptr failure_;  // what planning or a choice threw in ready(), for next_round() to throw
   // Plan choices running or queued and what waits for them; last, so that its thread ends first.
   std::unique_ptr<struct PendingChoices> choices_;
 };
