@@ -212,7 +212,6 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
 }
 
 void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) {
-  if (defer_while_choosing([this, told] { set_straggler(told); })) return;
   if (!told) {
     if (told_straggler_) decide("straggler cleared", "the API cleared the straggler"), ++straggler_changes_;
     told_straggler_.reset();
@@ -223,8 +222,12 @@ void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) 
                                  ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
                                  : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
   }
-  // The plans change now; the ranks get them with the next round's clocks.
-  if (phase_ == ControllerPhase::deployed) assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
+  // Shown at once; the plans follow once chosen (after a choice already running), and the ranks get
+  // them with the next round's clocks after that.
+  if (phase_ == ControllerPhase::deployed || choice_pending()) {
+    if (told || !detector_.current()) straggler_ = followed_straggler();
+    assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
+  }
 }
 
 double TurnkeyController::target_time() const {
@@ -695,9 +698,7 @@ std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d,
 
 // What a choice asked for now needs: the straggler to follow (told first, then detected) and the
 // pipelines' speeds, copied, so that the choice runs on its own thread.
-ChoiceContext TurnkeyController::choice_context() const {
-  ChoiceContext c;
-  c.plans = &*plans_;
+std::optional<ActiveStraggler> TurnkeyController::followed_straggler() const {
   if (told_straggler_) {
     ActiveStraggler s;
     s.told = true;
@@ -706,13 +707,19 @@ ChoiceContext TurnkeyController::choice_context() const {
                                                  : told_straggler_->iteration_time.value_or(baseline_time_);
     s.slowdown = iteration / baseline_time_;
     s.compute_time = iteration / scale_;
-    c.straggler = s;
-  } else if (detector_.current()) {
-    ActiveStraggler s;
-    s.pipeline = detector_.current()->pipeline;
-    s.slowdown = detector_.current()->slowdown;
-    c.straggler = s;
+    return s;
   }
+  if (!detector_.current()) return std::nullopt;
+  ActiveStraggler s;
+  s.pipeline = detector_.current()->pipeline;
+  s.slowdown = detector_.current()->slowdown;
+  return s;
+}
+
+ChoiceContext TurnkeyController::choice_context() const {
+  ChoiceContext c;
+  c.plans = &*plans_;
+  c.straggler = followed_straggler();
   const auto D = static_cast<std::size_t>(shape_.pipelines);
   for (std::size_t d = 0; d < D; ++d) {
     c.speeds.push_back(speeds_of(d, std::nullopt));
@@ -773,7 +780,7 @@ void TurnkeyController::take_choice() {
     if (request.chosen) request.chosen(*result.target);
   }
   Assignment& a = result.assignment;
-  straggler_ = a.straggler;
+  if (choices_->queued.empty()) straggler_ = a.straggler;  // else the queued choice's is newer
   lead_plan_ = std::move(a.lead_plan);
   bool changed = !deployed_once_ || a.pace_of != pace_of_ || a.paced.size() != paced_plans_.size() ||
                  (lead_plan_ && lead_plan_->frequencies != lead_frequencies_);

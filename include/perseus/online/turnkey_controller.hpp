@@ -271,6 +271,7 @@ class TurnkeyController {
   void assign_plans(const std::string& why);
   RoundClocks plan_clocks() const;
   std::string describe(const ChosenPlan& plan) const;
+  std::optional<ActiveStraggler> followed_straggler() const;  // told first, then detected
   choice::ChoiceContext choice_context() const;
   // Starts a plan choice on the chooser's thread (or queues it behind the one running): a new
   // target plan when `target` is given (then `chosen` runs with it, on this thread, before the
