@@ -119,33 +119,18 @@ ChosenPlan choose_plan(const PlanningOutput& plans, double deadline) {
   return best ? std::move(*best) : fastest_plan(plans);
 }
 
-BackgroundPlanner::~BackgroundPlanner() {
-  stop_.store(true);
-  if (thread_.joinable()) thread_.join();
-}
+// The task's destructor joins the thread after the solver was told to stop.
+BackgroundPlanner::~BackgroundPlanner() { stop_.store(true); }
 
 void BackgroundPlanner::start(PlanningInput input, std::function<void()> done) {
-  if (thread_.joinable()) throw std::logic_error("the planner is already running");
-  std::promise<PlanningOutput> promise;
-  result_ = promise.get_future();
-  thread_ =
-      std::thread([this, input = std::move(input), promise = std::move(promise), done = std::move(done)]() mutable {
-        try {
-          promise.set_value(plan_online(input, &stop_));
-        } catch (...) {
-          promise.set_exception(std::current_exception());
-        }
-        if (!stop_.load()) done();
-      });
+  task_.start([this, input = std::move(input)] { return plan_online(input, &stop_); },
+              [this, done = std::move(done)] {
+                if (!stop_.load()) done();
+              });
 }
 
-bool BackgroundPlanner::ready() const {
-  return result_.valid() && result_.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
-}
+bool BackgroundPlanner::ready() const { return task_.ready(); }
 
-PlanningOutput BackgroundPlanner::take() {
-  thread_.join();
-  return result_.get();
-}
+PlanningOutput BackgroundPlanner::take() { return task_.take(); }
 
 }  // namespace perseus::online

@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <deque>
 #include <stdexcept>
+#include <utility>
 
+#include "perseus/online/background_task.hpp"
 #include "plan_choice_adapter.hpp"
+#include "turnkey_choice.hpp"
 
 namespace perseus::online {
 
@@ -15,7 +19,25 @@ struct VariabilityState {
   plan_choice::VariabilityEstimator estimator;
 };
 
+struct PendingChoices {
+  struct Request {
+    std::string why;
+    std::function<choice::TargetChoice(const choice::ChoiceContext&)> target;
+    std::function<void(const choice::TargetChoice&)> chosen;
+  };
+  BackgroundTask<choice::ChoiceResult> task;
+  std::optional<Request> running;
+  std::deque<Request> queued;
+  // Calls from outside (a straggler told, a power budget's pace) that came while a choice ran:
+  // made once it is taken, so that they act on its plans, as they would have without the thread.
+  std::deque<std::function<void()>> deferred;
+};
+
 namespace {
+
+using choice::Assignment;
+using choice::ChoiceContext;
+using choice::TargetChoice;
 
 constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
@@ -69,6 +91,7 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
   pace_change_.assign(static_cast<std::size_t>(shape_.pipelines), 1.0);
   fast_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), 0);
   variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
+  choices_ = std::make_unique<PendingChoices>();
 }
 
 TurnkeyController::~TurnkeyController() = default;
@@ -77,15 +100,41 @@ std::vector<std::array<double, 2>> TurnkeyController::variability() const {
   return variability_->estimator.estimate().sigma;
 }
 
-Variability TurnkeyController::choice_variability() const {
-  auto v = variability_->estimator.estimate();
-  for (auto& stage : v.sigma)
-    for (double& sigma : stage) sigma *= caution_;
-  return v;
+bool TurnkeyController::choice_pending() const { return choices_->running.has_value(); }
+
+bool TurnkeyController::defer_while_choosing(std::function<void()> call) {
+  if (!choice_pending()) return false;
+  choices_->deferred.push_back(std::move(call));
+  return true;
 }
 
-bool TurnkeyController::ready() const {
-  return !(config_.wait_for_plan && phase_ == ControllerPhase::planning && !planner_.ready());
+bool TurnkeyController::settle() {
+  for (;;) {
+    if (phase_ == ControllerPhase::planning && !choice_pending() && planner_.ready()) {
+      plan_ready();
+    } else if (choices_->task.ready()) {
+      take_choice();
+    } else if (!choice_pending() && !choices_->deferred.empty()) {
+      auto call = std::move(choices_->deferred.front());
+      choices_->deferred.pop_front();
+      call();
+    } else {
+      return choice_pending();
+    }
+  }
+}
+
+bool TurnkeyController::ready() {
+  bool choosing = false;
+  try {
+    choosing = settle();
+  } catch (...) {
+    // Planning or a choice failed: next_round() says so (this only says that it can answer).
+    failure_ = std::current_exception();
+    return true;
+  }
+  if (!config_.wait_for_plan) return true;
+  return !choosing && !(phase_ == ControllerPhase::planning && !planner_.ready());
 }
 
 bool TurnkeyController::wants_occurrences() const {
@@ -105,7 +154,9 @@ std::size_t TurnkeyController::clocks_planned() const {
 }
 
 RoundClocks TurnkeyController::next_round() {
-  if (phase_ == ControllerPhase::planning && planner_.ready()) plan_ready();
+  if (failure_) std::rethrow_exception(std::exchange(failure_, nullptr));
+  settle();
+  issued_on_ = plans_taken_;
   probing_ = false;
   ran_plan_ = false;
   switch (phase_) {
@@ -150,6 +201,12 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
       // A round that ran other clocks than the plans (one observed without asking, as a restarted
       // server replays) says nothing about them.
       if (!ran_plan_) return;
+      // Nor does one that ran the plans before a choice was taken, or while one runs: it counts for
+      // what training got, and the plans are judged once the choice is in place.
+      if (issued_on_ != plans_taken_ || choice_pending()) {
+        ++rounds_since_probe_;
+        return remember(m);
+      }
       return observe_deployed(m);
   }
 }
@@ -165,8 +222,12 @@ void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) 
                                  ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
                                  : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
   }
-  // The plans change now; the ranks get them with the next round's clocks.
-  if (phase_ == ControllerPhase::deployed) assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
+  // Shown at once; the plans follow once chosen (after a choice already running), and the ranks get
+  // them with the next round's clocks after that.
+  if (phase_ == ControllerPhase::deployed || choice_pending()) {
+    if (told || !detector_.current()) straggler_ = followed_straggler();
+    assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
+  }
 }
 
 double TurnkeyController::target_time() const {
@@ -576,16 +637,21 @@ void TurnkeyController::deploy_plan() {
                                  : fmt::format("piecewise-linear for {} (where the exponential fit fails or misleads), "
                                                "exponential elsewhere",
                                                fmt::join(pwl, ", "))));
-  // How much one pipeline's all-max iteration varies under the measured noise: how much later the
-  // slowest of several pipelines ends than any one (the reference's stretch under changed paces).
-  {
-    NoiseAwareOptions one;
-    const auto top =
-        expected_time_and_energy(*plans_, all_max(*plans_).frequencies, variability_->estimator.estimate(), one);
-    pace_model_ = PaceModel(top.time > 0 ? top.time_stddev / top.time : 0);
-  }
-  target_plan_ =
-      plan_choice::choose_plan_under_noise(*plans_, target_deadline(), choice_variability(), target_options());
+  const double deadline = target_deadline();
+  choose(
+      "deployed",
+      [deadline](const ChoiceContext& c) {
+        TargetChoice out{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
+        // How much one pipeline's all-max iteration varies under the measured noise: how much later
+        // the slowest of several pipelines ends than any one (the reference's stretch under changed paces).
+        const auto top = expected_time_and_energy(*c.plans, all_max(*c.plans).frequencies, c.variability, {});
+        out.top_spread = top.time > 0 ? top.time_stddev / top.time : 0;
+        return out;
+      },
+      [this](const TargetChoice&) { deployed(); });
+}
+
+void TurnkeyController::deployed() {
   plan_reason_ = plans_->record.points.empty()
                      ? fmt::format("planning found no frontier ({}): all-max",
                                    plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason)
@@ -602,13 +668,12 @@ void TurnkeyController::deploy_plan() {
                                                  *config_.deadline, baseline_time_));
   }
   phase_ = ControllerPhase::deployed;
-  assign_plans("deployed");
 }
 
 const ChosenPlan* TurnkeyController::plan_of(std::size_t d) const {
   if (!target_plan_ || d >= pace_of_.size()) return nullptr;
   const int i = pace_of_[d];
-  if (i == kLeadPlan && lead_plan_) return &*lead_plan_;
+  if (i == Assignment::kLeadPlan && lead_plan_) return &*lead_plan_;
   return i >= 0 && static_cast<std::size_t>(i) < paced_plans_.size() ? &paced_plans_[static_cast<std::size_t>(i)]
                                                                      : &*target_plan_;
 }
@@ -618,70 +683,22 @@ std::string TurnkeyController::describe(const ChosenPlan& plan) const {
 }
 
 // Per pipeline, per (model stage, kind): its GPUs' speed now (a factor on time and energy): the
-// baseline's, times how much its pace changed since; `straggling`: times the straggler's slowdown
-// on the straggler too.
-std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d, bool straggling) const {
+// baseline's, times how much its pace changed since, times the slowdown of `straggling` where it
+// is a detected straggler (not one of the baseline, nor one told) on this pipeline.
+std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d,
+                                                         const std::optional<ActiveStraggler>& straggling) const {
   std::map<StageKind, double> out;
   double factor = d < pace_change_.size() ? pace_change_[d] : 1.0;
-  if (straggling && straggler_ && straggler_->pipeline && !straggler_->in_baseline && !straggler_->told &&
-      static_cast<std::size_t>(*straggler_->pipeline) == d)
-    factor *= straggler_->slowdown;
+  if (straggling && straggling->pipeline && !straggling->in_baseline && !straggling->told &&
+      static_cast<std::size_t>(*straggling->pipeline) == d)
+    factor *= straggling->slowdown;
   for (const auto& key : operations_) out[key] = (pipelines_.known() ? pipelines_.speed(d, key) : 1.0) * factor;
   return out;
 }
 
-// The chooser's options for `group` of pipelines: their GPUs' speeds (the slowest kMaxPipelines).
-NoiseAwareOptions TurnkeyController::options_for(const std::vector<std::size_t>& group, bool straggling) const {
-  NoiseAwareOptions o;
-  o.pipelines = static_cast<int>(std::max<std::size_t>(group.size(), 1));
-  o.clock_latency = latency_;
-  if (!pipelines_.known() || shape_.pipelines < 2) return o;
-  std::vector<std::size_t> order = group;
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
-    return pipelines_.pace(a) * pace_change_[a] > pipelines_.pace(b) * pace_change_[b];
-  });
-  order.resize(std::min<std::size_t>(order.size(), kMaxPipelines));
-  for (std::size_t d : order) o.speeds.push_back(speeds_of(d, straggling));
-  return o;
-}
-
-// Pipeline d's noise-free iteration time running `frequencies` on its GPUs (the model's terms).
-double TurnkeyController::time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies,
-                                  bool straggling) const {
-  NoiseAwareOptions o;
-  o.speeds.push_back(speeds_of(d, straggling));
-  o.clock_latency = latency_;
-  return expected_time(*plans_, frequencies, Variability{}, o);
-}
-
-// The pipelines that run the target plan when nobody straggles: those within half the straggler
-// threshold of the slowest one's all-max time (the others finish earlier anyway and are paced).
-std::vector<std::size_t> TurnkeyController::lead_pipelines(const std::vector<double>& top) const {
-  std::vector<std::size_t> lead;
-  const double slowest = top.empty() ? 0 : *std::max_element(top.begin(), top.end());
-  for (std::size_t d = 0; d < top.size(); ++d)
-    if (top[d] * (1 + config_.detector.threshold / 2) >= slowest) lead.push_back(d);
-  return lead;
-}
-
-NoiseAwareOptions TurnkeyController::target_options() const {
-  if (!plans_ || !pipelines_.known()) return options_for({}, false);
-  std::vector<double> top;
-  const auto all = all_max(*plans_).frequencies;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) top.push_back(time_on(d, all, false));
-  return options_for(lead_pipelines(top), false);
-}
-
-// Every pipeline's plan from the target and the straggler (told first, then detected): the
-// pipelines that set the iteration's pace (the straggler, or the slowest of the baseline and those
-// within half the threshold of it) run the target plan; every other pipeline runs the cheapest plan
-// that, on its own GPUs and under the measured noise, makes the iteration end no more than
-// kPaceAllowance later than the pace setters alone would (a straggler told without its pipeline:
-// every pipeline slows to the time told).
-void TurnkeyController::assign_plans(const std::string& why) {
-  constexpr double kPaceAllowance = 0.001;
-  constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
-  std::optional<ActiveStraggler> next;
+// What a choice asked for now needs: the straggler to follow (told first, then detected) and the
+// pipelines' speeds, copied, so that the choice runs on its own thread.
+std::optional<ActiveStraggler> TurnkeyController::followed_straggler() const {
   if (told_straggler_) {
     ActiveStraggler s;
     s.told = true;
@@ -690,110 +707,100 @@ void TurnkeyController::assign_plans(const std::string& why) {
                                                  : told_straggler_->iteration_time.value_or(baseline_time_);
     s.slowdown = iteration / baseline_time_;
     s.compute_time = iteration / scale_;
-    next = s;
-  } else if (detector_.current()) {
-    ActiveStraggler s;
-    s.pipeline = detector_.current()->pipeline;
-    s.slowdown = detector_.current()->slowdown;
-    next = s;
+    return s;
   }
-  straggler_ = next;
+  if (!detector_.current()) return std::nullopt;
+  ActiveStraggler s;
+  s.pipeline = detector_.current()->pipeline;
+  s.slowdown = detector_.current()->slowdown;
+  return s;
+}
+
+ChoiceContext TurnkeyController::choice_context() const {
+  ChoiceContext c;
+  c.plans = &*plans_;
+  c.straggler = followed_straggler();
   const auto D = static_cast<std::size_t>(shape_.pipelines);
-  const auto all = all_max(*plans_).frequencies;
-  std::vector<double> top(D);
-  for (std::size_t d = 0; d < D; ++d) top[d] = time_on(d, all, true);
-  const double slowest = *std::max_element(top.begin(), top.end());
-  std::vector<std::size_t> lead;
-  if (straggler_ && straggler_->told) {
-    if (straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) < D)
-      lead.push_back(static_cast<std::size_t>(*straggler_->pipeline));
-  } else {
-    lead = lead_pipelines(top);
-  }
-  // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
-  if (!straggler_ && D > 1 && pipelines_.known()) {
-    const std::size_t d = static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
-    std::vector<double> others;
-    for (std::size_t e = 0; e < D; ++e)
-      if (e != d) others.push_back(top[e]);
-    const double pace = top[d] / median(others);
-    if (pace > 1 + config_.detector.threshold) {
-      ActiveStraggler s;
-      s.pipeline = static_cast<int>(d);
-      s.slowdown = pace;
-      s.in_baseline = true;
-      straggler_ = s;
-    }
-  }
-  // When the iteration ends anyway, per Monte Carlo sample: the pace setters on the target plan, or
-  // all-max stretched to the time told.
-  const Variability v = choice_variability();
-  std::vector<double> pace;
-  if (straggler_ && straggler_->told) {
-    std::vector<std::size_t> everyone(D);
-    for (std::size_t d = 0; d < D; ++d) everyone[d] = d;
-    pace = iteration_samples(*plans_, all, v, options_for(everyone, false));
-    const double told = straggler_->slowdown;
-    for (double& t : pace) t *= told;
-  } else {
-    // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
-    // its own all-max than the target allows), not the target plan, which may have had slack there.
-    lead_plan_.reset();
-    if (straggler_ && !straggler_->in_baseline)
-      lead_plan_ = plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, v, options_for(lead, true));
-    pace = iteration_samples(*plans_, lead_plan_ ? lead_plan_->frequencies : target_plan_->frequencies, v,
-                             options_for(lead, true));
-  }
-  double pace_time = 0;
-  for (double t : pace) pace_time += t / static_cast<double>(pace.size());
-  const double to_nominal = plan_choice::NoiseSeam(*plans_, v, target_options()).to_noisy;
-  // A power budget's pace slower than the pace setters': every pipeline, the pace setters too, runs
-  // the cheapest plan on its GPUs that finishes by it.
-  if (pace_ && *pace_ / scale_ * to_nominal > pace_time) {
-    lead.clear();
-    lead_plan_.reset();
-    pace_time = *pace_ / scale_ * to_nominal;
-    pace.clear();
-  }
-  // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
-  std::vector<int> pace_of(D, -1);
-  if (lead_plan_)
-    for (std::size_t d : lead) pace_of[d] = kLeadPlan;
-  std::map<long, std::vector<std::size_t>> groups;
   for (std::size_t d = 0; d < D; ++d) {
-    if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
-    groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
+    c.speeds.push_back(speeds_of(d, std::nullopt));
+    c.straggling.push_back(speeds_of(d, c.straggler));
+    c.paces.push_back(pipelines_.known() ? pipelines_.pace(d) * pace_change_[d] : 1.0);
   }
-  std::vector<ChosenPlan> paced;
-  for (const auto& [bin, members] : groups) {
-    NoiseAwareOptions o = options_for(members, true);
-    o.competitor = pace;
-    ChosenPlan plan = choose_plan_under_noise(*plans_, pace_time * (1 + kPaceAllowance), v, o);
-    plan.time /= to_nominal > 0 ? to_nominal : 1.0;
-    for (std::size_t d : members) pace_of[d] = static_cast<int>(paced.size());
-    paced.push_back(std::move(plan));
+  c.pipelines_known = pipelines_.known();
+  c.latency = latency_;
+  c.threshold = config_.detector.threshold;
+  c.variability = variability_->estimator.estimate();
+  c.caution = caution_;
+  c.lead_deadline = target_deadline() / miss_;
+  if (pace_) c.budget_pace = *pace_ / scale_;
+  c.target = target_plan_;
+  return c;
+}
+
+void TurnkeyController::assign_plans(const std::string& why) { choose(why); }
+
+void TurnkeyController::choose(const std::string& why, TargetChooser target,
+                               std::function<void(const TargetChoice&)> chosen) {
+  choices_->queued.push_back({why, std::move(target), std::move(chosen)});
+  if (!choice_pending()) start_next_choice();
+}
+
+void TurnkeyController::start_next_choice() {
+  if (choices_->queued.empty()) return;
+  auto& pending = *choices_;
+  pending.running = std::move(pending.queued.front());
+  pending.queued.pop_front();
+  // Copied now: the context as this round left it (a queued choice sees the one before it taken).
+  pending.task.start(
+      [context = choice_context(), target = pending.running->target, before = hooks_.choosing]() mutable {
+        before();
+        choice::ChoiceResult out;
+        if (target) {
+          out.target = target(context);
+          context.caution *= out.target->caution_factor;
+        }
+        out.assignment = choice::assign(context, out.target ? out.target->plan : *context.target);
+        return out;
+      },
+      hooks_.wake);
+}
+
+// A choice's result in place: the target plan (and what its asker does with it), then every
+// pipeline's plan, said when it changed.
+void TurnkeyController::take_choice() {
+  PendingChoices::Request request = std::move(*choices_->running);
+  choices_->running.reset();
+  ++plans_taken_;
+  choice::ChoiceResult result = choices_->task.take();
+  if (result.target) {
+    target_plan_ = std::move(result.target->plan);
+    caution_ *= result.target->caution_factor;
+    if (result.target->top_spread) pace_model_ = PaceModel(*result.target->top_spread);
+    deployed_once_ = false;
+    if (request.chosen) request.chosen(*result.target);
   }
-  bool changed = !deployed_once_ || pace_of != pace_of_ || paced.size() != paced_plans_.size() ||
+  Assignment& a = result.assignment;
+  if (choices_->queued.empty()) straggler_ = a.straggler;  // else the queued choice's is newer
+  lead_plan_ = std::move(a.lead_plan);
+  bool changed = !deployed_once_ || a.pace_of != pace_of_ || a.paced.size() != paced_plans_.size() ||
                  (lead_plan_ && lead_plan_->frequencies != lead_frequencies_);
   lead_frequencies_ = lead_plan_ ? lead_plan_->frequencies : std::vector<std::vector<int>>{};
-  for (std::size_t i = 0; !changed && i < paced.size(); ++i)
-    changed = paced[i].frequencies != paced_plans_[i].frequencies;
-  pace_of_ = std::move(pace_of);
-  paced_plans_ = std::move(paced);
-  // What each pipeline is expected to take on its plan without a straggler (detection's yardstick).
-  predicted_.assign(D, 0);
-  for (std::size_t d = 0; d < D; ++d) predicted_[d] = time_on(d, plan_of(d)->frequencies, false);
-  if (straggler_ && !straggler_->told && straggler_->pipeline)
-    straggler_->compute_time = predicted_[static_cast<std::size_t>(*straggler_->pipeline)] * straggler_->slowdown;
+  for (std::size_t i = 0; !changed && i < a.paced.size(); ++i)
+    changed = a.paced[i].frequencies != paced_plans_[i].frequencies;
+  pace_of_ = std::move(a.pace_of);
+  paced_plans_ = std::move(a.paced);
+  predicted_ = std::move(a.predicted);
   deployed_once_ = true;
-  if (!changed) return;
-  measured_.clear();
-  judged_.clear();
-  rounds_on_plan_ = 0;
-  std::string who;
-  for (std::size_t d = 0; d < pace_of_.size(); ++d)
-    who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(*plan_of(d)));
-  decide(why, who);
+  if (changed) {
+    measured_.clear();
+    judged_.clear();
+    rounds_on_plan_ = 0;
+    std::string who;
+    for (std::size_t d = 0; d < pace_of_.size(); ++d)
+      who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(*plan_of(d)));
+    decide(request.why, who);
+  }
+  start_next_choice();
 }
 
 RoundClocks TurnkeyController::plan_clocks() const {
@@ -1057,12 +1064,16 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   return true;
 }
 
+// The target plan anew for the target with the miss to spare, under the measured noise.
+static std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
+  return [deadline](const ChoiceContext& c) {
+    return TargetChoice{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
+  };
+}
+
 void TurnkeyController::choose_for_latency() {
   ++straggler_changes_;  // the evidence of every verdict on a plan is stale
-  target_plan_ =
-      plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
-  deployed_once_ = false;
-  assign_plans("chosen for the clock latency");
+  choose("chosen for the clock latency", target_for(target_deadline() / miss_));
 }
 
 // A pipeline slow since the baseline that runs faster than that by more than half the straggler
@@ -1123,16 +1134,16 @@ void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
   miss_ = stale || halfway_held_ ? 1.0 : 1 + (miss_ - 1) / 2;
   if (miss_ < 1.002) miss_ = 1;
   halfway_held_ = false;
-  target_plan_ =
-      plan_choice::choose_plan_under_noise(*plans_, target_deadline() / miss_, choice_variability(), target_options());
   retry_.retried(round_);
   plan_reason_ = "tried again after a step-up: " + why;
-  decide("retrying",
-         fmt::format("{}: from {} back to {}{}", why, describe(before_plan), describe(*target_plan_),
-                     miss_ > 1 ? fmt::format(" (planned for {:.2f}% of the miss measured then)", 100 * (miss_ - 1))
-                               : std::string()));
-  deployed_once_ = false;
-  assign_plans("saving plan again");
+  choose("saving plan again", target_for(target_deadline() / miss_),
+         [this, why, before_plan = std::move(before_plan)](const TargetChoice&) {
+           decide("retrying",
+                  fmt::format("{}: from {} back to {}{}", why, describe(before_plan), describe(*target_plan_),
+                              miss_ > 1
+                                  ? fmt::format(" (planned for {:.2f}% of the miss measured then)", 100 * (miss_ - 1))
+                                  : std::string()));
+         });
 }
 
 // Closed loop: the target plan must not be measurably slower than asked, against what all-max
@@ -1164,40 +1175,48 @@ void TurnkeyController::judge_plan() {
   if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
+  TargetChooser next;
   if (steps_since_retry_ >= config_.max_step_ups) {
-    target_plan_ = all_max(*plans_);
+    next = [](const ChoiceContext& c) { return TargetChoice{all_max(*c.plans)}; };
   } else {
     // Correct the prediction by what was measured and take the next plan that then meets the target.
     const double all_max_time = plans_->all_max().time;
     const double faster = target_plan_->time * (1 - config_.tolerance / 2);
     const double correction = ratio * all_max_time / target_plan_->time;
     miss_ = std::max(1.0, correction);
-    ChosenPlan next = plan_choice::step_up(*plans_, *target_plan_, std::min(target * all_max_time / correction, faster),
-                                           choice_variability(), target_options());
-    if (!next.point && next.fit_steps == 0) {
-      // Only all-max meets the corrected time: under noise the miss is the model's (it grows with
-      // how many paths a plan balances), not an offset every plan shares. The next, more cautious
-      // plan instead: judged under more noise, predicted faster than the one that missed.
-      caution_ *= kCautionStep;
-      next = plan_choice::step_up(*plans_, *target_plan_, std::min(target_deadline(), faster), choice_variability(),
-                                  target_options());
-    }
-    target_plan_ = std::move(next);
+    next = [current = *target_plan_, corrected = std::min(target * all_max_time / correction, faster),
+            cautious = std::min(target_deadline(), faster)](const ChoiceContext& c) {
+      const NoiseAwareOptions options = target_options(c);
+      TargetChoice out{plan_choice::step_up(*c.plans, current, corrected, c.cautious(), options)};
+      if (!out.plan.point && out.plan.fit_steps == 0) {
+        // Only all-max meets the corrected time: under noise the miss is the model's (it grows with
+        // how many paths a plan balances), not an offset every plan shares. The next, more cautious
+        // plan instead: judged under more noise, predicted faster than the one that missed.
+        ChoiceContext more = c;
+        more.caution *= kCautionStep;
+        out.caution_factor = kCautionStep;
+        out.plan = plan_choice::step_up(*c.plans, current, cautious, more.cautious(), options);
+      }
+      return out;
+    };
   }
   ++step_ups_;
   ++steps_since_retry_;
-  retry_.stepped_up(round_, evidence());
-  const std::string evidence_text = fmt::format(
-      "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's uncertainty, over {} rounds)",
-      ratio, ratio - ratio_half, judged_.size());
-  plan_reason_ = fmt::format("stepped up: {} was above the target {:.4f}x by more than {:.2g}%", evidence_text, target,
-                             100 * config_.tolerance);
-  decide("stepped up", fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
-                                   "plan is tried again when this evidence is stale, or after {} rounds",
-                                   evidence_text, target, 100 * config_.tolerance, describe(before_plan),
-                                   describe(*target_plan_), retry_.interval()));
-  deployed_once_ = false;
-  assign_plans("faster plan");
+  choose("faster plan", std::move(next),
+         [this, ratio, ratio_half, target, before_plan = std::move(before_plan)](const TargetChoice&) {
+           retry_.stepped_up(round_, evidence());
+           const std::string evidence_text = fmt::format(
+               "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's "
+               "uncertainty, over {} rounds)",
+               ratio, ratio - ratio_half, judged_.size());
+           plan_reason_ = fmt::format("stepped up: {} was above the target {:.4f}x by more than {:.2g}%", evidence_text,
+                                      target, 100 * config_.tolerance);
+           decide("stepped up",
+                  fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
+                              "plan is tried again when this evidence is stale, or after {} rounds",
+                              evidence_text, target, 100 * config_.tolerance, describe(before_plan),
+                              describe(*target_plan_), retry_.interval()));
+         });
 }
 
 }  // namespace perseus::online

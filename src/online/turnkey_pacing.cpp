@@ -67,6 +67,7 @@ std::vector<PaceOption> TurnkeyController::pace_options(std::size_t most) const 
 
 void TurnkeyController::set_pace(std::optional<double> iteration_time, bool hold_probes) {
   if (iteration_time && !(std::isfinite(*iteration_time) && *iteration_time > 0)) iteration_time.reset();
+  if (defer_while_choosing([this, iteration_time, hold_probes] { set_pace(iteration_time, hold_probes); })) return;
   hold_probes_ = hold_probes;
   if (iteration_time == pace_) return;
   const bool was_paced = paced();

@@ -3,6 +3,8 @@
 // would make of it. Synthetic rounds, no server.
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include "perseus/online/turnkey_controller.hpp"
 #include "perseus/profile/synthetic.hpp"
 #include "synthetic_rounds.hpp"
@@ -27,6 +29,10 @@ struct Deployed : ::testing::Test {
     controller = std::make_unique<TurnkeyController>(config, cluster.shape());
     testing::run_rounds(*controller, cluster, 40);
     ASSERT_EQ(controller->phase(), online::ControllerPhase::deployed);
+  }
+  // A pace's plans are chosen off the round path: in place once the controller is ready again.
+  void settle() {
+    while (!controller->ready()) std::this_thread::yield();
   }
   // The job's measured power on its plans over a few rounds.
   double power(int rounds = 3) {
@@ -63,17 +69,20 @@ TEST_F(Deployed, APaceSlowsEveryPipelineHoldsProbesAndStepUpsAndLiftingItRestore
   const auto target = controller->target_plan()->frequencies;
   auto options = controller->pace_options(16);
   controller->set_pace(options.back().iteration_time, true);
+  settle();
   for (std::size_t d = 0; d < 2; ++d) EXPECT_NE(controller->plan_of(d)->frequencies, target);
   const int step_ups = controller->step_ups(), probes = controller->probes();
   for (const auto& m : testing::run_rounds(*controller, cluster, 12)) (void)m;
   EXPECT_EQ(controller->step_ups(), step_ups) << "slower on purpose: not a plan that misses its target";
   EXPECT_EQ(controller->probes(), probes) << "an all-max probe round would break the budget";
   controller->set_pace(std::nullopt, false);
+  settle();
   for (std::size_t d = 0; d < 2; ++d) EXPECT_EQ(controller->plan_of(d)->frequencies, target);
   for (const auto& m : testing::run_rounds(*controller, cluster, 6)) (void)m;
   EXPECT_GT(controller->probes(), probes) << "probes again once the budget allows";
   // A pace faster than the plans runs changes nothing.
   controller->set_pace(options.front().iteration_time * 0.9, false);
+  settle();
   EXPECT_EQ(controller->plan_of(0)->frequencies, target);
 }
 

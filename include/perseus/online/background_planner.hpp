@@ -7,15 +7,14 @@
 #include <atomic>
 #include <filesystem>
 #include <functional>
-#include <future>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "perseus/emulate/emulator.hpp"
+#include "perseus/online/background_task.hpp"
 #include "perseus/plan/frontier_record.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/solver/planning.hpp"
@@ -91,8 +90,7 @@ class BackgroundPlanner {
 
  private:
   std::atomic<bool> stop_{false};
-  std::future<PlanningOutput> result_;
-  std::thread thread_;
+  BackgroundTask<PlanningOutput> task_;
 };
 
 }  // namespace perseus::online

@@ -10,6 +10,7 @@
 // results into RoundMeasurements and shows the state. Deterministic given the rounds (and the
 // plans), so that replaying a job's rounds into a new controller restores it.
 #include <array>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -32,6 +33,11 @@
 
 namespace perseus::online {
 
+namespace choice {
+struct ChoiceContext;
+struct TargetChoice;
+}  // namespace choice
+
 struct ControllerConfig {
   // Top-clock rounds before profiling. The first carries start-up effects; the others are the
   // baseline, less rounds in which a pipeline was slower than the rest and outliers in time or
@@ -42,8 +48,9 @@ struct ControllerConfig {
   int warmup_rounds = 5;
   double baseline_precision = 0.0015;
   int max_baseline_rounds = 40;
-  bool wait_for_plan = false;  // hold the rounds while planning (else: train at the top clock)
-  bool interpolate = true;     // plan with the clocks between measured ones too (interpolated)
+  // Hold the rounds while planning or choosing plans (else: they run the top clock or the current plans).
+  bool wait_for_plan = false;
+  bool interpolate = true;  // plan with the clocks between measured ones too (interpolated)
   // While profiling, one all-max round after every this many rounds (and one at the end) measures the
   // cluster's conditions: clocks measured while they changed are measured again, and every clock's
   // measurement is taken at the baseline's conditions, so that a slow spell during profiling does
@@ -112,9 +119,12 @@ using RoundClocks = std::optional<std::vector<std::vector<std::vector<int>>>>;
 struct ControllerHooks {
   std::function<void(const Decision&)> decided = [](const Decision&) {};
   std::function<void(const Profile&)> profiled = [](const Profile&) {};  // the profile measured online
-  std::function<void()> wake = [] {};  // from the planner's thread: ready() may have become true
-  std::filesystem::path record_dir;    // where the planner writes the frontier; empty: nowhere
-  std::string profile_source;          // the profile's name in the frontier record
+  // From the planner's or the chooser's thread: ready() may have become true.
+  std::function<void()> wake = [] {};
+  // On the chooser's thread before each plan choice (tests hold a choice there).
+  std::function<void()> choosing = [] {};
+  std::filesystem::path record_dir;  // where the planner writes the frontier; empty: nowhere
+  std::string profile_source;        // the profile's name in the frontier record
 };
 
 // What the reported numbers are measured against: the all-max baseline as the current conditions
@@ -135,8 +145,10 @@ class TurnkeyController {
   TurnkeyController(const TurnkeyController&) = delete;
   TurnkeyController& operator=(const TurnkeyController&) = delete;
 
-  // Whether next_round() can answer now (false only while planning with wait_for_plan).
-  bool ready() const;
+  // Whether next_round() can answer now: takes what planning and plan choices finished (on the
+  // caller's thread, as every other call). False only with wait_for_plan while planning or a plan
+  // choice runs; without it the rounds run the current plans (or the top clock) meanwhile.
+  bool ready();
   RoundClocks next_round();
   void observe(const RoundMeasurement& m);
   void set_straggler(const std::optional<StragglerTold>& told);
@@ -254,15 +266,27 @@ class TurnkeyController {
   void start_planning(Profile profile);
   void plan_ready();
   void deploy_plan();
-  std::map<StageKind, double> speeds_of(std::size_t d, bool straggling) const;
-  NoiseAwareOptions options_for(const std::vector<std::size_t>& group, bool straggling) const;
-  double time_on(std::size_t d, const std::vector<std::vector<int>>& frequencies, bool straggling) const;
-  std::vector<std::size_t> lead_pipelines(const std::vector<double>& top) const;
+  void deployed();  // the deployment's target plan is in place
+  std::map<StageKind, double> speeds_of(std::size_t d, const std::optional<ActiveStraggler>& straggling) const;
   void assign_plans(const std::string& why);
   RoundClocks plan_clocks() const;
   std::string describe(const ChosenPlan& plan) const;
+  std::optional<ActiveStraggler> followed_straggler() const;  // told first, then detected
+  choice::ChoiceContext choice_context() const;
+  // Starts a plan choice on the chooser's thread (or queues it behind the one running): a new
+  // target plan when `target` is given (then `chosen` runs with it, on this thread, before the
+  // assignment's decision), and every pipeline's plan. Rounds keep their plans until it is taken.
+  using TargetChooser = std::function<choice::TargetChoice(const choice::ChoiceContext&)>;
+  void choose(const std::string& why, TargetChooser target = {},
+              std::function<void(const choice::TargetChoice&)> chosen = {});
+  void start_next_choice();
+  void take_choice();
+  // Takes finished planning and choices, and runs what waited for them. Returns whether a choice runs.
+  bool settle();
+  bool choice_pending() const;
+  // While a choice runs, `call` waits for it (returns true); else the caller goes on now.
+  bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
-  NoiseAwareOptions target_options() const;
   bool paced() const;           // a pace slows the pipelines down now
   double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
@@ -308,8 +332,9 @@ class TurnkeyController {
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
-  bool ran_plan_ = false;             // the round running now runs the plans
-  bool last_round_on_plans_ = false;  // the last round observed ran the plans
+  bool ran_plan_ = false;                // the round running now runs the plans
+  int plans_taken_ = 0, issued_on_ = 0;  // choices taken so far, and when the running round was issued
+  bool last_round_on_plans_ = false;     // the last round observed ran the plans
   int steps_since_retry_ = 0;
   // What plans are chosen under: the measured variability times this. A plan that runs slower than
   // its prediction shows what the model leaves out (the online profile's own measurement error,
@@ -341,7 +366,6 @@ class TurnkeyController {
   // -1: the target plan.
   std::vector<ChosenPlan> paced_plans_;
   std::vector<int> pace_of_;
-  static constexpr int kLeadPlan = -2;  // pace_of_: the straggler's own plan (lead_plan_)
   std::optional<ChosenPlan> lead_plan_;
   std::vector<std::vector<int>> lead_frequencies_;  // lead_plan_'s last time, to tell a change
   std::vector<double> predicted_;  // per pipeline: its plan's time on its GPUs, no straggler (the model's terms)
@@ -372,6 +396,9 @@ class TurnkeyController {
   // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
   // than the same instruction at the same clock unchanged (that share of the latency).
   std::vector<std::pair<double, double>> latency_samples_;
+  std::exception_ptr failure_;  // what planning or a choice threw in ready(), for next_round() to throw
+  // Plan choices running or queued and what waits for them; last, so that its thread ends first.
+  std::unique_ptr<struct PendingChoices> choices_;
 };
 
 }  // namespace perseus::online

@@ -1,0 +1,155 @@
+#include "turnkey_choice.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "perseus/online/statistics.hpp"
+#include "plan_choice_adapter.hpp"
+
+namespace perseus::online::choice {
+
+Variability ChoiceContext::cautious() const {
+  Variability v = variability;
+  for (auto& stage : v.sigma)
+    for (double& sigma : stage) sigma *= caution;
+  return v;
+}
+
+// The chooser's options for `group` of pipelines: their GPUs' speeds (the slowest kMaxPipelines).
+NoiseAwareOptions options_for(const ChoiceContext& c, const std::vector<std::size_t>& group, bool straggling) {
+  NoiseAwareOptions o;
+  o.pipelines = static_cast<int>(std::max<std::size_t>(group.size(), 1));
+  o.clock_latency = c.latency;
+  if (!c.pipelines_known || c.speeds.size() < 2) return o;
+  std::vector<std::size_t> order = group;
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return c.paces[a] > c.paces[b]; });
+  order.resize(std::min<std::size_t>(order.size(), kMaxPipelines));
+  for (std::size_t d : order) o.speeds.push_back(straggling ? c.straggling[d] : c.speeds[d]);
+  return o;
+}
+
+// Pipeline d's noise-free iteration time running `frequencies` on its GPUs (the model's terms).
+double time_on(const ChoiceContext& c, std::size_t d, const std::vector<std::vector<int>>& frequencies,
+               bool straggling) {
+  NoiseAwareOptions o;
+  o.speeds.push_back(straggling ? c.straggling[d] : c.speeds[d]);
+  o.clock_latency = c.latency;
+  return expected_time(*c.plans, frequencies, Variability{}, o);
+}
+
+std::vector<std::size_t> lead_pipelines(const std::vector<double>& top, double threshold) {
+  std::vector<std::size_t> lead;
+  const double slowest = top.empty() ? 0 : *std::max_element(top.begin(), top.end());
+  for (std::size_t d = 0; d < top.size(); ++d)
+    if (top[d] * (1 + threshold / 2) >= slowest) lead.push_back(d);
+  return lead;
+}
+
+NoiseAwareOptions target_options(const ChoiceContext& c) {
+  if (!c.plans || !c.pipelines_known) return options_for(c, {}, false);
+  std::vector<double> top;
+  const auto all = all_max(*c.plans).frequencies;
+  for (std::size_t d = 0; d < c.speeds.size(); ++d) top.push_back(time_on(c, d, all, false));
+  return options_for(c, lead_pipelines(top, c.threshold), false);
+}
+
+// The pipelines that set the iteration's pace (the straggler, or the slowest of the baseline and
+// those within half the threshold of it) run the target plan; every other pipeline runs the
+// cheapest plan that, on its own GPUs and under the measured noise, makes the iteration end no more
+// than kPaceAllowance later than the pace setters alone would (a straggler told without its
+// pipeline: every pipeline slows to the time told).
+Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
+  constexpr double kPaceAllowance = 0.001;
+  constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
+  const PlanningOutput& plans = *c.plans;
+  const std::size_t D = c.speeds.size();
+  Assignment out;
+  out.straggler = c.straggler;
+  const bool told = c.straggler && c.straggler->told;
+  const auto all = all_max(plans).frequencies;
+  std::vector<double> top(D);
+  for (std::size_t d = 0; d < D; ++d) top[d] = time_on(c, d, all, true);
+  const double slowest = *std::max_element(top.begin(), top.end());
+  std::vector<std::size_t> lead;
+  if (told) {
+    if (c.straggler->pipeline && static_cast<std::size_t>(*c.straggler->pipeline) < D)
+      lead.push_back(static_cast<std::size_t>(*c.straggler->pipeline));
+  } else {
+    lead = lead_pipelines(top, c.threshold);
+  }
+  // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
+  if (!out.straggler && D > 1 && c.pipelines_known) {
+    const std::size_t d = static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
+    std::vector<double> others;
+    for (std::size_t e = 0; e < D; ++e)
+      if (e != d) others.push_back(top[e]);
+    const double pace = top[d] / median(others);
+    if (pace > 1 + c.threshold) {
+      ActiveStraggler s;
+      s.pipeline = static_cast<int>(d);
+      s.slowdown = pace;
+      s.in_baseline = true;
+      out.straggler = s;
+    }
+  }
+  // When the iteration ends anyway, per Monte Carlo sample: the pace setters on their plan, or
+  // all-max stretched to the time told.
+  const Variability v = c.cautious();
+  std::vector<double> pace;
+  if (told) {
+    std::vector<std::size_t> everyone(D);
+    for (std::size_t d = 0; d < D; ++d) everyone[d] = d;
+    pace = iteration_samples(plans, all, v, options_for(c, everyone, false));
+    for (double& t : pace) t *= c.straggler->slowdown;
+  } else {
+    // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
+    // its own all-max than the target allows), not the target plan, which may have had slack there.
+    if (out.straggler && !out.straggler->in_baseline)
+      out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, v, options_for(c, lead, true));
+    pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v,
+                             options_for(c, lead, true));
+  }
+  double pace_time = 0;
+  for (double t : pace) pace_time += t / static_cast<double>(pace.size());
+  const double to_nominal = plan_choice::NoiseSeam(plans, v, target_options(c)).to_noisy;
+  // A power budget's pace slower than the pace setters': every pipeline, the pace setters too, runs
+  // the cheapest plan on its GPUs that finishes by it.
+  if (c.budget_pace && *c.budget_pace * to_nominal > pace_time) {
+    lead.clear();
+    out.lead_plan.reset();
+    pace_time = *c.budget_pace * to_nominal;
+    pace.clear();
+  }
+  // The others, in groups of about equal pace, each group's plan chosen on its pipelines' GPUs.
+  out.pace_of.assign(D, -1);
+  if (out.lead_plan)
+    for (std::size_t d : lead) out.pace_of[d] = Assignment::kLeadPlan;
+  std::map<long, std::vector<std::size_t>> groups;
+  for (std::size_t d = 0; d < D; ++d) {
+    if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
+    groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
+  }
+  for (const auto& [bin, members] : groups) {
+    NoiseAwareOptions o = options_for(c, members, true);
+    o.competitor = pace;
+    ChosenPlan plan = choose_plan_under_noise(plans, pace_time * (1 + kPaceAllowance), v, o);
+    plan.time /= to_nominal > 0 ? to_nominal : 1.0;
+    for (std::size_t d : members) out.pace_of[d] = static_cast<int>(out.paced.size());
+    out.paced.push_back(std::move(plan));
+  }
+  // What each pipeline is expected to take on its plan without a straggler (detection's yardstick).
+  out.predicted.assign(D, 0);
+  for (std::size_t d = 0; d < D; ++d) {
+    const int i = out.pace_of[d];
+    const ChosenPlan& plan = i == Assignment::kLeadPlan ? *out.lead_plan
+                             : i >= 0                   ? out.paced[static_cast<std::size_t>(i)]
+                                                        : target;
+    out.predicted[d] = time_on(c, d, plan.frequencies, false);
+  }
+  if (out.straggler && !out.straggler->told && out.straggler->pipeline)
+    out.straggler->compute_time =
+        out.predicted[static_cast<std::size_t>(*out.straggler->pipeline)] * out.straggler->slowdown;
+  return out;
+}
+
+}  // namespace perseus::online::choice

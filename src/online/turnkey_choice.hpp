@@ -1,0 +1,71 @@
+#pragma once
+// The turnkey controller's plan choices, off the round path: what a choice needs is copied off the
+// controller on the job's strand (a ChoiceContext), the choice runs on a thread of its own, and the
+// controller takes its result on the strand again (turnkey_controller.cpp). Nothing here reads the
+// controller.
+#include <functional>
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "perseus/online/background_planner.hpp"
+#include "perseus/online/noise_aware_choice.hpp"
+#include "perseus/online/turnkey_controller.hpp"
+
+namespace perseus::online::choice {
+
+// What a choice knows of the job when it was asked for.
+struct ChoiceContext {
+  const PlanningOutput* plans = nullptr;  // the controller's; planning never replaces them while deployed
+  // Per pipeline: its GPUs' speed now per (model stage, kind); `straggling`: with the detected
+  // straggler's slowdown on the straggler too; its pace (baseline pace times its change since).
+  std::vector<std::map<StageKind, double>> speeds, straggling;
+  std::vector<double> paces;
+  bool pipelines_known = false;  // the baseline measured each pipeline
+  double latency = 0;            // seconds a clock change takes to apply
+  double threshold = 0.05;       // the straggler detector's
+  Variability variability;       // as measured; plans are chosen under it times caution
+  double caution = 1;
+  std::optional<ActiveStraggler> straggler;  // told or detected (a told one with its compute time)
+  double lead_deadline = 0;                  // the target deadline with the miss to spare (model seconds)
+  std::optional<double> budget_pace;         // a power budget's pace (model seconds)
+  std::optional<ChosenPlan> target;          // the target plan, when not chosen anew
+
+  Variability cautious() const;
+};
+
+NoiseAwareOptions options_for(const ChoiceContext& c, const std::vector<std::size_t>& group, bool straggling);
+double time_on(const ChoiceContext& c, std::size_t d, const std::vector<std::vector<int>>& frequencies,
+               bool straggling);
+// The pipelines within half the straggler threshold of the slowest one's all-max time `top`.
+std::vector<std::size_t> lead_pipelines(const std::vector<double>& top, double threshold);
+// The options the target plan is chosen with: the lead pipelines' GPUs.
+NoiseAwareOptions target_options(const ChoiceContext& c);
+
+// A new target plan, and how much more cautious choosing it made the controller (a factor on caution).
+struct TargetChoice {
+  explicit TargetChoice(ChosenPlan chosen = {}) : plan(std::move(chosen)) {}
+  ChosenPlan plan;
+  double caution_factor = 1;
+  std::optional<double> top_spread;  // at deployment: all-max's iteration time's relative stddev under the noise
+};
+
+// Every pipeline's plan: index into paced (-1: the target plan, kLeadPlan: lead_plan).
+struct Assignment {
+  static constexpr int kLeadPlan = -2;
+  std::optional<ActiveStraggler> straggler;  // what the plans follow (a slow pipeline of the baseline included)
+  std::optional<ChosenPlan> lead_plan;
+  std::vector<ChosenPlan> paced;
+  std::vector<int> pace_of;
+  std::vector<double> predicted;  // per pipeline: its plan's time on its GPUs, no straggler (model seconds)
+};
+
+Assignment assign(const ChoiceContext& c, const ChosenPlan& target);
+
+struct ChoiceResult {
+  std::optional<TargetChoice> target;
+  Assignment assignment;
+};
+
+}  // namespace perseus::online::choice

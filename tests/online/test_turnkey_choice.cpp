@@ -1,0 +1,146 @@
+// Plan choices run off the round path: while one job's choice runs, the thread that answers
+// rounds keeps answering every other job's, and this job's with the plans it has.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "perseus/online/turnkey_controller.hpp"
+#include "perseus/profile/synthetic.hpp"
+#include "synthetic_rounds.hpp"
+
+namespace perseus {
+namespace {
+
+using online::ControllerConfig;
+using online::ControllerPhase;
+using online::TurnkeyController;
+using testing::SyntheticCluster;
+
+SyntheticCluster small_cluster() {
+  SyntheticGpu gpu;
+  gpu.num_stages = 4;
+  SyntheticCluster c;
+  c.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic");
+  c.stages = 4;
+  c.microbatches = 6;
+  c.pipelines = 2;
+  c.p_block = gpu.idle_power;
+  return c;
+}
+
+ControllerConfig config(bool wait) {
+  ControllerConfig c;
+  c.wait_for_plan = wait;
+  c.unit_time = 1e-3;
+  return c;
+}
+
+// Holds the plan choices from the `first`-th on (counting from 1) until released; releases on
+// destruction, so that a failing test does not leave a choice blocked for ever.
+struct HeldChoices {
+  explicit HeldChoices(int first) : first_(first) {}
+  ~HeldChoices() { release(); }
+  std::function<void()> hook() {
+    return [this] {
+      if (++seen_ < first_) return;
+      if (seen_ == first_) entered_.count_down();
+      released_.wait();
+    };
+  }
+  void wait_until_held() { entered_.wait(); }
+  void release() {
+    if (!done_.exchange(true)) released_.count_down();
+  }
+  int seen() const { return seen_.load(); }
+
+ private:
+  int first_;
+  std::atomic<int> seen_{0};
+  std::atomic<bool> done_{false};
+  std::latch entered_{1}, released_{1};
+};
+
+// One round of a job if it can run one now, as the server's strand does.
+bool run_round(TurnkeyController& c, SyntheticCluster& cluster, int& round) {
+  if (!c.ready()) return false;
+  auto clocks = c.next_round();
+  c.observe(cluster.run(clocks, round++));
+  return true;
+}
+
+TEST(TurnkeyChoice, ASecondJobsRoundsAreAnsweredWhileTheFirstJobsChoiceRuns) {
+  auto a_cluster = small_cluster(), b_cluster = small_cluster();
+  HeldChoices held(1);  // the first job's deployment choice
+  online::ControllerHooks hooks;
+  hooks.choosing = held.hook();
+  TurnkeyController a(config(true), a_cluster.shape(), std::nullopt, hooks), b(config(true), b_cluster.shape());
+  int a_round = 0, b_round = 0;
+  // One thread answers both jobs' rounds until the first job's choice is running.
+  while (held.seen() == 0) {
+    ASSERT_LT(a_round, 200);
+    run_round(a, a_cluster, a_round);
+    run_round(b, b_cluster, b_round);
+  }
+  held.wait_until_held();
+  const int a_held_at = a_round, b_before = b_round;
+  for (int i = 0; i < 60; ++i) {
+    EXPECT_FALSE(run_round(a, a_cluster, a_round));  // held at its barrier (wait_for_plan)
+    // Answered meanwhile (once its own planning and choices, which nothing holds, are done).
+    while (!run_round(b, b_cluster, b_round)) std::this_thread::yield();
+  }
+  EXPECT_EQ(a_round, a_held_at);
+  EXPECT_EQ(b_round, b_before + 60);
+  EXPECT_EQ(b.phase(), ControllerPhase::deployed);  // the second job planned, chose and runs its plan
+  EXPECT_EQ(a.phase(), ControllerPhase::planning);
+  held.release();
+  while (!a.ready()) std::this_thread::yield();
+  EXPECT_EQ(a.phase(), ControllerPhase::deployed);
+  ASSERT_NE(a.target_plan(), nullptr);
+  EXPECT_TRUE(a.target_plan()->point.has_value());
+}
+
+TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTaken) {
+  auto cluster = small_cluster();
+  // Pipeline 1 straggles from round 60: the choice that follows it is held.
+  cluster.factor = [](int d, int r, int) { return d == 1 && r >= 60 ? 1.2 : 1.0; };
+  HeldChoices held(2);  // the choice after the deployment's
+  online::ControllerHooks hooks;
+  hooks.choosing = held.hook();
+  TurnkeyController c(config(false), cluster.shape(), std::nullopt, hooks);
+  int round = 0;
+  while (held.seen() < 2) {
+    ASSERT_LT(round, 300);
+    ASSERT_TRUE(run_round(c, cluster, round));
+  }
+  held.wait_until_held();
+  ASSERT_EQ(c.phase(), ControllerPhase::deployed);
+  const auto deployed = c.plan_of(0)->frequencies;
+  const auto events = c.decisions().size();
+  int on_plans = 0;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(c.ready());  // not held
+    auto clocks = c.next_round();
+    if (clocks) {  // the deployed plans, or an all-max probe
+      EXPECT_EQ((*clocks)[0], deployed);
+      ++on_plans;
+    }
+    c.observe(cluster.run(clocks, round++));
+  }
+  EXPECT_GE(on_plans, 15);
+  EXPECT_EQ(c.decisions().size(), events);
+  held.release();
+  while (c.plan_of(0)->frequencies == deployed) {
+    ASSERT_TRUE(run_round(c, cluster, round));
+    ASSERT_LT(round, 400);
+  }
+  ASSERT_TRUE(c.straggler().has_value());
+  EXPECT_EQ(c.straggler()->pipeline, 1);
+  EXPECT_EQ(c.decisions().back().event, "slowed to the straggler");
+}
+
+}  // namespace
+}  // namespace perseus
