@@ -14,6 +14,7 @@
 #include "perseus/online/turnkey_controller.hpp"
 #include "perseus/pipeline/makespan.hpp"
 #include "perseus/profile/profile.hpp"
+#include "perseus/profile/synthetic.hpp"
 
 namespace perseus::testing {
 
@@ -110,6 +111,19 @@ struct SyntheticCluster {
  private:
   std::map<std::tuple<int, InstructionKind, int>, std::pair<double, double>> cost_;
 };
+
+// The controller tests' cluster: the synthetic GPU's 4-stage profile, 6 microbatches, blocking at its idle power.
+inline SyntheticCluster small_synthetic_cluster(int pipelines = 2) {
+  SyntheticGpu gpu;
+  gpu.num_stages = 4;
+  SyntheticCluster c;
+  c.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic");
+  c.stages = 4;
+  c.microbatches = 6;
+  c.pipelines = pipelines;
+  c.p_block = gpu.idle_power;
+  return c;
+}
 
 // Runs `controller` against `cluster` for `rounds` rounds; every measurement, in order.
 inline std::vector<online::RoundMeasurement> run_rounds(online::TurnkeyController& controller,

@@ -18,19 +18,8 @@ namespace {
 using online::ControllerConfig;
 using online::ControllerPhase;
 using online::TurnkeyController;
+using testing::small_synthetic_cluster;
 using testing::SyntheticCluster;
-
-SyntheticCluster small_cluster() {
-  SyntheticGpu gpu;
-  gpu.num_stages = 4;
-  SyntheticCluster c;
-  c.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic");
-  c.stages = 4;
-  c.microbatches = 6;
-  c.pipelines = 2;
-  c.p_block = gpu.idle_power;
-  return c;
-}
 
 ControllerConfig config(bool wait) {
   ControllerConfig c;
@@ -73,7 +62,7 @@ bool run_round(TurnkeyController& c, SyntheticCluster& cluster, int& round) {
 }
 
 TEST(TurnkeyChoice, ASecondJobsRoundsAreAnsweredWhileTheFirstJobsChoiceRuns) {
-  auto a_cluster = small_cluster(), b_cluster = small_cluster();
+  auto a_cluster = small_synthetic_cluster(), b_cluster = small_synthetic_cluster();
   HeldChoices held(1);  // the first job's deployment choice
   online::ControllerHooks hooks;
   hooks.choosing = held.hook();
@@ -104,7 +93,7 @@ TEST(TurnkeyChoice, ASecondJobsRoundsAreAnsweredWhileTheFirstJobsChoiceRuns) {
 }
 
 TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTaken) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   // Pipeline 1 straggles from round 60: the choice that follows it is held.
   cluster.factor = [](int d, int r, int) { return d == 1 && r >= 60 ? 1.2 : 1.0; };
   HeldChoices held(2);  // the choice after the deployment's

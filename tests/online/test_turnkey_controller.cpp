@@ -15,19 +15,8 @@ namespace {
 
 using online::ControllerConfig;
 using online::TurnkeyController;
+using testing::small_synthetic_cluster;
 using testing::SyntheticCluster;
-
-SyntheticCluster small_cluster(int pipelines = 2) {
-  SyntheticGpu gpu;
-  gpu.num_stages = 4;
-  SyntheticCluster c;
-  c.profile = parse_profile(synthetic_profile_csv(gpu), "synthetic");
-  c.stages = 4;
-  c.microbatches = 6;
-  c.pipelines = pipelines;
-  c.p_block = gpu.idle_power;
-  return c;
-}
 
 ControllerConfig config() {
   ControllerConfig c;
@@ -47,7 +36,7 @@ bool has(const std::vector<std::string>& list, const std::string& event) {
 }
 
 TEST(TurnkeyController, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 40);
   EXPECT_EQ(controller.phase(), online::ControllerPhase::deployed);
@@ -61,7 +50,7 @@ TEST(TurnkeyController, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown)
 }
 
 TEST(TurnkeyController, ReplayingTheSameRoundsRestoresTheSameState) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.noise = 0.01;
   TurnkeyController first(config(), cluster.shape());
   auto rounds = testing::run_rounds(first, cluster, 30);
@@ -79,7 +68,7 @@ TEST(TurnkeyController, ReplayingTheSameRoundsRestoresTheSameState) {
 }
 
 TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.factor = [](int d, int r, int) { return d == 1 && r >= 30 && r < 40 ? 1.2 : 1.0; };
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 35);
@@ -94,7 +83,7 @@ TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecov
 }
 
 TEST(TurnkeyController, StepsToAFasterPlanWhenTheDeployedOneIsMeasurablySlower) {
-  auto cluster = small_cluster(1);
+  auto cluster = small_synthetic_cluster(1);
   const int top = cluster.shape().clocks.front();
   cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };  // the profile is optimistic
   // Plan from the optimistic profile (as a reused profile file would be).
@@ -119,14 +108,14 @@ TEST(RobustMean, LeavesOutlyingRoundsOutAndGivesAnInterval) {
 }
 
 double clean_baseline() {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 6);
   return controller.baseline_time();
 }
 
 TEST(TurnkeyController, ASlowRoundOfTheWholeClusterIsLeftOutOfTheBaseline) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.factor = [](int, int r, int k) { return r == 2 && k == 1 ? 1.3 : 1.0; };  // one slow iteration
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 7);
@@ -136,7 +125,7 @@ TEST(TurnkeyController, ASlowRoundOfTheWholeClusterIsLeftOutOfTheBaseline) {
 }
 
 TEST(TurnkeyController, ARoundWithOneSlowPipelineIsLeftOutOfTheBaseline) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.factor = [](int d, int r, int) { return d == 1 && r == 1 ? 1.3 : 1.0; };
   TurnkeyController controller(config(), cluster.shape());
   testing::run_rounds(controller, cluster, 7);
@@ -148,7 +137,7 @@ TEST(TurnkeyController, ARoundWithOneSlowPipelineIsLeftOutOfTheBaseline) {
 TEST(TurnkeyController, AStragglerWhileProfilingIsDetectedAndKeptOutOfTheProfile) {
   Profile clean, disturbed;
   auto run = [](Profile& out, bool straggler) {
-    auto cluster = small_cluster();
+    auto cluster = small_synthetic_cluster();
     if (straggler) cluster.factor = [](int d, int r, int) { return d == 1 && r >= 5 && r < 12 ? 1.3 : 1.0; };
     auto hooks = online::ControllerHooks{};
     hooks.profiled = [&out](const Profile& p) { out = p; };
@@ -173,7 +162,7 @@ std::pair<double, double> twin(SyntheticCluster cluster, int r) {
 }
 
 TEST(TurnkeyController, AWholeClusterSlowdownScalesTheReferenceAndDoesNotCondemnThePlan) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.noise = 0.005;
   cluster.factor = [](int, int r, int) { return r >= 30 && r < 60 ? 1.1 : 1.0; };
   auto c = config();
@@ -198,7 +187,7 @@ TEST(TurnkeyController, AWholeClusterSlowdownScalesTheReferenceAndDoesNotCondemn
 }
 
 TEST(TurnkeyController, ABaselineMeasuredInASlowSpellIsStretchedToWhatAllMaxTakesNow) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   cluster.factor = [](int, int r, int) { return r < 6 ? 1.04 : 1.0; };  // the whole warm-up ran slow
   auto c = config();
   c.probe_every = 5;
@@ -213,7 +202,7 @@ TEST(TurnkeyController, ABaselineMeasuredInASlowSpellIsStretchedToWhatAllMaxTake
 }
 
 TEST(TurnkeyController, ProbesCorrectABaselineThatTheInstructionsDoNotExplain) {
-  auto cluster = small_cluster();
+  auto cluster = small_synthetic_cluster();
   const double clean = clean_baseline();
   // The warm-up's iterations were longer by what no instruction shows (a slow synchronisation).
   cluster.overhead = [clean](int r) { return r < 6 ? 0.04 * clean : 0.0; };
@@ -227,7 +216,7 @@ TEST(TurnkeyController, ProbesCorrectABaselineThatTheInstructionsDoNotExplain) {
 }
 
 TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLater) {
-  auto cluster = small_cluster(1);
+  auto cluster = small_synthetic_cluster(1);
   const int top = cluster.shape().clocks.front();
   cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };
   cluster.factor = [](int, int r, int) { return r >= 30 ? 1.04 : 1.0; };  // then the cluster slows down
@@ -247,8 +236,8 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
 // --- Judged with the noise's uncertainty ------------------------------------------------------
 
 TEST(TurnkeyController, ANoisyBaselineIsMeasuredUntilItsIntervalIsWithinThePrecision) {
-  auto quiet = small_cluster(2);
-  auto noisy = small_cluster(2);
+  auto quiet = small_synthetic_cluster(2);
+  auto noisy = small_synthetic_cluster(2);
   noisy.noise = 0.03;
   noisy.iterations = 6;  // short rounds: each round's mean varies by a fraction of a percent
   TurnkeyController a(config(), quiet.shape(), quiet.profile), b(config(), noisy.shape(), noisy.profile);
@@ -268,7 +257,7 @@ TEST(TurnkeyController, NoisyRoundsOfAPlanWithinTheToleranceDoNotStepItUp) {
   // The plan meets the target (the profile is the truth); only its rounds are noisy. Judged on the
   // median of a few rounds against a point baseline, such a plan was condemned by chance.
   for (std::uint64_t seed = 1; seed <= 4; ++seed) {
-    auto cluster = small_cluster(2);
+    auto cluster = small_synthetic_cluster(2);
     cluster.noise = 0.03;
     cluster.iterations = 1;
     cluster.seed = seed;
@@ -280,7 +269,7 @@ TEST(TurnkeyController, NoisyRoundsOfAPlanWithinTheToleranceDoNotStepItUp) {
 }
 
 TEST(TurnkeyController, UnderNoiseAPlanMeasurablyTooSlowIsStillSteppedUp) {
-  auto cluster = small_cluster(2);
+  auto cluster = small_synthetic_cluster(2);
   const int top = cluster.shape().clocks.front();
   cluster.clock_error = [top](int clock) { return clock < top ? 1.03 : 1.0; };
   cluster.noise = 0.03;
