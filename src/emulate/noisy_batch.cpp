@@ -90,8 +90,9 @@ NoisyBatch::Result NoisyBatch::evaluate(const std::vector<std::vector<int>>& fre
     costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), stage[k]);
     if (latency_ > 0) {
       const int previous = stage[k > 0 ? k - 1 : stage.size() - 1];  // the last one of the iteration before
-      before[static_cast<std::size_t>(n)] =
-          previous == stage[k] ? TimeEnergy{-1, 0} : *emulator_.cost(instruction(n), previous);
+      // The emulator's rule: the latency counts only where this instruction has a cost at the old clock.
+      const auto old = previous == stage[k] ? std::nullopt : emulator_.cost(instruction(n), previous);
+      before[static_cast<std::size_t>(n)] = old ? *old : TimeEnergy{-1, 0};
     }
   }
   // Time and energy of node n with factor f.
