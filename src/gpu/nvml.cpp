@@ -112,8 +112,9 @@ class NvmlLibrary final : public GpuLibrary {
     PowerLimitRange range;
     check(get_constraints_(handle(device), &range.min_mw, &range.max_mw),
           "nvmlDeviceGetPowerManagementLimitConstraints", device);
-    if (get_default_limit_ != nullptr)
-      check(get_default_limit_(handle(device), &range.default_mw), "nvmlDeviceGetPowerManagementDefaultLimit", device);
+    // The default is extra: a GPU that does not report it (NOT_SUPPORTED) still has its range.
+    if (get_default_limit_ != nullptr && get_default_limit_(handle(device), &range.default_mw) != nvml::kSuccess)
+      range.default_mw = 0;
     return range;
   }
   void set_power_limit_mw(unsigned device, unsigned limit_mw) override {
