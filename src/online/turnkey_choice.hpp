@@ -29,8 +29,11 @@ struct ChoiceContext {
   double caution = 1;
   std::optional<ActiveStraggler> straggler;  // told or detected (a told one with its compute time)
   double lead_deadline = 0;                  // the target deadline with the miss to spare (model seconds)
-  std::optional<double> budget_pace;         // a power budget's pace (model seconds)
-  std::optional<ChosenPlan> target;          // the target plan, when not chosen anew
+  // A detected straggler followed: how much slower than the model the pipelines ran together (1: as
+  // predicted); the others are paced as if the straggler ended that much sooner.
+  double pace_miss = 1;
+  std::optional<double> budget_pace;  // a power budget's pace (model seconds)
+  std::optional<ChosenPlan> target;   // the target plan, when not chosen anew
 
   Variability cautious() const;
 };

@@ -383,6 +383,7 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, const std::
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
   ++straggler_changes_;
+  pace_miss_ = 1;  // measured on the straggler before
   if (told_straggler_) return false;
   const auto& now = detector_.current();
   if (now) {
@@ -732,6 +733,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.variability = variability_->estimator.estimate();
   c.caution = caution_;
   c.lead_deadline = target_deadline() / miss_;
+  c.pace_miss = pace_miss_;
   if (pace_) c.budget_pace = *pace_ / scale_;
   c.target = target_plan_;
   return c;
@@ -1146,16 +1148,18 @@ void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
          });
 }
 
-// Closed loop: the target plan must not be measurably slower than asked, against what all-max
-// would take under the conditions it ran in (a slower cluster or a slow pipeline stretches that as
-// much). Not while a straggler or a power budget's pace is followed, or while a pipeline looks like
-// a straggler that detection has not confirmed yet.
+// Closed loop: the plans must not be measurably slower than asked, against what all-max would take
+// under the conditions they ran in (a slower cluster or a slow pipeline stretches that as much).
+// Not while a power budget's pace or a straggler told through the API is followed (their time is
+// given, not the target's), or while a pipeline looks like a straggler that detection has not
+// confirmed yet.
 void TurnkeyController::judge_plan() {
   std::string why;
   bool stale = false;
   if (retry_.due(round_, evidence(), &why, &stale)) return retry_saving_plan(why, stale);
   const bool followed = straggler_ && !straggler_->in_baseline;
-  if (followed || paced() || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds) return;
+  if ((followed && straggler_->told) || paced() || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds)
+    return;
   if (retry_.held(rounds_on_plan_) && miss_ > 1) {  // halfway held: all the way next
     halfway_held_ = true;
     retry_.wait(round_, evidence());
@@ -1173,6 +1177,7 @@ void TurnkeyController::judge_plan() {
   const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
   const double target = target_time() / baseline_time_;
   if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
+  if (followed) return pace_straggler_faster(ratio, ratio_half, target);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
   TargetChooser next;
@@ -1217,6 +1222,26 @@ void TurnkeyController::judge_plan() {
                               evidence_text, target, 100 * config_.tolerance, describe(before_plan),
                               describe(*target_plan_), retry_.interval()));
          });
+}
+
+// A detected straggler followed: the straggler's plan and the others' pace are each chosen to the
+// tolerance, and pipelines of about equal pace under noise end later together than the model of
+// each says; measured too slow, the pace-setting plans are chosen again for the time measured
+// (the model's miss), as a step-up does for the target plan.
+void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, double target) {
+  if (steps_since_retry_ >= config_.max_step_ups) return;
+  const double before = pace_miss_;
+  pace_miss_ *= ratio / target;
+  ++step_ups_;
+  ++steps_since_retry_;
+  retry_.stepped_up(round_, evidence());
+  decide("stepped up",
+         fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
+                     "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the pace-setting "
+                     "plans chosen again for {:.2f}% of miss (from {:.2f}%)",
+                     ratio, ratio - ratio_half, judged_.size(), target, 100 * config_.tolerance, 100 * (pace_miss_ - 1),
+                     100 * (before - 1)));
+  assign_plans("faster pace for the straggler");
 }
 
 }  // namespace perseus::online

@@ -44,6 +44,8 @@ from lowtime.solver import PhillipsDessouky  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from lowtime_frontier import pipeline_dag  # noqa: E402  (the DAG bench/lowtime_side_by_side.py plans)
 
+pytestmark = pytest.mark.side_by_side
+
 CASES = int(os.environ.get("PERSEUS_LOWTIME_CASES", "12"))
 BUDGET = int(os.environ.get("PERSEUS_LOWTIME_BUDGET", "12000"))
 TOP_CLOCK = 1410

@@ -18,6 +18,8 @@ import pytest
 
 from fakegpu import BINARY, FAKE_NVML, log_lines
 
+pytestmark = pytest.mark.side_by_side
+
 ROOT = Path(__file__).resolve().parents[2]
 BLOCKS: List[Tuple[str, str]] = re.findall(r"```(\w+)\n(.*?)```", (ROOT / "docs" / "zeus.md").read_text(), re.S)
 

@@ -34,6 +34,8 @@ import pytest
 
 from fakegpu import BUILD_TREE_RUN, FAKE_NVML, log_lines
 
+pytestmark = pytest.mark.side_by_side
+
 pytest.importorskip("zeus")
 pytest.importorskip("torch")
 

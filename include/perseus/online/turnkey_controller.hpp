@@ -287,6 +287,7 @@ class TurnkeyController {
   // While a choice runs, `call` waits for it (returns true); else the caller goes on now.
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
+  void pace_straggler_faster(double ratio, double ratio_half, double target);
   bool paced() const;           // a pace slows the pipelines down now
   double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
@@ -340,6 +341,7 @@ class TurnkeyController {
   // its prediction shows what the model leaves out (the online profile's own measurement error,
   // which a plan balanced on it leans on) acting like more noise, so each step-up raises it.
   double caution_ = 1;
+  double pace_miss_ = 1;  // following a detected straggler: the pace-setting plans' measured miss
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
   double miss_ = 1;
