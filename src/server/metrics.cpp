@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "perseus/server/job_phase.hpp"
+#include "perseus/server/route_table.hpp"
 #include "perseus/util/prometheus_text.hpp"
 
 namespace perseus::server {
@@ -136,16 +137,9 @@ void add_budget(Exposition& out, const PowerBudgetStatus& budget) {
 }  // namespace
 
 std::string_view route_of(std::string_view path) {
-  static constexpr std::array<std::string_view, 12> kRoutes = {"info",   "register_job", "register_rank", "schedule",
-                                                               "result", "heartbeat",    "jobs",          "straggler",
-                                                               "leave",  "metrics",      "power_budget",  ""};
-  if (path == "/") return "page";
-  if (path.empty() || path.front() != '/') return "other";
-  std::string_view first =
-      path.substr(1, path.find('/', 1) == std::string_view::npos ? std::string_view::npos : path.find('/', 1) - 1);
-  for (auto r : kRoutes)
-    if (!r.empty() && r == first) return r;
-  return "other";
+  const RouteSpec* spec = route_spec(path);
+  if (!spec) return "other";
+  return spec->route == Route::page ? "page" : spec->name;
 }
 
 void HttpMetrics::request_done(std::string_view route, int status, double seconds) {

@@ -10,6 +10,7 @@
 
 #include "perseus/client/http_client.hpp"
 #include "perseus/server/metrics.hpp"
+#include "perseus/server/route_table.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "server_fixture.hpp"
 #include "simulate_fixtures.hpp"
@@ -75,6 +76,32 @@ TEST(Metrics, RoutesAreAFixedSetWhateverThePath) {
   EXPECT_EQ(server::route_of("/jobsx"), "other");
   EXPECT_EQ(server::route_of("/anything/else"), "other");
   EXPECT_EQ(server::route_of(""), "other");
+}
+
+// The router and the metrics read one route table: every route a request is served on is counted
+// under its name, and a path no route serves under "other" unless its first segment names one.
+TEST(Metrics, TheRouterAndTheMetricsShareOneRouteTable) {
+  for (const auto& spec : server::kRoutes) {
+    if (spec.route == server::Route::page) continue;
+    const std::string bare = "/" + std::string(spec.name);
+    EXPECT_EQ(server::route_of(bare), spec.name);
+    EXPECT_EQ(server::route_of(bare + "/job+1"), spec.name);
+    EXPECT_EQ(server::match_route(bare).route, spec.bare ? spec.route : server::Route::other) << bare;
+    const std::string one_job = bare + "/job+1";
+    const auto with_id = server::match_route(one_job);  // its rest points into one_job
+    EXPECT_EQ(with_id.route, spec.with_id ? spec.route : server::Route::other) << bare;
+    if (spec.with_id) {
+      EXPECT_EQ(with_id.rest, "job+1");
+    }
+    EXPECT_EQ(server::match_route(bare + "/").route, server::Route::other) << "an empty job id";
+    EXPECT_TRUE(server::route_takes(spec.route, spec.methods[0]));
+    EXPECT_FALSE(server::route_takes(spec.route, "PATCH"));
+  }
+  EXPECT_EQ(server::match_route("/").route, server::Route::page);
+  EXPECT_EQ(server::match_route("/jobs/a/frontier").rest, "a/frontier");
+  EXPECT_TRUE(server::route_takes(server::Route::straggler, "DELETE"));
+  EXPECT_FALSE(server::route_takes(server::Route::jobs, "DELETE"));
+  EXPECT_EQ(server::match_route("/nothing").route, server::Route::other);
 }
 
 TEST(Metrics, JobStatusesBecomeWellFormedFamiliesWithEscapedLabels) {

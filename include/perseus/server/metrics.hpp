@@ -22,8 +22,8 @@
 
 namespace perseus::server {
 
-// The route a request path belongs to: one of a fixed set ("schedule", "result", "jobs", ...,
-// "other"), so that no client can grow the metrics with paths of its own.
+// The route a request path belongs to: a name of route_table.hpp's (by the path's first segment),
+// "page" or "other", so that no client can grow the metrics with paths of its own.
 std::string_view route_of(std::string_view path);
 
 // Request latency bucket bounds, seconds (a schedule request waits at its round's barrier, so the
