@@ -32,6 +32,9 @@ struct SchedulerContext {
   std::filesystem::path job_dir;  // <dump_dir>/<job_id>, for outputs such as the profile CSV
   // Callable from any thread: the scheduler's ready() may have become true (see ready()).
   std::function<void()> wake = [] {};
+  // Called on the planning thread before each plan choice of a scheduler that plans online (tests
+  // hold a choice there to see that the server's rounds go on meanwhile).
+  std::function<void()> before_plan_choice = [] {};
 };
 
 class Scheduler {

@@ -141,6 +141,7 @@ class PerseusScheduler final : public Scheduler {
     hooks.decided = [this](const online::Decision& d) { record(d); };
     hooks.profiled = [this](const Profile& p) { write_profile(p); };
     hooks.wake = context.wake;
+    hooks.choosing = context.before_plan_choice;
     hooks.profile_source = profile_path_.string();
     if (context.settings.dump_data) hooks.record_dir = context.job_dir / "frontier";
     controller_ = std::make_unique<online::TurnkeyController>(config.controller, std::move(shape), std::move(reused),
