@@ -11,19 +11,29 @@ namespace perseus::protocol {
 
 int http_status(Refusal refusal) {
   switch (refusal) {
+    case Refusal::malformed:
+      return 400;
+    case Refusal::unauthorized:
+      return 401;
     case Refusal::invalid_request:
       return 422;
     case Refusal::forbidden:
       return 403;
     case Refusal::too_large:
       return 413;
+    case Refusal::header_too_large:
+      return 431;
     case Refusal::not_found:
       return 404;
+    case Refusal::method_not_allowed:
+      return 405;
     case Refusal::conflict:
       return 409;
     case Refusal::job_ended:
+    case Refusal::internal:
       return 500;
     case Refusal::over_capacity:
+    case Refusal::not_stored:
     case Refusal::server_stopping:
       return 503;
   }

@@ -15,8 +15,6 @@ namespace perseus::server {
 
 namespace {
 
-HttpResponse error(int status, const std::string& detail) { return {status, error_body(detail)}; }
-
 // Changes are stored and handed to the job manager's strand in one order: the store's last word
 // is the budget that holds.
 std::mutex change_order;
@@ -31,19 +29,20 @@ void route_power_budget(JobManager& jobs, const std::string& method, const std::
     });
     return;
   }
-  if (method != "PUT") return respond(error(405, "Method Not Allowed"));
+  if (method != "PUT") return respond(refusal_response(Refusal::method_not_allowed, "Method Not Allowed"));
   if (!credentials.admin && !credentials.loopback)
-    return respond(error(403,
+    return respond(
+        refusal_response(Refusal::forbidden,
                          "changing the power budget needs the server's bearer token (perseus serve --token-file) "
                          "or, on a server without one, a request from this machine"));
   if (body.size() > kMaxBudgetBodyBytes)
-    return respond(
-        error(413, fmt::format("body: {} bytes, above the {} a power budget takes", body.size(), kMaxBudgetBodyBytes)));
+    return respond(refusal_response(Refusal::too_large, fmt::format("body: {} bytes, above the {} a power budget takes",
+                                                                    body.size(), kMaxBudgetBodyBytes)));
   BudgetRequest request;
   try {
     request = budget_request_from_json(parse_body(body));
   } catch (const RequestError& e) {
-    return respond(error(400, e.what()));
+    return respond(refusal_response(Refusal::malformed, e.what()));
   }
   std::lock_guard lock(change_order);
   const auto& settings = jobs.settings();
@@ -53,7 +52,8 @@ void route_power_budget(JobManager& jobs, const std::string& method, const std::
       store_budget(file, settings.power_budget_w, request);
     } catch (const std::exception& e) {  // not durable: not acknowledged
       spdlog::error("power budget: could not store it in {}: {}", file.string(), safe_text(e.what()));
-      return respond(error(503, fmt::format("the power budget could not be stored ({}); it is unchanged", e.what())));
+      return respond(refusal_response(
+          Refusal::not_stored, fmt::format("the power budget could not be stored ({}); it is unchanged", e.what())));
     }
   }
   boost::asio::post(jobs.executor(), [&jobs, request, respond = std::move(respond)] {

@@ -180,14 +180,16 @@ class Session : public std::enable_shared_from_this<Session> {
     if (ec == http::error::end_of_stream) {
       close();
     } else if (ec == http::error::body_limit) {
-      refuse(413, fmt::format("request body too large: at most {} bytes (perseus serve --max-body-bytes)",
-                              limits_.max_body_bytes));
+      refuse(Refusal::too_large,
+             fmt::format("request body too large: at most {} bytes (perseus serve --max-body-bytes)",
+                         limits_.max_body_bytes));
     } else if (ec == http::error::header_limit) {
-      refuse(431, "request header too large");
+      refuse(Refusal::header_too_large, "request header too large");
     } else {
       if (ec != beast::error::timeout && ec != asio::error::operation_aborted && ec != asio::error::connection_reset)
         spdlog::debug("read: {}", ec.message());
-      if (ec.category() == beast::error_code(http::error::bad_method).category()) refuse(400, "malformed HTTP request");
+      if (ec.category() == beast::error_code(http::error::bad_method).category())
+        refuse(Refusal::malformed, "malformed HTTP request");
       else close();
     }
     return true;
@@ -202,15 +204,16 @@ class Session : public std::enable_shared_from_this<Session> {
     const bool public_metrics = limits_.public_metrics && route_ == "metrics" && header.method() == http::verb::get;
     if (!token_.empty() && !authorized(header) && !public_page(header) && !public_metrics) {
       unauthorized_ = true;
-      return refuse(401,
+      return refuse(Refusal::unauthorized,
                     "missing or wrong bearer token (Authorization: Bearer <token>; the client's token option "
                     "or PERSEUS_TOKEN)");
     }
     // A request in progress: not idle, never closed to make room (unless it was chosen already).
     if (evicted_ || !connections_->busy(this)) return close();
     if (auto length = parser_->content_length(); length && *length > limits_.max_body_bytes)
-      return refuse(413, fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
-                                     *length, limits_.max_body_bytes));
+      return refuse(Refusal::too_large,
+                    fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
+                                *length, limits_.max_body_bytes));
     parser_->body_limit(limits_.max_body_bytes);  // a chunked body stops here
     if (parser_->is_done()) return on_request();
     if (beast::iequals(header[http::field::expect], "100-continue")) {
@@ -301,13 +304,13 @@ class Session : public std::enable_shared_from_this<Session> {
   }
 
   // Answers and closes without reading (the rest of) the request.
-  void refuse(int status, const std::string& detail) {
+  void refuse(Refusal refusal, const std::string& detail) {
     keep_alive_ = false;
     draining_ = parser_.has_value() && parser_->is_header_done() && !parser_->is_done();
     version_ = parser_ && parser_->is_header_done() ? parser_->get().version() : 11;
     parser_.reset();
     request_ = {};
-    write({status, error_body(detail)});
+    write(refusal_response(refusal, detail));
   }
 
   // The body a refused request is still sending: read into one small buffer and dropped, briefly.

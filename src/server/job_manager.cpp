@@ -633,10 +633,10 @@ void JobManager::finish_round(Job& job) {
     p.first = std::max(p.first, t), p.second += e;
     time = std::max(time, t), energy += e;
   }
-  job.measured = {{"round", job.round}, {"iteration_time", time}, {"energy", energy}};
-  job.pipelines = json::array();
+  job.measured = RoundMeasuredStatus{job.round, time, energy};
+  job.pipelines.clear();
   for (const auto& [dp, p] : by_pipeline)
-    job.pipelines.push_back({{"dp_rank", dp}, {"iteration_time", p.first}, {"energy", p.second}});
+    job.pipelines.push_back({static_cast<std::size_t>(dp), p.first, p.second, std::nullopt, std::nullopt});
   record_round(job, results);
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
   if (store_) {

@@ -58,15 +58,15 @@ struct JobManager::Job {
   std::vector<Beat> beats;
   bool watchdog_armed = false;
   std::optional<std::chrono::steady_clock::time_point> round_started;
-  double typical_round_s = 0;                 // moving average of the time between round starts
-  nlohmann::json measured = nullptr;          // the last finished round, per iteration: {iteration_time, energy}
-  nlohmann::json scheduler_status = nullptr;  // the scheduler's own status when the job ended
-  nlohmann::json frontier_at_end = nullptr;   // and its frontier and timeline (Scheduler::frontier, timeline)
+  double typical_round_s = 0;                       // moving average of the time between round starts
+  std::optional<RoundMeasuredStatus> measured;      // the last finished round, per iteration
+  std::optional<SchedulerStatus> scheduler_status;  // the scheduler's own status when the job ended
+  nlohmann::json frontier_at_end = nullptr;         // and its frontier and timeline (Scheduler::frontier, timeline)
   std::function<std::string()> timeline_at_end;
-  std::set<int> finished;            // ranks whose training ended (POST /leave with finished)
-  std::set<int> unsupported_warned;  // power states a scheduler gave that some rank lacks, warned of once
-  nlohmann::json pipelines = nlohmann::json::array();  // the same per data-parallel pipeline
-  std::chrono::steady_clock::time_point ended_at;      // which ended job goes first when room is needed
+  std::set<int> finished;                          // ranks whose training ended (POST /leave with finished)
+  std::set<int> unsupported_warned;                // power states a scheduler gave that some rank lacks, warned of once
+  std::vector<PipelineStatus> pipelines;           // the same per data-parallel pipeline
+  std::chrono::steady_clock::time_point ended_at;  // which ended job goes first when room is needed
   boost::asio::steady_timer timer;
   boost::asio::steady_timer watchdog;
 };

@@ -12,59 +12,46 @@ namespace perseus::server {
 using nlohmann::json;
 using SteadyClock = std::chrono::steady_clock;
 
-json JobManager::scheduler_status(const Job& job) const {
-  if (job.phase == Phase::ended) return job.scheduler_status;
-  return job.scheduler ? job.scheduler->status() : json(nullptr);
-}
-
-json JobManager::summary(const Job& job, const json& own) const {
-  JobPhase phase = job.phase == Phase::registering ? JobPhase::registering
-                   : job.phase != Phase::ended     ? JobPhase::running
-                   : job.outcome.is_done()         ? JobPhase::done
-                                                   : JobPhase::failed;
+JobStatus JobManager::status_of(const Job& job, bool full) const {
+  JobStatus out;
+  out.job_id = job.info.job_id;
+  out.scheduler = settings_.scheduler;
+  out.dialect = job.info.dialect;
+  out.phase = job.phase == Phase::registering ? JobPhase::registering
+              : job.phase != Phase::ended     ? JobPhase::running
+              : job.outcome.is_done()         ? JobPhase::done
+                                              : JobPhase::failed;
   // A scheduler's own phases (warmup, profiling, ...) while the job runs.
   if (job.phase != Phase::ended && job.scheduler)
-    if (auto own_phase = job.scheduler->phase()) phase = *own_phase;
-  // What a list of jobs shows of each: the scheduler's saving and slowdown (null where it has none).
-  auto own_field = [&own](const char* key) { return own.is_object() && own.contains(key) ? own[key] : json(nullptr); };
-  return {{"job_id", job.info.job_id},
-          {"scheduler", settings_.scheduler},
-          {"dialect", job.info.dialect == Dialect::zeus ? "zeus" : "perseus"},
-          {"phase", std::string(to_string(phase))},
-          {"round", job.round},
-          {"world_size", job.info.world_size},
-          {"registered", job.registered},
-          {"saving", own_field("saving")},
-          {"slowdown", own_field("slowdown")}};
+    if (auto own_phase = job.scheduler->phase()) out.phase = *own_phase;
+  out.round = job.round;
+  out.world_size = job.info.world_size;
+  out.registered = job.registered;
+  if (job.phase == Phase::ended) out.own = job.scheduler_status;
+  else if (job.scheduler) out.own = job.scheduler->status();
+  if (!full) return out;
+  out.job = public_json(job.info);
+  out.waiting_at_barrier = job.phase == Phase::asking ? job.asked : 0;
+  out.reported = job.phase == Phase::running ? job.reported : 0;
+  out.typical_round_s = job.typical_round_s;
+  if (job.phase == Phase::ended) out.end_detail = to_detail(job.outcome);
+  out.measured = job.measured;
+  out.pipelines = job.pipelines;
+  out.power_budget = budget_->job_status(job.info.job_id);
+  return out;
 }
 
 json JobManager::jobs_summary() const {
   json out = json::array();
-  for (const auto& [id, job] : jobs_) out.push_back(summary(*job, scheduler_status(*job)));
+  for (const auto& [id, job] : jobs_) out.push_back(summary_json(status_of(*job, false)));
   return out;
 }
 
-json JobManager::job_status(const std::string& job_id) const {
-  const Job& job = find(job_id);
-  const json own = scheduler_status(job);
-  json out = summary(job, own);
-  out["job"] = public_json(job.info);
-  out["waiting_at_barrier"] = job.phase == Phase::asking ? job.asked : 0;
-  out["reported"] = job.phase == Phase::running ? job.reported : 0;
-  out["typical_round_s"] = job.typical_round_s;
-  out["end_detail"] = job.phase == Phase::ended ? json(to_detail(job.outcome)) : json(nullptr);
-  out["measured"] = job.measured;
-  out["pipelines"] = job.pipelines;
-  out["power_budget"] = budget_->job_status(job_id);
-  if (own.is_object())
-    for (const auto& [key, value] : own.items())
-      if (key != "phase") out[key] = value;  // the summary's phase says done/failed once ended
-  return out;
-}
+json JobManager::job_status(const std::string& job_id) const { return to_json(status_of(find(job_id), true)); }
 
 std::string JobManager::metrics_text() const {
-  json statuses = json::array();
-  for (const auto& [id, job] : jobs_) statuses.push_back(job_status(id));
+  std::vector<JobStatus> statuses;
+  for (const auto& [id, job] : jobs_) statuses.push_back(status_of(*job, true));
   StoreCounters store;
   if (writer_) store = {writer_->written(), writer_->failures(), writer_->dropped()};
   if (committer_) {
@@ -72,12 +59,13 @@ std::string JobManager::metrics_text() const {
     store.failures += committer_->failures();
     store.dropped += committer_->dropped();
   }
-  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION, power_budget_status());
+  return render_metrics(statuses, http_metrics_->snapshot(), store, PERSEUS_VERSION,
+                        budget_->status(SteadyClock::now()));
 }
 
 void JobManager::set_power_budget(const BudgetRequest& request) { budget_->set(request, SteadyClock::now()); }
 
-json JobManager::power_budget_status() const { return budget_->status(SteadyClock::now()); }
+json JobManager::power_budget_status() const { return to_json(budget_->status(SteadyClock::now())); }
 
 json JobManager::heartbeat_reply(const std::string& job_id) const {
   auto limit = budget_->power_limit(job_id);

@@ -1,5 +1,5 @@
-// GET /metrics: the Prometheus text exposition format, built from the jobs' status replies and the
-// HTTP front's counters (metrics.hpp).
+// GET /metrics: the Prometheus text exposition format, built from the jobs' typed statuses, the
+// power budget's and the HTTP front's counters (metrics.hpp).
 #include "perseus/server/metrics.hpp"
 
 #include <fmt/format.h>
@@ -9,12 +9,11 @@
 #include <vector>
 
 #include "perseus/server/job_phase.hpp"
+#include "perseus/server/route_table.hpp"
 #include "perseus/util/prometheus_text.hpp"
 
 namespace perseus::server {
 namespace {
-
-using nlohmann::json;
 
 std::string number(double v) {
   if (std::isnan(v)) return "NaN";
@@ -64,105 +63,83 @@ class Exposition {
   std::map<std::string, std::size_t> index_;
 };
 
-// The number at `path` (keys, then an optional array index) in `status`, if there is one.
-const json* at(const json& status, std::initializer_list<std::string_view> path) {
-  const json* j = &status;
-  for (auto key : path) {
-    if (!j->is_object()) return nullptr;
-    auto it = j->find(std::string(key));
-    if (it == j->end()) return nullptr;
-    j = &*it;
-  }
-  return j;
-}
-
-std::optional<double> number_at(const json& status, std::initializer_list<std::string_view> path) {
-  const json* j = at(status, path);
-  if (!j || !j->is_number()) return std::nullopt;
-  return j->get<double>();
-}
-
-void add_job(Exposition& out, const json& status) {
-  const std::string id = status.value("job_id", std::string());
-  const Labels job{{"job_id", id}};
-  const std::string phase = status.value("phase", std::string());
+void add_job(Exposition& out, const JobStatus& status) {
+  const Labels job{{"job_id", status.job_id}};
   for (const JobPhase p : kAllJobPhases)
     out.add("perseus_job_phase", "gauge",
             "1 for the phase the job is in (registering, running, warmup, profiling, "
             "planning, deployed, done, failed), 0 for the others",
-            {{"job_id", id}, {"phase", std::string(to_string(p))}}, phase == to_string(p) ? 1 : 0);
-  auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
-    if (auto v = number_at(status, path)) out.add(name, "gauge", help, job, *v);
+            {{"job_id", status.job_id}, {"phase", std::string(to_string(p))}}, status.phase == p ? 1 : 0);
+  auto gauge = [&](const std::string& name, const char* help, std::optional<double> v) {
+    if (v) out.add(name, "gauge", help, job, *v);
   };
-  gauge("perseus_job_round", "Rounds the job has run", {"round"});
-  gauge("perseus_job_ranks_registered", "Ranks registered", {"registered"});
-  gauge("perseus_job_ranks_expected", "Ranks the job was registered with (its world size)", {"world_size"});
+  gauge("perseus_job_round", "Rounds the job has run", status.round);
+  gauge("perseus_job_ranks_registered", "Ranks registered", status.registered);
+  gauge("perseus_job_ranks_expected", "Ranks the job was registered with (its world size)", status.world_size);
+  const SchedulerStatus none;
+  const SchedulerStatus& own = status.own ? *status.own : none;
+  const auto& baseline = own.baseline;
   gauge("perseus_job_baseline_iteration_seconds", "All-max baseline: time per iteration",
-        {"baseline", "iteration_time"});
+        baseline ? std::optional(baseline->iteration_time) : std::nullopt);
   gauge("perseus_job_baseline_energy_joules", "All-max baseline: energy per iteration, every GPU",
-        {"baseline", "energy"});
+        baseline ? std::optional(baseline->energy) : std::nullopt);
+  const auto measured = status.shown_measured();
   gauge("perseus_job_measured_iteration_seconds", "Time per iteration on the current plans (the last rounds)",
-        {"measured", "iteration_time"});
+        measured ? std::optional(measured->iteration_time) : std::nullopt);
   gauge("perseus_job_measured_energy_joules", "Energy per iteration on the current plans (the last rounds), every GPU",
-        {"measured", "energy"});
-  gauge("perseus_job_saving_ratio", "Energy saved against the reference (1 - energy / reference energy)", {"saving"});
-  gauge("perseus_job_slowdown_ratio", "Time against the reference (time / reference time - 1)", {"slowdown"});
-  for (const auto& [key, name] : {std::pair{"saving_ci", "perseus_job_saving_ratio_bound"},
-                                  std::pair{"slowdown_ci", "perseus_job_slowdown_ratio_bound"}}) {
-    const json* ci = at(status, {key});
-    if (!ci || !ci->is_array() || ci->size() != 2 || !(*ci)[0].is_number() || !(*ci)[1].is_number()) continue;
+        measured ? std::optional(measured->energy) : std::nullopt);
+  gauge("perseus_job_saving_ratio", "Energy saved against the reference (1 - energy / reference energy)",
+        own.saving ? std::optional(own.saving->value) : std::nullopt);
+  gauge("perseus_job_slowdown_ratio", "Time against the reference (time / reference time - 1)",
+        own.slowdown ? std::optional(own.slowdown->value) : std::nullopt);
+  // The intervals are shown by a scheduler that plans online.
+  for (const auto& [ratio, name] : {std::pair{&own.saving, "perseus_job_saving_ratio_bound"},
+                                    std::pair{&own.slowdown, "perseus_job_slowdown_ratio_bound"}}) {
+    if (!own.online || !*ratio) continue;
     for (int i = 0; i < 2; ++i)
       out.add(name, "gauge", "The 95% interval of the ratio of the same name",
-              {{"job_id", id}, {"bound", i ? "high" : "low"}}, (*ci)[static_cast<std::size_t>(i)].get<double>());
+              {{"job_id", status.job_id}, {"bound", i ? "high" : "low"}}, i ? (*ratio)->high : (*ratio)->low);
   }
-  if (auto v = number_at(status, {"energy_saved"}))
+  if (own.online)
     out.add("perseus_job_energy_saved_joules_total", "counter",
             "Energy saved so far: per deployed round, (reference - measured energy per iteration) x its iterations",
-            job, *v);
-  if (const json* s = at(status, {"straggler"}); s && (s->is_object() || s->is_null()))
+            job, own.online->energy_saved);
+  if (status.own)
     out.add("perseus_job_straggler_slowdown_ratio", "gauge", "The straggler's time over the baseline's (1: none)", job,
-            s->is_object() && s->contains("slowdown") && (*s)["slowdown"].is_number() ? (*s)["slowdown"].get<double>()
-                                                                                      : 1.0);
-  if (auto v = number_at(status, {"plan", "step_ups"}))
-    out.add("perseus_job_step_ups_total", "counter", "Steps to a faster plan since the job began", job, *v);
+            own.straggler ? own.straggler->slowdown : 1.0);
+  if (own.plan)
+    out.add("perseus_job_step_ups_total", "counter", "Steps to a faster plan since the job began", job,
+            own.plan->step_ups);
+  const auto& budget = status.power_budget;
   gauge("perseus_job_power_share_watts", "The job's share of the cluster's power budget: what it is predicted to draw",
-        {"power_budget", "share"});
+        budget ? std::optional(budget->share) : std::nullopt);
   gauge("perseus_job_power_measured_watts", "The job's power in its last round (energy per iteration / time)",
-        {"power_budget", "measured"});
+        budget ? budget->measured : std::nullopt);
   gauge("perseus_job_power_pace_seconds", "The iteration time the power budget paces the job to (absent: unpaced)",
-        {"power_budget", "pace"});
+        budget ? budget->pace : std::nullopt);
   gauge("perseus_job_power_limit_watts", "The GPU power limit the budget's backstop sets on the job's GPUs",
-        {"power_budget", "power_limit"});
+        budget ? budget->power_limit : std::nullopt);
 }
 
 // The cluster's power budget: the budget, what the jobs are predicted to draw and what they measured.
-void add_budget(Exposition& out, const json& budget) {
-  if (!budget.is_object()) return;
-  auto gauge = [&](const std::string& name, const char* help, std::initializer_list<std::string_view> path) {
-    if (auto v = number_at(budget, path)) out.add(name, "gauge", help, {}, *v);
+void add_budget(Exposition& out, const PowerBudgetStatus& budget) {
+  auto gauge = [&](const std::string& name, const char* help, std::optional<double> v) {
+    if (v) out.add(name, "gauge", help, {}, *v);
   };
-  gauge("perseus_power_budget_watts", "The cluster's power budget (absent: none)", {"budget"});
-  gauge("perseus_power_predicted_watts", "What the jobs are predicted to draw at their allocation", {"predicted"});
-  gauge("perseus_power_measured_watts", "What the jobs drew, each in its last round", {"measured"});
-  if (const json* active = at(budget, {"backstop", "active"}); active && active->is_boolean())
-    out.add("perseus_power_backstop_active", "gauge", "1 while GPU power limits hold the budget", {},
-            active->get<bool>() ? 1 : 0);
-  gauge("perseus_power_backstop_limit_watts", "The backstop's power limit per GPU", {"backstop", "power_limit"});
+  gauge("perseus_power_budget_watts", "The cluster's power budget (absent: none)", budget.budget);
+  gauge("perseus_power_predicted_watts", "What the jobs are predicted to draw at their allocation", budget.predicted);
+  gauge("perseus_power_measured_watts", "What the jobs drew, each in its last round", budget.measured);
+  out.add("perseus_power_backstop_active", "gauge", "1 while GPU power limits hold the budget", {},
+          budget.backstop.active ? 1 : 0);
+  gauge("perseus_power_backstop_limit_watts", "The backstop's power limit per GPU", budget.backstop.power_limit);
 }
 
 }  // namespace
 
 std::string_view route_of(std::string_view path) {
-  static constexpr std::array<std::string_view, 12> kRoutes = {"info",   "register_job", "register_rank", "schedule",
-                                                               "result", "heartbeat",    "jobs",          "straggler",
-                                                               "leave",  "metrics",      "power_budget",  ""};
-  if (path == "/") return "page";
-  if (path.empty() || path.front() != '/') return "other";
-  std::string_view first =
-      path.substr(1, path.find('/', 1) == std::string_view::npos ? std::string_view::npos : path.find('/', 1) - 1);
-  for (auto r : kRoutes)
-    if (!r.empty() && r == first) return r;
-  return "other";
+  const RouteSpec* spec = route_spec(path);
+  if (!spec) return "other";
+  return spec->route == Route::page ? "page" : spec->name;
 }
 
 void HttpMetrics::request_done(std::string_view route, int status, double seconds) {
@@ -183,21 +160,20 @@ HttpMetrics::Snapshot HttpMetrics::snapshot() const {
   return out;
 }
 
-std::string render_metrics(const json& jobs, const HttpMetrics::Snapshot& http, const StoreCounters& store,
-                           const std::string& version, const json& budget) {
+std::string render_metrics(const std::vector<JobStatus>& jobs, const HttpMetrics::Snapshot& http,
+                           const StoreCounters& store, const std::string& version,
+                           const std::optional<PowerBudgetStatus>& budget) {
   Exposition out;
   out.add("perseus_build_info", "gauge", "The server's version", {{"version", version}}, 1);
   std::map<std::string, int> by_phase;
   for (const JobPhase p : kAllJobPhases) by_phase[std::string(to_string(p))] = 0;
-  if (jobs.is_array())
-    for (const auto& status : jobs) {
-      if (!status.is_object()) continue;
-      ++by_phase[status.value("phase", std::string("other"))];
-      add_job(out, status);
-    }
+  for (const auto& status : jobs) {
+    ++by_phase[std::string(to_string(status.phase))];
+    add_job(out, status);
+  }
   for (const auto& [phase, n] : by_phase)
     out.add("perseus_jobs", "gauge", "Jobs held, by phase", {{"phase", phase}}, n);
-  add_budget(out, budget);
+  if (budget) add_budget(out, *budget);
   for (const auto& [key, n] : http.requests)
     out.add("perseus_http_requests_total", "counter", "HTTP requests answered, by route and status",
             {{"route", key.first}, {"code", std::to_string(key.second)}}, static_cast<double>(n));

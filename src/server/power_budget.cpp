@@ -401,83 +401,73 @@ void PowerBudget::round(const std::string& id, const RoundPower& r, Clock::time_
   else update_backstop(now);
 }
 
-json PowerBudget::job_status(const std::string& id) const {
+std::optional<JobBudgetStatus> PowerBudget::job_status(const std::string& id) const {
   auto it = jobs_.find(id);
-  if (it == jobs_.end()) return nullptr;
+  if (it == jobs_.end()) return std::nullopt;
   const Job& job = it->second;
-  json out = {{"weight", job.weight},
-              {"gpus", job.gpus},
-              {"share", job_power(job)},
-              {"measured", optional_number(job.last_power)},
-              {"counted_as", job.flexible()   ? "plans"
-                             : job.last_power ? "measured"
-                                              : "estimate"},
-              {"pace", optional_number(job.pace)},
-              {"unpaced_time", nullptr},
-              {"throughput", nullptr},
-              {"correction", job.correction},
-              {"power_limit", optional_number(power_limit(id))},
-              {"probes_held", job.hold_probes},
-              {"rounds_since_change", job.rounds_since_change}};
+  JobBudgetStatus out;
+  out.weight = job.weight;
+  out.gpus = job.gpus;
+  out.share = job_power(job);
+  out.measured = job.last_power;
+  out.counted_as = job.flexible() ? "plans" : job.last_power ? "measured" : "estimate";
+  out.pace = job.pace;
+  out.correction = job.correction;
+  out.power_limit = power_limit(id);
+  out.probes_held = job.hold_probes;
+  out.rounds_since_change = job.rounds_since_change;
   if (job.flexible()) {
     const double unpaced = job.options.front().iteration_time;
-    out["unpaced_time"] = unpaced;
-    out["throughput"] = unpaced / job.options[job.chosen].iteration_time;
+    out.unpaced_time = unpaced;
+    out.throughput = unpaced / job.options[job.chosen].iteration_time;
   }
   return out;
 }
 
-json PowerBudget::status(Clock::time_point now) const {
-  json jobs = json::array();
-  for (const auto& [id, job] : jobs_) {
-    json j = job_status(id);
-    j["job_id"] = id;
-    j["phase"] = to_string(job.phase);
-    jobs.push_back(std::move(j));
-  }
-  json history = json::array();
+PowerBudgetStatus PowerBudget::status(Clock::time_point now) const {
+  PowerBudgetStatus out;
+  for (const auto& [id, job] : jobs_) out.jobs.push_back({id, job.phase, *job_status(id)});
   for (const auto& s : history_)
-    history.push_back({{"t", s.t},
-                       {"measured", s.measured},
-                       {"predicted", s.predicted},
-                       {"backstop", s.backstop},
-                       {"job_id", s.job},
-                       {"iteration_time", s.iteration_time},
-                       {"power", s.power},
-                       {"rounds", s.rounds}});
+    out.history.push_back({{"t", s.t},
+                           {"measured", s.measured},
+                           {"predicted", s.predicted},
+                           {"backstop", s.backstop},
+                           {"job_id", s.job},
+                           {"iteration_time", s.iteration_time},
+                           {"power", s.power},
+                           {"rounds", s.rounds}});
   double all_max = 0;
   bool all_max_known = !jobs_.empty();
   for (const auto& [id, job] : jobs_) {
     all_max += job.all_max;
     all_max_known = all_max_known && job.all_max > 0;
   }
-  return {{"budget", optional_number(watts_)},
-          {"source", source_},
-          {"seconds", comply_s_},
-          {"set_seconds_ago", seconds_between(set_at_, now)},
-          {"deadline_passed", now >= comply_by_},
-          {"predicted", predicted_},
-          {"measured", jobs_.empty() ? json(nullptr) : json(measured_total())},
-          {"all_max", all_max_known ? json(all_max) : json(nullptr)},
-          {"within_reach", reachable_},
-          {"fairness_relaxed", fairness_relaxed_},
-          {"backstop",
-           {{"active", backstop_.has_value()},
-            {"power_limit", backstop_ ? json(backstop_->watts) : json(nullptr)},
-            {"reason", backstop_ ? json(backstop_->reason) : json(nullptr)},
-            {"seconds", backstop_ ? json(seconds_between(backstop_->since, now)) : json(nullptr)}}},
-          {"since_set",
-           {{"samples", samples_},
-            {"mean_measured", samples_ > 0 ? json(sum_measured_ / double(samples_)) : json(nullptr)},
-            {"sum_measured", sum_measured_},
-            {"samples_after_deadline", samples_after_deadline_},
-            {"worst_after_deadline", samples_after_deadline_ > 0 ? json(worst_after_deadline_) : json(nullptr)},
-            // Within 1% of the budget since every job ran this many rounds (null: over it now).
-            {"complied_after_rounds",
-             samples_ == 0 || over_now_ ? json(nullptr) : json(last_over_rounds_ ? *last_over_rounds_ + 1 : 0)},
-            {"complied_after_s", samples_ == 0 || over_now_ ? json(nullptr) : json(last_over_s_)}}},
-          {"jobs", std::move(jobs)},
-          {"history", std::move(history)}};
+  out.budget = watts_;
+  out.source = source_;
+  out.seconds = comply_s_;
+  out.set_seconds_ago = seconds_between(set_at_, now);
+  out.deadline_passed = now >= comply_by_;
+  out.predicted = predicted_;
+  if (!jobs_.empty()) out.measured = measured_total();
+  if (all_max_known) out.all_max = all_max;
+  out.within_reach = reachable_;
+  out.fairness_relaxed = fairness_relaxed_;
+  out.backstop.active = backstop_.has_value();
+  if (backstop_) {
+    out.backstop.power_limit = backstop_->watts;
+    out.backstop.reason = backstop_->reason;
+    out.backstop.seconds = seconds_between(backstop_->since, now);
+  }
+  out.since_set = {{"samples", samples_},
+                   {"mean_measured", samples_ > 0 ? json(sum_measured_ / double(samples_)) : json(nullptr)},
+                   {"sum_measured", sum_measured_},
+                   {"samples_after_deadline", samples_after_deadline_},
+                   {"worst_after_deadline", samples_after_deadline_ > 0 ? json(worst_after_deadline_) : json(nullptr)},
+                   // Within 1% of the budget since every job ran this many rounds (null: over it now).
+                   {"complied_after_rounds",
+                    samples_ == 0 || over_now_ ? json(nullptr) : json(last_over_rounds_ ? *last_over_rounds_ + 1 : 0)},
+                   {"complied_after_s", samples_ == 0 || over_now_ ? json(nullptr) : json(last_over_s_)}};
+  return out;
 }
 
 std::optional<BudgetRequest> stored_budget(const std::filesystem::path& file, std::optional<double> flag) {

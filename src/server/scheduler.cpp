@@ -10,12 +10,6 @@
 
 namespace perseus::server {
 
-nlohmann::json Scheduler::status() const {
-  nlohmann::json out = nlohmann::json::object();
-  for (const char* key : {"profiling", "plan", "baseline", "saving", "slowdown", "straggler"}) out[key] = nullptr;
-  return out;
-}
-
 nlohmann::json Scheduler::round_record(const std::vector<ProfilingResult>& results) const {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& r : results) out.push_back(to_json(r));

@@ -148,6 +148,13 @@ TEST(RefusalStatus, EachKindHasItsHttpStatus) {
   EXPECT_EQ(http_status(Refusal::job_ended), 500);
   EXPECT_EQ(http_status(Refusal::over_capacity), 503);
   EXPECT_EQ(http_status(Refusal::server_stopping), 503);
+  EXPECT_EQ(http_status(Refusal::malformed), 400);
+  EXPECT_EQ(http_status(Refusal::unauthorized), 401);
+  EXPECT_EQ(http_status(Refusal::method_not_allowed), 405);
+  EXPECT_EQ(http_status(Refusal::too_large), 413);
+  EXPECT_EQ(http_status(Refusal::header_too_large), 431);
+  EXPECT_EQ(http_status(Refusal::internal), 500);
+  EXPECT_EQ(http_status(Refusal::not_stored), 503);
 }
 
 }  // namespace

@@ -332,7 +332,7 @@ class Recorder final : public server::Scheduler {
   }
   void replay(const json& record) override { inner_->replay(record); }
   bool ready() const override { return inner_->ready(); }
-  json status() const override { return inner_->status(); }
+  server::SchedulerStatus status() const override { return inner_->status(); }
 
  private:
   std::unique_ptr<Scheduler> inner_;
@@ -381,7 +381,7 @@ void expect_replay_decides_the_same(const std::string& scheduler, const json& ar
     ASSERT_TRUE(same(restored->next_schedule(), live.schedules[round])) << scheduler << ", round " << round;
     json record = json::parse(restored->round_record(live.results[round]).dump());  // as stored
     record_bytes += record.dump().size();
-    for (const auto& r : live.results[round]) result_bytes += server::to_json(r).dump().size();
+    for (const auto& r : live.results[round]) result_bytes += protocol::to_json(r).dump().size();
     restored->replay(record);
   }
   if (live.schedules.size() > live.results.size()) {  // the round that was running at the end

@@ -10,6 +10,7 @@
 
 #include "perseus/client/http_client.hpp"
 #include "perseus/server/metrics.hpp"
+#include "perseus/server/route_table.hpp"
 #include "perseus/simulate/cluster.hpp"
 #include "server_fixture.hpp"
 #include "simulate_fixtures.hpp"
@@ -77,28 +78,58 @@ TEST(Metrics, RoutesAreAFixedSetWhateverThePath) {
   EXPECT_EQ(server::route_of(""), "other");
 }
 
+// The router and the metrics read one route table: every route a request is served on is counted
+// under its name, and a path no route serves under "other" unless its first segment names one.
+TEST(Metrics, TheRouterAndTheMetricsShareOneRouteTable) {
+  for (const auto& spec : server::kRoutes) {
+    if (spec.route == server::Route::page) continue;
+    const std::string bare = "/" + std::string(spec.name);
+    EXPECT_EQ(server::route_of(bare), spec.name);
+    EXPECT_EQ(server::route_of(bare + "/job+1"), spec.name);
+    EXPECT_EQ(server::match_route(bare).route, spec.bare ? spec.route : server::Route::other) << bare;
+    const std::string one_job = bare + "/job+1";
+    const auto with_id = server::match_route(one_job);  // its rest points into one_job
+    EXPECT_EQ(with_id.route, spec.with_id ? spec.route : server::Route::other) << bare;
+    if (spec.with_id) {
+      EXPECT_EQ(with_id.rest, "job+1");
+    }
+    EXPECT_EQ(server::match_route(bare + "/").route, server::Route::other) << "an empty job id";
+    EXPECT_TRUE(server::route_takes(spec.route, spec.methods[0]));
+    EXPECT_FALSE(server::route_takes(spec.route, "PATCH"));
+  }
+  EXPECT_EQ(server::match_route("/").route, server::Route::page);
+  EXPECT_EQ(server::match_route("/jobs/a/frontier").rest, "a/frontier");
+  EXPECT_TRUE(server::route_takes(server::Route::straggler, "DELETE"));
+  EXPECT_FALSE(server::route_takes(server::Route::jobs, "DELETE"));
+  EXPECT_EQ(server::match_route("/nothing").route, server::Route::other);
+}
+
 TEST(Metrics, JobStatusesBecomeWellFormedFamiliesWithEscapedLabels) {
-  json job = {{"job_id", "a\"b\\c\nd"},
-              {"phase", "deployed"},
-              {"round", 12},
-              {"registered", 16},
-              {"world_size", 16},
-              {"baseline", {{"iteration_time", 2.84}, {"energy", 14680.0}}},
-              {"measured", {{"iteration_time", 2.845}, {"energy", 12500.0}}},
-              {"saving", 0.1485},
-              {"saving_ci", {0.14, 0.157}},
-              {"slowdown", 0.001},
-              {"slowdown_ci", nullptr},
-              {"energy_saved", 5.5e6},
-              {"straggler", nullptr},
-              {"plan", {{"step_ups", 2}}}};
-  json other = {{"job_id", "plain"}, {"phase", "running"}, {"round", 3}, {"saving", nullptr}};
+  server::JobStatus job;
+  job.job_id = "a\"b\\c\nd";
+  job.phase = server::JobPhase::deployed;
+  job.round = 12;
+  job.registered = job.world_size = 16;
+  job.measured = server::RoundMeasuredStatus{11, 2.9, 13000.0};  // the planning scheduler's mean is shown instead
+  auto& own = job.own.emplace();
+  own.baseline = server::BaselineStatus{2.84, 14680.0, {}, {}, 5, 0, 0};
+  own.saving = online::Estimate{0.1485, 0.14, 0.157};
+  own.slowdown = online::Estimate{0.001, -0.002, 0.004};
+  own.plan.emplace().step_ups = 2;
+  auto& planning = own.online.emplace();
+  planning.measured = server::MeasuredStatus{2.845, 12500.0, 10};
+  planning.energy_saved = 5.5e6;
+  server::JobStatus other;
+  other.job_id = "plain";
+  other.phase = server::JobPhase::running;
+  other.round = 3;
+  other.measured = server::RoundMeasuredStatus{2, 3.5, 100.0};
   server::HttpMetrics http;
   http.request_done("schedule", 200, 0.003);
   http.request_done("schedule", 200, 30.0);
   http.request_done("result", 422, 0.0001);
   http.connection_opened();
-  Exposition e(server::render_metrics(json::array({job, other}), http.snapshot(), {7, 1, 0}, "0.1.0"));
+  Exposition e(server::render_metrics({job, other}, http.snapshot(), {7, 1, 0}, "0.1.0"));
   ASSERT_TRUE(e.errors.empty()) << ::testing::PrintToString(e.errors);
   const std::string id = R"(job_id="a\"b\\c\nd")";
   EXPECT_EQ(e.at("perseus_job_phase{" + id + ",phase=\"deployed\"}"), 1);
@@ -109,7 +140,12 @@ TEST(Metrics, JobStatusesBecomeWellFormedFamiliesWithEscapedLabels) {
   EXPECT_EQ(e.at("perseus_job_energy_saved_joules_total{" + id + "}"), 5.5e6);
   EXPECT_EQ(e.at("perseus_job_straggler_slowdown_ratio{" + id + "}"), 1);
   EXPECT_EQ(e.at("perseus_job_step_ups_total{" + id + "}"), 2);
-  EXPECT_EQ(e.samples.count("perseus_job_saving_ratio{job_id=\"plain\"}"), 0u);  // null: no sample, not 0
+  EXPECT_EQ(e.at("perseus_job_measured_iteration_seconds{" + id + "}"), 2.845);
+  EXPECT_EQ(e.at("perseus_job_measured_energy_joules{job_id=\"plain\"}"), 100.0);
+  EXPECT_EQ(e.at("perseus_job_slowdown_ratio_bound{" + id + ",bound=\"low\"}"), -0.002);
+  EXPECT_EQ(e.at("perseus_job_baseline_energy_joules{" + id + "}"), 14680.0);
+  EXPECT_EQ(e.samples.count("perseus_job_saving_ratio{job_id=\"plain\"}"), 0u);              // none: no sample, not 0
+  EXPECT_EQ(e.samples.count("perseus_job_straggler_slowdown_ratio{job_id=\"plain\"}"), 0u);  // no scheduler yet
   EXPECT_EQ(e.types.at("perseus_job_energy_saved_joules_total"), "counter");
   EXPECT_EQ(e.at("perseus_jobs{phase=\"deployed\"}"), 1);
   EXPECT_EQ(e.at(R"(perseus_http_requests_total{route="schedule",code="200"})"), 2);

@@ -107,9 +107,9 @@ struct Cluster {
         budget.round(id, job->round(actual, budget.power_limit(id)), now);
       }
   }
-  double measured() { return budget.status(now).at("measured").get<double>(); }
-  double predicted() { return budget.status(now).at("predicted").get<double>(); }
-  bool backstop() { return budget.status(now).at("backstop").at("active").get<bool>(); }
+  double measured() { return budget.status(now).measured.value(); }
+  double predicted() { return budget.status(now).predicted; }
+  bool backstop() { return budget.status(now).backstop.active; }
   void set(std::optional<double> watts, double seconds = 1e6) { budget.set(BudgetRequest{watts, seconds}, now); }
 };
 
@@ -146,7 +146,7 @@ TEST_F(TwoJobs, ATightBudgetIsMetWithinTwoRoundsAndBackAtFullBudgetEveryJobIsUnp
   EXPECT_GE(c.measured(), budget * 0.97) << "not much slack left: throughput lost for nothing";
   EXPECT_FALSE(c.backstop());
   EXPECT_TRUE(a.hold_probes && b.hold_probes) << "an all-max probe round would break the budget";
-  auto status = c.budget.status(c.now);
+  auto status = server::to_json(c.budget.status(c.now));
   EXPECT_LE(status["since_set"]["complied_after_rounds"].get<int>(), 2);
   c.set(unpaced() * 1.2);
   EXPECT_FALSE(a.pace || b.pace) << "every job back to its unpaced plan";
@@ -163,7 +163,7 @@ TEST_F(TwoJobs, TheClosedLoopCorrectsAPredictionThatIsOff) {
   c.rounds(12, 1.06);
   EXPECT_LE(c.measured(), budget * 1.001);
   EXPECT_GE(c.measured(), budget * 0.97);
-  EXPECT_GT(c.budget.job_status("a")["correction"].get<double>(), 1.03);
+  EXPECT_GT(c.budget.job_status("a")->correction, 1.03);
 }
 
 TEST_F(TwoJobs, AHigherWeightKeepsMoreOfItsThroughput) {
@@ -194,7 +194,7 @@ TEST_F(TwoJobs, OutOfReachOfThePlansGpuPowerLimitsHoldItAndLiftWhenNoLongerNeede
   auto limit = c.budget.power_limit("a");
   ASSERT_TRUE(limit);
   EXPECT_GE(*limit, 100) << "never below the GPUs' minimum power limit";
-  auto status = c.budget.status(c.now);
+  auto status = server::to_json(c.budget.status(c.now));
   EXPECT_FALSE(status["within_reach"].get<bool>());
   EXPECT_NE(status["backstop"]["reason"].get<std::string>().find("cannot reach"), std::string::npos);
   c.rounds(6);
@@ -207,7 +207,7 @@ TEST_F(TwoJobs, OutOfReachOfThePlansGpuPowerLimitsHoldItAndLiftWhenNoLongerNeede
 TEST_F(TwoJobs, ADeadlineShorterThanTwoRoundsHoldsTheBudgetWithPowerLimitsUntilThePlansFollow) {
   c.set(unpaced() * 0.85, 0);  // at once: sooner than any round
   EXPECT_TRUE(c.backstop());
-  EXPECT_NE(c.budget.status(c.now)["backstop"]["reason"].get<std::string>().find("sooner"), std::string::npos);
+  EXPECT_NE(c.budget.status(c.now).backstop.reason.value().find("sooner"), std::string::npos);
   c.rounds(2);
   EXPECT_FALSE(c.backstop()) << "every job ran two rounds on its plans: the limits are lifted";
   c.rounds(2);
@@ -224,7 +224,7 @@ TEST_F(TwoJobs, AJobThatEndsLeavesNobodyPacedOrCappedForIt) {
   c.budget.leave("a", c.now);
   c.jobs.clear();
   EXPECT_FALSE(c.backstop());
-  EXPECT_TRUE(c.budget.status(c.now)["jobs"].empty());
+  EXPECT_TRUE(c.budget.status(c.now).jobs.empty());
 }
 
 TEST_F(TwoJobs, AnArrivingJobCountsAtItsMeasuredPowerAndTheOthersMakeRoom) {
@@ -233,10 +233,10 @@ TEST_F(TwoJobs, AnArrivingJobCountsAtItsMeasuredPowerAndTheOthersMakeRoom) {
   FakeJob late{1.5, 8};
   late.deployed = false;
   c.join("late", late);  // not measured yet: its GPUs at the most a GPU of the cluster drew
-  EXPECT_EQ(c.budget.job_status("late")["counted_as"], "estimate");
+  EXPECT_EQ(c.budget.job_status("late")->counted_as, "estimate");
   EXPECT_TRUE(a.pace || b.pace) << "room made for it before its first round";
   c.rounds(2);
-  EXPECT_EQ(c.budget.job_status("late")["counted_as"], "measured");
+  EXPECT_EQ(c.budget.job_status("late")->counted_as, "measured");
   EXPECT_LE(c.measured(), unpaced() * 1.05 * 1.01);
   late.deployed = true;
   c.rounds(3);

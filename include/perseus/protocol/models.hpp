@@ -16,14 +16,20 @@ namespace perseus::protocol {
 // Why the server refuses a request. Domain code says which; http_status (replies.hpp) is the one
 // place that turns it into the HTTP status the reply carries.
 enum class Refusal {
-  invalid_request,  // a field, the body or a query parameter is bad, or over a limit of the job
-  forbidden,        // the job's secret is missing or wrong
-  not_found,        // no such job, rank or resource (yet)
-  conflict,         // the request contradicts the job's state (already registered, no round running)
-  too_large,        // a result holds more than the job's schedule or the server's settings allow
-  job_ended,        // the job has ended: the detail is its outcome (the artifact's clients match on it)
-  over_capacity,    // the server holds as many jobs or ranks as it may
-  server_stopping,  // the server is shutting down
+  malformed,           // not an HTTP request the server can read, or a body a route cannot take at all
+  unauthorized,        // the server's bearer token is missing or wrong
+  invalid_request,     // a field, the body or a query parameter is bad, or over a limit of the job
+  forbidden,           // the job's secret is missing or wrong, or the caller may not change this
+  not_found,           // no such job, rank, resource or route (yet)
+  method_not_allowed,  // the route does not take this method
+  conflict,            // the request contradicts the job's state (already registered, no round running)
+  too_large,           // a body, or a result, holds more than the server's settings or the job's schedule allow
+  header_too_large,    // the request's header is over the server's limit
+  job_ended,           // the job has ended: the detail is its outcome (the artifact's clients match on it)
+  internal,            // the server failed (a bug): the detail says what
+  over_capacity,       // the server holds as many jobs or ranks as it may
+  not_stored,          // the change could not be made durable; nothing changed
+  server_stopping,     // the server is shutting down
 };
 
 // A request the server refuses: why, and the `detail` it answers with.

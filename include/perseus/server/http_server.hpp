@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "perseus/server/job_manager.hpp"
+#include "perseus/server/wire.hpp"
 
 namespace perseus::server {
 
@@ -23,6 +24,12 @@ struct HttpResponse {
   std::vector<std::pair<std::string, std::string>> headers = {};  // extra response headers
   std::string content_type = "application/json";
 };
+
+// The reply to a refused request: its status from the one mapping (http_status), its body
+// {"detail": ...}.
+inline HttpResponse refusal_response(Refusal refusal, std::string_view detail) {
+  return {http_status(refusal), error_body(detail)};
+}
 
 // The request header that carries a job's secret (asked for with the value `new` on
 // POST /register_job, then sent on every request of that job; see JobManager).

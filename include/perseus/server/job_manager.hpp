@@ -142,9 +142,9 @@ class JobManager {
   void forget(const std::string& job_id);
   void check_rank(const Job& job, int rank) const;
   std::string same_job(const Job& job, const JobInfo& info) const;  // its id, or 409 when `info` differs in shape
-  // `own`: the running scheduler's status() (null when none), whose phase names a running job's.
-  nlohmann::json summary(const Job& job, const nlohmann::json& own) const;
-  nlohmann::json scheduler_status(const Job& job) const;  // the scheduler's, kept after the job ended
+  // What GET /jobs shows of the job (`full`: and GET /jobs/{id}); its scheduler's part is kept
+  // after the job ended.
+  JobStatus status_of(const Job& job, bool full) const;
   void advance(Job& job);
   void start_rounds(Job& job);
   void send_schedules(Job& job);

@@ -12,15 +12,18 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
+
+#include "perseus/server/job_status.hpp"
 
 namespace perseus::server {
 
-// The route a request path belongs to: one of a fixed set ("schedule", "result", "jobs", ...,
-// "other"), so that no client can grow the metrics with paths of its own.
+// The route a request path belongs to: a name of route_table.hpp's (by the path's first segment),
+// "page" or "other", so that no client can grow the metrics with paths of its own.
 std::string_view route_of(std::string_view path);
 
 // Request latency bucket bounds, seconds (a schedule request waits at its round's barrier, so the
@@ -57,10 +60,11 @@ struct StoreCounters {
   std::uint64_t writes = 0, failures = 0, dropped = 0;
 };
 
-// The exposition text: `jobs` is an array of job status objects (GET /jobs/{job_id}'s replies),
-// `budget` the cluster's power budget (GET /power_budget's reply; null: none shown).
-std::string render_metrics(const nlohmann::json& jobs, const HttpMetrics::Snapshot& http, const StoreCounters& store,
-                           const std::string& version, const nlohmann::json& budget = nullptr);
+// The exposition text: `jobs` the jobs' statuses (GET /jobs/{job_id}'s), `budget` the cluster's
+// power budget (GET /power_budget's; none: not shown).
+std::string render_metrics(const std::vector<JobStatus>& jobs, const HttpMetrics::Snapshot& http,
+                           const StoreCounters& store, const std::string& version,
+                           const std::optional<PowerBudgetStatus>& budget = std::nullopt);
 
 // The content type of the exposition text.
 inline constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";

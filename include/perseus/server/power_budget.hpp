@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "perseus/server/job_phase.hpp"
+#include "perseus/server/job_status.hpp"
 #include "perseus/server/scheduler.hpp"
 
 namespace perseus::server {
@@ -80,9 +81,9 @@ class PowerBudget {
 
   // The power limit (W per GPU) the job's ranks are to run under, if the backstop holds.
   std::optional<double> power_limit(const std::string& id) const;
-  // GET /power_budget; and a job's part of it for its status (null when it takes no part).
-  nlohmann::json status(Clock::time_point now) const;
-  nlohmann::json job_status(const std::string& id) const;
+  // GET /power_budget; and a job's part of it for its status (none when it takes no part).
+  PowerBudgetStatus status(Clock::time_point now) const;
+  std::optional<JobBudgetStatus> job_status(const std::string& id) const;
 
  private:
   struct Job;

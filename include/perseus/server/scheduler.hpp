@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "perseus/server/job_phase.hpp"
+#include "perseus/server/job_status.hpp"
 #include "perseus/online/power_allocation.hpp"
 #include "perseus/server/wire.hpp"
 #include "perseus/server/settings.hpp"
@@ -31,6 +32,9 @@ struct SchedulerContext {
   std::filesystem::path job_dir;  // <dump_dir>/<job_id>, for outputs such as the profile CSV
   // Callable from any thread: the scheduler's ready() may have become true (see ready()).
   std::function<void()> wake = [] {};
+  // Called on the planning thread before each plan choice of a scheduler that plans online (tests
+  // hold a choice there to see that the server's rounds go on meanwhile).
+  std::function<void()> before_plan_choice = [] {};
 };
 
 class Scheduler {
@@ -53,10 +57,9 @@ class Scheduler {
   // Whether next_schedule() can answer now. While false, the job manager holds the round's
   // schedule requests (the ranks wait at the barrier) until the scheduler calls context.wake.
   virtual bool ready() const { return true; }
-  // What GET /jobs/{id} shows of the scheduler's own state, each key at the top level. Every
-  // scheduler has `profiling`, `plan`, `baseline`, `saving`, `slowdown` and `straggler` (the turnkey loop's;
-  // null here: only a scheduler that plans online fills them in).
-  virtual nlohmann::json status() const;
+  // What GET /jobs/{id} shows of the scheduler's own state (job_status.hpp): none by default; only
+  // a scheduler that plans online fills it in.
+  virtual SchedulerStatus status() const { return {}; }
   // The job's phase while it runs, when the scheduler has phases of its own (warmup, profiling...).
   virtual std::optional<JobPhase> phase() const { return std::nullopt; }
   // POST /straggler (a notice) and DELETE /straggler (none). Schedulers that do not follow

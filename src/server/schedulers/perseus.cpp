@@ -141,6 +141,7 @@ class PerseusScheduler final : public Scheduler {
     hooks.decided = [this](const online::Decision& d) { record(d); };
     hooks.profiled = [this](const Profile& p) { write_profile(p); };
     hooks.wake = context.wake;
+    hooks.choosing = context.before_plan_choice;
     hooks.profile_source = profile_path_.string();
     if (context.settings.dump_data) hooks.record_dir = context.job_dir / "frontier";
     controller_ = std::make_unique<online::TurnkeyController>(config.controller, std::move(shape), std::move(reused),
@@ -204,113 +205,100 @@ class PerseusScheduler final : public Scheduler {
                          controller_->shape().num_microbatches, occurrences_ || controller_->wants_occurrences());
   }
 
-  json status() const override {
+  SchedulerStatus status() const override {
     const auto& c = *controller_;
-    json out;
-    out["profiling"] = {{"clocks_done", c.clocks_measured()},
-                        {"clocks_total", c.clocks_planned()},
-                        {"rounds", c.profiling_rounds()},
-                        {"checks", c.profiling_checks()},
-                        {"clocks_available", c.shape().clocks.size()},
-                        {"profile", profile_path_.string()},
-                        {"reused", c.reused_profile()}};
-    auto interval = [](const online::Estimate& e) { return json::array({e.low, e.high}); };
-    out["baseline"] = c.has_baseline() ? json{{"iteration_time", c.baseline_time()},
-                                              {"energy", c.baseline_energy()},
-                                              {"iteration_time_ci", interval(c.baseline_time_estimate())},
-                                              {"energy_ci", interval(c.baseline_energy_estimate())},
-                                              {"rounds", c.baseline_rounds()},
-                                              {"rejected", c.baseline_rejected()},
-                                              {"probes", c.probes()}}
-                                       : json(nullptr);
+    SchedulerStatus out;
+    out.profiling = {{"clocks_done", c.clocks_measured()},
+                     {"clocks_total", c.clocks_planned()},
+                     {"rounds", c.profiling_rounds()},
+                     {"checks", c.profiling_checks()},
+                     {"clocks_available", c.shape().clocks.size()},
+                     {"profile", profile_path_.string()},
+                     {"reused", c.reused_profile()}};
+    auto interval = [](const online::Estimate& e) { return Interval{e.low, e.high}; };
+    if (c.has_baseline())
+      out.baseline = BaselineStatus{c.baseline_time(),
+                                    c.baseline_energy(),
+                                    interval(c.baseline_time_estimate()),
+                                    interval(c.baseline_energy_estimate()),
+                                    c.baseline_rounds(),
+                                    c.baseline_rejected(),
+                                    c.probes()};
+    auto& online = out.online.emplace();
+    json& details = online.details;
     // The schedule the ranks' orders follow, as the loop worked it out and plans it.
-    out["schedule"] = {{"kind", to_string(c.shape().schedule)},
-                       {"microbatches", c.shape().num_microbatches},
-                       {"virtual_stages", schedule_virtual_stages(c.shape().schedule, c.shape().virtual_stages)}};
-    out["p_block"] = c.p_block() ? json(*c.p_block()) : json(nullptr);
+    details["schedule"] = {{"kind", to_string(c.shape().schedule)},
+                           {"microbatches", c.shape().num_microbatches},
+                           {"virtual_stages", schedule_virtual_stages(c.shape().schedule, c.shape().virtual_stages)}};
+    details["p_block"] = c.p_block() ? json(*c.p_block()) : json(nullptr);
     const auto& config = c.config();
-    out["target"] =
+    details["target"] =
         c.has_baseline()
             ? json{{"iteration_time", c.target_time()},
                    {config.deadline ? "deadline" : "slowdown", config.deadline ? *config.deadline : config.slowdown},
                    {"tolerance", config.tolerance}}
             : json(nullptr);
-    out["plan"] = nullptr;
-    out["measured"] = nullptr;
-    out["saving"] = nullptr;
-    out["slowdown"] = nullptr;
-    out["saving_ci"] = nullptr;
-    out["slowdown_ci"] = nullptr;
-    out["reference"] = nullptr;
-    out["straggler"] = nullptr;
-    out["energy_saved"] = c.energy_saved();
+    online.energy_saved = c.energy_saved();
     // Clock changes while deployed, those that had not taken effect by the end of their instruction
     // (the ranks read the clock back), and the latency plans are chosen for.
-    out["clocks"] = {{"changes", c.clock_changes()},
-                     {"late", c.clocks_late()},
-                     {"latency", c.clock_latency()},
-                     {"latency_source", c.config().clock_latency ? "told" : "measured"},
-                     {"latency_samples", c.latency_samples()}};
-    out["deployed_iterations"] = c.deployed_iterations();
+    details["clocks"] = {{"changes", c.clock_changes()},
+                         {"late", c.clocks_late()},
+                         {"latency", c.clock_latency()},
+                         {"latency_source", c.config().clock_latency ? "told" : "measured"},
+                         {"latency_samples", c.latency_samples()}};
+    details["deployed_iterations"] = c.deployed_iterations();
     if (c.plans() && c.target_plan()) {
       const auto& p = *c.target_plan();
       const auto& plans = *c.plans();
-      out["plan"] = {{"index", p.point ? json(*p.point) : json(nullptr)},
-                     {"label", p.label()},
-                     {"predicted_time", p.time * c.scale()},
-                     {"predicted_energy", p.energy * context_.job.dp_degree * context_.job.tp_degree},
-                     {"frontier_points", plans.record.points.size()},
-                     {"planning_seconds", plans.seconds},
-                     {"unit_time", plans.record.unit_time},
-                     {"cost_models", plans.cost_models},
-                     {"step_ups", c.step_ups()},
-                     {"reason", c.plan_reason()}};
+      out.plan = PlanStatus{p.point,
+                            p.label(),
+                            p.time * c.scale(),
+                            p.energy * context_.job.dp_degree * context_.job.tp_degree,
+                            plans.record.points.size(),
+                            plans.seconds,
+                            plans.record.unit_time,
+                            plans.cost_models,
+                            c.step_ups(),
+                            c.plan_reason()};
     }
     if (auto m = c.measured()) {
-      out["measured"] = {{"iteration_time", m->iteration_time}, {"energy", m->energy}, {"rounds", m->rounds}};
-      if (auto saving = c.saving()) out["saving"] = saving->value, out["saving_ci"] = interval(*saving);
-      if (auto slowdown = c.slowdown()) out["slowdown"] = slowdown->value, out["slowdown_ci"] = interval(*slowdown);
+      online.measured = MeasuredStatus{m->iteration_time, m->energy, m->rounds};
+      out.saving = c.saving();
+      out.slowdown = c.slowdown();
       auto ref = c.reference();
-      out["reference"] = {{"name", ref.name},
-                          {"iteration_time", ref.iteration_time},
-                          {"energy", ref.energy},
-                          {"conditions", ref.conditions}};
+      online.reference = ReferenceStatus{ref.name, ref.iteration_time, ref.energy, ref.conditions};
     }
     json sigma = json::array();
     double largest = 0;
     for (const auto& s : c.variability()) sigma.push_back({s[0], s[1]}), largest = std::max({largest, s[0], s[1]});
-    out["variability"] = {{"sigma", sigma}, {"max", largest}};
-    json pipelines = json::array();
+    details["variability"] = {{"sigma", sigma}, {"max", largest}};
     const auto& times = c.last_pipeline_time();
     const auto& energies = c.last_pipeline_energy();
     for (std::size_t d = 0; d < times.size(); ++d) {
-      json p = {{"dp_rank", d}, {"iteration_time", times[d]}, {"energy", d < energies.size() ? energies[d] : 0.0}};
+      PipelineStatus p{d, times[d], d < energies.size() ? energies[d] : 0.0, std::nullopt, std::nullopt};
       if (const ChosenPlan* plan = c.plan_of(d)) {
-        p["plan"] = plan->label();
-        p["predicted_time"] = plan->time;
+        p.plan = plan->label();
+        p.predicted_time = plan->time;
       }
-      pipelines.push_back(std::move(p));
+      online.pipelines.push_back(std::move(p));
     }
-    out["pipelines"] = pipelines;
     if (const auto& s = c.straggler())
-      out["straggler"] = {{"slowdown", s->slowdown},
-                          {"source", s->told          ? "api"
-                                     : s->in_baseline ? "baseline"
-                                                      : "detected"},
-                          {"dp_rank", s->pipeline ? json(*s->pipeline) : json(nullptr)},
-                          {"iteration_time", s->compute_time * c.scale()}};
+      out.straggler = StragglerStatus{s->slowdown,
+                                      s->told          ? StragglerSource::api
+                                      : s->in_baseline ? StragglerSource::baseline
+                                                       : StragglerSource::detected,
+                                      s->pipeline, s->compute_time * c.scale()};
     else if (const auto& d = c.detected_straggler(); d && c.phase() != online::ControllerPhase::deployed)
-      out["straggler"] = {
-          {"slowdown", d->slowdown}, {"source", "detected"}, {"dp_rank", d->pipeline}, {"iteration_time", nullptr}};
+      out.straggler = StragglerStatus{d->slowdown, StragglerSource::detected, d->pipeline, std::nullopt};
     json recent = json::array();
     const auto& decisions = c.decisions();
     for (std::size_t i = decisions.size() > 20 ? decisions.size() - 20 : 0; i < decisions.size(); ++i)
       recent.push_back(to_json(decisions[i]));
-    out["decisions"] = recent;
+    details["decisions"] = recent;
     json history = json::array();
     for (const auto& h : history_)
       history.push_back({{"round", h.round}, {"saving", h.saving}, {"slowdown", h.slowdown}});
-    out["history"] = std::move(history);
+    details["history"] = std::move(history);
     return out;
   }
 
