@@ -67,8 +67,7 @@ void Dinic::build_adjacency() {
   base_ = 0;
   iter_.resize(num_nodes_);
   queue_.resize(num_nodes_);
-  unit_edges_.resize(num_nodes_);
-  parent_.resize(num_nodes_);
+  via_.resize(num_nodes_);
   built_ = true;
 }
 
@@ -80,8 +79,7 @@ template <bool kFirstOnly>
 bool Dinic::bfs(int source, int sink) {
   int* level = level_.data();
   int* queue = queue_.data();
-  EdgeRef* units = unit_edges_.data();
-  int* parent = parent_.data();
+  int* via = via_.data();
   const int* heads = head_.data();
   const std::int64_t* cap = slot_cap_.data();
   // Levels count from a base above every earlier search's: nothing to clear, so a search near the
@@ -93,24 +91,24 @@ bool Dinic::bfs(int source, int sink) {
     base_ += num_nodes_ + 1;
   }
   const int base = base_;
-  int head = 0, tail = 0, unit_count = 0;
-  parent[tail] = -1;
+  int head = 0, tail = 0;
+  parents_read_ = units_read_ = false;
   queue[tail++] = source;
   level[source] = base;
   while (head < tail) {
     const int u = queue[head++];
     if (level[sink] >= base && level[u] >= level[sink]) break;
     const int next_level = level[u] + 1;
+    // Per node reached, only the edge it came by: its parent and whether one unit reached it are
+    // read off that edge when asked for (residual_side_parents, residual_side_unit_edges), which
+    // only the last search of a max_flow is.
     auto scan = [&](int begin, int end) {
       for (int i = begin; i < end; ++i) {
         const int v = heads[i];
-        const std::int64_t c = cap[i];
-        if (c > 0 && level[v] < base) {
+        if (cap[i] > 0 && level[v] < base) {
           level[v] = next_level;
-          parent[tail] = u;
+          via[tail] = i;
           queue[tail++] = v;
-          units[unit_count] = EdgeRef(i);  // kept only when one unit reached it
-          unit_count += c == 1;
         }
       }
     };
@@ -118,7 +116,6 @@ bool Dinic::bfs(int source, int sink) {
     if constexpr (!kFirstOnly) scan(begin_other_[u], end_other_[u]);
   }
   reached_count_ = tail;
-  unit_count_ = unit_count;
   return level[sink] >= base;
 }
 
@@ -178,6 +175,27 @@ std::int64_t Dinic::dfs(int source, int sink, std::int64_t limit) {
       break;
     }
   }
+}
+
+const int* Dinic::residual_side_parents() const {
+  if (!parents_read_) {
+    parent_.resize(queue_.size());
+    parent_[0] = -1;
+    for (int p = 1; p < reached_count_; ++p) parent_[p] = head_[reverse_[via_[p]]];  // the edge's tail
+    parents_read_ = true;
+  }
+  return parent_.data();
+}
+
+// The residuals are those of the search (any change since makes the side unknown).
+std::span<const Dinic::EdgeRef> Dinic::residual_side_unit_edges() const {
+  if (!units_read_) {
+    unit_edges_.clear();
+    for (int p = 1; p < reached_count_; ++p)
+      if (slot_cap_[via_[p]] == 1) unit_edges_.push_back(EdgeRef(via_[p]));
+    units_read_ = true;
+  }
+  return unit_edges_;
 }
 
 std::size_t Dinic::journal_mark() {

@@ -241,3 +241,146 @@ TEST(MaxFlow, DinicWithItsFirstEdgesApartTakesTheSameSteps) {
       ASSERT_EQ(split.residual(e), unsplit.residual(e)) << "trial " << trial << " edge " << e;
   }
 }
+
+namespace {
+
+// Dinic's algorithm as the textbook writes it (lists of edges per node, a full breadth-first
+// search, a recursive blocking-flow search that pushes all it can from each node and gives up on
+// nodes that reach no further), with no care for speed: what the planner's Dinic must compute
+// step for step, since under the reference cut rule which maximum flow it finds is part of the
+// frontier.
+class TextbookDinic {
+ public:
+  explicit TextbookDinic(int n) : out_(n), level_(n), next_(n) {}
+  int add_edge(int from, int to, std::int64_t capacity) {
+    const int id = static_cast<int>(edges_.size());
+    edges_.push_back({to, capacity});
+    edges_.push_back({from, 0});
+    out_[from].push_back(id);
+    out_[to].push_back(id + 1);
+    return id;
+  }
+  std::int64_t& residual(int edge) { return edges_[edge].residual; }
+  std::int64_t max_flow(int source, int sink, std::int64_t limit) {
+    std::int64_t total = 0;
+    while (total < limit && search(source, sink)) {
+      std::fill(next_.begin(), next_.end(), 0);
+      const std::int64_t got = push(source, sink, limit - total);
+      if (got == 0) break;
+      total += got;
+    }
+    return total;
+  }
+  // The last search's nodes in the order it reached them, each node's parent there, and the edges
+  // of one unit that first reached a node.
+  std::vector<int> reached, parents, unit_edges;
+
+ private:
+  struct Edge {
+    int to;
+    std::int64_t residual;
+  };
+  bool search(int source, int sink) {
+    std::fill(level_.begin(), level_.end(), -1);
+    reached.assign(1, source);
+    parents.assign(1, -1);
+    unit_edges.clear();
+    level_[source] = 0;
+    for (std::size_t k = 0; k < reached.size(); ++k) {
+      const int u = reached[k];
+      for (int e : out_[u]) {
+        const int v = edges_[e].to;
+        if (edges_[e].residual > 0 && level_[v] < 0) {
+          level_[v] = level_[u] + 1;
+          reached.push_back(v);
+          parents.push_back(u);
+          if (edges_[e].residual == 1) unit_edges.push_back(e);
+        }
+      }
+    }
+    return level_[sink] >= 0;
+  }
+  std::int64_t push(int u, int sink, std::int64_t budget) {
+    if (u == sink) return budget;
+    std::int64_t total = 0;
+    for (; next_[u] < out_[u].size(); ++next_[u]) {
+      Edge& edge = edges_[out_[u][next_[u]]];
+      if (edge.residual <= 0 || level_[edge.to] != level_[u] + 1) continue;
+      const std::int64_t got = push(edge.to, sink, std::min(budget - total, edge.residual));
+      if (got == 0) continue;
+      edge.residual -= got;
+      edges_[out_[u][next_[u]] ^ 1].residual += got;
+      total += got;
+      if (total == budget) return total;  // full: this edge may carry more next time
+    }
+    level_[u] = -1;  // reaches the sink no more in this phase
+    return total;
+  }
+
+  std::vector<Edge> edges_;
+  std::vector<std::vector<int>> out_;
+  std::vector<int> level_;
+  std::vector<std::size_t> next_;
+};
+
+}  // namespace
+
+// The planner's Dinic (laid out in slots, searches without branches, an explicit stack, a search
+// that stops at the sink's level) takes the textbook's steps: on random networks solved again and
+// again from the last flow with residuals changed between solves (as the planner's frontier points
+// are), the same flow value, the same residual on every edge, and where no path is left the same
+// nodes reached, in the same order, from the same parents, through the same one-unit edges. With
+// its first edges apart and the search on just those, the same as the textbook on just those.
+TEST(MaxFlow, DinicTakesTheTextbookStepsThroughWarmStarts) {
+  std::mt19937 rng(11);
+  for (int trial = 0; trial < 60; ++trial) {
+    const int n = 4 + trial % 40;
+    const bool split = trial % 2 == 1;
+    std::uniform_int_distribution<int> node(0, n - 1), capacity(0, 4), change(0, 2);
+    std::vector<std::pair<int, int>> ends;
+    for (int k = 0; k < 3 * n; ++k) {
+      const int u = node(rng), v = node(rng);
+      if (u != v) ends.emplace_back(u, v);
+    }
+    const int num_first = split ? static_cast<int>(ends.size() / 2) : static_cast<int>(ends.size());
+    Dinic dinic;
+    dinic.reset(n, split ? 2 * num_first : 0);
+    TextbookDinic textbook(n);
+    std::vector<int> edges;  // the textbook's edges: the first ones only where split
+    for (std::size_t k = 0; k < ends.size(); ++k) {
+      const std::int64_t c = capacity(rng);
+      const int id = dinic.add_edge(ends[k].first, ends[k].second, c);
+      dinic.set_label(id, id);
+      dinic.set_label(Dinic::reverse(id), Dinic::reverse(id));
+      if (static_cast<int>(k) < num_first) edges.push_back(textbook.add_edge(ends[k].first, ends[k].second, c));
+    }
+    for (int round = 0; round < 12; ++round) {
+      SCOPED_TRACE(::testing::Message() << "trial " << trial << " round " << round);
+      const int source = round % 3 == 2 ? node(rng) : 0, sink = round % 3 == 2 ? node(rng) : n - 1;
+      if (source == sink) continue;
+      const std::int64_t limit = round % 4 == 3 ? 3 : 1 << 30;
+      ASSERT_EQ(dinic.max_flow(source, sink, limit, split), textbook.max_flow(source, sink, limit));
+      for (int e : edges) {
+        ASSERT_EQ(dinic.residual(e), textbook.residual(e)) << "edge " << e;
+        ASSERT_EQ(dinic.residual(Dinic::reverse(e)), textbook.residual(Dinic::reverse(e))) << "edge " << e;
+      }
+      if (dinic.residual_side_known()) {
+        const std::vector<int> reached(dinic.residual_side(), dinic.residual_side() + dinic.residual_side_size());
+        const std::vector<int> parents(dinic.residual_side_parents(),
+                                       dinic.residual_side_parents() + dinic.residual_side_size());
+        std::vector<int> unit_edges;
+        for (Dinic::EdgeRef edge : dinic.residual_side_unit_edges()) unit_edges.push_back(dinic.label(edge));
+        EXPECT_EQ(reached, textbook.reached);
+        EXPECT_EQ(parents, textbook.parents);
+        EXPECT_EQ(unit_edges, textbook.unit_edges);
+      }
+      // A few residuals set anew, as a planner step's new bounds do.
+      for (int e : edges) {
+        if (change(rng) != 0) continue;
+        const std::int64_t r = capacity(rng);
+        dinic.set_residual(e, r);
+        textbook.residual(e) = r;
+      }
+    }
+  }
+}

@@ -132,12 +132,10 @@ class Dinic {
   bool on_residual_side(int node) const { return level_[node] >= base_; }
   // Per node of residual_side(), in the same order, the node that search first reached it from
   // (-1 for the source): its search tree.
-  const int* residual_side_parents() const { return parent_.data(); }
+  const int* residual_side_parents() const;
   // The edges with exactly one unit left through which that search first reached a node (where
   // the planner's reference rule may see the edge as closed).
-  std::span<const EdgeRef> residual_side_unit_edges() const {
-    return {unit_edges_.data(), static_cast<std::size_t>(unit_count_)};
-  }
+  std::span<const EdgeRef> residual_side_unit_edges() const;
   // A journal of residual changes (on a built network: once max_flow has run), kept from the first
   // journal_mark() until end_journal(): rollback_to(mark) brings back the residuals of the moment
   // journal_mark() returned `mark` (later marks are gone with it); forget_before(mark) drops what
@@ -188,10 +186,14 @@ class Dinic {
   int first_edges_ = 0;
   std::vector<int> slot_of_, head_, reverse_, slot_label_;
   std::vector<int> begin_first_, end_first_, begin_other_, end_other_;
-  int reached_count_ = -1;           // nodes the last search labelled, when it labelled all it reaches; else -1
-  std::vector<int> parent_;          // per search, per node in queue_ order: the node it was first reached from
-  std::vector<EdgeRef> unit_edges_;  // per search: edges through which one unit first reached a node
-  int unit_count_ = 0;
+  int reached_count_ = -1;  // nodes the last search labelled, when it labelled all it reaches; else -1
+  // Per search, per node in queue_ order: the slot of the edge that first reached it (the source's
+  // unused). The parents and one-unit edges are read off it when asked for (only a search that
+  // labelled all it reaches is asked): the search itself stores one number per node.
+  std::vector<int> via_;
+  mutable std::vector<int> parent_;          // per node in queue_ order: the node it was first reached from
+  mutable std::vector<EdgeRef> unit_edges_;  // edges through which one unit first reached a node
+  mutable bool parents_read_ = false, units_read_ = false;
   int base_ = 0;  // the last search's level 0: lower levels are earlier searches' (or dead ends)
   std::vector<std::int64_t> slot_cap_;
   std::vector<int> level_, iter_, queue_, fill_;
