@@ -9,7 +9,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds="${1:-60}"
 build=build-fuzz
-CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPERSEUS_FUZZ=ON > /dev/null
+# -O1 -g1: what libFuzzer's documentation suggests, with the line numbers a report needs, at a fraction of
+# -O2 -g's compile time.
+CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" \
+  -DPERSEUS_FUZZ=ON > /dev/null
 cmake --build "$build"
 mkdir -p "$build/artifacts"
 status=0
