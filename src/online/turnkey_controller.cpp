@@ -1226,8 +1226,8 @@ void TurnkeyController::judge_plan() {
 
 // A detected straggler followed: the straggler's plan and the others' pace are each chosen to the
 // tolerance, and pipelines of about equal pace under noise end later together than the model of
-// each says; measured too slow, the pace-setting plans are chosen again for the time measured
-// (the model's miss), as a step-up does for the target plan.
+// each says; measured too slow, the others are paced earlier by the miss measured (the straggler
+// keeps its plan: making it faster costs far more of the saving).
 void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, double target) {
   if (steps_since_retry_ >= config_.max_step_ups) return;
   const double before = pace_miss_;
@@ -1237,8 +1237,8 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
   retry_.stepped_up(round_, evidence());
   decide("stepped up",
          fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
-                     "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the pace-setting "
-                     "plans chosen again for {:.2f}% of miss (from {:.2f}%)",
+                     "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the others paced "
+                     "for {:.2f}% of miss (from {:.2f}%)",
                      ratio, ratio - ratio_half, judged_.size(), target, 100 * config_.tolerance, 100 * (pace_miss_ - 1),
                      100 * (before - 1)));
   assign_plans("faster pace for the straggler");
