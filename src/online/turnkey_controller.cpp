@@ -822,10 +822,26 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_pl
   if (!pipelines_.known()) return;
   std::vector<std::optional<double>> now(D);
   std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
+  const auto ratios = on_plans ? paced_ratios(m, true) : std::vector<double>{};
+  condition_per_ratio_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
                                    shape_.clocks.front());
+    // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
+    // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
+    // predicts does, in units of what that ratio was when the conditions were last known (measured
+    // at the top clock in the same round, or, undisturbed, by the all-max rounds before), which
+    // takes the plan's error out.
+    if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
+      if (now[d]) {
+        condition_per_ratio_[d] = *now[d] / ratios[d];
+      } else if (condition_per_ratio_[d]) {
+        now[d] = ratios[d] * *condition_per_ratio_[d];
+      } else if (!straggler_ && !detector_.suspects() && d < conditions_.size()) {
+        condition_per_ratio_[d] = conditions_[d] / ratios[d];
+      }
+    }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d]);
   }

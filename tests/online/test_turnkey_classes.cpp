@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -236,6 +237,36 @@ TEST(TurnkeyClasses, AStragglerFollowedUnderNoiseIsJudgedAndTheOthersPacedToWhat
     EXPECT_GT(r.saving(90, 140), 0.9 * undisturbed_saving(cluster_of(6, 12), 140)) << where;
     expect_reported_true(c, r, "straggler under noise, seed " + std::to_string(seed));
   }
+}
+
+// A profile whose top clock is no faster than the next one (memory-bound instructions): the plans
+// run nothing at the top clock, where the conditions are measured, so a pipeline's conditions come
+// from its time over what its plan predicts. The round a straggler ends in (half slow, half not) is
+// then judged against what it measured, not against the straggler's pace of before.
+TEST(TurnkeyClasses, AStragglerThatEndsMidRoundIsReportedTrueThroughItsEnd) {
+  auto cluster = cluster_of(3, 8);
+  const auto clocks = cluster.shape().clocks;  // fastest first
+  std::map<std::pair<int, InstructionKind>, ProfileRow> next;
+  for (const auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[1]) next[{row.stage, row.kind}] = row;
+  for (auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[0]) {
+      const auto& slower = next.at({row.stage, row.kind});
+      row.time = slower.time, row.energy = slower.energy * 1.05;
+    }
+  cluster.noise = 0.005;
+  const double speeds[2][3] = {{1.00, 1.02, 0.99}, {0.98, 1.01, 1.02}};
+  cluster.speed = [speeds](int d, int s) { return speeds[d][s]; };
+  cluster.factor = [](int d, int r, int k) {
+    return d == 0 && (r > 40 || (r == 40 && k >= 1)) && (r < 70 || (r == 70 && k < 2)) ? 1.2 : 1.0;
+  };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 74);
+  EXPECT_TRUE(has(c, "straggler detected")) << events(c);
+  EXPECT_TRUE(has(c, "straggler recovered")) << events(c);
+  EXPECT_EQ(c.step_ups(), 0) << events(c);            // the straggler's pace is not taken for a plan too slow
+  EXPECT_LE(r.slowdown(45, 70), 0.005) << events(c);  // while it is followed
+  expect_reported_true(c, r, "a straggler ended mid-round");
 }
 
 TEST(TurnkeyClasses, DriftInStepsKeepsTheReportedNumbersTrue) {

@@ -350,6 +350,8 @@ class TurnkeyController {
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
   std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
+  // Per pipeline: its conditions over its time/predicted ratio when the top clock last measured both.
+  std::vector<std::optional<double>> condition_per_ratio_;
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
