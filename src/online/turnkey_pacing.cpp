@@ -74,11 +74,11 @@ void TurnkeyController::set_pace(std::optional<double> iteration_time, bool hold
   pace_ = iteration_time;
   if (phase_ != ControllerPhase::deployed || !target_plan_) return;
   if (paced()) {
-    decide("paced", fmt::format("the cluster's power budget asks for {:.6g} s per iteration", *pace_));
-    assign_plans("paced for the power budget");
+    decide(DecisionEvent::paced, fmt::format("the cluster's power budget asks for {:.6g} s per iteration", *pace_));
+    assign_plans(DecisionEvent::paced_for_power_budget);
   } else if (was_paced) {
-    decide("pace lifted", "the cluster's power budget lets the job run unpaced");
-    assign_plans("unpaced");
+    decide(DecisionEvent::pace_lifted, "the cluster's power budget lets the job run unpaced");
+    assign_plans(DecisionEvent::unpaced);
   }
 }
 

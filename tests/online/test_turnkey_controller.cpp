@@ -27,7 +27,7 @@ ControllerConfig config() {
 
 std::vector<std::string> events(const TurnkeyController& c) {
   std::vector<std::string> out;
-  for (const auto& d : c.decisions()) out.push_back(d.event);
+  for (const auto& d : c.decisions()) out.emplace_back(to_string(d.event));
   return out;
 }
 
@@ -228,7 +228,8 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
   ASSERT_TRUE(has(events(controller), "stepped up")) << ::testing::PrintToString(events(controller));
   EXPECT_TRUE(has(events(controller), "retrying")) << ::testing::PrintToString(events(controller));
   const auto& log = controller.decisions();
-  auto first_step = std::find_if(log.begin(), log.end(), [](const auto& d) { return d.event == "stepped up"; });
+  auto first_step =
+      std::find_if(log.begin(), log.end(), [](const auto& d) { return to_string(d.event) == "stepped up"; });
   EXPECT_EQ(first_step->detail.find("to all-max"), std::string::npos) << first_step->detail;
   ASSERT_TRUE(controller.slowdown());
 }

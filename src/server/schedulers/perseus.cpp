@@ -379,7 +379,7 @@ class PerseusScheduler final : public Scheduler {
 
  private:
   static json to_json(const online::Decision& d) {
-    return {{"round", d.round}, {"event", d.event}, {"detail", d.detail}};
+    return {{"round", d.round}, {"event", to_string(d.event)}, {"detail", d.detail}};
   }
 
   // The status's `history`: the saving and slowdown it reported after each of the last deployed rounds.
@@ -404,7 +404,7 @@ class PerseusScheduler final : public Scheduler {
 
   // Every decision goes to the log and the job's records.
   void record(const online::Decision& d) {
-    spdlog::info("job {}: Perseus round {}: {}: {}", context_.job.job_id, d.round, d.event, d.detail);
+    spdlog::info("job {}: Perseus round {}: {}: {}", context_.job.job_id, d.round, to_string(d.event), d.detail);
     decisions_.push_back(to_json(d));
     if (!context_.settings.dump_data) return;
     try {
