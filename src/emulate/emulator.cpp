@@ -89,7 +89,7 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
   return costs;
 }
 
-std::pair<double, double> Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
+TimeEnergy Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
   const auto costs = node_costs(frequencies);
   std::vector<double> start(costs.size()), end(costs.size());
   const int last =

@@ -344,12 +344,12 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
     auto it = m.pipeline_instructions[d].find(key);
     if (it == m.pipeline_instructions[d].end()) continue;
     const double speed = pipelines_.known() ? pipelines_.speed(d, key) : 1.0;
-    time += it->second.first / speed, energy += it->second.second / speed, ++n;
+    time += it->second.time / speed, energy += it->second.energy / speed, ++n;
   }
   if (n > 0) return ClockMeasurement{time / n, energy / n};
   auto it = m.instructions.find(key);
   if (it == m.instructions.end()) return std::nullopt;
-  return ClockMeasurement{it->second.first, it->second.second};
+  return ClockMeasurement{it->second.time, it->second.energy};
 }
 
 void TurnkeyController::add_variability(const RoundMeasurement& m) {

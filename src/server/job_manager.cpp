@@ -17,6 +17,7 @@
 #include <set>
 
 #include "perseus/protocol/job_secret.hpp"
+#include "perseus/profile/time_energy.hpp"
 #include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -625,18 +626,18 @@ void JobManager::finish_round(Job& job) {
   std::vector<ProfilingResult> results;
   for (auto& r : job.results) results.push_back(std::move(*r));
   // What the round measured: time the slowest rank's, energy every rank's; the same per pipeline.
-  std::map<int, std::pair<double, double>> by_pipeline;
+  std::map<int, TimeEnergy> by_pipeline;
   double time = 0, energy = 0;
   for (const auto& r : results) {
     double t = protocol::round_mean(r.iter_time), e = protocol::round_mean(r.iter_energy);
     auto& p = by_pipeline[job.ranks[static_cast<std::size_t>(r.rank)]->dp_rank];
-    p.first = std::max(p.first, t), p.second += e;
+    p.time = std::max(p.time, t), p.energy += e;
     time = std::max(time, t), energy += e;
   }
   job.measured = RoundMeasuredStatus{job.round, time, energy};
   job.pipelines.clear();
   for (const auto& [dp, p] : by_pipeline)
-    job.pipelines.push_back({static_cast<std::size_t>(dp), p.first, p.second, std::nullopt, std::nullopt});
+    job.pipelines.push_back({static_cast<std::size_t>(dp), p.time, p.energy, std::nullopt, std::nullopt});
   record_round(job, results);
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
   if (store_) {

@@ -47,9 +47,9 @@ TEST_F(SimulateTest, AllMaxMatchesTheEmulatorExactlyAndEveryPipelineMeetsAtTheSy
   }());
   EXPECT_EQ(summary.iterations, 20);
   EXPECT_EQ(summary.disabled_ranks, 0);
-  EXPECT_NEAR(summary.whole.iteration_time, emulated.first, 1e-9);
-  EXPECT_NEAR(summary.whole.energy, 3 * emulated.second, 1e-6);
-  for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.second, 1e-6);
+  EXPECT_NEAR(summary.whole.iteration_time, emulated.time, 1e-9);
+  EXPECT_NEAR(summary.whole.energy, 3 * emulated.energy, 1e-6);
+  for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.energy, 1e-6);
   EXPECT_FALSE(summary.job_id.empty());
 }
 
