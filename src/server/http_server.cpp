@@ -461,14 +461,14 @@ HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string
   impl_->token = std::move(token);
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);
-  if (ec) throw Error(fmt::format("--host '{}' is not an IP address: {}", host, ec.message()), kExitUsage);
+  if (ec) throw Error(fmt::format("--host '{}' is not an IP address: {}", host, ec.message()), ErrorKind::bad_setting);
   tcp::endpoint endpoint(address, port);
   auto& a = impl_->acceptor;
   a.open(endpoint.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(endpoint, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), kExitFailure);
+  if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), ErrorKind::failed);
   impl_->port = a.local_endpoint().port();
   impl_->accept();
 }

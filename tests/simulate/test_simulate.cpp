@@ -191,7 +191,7 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
       (void)simulate::parse_straggler(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.exit_code(), kExitUsage) << bad;
+      EXPECT_EQ(e.kind(), ErrorKind::bad_setting) << bad;
       EXPECT_NE(std::string(e.what()).find("--straggler"), std::string::npos) << e.what();
     }
   }
@@ -205,7 +205,7 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
     (void)simulate::simulate_cluster(config);
     ADD_FAILURE() << "a negative clock latency was accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
     EXPECT_NE(std::string(e.what()).find("--clock-latency"), std::string::npos) << e.what();
   }
 }
