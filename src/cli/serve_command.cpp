@@ -215,6 +215,11 @@ int serve(ServeArgs args) {
   settings.power_budget_w = args.power_budget;
   if (args.port < 0 || args.port > 65535)
     throw Error(fmt::format("--port {} is not a TCP port", args.port), ErrorKind::bad_setting);
+  boost::system::error_code bad_host;
+  (void)boost::asio::ip::make_address(args.host, bad_host);
+  if (bad_host)
+    throw Error(fmt::format("--host '{}' is not an IP address: {}", args.host, bad_host.message()),
+                ErrorKind::bad_setting);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));

@@ -91,12 +91,12 @@ void JobManager::make_room(int world_size) {
     if (!first_ended) {
       if (too_many_jobs)
         throw RequestError(Refusal::over_capacity,
-                           fmt::format("this server already holds {} running jobs, its limit (perseus serve "
-                                       "--max-jobs); try again when one ended",
+                           fmt::format("this server already holds {} running jobs, its limit (the server's "
+                                       "max_jobs setting); try again when one ended",
                                        jobs_.size()));
       throw RequestError(Refusal::over_capacity,
                          fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
-                                     "{} (perseus serve --max-total-ranks); try again when one ended",
+                                     "{} (the server's max_total_ranks setting); try again when one ended",
                                      ranks, world_size, settings_.max_total_ranks));
     }
     std::string id = first_ended->info.job_id;  // a copy: forgetting the job frees its own
@@ -172,7 +172,7 @@ void JobManager::register_job(JobInfo info, const std::string& secret,
   if (info.world_size > settings_.max_world_size)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
-                                   "(perseus serve --max-world-size)",
+                                   "(the server's max_world_size setting)",
                                    info.world_size, settings_.max_world_size));
   std::string id = new_job_id(info);
   make_room(info.world_size);  // before the job's per-rank state is allocated
@@ -226,7 +226,7 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info, Ack ack
   if (settings_.max_job_entries > 0 && entries > settings_.max_job_entries)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
-                                   "server's limit of {} (perseus serve --max-job-entries)",
+                                   "server's limit of {} (the server's max_job_entries setting)",
                                    info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];

@@ -47,7 +47,7 @@ class InstructionProfiler final : public Scheduler {
   InstructionProfiler(const SchedulerContext& context, ProfilerConfig config) : context_(context), config_(config) {
     require_pure_pipeline(context, "InstructionProfiler");
     if (context.settings.mode != PowerMode::frequency)
-      throw std::runtime_error("InstructionProfiler profiles clocks; run the server with --mode frequency");
+      throw std::runtime_error("InstructionProfiler profiles clocks; run the server in frequency mode");
     // Clocks every rank supports, high to low.
     std::set<int> common(context.ranks.front().power_state_range.begin(),
                          context.ranks.front().power_state_range.end());

@@ -110,7 +110,7 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
 
 void check_ranks(const SchedulerContext& context) {
   if (context.settings.mode != PowerMode::frequency)
-    throw std::runtime_error("Perseus plans clocks; run the server with --mode frequency");
+    throw std::runtime_error("Perseus plans clocks; run the server in frequency mode");
   for (const auto& r : context.ranks)
     if (r.pipe_schedule.empty())
       throw std::runtime_error(
