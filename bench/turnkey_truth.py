@@ -146,10 +146,13 @@ def run_simulation(perseus, scenario: Scenario, scheduler: str) -> Tuple[List[di
     return reports, summary.get("server") or {}, decisions
 
 
-def mean_over(reports, first, last):
-    """Mean time and energy per iteration over iterations first..last."""
+def mean_over(reports, first, last, excluded=()):
+    """Mean time and energy per iteration over the reports within iterations first..last that overlap no
+    (first, last) range in `excluded`."""
     t = e = n = 0
     for r in reports:
+        if any(r["first_iteration"] <= b and a <= r["last_iteration"] for a, b in excluded):
+            continue
         if r["first_iteration"] >= first and r["last_iteration"] <= last:
             k = r["last_iteration"] - r["first_iteration"] + 1
             t += r["iteration_time"] * k
@@ -174,8 +177,11 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions) -> Outc
     first = max(n // 2 + 1, last_disturbance + 50 * ROUND + 1) if last_disturbance < n else n // 2 + 1
     first = min(first, n - 20 * ROUND + 1)
     out.window = (first, n)
-    t, e = mean_over(reports, first, n)
-    t0, e0 = mean_over(twin, first, n)
+    # A disturbance that ends within the window: the loop sees a round of it ended before it reacts, so the
+    # round it ends in and the next one are left out.
+    reaction = [(b + 1, (b + ROUND - 1) // ROUND * ROUND + ROUND) for _, b in scenario.disturbances if first <= b < n]
+    t, e = mean_over(reports, first, n, reaction)
+    t0, e0 = mean_over(twin, first, n, reaction)
     out.true_saving, out.true_slowdown = 1 - e / e0, t / t0 - 1
     plan = status.get("plan") or {}
     out.step_ups = plan.get("step_ups", 0)

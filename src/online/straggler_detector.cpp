@@ -47,7 +47,7 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
   }
   if (current_) {
     auto d = static_cast<std::size_t>(current_->pipeline);
-    if (normal_rounds_[d] >= options_.rounds) {
+    if (normal_rounds_[d] >= options_.clear_rounds) {
       current_.reset();
       return true;
     }

@@ -7,7 +7,7 @@ namespace perseus {
 namespace {
 
 TEST(StragglerDetector, NeedsTheThresholdForTheGivenRoundsAndClearsAfterRecovery) {
-  online::StragglerDetector detector({0.05, 2});
+  online::StragglerDetector detector({0.05, 2, 2});
   EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));  // below the threshold: never
   EXPECT_FALSE(detector.observe({1.0, 1.04, 1.0}));
   EXPECT_FALSE(detector.observe({1.0, 1.2, 1.0}));  // one round is not enough
@@ -27,6 +27,21 @@ TEST(StragglerDetector, ComparesWithTheOthersNotWithOne) {
   EXPECT_FALSE(detector.observe({1.3}));            // a lone pipeline
   EXPECT_TRUE(detector.observe({1.0, 1.0, 1.5, 1.1}));
   EXPECT_EQ(detector.current()->pipeline, 2);
+}
+
+// Following a straggler that has recovered slows training (the others run paced to it), so by default
+// one round back within half the threshold clears it, while detecting takes two.
+TEST(StragglerDetector, ClearsARecoveredStragglerAfterOneRoundByDefault) {
+  online::StragglerDetector detector;
+  EXPECT_FALSE(detector.observe({1.0, 1.2}));
+  EXPECT_TRUE(detector.observe({1.0, 1.2}));
+  EXPECT_FALSE(detector.observe({1.0, 1.17}));  // ended mid-round: still slower than the threshold
+  EXPECT_FALSE(detector.observe({1.0, 1.04}));  // within the threshold but not half of it
+  EXPECT_TRUE(detector.current());
+  EXPECT_TRUE(detector.observe({1.0, 1.01}));
+  EXPECT_FALSE(detector.current());
+  EXPECT_FALSE(detector.observe({1.0, 1.2}));  // and detecting it again takes two rounds
+  EXPECT_TRUE(detector.observe({1.0, 1.2}));
 }
 
 }  // namespace

@@ -3,7 +3,11 @@
 // compute-bound iteration time (its schedule run with its measured instruction durations) and what
 // the plan it runs predicts. A pipeline whose measured/predicted ratio is above the median of the
 // others' by more than `threshold` for `rounds` rounds in a row is a straggler; it is cleared after
-// `rounds` rounds in a row within half the threshold. One straggler at a time: the slowest.
+// `clear_rounds` rounds in a row within half the threshold. One straggler at a time: the slowest.
+// Clearing takes fewer rounds than detecting because a late verdict costs more there: while a
+// straggler that has recovered is still followed, the others run paced to it and training runs slower
+// than at all-max; one cleared too early only costs the others' saving until it is seen again (it
+// sets the iteration time either way).
 #include <optional>
 #include <vector>
 
@@ -12,6 +16,7 @@ namespace perseus::online {
 struct DetectorOptions {
   double threshold = 0.05;
   int rounds = 2;
+  int clear_rounds = 1;
 };
 
 struct Straggler {

@@ -254,10 +254,12 @@ class PerseusScheduler final : public Scheduler {
                             c.step_ups(),
                             c.plan_reason()};
     }
-    if (auto m = c.measured()) {
-      online.measured = MeasuredStatus{m->iteration_time, m->energy, m->rounds};
-      out.saving = c.saving();
-      out.slowdown = c.slowdown();
+    if (auto m = c.measured()) online.measured = MeasuredStatus{m->iteration_time, m->energy, m->rounds};
+    // The saving and slowdown are over the last deployed rounds, whichever plans ran them: a new plan
+    // (a straggler's, a step-up) does not blank them until it has run a round.
+    out.saving = c.saving();
+    out.slowdown = c.slowdown();
+    if (out.saving) {
       auto ref = c.reference();
       online.reference = ReferenceStatus{ref.name, ref.iteration_time, ref.energy, ref.conditions};
     }
