@@ -318,14 +318,14 @@ bool Daemon::Impl::admit(const Connection& connection) {
     if (!own_idlest) {
       if (refused++ % 1000 == 0)
         spdlog::warn(
-            "uid {} holds {} connections, each owning a GPU (--max-connections-per-user): closing new ones "
+            "uid {} holds {} connections, each owning a GPU (max_connections_per_user): closing new ones "
             "({} so far)",
             connection.uid, mine, refused);
       return false;
     }
     if (evicted++ % 1000 == 0)
       spdlog::warn(
-          "uid {} holds {} connections (--max-connections-per-user): closing its longest idle one that owns "
+          "uid {} holds {} connections (max_connections_per_user): closing its longest idle one that owns "
           "no GPU to make room ({} so far)",
           connection.uid, mine, evicted);
     make_room(own_idlest);
@@ -334,13 +334,13 @@ bool Daemon::Impl::admit(const Connection& connection) {
     auto any_idlest = idlest(std::nullopt, nullptr);
     if (!any_idlest) {
       if (refused++ % 1000 == 0)
-        spdlog::warn("{} connections, each owning a GPU (--max-connections): closing new ones ({} so far)",
+        spdlog::warn("{} connections, each owning a GPU (max_connections): closing new ones ({} so far)",
                      connections.size(), refused);
       return false;
     }
     if (evicted++ % 1000 == 0)
       spdlog::warn(
-          "{} connections (--max-connections): closing the longest idle one that owns no GPU to make room "
+          "{} connections (max_connections): closing the longest idle one that owns no GPU to make room "
           "({} so far)",
           connections.size(), evicted);
     make_room(any_idlest);
