@@ -15,6 +15,7 @@
 #include "perseus/pipeline/makespan.hpp"
 #include "perseus/profile/profile.hpp"
 #include "perseus/profile/synthetic.hpp"
+#include "perseus/profile/time_energy.hpp"
 
 namespace perseus::testing {
 
@@ -61,7 +62,7 @@ struct SyntheticCluster {
     m.pipeline_energy.assign(D, 0);
     m.slot_time.assign(D, std::vector<std::vector<double>>(S));
     m.pipeline_instructions.assign(D, {});
-    std::map<online::StageKind, std::pair<double, double>> sums;
+    std::map<online::StageKind, TimeEnergy> sums;
     std::map<online::StageKind, int> counts;
     std::vector<std::vector<std::vector<double>>> busy_energy(D, std::vector<std::vector<double>>(S));
     for (int k = 0; k < iterations; ++k) {
@@ -83,9 +84,9 @@ struct SyntheticCluster {
             energy += en;
             busy_time += time;
             auto& sum = sums[{static_cast<int>(s), kind}];
-            sum.first += time, sum.second += en, ++counts[{static_cast<int>(s), kind}];
+            sum.time += time, sum.energy += en, ++counts[{static_cast<int>(s), kind}];
             auto& mine = m.pipeline_instructions[d][{static_cast<int>(s), kind}];
-            mine.first += time / (iterations * microbatches), mine.second += en / (iterations * microbatches);
+            mine.time += time / (iterations * microbatches), mine.energy += en / (iterations * microbatches);
             m.pipeline_energy[d] += en / iterations;
             auto& occ = m.occurrences[{static_cast<int>(s), kind}];
             occ.resize(D);
@@ -101,7 +102,7 @@ struct SyntheticCluster {
       m.iteration_time += iteration / iterations;
       m.energy += energy / iterations;
     }
-    for (const auto& [key, sum] : sums) m.instructions[key] = {sum.first / counts[key], sum.second / counts[key]};
+    for (const auto& [key, sum] : sums) m.instructions[key] = {sum.time / counts[key], sum.energy / counts[key]};
     for (std::size_t d = 0; d < D; ++d) m.pipeline_time[d] = pipeline_makespan(orders, microbatches, m.slot_time[d]);
     m.blocking_power = p_block;
     m.iterations = iterations;
@@ -109,7 +110,7 @@ struct SyntheticCluster {
   }
 
  private:
-  std::map<std::tuple<int, InstructionKind, int>, std::pair<double, double>> cost_;
+  std::map<std::tuple<int, InstructionKind, int>, TimeEnergy> cost_;
 };
 
 // The controller tests' cluster: the synthetic GPU's 4-stage profile, 6 microbatches, blocking at its idle power.

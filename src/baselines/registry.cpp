@@ -35,7 +35,7 @@ BaselineResult run_baseline(const std::string& name, const Profile& profile, con
     result.note = fmt::format("one clock per stage: {} MHz", fmt::join(clocks, ", "));
   } else {
     throw Error(fmt::format("unknown baseline '{}': choose one of {}", name, fmt::join(baseline_names(), ", ")),
-                kExitUsage);
+                ErrorKind::bad_setting);
   }
   return result;
 }

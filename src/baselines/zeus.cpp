@@ -14,9 +14,9 @@ namespace perseus {
 namespace {
 
 void check_options(const ZeusOptions& options) {
-  if (!(options.eta >= 0 && options.eta <= 1)) throw Error("--eta must be in [0, 1]", kExitUsage);
+  if (!(options.eta >= 0 && options.eta <= 1)) throw Error("--eta must be in [0, 1]", ErrorKind::bad_setting);
   if (!(options.max_power >= 0) || !std::isfinite(options.max_power)) {
-    throw Error("--max-power must be a non-negative number of watts", kExitUsage);
+    throw Error("--max-power must be a non-negative number of watts", ErrorKind::bad_setting);
   }
 }
 
@@ -63,7 +63,7 @@ Plan zeus_global_plan(const Emulator& emulator, const Profile& profile, const Ze
     for (const auto& inst : stage) lists.push_back(&emulator.clocks(inst));
   const auto clocks = common_clocks(lists);
   if (clocks.empty())
-    throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), kExitDataError);
+    throw Error(fmt::format("{}: no clock is profiled on every stage", profile.source), ErrorKind::bad_input);
   const double max_power = max_power_of(options, profile);
   double best_cost = std::numeric_limits<double>::infinity();
   int best = clocks.front();
@@ -91,7 +91,7 @@ Plan zeus_stage_plan(const Emulator& emulator, const Profile& profile, const Zeu
     const auto clocks = common_clocks(lists);
     if (clocks.empty()) {
       throw Error(fmt::format("{}: stage {} has no clock profiled for both forward and backward", profile.source, s),
-                  kExitDataError);
+                  ErrorKind::bad_input);
     }
     double best_cost = std::numeric_limits<double>::infinity();
     for (int clock : clocks) {

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <optional>
 
+#include "perseus/cli/exit_codes.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::cli {

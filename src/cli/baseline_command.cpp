@@ -35,7 +35,7 @@ int run_baseline_command(const BaselineArgs& args) {
     } else if (ext == ".py") {
       write_file_atomic(args.out, plan_to_python(result.plan, 0));
     } else {
-      throw Error(fmt::format("--out '{}' must end in .json or .py", args.out), kExitUsage);
+      throw Error(fmt::format("--out '{}' must end in .json or .py", args.out), ErrorKind::bad_setting);
     }
   }
   if (!args.quiet) {

@@ -54,7 +54,7 @@ nlohmann::json spread_json(const Spread& s) {
 }
 
 int run_judge(const EmulateArgs& args, const LoadedSource& source, const Emulator& emulator) {
-  if (!source.record) throw Error("--all-points judges a --frontier", kExitUsage);
+  if (!source.record) throw Error("--all-points judges a --frontier", ErrorKind::bad_setting);
   const auto judged = judge_frontier(*source.record, emulator);
   const auto summary = summarize(judged);
   if (!args.out.empty()) write_file_atomic(args.out, judged_csv(judged));
@@ -84,7 +84,7 @@ int run_emulate(const EmulateArgs& args) {
                                          source.plan_file ? &*source.plan_file : nullptr);
   const Emulator emulator(pipeline.profile, pipeline.config);
   if (args.all_points) return run_judge(args, source, emulator);
-  if (!args.out.empty()) throw Error("--out is for --all-points; use --json for one plan", kExitUsage);
+  if (!args.out.empty()) throw Error("--out is for --all-points; use --json for one plan", ErrorKind::bad_setting);
 
   const auto plan = resolve_plan(args.source, source, pipeline, emulator);
   const auto result = emulator.run(plan.frequencies);

@@ -34,14 +34,16 @@ std::unique_ptr<gpu::GpuLibrary> open_library(const std::string& socket, const s
     if (gpud::gpud_socket_from(socket).empty()) return gpu::load_gpu_library(backend, file);
     return gpud::open_gpu_library(socket, file);
   } catch (const gpu::GpuError& e) {
-    throw Error(e.what(), e.kind() == gpu::GpuErrorKind::invalid_argument ? kExitUsage : kExitNoInput);
+    throw Error(e.what(),
+                e.kind() == gpu::GpuErrorKind::invalid_argument ? ErrorKind::bad_setting : ErrorKind::not_found);
   }
 }
 
 int reset_gpus(gpu::GpuLibrary& library, int device) {
   unsigned count = library.device_count();
   if (device >= 0 && static_cast<unsigned>(device) >= count)
-    throw Error(fmt::format("--device {}: this node has {} GPU{}", device, count, count == 1 ? "" : "s"), kExitUsage);
+    throw Error(fmt::format("--device {}: this node has {} GPU{}", device, count, count == 1 ? "" : "s"),
+                ErrorKind::bad_setting);
   int failures = 0;
   for (unsigned d = 0; d < count; ++d) {
     if (device >= 0 && d != static_cast<unsigned>(device)) continue;

@@ -42,15 +42,17 @@ int run_gpud(const GpudArgs& args) {
     mode = static_cast<unsigned>(std::stoul(args.socket_mode, &used, 8));
     if (used != args.socket_mode.size() || mode > 0777) throw std::invalid_argument("range");
   } catch (const std::exception&) {
-    throw Error(fmt::format("--socket-mode '{}' is not an octal file mode such as 0660", args.socket_mode), kExitUsage);
+    throw Error(fmt::format("--socket-mode '{}' is not an octal file mode such as 0660", args.socket_mode),
+                ErrorKind::bad_setting);
   }
   if (!(args.idle_timeout_s >= 0 && args.idle_timeout_s <= 86400))
-    throw Error(fmt::format("--idle-timeout {} must be between 0 and 86400 seconds", args.idle_timeout_s), kExitUsage);
+    throw Error(fmt::format("--idle-timeout {} must be between 0 and 86400 seconds", args.idle_timeout_s),
+                ErrorKind::bad_setting);
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus-gpud"));
   auto level = spdlog::level::from_str(args.log_level);
   if (level == spdlog::level::off && args.log_level != "off")
     throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, off", args.log_level),
-                kExitUsage);
+                ErrorKind::bad_setting);
   spdlog::set_level(level);
   std::optional<gpud::MetricsAddress> metrics_address;
   if (!args.metrics_address.empty()) {
@@ -66,7 +68,8 @@ int run_gpud(const GpudArgs& args) {
   try {
     library = gpu::load_gpu_library(args.gpu_library, args.nvml);
   } catch (const gpu::GpuError& e) {
-    throw Error(e.what(), e.kind() == gpu::GpuErrorKind::invalid_argument ? kExitUsage : kExitNoInput);
+    throw Error(e.what(),
+                e.kind() == gpu::GpuErrorKind::invalid_argument ? ErrorKind::bad_setting : ErrorKind::not_found);
   }
   boost::asio::io_context io(1);
   gpud::DaemonOptions options{args.socket, mode, args.socket_group};

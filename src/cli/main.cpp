@@ -7,6 +7,7 @@
 
 #include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
+#include "perseus/cli/exit_codes.hpp"
 #include "perseus/util/error.hpp"
 
 int main(int argc, char** argv) {
@@ -52,10 +53,10 @@ int main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     std::fprintf(stderr, "perseus: error: %s\n", e.what());
-    return e.exit_code();
+    return cli::exit_code(e.kind());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "perseus: internal error: %s\n", e.what());
-    return kExitFailure;
+    return cli::kExitFailure;
   }
-  return kExitUsage;
+  return cli::kExitUsage;
 }

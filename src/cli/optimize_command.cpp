@@ -68,7 +68,7 @@ void check_frontier(const FrontierRecord& record) {
       throw Error(fmt::format("no frontier: point {} has time {} s and energy {} J, not finite numbers (the profile's "
                               "times or energies are too large to add up)",
                               i, record.points[i].time, record.points[i].energy),
-                  kExitFailure);
+                  ErrorKind::failed);
 }
 
 // With the exponential model (the reference mode), the operations that made the solver stop early.
@@ -85,11 +85,11 @@ std::string stopping_models(const PlannedFrontier& planned) {
 int run_optimize(OptimizeArgs& args) {
   const bool envpipe = args.schedule == "envpipe";
   const auto schedule = envpipe ? ScheduleKind::one_f_one_b : parse_schedule_kind(args.schedule);
-  if (!schedule) throw Error("--schedule must be one of " + schedule_names() + " or envpipe", kExitUsage);
+  if (!schedule) throw Error("--schedule must be one of " + schedule_names() + " or envpipe", ErrorKind::bad_setting);
   args.config.schedule = *schedule;
   args.config.cost_model = *parse_cost_model_kind(args.cost_model);  // CLI checked the name
   if (envpipe && !args.config.extra_forwards.empty()) {
-    throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
+    throw Error("--extra-forwards and --schedule envpipe exclude each other", ErrorKind::bad_setting);
   }
 
   const auto started = std::chrono::steady_clock::now();
@@ -116,7 +116,7 @@ int run_optimize(OptimizeArgs& args) {
   if (reference_stop && planned.only_the_start)
     throw Error(
         fmt::format("no frontier: the solver found no plan ({}); {}", frontier.stop_text(), stopping_models(planned)),
-        kExitFailure);
+        ErrorKind::failed);
 
   const FrontierRecord record =
       make_frontier_record(problem, frontier, {args.profile, args.cost_model, args.recompute});

@@ -26,11 +26,11 @@ void add_selector(CLI::App* cmd, Selector& s) {
 bool has_selection(const Selector& s) { return s.index || s.time || s.slowdown || s.min_energy; }
 
 std::size_t select(const FrontierRecord& record, const Selector& s) {
-  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
+  if (record.points.empty()) throw Error("the frontier has no points", ErrorKind::bad_input);
   if (s.index) {
     if (*s.index >= record.points.size()) {
       throw Error(fmt::format("--index {} is out of range: the frontier has {} points", *s.index, record.points.size()),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     }
     return *s.index;
   }
@@ -43,7 +43,7 @@ std::size_t select(const FrontierRecord& record, const Selector& s) {
   const auto found = cheapest_within(record, deadline);
   if (!found) {
     throw Error(fmt::format("no plan finishes within {:.10g} s: the fastest takes {:.10g} s", deadline, fastest),
-                kExitUsage);
+                ErrorKind::bad_setting);
   }
   return *found;
 }
@@ -95,16 +95,17 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
   Pipeline p;
   std::string profile = args.profile;
   if (profile.empty() && record) profile = record->profile;
-  if (profile.empty()) throw Error("a stage profile is required", kExitUsage);
+  if (profile.empty()) throw Error("a stage profile is required", ErrorKind::bad_setting);
   auto pick = [&](const auto& given, auto from_record, const char* option) {
     if (given) {
       if (record && *given != from_record) {
-        throw Error(fmt::format("{} {} differs from the frontier's {}", option, *given, from_record), kExitUsage);
+        throw Error(fmt::format("{} {} differs from the frontier's {}", option, *given, from_record),
+                    ErrorKind::bad_setting);
       }
       return *given;
     }
     if (record) return from_record;
-    throw Error(fmt::format("{} is required (or give --frontier)", option), kExitUsage);
+    throw Error(fmt::format("{} is required (or give --frontier)", option), ErrorKind::bad_setting);
   };
   auto if_given = [](int count) { return count > 0 ? std::optional<int>(count) : std::nullopt; };  // 0: not given
   p.config.num_stages = pick(if_given(args.shape.num_stages), record ? record->num_stages : 0, "--stages");
@@ -141,15 +142,15 @@ Pipeline resolve_pipeline(const PipelineArgs& args, const FrontierRecord* record
     if (record && args.shape.virtual_stages != record->virtual_stages)
       throw Error(fmt::format("--virtual-stages {} differs from the frontier's {}", args.shape.virtual_stages,
                               record->virtual_stages),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     p.config.virtual_stages = args.shape.virtual_stages;
   }
   if (!args.shape.extra_forwards.empty()) {
-    if (args.envpipe) throw Error("--extra-forwards and --schedule envpipe exclude each other", kExitUsage);
+    if (args.envpipe) throw Error("--extra-forwards and --schedule envpipe exclude each other", ErrorKind::bad_setting);
     p.config.extra_forwards = args.shape.extra_forwards;
   }
   if (record && (p.config.schedule != record->schedule || p.config.extra_forwards != record->extra_forwards)) {
-    throw Error("the schedule differs from the frontier's", kExitUsage);
+    throw Error("the schedule differs from the frontier's", ErrorKind::bad_setting);
   }
   if (args.quantize) p.config.quantum = p.unit_time;
   p.config.clock_latency = args.clock_latency_ms / 1000;
@@ -177,9 +178,9 @@ void add_zeus_options(CLI::App* cmd, ZeusOptions& options) {
 
 LoadedSource load_source(const PlanSourceArgs& args) {
   const int given = !args.plan_file.empty() + !args.frontier_dir.empty() + !args.baseline.empty();
-  if (given != 1) throw Error("give exactly one of --plan, --frontier and --baseline", kExitUsage);
+  if (given != 1) throw Error("give exactly one of --plan, --frontier and --baseline", ErrorKind::bad_setting);
   if (has_selection(args.selector) && args.frontier_dir.empty()) {
-    throw Error("--index/--time/--slowdown/--min-energy select a point of --frontier", kExitUsage);
+    throw Error("--index/--time/--slowdown/--min-energy select a point of --frontier", ErrorKind::bad_setting);
   }
   LoadedSource source;
   if (!args.frontier_dir.empty()) source.record = read_frontier_record(args.frontier_dir);
@@ -201,7 +202,7 @@ void check_plan_order(const PlanFile& plan, const Pipeline& pipeline) {
       if (plan.instructions[s][k] != want)
         throw Error(fmt::format("stage {}, slot {}: the plan names a {} where the {} schedule runs a {}", s, k,
                                 plan.instructions[s][k], to_string(c.schedule), want),
-                    kExitDataError);
+                    ErrorKind::bad_input);
     }
   }
 }
@@ -224,7 +225,7 @@ ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source
       emulator.check_plan(resolved.frequencies);
       check_plan_order(*source.plan_file, pipeline);
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.exit_code());
+      throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.kind());
     }
     resolved.model_time = source.plan_file->time;
     resolved.model_energy = source.plan_file->energy;

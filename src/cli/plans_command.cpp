@@ -56,11 +56,11 @@ int run_show(const ShowArgs& args) {
 
 int run_export(const ExportArgs& args) {
   const auto record = read_frontier_record(args.dir);
-  if (record.points.empty()) throw Error("the frontier has no points", kExitDataError);
+  if (record.points.empty()) throw Error("the frontier has no points", ErrorKind::bad_input);
   std::vector<std::size_t> indices;
   if (args.every > 0) {
     if (has_selection(args.selector))
-      throw Error("--every cannot be combined with --index/--time/--slowdown", kExitUsage);
+      throw Error("--every cannot be combined with --index/--time/--slowdown", ErrorKind::bad_setting);
     // Points are one unit time apart, so every N-th point is an equal-time sample; keep the fastest.
     for (std::size_t i = 0; i < record.points.size(); i += args.every) indices.push_back(i);
     if (indices.back() != record.points.size() - 1) indices.push_back(record.points.size() - 1);
@@ -70,7 +70,7 @@ int run_export(const ExportArgs& args) {
   std::error_code ec;
   std::filesystem::create_directories(args.out, ec);
   if (ec || !std::filesystem::is_directory(args.out)) {
-    throw Error(fmt::format("cannot create output directory '{}'", args.out), kExitCantCreate);
+    throw Error(fmt::format("cannot create output directory '{}'", args.out), ErrorKind::cannot_write);
   }
   const bool json = args.format == "json" || args.format == "both",
              python = args.format == "py" || args.format == "both";

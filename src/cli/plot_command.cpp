@@ -53,7 +53,7 @@ int run_timeline(const TimelineArgs& args) {
 
 int run_frontier_plot(const FrontierArgs& args) {
   if (!args.names.empty() && args.names.size() != args.dirs.size()) {
-    throw Error("--names needs one name per frontier directory", kExitUsage);
+    throw Error("--names needs one name per frontier directory", ErrorKind::bad_setting);
   }
   std::vector<FrontierSeries> series;
   std::vector<PlotMarker> markers;

@@ -123,7 +123,7 @@ void apply_zeus_env(ServeArgs& args) {
   if (const char* v = zeus_env(args.max_job_idle_opt, "ZEUS_PFO_MAX_JOB_IDLE_TIME")) {
     auto seconds = parse_double(v);
     if (!seconds || !(*seconds >= 0 && *seconds <= server::kMaxSettingSeconds))
-      throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), kExitUsage);
+      throw Error(fmt::format("ZEUS_PFO_MAX_JOB_IDLE_TIME='{}' is not a number of seconds", v), ErrorKind::bad_setting);
     args.max_job_idle = *seconds;
   }
 }
@@ -132,7 +132,8 @@ void apply_zeus_env(ServeArgs& args) {
 std::string read_token(const std::string& path) {
   if (path.empty()) return "";
   std::ifstream in(path);
-  if (!in) throw Error(fmt::format("--token-file '{}': cannot read it: {}", path, std::strerror(errno)), kExitNoInput);
+  if (!in)
+    throw Error(fmt::format("--token-file '{}': cannot read it: {}", path, std::strerror(errno)), ErrorKind::not_found);
   std::string token;
   std::getline(in, token);
   auto first = token.find_first_not_of(" \t\r");
@@ -140,7 +141,7 @@ std::string read_token(const std::string& path) {
   token = first == std::string::npos ? "" : token.substr(first, last - first + 1);
   if (token.size() < 16)
     throw Error(fmt::format("--token-file '{}': the token (its first line) must have at least 16 characters", path),
-                kExitUsage);
+                ErrorKind::bad_setting);
   return token;
 }
 
@@ -157,7 +158,7 @@ bool env_bool(const char* name, const char* value, bool fallback) {
   std::transform(v.begin(), v.end(), v.begin(), ::tolower);
   if (v == "1" || v == "true" || v == "yes" || v == "on") return true;
   if (v == "0" || v == "false" || v == "no" || v == "off") return false;
-  throw Error(fmt::format("{}='{}' is not a boolean (true/false)", name, value), kExitUsage);
+  throw Error(fmt::format("{}='{}' is not a boolean (true/false)", name, value), ErrorKind::bad_setting);
 }
 
 spdlog::level::level_enum parse_level(std::string text) {
@@ -168,7 +169,7 @@ spdlog::level::level_enum parse_level(std::string text) {
   auto level = spdlog::level::from_str(text);
   if (level == spdlog::level::off && text != "off")
     throw Error(fmt::format("--log-level '{}' is not one of debug, info, warning, error, critical, off", text),
-                kExitUsage);
+                ErrorKind::bad_setting);
   return level;
 }
 
@@ -180,19 +181,20 @@ int serve(ServeArgs args) {
     check_json_depth(args.scheduler_args);
     settings.scheduler_args = nlohmann::json::parse(args.scheduler_args);
   } catch (const JsonTooDeep& e) {
-    throw Error(fmt::format("--scheduler-args: {}", e.what()), kExitUsage);
+    throw Error(fmt::format("--scheduler-args: {}", e.what()), ErrorKind::bad_setting);
   } catch (const nlohmann::json::parse_error& e) {
     throw Error(fmt::format("--scheduler-args is not valid JSON (byte {}): {}", e.byte, args.scheduler_args),
-                kExitUsage);
+                ErrorKind::bad_setting);
   }
   const auto mode = protocol::parse_power_mode(args.mode);
-  if (!mode) throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), kExitUsage);
+  if (!mode)
+    throw Error(fmt::format("--mode '{}' must be 'frequency' or 'power limit'", args.mode), ErrorKind::bad_setting);
   // A scheduler made for one mode sets it; a --mode (or PERSEUS_MODE) that contradicts it is refused.
   auto own_mode = server::scheduler_mode(args.scheduler);
   if (own_mode && args.mode_opt->count() > 0 && *own_mode != *mode)
     throw Error(fmt::format("--mode '{}' contradicts scheduler {}, which sets {}s", args.mode, args.scheduler,
                             protocol::to_string(*own_mode)),
-                kExitUsage);
+                ErrorKind::bad_setting);
   settings.mode = own_mode.value_or(*mode);
   settings.dump_dir = args.dump_dir;
   settings.dump_data = args.no_dump ? false
@@ -212,7 +214,12 @@ int serve(ServeArgs args) {
   settings.record_rounds = args.record_rounds;
   settings.power_budget_w = args.power_budget;
   if (args.port < 0 || args.port > 65535)
-    throw Error(fmt::format("--port {} is not a TCP port", args.port), kExitUsage);
+    throw Error(fmt::format("--port {} is not a TCP port", args.port), ErrorKind::bad_setting);
+  boost::system::error_code bad_host;
+  (void)boost::asio::ip::make_address(args.host, bad_host);
+  if (bad_host)
+    throw Error(fmt::format("--host '{}' is not an IP address: {}", args.host, bad_host.message()),
+                ErrorKind::bad_setting);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("perseus"));
   spdlog::set_level(parse_level(args.log_level));

@@ -36,7 +36,7 @@ nlohmann::json ServerCall::operator()(const std::string& method, const std::stri
   try {
     reply = http_.request(method, target, body, std::chrono::seconds(10));
   } catch (const client::ServerUnreachable& e) {
-    throw Error(fmt::format("{} (is `perseus serve` running there?)", e.what()), kExitNoInput);
+    throw Error(fmt::format("{} (is `perseus serve` running there?)", e.what()), ErrorKind::not_found);
   }
   nlohmann::json parsed = nlohmann::json::value_t::discarded;  // what the server sent is checked like any input
   try {
@@ -48,7 +48,7 @@ nlohmann::json ServerCall::operator()(const std::string& method, const std::stri
                              ? parsed["detail"].get<std::string>()
                              : reply.body;
     if (reply.status == 403) detail += forbidden_hint();
-    throw Error(fmt::format("{} {}{}: HTTP {}: {}", method, server_, target, reply.status, detail), kExitFailure);
+    throw Error(fmt::format("{} {}{}: HTTP {}: {}", method, server_, target, reply.status, detail), ErrorKind::failed);
   }
   return parsed;
 }

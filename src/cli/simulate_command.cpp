@@ -56,12 +56,12 @@ void print_report(const simulate::WindowReport& r) {
 // The server must be there and lock clocks (what the simulated GPUs model).
 void check_server(ServerCall& call, const std::string& url) {
   json info = call("GET", "/info");
-  if (!info.is_object()) throw Error(fmt::format("GET {}/info answered {}", url, info.dump()), kExitFailure);
+  if (!info.is_object()) throw Error(fmt::format("GET {}/info answered {}", url, info.dump()), ErrorKind::failed);
   if (info.value("mode", "frequency") != "frequency")
     throw Error(fmt::format("the server at {} runs in '{}' mode; simulated GPUs model clock locking, so run it with "
                             "--mode frequency",
                             url, info.value("mode", "")),
-                kExitUsage);
+                ErrorKind::bad_setting);
 }
 
 // What the server says of the job at the end (the turnkey scheduler's verdict), if it still knows it.
@@ -81,7 +81,9 @@ std::string percent(const json& value) {
 int run_simulate(SimulateArgs& args) {
   auto& config = args.config;
   auto kind = parse_schedule_kind(args.schedule);
-  if (!kind) throw Error(fmt::format("--schedule: '{}' is not one of {}", args.schedule, schedule_names()), kExitUsage);
+  if (!kind)
+    throw Error(fmt::format("--schedule: '{}' is not one of {}", args.schedule, schedule_names()),
+                ErrorKind::bad_setting);
   config.schedule = *kind;
   config.clock_latency = args.clock_latency_ms / 1000;
   for (const auto& s : args.stragglers) config.stragglers.push_back(simulate::parse_straggler(s));

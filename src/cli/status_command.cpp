@@ -201,9 +201,9 @@ void wait_for_server(const std::string& server, double seconds) {
       call("GET", "/info");
       return;
     } catch (const Error& e) {
-      if (e.exit_code() != kExitNoInput) throw;
+      if (e.kind() != ErrorKind::not_found) throw;
       if (std::chrono::steady_clock::now() >= deadline)
-        throw Error(fmt::format("{}; waited {} s", e.what(), seconds), e.exit_code());
+        throw Error(fmt::format("{}; waited {} s", e.what(), seconds), e.kind());
     }
     std::this_thread::sleep_for(100ms);
   }

@@ -16,7 +16,8 @@ namespace {
 
 // The rows of `stages` (in that order), renumbered 0, 1, ...; Error (usage) for a stage the profile lacks.
 Profile pick_stages(const Profile& profile, const std::vector<int>& stages) {
-  if (profile.has_chunks) throw Error("--pick-stages: the profile has model chunks; pick from one without", kExitUsage);
+  if (profile.has_chunks)
+    throw Error("--pick-stages: the profile has model chunks; pick from one without", ErrorKind::bad_setting);
   Profile out;
   out.source = profile.source;
   for (std::size_t i = 0; i < stages.size(); ++i) {
@@ -28,7 +29,8 @@ Profile pick_stages(const Profile& profile, const std::vector<int>& stages) {
         out.rows.push_back(copy);
         found = true;
       }
-    if (!found) throw Error(fmt::format("--pick-stages: {} has no stage {}", profile.source, stages[i]), kExitUsage);
+    if (!found)
+      throw Error(fmt::format("--pick-stages: {} has no stage {}", profile.source, stages[i]), ErrorKind::bad_setting);
   }
   return out;
 }
@@ -78,7 +80,7 @@ Runner add_synth_profile_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_option("--out", *out, "Output CSV (default: standard output)");
   return [gpu, out, from, split, pick] {
-    if (!pick->empty() && from->empty()) throw Error("--pick-stages needs --from", kExitUsage);
+    if (!pick->empty() && from->empty()) throw Error("--pick-stages needs --from", ErrorKind::bad_setting);
     std::string csv = from->empty() ? synthetic_profile_csv(*gpu) : std::string();
     if (!from->empty() || *split != 0) {
       Profile profile = from->empty() ? parse_profile(csv, "synthetic profile") : read_profile(*from);

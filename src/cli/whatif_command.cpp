@@ -53,7 +53,7 @@ int run_whatif(const WhatIfArgs& args) {
     if (args.global_batch % M != 0) {
       throw Error(
           fmt::format("--global-batch {} is not a multiple of {} microbatches; give --pipelines", args.global_batch, M),
-          kExitUsage);
+          ErrorKind::bad_setting);
     }
     pipelines = args.global_batch / M;
   }

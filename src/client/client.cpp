@@ -14,6 +14,7 @@
 #include <optional>
 #include <random>
 #include <thread>
+#include <variant>
 
 #include "clock_reset.hpp"
 #include "perseus/client/http_client.hpp"
@@ -24,6 +25,7 @@
 #include "perseus/protocol/job_secret.hpp"
 #include "perseus/protocol/models.hpp"
 #include "perseus/protocol/power_mode.hpp"
+#include "perseus/protocol/power_state.hpp"
 #include "perseus/util/error.hpp"
 
 namespace perseus::client {
@@ -176,10 +178,12 @@ struct Client::Impl {
   void apply(int state) {
     if (state < 0 || state == applied || clock_reset_started()) return;
     try {
-      if (mode == protocol::PowerMode::power_limit)
-        gpu->set_power_limit_mw(options.device, capped(static_cast<unsigned>(state) * 1000u));
-      else {
-        gpu->lock_graphics_clock(options.device, static_cast<unsigned>(state), static_cast<unsigned>(state));
+      const auto power_state = protocol::power_state(mode, static_cast<unsigned>(state));
+      if (const auto* limit = std::get_if<protocol::Watts>(&power_state)) {
+        gpu->set_power_limit_mw(options.device, capped(protocol::to_milliwatts(*limit).value));
+      } else {
+        const auto clock = std::get<protocol::Megahertz>(power_state);
+        gpu->lock_graphics_clock(options.device, clock.value, clock.value);
         to_check = state;
         ++round_changes;
       }
@@ -189,6 +193,11 @@ struct Client::Impl {
         spdlog::warn("perseus: rank {}: cannot apply power state {}: {}", options.rank, state, e.what());
       apply_failed = true;
     }
+  }
+
+  // The power-limit mode's state in force, in the GPU's unit.
+  unsigned applied_limit_mw() const {
+    return protocol::to_milliwatts(protocol::Watts{static_cast<unsigned>(applied)}).value;
   }
 
   // A power-limit mode's state under the power budget's limit.
@@ -205,8 +214,7 @@ struct Client::Impl {
     const bool power_states = mode == protocol::PowerMode::power_limit;
     try {
       if (mw < 0) {
-        gpu->set_power_limit_mw(options.device,
-                                power_states && applied >= 0 ? static_cast<unsigned>(applied) * 1000u : before_cap_mw);
+        gpu->set_power_limit_mw(options.device, power_states && applied >= 0 ? applied_limit_mw() : before_cap_mw);
         cap_mw = 0;
         forget_power_limit(gpu.get(), options.device);
         return;
@@ -220,8 +228,7 @@ struct Client::Impl {
       const unsigned wanted = std::clamp(static_cast<unsigned>(mw), range.min_mw, ceiling);
       if (wanted == cap_mw && !power_states) return;  // in force already: no driver call every round
       cap_mw = wanted;
-      gpu->set_power_limit_mw(options.device,
-                              power_states && applied >= 0 ? capped(static_cast<unsigned>(applied) * 1000u) : cap_mw);
+      gpu->set_power_limit_mw(options.device, power_states && applied >= 0 ? capped(applied_limit_mw()) : cap_mw);
     } catch (const std::exception& ex) {
       if (!cap_failed)
         spdlog::warn("perseus: rank {}: cannot apply the power budget's power limit: {}", options.rank, ex.what());
@@ -393,7 +400,7 @@ struct Client::Impl {
   }
 
   void push_power_limit(std::optional<double> watts) {
-    const int mw = watts ? static_cast<int>(std::clamp(*watts, 1.0, 2e6) * 1000) : -1;
+    const int mw = watts ? static_cast<int>(protocol::to_milliwatts(std::clamp(*watts, 1.0, 2e6)).value) : -1;
     push({Event::power_limit, mw, {}, now()});
   }
 
@@ -540,7 +547,8 @@ struct Client::Impl {
     if (mode == protocol::PowerMode::power_limit) {
       limit_before_mw = gpu->power_limit_mw(o.device);
       auto range = gpu->power_limit_range(o.device);
-      for (unsigned w = range.max_mw / 1000; w >= (range.min_mw + 999) / 1000 && w > 0; w -= std::min(w, 25u))
+      const auto top = protocol::watts_at_most({range.max_mw}), bottom = protocol::watts_at_least({range.min_mw});
+      for (unsigned w = top.value; w >= bottom.value && w > 0; w -= std::min(w, 25u))
         states.push_back(static_cast<int>(w));
     } else {
       auto memory = gpu->supported_memory_clocks(o.device);
@@ -572,8 +580,8 @@ struct Client::Impl {
     protocol::RankInfo rank{job_id, o.rank, o.dp_rank, o.pp_rank, o.tp_rank, options.pipe_schedule, states};
     try {  // the bound on what this rank may measure (physical_bounds.hpp), and what a power budget may ask
       const auto range = gpu->power_limit_range(o.device);
-      rank.max_power_w = range.max_mw / 1000.0;
-      if (range.min_mw > 0) rank.min_power_w = range.min_mw / 1000.0;
+      rank.max_power_w = protocol::to_watts({range.max_mw});
+      if (range.min_mw > 0) rank.min_power_w = protocol::to_watts({range.min_mw});
     } catch (const std::exception&) {}
     call("POST", "/register_rank", protocol::to_json(rank));
     start_heartbeat();

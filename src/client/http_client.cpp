@@ -39,13 +39,13 @@ HttpClient::HttpClient(const std::string& url, std::string token) : impl_(std::m
   std::string rest = url;
   if (rest.rfind("http://", 0) == 0) rest = rest.substr(7);
   else if (rest.find("://") != std::string::npos)
-    throw Error(fmt::format("server URL '{}': only http:// is supported", url), kExitUsage);
+    throw Error(fmt::format("server URL '{}': only http:// is supported", url), ErrorKind::bad_setting);
   rest = rest.substr(0, rest.find('/'));
   auto colon = rest.rfind(':');
   impl_->host = colon == std::string::npos ? rest : rest.substr(0, colon);
   impl_->port = colon == std::string::npos ? "7787" : rest.substr(colon + 1);
   if (impl_->host.empty() || impl_->port.empty())
-    throw Error(fmt::format("server URL '{}' has no host or port", url), kExitUsage);
+    throw Error(fmt::format("server URL '{}' has no host or port", url), ErrorKind::bad_setting);
 }
 
 HttpClient::~HttpClient() = default;

@@ -19,13 +19,13 @@ bool EmulatorNoise::active() const {
 
 Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     : config_(std::move(config)), source_(profile.source) {
-  if (config_.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
-  if (config_.num_microbatches < 1) throw Error("--microbatches must be at least 1", kExitUsage);
+  if (config_.num_stages < 1) throw Error("--stages must be at least 1", ErrorKind::bad_setting);
+  if (config_.num_microbatches < 1) throw Error("--microbatches must be at least 1", ErrorKind::bad_setting);
   if (!(config_.p_block >= 0) || !std::isfinite(config_.p_block)) {
-    throw Error("--p2p-power must be a non-negative number of watts", kExitUsage);
+    throw Error("--p2p-power must be a non-negative number of watts", ErrorKind::bad_setting);
   }
   if (!(config_.quantum >= 0) || !std::isfinite(config_.quantum)) {
-    throw Error("the time quantum must be a non-negative number of seconds", kExitUsage);
+    throw Error("the time quantum must be a non-negative number of seconds", ErrorKind::bad_setting);
   }
   config_.check();
   config_.virtual_stages = schedule_virtual_stages(config_.schedule, config_.virtual_stages);
@@ -52,7 +52,7 @@ void Emulator::check_shape(const std::vector<std::vector<int>>& frequencies) con
   if (frequencies.size() != layout_.size()) {
     throw Error(
         fmt::format("the plan has clocks for {} stages, the pipeline has {}", frequencies.size(), layout_.size()),
-        kExitDataError);
+        ErrorKind::bad_input);
   }
   for (std::size_t s = 0; s < layout_.size(); ++s) {
     if (frequencies[s].size() != layout_[s].size()) {
@@ -60,7 +60,7 @@ void Emulator::check_shape(const std::vector<std::vector<int>>& frequencies) con
                               "instructions there",
                               s, frequencies[s].size(), to_string(config_.schedule), config_.num_microbatches,
                               layout_[s].size()),
-                  kExitDataError);
+                  ErrorKind::bad_input);
     }
   }
 }
@@ -78,7 +78,7 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
       throw Error(fmt::format("stage {} slot {} ({}) runs at {} MHz, but {} has no stage {} {} row at that clock", s, k,
                               short_name(inst, config_.virtual_stages), stage[k], source_,
                               model_stage(inst, config_.num_stages), to_string(inst.kind)),
-                  kExitDataError);
+                  ErrorKind::bad_input);
     }
     const double factor = factors ? (*factors)[node] : 1.0;
     const int before = stage[k > 0 ? k - 1 : stage.size() - 1];
@@ -89,7 +89,7 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
   return costs;
 }
 
-std::pair<double, double> Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
+TimeEnergy Emulator::time_and_energy(const std::vector<std::vector<int>>& frequencies) const {
   const auto costs = node_costs(frequencies);
   std::vector<double> start(costs.size()), end(costs.size());
   const int last =

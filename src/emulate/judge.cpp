@@ -13,7 +13,8 @@ std::vector<JudgedPoint> judge_frontier(const FrontierRecord& record, const Emul
   const auto& config = emulator.config();
   if (config.num_stages != record.num_stages || config.num_microbatches != record.num_microbatches ||
       config.schedule != record.schedule || config.extra_forwards != record.extra_forwards) {
-    throw Error("the emulated pipeline (stages, microbatches, schedule) differs from the frontier's", kExitUsage);
+    throw Error("the emulated pipeline (stages, microbatches, schedule) differs from the frontier's",
+                ErrorKind::bad_setting);
   }
   std::vector<JudgedPoint> judged;
   judged.reserve(record.points.size());

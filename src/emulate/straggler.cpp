@@ -36,12 +36,13 @@ std::vector<StragglerRow> straggler_whatif(const PlanCost& all_max,
                                            const std::vector<std::pair<std::string, PlanCost>>& fixed,
                                            const std::vector<PlanCost>& frontier, const StragglerConfig& config,
                                            const std::vector<std::vector<PlanCost>>& fitted) {
-  if (config.pipelines < 1) throw Error("the number of pipelines must be at least 1", kExitUsage);
+  if (config.pipelines < 1) throw Error("the number of pipelines must be at least 1", ErrorKind::bad_setting);
   if (!fitted.empty() && fitted.size() != config.slowdowns.size()) {
-    throw Error("fitted candidates must be given per slowdown", kExitUsage);
+    throw Error("fitted candidates must be given per slowdown", ErrorKind::bad_setting);
   }
   for (double f : config.slowdowns) {
-    if (!(f >= 1) || !std::isfinite(f)) throw Error(fmt::format("slowdown {} must be a number >= 1", f), kExitUsage);
+    if (!(f >= 1) || !std::isfinite(f))
+      throw Error(fmt::format("slowdown {} must be a number >= 1", f), ErrorKind::bad_setting);
   }
   const bool paper = config.convention == StragglerConvention::paper;
   const int S = config.num_stages;

@@ -218,7 +218,7 @@ void Daemon::Impl::listen() {
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
     throw Error(fmt::format("--socket '{}': a Unix socket path must have 1 to {} characters", path,
                             sizeof(sockaddr_un::sun_path) - 1),
-                kExitUsage);
+                ErrorKind::bad_setting);
   std::error_code fs_error;
   if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent, fs_error);
   if (auto status = fs::symlink_status(path, fs_error); fs::exists(status)) {
@@ -226,11 +226,11 @@ void Daemon::Impl::listen() {
       throw Error(fmt::format("--socket '{}' exists and is not a socket: refusing to replace it (give a path that "
                               "does not exist or a stale socket)",
                               path),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     local::socket probe(io);
     boost::system::error_code ec;
     probe.connect(local::endpoint(path), ec);
-    if (!ec) throw Error(fmt::format("another perseus gpud is already listening on {}", path), kExitFailure);
+    if (!ec) throw Error(fmt::format("another perseus gpud is already listening on {}", path), ErrorKind::failed);
     fs::remove(path, fs_error);  // a stale socket from a daemon that died
   }
   boost::system::error_code ec, ignored;
@@ -241,7 +241,7 @@ void Daemon::Impl::listen() {
   if (ec) {
     acceptor.close(ignored);
     if (bound) fs::remove(path, fs_error);
-    throw Error(fmt::format("cannot listen on {}: {}", path, ec.message()), kExitFailure);
+    throw Error(fmt::format("cannot listen on {}: {}", path, ec.message()), ErrorKind::failed);
   }
   try {
     set_socket_access();
@@ -261,13 +261,14 @@ void Daemon::Impl::set_socket_access() {
         options.socket_mode);
   if (::chmod(path.c_str(), options.socket_mode) != 0)
     throw Error(fmt::format("cannot set the mode of {} to {:o}: {}", path, options.socket_mode, std::strerror(errno)),
-                kExitFailure);
+                ErrorKind::failed);
   if (!options.socket_group.empty()) {
     const group* g = ::getgrnam(options.socket_group.c_str());
-    if (g == nullptr) throw Error(fmt::format("--socket-group '{}': no such group", options.socket_group), kExitUsage);
+    if (g == nullptr)
+      throw Error(fmt::format("--socket-group '{}': no such group", options.socket_group), ErrorKind::bad_setting);
     if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0)
       throw Error(fmt::format("cannot give {} to group {}: {}", path, options.socket_group, std::strerror(errno)),
-                  kExitFailure);
+                  ErrorKind::failed);
   }
 }
 
@@ -317,14 +318,14 @@ bool Daemon::Impl::admit(const Connection& connection) {
     if (!own_idlest) {
       if (refused++ % 1000 == 0)
         spdlog::warn(
-            "uid {} holds {} connections, each owning a GPU (--max-connections-per-user): closing new ones "
+            "uid {} holds {} connections, each owning a GPU (max_connections_per_user): closing new ones "
             "({} so far)",
             connection.uid, mine, refused);
       return false;
     }
     if (evicted++ % 1000 == 0)
       spdlog::warn(
-          "uid {} holds {} connections (--max-connections-per-user): closing its longest idle one that owns "
+          "uid {} holds {} connections (max_connections_per_user): closing its longest idle one that owns "
           "no GPU to make room ({} so far)",
           connection.uid, mine, evicted);
     make_room(own_idlest);
@@ -333,13 +334,13 @@ bool Daemon::Impl::admit(const Connection& connection) {
     auto any_idlest = idlest(std::nullopt, nullptr);
     if (!any_idlest) {
       if (refused++ % 1000 == 0)
-        spdlog::warn("{} connections, each owning a GPU (--max-connections): closing new ones ({} so far)",
+        spdlog::warn("{} connections, each owning a GPU (max_connections): closing new ones ({} so far)",
                      connections.size(), refused);
       return false;
     }
     if (evicted++ % 1000 == 0)
       spdlog::warn(
-          "{} connections (--max-connections): closing the longest idle one that owns no GPU to make room "
+          "{} connections (max_connections): closing the longest idle one that owns no GPU to make room "
           "({} so far)",
           connections.size(), evicted);
     make_room(any_idlest);

@@ -190,7 +190,7 @@ MetricsEndpoint::MetricsEndpoint(asio::io_context& io, const Daemon& daemon, std
     beast::error_code ignored;
     acceptor.close(ignored);
     throw Error(fmt::format("--metrics-address {}:{}: cannot listen: {}", address.host, address.port, ec.message()),
-                kExitFailure);
+                ErrorKind::failed);
   }
   impl_->accept();
 }

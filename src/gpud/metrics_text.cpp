@@ -51,7 +51,7 @@ MetricsAddress parse_metrics_address(std::string_view text) {
     return Error(fmt::format("--metrics-address '{}': {} (expected PORT, HOST:PORT or [IPV6]:PORT, e.g. "
                              "127.0.0.1:9400)",
                              safe_text(text, 100), why),
-                 kExitUsage);
+                 ErrorKind::bad_setting);
   };
   MetricsAddress out{"127.0.0.1", 0};
   std::string_view port = text;

@@ -320,7 +320,7 @@ CostModelChoice choose_cost_model(CostModelKind kind, const OperationOptions& op
                             "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
                             "fits); use --cost-model auto or pwl",
                             what, list.size()),
-                kExitDataError);
+                ErrorKind::bad_input);
   }
   if (!model)
     return {std::make_unique<PiecewiseLinearModel>(list),

@@ -37,7 +37,7 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
       throw Error(fmt::format("stage {} {} at {} MHz takes {} s, {:.4g} units of --unit-time {} s: beyond the "
                               "planner's 2^31-1 time units; use a larger --unit-time",
                               row.stage, to_string(row.kind), row.frequency, row.time, units, unit_time),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     option.quant_time = static_cast<int>(units);
     all.push_back(option);
   }

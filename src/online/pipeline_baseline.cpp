@@ -13,7 +13,7 @@ void PipelineBaseline::add(const RoundMeasurement& m, std::size_t capacity) {
   s.energy.resize(s.compute_time.size(), 0);
   s.top_time.resize(s.compute_time.size());
   for (std::size_t d = 0; d < s.top_time.size() && d < m.pipeline_instructions.size(); ++d)
-    for (const auto& [key, value] : m.pipeline_instructions[d]) s.top_time[d][key] = value.first;
+    for (const auto& [key, value] : m.pipeline_instructions[d]) s.top_time[d][key] = value.time;
   samples_.push_back(std::move(s));
   if (samples_.size() > std::max<std::size_t>(capacity, 1)) samples_.erase(samples_.begin());
 }

@@ -21,7 +21,7 @@ struct VariabilityState {
 
 struct PendingChoices {
   struct Request {
-    std::string why;
+    DecisionEvent why;
     std::function<choice::TargetChoice(const choice::ChoiceContext&)> target;
     std::function<void(const choice::TargetChoice&)> chosen;
   };
@@ -213,20 +213,21 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
 
 void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) {
   if (!told) {
-    if (told_straggler_) decide("straggler cleared", "the API cleared the straggler"), ++straggler_changes_;
+    if (told_straggler_)
+      decide(DecisionEvent::straggler_cleared, "the API cleared the straggler"), ++straggler_changes_;
     told_straggler_.reset();
   } else {
     told_straggler_ = *told;
     ++straggler_changes_;
-    decide("straggler told", told->slowdown
-                                 ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
-                                 : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
+    decide(DecisionEvent::straggler_told,
+           told->slowdown ? fmt::format("the API says iterations take {}x the all-max time", *told->slowdown)
+                          : fmt::format("the API says iterations take {} s", told->iteration_time.value_or(0)));
   }
   // Shown at once; the plans follow once chosen (after a choice already running), and the ranks get
   // them with the next round's clocks after that.
   if (phase_ == ControllerPhase::deployed || choice_pending()) {
     if (told || !detector_.current()) straggler_ = followed_straggler();
-    assign_plans(told ? "straggler (api)" : "straggler cleared (api)");
+    assign_plans(told ? DecisionEvent::straggler_api : DecisionEvent::straggler_cleared_api);
   }
 }
 
@@ -243,7 +244,7 @@ double TurnkeyController::target_deadline_for(const PlanningOutput& plans) const
   return config_.deadline ? *config_.deadline / scale : config_.slowdown * plans.all_max().time;
 }
 
-void TurnkeyController::decide(const std::string& event, const std::string& detail) {
+void TurnkeyController::decide(DecisionEvent event, const std::string& detail) {
   decisions_.push_back({round_, event, detail});
   hooks_.decided(decisions_.back());
 }
@@ -343,12 +344,12 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
     auto it = m.pipeline_instructions[d].find(key);
     if (it == m.pipeline_instructions[d].end()) continue;
     const double speed = pipelines_.known() ? pipelines_.speed(d, key) : 1.0;
-    time += it->second.first / speed, energy += it->second.second / speed, ++n;
+    time += it->second.time / speed, energy += it->second.energy / speed, ++n;
   }
   if (n > 0) return ClockMeasurement{time / n, energy / n};
   auto it = m.instructions.find(key);
   if (it == m.instructions.end()) return std::nullopt;
-  return ClockMeasurement{it->second.first, it->second.second};
+  return ClockMeasurement{it->second.time, it->second.energy};
 }
 
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
@@ -387,12 +388,12 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, const std::
   if (told_straggler_) return false;
   const auto& now = detector_.current();
   if (now) {
-    decide(before ? "straggler changed" : "straggler detected",
+    decide(before ? DecisionEvent::straggler_changed : DecisionEvent::straggler_detected,
            fmt::format("pipeline {} runs {:.3f}x slower than the others ({:.6g} s compute-bound){}", now->pipeline,
                        now->slowdown, m.pipeline_time[static_cast<std::size_t>(now->pipeline)],
                        phase_ == ControllerPhase::deployed ? "" : fmt::format(" while {}", to_string(phase_))));
   } else {
-    decide("straggler recovered", "every pipeline is back within the threshold");
+    decide(DecisionEvent::straggler_recovered, "every pipeline is back within the threshold");
   }
   return true;
 }
@@ -411,7 +412,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
       warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
     return;
   if (baseline_samples_.empty()) add_baseline(m);
-  decide("baseline",
+  decide(DecisionEvent::baseline,
          fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
                      "blocking power {}",
                      baseline_time_, baseline_time_estimate_.low, baseline_time_estimate_.high, baseline_energy_,
@@ -421,7 +422,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   note_slow_pipelines();
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
-    decide("profile reused", fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
+    decide(DecisionEvent::profile_reused, fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
     return start_planning(*reused_profile_);
   }
   // The top clock of every scan was just measured (from the pipelines that ran as fast as the others).
@@ -431,10 +432,11 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
     if (measured && scan.next() == shape_.clocks.front()) scan.record(shape_.clocks.front(), *measured);
   }
   phase_ = ControllerPhase::profiling;
-  decide("profiling", fmt::format("{} clocks from {} to {} MHz, coarse step {}, per (model stage, kind) of the {} "
-                                  "schedule ({} of them)",
-                                  shape_.clocks.size(), shape_.clocks.front(), shape_.clocks.back(),
-                                  config_.scan.coarse_step, to_string(shape_.schedule), operations_.size()));
+  decide(DecisionEvent::profiling,
+         fmt::format("{} clocks from {} to {} MHz, coarse step {}, per (model stage, kind) of the {} "
+                     "schedule ({} of them)",
+                     shape_.clocks.size(), shape_.clocks.front(), shape_.clocks.back(), config_.scan.coarse_step,
+                     to_string(shape_.schedule), operations_.size()));
   if (profiling_done()) finish_profiling();
 }
 
@@ -449,7 +451,7 @@ void TurnkeyController::note_slow_pipelines() {
       if (e != d) others.push_back(pipelines_.pace(e));
     const double pace = pipelines_.pace(d) / median(others);
     if (pace > 1 + config_.detector.threshold)
-      decide("slow pipeline in the baseline",
+      decide(DecisionEvent::slow_pipeline_in_baseline,
              fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max since the "
                          "start: part of the all-max baseline (not a straggler); the others run plans paced to it",
                          d, pace));
@@ -529,7 +531,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
     ++profile_redos_;
     std::size_t again = 0;
     for (const auto& [scan, clock] : since_check_) again += scans_[scan].redo(clock) ? 1 : 0;
-    decide("profiling conditions changed",
+    decide(DecisionEvent::profiling_conditions_changed,
            fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {} "
                        "clocks measured since are measured again",
                        *now, profile_conditions_, again));
@@ -560,9 +562,10 @@ void TurnkeyController::finish_profiling() {
     for (auto it = rows.rbegin(); it != rows.rend(); ++it)
       profile.rows.push_back({stage, kind, it->first, it->second.time, it->second.energy, 0});
   }
-  decide("profiled", fmt::format("{} rounds, {} clocks measured over {} (model stage, kind) (one round per clock would "
-                                 "take {} rounds)",
-                                 profiling_rounds_, measured, scans_.size(), shape_.clocks.size()));
+  decide(DecisionEvent::profiled,
+         fmt::format("{} rounds, {} clocks measured over {} (model stage, kind) (one round per clock would "
+                     "take {} rounds)",
+                     profiling_rounds_, measured, scans_.size(), shape_.clocks.size()));
   hooks_.profiled(profile);
   start_planning(std::move(profile));
 }
@@ -578,8 +581,9 @@ void TurnkeyController::start_planning(Profile profile) {
   input.profile = std::move(profile);
   input.record_dir = hooks_.record_dir;
   phase_ = ControllerPhase::planning;
-  decide("planning", fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
-                                 input.config.unit_time, input.config.p_block, to_string(input.config.cost_model)));
+  decide(DecisionEvent::planning,
+         fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
+                     input.config.unit_time, input.config.p_block, to_string(input.config.cost_model)));
   planner_.start(std::move(input), hooks_.wake);
 }
 
@@ -595,7 +599,7 @@ void TurnkeyController::plan_ready() {
   constexpr int kMostReplans = 2;
   if (plans_->record.points.empty() && replans_ < kMostReplans && planned_profile_) {
     ++replans_;
-    decide("no frontier",
+    decide(DecisionEvent::no_frontier,
            fmt::format("planning found no frontier point ({}); planning again {}",
                        plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason,
                        replans_ == 1 ? "with the piecewise-linear cost model" : "with half the time quantum"));
@@ -614,9 +618,10 @@ void TurnkeyController::plan_ready() {
     }
     if (asked > 0) {
       ++refine_passes_;
-      decide("refining", fmt::format("the plan runs {} clocks that were interpolated; measuring them (pass {} of at "
-                                     "most {})",
-                                     asked, refine_passes_, config_.refine_passes));
+      decide(DecisionEvent::refining,
+             fmt::format("the plan runs {} clocks that were interpolated; measuring them (pass {} of at "
+                         "most {})",
+                         asked, refine_passes_, config_.refine_passes));
       plans_.reset();
       phase_ = ControllerPhase::profiling;
       return;
@@ -632,7 +637,7 @@ void TurnkeyController::deploy_plan() {
   std::vector<std::string> pwl;
   for (const auto& [where, model] : plans_->cost_models)
     if (model == "pwl") pwl.push_back(where);
-  decide("planned",
+  decide(DecisionEvent::planned,
          fmt::format("{} frontier points in {:.2f} s; cost model {}", plans_->record.points.size(), plans_->seconds,
                      pwl.empty() ? "exponential everywhere"
                                  : fmt::format("piecewise-linear for {} (where the exponential fit fails or misleads), "
@@ -640,7 +645,7 @@ void TurnkeyController::deploy_plan() {
                                                fmt::join(pwl, ", "))));
   const double deadline = target_deadline();
   choose(
-      "deployed",
+      DecisionEvent::deployed,
       [deadline](const ChoiceContext& c) {
         TargetChoice out{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
         // How much one pipeline's all-max iteration varies under the measured noise: how much later
@@ -660,13 +665,14 @@ void TurnkeyController::deployed() {
                      ? "no plan but all-max is predicted to meet the target"
                      : "the cheapest plan predicted to meet the target";
   if (plans_->record.points.empty())
-    decide("no frontier",
+    decide(DecisionEvent::no_frontier,
            fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
   if (config_.deadline && *config_.deadline < baseline_time_) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
-    decide("deadline below all-max", fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
-                                                 "running the fastest plan",
-                                                 *config_.deadline, baseline_time_));
+    decide(DecisionEvent::deadline_below_all_max,
+           fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
+                       "running the fastest plan",
+                       *config_.deadline, baseline_time_));
   }
   phase_ = ControllerPhase::deployed;
 }
@@ -739,9 +745,9 @@ ChoiceContext TurnkeyController::choice_context() const {
   return c;
 }
 
-void TurnkeyController::assign_plans(const std::string& why) { choose(why); }
+void TurnkeyController::assign_plans(DecisionEvent why) { choose(why); }
 
-void TurnkeyController::choose(const std::string& why, TargetChooser target,
+void TurnkeyController::choose(DecisionEvent why, TargetChooser target,
                                std::function<void(const TargetChoice&)> chosen) {
   choices_->queued.push_back({why, std::move(target), std::move(chosen)});
   if (!choice_pending()) start_next_choice();
@@ -990,7 +996,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   probe_samples_.clear();
   estimate_baseline();
   correct_baseline(before_time, before_energy);
-  decide("baseline corrected",
+  decide(DecisionEvent::baseline_corrected,
          fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration at the baseline's "
                      "conditions, outside the baseline's {:.6g} s and {:.6g} J; the baseline is now theirs",
                      baseline_time_, baseline_energy_, before_time, before_energy));
@@ -1024,8 +1030,8 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   // in units of its baseline pace.
   const auto ratios = paced_ratios(m, true);
   if (observe_straggler(m, ratios))
-    return assign_plans(detector_.current() ? "slowed to the straggler" : "back to the target plan");
-  if (follow_baseline_changes(ratios)) return assign_plans("paced to the pipelines' new speeds");
+    return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
+  if (follow_baseline_changes(ratios)) return assign_plans(DecisionEvent::paced_to_new_speeds);
   judge_plan();
 }
 
@@ -1074,7 +1080,7 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   constexpr double kSmallest = 5e-4;
   const double now = fit < std::max(kSmallest, 3 * stderr_) ? 0.0 : fit;
   if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
-  decide("clock latency",
+  decide(DecisionEvent::clock_latency,
          fmt::format("a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
                      "(measured over {} changes; plans were chosen for {:.2f} ms): choosing them again",
                      1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_));
@@ -1091,7 +1097,7 @@ static std::function<TargetChoice(const ChoiceContext&)> target_for(double deadl
 
 void TurnkeyController::choose_for_latency() {
   ++straggler_changes_;  // the evidence of every verdict on a plan is stale
-  choose("chosen for the clock latency", target_for(target_deadline() / miss_));
+  choose(DecisionEvent::chosen_for_clock_latency, target_for(target_deadline() / miss_));
 }
 
 // A pipeline slow since the baseline that runs faster than that by more than half the straggler
@@ -1130,9 +1136,10 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     fast_rounds_[d] = 0;
     changed = true;
     ++straggler_changes_;
-    decide("slow pipeline recovered", fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
-                                                  "runs at {:.3f}x now",
-                                                  d, before, before * std::max(relative, 1.0 / pace)));
+    decide(DecisionEvent::slow_pipeline_recovered,
+           fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
+                       "runs at {:.3f}x now",
+                       d, before, before * std::max(relative, 1.0 / pace)));
   }
   return changed;
 }
@@ -1154,9 +1161,9 @@ void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
   halfway_held_ = false;
   retry_.retried(round_);
   plan_reason_ = "tried again after a step-up: " + why;
-  choose("saving plan again", target_for(target_deadline() / miss_),
+  choose(DecisionEvent::saving_plan_again, target_for(target_deadline() / miss_),
          [this, why, before_plan = std::move(before_plan)](const TargetChoice&) {
-           decide("retrying",
+           decide(DecisionEvent::retrying,
                   fmt::format("{}: from {} back to {}{}", why, describe(before_plan), describe(*target_plan_),
                               miss_ > 1
                                   ? fmt::format(" (planned for {:.2f}% of the miss measured then)", 100 * (miss_ - 1))
@@ -1223,7 +1230,7 @@ void TurnkeyController::judge_plan() {
   }
   ++step_ups_;
   ++steps_since_retry_;
-  choose("faster plan", std::move(next),
+  choose(DecisionEvent::faster_plan, std::move(next),
          [this, ratio, ratio_half, target, before_plan = std::move(before_plan)](const TargetChoice&) {
            retry_.stepped_up(round_, evidence());
            const std::string evidence_text = fmt::format(
@@ -1232,7 +1239,7 @@ void TurnkeyController::judge_plan() {
                ratio, ratio - ratio_half, judged_.size());
            plan_reason_ = fmt::format("stepped up: {} was above the target {:.4f}x by more than {:.2g}%", evidence_text,
                                       target, 100 * config_.tolerance);
-           decide("stepped up",
+           decide(DecisionEvent::stepped_up,
                   fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
                               "plan is tried again when this evidence is stale, or after {} rounds",
                               evidence_text, target, 100 * config_.tolerance, describe(before_plan),
@@ -1251,13 +1258,13 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
   ++step_ups_;
   ++steps_since_retry_;
   retry_.stepped_up(round_, evidence());
-  decide("stepped up",
+  decide(DecisionEvent::stepped_up,
          fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
                      "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the others paced "
                      "for {:.2f}% of miss (from {:.2f}%)",
                      ratio, ratio - ratio_half, judged_.size(), target, 100 * config_.tolerance, 100 * (pace_miss_ - 1),
                      100 * (before - 1)));
-  assign_plans("faster pace for the straggler");
+  assign_plans(DecisionEvent::faster_pace_for_straggler);
 }
 
 }  // namespace perseus::online

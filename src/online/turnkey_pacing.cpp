@@ -5,10 +5,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <utility>
+#include <tuple>
 
 #include "perseus/online/turnkey_controller.hpp"
+#include "perseus/profile/time_energy.hpp"
 
 namespace perseus::online {
 
@@ -36,15 +36,18 @@ std::vector<PaceOption> TurnkeyController::pace_options(std::size_t most) const 
   // At a pace t a pipeline runs the cheapest candidate that finishes by t and waits for the rest:
   // energy(t) = min over candidates c with c.time <= t of (c.energy - blocking c.time) + blocking t.
   // The target plan is one: it may be a frontier point fitted to the target, faster than every point.
-  std::vector<std::pair<double, double>> by_time;  // (time, energy less the waiting it counts), time ascending
-  for (const auto& c : plans_->candidates) by_time.emplace_back(c.time, c.energy - blocking * c.time);
-  by_time.emplace_back(target_plan_->time, target_plan_->energy - blocking * target_plan_->time);
-  std::sort(by_time.begin(), by_time.end());
+  std::vector<TimeEnergy> by_time;  // energy less the waiting it counts, time ascending
+  for (const auto& c : plans_->candidates) by_time.push_back({c.time, c.energy - blocking * c.time});
+  by_time.push_back({target_plan_->time, target_plan_->energy - blocking * target_plan_->time});
+  std::sort(by_time.begin(), by_time.end(), [](const TimeEnergy& a, const TimeEnergy& b) {
+    return std::tie(a.time, a.energy) < std::tie(b.time, b.energy);
+  });
   for (std::size_t i = 1; i < by_time.size(); ++i)
-    by_time[i].second = std::min(by_time[i].second, by_time[i - 1].second);
+    by_time[i].energy = std::min(by_time[i].energy, by_time[i - 1].energy);
   auto at = [&](double t) {
-    auto it = std::upper_bound(by_time.begin(), by_time.end(), std::pair(t, std::numeric_limits<double>::infinity()));
-    const double base = it == by_time.begin() ? by_time.front().second : std::prev(it)->second;
+    auto it = std::upper_bound(by_time.begin(), by_time.end(), t,
+                               [](double time, const TimeEnergy& point) { return time < point.time; });
+    const double base = it == by_time.begin() ? by_time.front().energy : std::prev(it)->energy;
     return PaceOption{t * scale_, (base + blocking * t) * copies * energy_scale};
   };
   const double floor = unpaced_time();
@@ -74,11 +77,11 @@ void TurnkeyController::set_pace(std::optional<double> iteration_time, bool hold
   pace_ = iteration_time;
   if (phase_ != ControllerPhase::deployed || !target_plan_) return;
   if (paced()) {
-    decide("paced", fmt::format("the cluster's power budget asks for {:.6g} s per iteration", *pace_));
-    assign_plans("paced for the power budget");
+    decide(DecisionEvent::paced, fmt::format("the cluster's power budget asks for {:.6g} s per iteration", *pace_));
+    assign_plans(DecisionEvent::paced_for_power_budget);
   } else if (was_paced) {
-    decide("pace lifted", "the cluster's power budget lets the job run unpaced");
-    assign_plans("unpaced");
+    decide(DecisionEvent::pace_lifted, "the cluster's power budget lets the job run unpaced");
+    assign_plans(DecisionEvent::unpaced);
   }
 }
 

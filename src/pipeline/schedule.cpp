@@ -78,19 +78,19 @@ std::vector<ScheduleKind> all_schedule_kinds() {
 
 void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1)
-    throw Error("a schedule needs stages >= 1 and microbatches >= 1", kExitUsage);
+    throw Error("a schedule needs stages >= 1 and microbatches >= 1", ErrorKind::bad_setting);
   const ScheduleEntry& e = entry(kind);
   if (e.v_shape) {
     if (virtual_stages != 1 && virtual_stages != 2)
       throw Error(fmt::format("the {} schedule runs two model chunks per stage in a V; --virtual-stages must be 2 (or "
                               "left out), got {}",
                               e.name, virtual_stages),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     if (num_microbatches < e.min_microbatches_per_model_stage * 2 * num_stages)
       throw Error(fmt::format("the {} schedule needs at least as many microbatches as model stages (2 x {} stages = "
                               "{}), as PyTorch's ScheduleDualPipeV requires; got {}",
                               e.name, num_stages, 2 * num_stages, num_microbatches),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     return;
   }
   if (!e.takes_chunks) {
@@ -100,7 +100,7 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
         if (other.takes_chunks) taking += (taking.empty() ? "" : " or ") + std::string(other.name);
       throw Error(fmt::format("--virtual-stages {} needs --schedule {} ({} runs one model chunk per stage)",
                               virtual_stages, taking, e.name),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     }
     return;
   }
@@ -108,18 +108,18 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
     throw Error(fmt::format("the {} schedule needs --virtual-stages of at least 2 (got {}); with one model "
                             "chunk per stage use 1f1b",
                             e.name, virtual_stages),
-                kExitUsage);
+                ErrorKind::bad_setting);
   if (num_microbatches % num_stages != 0)
     throw Error(fmt::format("the {} schedule needs the microbatches to be a multiple of the stages, as "
                             "Megatron-LM requires ({} microbatches, {} stages)",
                             e.name, num_microbatches, num_stages),
-                kExitUsage);
+                ErrorKind::bad_setting);
 }
 
 std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_stages, int num_microbatches,
                                         int extra_forwards, int virtual_stages) {
   if (num_stages < 1 || num_microbatches < 1 || stage < 0 || stage >= num_stages) {
-    throw Error("schedule needs stages >= 1, microbatches >= 1 and 0 <= stage < stages", kExitUsage);
+    throw Error("schedule needs stages >= 1, microbatches >= 1 and 0 <= stage < stages", ErrorKind::bad_setting);
   }
   check_schedule_shape(kind, num_stages, num_microbatches, virtual_stages);
   return entry(kind).order(stage, {num_stages, num_microbatches, schedule_virtual_stages(kind, virtual_stages)},
@@ -129,24 +129,25 @@ std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_st
 void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards, int num_stages,
                           int num_microbatches) {
   if (extra_forwards.empty()) return;
-  if (kind != ScheduleKind::one_f_one_b) throw Error("extra forwards need the 1f1b schedule", kExitUsage);
+  if (kind != ScheduleKind::one_f_one_b) throw Error("extra forwards need the 1f1b schedule", ErrorKind::bad_setting);
   if (static_cast<int>(extra_forwards.size()) != num_stages) {
     throw Error(fmt::format("extra forwards list has {} entries for {} stages", extra_forwards.size(), num_stages),
-                kExitUsage);
+                ErrorKind::bad_setting);
   }
   for (int s = 0; s < num_stages; ++s) {
     const int r = extra_forwards[s];
     const int cap = std::max(0, num_microbatches - (num_stages - s));
     if (r < 0 || r > cap) {
-      throw Error(fmt::format("extra forwards of stage {} is {}; it must be in [0, {}]", s, r, cap), kExitUsage);
+      throw Error(fmt::format("extra forwards of stage {} is {}; it must be in [0, {}]", s, r, cap),
+                  ErrorKind::bad_setting);
     }
     if (s > 0 && r > extra_forwards[s - 1]) {
       throw Error(fmt::format("extra forwards must not increase down the pipe (stage {}: {} > {})", s, r,
                               extra_forwards[s - 1]),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
     }
   }
-  if (extra_forwards.back() != 0) throw Error("the last stage cannot run extra forwards", kExitUsage);
+  if (extra_forwards.back() != 0) throw Error("the last stage cannot run extra forwards", ErrorKind::bad_setting);
 }
 
 }  // namespace perseus

@@ -151,7 +151,7 @@ void write_frontier_record(const FrontierRecord& record, const std::filesystem::
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec || !std::filesystem::is_directory(dir)) {
-    throw Error(fmt::format("cannot create output directory '{}'", dir.string()), kExitCantCreate);
+    throw Error(fmt::format("cannot create output directory '{}'", dir.string()), ErrorKind::cannot_write);
   }
   {
     AtomicFile file(dir / "frontier.csv");
@@ -276,12 +276,12 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   std::error_code error;
   if (!std::filesystem::is_directory(dir, error))
     throw Error(fmt::format("'{}' is no folder: give the folder `perseus optimize --out` wrote", dir.string()),
-                kExitNoInput);
+                ErrorKind::not_found);
   if (!std::filesystem::exists(meta_file, error))
     throw Error(fmt::format("'{}' is no `perseus optimize` output: it has no plans.json (optimize --out DIR writes "
                             "plans.json, frontier.csv and a plan file per frontier point into DIR)",
                             dir.string()),
-                kExitNoInput);
+                ErrorKind::not_found);
   json meta;
   try {
     const std::string text = read_file(meta_file);
@@ -395,7 +395,7 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
 Plan plan_at(const FrontierRecord& record, std::size_t index) {
   if (index >= record.points.size()) {
     throw Error(fmt::format("plan index {} is out of range: the frontier has {} points", index, record.points.size()),
-                kExitUsage);
+                ErrorKind::bad_setting);
   }
   Plan plan;
   plan.shape() = record.shape();

@@ -407,7 +407,7 @@ PlanFile read_plan_file(const std::filesystem::path& path) {
   const std::string text = read_file(path);
   if (path.extension() == ".json") return parse_json_plan(text, path.string());
   if (path.extension() == ".py") return parse_python_plan(text, path.string());
-  throw Error(fmt::format("'{}': a plan file must end in .json or .py", path.string()), kExitUsage);
+  throw Error(fmt::format("'{}': a plan file must end in .json or .py", path.string()), ErrorKind::bad_setting);
 }
 
 }  // namespace perseus

@@ -201,7 +201,7 @@ std::string frontier_svg(const std::vector<FrontierSeries>& series, const std::v
     for (const auto& [t, e] : s.points) include(t, e);
   }
   for (const auto& m : markers) include(m.time, m.energy);
-  if (!std::isfinite(tx0)) throw Error("nothing to plot: no frontier points or markers", kExitDataError);
+  if (!std::isfinite(tx0)) throw Error("nothing to plot: no frontier points or markers", ErrorKind::bad_input);
   const double pad_t = std::max((tx1 - tx0) * 0.05, std::abs(tx1) * 1e-3 + 1e-12);
   const double pad_e = std::max((ey1 - ey0) * 0.05, std::abs(ey1) * 1e-3 + 1e-12);
   tx0 -= pad_t, tx1 += pad_t, ey0 -= pad_e, ey1 += pad_e;

@@ -27,7 +27,7 @@ bool has_split_backward(const Profile& profile, int stage) {
 Profile split_backward(const Profile& profile, double input_share) {
   if (!(input_share > 0 && input_share < 1))
     throw Error(fmt::format("the input-gradient share of a backward must be in (0, 1), got {}", input_share),
-                kExitUsage);
+                ErrorKind::bad_setting);
   Profile out = profile;
   out.rows.clear();
   std::set<std::pair<int, int>> split;  // (stage, chunk) with split rows already

@@ -15,13 +15,13 @@ std::string synthetic_profile_csv(const SyntheticGpu& gpu) {
     throw Error(
         "synthetic GPU: need stages >= 1, top clock > bottom clock > 0, step > 0, "
         "forward time > 0, 0 <= noise < 0.5, backward ratio > 0, 0 <= compute share <= 1 and extras >= 0",
-        kExitUsage);
+        ErrorKind::bad_setting);
   }
   if (!gpu.stage_weights.empty() && gpu.stage_weights.size() != static_cast<std::size_t>(gpu.num_stages))
     throw Error(fmt::format("synthetic GPU: {} stage weights for {} stages", gpu.stage_weights.size(), gpu.num_stages),
-                kExitUsage);
+                ErrorKind::bad_setting);
   for (double w : gpu.stage_weights)
-    if (!(w > 0 && w < 1e6)) throw Error("synthetic GPU: stage weights must be positive", kExitUsage);
+    if (!(w > 0 && w < 1e6)) throw Error("synthetic GPU: stage weights must be positive", ErrorKind::bad_setting);
   std::mt19937_64 rng(gpu.seed);
   std::normal_distribution<double> jitter(1.0, gpu.noise);
   auto noisy = [&](double value) { return gpu.noise > 0 ? value * std::max(0.5, jitter(rng)) : value; };

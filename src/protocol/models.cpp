@@ -191,6 +191,13 @@ const std::vector<std::string>& pipe_instruction_names() {
 
 bool is_compute_instruction(const std::string& name) { return parse_instruction_kind(name).has_value(); }
 
+std::vector<InstructionKind> compute_kinds(const std::vector<std::string>& pipe_schedule) {
+  std::vector<InstructionKind> kinds;
+  for (const auto& name : pipe_schedule)
+    if (auto kind = parse_instruction_kind(name)) kinds.push_back(*kind);
+  return kinds;
+}
+
 json parse_body(const std::string& text) {
   try {
     check_json_depth(text);

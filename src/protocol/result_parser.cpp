@@ -85,8 +85,8 @@ std::vector<double> number_list(dom::element value, const std::string& name, con
   dom::array array;
   if (value.get_array().get(array)) bad(name, fmt::format("expected a list, got {}", type_name(value)));
   if (most != 0 && array.size() > most)
-    too_large(name,
-              fmt::format("{} iterations, at most {} (perseus serve --max-result-iterations)", array.size(), most));
+    too_large(name, fmt::format("{} iterations, at most {} (the server's max_result_iterations setting)", array.size(),
+                                most));
   std::vector<double> out;
   out.reserve(array.size());
   for (dom::element v : array) {
@@ -143,8 +143,8 @@ ProfilingResult profiling_result_from_text(std::string_view text, const ResultLi
   if (limits.max_iterations != 0 && limits.max_instructions != 0) {
     const std::size_t most_lists = 2 + 2 * limits.max_instructions * (limits.max_iterations + 1);
     if (static_cast<std::size_t>(std::count(text.begin(), text.end(), '[')) > most_lists)
-      too_large("body", fmt::format("more lists than {} iterations of {} instructions hold (perseus serve "
-                                    "--max-result-iterations)",
+      too_large("body", fmt::format("more lists than {} iterations of {} instructions hold (the server's "
+                                    "max_result_iterations setting)",
                                     limits.max_iterations, limits.max_instructions));
   }
   thread_local dom::parser reused;

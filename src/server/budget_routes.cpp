@@ -31,10 +31,9 @@ void route_power_budget(JobManager& jobs, const std::string& method, const std::
   }
   if (method != "PUT") return respond(refusal_response(Refusal::method_not_allowed, "Method Not Allowed"));
   if (!credentials.admin && !credentials.loopback)
-    return respond(
-        refusal_response(Refusal::forbidden,
-                         "changing the power budget needs the server's bearer token (perseus serve --token-file) "
-                         "or, on a server without one, a request from this machine"));
+    return respond(refusal_response(Refusal::forbidden,
+                                    "changing the power budget needs the server's bearer token "
+                                    "or, on a server without one, a request from this machine"));
   if (body.size() > kMaxBudgetBodyBytes)
     return respond(refusal_response(Refusal::too_large, fmt::format("body: {} bytes, above the {} a power budget takes",
                                                                     body.size(), kMaxBudgetBodyBytes)));

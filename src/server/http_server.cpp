@@ -181,7 +181,7 @@ class Session : public std::enable_shared_from_this<Session> {
       close();
     } else if (ec == http::error::body_limit) {
       refuse(Refusal::too_large,
-             fmt::format("request body too large: at most {} bytes (perseus serve --max-body-bytes)",
+             fmt::format("request body too large: at most {} bytes (the server's max_body_bytes setting)",
                          limits_.max_body_bytes));
     } else if (ec == http::error::header_limit) {
       refuse(Refusal::header_too_large, "request header too large");
@@ -212,7 +212,7 @@ class Session : public std::enable_shared_from_this<Session> {
     if (evicted_ || !connections_->busy(this)) return close();
     if (auto length = parser_->content_length(); length && *length > limits_.max_body_bytes)
       return refuse(Refusal::too_large,
-                    fmt::format("request body too large: {} bytes, at most {} (perseus serve --max-body-bytes)",
+                    fmt::format("request body too large: {} bytes, at most {} (the server's max_body_bytes setting)",
                                 *length, limits_.max_body_bytes));
     parser_->body_limit(limits_.max_body_bytes);  // a chunked body stops here
     if (parser_->is_done()) return on_request();
@@ -392,8 +392,8 @@ struct HttpServer::Impl {
         // Once per 1,000 refusals: a client opening connections in a loop must not flood the log.
         if (refused++ % 1000 == 0)
           spdlog::warn(
-              "{}: a new connection is closed at once: that address holds --max-connections-per-peer ({}), or "
-              "every one of --max-connections ({}) has a request in progress ({} closed so far)",
+              "{}: a new connection is closed at once: that address holds max_connections_per_peer ({}), or "
+              "every one of max_connections ({}) has a request in progress ({} closed so far)",
               peer.to_string(), connections->per_peer(), connections->max_total(), refused);
         socket.close(ignored);
         return accept();
@@ -402,7 +402,7 @@ struct HttpServer::Impl {
         // Once per 1,000: many idle connections (from however many addresses) must not flood the log.
         if (evictions++ % 1000 == 0)
           spdlog::warn(
-              "idle connections at their bound ({} of --max-connections {}): closing the longest idle to make room "
+              "idle connections at their bound ({} of max_connections {}): closing the longest idle to make room "
               "({} so far)",
               connections->max_idle(), connections->max_total(), evictions);
         Session::evict(weak);
@@ -461,14 +461,14 @@ HttpServer::HttpServer(asio::io_context& io, JobManager& jobs, const std::string
   impl_->token = std::move(token);
   beast::error_code ec;
   auto address = asio::ip::make_address(host, ec);
-  if (ec) throw Error(fmt::format("--host '{}' is not an IP address: {}", host, ec.message()), kExitUsage);
+  if (ec) throw Error(fmt::format("host '{}' is not an IP address: {}", host, ec.message()), ErrorKind::bad_setting);
   tcp::endpoint endpoint(address, port);
   auto& a = impl_->acceptor;
   a.open(endpoint.protocol(), ec);
   if (!ec) a.set_option(asio::socket_base::reuse_address(true), ec);
   if (!ec) a.bind(endpoint, ec);
   if (!ec) a.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), kExitFailure);
+  if (ec) throw Error(fmt::format("cannot listen on {}:{}: {}", host, port, ec.message()), ErrorKind::failed);
   impl_->port = a.local_endpoint().port();
   impl_->accept();
 }

@@ -17,6 +17,7 @@
 #include <set>
 
 #include "perseus/protocol/job_secret.hpp"
+#include "perseus/profile/time_energy.hpp"
 #include "perseus/protocol/round_mean.hpp"
 #include "perseus/server/http_server.hpp"
 #include "perseus/util/atomic_file.hpp"
@@ -90,12 +91,12 @@ void JobManager::make_room(int world_size) {
     if (!first_ended) {
       if (too_many_jobs)
         throw RequestError(Refusal::over_capacity,
-                           fmt::format("this server already holds {} running jobs, its limit (perseus serve "
-                                       "--max-jobs); try again when one ended",
+                           fmt::format("this server already holds {} running jobs, its limit (the server's "
+                                       "max_jobs setting); try again when one ended",
                                        jobs_.size()));
       throw RequestError(Refusal::over_capacity,
                          fmt::format("this server's jobs already have {} ranks; {} more would pass its limit of "
-                                     "{} (perseus serve --max-total-ranks); try again when one ended",
+                                     "{} (the server's max_total_ranks setting); try again when one ended",
                                      ranks, world_size, settings_.max_total_ranks));
     }
     std::string id = first_ended->info.job_id;  // a copy: forgetting the job frees its own
@@ -171,7 +172,7 @@ void JobManager::register_job(JobInfo info, const std::string& secret,
   if (info.world_size > settings_.max_world_size)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'world_size': {} is above this server's limit of {} ranks "
-                                   "(perseus serve --max-world-size)",
+                                   "(the server's max_world_size setting)",
                                    info.world_size, settings_.max_world_size));
   std::string id = new_job_id(info);
   make_room(info.world_size);  // before the job's per-rank state is allocated
@@ -225,7 +226,7 @@ void JobManager::register_rank(const std::string& job_id, RankInfo info, Ack ack
   if (settings_.max_job_entries > 0 && entries > settings_.max_job_entries)
     throw RequestError(Refusal::invalid_request,
                        fmt::format("field 'pipe_schedule': {} instructions x world size {} = {} is above this "
-                                   "server's limit of {} (perseus serve --max-job-entries)",
+                                   "server's limit of {} (the server's max_job_entries setting)",
                                    info.pipe_schedule.size(), j.world_size, entries, settings_.max_job_entries));
   info.job_id = job_id;
   auto& slot = job.ranks[static_cast<std::size_t>(info.rank)];
@@ -625,18 +626,18 @@ void JobManager::finish_round(Job& job) {
   std::vector<ProfilingResult> results;
   for (auto& r : job.results) results.push_back(std::move(*r));
   // What the round measured: time the slowest rank's, energy every rank's; the same per pipeline.
-  std::map<int, std::pair<double, double>> by_pipeline;
+  std::map<int, TimeEnergy> by_pipeline;
   double time = 0, energy = 0;
   for (const auto& r : results) {
     double t = protocol::round_mean(r.iter_time), e = protocol::round_mean(r.iter_energy);
     auto& p = by_pipeline[job.ranks[static_cast<std::size_t>(r.rank)]->dp_rank];
-    p.first = std::max(p.first, t), p.second += e;
+    p.time = std::max(p.time, t), p.energy += e;
     time = std::max(time, t), energy += e;
   }
   job.measured = RoundMeasuredStatus{job.round, time, energy};
   job.pipelines.clear();
   for (const auto& [dp, p] : by_pipeline)
-    job.pipelines.push_back({static_cast<std::size_t>(dp), p.first, p.second, std::nullopt, std::nullopt});
+    job.pipelines.push_back({static_cast<std::size_t>(dp), p.time, p.energy, std::nullopt, std::nullopt});
   record_round(job, results);
   spdlog::info("job {}: round {} done", job.info.job_id, job.round);
   if (store_) {

@@ -123,7 +123,7 @@ fs::path move_aside(const fs::path& file) {
   if (ec)
     throw Error(
         fmt::format("the job store {} cannot be used and cannot be moved aside: {}", file.string(), ec.message()),
-        kExitCantCreate);
+        ErrorKind::cannot_write);
   for (const char* side : {"-wal", "-shm"}) fs::rename(with_suffix(file, side), with_suffix(aside, side), ec);
   return aside;
 }
@@ -155,7 +155,7 @@ void JobStore::open_checked() {
   if (file_.has_parent_path()) fs::create_directories(file_.parent_path(), ec);
   if (ec)
     throw Error(fmt::format("cannot create the folder of the job store {}: {}", file_.string(), ec.message()),
-                kExitCantCreate);
+                ErrorKind::cannot_write);
   // A salvage that was interrupted between its two renames.
   fs::path salvaged = with_suffix(file_, ".salvaged");
   if (!fs::exists(fs::symlink_status(file_, ec)) && fs::is_regular_file(salvaged, ec)) fs::rename(salvaged, file_, ec);
@@ -170,7 +170,7 @@ void JobStore::open_checked() {
   int rc = open_database(file_, db_->handle, why, sync_);
   if (rc == SQLITE_OK) why = emptied ? "it is empty" : integrity_check(db_->handle);
   else if ((rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB)
-    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), why), kExitCantCreate);
+    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), why), ErrorKind::cannot_write);
   if (!why.empty()) recover_because(why);
   set_busy_timeout(busy_timeout_);
 }
@@ -185,7 +185,7 @@ void JobStore::recover_because(const std::string& why) {
   std::string problem;
   if (open_database(salvaged, fresh, problem) != SQLITE_OK) {
     sqlite3_close(fresh);
-    throw Error(fmt::format("cannot make a new job store {}: {}", salvaged.string(), problem), kExitCantCreate);
+    throw Error(fmt::format("cannot make a new job store {}: {}", salvaged.string(), problem), ErrorKind::cannot_write);
   }
   SalvageReport report = salvage_store(file_, fresh);
   sqlite3_close(fresh);
@@ -194,12 +194,12 @@ void JobStore::recover_because(const std::string& why) {
   fs::rename(salvaged, file_, ec);
   if (ec)
     throw Error(fmt::format("cannot put the new job store in place of {}: {}", file_.string(), ec.message()),
-                kExitCantCreate);
+                ErrorKind::cannot_write);
   spdlog::error("the job store {} is damaged ({}): moved it to {} and started a new store with what could be read: {}",
                 file_.string(), safe_text(why, 300), aside.string(), describe(report));
   int rc = open_database(file_, db_->handle, problem, sync_);
   if (rc != SQLITE_OK)
-    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), problem), kExitCantCreate);
+    throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), problem), ErrorKind::cannot_write);
   set_busy_timeout(busy_timeout_);
 }
 

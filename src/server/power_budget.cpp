@@ -481,7 +481,8 @@ std::optional<BudgetRequest> stored_budget(const std::filesystem::path& file, st
     json body = {{"watts", stored.value("watts", json(nullptr))}, {"seconds", stored.value("seconds", 0.0)}};
     return budget_request_from_json(body);
   } catch (const std::exception& e) {
-    spdlog::warn("power budget: {} cannot be read ({}); starting from --power-budget", file.string(), e.what());
+    spdlog::warn("power budget: {} cannot be read ({}); starting from the power_budget setting", file.string(),
+                 e.what());
     return std::nullopt;
   }
 }

@@ -23,8 +23,7 @@ void Scheduler::replay(const nlohmann::json& record) {
 }
 
 void Scheduler::set_straggler(const std::optional<StragglerNotice>&) {
-  throw RequestError(Refusal::conflict,
-                     "this job's scheduler does not follow stragglers (perseus serve --scheduler Perseus does)");
+  throw RequestError(Refusal::conflict, "this job's scheduler does not follow stragglers (the Perseus scheduler does)");
 }
 
 std::vector<int> expand_compute_clocks(const std::vector<std::string>& pipe_schedule,

@@ -52,7 +52,8 @@ std::optional<PowerMode> scheduler_mode(const std::string& name) {
 SchedulerFactory configure_scheduler(const std::string& name, const nlohmann::json& args) {
   if (const Entry* e = find_entry(name))
     return name == e->name ? e->configure(args) : make_3d_parallel(e->configure(args));
-  throw Error(fmt::format("unknown scheduler '{}' (one of: {})", name, fmt::join(scheduler_names(), ", ")), kExitUsage);
+  throw Error(fmt::format("unknown scheduler '{}' (one of: {})", name, fmt::join(scheduler_names(), ", ")),
+              ErrorKind::bad_setting);
 }
 
 }  // namespace perseus::server

@@ -179,7 +179,7 @@ class Cluster {
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
   static void check_config(const SimulationConfig& c) {
-    auto usage = [](const std::string& what) { throw Error(what, kExitUsage); };
+    auto usage = [](const std::string& what) { throw Error(what, ErrorKind::bad_setting); };
     if (c.num_stages < 1) usage("--stages must be at least 1");
     if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
     if (c.pipelines < 1) usage("--pipelines must be at least 1");
@@ -426,7 +426,7 @@ StragglerSpec parse_straggler(std::string_view text) {
         fmt::format(
             "--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
             text, why),
-        kExitUsage);
+        ErrorKind::bad_setting);
   };
   StragglerSpec spec;
   auto colon = text.find(':');

@@ -645,9 +645,9 @@ Frontier solve_frontier(const PlanningProblem& problem, const SolverOptions& opt
                               model_stage(inst, problem.dag.num_stages)));
   }
   if (options.threads < 0 || options.threads > 2)
-    throw Error("solver threads must be 0 (automatic), 1 or 2", kExitUsage);
+    throw Error("solver threads must be 0 (automatic), 1 or 2", ErrorKind::bad_setting);
   if (!(options.most_resting >= 0 && options.most_resting < 1))
-    throw Error("the solver's share of resting arcs must be at least 0 and below 1", kExitUsage);
+    throw Error("the solver's share of resting arcs must be at least 0 and below 1", ErrorKind::bad_setting);
   Solver solver(problem, options);
   return solver.run();
 }

@@ -71,22 +71,22 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
 }  // namespace
 
 PlanningProblem make_planning_problem(const Profile& profile, const PlanningConfig& config) {
-  if (config.num_stages < 1) throw Error("--stages must be at least 1", kExitUsage);
-  if (config.num_microbatches < 1) throw Error("--microbatches must be at least 1", kExitUsage);
+  if (config.num_stages < 1) throw Error("--stages must be at least 1", ErrorKind::bad_setting);
+  if (config.num_microbatches < 1) throw Error("--microbatches must be at least 1", ErrorKind::bad_setting);
   if (!(config.unit_time > 0) || !std::isfinite(config.unit_time)) {
-    throw Error("--unit-time must be a positive number of seconds", kExitUsage);
+    throw Error("--unit-time must be a positive number of seconds", ErrorKind::bad_setting);
   }
   if (!(config.p_block >= 0) || !std::isfinite(config.p_block)) {
-    throw Error("--p2p-power must be a non-negative number of watts", kExitUsage);
+    throw Error("--p2p-power must be a non-negative number of watts", ErrorKind::bad_setting);
   }
   if (!(config.noise_factor > 0 && config.noise_factor <= 1)) {
-    throw Error("--noise-factor must be in (0, 1]", kExitUsage);
+    throw Error("--noise-factor must be in (0, 1]", ErrorKind::bad_setting);
   }
   // Bounds on what one run may make the planner allocate and compute: a plan has two
   // instructions per (stage, microbatch), and path lengths are summed in 32-bit time units.
   constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
   if (config.virtual_stages < 1 || config.virtual_stages > 1024)
-    throw Error("--virtual-stages must be in [1, 1024]", kExitUsage);
+    throw Error("--virtual-stages must be in [1, 1024]", ErrorKind::bad_setting);
   const int virtual_stages = schedule_virtual_stages(config.schedule, config.virtual_stages);
   const long long instructions =
       (splits_backward(config.schedule) ? 3LL : 2LL) * config.num_stages * config.num_microbatches * virtual_stages;
@@ -96,7 +96,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                     config.num_stages, config.num_microbatches,
                     config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
                     instructions, kMaxInstructions),
-        kExitUsage);
+        ErrorKind::bad_setting);
   config.check();
   PlanningProblem problem;
   const int model_stages = config.num_stages * virtual_stages;
@@ -135,7 +135,7 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
                                                   span, kMaxUnitsPerInstruction)
                                     : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
                                                   instructions * slowest.quant_time)),
-                    kExitUsage);
+                    ErrorKind::bad_setting);
       whats.push_back(what);
     }
   }

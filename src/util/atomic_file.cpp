@@ -14,7 +14,7 @@ AtomicFile::AtomicFile(std::filesystem::path target) : target_(std::move(target)
   temp_ += fmt::format(".tmp.{}", ::getpid());
   out_.open(temp_, std::ios::binary | std::ios::trunc);
   if (!out_) {
-    throw Error(fmt::format("cannot write '{}'", temp_.string()), kExitCantCreate);
+    throw Error(fmt::format("cannot write '{}'", temp_.string()), ErrorKind::cannot_write);
   }
 }
 
@@ -34,7 +34,7 @@ void AtomicFile::commit() {
   if (ok) std::filesystem::rename(temp_, target_, ec);
   if (!ok || ec) {
     std::filesystem::remove(temp_, ec);
-    throw Error(fmt::format("cannot write '{}'", target_.string()), kExitCantCreate);
+    throw Error(fmt::format("cannot write '{}'", target_.string()), ErrorKind::cannot_write);
   }
   committed_ = true;
 }
@@ -47,7 +47,7 @@ void write_file_atomic(const std::filesystem::path& target, const std::string& c
 
 std::string read_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(fmt::format("cannot read '{}'", path.string()), kExitNoInput);
+  if (!in) throw Error(fmt::format("cannot read '{}'", path.string()), ErrorKind::not_found);
   std::ostringstream buffer;
   buffer << in.rdbuf();
   return buffer.str();

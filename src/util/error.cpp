@@ -21,6 +21,6 @@ std::string describe(const std::string& file, std::size_t line, const std::strin
 }  // namespace
 
 InputError::InputError(const std::string& file, std::size_t line, const std::string& field, const std::string& problem)
-    : Error(describe(file, line, field, problem), kExitDataError) {}
+    : Error(describe(file, line, field, problem), ErrorKind::bad_input) {}
 
 }  // namespace perseus

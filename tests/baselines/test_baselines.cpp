@@ -133,7 +133,7 @@ TEST(Registry, NamesRunAndUnknownIsAUsageError) {
     run_baseline("nope", profile, emulator);
     FAIL();
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
   }
 }
 

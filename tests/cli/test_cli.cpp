@@ -465,6 +465,9 @@ TEST_F(Cli, ServeAndGpuRefuseBadSettingsWithUsageErrors) {
   EXPECT_EQ(bad_arg.code, 64);
   EXPECT_NE(bad_arg.output.find("backward_freq"), std::string::npos);
   EXPECT_EQ(run("serve --mode watts").code, 64);
+  auto bad_host = run("serve --host nope --port 0 --no-dump");
+  EXPECT_EQ(bad_host.code, 64);
+  EXPECT_NE(bad_host.output.find("--host 'nope' is not an IP address"), std::string::npos) << bad_host.output;
   auto retention = run("serve --job-retention -1");
   EXPECT_EQ(retention.code, 64);
   EXPECT_NE(retention.output.find("--job-retention"), std::string::npos) << retention.output;

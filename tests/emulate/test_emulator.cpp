@@ -65,7 +65,7 @@ TEST(Emulator, MissingClockAndWrongShapeAreNamedErrors) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stage 1 slot 1 (B0) runs at 1234 MHz"), std::string::npos) << e.what();
-    EXPECT_EQ(e.exit_code(), kExitDataError);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
   }
   EXPECT_THROW(emulator.run({{1000, 1000, 1000, 1000}}), Error);
   EXPECT_THROW(emulator.run({{1000, 1000, 1000}, {1000, 1000, 1000, 1000}}), Error);

@@ -157,7 +157,7 @@ TEST(BoundsFaults, OnePeerCannotTakeEveryConnection) {
   std::istringstream log(serve.log());
   int warnings = 0;
   for (std::string line; std::getline(log, line);)
-    warnings += line.find("--max-connections-per-peer") != std::string::npos;
+    warnings += line.find("max_connections_per_peer") != std::string::npos;
   EXPECT_EQ(warnings, 1) << "one warning, not one per refused connection:\n" << serve.log();
 }
 

@@ -152,7 +152,7 @@ TEST(GpudFaults, SocketsHeldOpenCannotKeepARanksClockLockOut) {
                                     socket),
                         "nobody");
     EXPECT_TRUE(eventually([&] {
-      return read_if_exists(dir / "gpud.err").find("(--max-connections-per-user)") != std::string::npos;
+      return read_if_exists(dir / "gpud.err").find("(max_connections_per_user)") != std::string::npos;
     })) << read_if_exists(dir / "gpud.err")
         << read_if_exists(dir / "nobody.err");
     GpudClient rank(socket);

@@ -300,7 +300,7 @@ TEST_F(GpudTest, TheSocketPathMustBeASocketAndNothingIsLeftBehindOnAFailedStart)
     start();
     ADD_FAILURE() << "a regular file must not be replaced";
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
     EXPECT_NE(std::string(e.what()).find("exists and is not a socket"), std::string::npos) << e.what();
   }
   EXPECT_EQ(read_file(socket), "precious data\n");

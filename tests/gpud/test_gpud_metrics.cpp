@@ -290,7 +290,7 @@ TEST(GpudMetricsText, TheAddressIsAPortOnLoopbackOrHostAndPort) {
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("--metrics-address"), std::string::npos) << e.what();
-      EXPECT_EQ(e.exit_code(), kExitUsage);
+      EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
     }
   }
 }

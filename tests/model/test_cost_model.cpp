@@ -39,7 +39,7 @@ TEST(ExponentialModel, TooFewOptionsFailStrictlyAndFallBackToPwlInAuto) {
     make_cost_model(CostModelKind::exponential, three, 0.001, "p.csv: stage 0 forward");
     FAIL() << "expected the fit to fail";
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitDataError);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
     EXPECT_NE(std::string(e.what()).find("use --cost-model auto or pwl"), std::string::npos);
     EXPECT_NE(std::string(e.what()).find("stage 0 forward"), std::string::npos);
   }

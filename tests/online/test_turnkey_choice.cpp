@@ -146,7 +146,7 @@ TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTak
   }
   ASSERT_TRUE(c.straggler().has_value());
   EXPECT_EQ(c.straggler()->pipeline, 1);
-  EXPECT_EQ(c.decisions().back().event, "slowed to the straggler");
+  EXPECT_EQ(to_string(c.decisions().back().event), "slowed to the straggler");
 }
 
 }  // namespace

@@ -43,12 +43,13 @@ ControllerConfig config() {
 }
 
 bool has(const TurnkeyController& c, const std::string& event) {
-  return std::any_of(c.decisions().begin(), c.decisions().end(), [&](const auto& d) { return d.event == event; });
+  return std::any_of(c.decisions().begin(), c.decisions().end(),
+                     [&](const auto& d) { return to_string(d.event) == event; });
 }
 
 std::string events(const TurnkeyController& c) {
   std::string out;
-  for (const auto& d : c.decisions()) out += d.event + "; ";
+  for (const auto& d : c.decisions()) out += std::string(to_string(d.event)) + "; ";
   return out;
 }
 
@@ -141,7 +142,7 @@ TEST(TurnkeyClasses, AStepUpIsTriedAgainAndTheSavingPlanComesBackWhenTheMissEnde
   EXPECT_TRUE(has(controller, "retrying")) << events(controller);
   // Within the doubling's bound (max_retry_after) and a few rounds of verification after the miss
   // ended, the plan deployed at first runs again (halfway first, then all the way).
-  EXPECT_EQ(controller.decisions().back().event, "saving plan again") << events(controller);
+  EXPECT_EQ(to_string(controller.decisions().back().event), "saving plan again") << events(controller);
   EXPECT_LE(controller.decisions().back().round, 40 + c.max_retry_after + 15) << events(controller);
   EXPECT_EQ(controller.target_plan()->frequencies, saving_plan) << events(controller);
   ASSERT_TRUE(controller.slowdown());

@@ -27,7 +27,7 @@ ControllerConfig config() {
 
 std::vector<std::string> events(const TurnkeyController& c) {
   std::vector<std::string> out;
-  for (const auto& d : c.decisions()) out.push_back(d.event);
+  for (const auto& d : c.decisions()) out.emplace_back(to_string(d.event));
   return out;
 }
 
@@ -156,7 +156,7 @@ TEST(TurnkeyController, AStragglerWhileProfilingIsDetectedAndKeptOutOfTheProfile
 }
 
 // Energy and time of all-max in round r of `cluster`: the twin the numbers are measured against.
-std::pair<double, double> twin(SyntheticCluster cluster, int r) {
+TimeEnergy twin(SyntheticCluster cluster, int r) {
   auto m = cluster.run(std::nullopt, r);
   return {m.iteration_time, m.energy};
 }
@@ -179,7 +179,7 @@ TEST(TurnkeyController, AWholeClusterSlowdownScalesTheReferenceAndDoesNotCondemn
   auto saving = controller.saving();
   ASSERT_TRUE(saving);
   double truth = 0;
-  for (int r = 40; r < 50; ++r) truth += 1 - rounds[static_cast<std::size_t>(r)].energy / twin(cluster, r).second;
+  for (int r = 40; r < 50; ++r) truth += 1 - rounds[static_cast<std::size_t>(r)].energy / twin(cluster, r).energy;
   truth /= 10;
   EXPECT_NEAR(saving->value, truth, 0.005);
   EXPECT_LE(saving->low, truth);
@@ -228,7 +228,8 @@ TEST(TurnkeyController, AStepUpGoesToTheNextPlanAndTheSavingPlanIsTriedAgainLate
   ASSERT_TRUE(has(events(controller), "stepped up")) << ::testing::PrintToString(events(controller));
   EXPECT_TRUE(has(events(controller), "retrying")) << ::testing::PrintToString(events(controller));
   const auto& log = controller.decisions();
-  auto first_step = std::find_if(log.begin(), log.end(), [](const auto& d) { return d.event == "stepped up"; });
+  auto first_step =
+      std::find_if(log.begin(), log.end(), [](const auto& d) { return to_string(d.event) == "stepped up"; });
   EXPECT_EQ(first_step->detail.find("to all-max"), std::string::npos) << first_step->detail;
   ASSERT_TRUE(controller.slowdown());
 }

@@ -160,7 +160,7 @@ TEST(Schedule, InterleavedShapeErrorsSayWhatMegatronNeeds) {
     try {
       f();
     } catch (const Error& e) {
-      EXPECT_EQ(e.exit_code(), kExitUsage);
+      EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
       return std::string(e.what());
     }
     return std::string("no error");

@@ -173,8 +173,8 @@ TEST(SplitProfiles, ZeroBubbleSchedulesRequireSplitRowsAndSayHow) {
   const Emulator on_split(split, config), on_whole(whole, config);
   EXPECT_DOUBLE_EQ(on_split.cost(0, InstructionKind::backward, 1000)->time, 0.02);
   const std::vector<std::vector<int>> plan = {{1000, 1000, 1000, 1000}, {1000, 1000, 1000, 1000}};
-  EXPECT_DOUBLE_EQ(on_split.time_and_energy(plan).first, on_whole.time_and_energy(plan).first);
-  EXPECT_DOUBLE_EQ(on_split.time_and_energy(plan).second, on_whole.time_and_energy(plan).second);
+  EXPECT_DOUBLE_EQ(on_split.time_and_energy(plan).time, on_whole.time_and_energy(plan).time);
+  EXPECT_DOUBLE_EQ(on_split.time_and_energy(plan).energy, on_whole.time_and_energy(plan).energy);
 }
 
 TEST(SplitProfiles, DualPipeVPairsSumTheirPartsUnlessProfiled) {
@@ -216,7 +216,7 @@ TEST(SplitSchedules, PipelineWalkAndEmulatorAgree) {
       }
     }
     EXPECT_NEAR(pipeline_makespan(emulator.layout(), config.num_microbatches, durations),
-                emulator.time_and_energy(plan).first, 1e-12)
+                emulator.time_and_energy(plan).time, 1e-12)
         << to_string(kind);
   }
 }
@@ -281,7 +281,8 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
       for (std::size_t k = 0; k < layout[s].size(); ++k)
         plan[s][k] = clocks[choice[static_cast<std::size_t>(group[s][k])]];
     }
-    all.push_back(emulator.time_and_energy(plan));
+    const auto point = emulator.time_and_energy(plan);
+    all.emplace_back(point.time, point.energy);
     std::size_t g = 0;
     while (g < choice.size() && ++choice[g] == 3) choice[g++] = 0;
     if (g == choice.size()) break;
@@ -307,7 +308,8 @@ TEST_P(ExactFront, PerseusFrontierReachesTheEnumeratedParetoFront) {
     for (std::size_t s = 0; s < layout.size(); ++s)
       for (int node : problem.dag.stage_nodes[s])
         knobs[s].push_back(problem.spec_of(node).options.knob_for(durations[static_cast<std::size_t>(node)]));
-    perseus.push_back(emulator.time_and_energy(knobs));
+    const auto point = emulator.time_and_energy(knobs);
+    perseus.emplace_back(point.time, point.energy);
   }
   ASSERT_FALSE(perseus.empty());
   // Zero-bubble schedules run only split parts here, whose clocks are one time unit apart: every
@@ -360,7 +362,7 @@ TEST(SplitSchedulesGpt3, ZbH1IsFasterThanOneFOneBAtTheTopClocks) {
   const Emulator one_f_one_b(profile, config);
   config.schedule = ScheduleKind::zb_h1;
   const Emulator zb_h1(profile, config);
-  EXPECT_LT(zb_h1.time_and_energy(all_max(zb_h1)).first, one_f_one_b.time_and_energy(all_max(one_f_one_b)).first);
+  EXPECT_LT(zb_h1.time_and_energy(all_max(zb_h1)).time, one_f_one_b.time_and_energy(all_max(one_f_one_b)).time);
 }
 
 class Gpt3Fastest : public testing::TestWithParam<ScheduleKind> {};
@@ -388,7 +390,7 @@ TEST_P(Gpt3Fastest, FrontierFastestPointIsTheAllMaxTime) {
   emulator_config.p_block = config.p_block;
   emulator_config.quantum = unit;
   const Emulator emulator(part, emulator_config);
-  EXPECT_NEAR(frontier.points.back().quant_time * unit, emulator.time_and_energy(all_max(emulator)).first, 1e-9);
+  EXPECT_NEAR(frontier.points.back().quant_time * unit, emulator.time_and_energy(all_max(emulator)).time, 1e-9);
 }
 
 INSTANTIATE_TEST_SUITE_P(Schedules, Gpt3Fastest,

@@ -19,7 +19,7 @@ std::string error_of(const std::string& text, int stages = 2) {
   try {
     check_profile_covers(parse_profile(text, "p.csv"), stages);
   } catch (const InputError& e) {
-    EXPECT_EQ(e.exit_code(), kExitDataError);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_input);
     return e.what();
   }
   return "";
@@ -91,7 +91,7 @@ TEST(Profile, MissingFileIsNoInput) {
     read_profile("/nonexistent/profile.csv");
     FAIL() << "expected an error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitNoInput);
+    EXPECT_EQ(e.kind(), ErrorKind::not_found);
     EXPECT_NE(std::string(e.what()).find("/nonexistent/profile.csv"), std::string::npos);
   }
 }

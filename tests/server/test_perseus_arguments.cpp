@@ -20,7 +20,7 @@ TEST(PerseusArguments, AreCheckedAtServerStart) {
       (void)server::configure_scheduler("Perseus", bad);
       ADD_FAILURE() << bad.dump() << " was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.exit_code(), kExitUsage) << bad.dump();
+      EXPECT_EQ(e.kind(), ErrorKind::bad_setting) << bad.dump();
     }
   }
   EXPECT_EQ(server::scheduler_mode("Perseus"), protocol::PowerMode::frequency);

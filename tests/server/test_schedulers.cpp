@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <tuple>
 
 #include "perseus/client/client.hpp"
 #include "perseus/plan/plan_files.hpp"
@@ -111,6 +112,14 @@ TEST(Schedulers, InstructionProfilerWritesAProfileOptimizeReads) {
   EXPECT_EQ(seen, (std::vector<int>{1410, 1410, 1410, 1300, 1200}));
   Profile profile = read_profile(dir / "profile.csv");
   EXPECT_EQ(profile.rows.size(), 2u * 2u * 3u);
+  // The artifact's order: by stage, backward before forward, each from the top clock down.
+  std::vector<std::tuple<int, InstructionKind, int>> order;
+  for (const auto& row : profile.rows) order.emplace_back(row.stage, row.kind, row.frequency);
+  ASSERT_EQ(order.size(), 12u);
+  EXPECT_EQ(order[0], std::tuple(0, InstructionKind::backward, 1410));
+  EXPECT_EQ(order[2], std::tuple(0, InstructionKind::backward, 1200));
+  EXPECT_EQ(order[3], std::tuple(0, InstructionKind::forward, 1410));
+  EXPECT_EQ(order[6], std::tuple(1, InstructionKind::backward, 1410));
   auto forwards = profile.rows_for(1, InstructionKind::forward);
   ASSERT_EQ(forwards.size(), 3u);
   for (const auto& row : forwards) {

@@ -200,7 +200,7 @@ TEST_F(BoundsTest, TooManyJobsAre503AndEndedJobsMakeRoomFirst) {
   ASSERT_EQ(server.post("/register_job", job_body(2)).status, 200);
   auto full = server.post("/register_job", job_body(1));
   EXPECT_EQ(full.status, 503);
-  EXPECT_NE(detail(full).find("--max-jobs"), std::string::npos) << full.body;
+  EXPECT_NE(detail(full).find("max_jobs"), std::string::npos) << full.body;
   // Job a ends; the next registration forgets it early instead of being refused.
   ASSERT_EQ(server.post("/register_rank", rank_body(a, 0, 0, kTwoMicrobatches)).status, 200);
   ASSERT_EQ(server.post("/leave/" + client::encode_path_segment(a), {{"rank", 0}, {"reason", "test"}}).status, 200);
@@ -216,7 +216,7 @@ TEST_F(BoundsTest, TheRanksOfAllJobsAreBoundedBeforeAnythingIsAllocated) {
   ASSERT_EQ(server.post("/register_job", job_body(8, 8)).status, 200);  // 64 ranks
   auto refused = server.post("/register_job", job_body(8, 8));
   EXPECT_EQ(refused.status, 503);
-  EXPECT_NE(detail(refused).find("--max-total-ranks"), std::string::npos) << refused.body;
+  EXPECT_NE(detail(refused).find("max_total_ranks"), std::string::npos) << refused.body;
   EXPECT_EQ(server.post("/register_job", job_body(4, 8)).status, 200);  // 32 more fit
 }
 

@@ -47,9 +47,9 @@ TEST_F(SimulateTest, AllMaxMatchesTheEmulatorExactlyAndEveryPipelineMeetsAtTheSy
   }());
   EXPECT_EQ(summary.iterations, 20);
   EXPECT_EQ(summary.disabled_ranks, 0);
-  EXPECT_NEAR(summary.whole.iteration_time, emulated.first, 1e-9);
-  EXPECT_NEAR(summary.whole.energy, 3 * emulated.second, 1e-6);
-  for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.second, 1e-6);
+  EXPECT_NEAR(summary.whole.iteration_time, emulated.time, 1e-9);
+  EXPECT_NEAR(summary.whole.energy, 3 * emulated.energy, 1e-6);
+  for (const auto& p : summary.whole.pipelines) EXPECT_NEAR(p.energy, emulated.energy, 1e-6);
   EXPECT_FALSE(summary.job_id.empty());
 }
 
@@ -191,7 +191,7 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
       (void)simulate::parse_straggler(bad);
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
-      EXPECT_EQ(e.exit_code(), kExitUsage) << bad;
+      EXPECT_EQ(e.kind(), ErrorKind::bad_setting) << bad;
       EXPECT_NE(std::string(e.what()).find("--straggler"), std::string::npos) << e.what();
     }
   }
@@ -205,7 +205,7 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
     (void)simulate::simulate_cluster(config);
     ADD_FAILURE() << "a negative clock latency was accepted";
   } catch (const Error& e) {
-    EXPECT_EQ(e.exit_code(), kExitUsage);
+    EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
     EXPECT_NE(std::string(e.what()).find("--clock-latency"), std::string::npos) << e.what();
   }
 }

@@ -21,7 +21,7 @@ struct BaselineResult {
 
 // all-max, envpipe-balanced, envpipe-greedy, zeus-global, zeus-stage
 const std::vector<std::string>& baseline_names();
-// Throws Error (kExitUsage) for an unknown name.
+// Throws Error (ErrorKind::bad_setting) for an unknown name.
 BaselineResult run_baseline(const std::string& name, const Profile& profile, const Emulator& emulator,
                             const BaselineOptions& options = {});
 

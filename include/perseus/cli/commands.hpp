@@ -4,6 +4,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 
+#include "perseus/cli/exit_codes.hpp"
+
 namespace perseus::cli {
 
 using Runner = std::function<int()>;

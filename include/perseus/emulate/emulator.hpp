@@ -8,7 +8,6 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "perseus/emulate/cost_tables.hpp"
@@ -16,6 +15,7 @@
 #include "perseus/pipeline/dag.hpp"
 #include "perseus/pipeline/shape.hpp"
 #include "perseus/profile/profile.hpp"
+#include "perseus/profile/time_energy.hpp"
 
 namespace perseus {
 
@@ -122,7 +122,7 @@ class Emulator {
                       const std::optional<EmulatorNoise>& noise = std::nullopt) const;
   // The same without per-instruction detail or critical path: fast enough to judge every point
   // of a 65,000-point frontier.
-  std::pair<double, double> time_and_energy(const std::vector<std::vector<int>>& frequencies) const;
+  TimeEnergy time_and_energy(const std::vector<std::vector<int>>& frequencies) const;
   // Only the checks of run(): throws the same errors for a wrong shape or an unprofiled clock.
   void check_plan(const std::vector<std::vector<int>>& frequencies) const { node_costs(frequencies); }
 

@@ -93,7 +93,7 @@ struct CostModelChoice {
 };
 
 // Builds the requested model for one operation. A single option gives a ConstantModel. With
-// `exponential`, throws Error (kExitDataError) naming `what` when the fit fails, suggesting pwl or
+// `exponential`, throws Error (ErrorKind::bad_input) naming `what` when the fit fails, suggesting pwl or
 // auto; `automatic` then builds the piecewise-linear model, as it does where the fit is a misfit.
 CostModelChoice choose_cost_model(CostModelKind kind, const OperationOptions& options, double unit_time,
                                   const std::string& what);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "perseus/pipeline/schedule.hpp"
+#include "perseus/profile/time_energy.hpp"
 
 namespace perseus::online {
 
@@ -20,9 +21,9 @@ struct RoundMeasurement {
   int iterations = 0;         // iterations the round ran (0: not known)
   // Per (model stage, kind) (the stage itself unless the schedule runs model chunks): mean time and
   // energy of one instruction over the ranks that run it.
-  std::map<StageKind, std::pair<double, double>> instructions;
+  std::map<StageKind, TimeEnergy> instructions;
   // The same per data-parallel pipeline (so that a slow pipeline's numbers can be left out).
-  std::vector<std::map<StageKind, std::pair<double, double>>> pipeline_instructions;
+  std::vector<std::map<StageKind, TimeEnergy>> pipeline_instructions;
   std::optional<double> blocking_power;  // watts outside forwards and backwards; none when never idle
   std::vector<double> pipeline_time;     // per pipeline: compute-bound iteration time
   std::vector<double> pipeline_energy;   // per pipeline: its ranks' energy per iteration

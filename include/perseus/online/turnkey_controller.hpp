@@ -19,6 +19,7 @@
 
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/clock_scan.hpp"
+#include "perseus/online/decision_event.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
 #include "perseus/online/pipeline_baseline.hpp"
 #include "perseus/online/reference_model.hpp"
@@ -94,7 +95,8 @@ const char* to_string(ControllerPhase phase);
 
 struct Decision {
   int round = 0;
-  std::string event, detail;
+  DecisionEvent event;
+  std::string detail;
 };
 
 // What the controller is told of a straggler (POST /straggler): exactly one of slowdown (times the
@@ -231,7 +233,7 @@ class TurnkeyController {
 
  private:
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
-  void decide(const std::string& event, const std::string& detail);
+  void decide(DecisionEvent event, const std::string& detail);
   std::size_t scan_index(const StageKind& operation) const;
   std::size_t scan_index(const Instruction& inst) const;
   double target_deadline() const;
@@ -268,7 +270,7 @@ class TurnkeyController {
   void deploy_plan();
   void deployed();  // the deployment's target plan is in place
   std::map<StageKind, double> speeds_of(std::size_t d, const std::optional<ActiveStraggler>& straggling) const;
-  void assign_plans(const std::string& why);
+  void assign_plans(DecisionEvent why);
   RoundClocks plan_clocks() const;
   std::string describe(const ChosenPlan& plan) const;
   std::optional<ActiveStraggler> followed_straggler() const;  // told first, then detected
@@ -277,7 +279,7 @@ class TurnkeyController {
   // target plan when `target` is given (then `chosen` runs with it, on this thread, before the
   // assignment's decision), and every pipeline's plan. Rounds keep their plans until it is taken.
   using TargetChooser = std::function<choice::TargetChoice(const choice::ChoiceContext&)>;
-  void choose(const std::string& why, TargetChooser target = {},
+  void choose(DecisionEvent why, TargetChooser target = {},
               std::function<void(const choice::TargetChoice&)> chosen = {});
   void start_next_choice();
   void take_choice();

@@ -84,12 +84,12 @@ std::vector<Instruction> stage_schedule(ScheduleKind kind, int stage, int num_st
 // virtual_stages >= 2 and microbatches a multiple of the stages (as Megatron-LM requires); zbv and
 // dualpipev take virtual_stages 1 or 2 (they always run 2) and dualpipev needs microbatches >= 2S
 // (as PyTorch's ScheduleDualPipeV requires); the others virtual_stages == 1. Throws Error
-// (kExitUsage) saying which.
+// (ErrorKind::bad_setting) saying which.
 void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatches, int virtual_stages);
 
 // Checks a per-stage extra-forward list (empty means none): one entry per stage, each
 // 0 <= R_s <= M - (S - s), non-increasing down the pipe, 0 on the last stage, 1f1b only.
-// Throws Error (kExitUsage) naming the stage.
+// Throws Error (ErrorKind::bad_setting) naming the stage.
 void check_extra_forwards(ScheduleKind kind, const std::vector<int>& extra_forwards, int num_stages,
                           int num_microbatches);
 

@@ -14,7 +14,7 @@ struct PipelineShape {
   std::vector<int> extra_forwards;  // per stage, 1f1b only (EnvPipe's reordered schedule); empty: none
   int virtual_stages = 1;           // model chunks per stage, interleaved only: the profile has S * V stages
 
-  // Throws Error (kExitUsage) saying what is wrong: check_schedule_shape, then check_extra_forwards.
+  // Throws Error (ErrorKind::bad_setting) saying what is wrong: check_schedule_shape, then check_extra_forwards.
   void check() const;
   // Model stages (profile stages) the schedule runs: num_stages x its chunks per stage.
   int num_model_stages() const;

@@ -10,7 +10,7 @@ bool has_split_backward(const Profile& profile, int stage);
 
 // Every `backward` row becomes a backward_input row with `input_share` of its time and energy and a
 // backward_weight row with the rest (same clock): a stand-in for measured split rows when only whole
-// backwards were profiled. Stages that already have split rows keep them. Throws Error (kExitUsage)
+// backwards were profiled. Stages that already have split rows keep them. Throws Error (ErrorKind::bad_setting)
 // unless 0 < input_share < 1.
 Profile split_backward(const Profile& profile, double input_share);
 

@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "perseus/profile/instruction_kind.hpp"
+
 namespace perseus::protocol {
 
 // Why the server refuses a request. Domain code says which; http_status (replies.hpp) is the one
@@ -45,6 +47,9 @@ class RequestError : public std::runtime_error {
 // Instruction names a rank's pipe schedule may use (the artifact's PipeInstruction).
 const std::vector<std::string>& pipe_instruction_names();
 bool is_compute_instruction(const std::string& name);  // an instruction kind: forward, backward, backward_input, ...
+// The kinds of a pipe schedule's compute instructions, in order (its other entries left out): the
+// schedule parsed once, compared as kinds from there on.
+std::vector<InstructionKind> compute_kinds(const std::vector<std::string>& pipe_schedule);
 
 // The server speaks two dialects, told apart by the request bodies: the Perseus
 // artifact's (pipe_schedule, power_state_range, power_states) and Zeus master's

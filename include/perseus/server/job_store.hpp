@@ -64,7 +64,7 @@ class JobStore {
   // a directory or other non-file at its path — is moved aside to <file>.unreadable-<seconds since
   // the epoch> and what can be read of it is copied into a new one (store_salvage.hpp), with a
   // warning naming the file aside, the jobs kept and the jobs lost. Throws perseus::Error
-  // (kExitCantCreate) naming the file only when no store can be made at all (a read-only folder).
+  // (ErrorKind::cannot_write) naming the file only when no store can be made at all (a read-only folder).
   explicit JobStore(const std::filesystem::path& file, StoreSync sync = StoreSync::full);
   ~JobStore();
   JobStore(const JobStore&) = delete;

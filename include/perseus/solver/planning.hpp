@@ -17,7 +17,7 @@ struct PlanningConfig : PipelineShape {
   CostModelKind cost_model = CostModelKind::automatic;
 };
 
-// Validates the configuration (throws Error with kExitUsage) and the profile's coverage (throws
+// Validates the configuration (throws Error with ErrorKind::bad_setting) and the profile's coverage (throws
 // InputError), then builds options, cost models and the DAG. Except with the exponential model
 // (the reference mode) each operation's options leave out those a faster option matches or beats
 // in effective energy (without_costlier_slower).

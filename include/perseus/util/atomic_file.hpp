@@ -15,7 +15,7 @@ class AtomicFile {
   AtomicFile& operator=(const AtomicFile&) = delete;
 
   std::ostream& stream() { return out_; }
-  void commit();  // flushes, closes and renames; throws Error (kExitCantCreate) on failure
+  void commit();  // flushes, closes and renames; throws Error (ErrorKind::cannot_write) on failure
 
  private:
   std::filesystem::path target_;
@@ -26,7 +26,7 @@ class AtomicFile {
 
 void write_file_atomic(const std::filesystem::path& target, const std::string& content);
 
-// Reads a whole file; throws Error (kExitNoInput) naming the path when it cannot.
+// Reads a whole file; throws Error (ErrorKind::not_found) naming the path when it cannot.
 std::string read_file(const std::filesystem::path& path);
 
 }  // namespace perseus

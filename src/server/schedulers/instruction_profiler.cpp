@@ -26,6 +26,18 @@ struct ProfilerConfig {
   std::string profile_path;  // empty: <job_dir>/profile.csv
 };
 
+// What the profile CSV holds: the artifact's forwards and backwards, whole.
+constexpr InstructionKind kProfiledKinds[] = {InstructionKind::forward, InstructionKind::backward};
+
+using RankKind = std::pair<int, InstructionKind>;
+
+// The CSV's rows by rank, then by the kind's name (backward before forward).
+struct CsvOrder {
+  bool operator()(const RankKind& a, const RankKind& b) const {
+    return std::pair(a.first, to_string(a.second)) < std::pair(b.first, to_string(b.second));
+  }
+};
+
 struct Measurement {
   double time = 0, energy = 0;
 };
@@ -35,7 +47,7 @@ class InstructionProfiler final : public Scheduler {
   InstructionProfiler(const SchedulerContext& context, ProfilerConfig config) : context_(context), config_(config) {
     require_pure_pipeline(context, "InstructionProfiler");
     if (context.settings.mode != PowerMode::frequency)
-      throw std::runtime_error("InstructionProfiler profiles clocks; run the server with --mode frequency");
+      throw std::runtime_error("InstructionProfiler profiles clocks; run the server in frequency mode");
     // Clocks every rank supports, high to low.
     std::set<int> common(context.ranks.front().power_state_range.begin(),
                          context.ranks.front().power_state_range.end());
@@ -72,7 +84,7 @@ class InstructionProfiler final : public Scheduler {
     if (round < config_.warmup_rounds) return;
     int clock = clocks_[round - config_.warmup_rounds];
     for (const auto& result : results) {
-      for (const char* kind : {"forward", "backward"}) {
+      for (auto kind : kProfiledKinds) {
         table_[{result.rank, kind}][clock] = {average(result, result.time_breakdown, kind),
                                               average(result, result.energy_breakdown, kind)};
       }
@@ -82,13 +94,13 @@ class InstructionProfiler final : public Scheduler {
 
  private:
   // Mean over occurrences of the kept iterations.
-  double average(const ProfilingResult& result, const Breakdown& breakdown, const char* kind) const {
-    auto it = breakdown.find(kind);
+  double average(const ProfilingResult& result, const Breakdown& breakdown, InstructionKind kind) const {
+    auto it = breakdown.find(std::string(to_string(kind)));
     if (it == breakdown.end() || it->second.empty())
       throw std::runtime_error(
           fmt::format("InstructionProfiler: rank {} reported no '{}' measurements; wrap "
                       "forward and backward with on_instruction_begin/end",
-                      result.rank, kind));
+                      result.rank, to_string(kind)));
     const auto& iterations = it->second;
     auto drop = static_cast<std::size_t>(std::ceil(config_.warmup_step_ratio * double(iterations.size())));
     drop = std::min(drop, iterations.size() - 1);
@@ -96,7 +108,8 @@ class InstructionProfiler final : public Scheduler {
     std::size_t n = 0;
     for (std::size_t i = drop; i < iterations.size(); ++i)
       for (double v : iterations[i]) sum += v, ++n;
-    if (n == 0) throw std::runtime_error(fmt::format("InstructionProfiler: rank {} ran no '{}'", result.rank, kind));
+    if (n == 0)
+      throw std::runtime_error(fmt::format("InstructionProfiler: rank {} ran no '{}'", result.rank, to_string(kind)));
     return sum / double(n);
   }
 
@@ -107,9 +120,10 @@ class InstructionProfiler final : public Scheduler {
       std::size_t iterations = std::min(r.iter_time.size(), r.iter_energy.size());
       for (std::size_t i = 0; i < iterations; ++i) {
         double busy_time = 0, busy_energy = 0;
-        for (const char* kind : {"forward", "backward"}) {
-          auto t = r.time_breakdown.find(kind);
-          auto e = r.energy_breakdown.find(kind);
+        for (auto kind : kProfiledKinds) {
+          const std::string name(to_string(kind));
+          auto t = r.time_breakdown.find(name);
+          auto e = r.energy_breakdown.find(name);
           if (t != r.time_breakdown.end() && i < t->second.size())
             for (double v : t->second[i]) busy_time += v;
           if (e != r.energy_breakdown.end() && i < e->second.size())
@@ -128,8 +142,7 @@ class InstructionProfiler final : public Scheduler {
     Profile profile;
     for (const auto& [key, per_clock] : table_)
       for (auto it = per_clock.rbegin(); it != per_clock.rend(); ++it)
-        profile.rows.push_back(
-            {key.first, *parse_instruction_kind(key.second), it->first, it->second.time, it->second.energy, 0});
+        profile.rows.push_back({key.first, key.second, it->first, it->second.time, it->second.energy, 0});
     std::filesystem::create_directories(path_.parent_path().empty() ? "." : path_.parent_path());
     write_file_atomic(path_, profile_csv(profile));
     nlohmann::json info = {{"profile", path_.string()},
@@ -145,7 +158,7 @@ class InstructionProfiler final : public Scheduler {
   std::vector<int> clocks_;
   std::filesystem::path path_;
   int round_ = 0;
-  std::map<std::pair<int, std::string>, std::map<int, Measurement>> table_;
+  std::map<RankKind, std::map<int, Measurement>, CsvOrder> table_;  // per (rank, kind), clock
   std::optional<double> p_block_;
 };
 

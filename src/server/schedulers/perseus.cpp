@@ -33,21 +33,14 @@ struct PerseusConfig {
   int minimum_power_state = 0;
 };
 
-std::vector<std::string> compute_names(const RankInfo& rank) {
-  std::vector<std::string> compute;
-  for (const auto& name : rank.pipe_schedule)
-    if (is_compute_instruction(name)) compute.push_back(name);
-  return compute;
-}
-
 // Forwards per iteration, those inside overlapped pairs included: microbatches x model chunks.
-int count_forwards(const std::vector<std::string>& compute) {
-  return static_cast<int>(std::count(compute.begin(), compute.end(), "forward") +
-                          std::count(compute.begin(), compute.end(), "forward_backward"));
+int count_forwards(const std::vector<InstructionKind>& compute) {
+  return static_cast<int>(std::count(compute.begin(), compute.end(), InstructionKind::forward) +
+                          std::count(compute.begin(), compute.end(), InstructionKind::forward_backward));
 }
 
 // Whether every rank's forwards and backwards are what `shape` runs on its stage.
-bool ranks_follow(const std::vector<std::vector<std::string>>& compute, const SchedulerContext& context,
+bool ranks_follow(const std::vector<std::vector<InstructionKind>>& compute, const SchedulerContext& context,
                   const PipelineShape& shape) {
   try {
     shape.check();
@@ -56,7 +49,7 @@ bool ranks_follow(const std::vector<std::vector<std::string>>& compute, const Sc
                                         shape.num_microbatches, 0, shape.virtual_stages);
       if (order.size() != compute[i].size()) return false;
       for (std::size_t k = 0; k < order.size(); ++k)
-        if (to_string(order[k].kind) != compute[i][k]) return false;
+        if (order[k].kind != compute[i][k]) return false;
     }
     return true;
   } catch (const std::exception&) {  // a shape the schedule does not take
@@ -71,8 +64,8 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
   online::JobShape shape;
   shape.num_stages = context.job.pp_degree;
   shape.pipelines = context.job.dp_degree;
-  std::vector<std::vector<std::string>> compute;
-  for (const auto& r : context.ranks) compute.push_back(compute_names(r));
+  std::vector<std::vector<InstructionKind>> compute;
+  for (const auto& r : context.ranks) compute.push_back(compute_kinds(r.pipe_schedule));
   const int forwards = count_forwards(compute.front());
   for (std::size_t i = 0; i < compute.size(); ++i)
     if (count_forwards(compute[i]) != forwards)
@@ -117,7 +110,7 @@ online::JobShape job_shape(const SchedulerContext& context, int minimum_power_st
 
 void check_ranks(const SchedulerContext& context) {
   if (context.settings.mode != PowerMode::frequency)
-    throw std::runtime_error("Perseus plans clocks; run the server with --mode frequency");
+    throw std::runtime_error("Perseus plans clocks; run the server in frequency mode");
   for (const auto& r : context.ranks)
     if (r.pipe_schedule.empty())
       throw std::runtime_error(
@@ -381,7 +374,7 @@ class PerseusScheduler final : public Scheduler {
 
  private:
   static json to_json(const online::Decision& d) {
-    return {{"round", d.round}, {"event", d.event}, {"detail", d.detail}};
+    return {{"round", d.round}, {"event", to_string(d.event)}, {"detail", d.detail}};
   }
 
   // The status's `history`: the saving and slowdown it reported after each of the last deployed rounds.
@@ -406,7 +399,7 @@ class PerseusScheduler final : public Scheduler {
 
   // Every decision goes to the log and the job's records.
   void record(const online::Decision& d) {
-    spdlog::info("job {}: Perseus round {}: {}: {}", context_.job.job_id, d.round, d.event, d.detail);
+    spdlog::info("job {}: Perseus round {}: {}: {}", context_.job.job_id, d.round, to_string(d.event), d.detail);
     decisions_.push_back(to_json(d));
     if (!context_.settings.dump_data) return;
     try {

@@ -75,12 +75,12 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
   const auto S = orders.size();
   const auto D = static_cast<std::size_t>(dp_degree);
   out.pipeline_energy.assign(D, 0);
-  std::vector<std::map<online::StageKind, std::pair<double, double>>> pipeline_sums(D);
+  std::vector<std::map<online::StageKind, TimeEnergy>> pipeline_sums(D);
   std::vector<std::map<online::StageKind, int>> pipeline_counts(D);
   // Per pipeline, stage and slot: the slowest tensor-parallel rank's duration.
   std::vector<std::vector<std::vector<double>>> durations(static_cast<std::size_t>(dp_degree),
                                                           std::vector<std::vector<double>>(S));
-  std::map<std::pair<int, InstructionKind>, std::pair<double, double>> sums;
+  std::map<std::pair<int, InstructionKind>, TimeEnergy> sums;
   std::map<std::pair<int, InstructionKind>, int> counts;
   double idle_time = 0, idle_energy = 0;
   for (const auto& result : results) {
@@ -102,22 +102,22 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
       auto times = per_occurrence(result.time_breakdown, name.c_str(), result.rank);
       auto energies = per_occurrence(result.energy_breakdown, name.c_str(), result.rank);
       const auto keys = occurrence_keys(order, kind, static_cast<int>(S));
-      std::map<online::StageKind, std::pair<double, double>> key_sums;
+      std::map<online::StageKind, TimeEnergy> key_sums;
       std::map<online::StageKind, int> key_counts;
       for (std::size_t k = 0; k < times.size() && k < energies.size() && k < keys.size(); ++k) {
-        key_sums[keys[k]].first += times[k];
-        key_sums[keys[k]].second += energies[k];
+        key_sums[keys[k]].time += times[k];
+        key_sums[keys[k]].energy += energies[k];
         ++key_counts[keys[k]];
       }
       for (const auto& [key, key_sum] : key_sums) {
-        double mean_time = key_sum.first / key_counts[key], mean_energy = key_sum.second / key_counts[key];
+        double mean_time = key_sum.time / key_counts[key], mean_energy = key_sum.energy / key_counts[key];
         auto& sum = sums[key];
-        sum.first += mean_time;
-        sum.second += mean_energy;
+        sum.time += mean_time;
+        sum.energy += mean_energy;
         ++counts[key];
         auto& mine = pipeline_sums[static_cast<std::size_t>(info.dp_rank)][key];
-        mine.first += mean_time;
-        mine.second += mean_energy;
+        mine.time += mean_time;
+        mine.energy += mean_energy;
         ++pipeline_counts[static_cast<std::size_t>(info.dp_rank)][key];
       }
       // One set per GPU of the pipeline stage and model stage: its tensor-parallel peers finish together, so one
@@ -142,13 +142,13 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
   }
   for (const auto& [key, sum] : sums) {
     double n = counts[key];
-    out.instructions[key] = {sum.first / n, sum.second / n};
+    out.instructions[key] = {sum.time / n, sum.energy / n};
   }
   out.pipeline_instructions.resize(D);
   for (std::size_t d = 0; d < D; ++d)
     for (const auto& [key, sum] : pipeline_sums[d]) {
       double n = pipeline_counts[d][key];
-      out.pipeline_instructions[d][key] = {sum.first / n, sum.second / n};
+      out.pipeline_instructions[d][key] = {sum.time / n, sum.energy / n};
     }
   if (idle_time > 1e-9) out.blocking_power = idle_energy / idle_time;
   out.slot_time = durations;
@@ -163,12 +163,12 @@ online::RoundMeasurement analyze_round(const std::vector<ProfilingResult>& resul
 
 namespace {
 
-using Instructions = std::map<online::StageKind, std::pair<double, double>>;
+using Instructions = std::map<online::StageKind, TimeEnergy>;
 
 nlohmann::json instructions_json(const Instructions& instructions) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& [key, value] : instructions)
-    out.push_back({key.first, std::string(to_string(key.second)), value.first, value.second});
+    out.push_back({key.first, std::string(to_string(key.second)), value.time, value.energy});
   return out;
 }
 

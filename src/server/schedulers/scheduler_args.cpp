@@ -12,14 +12,14 @@ SchedulerArgs::SchedulerArgs(std::string scheduler, const nlohmann::json& args,
                              std::initializer_list<const char*> accepted)
     : scheduler_(std::move(scheduler)), args_(args.is_null() ? nlohmann::json::object() : args) {
   if (!args_.is_object())
-    throw Error(fmt::format("--scheduler-args for {}: expected a JSON object, got {}", scheduler_, args_.dump()),
-                kExitUsage);
+    throw Error(fmt::format("{}'s arguments: expected a JSON object, got {}", scheduler_, args_.dump()),
+                ErrorKind::bad_setting);
   std::vector<std::string> names(accepted.begin(), accepted.end());
   for (auto& [key, value] : args_.items()) {
     if (std::find(names.begin(), names.end(), key) == names.end())
-      throw Error(fmt::format("--scheduler-args for {}: unknown argument '{}' (accepted: {})", scheduler_, key,
+      throw Error(fmt::format("{}'s arguments: unknown argument '{}' (accepted: {})", scheduler_, key,
                               names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "))),
-                  kExitUsage);
+                  ErrorKind::bad_setting);
   }
 }
 
@@ -29,7 +29,7 @@ const nlohmann::json* SchedulerArgs::find(const char* key) const {
 }
 
 void SchedulerArgs::fail(const char* key, const std::string& problem) const {
-  throw Error(fmt::format("--scheduler-args for {}: '{}' {}", scheduler_, key, problem), kExitUsage);
+  throw Error(fmt::format("{}'s arguments: '{}' {}", scheduler_, key, problem), ErrorKind::bad_setting);
 }
 
 std::optional<double> SchedulerArgs::number(const char* key) const {

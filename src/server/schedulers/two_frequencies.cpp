@@ -18,8 +18,8 @@ std::vector<PowerStateSchedule> two_frequency_schedules(const SchedulerContext& 
         throw std::runtime_error(fmt::format("TwoFrequencies: rank {}'s GPU does not support {} MHz", r.rank, clock));
     }
     std::vector<int> compute;
-    for (const auto& name : r.pipe_schedule)
-      if (is_compute_instruction(name)) compute.push_back(name == "forward" ? forward : backward);
+    for (auto kind : compute_kinds(r.pipe_schedule))
+      compute.push_back(kind == InstructionKind::forward ? forward : backward);
     schedules.push_back(
         {r.rank, expand_compute_clocks(r.pipe_schedule, compute, fmt::format("TwoFrequencies, rank {}", r.rank))});
   }

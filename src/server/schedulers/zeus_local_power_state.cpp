@@ -21,7 +21,7 @@ namespace {
 
 struct LocalConfig {
   double eta = 0.5;
-  std::string phase = "forward";
+  InstructionKind phase = InstructionKind::forward;  // forward or backward
   double warmup_step_ratio = 0.1;
 };
 
@@ -99,9 +99,9 @@ class ZeusLocalPowerState final : public Scheduler {
   std::vector<double> phase_times(const std::vector<ProfilingResult>& results) const {
     std::vector<double> out(stages_, 0.0);
     for (const auto& r : results) {
-      auto it = r.time_breakdown.find(config_.phase);
+      auto it = r.time_breakdown.find(std::string(to_string(config_.phase)));
       if (it == r.time_breakdown.end())
-        throw std::runtime_error(fmt::format("rank {} reported no '{}' times", r.rank, config_.phase));
+        throw std::runtime_error(fmt::format("rank {} reported no '{}' times", r.rank, to_string(config_.phase)));
       double sum = 0;
       std::size_t n = 0;
       for (std::size_t i = warmup_steps(r); i < it->second.size(); ++i)
@@ -178,9 +178,10 @@ SchedulerFactory configure_zeus_local_power_state(const nlohmann::json& args) {
   LocalConfig config;
   config.eta = checked.number("eta_knob").value_or(0.5);
   if (config.eta < 0 || config.eta > 1) checked.fail("eta_knob", "must be between 0 and 1");
-  config.phase = checked.string("balanced_phase").value_or("forward");
-  if (config.phase != "forward" && config.phase != "backward")
+  const auto phase = parse_instruction_kind(checked.string("balanced_phase").value_or("forward"));
+  if (phase != InstructionKind::forward && phase != InstructionKind::backward)
     checked.fail("balanced_phase", "must be \"forward\" or \"backward\"");
+  config.phase = *phase;
   config.warmup_step_ratio = checked.number("warmup_step_ratio").value_or(0.1);
   if (config.warmup_step_ratio < 0 || config.warmup_step_ratio >= 1)
     checked.fail("warmup_step_ratio", "must be in [0, 1)");
