@@ -66,6 +66,7 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
       hooks_(std::move(hooks)),
       reused_profile_(std::move(reused)),
       retry_(config_.retry_after, config_.max_retry_after),
+      report_(static_cast<std::size_t>(std::max(config_.report_rounds, 1))),
       detector_(config_.detector),
       latency_(config_.clock_latency.value_or(0)) {
   if (shape_.num_stages < 1 || shape_.num_microbatches < 1 || shape_.pipelines < 1)
@@ -232,7 +233,7 @@ void TurnkeyController::set_straggler(const std::optional<StragglerTold>& told) 
 }
 
 double TurnkeyController::target_time() const {
-  return config_.deadline ? *config_.deadline : config_.slowdown * baseline_time_;
+  return config_.deadline ? *config_.deadline : config_.slowdown * baseline_.time();
 }
 
 // The target in the emulator's time (the measured all-max time is the emulated all-max time there,
@@ -240,7 +241,7 @@ double TurnkeyController::target_time() const {
 double TurnkeyController::target_deadline() const { return target_deadline_for(*plans_); }
 
 double TurnkeyController::target_deadline_for(const PlanningOutput& plans) const {
-  double scale = plans.all_max().time > 0 ? baseline_time_ / plans.all_max().time : 1;
+  double scale = plans.all_max().time > 0 ? baseline_.time() / plans.all_max().time : 1;
   return config_.deadline ? *config_.deadline / scale : config_.slowdown * plans.all_max().time;
 }
 
@@ -259,7 +260,7 @@ std::size_t TurnkeyController::scan_index(const Instruction& inst) const {
 }
 
 void TurnkeyController::add_baseline(const RoundMeasurement& m) {
-  baseline_samples_.push_back({m.iteration_time, m.energy});
+  baseline_.add({m.iteration_time, m.energy});
   pipelines_.add(m, static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)));
   if (m.blocking_power) {
     idle_power_sum_ += *m.blocking_power;
@@ -269,35 +270,12 @@ void TurnkeyController::add_baseline(const RoundMeasurement& m) {
   estimate_baseline();
 }
 
-// The baseline from its rounds: outliers in time or energy left out, the mean of the others (and,
-// while the warm-up's rounds are the baseline's, each pipeline's statistics from the same rounds).
+// The baseline from its rounds (and, while the warm-up's rounds are the baseline's, each pipeline's
+// statistics from the same rounds, outliers left out).
 void TurnkeyController::estimate_baseline() {
-  std::vector<double> times, energies;
-  for (const auto& r : baseline_samples_) times.push_back(r.time), energies.push_back(r.energy);
-  std::vector<bool> time_kept, energy_kept;
-  robust_mean(times, &time_kept);
-  robust_mean(energies, &energy_kept);
-  std::vector<double> kept_times, kept_energies;
-  std::vector<bool> kept(baseline_samples_.size(), false);
-  for (std::size_t i = 0; i < baseline_samples_.size(); ++i)
-    if (time_kept[i] && energy_kept[i]) {
-      kept_times.push_back(times[i]);
-      kept_energies.push_back(energies[i]);
-      kept[i] = true;
-    }
-  if (kept_times.empty()) kept_times = times, kept_energies = energies, kept.assign(kept.size(), true);
-  if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_samples_.size()) pipelines_.estimate(kept);
-  baseline_time_estimate_ = robust_mean(kept_times);
-  baseline_time_estimate_ =
-      at_least_as_wide(baseline_time_estimate_, kept_times.size(), round_spread_floor(baseline_time_estimate_.value));
-  baseline_energy_estimate_ = robust_mean(kept_energies);
-  baseline_time_ = baseline_time_estimate_.value;
-  baseline_energy_ = baseline_energy_estimate_.value;
-  baseline_rounds_ = static_cast<int>(kept_times.size());
-  baseline_round_spread_ = {std::max(sample_stddev(kept_times), round_spread_floor(baseline_time_)),
-                            sample_stddev(kept_energies)};
-  baseline_rejected_ = static_cast<int>(times.size() - kept_times.size());
-  if (plans_ && plans_->all_max().time > 0) scale_ = baseline_time_ / plans_->all_max().time;
+  const auto kept = baseline_.estimate([this](double time) { return round_spread_floor(time); });
+  if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_.size()) pipelines_.estimate(kept);
+  if (plans_ && plans_->all_max().time > 0) scale_ = baseline_.time() / plans_->all_max().time;
 }
 
 // Per pipeline: its compute-bound time this round over what it is expected to take, in units of
@@ -406,19 +384,20 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   if (warmup_seen_ < std::max(config_.warmup_rounds, 1)) return;
   // Outliers left too few rounds, or the baseline is not yet precise enough: go on measuring.
   const int wanted = std::max(config_.warmup_rounds - 1, 1);
-  const double half_width = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2;
-  const bool precise = baseline_time_ > 0 && half_width <= config_.baseline_precision * baseline_time_;
-  if ((baseline_rounds_ < wanted || !precise) &&
+  const double half_width = (baseline_.time_estimate().high - baseline_.time_estimate().low) / 2;
+  const bool precise = baseline_.time() > 0 && half_width <= config_.baseline_precision * baseline_.time();
+  if ((baseline_.rounds() < wanted || !precise) &&
       warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
     return;
-  if (baseline_samples_.empty()) add_baseline(m);
-  decide(DecisionEvent::baseline,
-         fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
-                     "blocking power {}",
-                     baseline_time_, baseline_time_estimate_.low, baseline_time_estimate_.high, baseline_energy_,
-                     baseline_rounds_,
-                     baseline_rejected_ > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_rejected_) : "",
-                     p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
+  if (baseline_.empty()) add_baseline(m);
+  decide(
+      DecisionEvent::baseline,
+      fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
+                  "blocking power {}",
+                  baseline_.time(), baseline_.time_estimate().low, baseline_.time_estimate().high, baseline_.energy(),
+                  baseline_.rounds(),
+                  baseline_.rejected() > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_.rejected()) : "",
+                  p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
   note_slow_pipelines();
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
@@ -633,7 +612,7 @@ void TurnkeyController::plan_ready() {
 void TurnkeyController::deploy_plan() {
   // Measured iteration time over emulated all-max time: what the model leaves out (the gradient
   // synchronisation, launch gaps), so that predictions compare with measurements.
-  scale_ = plans_->all_max().time > 0 ? baseline_time_ / plans_->all_max().time : 1;
+  scale_ = plans_->all_max().time > 0 ? baseline_.time() / plans_->all_max().time : 1;
   std::vector<std::string> pwl;
   for (const auto& [where, model] : plans_->cost_models)
     if (model == "pwl") pwl.push_back(where);
@@ -667,12 +646,12 @@ void TurnkeyController::deployed() {
   if (plans_->record.points.empty())
     decide(DecisionEvent::no_frontier,
            fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
-  if (config_.deadline && *config_.deadline < baseline_time_) {
+  if (config_.deadline && *config_.deadline < baseline_.time()) {
     plan_reason_ = "the deadline is below the measured all-max time: the fastest plan";
     decide(DecisionEvent::deadline_below_all_max,
            fmt::format("the deadline {} s is below the measured all-max time {:.6g} s: "
                        "running the fastest plan",
-                       *config_.deadline, baseline_time_));
+                       *config_.deadline, baseline_.time()));
   }
   phase_ = ControllerPhase::deployed;
 }
@@ -710,9 +689,9 @@ std::optional<ActiveStraggler> TurnkeyController::followed_straggler() const {
     ActiveStraggler s;
     s.told = true;
     s.pipeline = told_straggler_->pipeline;
-    double iteration = told_straggler_->slowdown ? *told_straggler_->slowdown * baseline_time_
-                                                 : told_straggler_->iteration_time.value_or(baseline_time_);
-    s.slowdown = iteration / baseline_time_;
+    double iteration = told_straggler_->slowdown ? *told_straggler_->slowdown * baseline_.time()
+                                                 : told_straggler_->iteration_time.value_or(baseline_.time());
+    s.slowdown = iteration / baseline_.time();
     s.compute_time = iteration / scale_;
     return s;
   }
@@ -800,7 +779,7 @@ void TurnkeyController::take_choice() {
   predicted_ = std::move(a.predicted);
   deployed_once_ = true;
   if (changed) {
-    measured_.clear();
+    report_.new_plans();
     judged_.clear();
     rounds_on_plan_ = 0;
     std::string who;
@@ -878,7 +857,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_pl
 }
 
 Reference TurnkeyController::reference() const {
-  Reference ref{"all-max baseline", baseline_time_, baseline_energy_, 1};
+  Reference ref{"all-max baseline", baseline_.time(), baseline_.energy(), 1};
   if (phase_ != ControllerPhase::deployed || conditions_.empty() || !pipelines_.known()) return ref;
   std::vector<double> paces;
   double pipeline_energy = 0;
@@ -888,17 +867,17 @@ Reference TurnkeyController::reference() const {
   }
   const double stretch = pace_model_.stretch(paces, conditions_);
   ref.conditions = stretch;
-  ref.iteration_time = baseline_time_ * stretch;
+  ref.iteration_time = baseline_.time() * stretch;
   // Each pipeline's GPUs compute for its conditions times as long at the same power, and block
   // until the iteration ends: E_d(now) = c_d (E_d - P G T0) + P G T(now), the baseline's per
   // pipeline energies scaled to the job's baseline energy.
   const double gpus = static_cast<double>(shape_.num_stages * shape_.gpus_per_stage);
   const double p = p_block_.value_or(0);
-  const double to_job = pipeline_energy > 0 ? baseline_energy_ / pipeline_energy : 0;
+  const double to_job = pipeline_energy > 0 ? baseline_.energy() / pipeline_energy : 0;
   ref.energy = 0;
   for (std::size_t d = 0; d < conditions_.size(); ++d) {
-    const double e = to_job > 0 ? pipelines_.energy(d) * to_job : baseline_energy_ / double(conditions_.size());
-    ref.energy += conditions_[d] * (e - p * gpus * baseline_time_) + p * gpus * ref.iteration_time;
+    const double e = to_job > 0 ? pipelines_.energy(d) * to_job : baseline_.energy() / double(conditions_.size());
+    ref.energy += conditions_[d] * (e - p * gpus * baseline_.time()) + p * gpus * ref.iteration_time;
   }
   const bool moved = std::abs(stretch - 1) > 0.001;
   if (straggler_ && !straggler_->in_baseline)
@@ -907,50 +886,18 @@ Reference TurnkeyController::reference() const {
   return ref;
 }
 
-std::optional<TurnkeyController::Measured> TurnkeyController::measured() const {
-  if (measured_.empty()) return std::nullopt;
-  Measured out;
-  for (const auto& r : measured_) out.iteration_time += r.time, out.energy += r.energy;
-  out.rounds = static_cast<int>(measured_.size());
-  out.iteration_time /= out.rounds;
-  out.energy /= out.rounds;
-  return out;
-}
-
-namespace {
-
-// Per-round ratios' mean, its interval widened by the baseline's relative uncertainty.
-Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relative_half_width) {
-  Estimate e = mean_interval(ratios);
-  double spread = (e.high - e.low) / 2;
-  double half = std::sqrt(spread * spread + std::pow(e.value * baseline_relative_half_width, 2));
-  return {e.value, e.value - half, e.value + half};
-}
-
-}  // namespace
-
 std::optional<Estimate> TurnkeyController::saving() const {
-  if (recent_.empty() || baseline_energy_ <= 0) return std::nullopt;
-  std::vector<double> ratios;
-  for (const auto& r : recent_) ratios.push_back(r.energy / r.reference.energy);
-  Estimate e =
-      ratio_estimate(ratios, (baseline_energy_estimate_.high - baseline_energy_estimate_.value) / baseline_energy_);
-  return Estimate{1 - e.value, 1 - e.high, 1 - e.low};
+  if (baseline_.energy() <= 0) return std::nullopt;
+  return report_.saving((baseline_.energy_estimate().high - baseline_.energy()) / baseline_.energy());
 }
 
 std::optional<Estimate> TurnkeyController::slowdown() const {
-  if (recent_.empty() || baseline_time_ <= 0) return std::nullopt;
-  std::vector<double> ratios;
-  for (const auto& r : recent_) ratios.push_back(r.time / r.reference.iteration_time);
-  Estimate e = ratio_estimate(ratios, (baseline_time_estimate_.high - baseline_time_estimate_.value) / baseline_time_);
-  return Estimate{e.value - 1, e.low - 1, e.high - 1};
+  if (baseline_.time() <= 0) return std::nullopt;
+  return report_.slowdown((baseline_.time_estimate().high - baseline_.time()) / baseline_.time());
 }
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
-  recent_.push_back({m.iteration_time, m.energy, reference()});
-  energy_saved_ += (recent_.back().reference.energy - m.energy) * m.iterations;
-  deployed_iterations_ += m.iterations;
-  if (recent_.size() > static_cast<std::size_t>(std::max(config_.report_rounds, 1))) recent_.erase(recent_.begin());
+  report_.add(m.iteration_time, m.energy, m.iterations, reference());
 }
 
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
@@ -965,23 +912,22 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   // baseline.
   const Reference ref = reference();
   if (ref.iteration_time <= 0 || ref.energy <= 0) return;
-  AllMaxRound probe{m.iteration_time * baseline_time_ / ref.iteration_time, m.energy * baseline_energy_ / ref.energy};
+  AllMaxRound probe{m.iteration_time * baseline_.time() / ref.iteration_time,
+                    m.energy * baseline_.energy() / ref.energy};
   // One probe round is as noisy as one baseline round: it disagrees when it is further from the
   // baseline than the tolerance, the baseline's interval and three of its rounds' spread allow.
   const double time_band =
-      std::max({baseline_time_ * config_.tolerance, baseline_time_estimate_.high - baseline_time_estimate_.low,
-                3 * baseline_round_spread_[0]});
+      std::max({baseline_.time() * config_.tolerance, baseline_.time_estimate().high - baseline_.time_estimate().low,
+                3 * baseline_.round_spread()[0]});
   const double energy_band =
-      std::max({baseline_energy_ * config_.tolerance, baseline_energy_estimate_.high - baseline_energy_estimate_.low,
-                3 * baseline_round_spread_[1]});
+      std::max({baseline_.energy() * config_.tolerance,
+                baseline_.energy_estimate().high - baseline_.energy_estimate().low, 3 * baseline_.round_spread()[1]});
   auto agrees = [&](const AllMaxRound& a, double t, double e) {
     return std::abs(a.time - t) <= time_band && std::abs(a.energy - e) <= energy_band;
   };
-  if (agrees(probe, baseline_time_, baseline_energy_)) {
+  if (agrees(probe, baseline_.time(), baseline_.energy())) {
     probe_samples_.clear();
-    baseline_samples_.push_back(probe);
-    if (baseline_samples_.size() > static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)))
-      baseline_samples_.erase(baseline_samples_.begin());
+    baseline_.add(probe, static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)));
     return estimate_baseline();
   }
   probe_samples_.push_back(probe);
@@ -991,25 +937,24 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
     if (probe_samples_.size() >= 3) probe_samples_.clear();  // too noisy to tell: keep the baseline
     return;
   }
-  const double before_time = baseline_time_, before_energy = baseline_energy_;
-  baseline_samples_ = {a, probe};
+  const double before_time = baseline_.time(), before_energy = baseline_.energy();
+  baseline_.replace({a, probe});
   probe_samples_.clear();
   estimate_baseline();
   correct_baseline(before_time, before_energy);
   decide(DecisionEvent::baseline_corrected,
          fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration at the baseline's "
                      "conditions, outside the baseline's {:.6g} s and {:.6g} J; the baseline is now theirs",
-                     baseline_time_, baseline_energy_, before_time, before_energy));
+                     baseline_.time(), baseline_.energy(), before_time, before_energy));
 }
 
 // The baseline changed from (time, energy): what was measured against it is measured against the
 // new one (the running plan judged again, the reported numbers corrected).
 void TurnkeyController::correct_baseline(double time, double energy) {
   ++baseline_corrections_;
-  const double t = time > 0 ? baseline_time_ / time : 1, e = energy > 0 ? baseline_energy_ / energy : 1;
+  const double t = time > 0 ? baseline_.time() / time : 1, e = energy > 0 ? baseline_.energy() / energy : 1;
   for (double& r : judged_) r /= t;
-  for (auto* rounds : {&measured_, &recent_})
-    for (auto& r : *rounds) r.reference.iteration_time *= t, r.reference.energy *= e;
+  report_.rebase(t, e);
 }
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
@@ -1021,9 +966,8 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   ++rounds_since_probe_;
   measure_conditions(m, true);
   remember(m);
-  measured_.push_back(recent_.back());
-  if (measured_.size() > 10) measured_.erase(measured_.begin());
-  judged_.push_back(recent_.back().time / recent_.back().reference.iteration_time);
+  report_.last_ran_the_plans();
+  judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
 
   // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction,
@@ -1194,11 +1138,11 @@ void TurnkeyController::judge_plan() {
   // round on the plan, so a plan measurably too slow is caught, and one that only looks so in a
   // few noisy rounds is not.
   const Estimate plan_ratio =
-      at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_time_) / baseline_time_);
-  const double baseline_half = (baseline_time_estimate_.high - baseline_time_estimate_.low) / 2 / baseline_time_;
+      at_least_as_wide(robust_mean(judged_), judged_.size(), round_spread_floor(baseline_.time()) / baseline_.time());
+  const double baseline_half = (baseline_.time_estimate().high - baseline_.time_estimate().low) / 2 / baseline_.time();
   const double ratio = plan_ratio.value;
   const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
-  const double target = target_time() / baseline_time_;
+  const double target = target_time() / baseline_.time();
   if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
   if (followed) return pace_straggler_faster(ratio, ratio_half, target);
   if (at_all_max) return;  // what the baseline measured: nothing to step to

@@ -32,7 +32,8 @@ std::vector<PaceOption> TurnkeyController::pace_options(std::size_t most) const 
   // The emulator's energies in measured terms: what the measured all-max baseline spends over what
   // the emulator says all-max spends (the gradient synchronisation and the like).
   const double emulated_all_max = plans_->all_max().energy * copies;
-  const double energy_scale = emulated_all_max > 0 && baseline_energy_ > 0 ? baseline_energy_ / emulated_all_max : 1;
+  const double energy_scale =
+      emulated_all_max > 0 && baseline_.energy() > 0 ? baseline_.energy() / emulated_all_max : 1;
   // At a pace t a pipeline runs the cheapest candidate that finishes by t and waits for the rest:
   // energy(t) = min over candidates c with c.time <= t of (c.energy - blocking c.time) + blocking t.
   // The target plan is one: it may be a frontier point fitted to the target, faster than every point.
@@ -105,7 +106,8 @@ std::optional<PaceOption> TurnkeyController::under_power_limit(double watts) con
   const auto [time, energy] = emulator.time_and_energy(frequencies);
   const double copies = double(shape_.pipelines) * shape_.gpus_per_stage;
   const double emulated_all_max = plans_->all_max().energy * copies;
-  const double energy_scale = emulated_all_max > 0 && baseline_energy_ > 0 ? baseline_energy_ / emulated_all_max : 1;
+  const double energy_scale =
+      emulated_all_max > 0 && baseline_.energy() > 0 ? baseline_.energy() / emulated_all_max : 1;
   return PaceOption{time * scale_, energy * copies * energy_scale};
 }
 

@@ -21,6 +21,8 @@
 #include "perseus/online/clock_scan.hpp"
 #include "perseus/online/decision_event.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
+#include "perseus/online/all_max_baseline.hpp"
+#include "perseus/online/deployed_rounds.hpp"
 #include "perseus/online/pipeline_baseline.hpp"
 #include "perseus/online/reference_model.hpp"
 #include "perseus/online/retry_policy.hpp"
@@ -129,15 +131,6 @@ struct ControllerHooks {
   std::string profile_source;        // the profile's name in the frontier record
 };
 
-// What the reported numbers are measured against: the all-max baseline as the current conditions
-// would make it run (a whole-cluster slowdown or a straggler stretches it; docs/design.md#the-turnkey-loop).
-struct Reference {
-  std::string name;           // "all-max baseline", "... at the straggler's pace", "... under current conditions"
-  double iteration_time = 0;  // seconds per iteration
-  double energy = 0;          // joules per iteration, whole job
-  double conditions = 1;  // its iteration time over the baseline's (the pipelines' conditions, the slowest deciding)
-};
-
 class TurnkeyController {
  public:
   // `reused`: a profile to plan from instead of profiling. Throws std::invalid_argument on a bad shape.
@@ -181,13 +174,13 @@ class TurnkeyController {
   int profiling_checks() const { return profiling_checks_; }  // of those, all-max check rounds
   std::size_t clocks_measured() const;
   std::size_t clocks_planned() const;
-  bool has_baseline() const { return baseline_rounds_ > 0; }
-  double baseline_time() const { return baseline_time_; }
-  double baseline_energy() const { return baseline_energy_; }
-  const Estimate& baseline_time_estimate() const { return baseline_time_estimate_; }
-  const Estimate& baseline_energy_estimate() const { return baseline_energy_estimate_; }
-  int baseline_rounds() const { return baseline_rounds_; }
-  int baseline_rejected() const { return baseline_rejected_; }
+  bool has_baseline() const { return baseline_.rounds() > 0; }
+  double baseline_time() const { return baseline_.time(); }
+  double baseline_energy() const { return baseline_.energy(); }
+  const Estimate& baseline_time_estimate() const { return baseline_.time_estimate(); }
+  const Estimate& baseline_energy_estimate() const { return baseline_.energy_estimate(); }
+  int baseline_rounds() const { return baseline_.rounds(); }
+  int baseline_rejected() const { return baseline_.rejected(); }
   int probes() const { return probes_; }
   // The reference now; the baseline itself before deployment.
   Reference reference() const;
@@ -207,11 +200,8 @@ class TurnkeyController {
   // What detection says now, in every phase (before deployment nobody slows down for it yet).
   const std::optional<Straggler>& detected_straggler() const { return detector_.current(); }
   // Mean of the rounds on the current plans; none before any.
-  struct Measured {
-    double iteration_time = 0, energy = 0;
-    int rounds = 0;
-  };
-  std::optional<Measured> measured() const;
+  using Measured = MeasuredRounds;
+  std::optional<Measured> measured() const { return report_.measured(); }
   // Against reference(): 1 - energy/reference energy and time/reference time - 1 (each round's,
   // averaged over the last report_rounds deployed rounds, probes and plan changes included: what
   // training got), with 95% intervals.
@@ -219,8 +209,8 @@ class TurnkeyController {
   std::optional<Estimate> slowdown() const;
   // Joules saved so far: per deployed round (probes included), (reference - measured energy per
   // iteration) x the round's iterations.
-  double energy_saved() const { return energy_saved_; }
-  long long deployed_iterations() const { return deployed_iterations_; }  // in those rounds
+  double energy_saved() const { return report_.energy_saved(); }
+  long long deployed_iterations() const { return report_.iterations(); }  // in those rounds
   const std::vector<double>& last_pipeline_time() const { return last_pipeline_time_; }
   const std::vector<double>& last_pipeline_energy() const { return last_pipeline_energy_; }
   const std::vector<Decision>& decisions() const { return decisions_; }
@@ -315,23 +305,16 @@ class TurnkeyController {
   int rounds_since_check_ = 0, profile_redos_ = 0, profiling_checks_ = 0;
   bool checking_ = false;
   std::vector<std::pair<std::size_t, int>> since_check_;
-  double baseline_time_ = 0, baseline_energy_ = 0;
-  int baseline_rounds_ = 0, baseline_rejected_ = 0;
-  Estimate baseline_time_estimate_, baseline_energy_estimate_;
-  struct AllMaxRound {
-    double time = 0, energy = 0;  // at the baseline's conditions
-  };
-  std::vector<AllMaxRound> baseline_samples_;  // clean all-max rounds the baseline is estimated from
-  PipelineBaseline pipelines_;                 // each pipeline in the warm-up's baseline rounds
+  AllMaxBaseline baseline_;
+  PipelineBaseline pipelines_;  // each pipeline in the warm-up's baseline rounds
   // Per pipeline: its all-max pace now over its baseline pace, where a pipeline slow in the
   // baseline has since run faster by more than half the straggler threshold (it recovered).
   std::vector<double> pace_change_;
   std::vector<int> fast_rounds_;
-  std::array<double, 2> baseline_round_spread_{};  // standard deviation of one of those rounds: time, energy
-  double noise_sigma_ = 0;                         // the largest (stage, kind) sigma measured so far
-  int iterations_per_round_ = 1;                   // as the warm-up and profiling rounds ran them
-  std::vector<AllMaxRound> probe_samples_;         // probes that disagreed with the reference, in a row
-  int warmup_seen_ = 0;                            // warm-up rounds observed
+  double noise_sigma_ = 0;                  // the largest (stage, kind) sigma measured so far
+  int iterations_per_round_ = 1;            // as the warm-up and profiling rounds ran them
+  std::vector<AllMaxRound> probe_samples_;  // probes that disagreed with the reference, in a row
+  int warmup_seen_ = 0;                     // warm-up rounds observed
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
@@ -381,15 +364,8 @@ class TurnkeyController {
   int replans_ = 0;                         // plannings again after one found no frontier
   std::optional<Profile> planned_profile_;  // what the last planning planned from
   int rounds_on_plan_ = 0;
-  struct PlanRound {
-    double time = 0, energy = 0;
-    Reference reference;
-  };
-  std::vector<PlanRound> measured_;  // the last rounds on the current plans
-  std::vector<double> judged_;       // the rounds on the current plans: time over the reference's
-  std::vector<PlanRound> recent_;    // the last deployed rounds, probes included
-  double energy_saved_ = 0;
-  long long deployed_iterations_ = 0;
+  DeployedRounds report_;
+  std::vector<double> judged_;  // the rounds on the current plans: time over the reference's
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   std::optional<double> pace_;  // measured seconds; see set_pace
   bool hold_probes_ = false;

@@ -1,0 +1,66 @@
+#include "perseus/online/deployed_rounds.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace perseus::online {
+
+namespace {
+
+// The rounds on the current plans that measured() averages.
+constexpr std::size_t kOnPlansKept = 10;
+
+// Per-round ratios' mean, its interval widened by the baseline's relative uncertainty.
+Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relative_half_width) {
+  Estimate e = mean_interval(ratios);
+  double spread = (e.high - e.low) / 2;
+  double half = std::sqrt(spread * spread + std::pow(e.value * baseline_relative_half_width, 2));
+  return {e.value, e.value - half, e.value + half};
+}
+
+}  // namespace
+
+void DeployedRounds::add(double time, double energy, int iterations, Reference reference) {
+  recent_.push_back({time, energy, std::move(reference)});
+  energy_saved_ += (recent_.back().reference.energy - energy) * iterations;
+  iterations_ += iterations;
+  if (recent_.size() > std::max<std::size_t>(report_rounds_, 1)) recent_.erase(recent_.begin());
+}
+
+void DeployedRounds::last_ran_the_plans() {
+  on_plans_.push_back(recent_.back());
+  if (on_plans_.size() > kOnPlansKept) on_plans_.erase(on_plans_.begin());
+}
+
+void DeployedRounds::rebase(double time_factor, double energy_factor) {
+  for (auto* rounds : {&on_plans_, &recent_})
+    for (auto& r : *rounds) r.reference.iteration_time *= time_factor, r.reference.energy *= energy_factor;
+}
+
+std::optional<MeasuredRounds> DeployedRounds::measured() const {
+  if (on_plans_.empty()) return std::nullopt;
+  MeasuredRounds out;
+  for (const auto& r : on_plans_) out.iteration_time += r.time, out.energy += r.energy;
+  out.rounds = static_cast<int>(on_plans_.size());
+  out.iteration_time /= out.rounds;
+  out.energy /= out.rounds;
+  return out;
+}
+
+std::optional<Estimate> DeployedRounds::saving(double baseline_relative_half_width) const {
+  if (recent_.empty()) return std::nullopt;
+  std::vector<double> ratios;
+  for (const auto& r : recent_) ratios.push_back(r.energy / r.reference.energy);
+  Estimate e = ratio_estimate(ratios, baseline_relative_half_width);
+  return Estimate{1 - e.value, 1 - e.high, 1 - e.low};
+}
+
+std::optional<Estimate> DeployedRounds::slowdown(double baseline_relative_half_width) const {
+  if (recent_.empty()) return std::nullopt;
+  std::vector<double> ratios;
+  for (const auto& r : recent_) ratios.push_back(r.time / r.reference.iteration_time);
+  Estimate e = ratio_estimate(ratios, baseline_relative_half_width);
+  return Estimate{e.value - 1, e.low - 1, e.high - 1};
+}
+
+}  // namespace perseus::online
