@@ -326,7 +326,10 @@ class TurnkeyController {
   // its prediction shows what the model leaves out (the online profile's own measurement error,
   // which a plan balanced on it leans on) acting like more noise, so each step-up raises it.
   double caution_ = 1;
-  double pace_miss_ = 1;  // following a detected straggler: the pace-setting plans' measured miss
+  // Following a detected straggler: the pace-setting plans' measured miss. Kept until the straggler
+  // changes, not relaxed by retries: it is the model's under noise (pipelines of equal pace end later
+  // together), which rounds alone do not cure.
+  double pace_miss_ = 1;
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
   double miss_ = 1;
