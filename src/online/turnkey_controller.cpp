@@ -1145,6 +1145,10 @@ void TurnkeyController::judge_plan() {
   const double target = target_time() / baseline_.time();
   if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
   if (followed) return pace_straggler_faster(ratio, ratio_half, target);
+  // A pipeline slow since the baseline runs the target plan and the others are paced to it: with the
+  // target at all-max, only their pace can be too slow.
+  if (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told)
+    return pace_straggler_faster(ratio, ratio_half, target);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
   TargetChooser next;
