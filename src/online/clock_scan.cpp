@@ -23,7 +23,10 @@ std::size_t ClockScan::planned() const {
 
 void ClockScan::record(int clock, ClockMeasurement measurement) {
   measured_[clock] = measurement;
-  if (redo_.erase(clock) != 0) return advance();
+  if (redo_.erase(clock) != 0) {
+    recount_coarse();
+    return advance();
+  }
   if (coarse_ && next_ && clock == *next_) {
     if (!top_energy_) top_energy_ = measurement.energy;
     if (!best_energy_ || measurement.energy < *best_energy_) {
@@ -35,6 +38,28 @@ void ClockScan::record(int clock, ClockMeasurement measurement) {
     coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
   }
   advance();
+}
+
+// The coarse pass's early stop from the clocks measured now: a clock measured again replaces what a
+// slow spell made of it, and a pass it stopped too early goes on.
+void ClockScan::recount_coarse() {
+  top_energy_.reset();
+  best_energy_.reset();
+  rises_ = 0;
+  const auto step = static_cast<std::size_t>(options_.coarse_step);
+  for (std::size_t i = 0; i < coarse_index_ && i < clocks_.size(); i += step) {
+    auto it = measured_.find(clocks_[i]);
+    if (it == measured_.end()) continue;
+    const double energy = it->second.energy;
+    if (!top_energy_) top_energy_ = energy;
+    if (!best_energy_ || energy < *best_energy_) {
+      best_energy_ = energy;
+      rises_ = 0;
+    } else {
+      ++rises_;
+    }
+  }
+  if (!coarse_ && coarse_index_ < clocks_.size()) coarse_ = true;  // advance() judges the stop anew
 }
 
 bool ClockScan::request(int clock) {

@@ -142,5 +142,32 @@ TEST(ClockScan, AClockMeasuredUnderOtherConditionsIsMeasuredAgainFirst) {
   EXPECT_EQ(scan.next(), coarse_next);  // and the scan goes on where it was
 }
 
+// A slow spell while the coarse pass ran made a few clocks look costlier, so it stopped early; once
+// they are measured again as they are, the pass goes on down to where energy really rises.
+TEST(ClockScan, AClockMeasuredAgainUndoesAnEarlyStopTheSlowSpellCaused) {
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});                             // fill_gap 1.0: no filling
+  auto energy = [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); };  // minimum at index 20
+  const auto& clocks = scan.clocks();
+  std::vector<int> spell;  // the clocks measured while every instruction cost 11% more
+  while (auto clock = scan.next()) {
+    auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    const bool slow = i >= 10 && i <= 15;
+    if (slow) spell.push_back(*clock);
+    scan.record(*clock, {1.0, energy(i) * (slow ? 1.11 : 1.0)});
+    if (scan.measured().size() > clocks.size()) break;
+  }
+  EXPECT_EQ(spell, (std::vector<int>{1260}));  // costlier than the clock above it: the pass stopped
+  EXPECT_FALSE(scan.measured().count(1110)) << "stopped early on the slow spell's clocks";
+  for (int clock : spell) EXPECT_TRUE(scan.redo(clock));
+  while (auto clock = scan.next()) {
+    auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    scan.record(*clock, {1.0, energy(i)});
+    if (scan.measured().size() > clocks.size()) break;
+  }
+  EXPECT_TRUE(scan.measured().count(1110));  // the minimum
+  EXPECT_TRUE(scan.measured().count(1035));  // and the coarse clock past it where energy rises
+  EXPECT_TRUE(scan.done());
+}
+
 }  // namespace
 }  // namespace perseus

@@ -56,6 +56,7 @@ class ClockScan {
 
  private:
   void advance();
+  void recount_coarse();
   std::optional<int> next_fill() const;
   std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any
   std::set<int> requested_, redo_;
