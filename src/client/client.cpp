@@ -17,6 +17,7 @@
 #include <variant>
 
 #include "clock_reset.hpp"
+#include "heartbeat.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpu/visible_devices.hpp"
 #include "perseus/gpud/client.hpp"
@@ -96,12 +97,9 @@ struct Client::Impl {
   std::size_t cursor = 0;
   bool mismatched = false;                 // the order differed once: default clocks from then on
   std::atomic<std::uint64_t> progress{0};  // hooks called: the heartbeat's sign of life
-  std::thread heartbeat;
-  std::mutex heartbeat_mutex;
-  std::condition_variable heartbeat_wake;
-  bool heartbeat_stop = false;
-  int iterations = 0;  // completed in this round
-  int round = 0;       // rounds completed
+  std::optional<Heartbeat> heartbeat;      // from registration to stop_controller (heartbeat.hpp)
+  int iterations = 0;                      // completed in this round
+  int round = 0;                           // rounds completed
   // Schedules are numbered as they arrive (1, 2, ...); the server expects one result per schedule.
   std::uint64_t applied_seq = 0;   // the schedule in use
   std::uint64_t round_seq = 0;     // the schedule this round runs from its first measured iteration
@@ -739,26 +737,11 @@ struct Client::Impl {
     if (options.heartbeat_interval.count() <= 0) return;
     // An inline controller runs on the training thread: nothing else may hand it events.
     const bool from_heartbeat = options.power_limit_from_heartbeat && !options.inline_controller;
-    heartbeat = std::thread([this, from_heartbeat, url = options.server_url,
-                             target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
-      HttpClient beat_http(url, options.token);
-      beat_http.set_job_secret(job_secret);
-      std::unique_lock lock(heartbeat_mutex);
-      for (;;) {
-        json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
-        lock.unlock();
-        try {
-          auto reply = beat_http.request("POST", target, body.dump(),
-                                         std::min(options.request_timeout, options.heartbeat_interval * 2));
-          if (reply.status == 200 && from_heartbeat) heartbeat_power_limit(reply.body);
-        } catch (const std::exception& e) {
-          spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank,
-                        e.what());  // the round boundary handles outages
-        }
-        lock.lock();
-        if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
-      }
-    });
+    Heartbeat::OnReply on_reply;
+    if (from_heartbeat) on_reply = [this](const std::string& body) { heartbeat_power_limit(body); };
+    heartbeat.emplace(HeartbeatOptions{options.server_url, options.token, job_secret, job_id, options.rank,
+                                       options.heartbeat_interval, options.request_timeout},
+                      progress, std::move(on_reply));
   }
 
   // A heartbeat's answer: the power budget's limit for this rank now ({"power_limit": W}), or none
@@ -772,15 +755,7 @@ struct Client::Impl {
     } catch (const json::exception&) {}  // an answer this client does not know: nothing to do
   }
 
-  void stop_heartbeat() {
-    if (!heartbeat.joinable()) return;
-    {
-      std::lock_guard lock(heartbeat_mutex);
-      heartbeat_stop = true;
-    }
-    heartbeat_wake.notify_all();
-    heartbeat.join();
-  }
+  void stop_heartbeat() { heartbeat.reset(); }
 
   // Iterations in this round: a round after the first begins with a switch-over iteration (see
   // ClientOptions::switch_over_iteration).
