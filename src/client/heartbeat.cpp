@@ -39,8 +39,7 @@ void Heartbeat::run(const HeartbeatOptions& options, const std::atomic<std::uint
     nlohmann::json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
     lock.unlock();
     try {
-      auto reply =
-          http.request("POST", target, body.dump(), std::min(options.request_timeout, options.interval * 2));
+      auto reply = http.request("POST", target, body.dump(), std::min(options.request_timeout, options.interval * 2));
       if (reply.status == 200 && on_reply) on_reply(reply.body);
     } catch (const std::exception& e) {
       spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank, e.what());  // the round boundary handles outages
