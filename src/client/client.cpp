@@ -18,6 +18,7 @@
 
 #include "clock_reset.hpp"
 #include "heartbeat.hpp"
+#include "iteration_meter.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpu/visible_devices.hpp"
 #include "perseus/gpud/client.hpp"
@@ -147,14 +148,7 @@ struct Client::Impl {
   unsigned cap_mw = 0;         // the power budget's limit in force (0: none)
   unsigned before_cap_mw = 0;  // the GPU's limit before it: what lifting it restores
   bool cap_failed = false;
-  struct Open {
-    SteadyClock::time_point time;
-    double energy;
-  };
-  std::map<std::string, Open> open;
-  std::optional<Open> step_open;
-  std::map<std::string, std::vector<double>> step_time, step_energy;
-  bool step_read_failed = false;  // a GPU read failed in this iteration (gpud restarting)
+  IterationMeter meter{[this] { return energy_j(); }};
 
   SteadyClock::time_point now() const { return options.clock ? options.clock() : SteadyClock::now(); }
 
@@ -238,23 +232,14 @@ struct Client::Impl {
     try {
       switch (e.kind) {
         case Event::step_begin:
-          step_read_failed = false;
-          step_time.clear();
-          step_energy.clear();
-          step_open = Open{e.time, energy_j()};
+          meter.step_begin(e.time);
           break;
         case Event::begin:
           apply(e.state);
-          open[e.name] = Open{e.time, energy_j()};
+          meter.begin(e.name, e.time);
           break;
         case Event::end: {
-          auto it = open.find(e.name);
-          if (it == open.end()) break;  // an end without a begin: nothing to measure
-          step_time[e.name].push_back(std::chrono::duration<double>(e.time - it->second.time).count());
-          step_energy[e.name].push_back(energy_j() - it->second.energy);
-          // A counter that went backwards (the GPU was reset): the iteration is no measurement.
-          if (step_energy[e.name].back() < 0) step_read_failed = true;
-          open.erase(it);
+          meter.end(e.name, e.time);
           if (to_check) {
             try {
               if (gpu->current_graphics_clock(options.device) != static_cast<unsigned>(*to_check)) ++round_late;
@@ -265,16 +250,13 @@ struct Client::Impl {
           break;
         }
         case Event::step_end: {
-          if (!step_open || step_read_failed) break;  // an iteration measured in part is no measurement
-          double energy = energy_j() - step_open->energy;
-          if (energy < 0) break;
-          double time = std::chrono::duration<double>(e.time - step_open->time).count();
+          auto iteration = meter.step_end(e.time);
+          if (!iteration) break;
           std::lock_guard lock(mutex);
-          append_iteration(round_data.time_breakdown, step_time, round_data.iter_time.size());
-          append_iteration(round_data.energy_breakdown, step_energy, round_data.iter_time.size());
-          round_data.iter_time.push_back(time);
-          round_data.iter_energy.push_back(energy);
-          step_open.reset();
+          append_iteration(round_data.time_breakdown, iteration->time_breakdown, round_data.iter_time.size());
+          append_iteration(round_data.energy_breakdown, iteration->energy_breakdown, round_data.iter_time.size());
+          round_data.iter_time.push_back(iteration->time_s);
+          round_data.iter_energy.push_back(iteration->energy_j);
           break;
         }
         case Event::flush:
@@ -310,7 +292,7 @@ struct Client::Impl {
     } catch (const std::exception& ex) {
       if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
       apply_failed = true;
-      step_read_failed = true;
+      meter.read_failed();
     }
   }
 
