@@ -14,9 +14,9 @@ namespace perseus {
 namespace {
 
 void check_options(const ZeusOptions& options) {
-  if (!(options.eta >= 0 && options.eta <= 1)) throw Error("--eta must be in [0, 1]", ErrorKind::bad_setting);
+  if (!(options.eta >= 0 && options.eta <= 1)) throw SettingError("eta", "eta must be in [0, 1]");
   if (!(options.max_power >= 0) || !std::isfinite(options.max_power)) {
-    throw Error("--max-power must be a non-negative number of watts", ErrorKind::bad_setting);
+    throw SettingError("max_power", "max_power must be a non-negative number of watts");
   }
 }
 

@@ -8,6 +8,7 @@
 #include "perseus/cli/arguments.hpp"
 #include "perseus/cli/commands.hpp"
 #include "perseus/cli/exit_codes.hpp"
+#include "perseus/cli/setting_flags.hpp"
 #include "perseus/util/error.hpp"
 
 int main(int argc, char** argv) {
@@ -52,7 +53,7 @@ int main(int argc, char** argv) {
       if (command->parsed()) return runner();
     }
   } catch (const Error& e) {
-    std::fprintf(stderr, "perseus: error: %s\n", e.what());
+    std::fprintf(stderr, "perseus: error: %s\n", cli::message_with_flags(e).c_str());
     return cli::exit_code(e.kind());
   } catch (const std::exception& e) {
     std::fprintf(stderr, "perseus: internal error: %s\n", e.what());

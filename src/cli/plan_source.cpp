@@ -225,7 +225,7 @@ ResolvedPlan resolve_plan(const PlanSourceArgs& args, const LoadedSource& source
       emulator.check_plan(resolved.frequencies);
       check_plan_order(*source.plan_file, pipeline);
     } catch (const Error& e) {
-      throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.kind());
+      throw Error(fmt::format("{}: {}", args.plan_file, e.what()), e.kind(), e.settings());
     }
     resolved.model_time = source.plan_file->time;
     resolved.model_energy = source.plan_file->energy;

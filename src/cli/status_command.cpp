@@ -203,7 +203,7 @@ void wait_for_server(const std::string& server, double seconds) {
     } catch (const Error& e) {
       if (e.kind() != ErrorKind::not_found) throw;
       if (std::chrono::steady_clock::now() >= deadline)
-        throw Error(fmt::format("{}; waited {} s", e.what(), seconds), e.kind());
+        throw Error(fmt::format("{}; waited {} s", e.what(), seconds), e.kind(), e.settings());
     }
     std::this_thread::sleep_for(100ms);
   }

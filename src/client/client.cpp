@@ -17,6 +17,8 @@
 #include <variant>
 
 #include "clock_reset.hpp"
+#include "heartbeat.hpp"
+#include "iteration_meter.hpp"
 #include "perseus/client/http_client.hpp"
 #include "perseus/gpu/visible_devices.hpp"
 #include "perseus/gpud/client.hpp"
@@ -96,12 +98,9 @@ struct Client::Impl {
   std::size_t cursor = 0;
   bool mismatched = false;                 // the order differed once: default clocks from then on
   std::atomic<std::uint64_t> progress{0};  // hooks called: the heartbeat's sign of life
-  std::thread heartbeat;
-  std::mutex heartbeat_mutex;
-  std::condition_variable heartbeat_wake;
-  bool heartbeat_stop = false;
-  int iterations = 0;  // completed in this round
-  int round = 0;       // rounds completed
+  std::optional<Heartbeat> heartbeat;      // from registration to stop_controller (heartbeat.hpp)
+  int iterations = 0;                      // completed in this round
+  int round = 0;                           // rounds completed
   // Schedules are numbered as they arrive (1, 2, ...); the server expects one result per schedule.
   std::uint64_t applied_seq = 0;   // the schedule in use
   std::uint64_t round_seq = 0;     // the schedule this round runs from its first measured iteration
@@ -149,14 +148,7 @@ struct Client::Impl {
   unsigned cap_mw = 0;         // the power budget's limit in force (0: none)
   unsigned before_cap_mw = 0;  // the GPU's limit before it: what lifting it restores
   bool cap_failed = false;
-  struct Open {
-    SteadyClock::time_point time;
-    double energy;
-  };
-  std::map<std::string, Open> open;
-  std::optional<Open> step_open;
-  std::map<std::string, std::vector<double>> step_time, step_energy;
-  bool step_read_failed = false;  // a GPU read failed in this iteration (gpud restarting)
+  IterationMeter meter{[this] { return energy_j(); }};
 
   SteadyClock::time_point now() const { return options.clock ? options.clock() : SteadyClock::now(); }
 
@@ -240,23 +232,14 @@ struct Client::Impl {
     try {
       switch (e.kind) {
         case Event::step_begin:
-          step_read_failed = false;
-          step_time.clear();
-          step_energy.clear();
-          step_open = Open{e.time, energy_j()};
+          meter.step_begin(e.time);
           break;
         case Event::begin:
           apply(e.state);
-          open[e.name] = Open{e.time, energy_j()};
+          meter.begin(e.name, e.time);
           break;
         case Event::end: {
-          auto it = open.find(e.name);
-          if (it == open.end()) break;  // an end without a begin: nothing to measure
-          step_time[e.name].push_back(std::chrono::duration<double>(e.time - it->second.time).count());
-          step_energy[e.name].push_back(energy_j() - it->second.energy);
-          // A counter that went backwards (the GPU was reset): the iteration is no measurement.
-          if (step_energy[e.name].back() < 0) step_read_failed = true;
-          open.erase(it);
+          meter.end(e.name, e.time);
           if (to_check) {
             try {
               if (gpu->current_graphics_clock(options.device) != static_cast<unsigned>(*to_check)) ++round_late;
@@ -267,16 +250,13 @@ struct Client::Impl {
           break;
         }
         case Event::step_end: {
-          if (!step_open || step_read_failed) break;  // an iteration measured in part is no measurement
-          double energy = energy_j() - step_open->energy;
-          if (energy < 0) break;
-          double time = std::chrono::duration<double>(e.time - step_open->time).count();
+          auto iteration = meter.step_end(e.time);
+          if (!iteration) break;
           std::lock_guard lock(mutex);
-          append_iteration(round_data.time_breakdown, step_time, round_data.iter_time.size());
-          append_iteration(round_data.energy_breakdown, step_energy, round_data.iter_time.size());
-          round_data.iter_time.push_back(time);
-          round_data.iter_energy.push_back(energy);
-          step_open.reset();
+          append_iteration(round_data.time_breakdown, iteration->time_breakdown, round_data.iter_time.size());
+          append_iteration(round_data.energy_breakdown, iteration->energy_breakdown, round_data.iter_time.size());
+          round_data.iter_time.push_back(iteration->time_s);
+          round_data.iter_energy.push_back(iteration->energy_j);
           break;
         }
         case Event::flush:
@@ -312,7 +292,7 @@ struct Client::Impl {
     } catch (const std::exception& ex) {
       if (!apply_failed) spdlog::warn("perseus: rank {}: GPU measurement failed: {}", options.rank, ex.what());
       apply_failed = true;
-      step_read_failed = true;
+      meter.read_failed();
     }
   }
 
@@ -739,26 +719,11 @@ struct Client::Impl {
     if (options.heartbeat_interval.count() <= 0) return;
     // An inline controller runs on the training thread: nothing else may hand it events.
     const bool from_heartbeat = options.power_limit_from_heartbeat && !options.inline_controller;
-    heartbeat = std::thread([this, from_heartbeat, url = options.server_url,
-                             target = fmt::format("/heartbeat/{}", encode_path_segment(job_id))] {
-      HttpClient beat_http(url, options.token);
-      beat_http.set_job_secret(job_secret);
-      std::unique_lock lock(heartbeat_mutex);
-      for (;;) {
-        json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
-        lock.unlock();
-        try {
-          auto reply = beat_http.request("POST", target, body.dump(),
-                                         std::min(options.request_timeout, options.heartbeat_interval * 2));
-          if (reply.status == 200 && from_heartbeat) heartbeat_power_limit(reply.body);
-        } catch (const std::exception& e) {
-          spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank,
-                        e.what());  // the round boundary handles outages
-        }
-        lock.lock();
-        if (heartbeat_wake.wait_for(lock, options.heartbeat_interval, [&] { return heartbeat_stop; })) break;
-      }
-    });
+    Heartbeat::OnReply on_reply;
+    if (from_heartbeat) on_reply = [this](const std::string& body) { heartbeat_power_limit(body); };
+    heartbeat.emplace(HeartbeatOptions{options.server_url, options.token, job_secret, job_id, options.rank,
+                                       options.heartbeat_interval, options.request_timeout},
+                      progress, std::move(on_reply));
   }
 
   // A heartbeat's answer: the power budget's limit for this rank now ({"power_limit": W}), or none
@@ -772,15 +737,7 @@ struct Client::Impl {
     } catch (const json::exception&) {}  // an answer this client does not know: nothing to do
   }
 
-  void stop_heartbeat() {
-    if (!heartbeat.joinable()) return;
-    {
-      std::lock_guard lock(heartbeat_mutex);
-      heartbeat_stop = true;
-    }
-    heartbeat_wake.notify_all();
-    heartbeat.join();
-  }
+  void stop_heartbeat() { heartbeat.reset(); }
 
   // Iterations in this round: a round after the first begins with a switch-over iteration (see
   // ClientOptions::switch_over_iteration).

@@ -19,10 +19,10 @@ bool EmulatorNoise::active() const {
 
 Emulator::Emulator(const Profile& profile, EmulatorConfig config)
     : config_(std::move(config)), source_(profile.source) {
-  if (config_.num_stages < 1) throw Error("--stages must be at least 1", ErrorKind::bad_setting);
-  if (config_.num_microbatches < 1) throw Error("--microbatches must be at least 1", ErrorKind::bad_setting);
+  if (config_.num_stages < 1) throw SettingError("num_stages", "num_stages must be at least 1");
+  if (config_.num_microbatches < 1) throw SettingError("num_microbatches", "num_microbatches must be at least 1");
   if (!(config_.p_block >= 0) || !std::isfinite(config_.p_block)) {
-    throw Error("--p2p-power must be a non-negative number of watts", ErrorKind::bad_setting);
+    throw SettingError("p2p_power", "p2p_power must be a non-negative number of watts");
   }
   if (!(config_.quantum >= 0) || !std::isfinite(config_.quantum)) {
     throw Error("the time quantum must be a non-negative number of seconds", ErrorKind::bad_setting);

@@ -180,10 +180,11 @@ class GpudLibrary final : public gpu::GpuLibrary, public cpu::RaplSource {
     if (::connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0) {
       int error = errno;
       ::close(fd);
-      throw GpuError(error == EACCES ? GpuErrorKind::no_permission : GpuErrorKind::library_missing,
-                     fmt::format("cannot connect to perseus gpud at {}: {} ({})", path_, std::strerror(error),
-                                 error == EACCES ? "this user may not use the socket: see perseus gpud --socket-group"
-                                                 : "is `perseus gpud` running on this node?"));
+      throw GpuError(
+          error == EACCES ? GpuErrorKind::no_permission : GpuErrorKind::library_missing,
+          fmt::format("cannot connect to perseus gpud at {}: {} ({})", path_, std::strerror(error),
+                      error == EACCES ? "this user may not use the socket: see the socket_group setting of perseus gpud"
+                                      : "is `perseus gpud` running on this node?"));
     }
     fd_ = fd;
     pending_.clear();

@@ -216,17 +216,16 @@ void Daemon::Impl::listen() {
   namespace fs = std::filesystem;
   const std::string& path = options.socket_path;
   if (path.empty() || path.size() >= sizeof(sockaddr_un::sun_path))
-    throw Error(fmt::format("--socket '{}': a Unix socket path must have 1 to {} characters", path,
-                            sizeof(sockaddr_un::sun_path) - 1),
-                ErrorKind::bad_setting);
+    throw SettingError("socket_path", fmt::format("socket_path '{}': a Unix socket path must have 1 to {} characters",
+                                                  path, sizeof(sockaddr_un::sun_path) - 1));
   std::error_code fs_error;
   if (fs::path parent = fs::path(path).parent_path(); !parent.empty()) fs::create_directories(parent, fs_error);
   if (auto status = fs::symlink_status(path, fs_error); fs::exists(status)) {
     if (status.type() != fs::file_type::socket)
-      throw Error(fmt::format("--socket '{}' exists and is not a socket: refusing to replace it (give a path that "
-                              "does not exist or a stale socket)",
-                              path),
-                  ErrorKind::bad_setting);
+      throw SettingError("socket_path",
+                         fmt::format("socket_path '{}' exists and is not a socket: refusing to replace it (give a path "
+                                     "that does not exist or a stale socket)",
+                                     path));
     local::socket probe(io);
     boost::system::error_code ec;
     probe.connect(local::endpoint(path), ec);
@@ -256,8 +255,8 @@ void Daemon::Impl::set_socket_access() {
   const std::string& path = options.socket_path;
   if ((options.socket_mode & 0002) != 0)
     spdlog::warn(
-        "--socket-mode {:04o}: every user of this node may change its GPUs' clocks and power limits "
-        "(0660 with --socket-group is the usual choice)",
+        "socket_mode {:04o}: every user of this node may change its GPUs' clocks and power limits "
+        "(0660 with a socket_group is the usual choice)",
         options.socket_mode);
   if (::chmod(path.c_str(), options.socket_mode) != 0)
     throw Error(fmt::format("cannot set the mode of {} to {:o}: {}", path, options.socket_mode, std::strerror(errno)),
@@ -265,7 +264,7 @@ void Daemon::Impl::set_socket_access() {
   if (!options.socket_group.empty()) {
     const group* g = ::getgrnam(options.socket_group.c_str());
     if (g == nullptr)
-      throw Error(fmt::format("--socket-group '{}': no such group", options.socket_group), ErrorKind::bad_setting);
+      throw SettingError("socket_group", fmt::format("socket_group '{}': no such group", options.socket_group));
     if (::chown(path.c_str(), static_cast<uid_t>(-1), g->gr_gid) != 0)
       throw Error(fmt::format("cannot give {} to group {}: {}", path, options.socket_group, std::strerror(errno)),
                   ErrorKind::failed);

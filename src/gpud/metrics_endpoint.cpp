@@ -189,8 +189,8 @@ MetricsEndpoint::MetricsEndpoint(asio::io_context& io, const Daemon& daemon, std
   if (ec) {
     beast::error_code ignored;
     acceptor.close(ignored);
-    throw Error(fmt::format("--metrics-address {}:{}: cannot listen: {}", address.host, address.port, ec.message()),
-                ErrorKind::failed);
+    throw Error(fmt::format("metrics_address {}:{}: cannot listen: {}", address.host, address.port, ec.message()),
+                ErrorKind::failed, {"metrics_address"});
   }
   impl_->accept();
 }

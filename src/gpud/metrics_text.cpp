@@ -1,4 +1,4 @@
-// gpud's metrics in the Prometheus text exposition format 0.0.4, and the --metrics-address syntax.
+// gpud's metrics in the Prometheus text exposition format 0.0.4, and the metrics address's syntax.
 #include <boost/asio/ip/address.hpp>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -48,10 +48,10 @@ auto read_gpu(ReadFailures& failures, unsigned device, const char* what, Read re
 
 MetricsAddress parse_metrics_address(std::string_view text) {
   auto usage = [&](std::string_view why) {
-    return Error(fmt::format("--metrics-address '{}': {} (expected PORT, HOST:PORT or [IPV6]:PORT, e.g. "
-                             "127.0.0.1:9400)",
-                             safe_text(text, 100), why),
-                 ErrorKind::bad_setting);
+    return SettingError("metrics_address",
+                        fmt::format("metrics_address '{}': {} (expected PORT, HOST:PORT or [IPV6]:PORT, e.g. "
+                                    "127.0.0.1:9400)",
+                                    safe_text(text, 100), why));
   };
   MetricsAddress out{"127.0.0.1", 0};
   std::string_view port = text;

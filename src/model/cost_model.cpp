@@ -318,9 +318,9 @@ CostModelChoice choose_cost_model(CostModelKind kind, const OperationOptions& op
     if (model) return {std::move(model), ""};
     throw Error(fmt::format("{}: the exponential cost model could not be fitted to its {} Pareto "
                             "option(s) (it needs at least 4 that an a*exp(b*q)+c curve with a>=0 "
-                            "fits); use --cost-model auto or pwl",
+                            "fits); use cost_model auto or pwl",
                             what, list.size()),
-                ErrorKind::bad_input);
+                ErrorKind::bad_input, {"cost_model"});
   }
   if (!model)
     return {std::make_unique<PiecewiseLinearModel>(list),

@@ -34,10 +34,10 @@ std::vector<ExecutionOption> pareto_options(const std::vector<ProfileRow>& rows,
     option.energy = row.energy;
     const double units = py_floordiv(row.time, unit_time);
     if (!(units < 2147483647.0))  // checked before the cast, which would be undefined
-      throw Error(fmt::format("stage {} {} at {} MHz takes {} s, {:.4g} units of --unit-time {} s: beyond the "
-                              "planner's 2^31-1 time units; use a larger --unit-time",
-                              row.stage, to_string(row.kind), row.frequency, row.time, units, unit_time),
-                  ErrorKind::bad_setting);
+      throw SettingError("unit_time",
+                         fmt::format("stage {} {} at {} MHz takes {} s, {:.4g} units of unit_time {} s: beyond the "
+                                     "planner's 2^31-1 time units; use a larger unit_time",
+                                     row.stage, to_string(row.kind), row.frequency, row.time, units, unit_time));
     option.quant_time = static_cast<int>(units);
     all.push_back(option);
   }

@@ -82,10 +82,10 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
   const ScheduleEntry& e = entry(kind);
   if (e.v_shape) {
     if (virtual_stages != 1 && virtual_stages != 2)
-      throw Error(fmt::format("the {} schedule runs two model chunks per stage in a V; --virtual-stages must be 2 (or "
-                              "left out), got {}",
-                              e.name, virtual_stages),
-                  ErrorKind::bad_setting);
+      throw SettingError("virtual_stages",
+                         fmt::format("the {} schedule runs two model chunks per stage in a V; virtual_stages must be 2 "
+                                     "(or left out), got {}",
+                                     e.name, virtual_stages));
     if (num_microbatches < e.min_microbatches_per_model_stage * 2 * num_stages)
       throw Error(fmt::format("the {} schedule needs at least as many microbatches as model stages (2 x {} stages = "
                               "{}), as PyTorch's ScheduleDualPipeV requires; got {}",
@@ -98,17 +98,17 @@ void check_schedule_shape(ScheduleKind kind, int num_stages, int num_microbatche
       std::string taking;
       for (const auto& other : kSchedules)
         if (other.takes_chunks) taking += (taking.empty() ? "" : " or ") + std::string(other.name);
-      throw Error(fmt::format("--virtual-stages {} needs --schedule {} ({} runs one model chunk per stage)",
-                              virtual_stages, taking, e.name),
-                  ErrorKind::bad_setting);
+      throw SettingError({"virtual_stages", "schedule"},
+                         fmt::format("virtual_stages {} needs schedule {} ({} runs one model chunk per stage)",
+                                     virtual_stages, taking, e.name));
     }
     return;
   }
   if (virtual_stages < 2)
-    throw Error(fmt::format("the {} schedule needs --virtual-stages of at least 2 (got {}); with one model "
-                            "chunk per stage use 1f1b",
-                            e.name, virtual_stages),
-                ErrorKind::bad_setting);
+    throw SettingError("virtual_stages",
+                       fmt::format("the {} schedule needs virtual_stages of at least 2 (got {}); with one model "
+                                   "chunk per stage use 1f1b",
+                                   e.name, virtual_stages));
   if (num_microbatches % num_stages != 0)
     throw Error(fmt::format("the {} schedule needs the microbatches to be a multiple of the stages, as "
                             "Megatron-LM requires ({} microbatches, {} stages)",

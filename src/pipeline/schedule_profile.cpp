@@ -77,8 +77,9 @@ Profile profile_for_schedule(const Profile& model_profile, ScheduleKind kind, in
         throw InputError(model_profile.source, 0, "instruction",
                          fmt::format("the {} schedule splits every backward into backward_input and backward_weight, "
                                      "but stage {} has only whole backward rows; profile the two parts, or split the "
-                                     "backwards with `perseus synth-profile --from PROFILE --split-backward 0.5`",
-                                     to_string(kind), k));
+                                     "backwards (synth-profile with split_backward 0.5)",
+                                     to_string(kind), k),
+                         {"split_backward"});
   }
   Profile profile = with_whole_backward(model_profile);
   if (overlaps_pairs(kind))

@@ -275,11 +275,12 @@ FrontierRecord read_frontier_record(const std::filesystem::path& dir) {
   const std::string meta_file = (dir / "plans.json").string();
   std::error_code error;
   if (!std::filesystem::is_directory(dir, error))
-    throw Error(fmt::format("'{}' is no folder: give the folder `perseus optimize --out` wrote", dir.string()),
-                ErrorKind::not_found);
+    throw Error(
+        fmt::format("'{}' is no folder: give the folder `perseus optimize` wrote its frontier to", dir.string()),
+        ErrorKind::not_found);
   if (!std::filesystem::exists(meta_file, error))
-    throw Error(fmt::format("'{}' is no `perseus optimize` output: it has no plans.json (optimize --out DIR writes "
-                            "plans.json, frontier.csv and a plan file per frontier point into DIR)",
+    throw Error(fmt::format("'{}' is no `perseus optimize` output: it has no plans.json (an optimize run writes "
+                            "plans.json, frontier.csv and a plan file per frontier point into its output folder)",
                             dir.string()),
                 ErrorKind::not_found);
   json meta;

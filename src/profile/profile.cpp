@@ -233,9 +233,10 @@ Profile with_recomputation(const Profile& profile) {
     auto it = forwards.find({row.stage, row.chunk, row.frequency});
     if (it == forwards.end())
       throw InputError(profile.source, row.line, "frequency",
-                       fmt::format("--recompute: stage {} has a backward at {} MHz but no forward at that clock to "
-                                   "recompute",
-                                   row.stage, row.frequency));
+                       fmt::format("recompute: stage {} has a backward at {} MHz but no forward at that clock to "
+                                   "run again",
+                                   row.stage, row.frequency),
+                       {"recompute"});
     row.time += it->second->time;
     row.energy += it->second->energy;
   }

@@ -47,7 +47,7 @@ struct Rank {
   double now = 0;                  // simulated seconds
   double last_end = 0;             // when its last instruction ended (energy is charged up to here)
   double iteration_energy_start = 0;
-  double speed = 1;  // its GPU's time and energy factor (--gpu-speed-spread)
+  double speed = 1;  // its GPU's time and energy factor (gpu_speed_spread)
 };
 
 class Cluster {
@@ -179,34 +179,40 @@ class Cluster {
   Rank& rank_at(int d, int s, int t) { return ranks_[static_cast<std::size_t>(index(d, s, t))]; }
 
   static void check_config(const SimulationConfig& c) {
-    auto usage = [](const std::string& what) { throw Error(what, ErrorKind::bad_setting); };
-    if (c.num_stages < 1) usage("--stages must be at least 1");
-    if (c.num_microbatches < 1) usage("--microbatches must be at least 1");
-    if (c.pipelines < 1) usage("--pipelines must be at least 1");
-    if (c.tensor_parallel < 1) usage("--tensor-parallel must be at least 1");
+    auto usage = [](const char* setting, const std::string& what) { throw SettingError(setting, what); };
+    if (c.num_stages < 1) usage("num_stages", "num_stages must be at least 1");
+    if (c.num_microbatches < 1) usage("num_microbatches", "num_microbatches must be at least 1");
+    if (c.pipelines < 1) usage("pipelines", "pipelines must be at least 1");
+    if (c.tensor_parallel < 1) usage("tensor_parallel", "tensor_parallel must be at least 1");
     if (static_cast<long long>(c.num_stages) * c.pipelines * c.tensor_parallel > 16384)
-      usage("at most 16384 simulated ranks (stages x pipelines x tensor-parallel)");
-    if (static_cast<long long>(c.num_microbatches) * 2 > 100000) usage("--microbatches must be at most 50000");
-    if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power)) usage("--p2p-power must be a non-negative number of watts");
-    if (c.iterations < 1) usage("--iterations must be at least 1");
-    if (!(c.clock_latency >= 0 && c.clock_latency <= 10)) usage("--clock-latency must be between 0 and 10000 ms");
-    if (c.report_every < 1) usage("--report-every must be at least 1");
-    if (c.round_iterations < 1) usage("--round-iterations must be at least 1");
-    if (!(c.noise >= 0 && c.noise <= 1)) usage("--noise must be between 0 and 1");
-    if (!(c.gpu_speed_spread >= 0 && c.gpu_speed_spread <= 1)) usage("--gpu-speed-spread must be between 0 and 1");
-    if (!(c.time_scale >= 0 && c.time_scale <= 1000)) usage("--time-scale must be between 0 and 1000");
+      throw SettingError({"num_stages", "pipelines", "tensor_parallel"},
+                         "at most 16384 simulated ranks (num_stages x pipelines x tensor_parallel)");
+    if (static_cast<long long>(c.num_microbatches) * 2 > 100000)
+      usage("num_microbatches", "num_microbatches must be at most 50000");
+    if (!(c.p2p_power >= 0) || !std::isfinite(c.p2p_power))
+      usage("p2p_power", "p2p_power must be a non-negative number of watts");
+    if (c.iterations < 1) usage("iterations", "iterations must be at least 1");
+    if (!(c.clock_latency >= 0 && c.clock_latency <= 10))
+      usage("clock_latency", "clock_latency must be between 0 and 10 s (10000 ms)");
+    if (c.report_every < 1) usage("report_every", "report_every must be at least 1");
+    if (c.round_iterations < 1) usage("round_iterations", "round_iterations must be at least 1");
+    if (!(c.noise >= 0 && c.noise <= 1)) usage("noise", "noise must be between 0 and 1");
+    if (!(c.gpu_speed_spread >= 0 && c.gpu_speed_spread <= 1))
+      usage("gpu_speed_spread", "gpu_speed_spread must be between 0 and 1");
+    if (!(c.time_scale >= 0 && c.time_scale <= 1000)) usage("time_scale", "time_scale must be between 0 and 1000");
     if (!(c.request_timeout_s >= 0.01 && c.request_timeout_s <= 3600))
-      usage("--request-timeout must be between 0.01 and 3600 seconds");
+      usage("request_timeout", "request_timeout must be between 0.01 and 3600 seconds");
     const auto limits = power_limit_range(c);
     if (c.power_limit != 0 && !(c.power_limit * 1000 >= limits.min_mw && c.power_limit * 1000 <= limits.max_mw))
-      usage(fmt::format("--power-limit {} W: the simulated GPUs take {} to {} W (from the profile's powers)",
+      usage("power_limit",
+            fmt::format("power_limit {} W: the simulated GPUs take {} to {} W (from the profile's powers)",
                         c.power_limit, limits.min_mw / 1000, limits.max_mw / 1000));
-    if (c.max_clock < 0) usage("--max-clock must be a clock in MHz (0: none)");
-    if (!(c.weight > 0 && c.weight <= 1e6)) usage("--weight must be between 0 (excluded) and 1e6");
+    if (c.max_clock < 0) usage("max_clock", "max_clock must be a clock in MHz (0: none)");
+    if (!(c.weight > 0 && c.weight <= 1e6)) usage("weight", "weight must be between 0 (excluded) and 1e6");
     for (const auto& s : c.stragglers)
       if (s.pipeline != StragglerSpec::kEveryPipeline && s.pipeline >= c.pipelines)
-        usage(fmt::format("--straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines,
-                          c.pipelines - 1));
+        usage("straggler", fmt::format("straggler {}:...: there are only {} pipelines (0..{})", s.pipeline, c.pipelines,
+                                       c.pipelines - 1));
     c.check();
     profile_for_schedule(by_model_stage(c.profile, c.num_stages), c.schedule, c.num_stages, c.num_model_stages());
   }
@@ -422,11 +428,11 @@ class Cluster {
 
 StragglerSpec parse_straggler(std::string_view text) {
   auto fail = [&](const std::string& why) -> StragglerSpec {
-    throw Error(
+    throw SettingError(
+        "straggler",
         fmt::format(
-            "--straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
-            text, why),
-        ErrorKind::bad_setting);
+            "straggler '{}': {} (expected PIPELINE:FACTOR[@ITERATION[-UNTIL]], e.g. 1:1.2@100 or all:1.1@500-650)",
+            text, why));
   };
   StragglerSpec spec;
   auto colon = text.find(':');

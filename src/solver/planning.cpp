@@ -71,32 +71,32 @@ void fit_cost_models(PlanningProblem& problem, const PlanningConfig& config, con
 }  // namespace
 
 PlanningProblem make_planning_problem(const Profile& profile, const PlanningConfig& config) {
-  if (config.num_stages < 1) throw Error("--stages must be at least 1", ErrorKind::bad_setting);
-  if (config.num_microbatches < 1) throw Error("--microbatches must be at least 1", ErrorKind::bad_setting);
+  if (config.num_stages < 1) throw SettingError("num_stages", "num_stages must be at least 1");
+  if (config.num_microbatches < 1) throw SettingError("num_microbatches", "num_microbatches must be at least 1");
   if (!(config.unit_time > 0) || !std::isfinite(config.unit_time)) {
-    throw Error("--unit-time must be a positive number of seconds", ErrorKind::bad_setting);
+    throw SettingError("unit_time", "unit_time must be a positive number of seconds");
   }
   if (!(config.p_block >= 0) || !std::isfinite(config.p_block)) {
-    throw Error("--p2p-power must be a non-negative number of watts", ErrorKind::bad_setting);
+    throw SettingError("p2p_power", "p2p_power must be a non-negative number of watts");
   }
   if (!(config.noise_factor > 0 && config.noise_factor <= 1)) {
-    throw Error("--noise-factor must be in (0, 1]", ErrorKind::bad_setting);
+    throw SettingError("noise_factor", "noise_factor must be in (0, 1]");
   }
   // Bounds on what one run may make the planner allocate and compute: a plan has two
   // instructions per (stage, microbatch), and path lengths are summed in 32-bit time units.
   constexpr long long kMaxInstructions = 2'000'000, kMaxUnitsPerInstruction = 10'000'000;
   if (config.virtual_stages < 1 || config.virtual_stages > 1024)
-    throw Error("--virtual-stages must be in [1, 1024]", ErrorKind::bad_setting);
+    throw SettingError("virtual_stages", "virtual_stages must be in [1, 1024]");
   const int virtual_stages = schedule_virtual_stages(config.schedule, config.virtual_stages);
   const long long instructions =
       (splits_backward(config.schedule) ? 3LL : 2LL) * config.num_stages * config.num_microbatches * virtual_stages;
   if (instructions > kMaxInstructions)
-    throw Error(
-        fmt::format("--stages {} x --microbatches {}{} is {} instructions; the planner handles at most {}",
+    throw SettingError(
+        {"num_stages", "num_microbatches", "virtual_stages"},
+        fmt::format("num_stages {} x num_microbatches {}{} is {} instructions; the planner handles at most {}",
                     config.num_stages, config.num_microbatches,
-                    config.virtual_stages > 1 ? fmt::format(" x --virtual-stages {}", config.virtual_stages) : "",
-                    instructions, kMaxInstructions),
-        ErrorKind::bad_setting);
+                    config.virtual_stages > 1 ? fmt::format(" x virtual_stages {}", config.virtual_stages) : "",
+                    instructions, kMaxInstructions));
   config.check();
   PlanningProblem problem;
   const int model_stages = config.num_stages * virtual_stages;
@@ -127,15 +127,16 @@ PlanningProblem make_planning_problem(const Profile& profile, const PlanningConf
       const auto& slowest = spec.options.options().front();  // sorted by quant_time, descending
       const long long span = slowest.quant_time - spec.options.options().back().quant_time;
       if (span > kMaxUnitsPerInstruction || instructions * slowest.quant_time > 2147483647LL)
-        throw Error(fmt::format("{} at {} MHz takes {} s, {} units of --unit-time {} s: {}; use a larger --unit-time",
-                                what, slowest.frequency, slowest.real_time, slowest.quant_time, config.unit_time,
-                                span > kMaxUnitsPerInstruction
-                                    ? fmt::format("its clocks span {} units, so a frontier could have that many points "
-                                                  "(at most {})",
-                                                  span, kMaxUnitsPerInstruction)
-                                    : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
-                                                  instructions * slowest.quant_time)),
-                    ErrorKind::bad_setting);
+        throw SettingError(
+            "unit_time",
+            fmt::format("{} at {} MHz takes {} s, {} units of unit_time {} s: {}; use a larger unit_time", what,
+                        slowest.frequency, slowest.real_time, slowest.quant_time, config.unit_time,
+                        span > kMaxUnitsPerInstruction
+                            ? fmt::format("its clocks span {} units, so a frontier could have that many points "
+                                          "(at most {})",
+                                          span, kMaxUnitsPerInstruction)
+                            : fmt::format("{} instructions could take {} units, beyond 2^31-1", instructions,
+                                          instructions * slowest.quant_time)));
       whats.push_back(what);
     }
   }

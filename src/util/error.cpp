@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 #include "perseus/util/safe_text.hpp"
 
 namespace perseus {
@@ -20,7 +22,8 @@ std::string describe(const std::string& file, std::size_t line, const std::strin
 }
 }  // namespace
 
-InputError::InputError(const std::string& file, std::size_t line, const std::string& field, const std::string& problem)
-    : Error(describe(file, line, field, problem), ErrorKind::bad_input) {}
+InputError::InputError(const std::string& file, std::size_t line, const std::string& field, const std::string& problem,
+                       std::vector<std::string> settings)
+    : Error(describe(file, line, field, problem), ErrorKind::bad_input, std::move(settings)) {}
 
 }  // namespace perseus

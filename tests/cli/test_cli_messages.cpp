@@ -80,6 +80,24 @@ TEST(CliMessages, SimulateSaysNothingOfARunItsArgumentsRuleOut) {
   }
 }
 
+// The library names its settings (`time_scale`); the command line says the flag its user typed.
+TEST(CliMessages, TheLibrarysSettingsAreSaidAsTheFlagsTyped) {
+  const std::string simulate = "simulate " + kExample + " --stages 4" + kShape + " --server http://127.0.0.1:1";
+  for (const auto& [args, expected] : std::vector<std::pair<std::string, std::string>>{
+           {" --straggler 5:1.2", "perseus: error: --straggler 5:...: there are only 1 pipelines (0..0)"},
+           {" --time-scale -1", "perseus: error: --time-scale must be between 0 and 1000"},
+           {" --clock-latency 20000", "perseus: error: --clock-latency must be between 0 and 10 s (10000 ms)"},
+           {" --pipelines 5000", "at most 16384 simulated ranks (--stages x --pipelines x --tensor-parallel)"}}) {
+    auto r = run_cli(simulate + args);
+    EXPECT_EQ(r.code, 64) << args << "\n" << r.output;
+    EXPECT_TRUE(says(r, expected)) << args << "\n" << r.output;
+  }
+  auto noise = run_cli("optimize " + kExample + " --stages 4" + kShape + " --noise-factor 2 --quiet --out " +
+                       (test_dir() / "out").string());
+  EXPECT_EQ(noise.code, 64) << noise.output;
+  EXPECT_TRUE(says(noise, "perseus: error: --noise-factor must be in (0, 1]")) << noise.output;
+}
+
 TEST(CliMessages, PlansOfAFolderThatIsNoOptimizeOutputSayWhatIsExpected) {
   const fs::path dir = test_dir();
   auto empty = run_cli("plans show " + dir.string());

@@ -289,7 +289,8 @@ TEST(GpudMetricsText, TheAddressIsAPortOnLoopbackOrHostAndPort) {
       gpud::parse_metrics_address(bad);
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find("--metrics-address"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("metrics_address '", 0), 0u) << e.what();
+      EXPECT_EQ(e.settings(), std::vector<std::string>{"metrics_address"}) << e.what();
       EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
     }
   }

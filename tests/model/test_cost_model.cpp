@@ -40,7 +40,8 @@ TEST(ExponentialModel, TooFewOptionsFailStrictlyAndFallBackToPwlInAuto) {
     FAIL() << "expected the fit to fail";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::bad_input);
-    EXPECT_NE(std::string(e.what()).find("use --cost-model auto or pwl"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("use cost_model auto or pwl"), std::string::npos) << e.what();
+    EXPECT_EQ(e.settings(), std::vector<std::string>{"cost_model"});
     EXPECT_NE(std::string(e.what()).find("stage 0 forward"), std::string::npos);
   }
   EXPECT_EQ(make_cost_model(CostModelKind::piecewise_linear, three, 0.001, "x")->name(), "pwl");

@@ -170,7 +170,7 @@ TEST(Schedule, InterleavedShapeErrorsSayWhatMegatronNeeds) {
   EXPECT_NE(message([] { stage_schedule(ScheduleKind::interleaved, 0, 4, 8, 0, 1); }).find("at least 2"),
             std::string::npos);
   EXPECT_NE(
-      message([] { stage_schedule(ScheduleKind::one_f_one_b, 0, 4, 8, 0, 2); }).find("needs --schedule interleaved"),
+      message([] { stage_schedule(ScheduleKind::one_f_one_b, 0, 4, 8, 0, 2); }).find("needs schedule interleaved"),
       std::string::npos);
   EXPECT_EQ(parse_schedule_kind("interleaved"), ScheduleKind::interleaved);
   EXPECT_EQ(schedule_names(), "1f1b, gpipe, interleaved, zb-h1, zbv, dualpipev");

@@ -164,7 +164,8 @@ TEST(SplitProfiles, ZeroBubbleSchedulesRequireSplitRowsAndSayHow) {
     Emulator emulator(whole, config);
     FAIL() << "zb-h1 took a profile without split backwards";
   } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("--split-backward"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("with split_backward 0.5"), std::string::npos) << e.what();
+    EXPECT_EQ(e.settings(), std::vector<std::string>{"split_backward"}) << e.what();
   }
   // Split 50/50, it runs; and 1F1B on the split profile runs each backward as I + W at one clock.
   const Profile split = split_backward(whole, 0.5);

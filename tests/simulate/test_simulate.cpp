@@ -192,7 +192,8 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
       ADD_FAILURE() << bad << " was accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.kind(), ErrorKind::bad_setting) << bad;
-      EXPECT_NE(std::string(e.what()).find("--straggler"), std::string::npos) << e.what();
+      EXPECT_EQ(std::string(e.what()).rfind("straggler '" + std::string(bad) + "'", 0), 0u) << e.what();
+      EXPECT_EQ(e.settings(), std::vector<std::string>{"straggler"}) << e.what();
     }
   }
   auto spec = simulate::parse_straggler("2:1.5@10-20");
@@ -206,7 +207,8 @@ TEST(SimulateConfig, BadStragglersAndShapesAreUsageErrors) {
     ADD_FAILURE() << "a negative clock latency was accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::bad_setting);
-    EXPECT_NE(std::string(e.what()).find("--clock-latency"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("clock_latency must be"), std::string::npos) << e.what();
+    EXPECT_EQ(e.settings(), std::vector<std::string>{"clock_latency"}) << e.what();
   }
 }
 
