@@ -114,14 +114,14 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
   }
   // A damaged page can hold a cell that still parses but with a wrong rowid, larger than those of
   // the rows after it: the walk above jumped past them. Walking back from the end until the first
-  // row it cannot follow (an error, a rowid out of order, a row already read) reads them.
+  // row it cannot follow (an error, a rowid out of order) reads them; rows already read are stepped
+  // over, not stopped at, since the wrong rowid itself was read first and the rows it hid lie below it.
   Prepared previous(
       db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid < ?1 ORDER BY rowid DESC LIMIT 1", columns, table));
   for (std::int64_t before = kMax; previous.ok && previous.read(before) == Step::row;) {
     std::int64_t rowid = sqlite3_column_int64(previous.stmt, 0);
-    if (rowid >= before || read.contains(rowid)) break;
-    on_row(previous.stmt);
-    ++rows;
+    if (rowid >= before) break;
+    if (read.insert(rowid).second) on_row(previous.stmt), ++rows;
     before = rowid;
   }
   return rows == 0 && regions > 0 && after == std::numeric_limits<std::int64_t>::min() ? -1 : regions;
