@@ -28,16 +28,21 @@ void ClockScan::record(int clock, ClockMeasurement measurement) {
     return advance();
   }
   if (coarse_ && next_ && clock == *next_) {
-    if (!top_energy_) top_energy_ = measurement.energy;
-    if (!best_energy_ || measurement.energy < *best_energy_) {
-      best_energy_ = measurement.energy;
-      rises_ = 0;
-    } else {
-      ++rises_;
-    }
+    note_coarse_energy(measurement.energy);
     coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
   }
   advance();
+}
+
+// One coarse clock's energy, in the order the pass measures them: a new minimum, or one more rise.
+void ClockScan::note_coarse_energy(double energy) {
+  if (!top_energy_) top_energy_ = energy;
+  if (!best_energy_ || energy < *best_energy_) {
+    best_energy_ = energy;
+    rises_ = 0;
+  } else {
+    ++rises_;
+  }
 }
 
 // The coarse pass's early stop from the clocks measured now: a clock measured again replaces what a
@@ -49,15 +54,7 @@ void ClockScan::recount_coarse() {
   const auto step = static_cast<std::size_t>(options_.coarse_step);
   for (std::size_t i = 0; i < coarse_index_ && i < clocks_.size(); i += step) {
     auto it = measured_.find(clocks_[i]);
-    if (it == measured_.end()) continue;
-    const double energy = it->second.energy;
-    if (!top_energy_) top_energy_ = energy;
-    if (!best_energy_ || energy < *best_energy_) {
-      best_energy_ = energy;
-      rises_ = 0;
-    } else {
-      ++rises_;
-    }
+    if (it != measured_.end()) note_coarse_energy(it->second.energy);
   }
   if (!coarse_ && coarse_index_ < clocks_.size()) coarse_ = true;  // advance() judges the stop anew
 }

@@ -801,13 +801,15 @@ RoundClocks TurnkeyController::plan_clocks() const {
 // slower under noise, does not show there; a slower cluster or GPU does). Where a pipeline ran
 // fewer than 3 at the top clock: the median of the pipelines that did and are no straggler, else
 // what it was.
-void TurnkeyController::measure_conditions(const RoundMeasurement& m, bool on_plans) {
+void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios) {
+  const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
   conditions_.resize(D, 1.0);
   if (!pipelines_.known()) return;
   std::vector<std::optional<double>> now(D);
   std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
-  const auto ratios = on_plans ? paced_ratios(m, true) : std::vector<double>{};
+  const std::vector<double> no_ratios;
+  const auto& ratios = on_plans ? *plan_ratios : no_ratios;
   condition_per_ratio_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
@@ -903,7 +905,7 @@ void TurnkeyController::remember(const RoundMeasurement& m) {
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
   rounds_since_probe_ = 0;
-  measure_conditions(m, false);
+  measure_conditions(m, nullptr);
   remember(m);
   auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;  // a straggler's round
@@ -964,15 +966,15 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   }
   ++rounds_on_plan_;
   ++rounds_since_probe_;
-  measure_conditions(m, true);
+  // Each pipeline's measured compute-bound time against its plan's prediction, in units of its
+  // baseline pace: its conditions where the top clock says nothing, and straggler detection.
+  const auto ratios = paced_ratios(m, true);
+  measure_conditions(m, &ratios);
   remember(m);
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
 
-  // Straggler detection: each pipeline's measured compute-bound time against its plan's prediction,
-  // in units of its baseline pace.
-  const auto ratios = paced_ratios(m, true);
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
   if (follow_baseline_changes(ratios)) return assign_plans(DecisionEvent::paced_to_new_speeds);

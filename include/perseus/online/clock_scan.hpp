@@ -56,6 +56,7 @@ class ClockScan {
 
  private:
   void advance();
+  void note_coarse_energy(double energy);
   void recount_coarse();
   std::optional<int> next_fill() const;
   std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any

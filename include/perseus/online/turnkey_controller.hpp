@@ -234,7 +234,8 @@ class TurnkeyController {
   std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
   std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
                                                     const StageKind& key) const;
-  void measure_conditions(const RoundMeasurement& m, bool on_plans);
+  // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
+  void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   bool observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios);
