@@ -114,6 +114,26 @@ std::map<int, ClockMeasurement> ClockScan::interpolated() const {
   return out;
 }
 
+std::optional<double> ClockScan::predicted_time(int clock) const {
+  std::vector<std::pair<int, double>> below, above;  // nearest first
+  for (auto it = measured_.rbegin(); it != measured_.rend(); ++it)
+    if (it->first < clock) below.emplace_back(it->first, it->second.time);
+  for (const auto& [c, m] : measured_)
+    if (c > clock) above.emplace_back(c, m.time);
+  std::pair<int, double> a, b;
+  if (!below.empty() && !above.empty()) {
+    a = below.front(), b = above.front();
+  } else if (below.size() >= 2) {
+    a = below[0], b = below[1];
+  } else if (above.size() >= 2) {
+    a = above[0], b = above[1];
+  } else {
+    return std::nullopt;
+  }
+  const double xa = 1.0 / a.first, xb = 1.0 / b.first, x = 1.0 / clock;
+  return a.second + (b.second - a.second) * (x - xa) / (xb - xa);
+}
+
 std::optional<int> ClockScan::next_fill() const {
   // Measured clocks high to low; the faster clock of a gap must be on the measured Pareto front
   // (lower energy than every faster clock), else nothing between can be Pareto-optimal either.

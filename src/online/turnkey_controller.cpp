@@ -470,14 +470,28 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // baseline's conditions.
   auto disturbed = disturbed_pipelines(m);
   const double c = profile_conditions_ > 0 ? profile_conditions_ : 1.0;
+  std::vector<double> off_curve;  // per scan: the time measured over the time its curve predicts
   for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
     if (!issued_[i] || !measured) continue;
-    scans_[i].record(*issued_[i], {measured->time / c, measured->energy / c});
+    const ClockMeasurement at_baseline{measured->time / c, measured->energy / c};
+    if (auto predicted = scans_[i].predicted_time(*issued_[i]); predicted && *predicted > 0)
+      off_curve.push_back(at_baseline.time / *predicted);
+    scans_[i].record(*issued_[i], at_baseline);
     since_check_.emplace_back(i, *issued_[i]);
   }
   issued_.clear();
   ++rounds_since_check_;
+  // A slow spell shows as every scan's new clock off its curve at once: the conditions are checked
+  // in the next round, not only after check_every rounds (a spell that fits between two checks
+  // would leave its clocks measured at the wrong conditions for good).
+  constexpr double kOffCurve = 0.03;
+  constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
+  const bool off = off_curve.size() >= kFewestScans && std::abs(median(off_curve) - 1) > kOffCurve;
+  if (off) {
+    rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
+    off_curve_ = median(off_curve);
+  }
   if (profiling_done()) finish_profiling();
 }
 
@@ -502,6 +516,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   checking_ = false;
   ++profiling_checks_;
   rounds_since_check_ = 0;
+  const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
   const auto now = cluster_conditions(m, disturbed_pipelines(m));
   if (!now) return since_check_.clear();
   constexpr double kBand = 0.01;
@@ -510,10 +525,13 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
     ++profile_redos_;
     std::size_t again = 0;
     for (const auto& [scan, clock] : since_check_) again += scans_[scan].redo(clock) ? 1 : 0;
+    const std::string why =
+        off_curve ? fmt::format(" (checked early: the round before ran x{:.3f} off the clocks' curves)", *off_curve)
+                  : std::string();
     decide(DecisionEvent::profiling_conditions_changed,
            fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {} "
-                       "clocks measured since are measured again",
-                       *now, profile_conditions_, again));
+                       "clocks measured since are measured again{}",
+                       *now, profile_conditions_, again, why));
   }
   profile_conditions_ = *now;
   since_check_.clear();

@@ -169,5 +169,22 @@ TEST(ClockScan, AClockMeasuredAgainUndoesAnEarlyStopTheSlowSpellCaused) {
   EXPECT_TRUE(scan.done());
 }
 
+// Times with a part that runs with the clock and a part that does not are linear in 1/clock: the
+// prediction is exact between measured clocks and past them, and wants two other clocks.
+TEST(ClockScan, PredictsAClocksTimeFromItsMeasuredNeighboursLinearlyInOneOverTheClock) {
+  ClockScan scan({1410, 1200, 1000, 800});
+  auto time = [](int clock) { return 0.2 + 300.0 / clock; };
+  EXPECT_FALSE(scan.predicted_time(1200));
+  scan.record(1410, {time(1410), 1});
+  EXPECT_FALSE(scan.predicted_time(1200)) << "one other clock is no curve";
+  scan.record(1200, {time(1200), 1});
+  EXPECT_FALSE(scan.predicted_time(1200)) << "a clock is not its own evidence";
+  ASSERT_TRUE(scan.predicted_time(1000));
+  EXPECT_NEAR(*scan.predicted_time(1000), time(1000), 1e-12);  // extrapolated down
+  scan.record(800, {time(800), 1});
+  EXPECT_NEAR(*scan.predicted_time(1000), time(1000), 1e-12);  // between 1200 and 800
+  EXPECT_NEAR(*scan.predicted_time(1200), time(1200), 1e-12);  // between 1410 and 800, itself left out
+}
+
 }  // namespace
 }  // namespace perseus

@@ -122,6 +122,25 @@ TEST(TurnkeyClasses, ASlowSpellOfTheWholeClusterInAnyPhaseCostsItsDurationAndAFe
   }
 }
 
+// A spell shorter than the rounds between two of profiling's all-max checks: every scan's clock of
+// its first round comes out off that scan's curve, so the conditions are checked at once and the
+// clocks it spoiled measured again.
+TEST(TurnkeyClasses, ASlowSpellBetweenTwoProfilingChecksIsSeenOnTheClocksCurves) {
+  const double clean = undisturbed_saving(small_cluster(), 130);
+  for (int first : {8, 9, 10, 11, 12, 13, 14, 15}) {
+    auto cluster = small_cluster();
+    cluster.noise = 0.005;
+    cluster.factor = [first](int, int r, int) { return r >= first && r < first + 2 ? 1.1 : 1.0; };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 130);
+    const std::string where = "spell from round " + std::to_string(first);
+    EXPECT_TRUE(has(c, "profiling conditions changed")) << where << ": " << events(c);
+    EXPECT_LE(r.slowdown(100, 130), 0.005) << where << ": " << events(c);
+    // 0.9: an all-max probe round may fall in the rounds compared.
+    EXPECT_GE(r.saving(110, 130), 0.9 * clean) << where << ": " << events(c);
+  }
+}
+
 TEST(TurnkeyClasses, AStepUpIsTriedAgainAndTheSavingPlanComesBackWhenTheMissEnded) {
   auto cluster = small_cluster();
   const int top = cluster.shape().clocks.front();

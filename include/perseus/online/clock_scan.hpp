@@ -51,6 +51,10 @@ class ClockScan {
   // time and energy interpolated linearly in the clock: a plan may then use any clock in the
   // measured range (time and energy change smoothly with the clock between Pareto points).
   std::map<int, ClockMeasurement> interpolated() const;
+  // The time `clock` should take by the other measured clocks: linear in 1/clock (a part that runs
+  // with the clock and a part that does not) through its measured neighbours, or extrapolated from
+  // the two nearest on one side. None with fewer than two other measured clocks.
+  std::optional<double> predicted_time(int clock) const;
   // Clocks measured or still to measure, an upper bound while the coarse pass runs.
   std::size_t planned() const;
 

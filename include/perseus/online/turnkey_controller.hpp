@@ -57,7 +57,8 @@ struct ControllerConfig {
   // While profiling, one all-max round after every this many rounds (and one at the end) measures the
   // cluster's conditions: clocks measured while they changed are measured again, and every clock's
   // measurement is taken at the baseline's conditions, so that a slow spell during profiling does
-  // not make the profile inconsistent (0: no such rounds).
+  // not make the profile inconsistent (0: no such rounds). A round whose clocks all come out more
+  // than 3% off their scans' curves is followed by such a round at once.
   int check_every = 4;
   int refine_passes = 0;  // measure the interpolated clocks a plan runs, then plan again
   double slowdown = 1.0;
@@ -304,6 +305,7 @@ class TurnkeyController {
   // rounds since, and what was measured since (scan, clock).
   double profile_conditions_ = 1;
   int rounds_since_check_ = 0, profile_redos_ = 0, profiling_checks_ = 0;
+  std::optional<double> off_curve_;  // a round's clocks over their curves' times, when that asked for a check
   bool checking_ = false;
   std::vector<std::pair<std::size_t, int>> since_check_;
   AllMaxBaseline baseline_;
