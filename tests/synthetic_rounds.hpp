@@ -36,6 +36,9 @@ struct SyntheticCluster {
   // Time and energy factor of the GPU of pipeline d, stage s for the whole run (GPUs of one cluster
   // are not equally fast).
   std::function<double(int d, int s)> speed = [](int, int) { return 1.0; };
+  // Seconds a locked clock takes to apply: an instruction whose clock differs from the one before it
+  // on its stage (the first: the iteration before's last) runs that long at the clock before.
+  double latency = 0;
 
   online::JobShape shape() const {
     online::JobShape s;
@@ -77,6 +80,13 @@ struct SyntheticCluster {
             InstructionKind kind = orders[s][slot].kind;
             int clock = clocks ? (*clocks)[d][s][slot] : top;
             auto [t, e] = cost_.at({static_cast<int>(s), kind, clock});
+            const std::size_t before = slot > 0 ? slot - 1 : orders[s].size() - 1;
+            const int old_clock = clocks ? (*clocks)[d][s][before] : top;
+            if (latency > 0 && old_clock != clock) {
+              const auto [t_old, e_old] = cost_.at({static_cast<int>(s), kind, old_clock});
+              const double share = std::min(1.0, latency / t_old);  // of the work done at the clock before
+              t = share * t_old + (1 - share) * t, e = share * e_old + (1 - share) * e;
+            }
             double n = noise > 0 ? jitter(rng) : 1.0;
             double time = t * f * n * clock_error(clock), en = e * f * n;
             durations[s].push_back(time);

@@ -70,19 +70,32 @@ double PipelineBaseline::speed(std::size_t d, const StageKind& key) const {
 
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
                                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
-                                                   const std::vector<std::vector<int>>* clocks, int top) const {
+                                                   const std::vector<std::vector<int>>* clocks, int top,
+                                                   const std::vector<std::vector<double>>* late) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
-  std::vector<double> ratios;
+  std::vector<double> steady, after_change;
   const auto& slots = m.slot_time[d];
   for (std::size_t s = 0; s < slots.size() && s < orders.size(); ++s)
     for (std::size_t k = 0; k < slots[s].size() && k < orders[s].size(); ++k) {
       if (clocks && (s >= clocks->size() || k >= (*clocks)[s].size() || (*clocks)[s][k] != top)) continue;
       auto it = top_time_[d].find({model_stage(orders[s][k], num_stages), orders[s][k].kind});
       if (it == top_time_[d].end() || it->second <= 0 || slots[s][k] <= 0) continue;
-      ratios.push_back(slots[s][k] / it->second);
+      // Right after a change to the top clock, the instruction starts at the clock before (a clock
+      // change takes effect late): less what the latency cost it where that is known, else counted
+      // only where too few others ran at the top clock.
+      const bool changed = clocks && (*clocks)[s][k > 0 ? k - 1 : (*clocks)[s].size() - 1] != top;
+      const bool known = late && s < late->size() && k < (*late)[s].size();
+      if (changed && known) {
+        steady.push_back((slots[s][k] - (*late)[s][k]) / it->second);
+      } else {
+        (changed ? after_change : steady).push_back(slots[s][k] / it->second);
+      }
     }
-  if (ratios.size() < 3) return std::nullopt;
-  return median(ratios);
+  constexpr std::size_t kFewest = 3;
+  if (steady.size() >= kFewest) return median(steady);
+  steady.insert(steady.end(), after_change.begin(), after_change.end());
+  if (steady.size() < kFewest) return std::nullopt;
+  return median(steady);
 }
 
 }  // namespace perseus::online

@@ -819,6 +819,28 @@ RoundClocks TurnkeyController::plan_clocks() const {
 // slower under noise, does not show there; a slower cluster or GPU does). Where a pipeline ran
 // fewer than 3 at the top clock: the median of the pipelines that did and are no straggler, else
 // what it was.
+// Per stage and slot of `plan`: the seconds an instruction at the top clock right after a slower
+// one runs at the clock before (the latency model's loss, as the plans are chosen with); none while
+// the latency is not known.
+std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(const ChosenPlan& plan) const {
+  if (latency_ <= 0 || !plans_ || !plans_->emulator) return std::nullopt;
+  const Emulator& emulator = *plans_->emulator;
+  const int top = shape_.clocks.front();
+  std::vector<std::vector<double>> out(plan.frequencies.size());
+  for (std::size_t s = 0; s < plan.frequencies.size() && s < orders_.size(); ++s) {
+    const auto& clocks = plan.frequencies[s];
+    out[s].assign(clocks.size(), 0.0);
+    for (std::size_t k = 0; k < clocks.size() && k < orders_[s].size(); ++k) {
+      const int before_clock = clocks[k > 0 ? k - 1 : clocks.size() - 1];
+      if (clocks[k] != top || before_clock == top) continue;
+      const auto now = emulator.cost(orders_[s][k], top), before = emulator.cost(orders_[s][k], before_clock);
+      if (now && before && before->time > 0)
+        out[s][k] = std::min(latency_, before->time) * std::max(0.0, 1 - now->time / before->time);
+    }
+  }
+  return out;
+}
+
 void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios) {
   const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
@@ -831,8 +853,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   condition_per_ratio_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
+    const auto late = plan ? latency_loss(*plan) : std::nullopt;
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
-                                   shape_.clocks.front());
+                                   shape_.clocks.front(), late ? &*late : nullptr);
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
     // predicts does, in units of what that ratio was when the conditions were last known (measured
@@ -1007,7 +1030,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 // what they were chosen for by more than a quarter (and half a millisecond).
 bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
-  constexpr std::size_t kKept = 4000, kEnough = 200;
+  constexpr std::size_t kKept = 4000, kEnough = 40;
   const Emulator& emulator = *plans_->emulator;
   for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     const ChosenPlan* plan = plan_of(d);
@@ -1044,10 +1067,10 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   constexpr double kSmallest = 5e-4;
   const double now = fit < std::max(kSmallest, 3 * stderr_) ? 0.0 : fit;
   if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
-  decide(DecisionEvent::clock_latency,
-         fmt::format("a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
-                     "(measured over {} changes; plans were chosen for {:.2f} ms): choosing them again",
-                     1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_));
+  latency_said_ = fmt::format(
+      "a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
+      "(measured over {} changes; plans were chosen for {:.2f} ms)",
+      1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_);
   latency_ = now;
   return true;
 }
@@ -1059,7 +1082,25 @@ static std::function<TargetChoice(const ChoiceContext&)> target_for(double deadl
   };
 }
 
+// The plans running were measured under the latency all along: where they meet the target within the
+// tolerance, they are kept. Plans chosen anew win back the time the changes lose by
+// raising clocks elsewhere (at the frontier's fast end, many times the energy of the time won back).
 void TurnkeyController::choose_for_latency() {
+  const bool followed = straggler_ && !straggler_->in_baseline;
+  if (!followed && !paced() && judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+    const double ratio = robust_mean(judged_).value, target = target_time() / baseline_.time();
+    if (ratio <= target * (1 + config_.tolerance)) {
+      decide(DecisionEvent::clock_latency,
+             fmt::format("{}: the plans running under it measured {:.4f}x the all-max reference over {} rounds, "
+                         "within the tolerance of the target {:.4f}x: kept, and judged again",
+                         latency_said_, ratio, judged_.size(), target));
+      // Their rounds were measured against conditions that did not take the latency out.
+      judged_.clear();
+      rounds_on_plan_ = 0;
+      return;
+    }
+  }
+  decide(DecisionEvent::clock_latency, latency_said_ + ": choosing them again");
   ++straggler_changes_;  // the evidence of every verdict on a plan is stale
   choose(DecisionEvent::chosen_for_clock_latency, target_for(target_deadline() / miss_));
 }

@@ -141,6 +141,26 @@ TEST(TurnkeyClasses, ASlowSpellBetweenTwoProfilingChecksIsSeenOnTheClocksCurves)
   }
 }
 
+// A locked clock that applies late: the loop measures the latency from the plans' rounds and keeps
+// plans that meet the target under it, or chooses them again; the slowdown stays within the
+// tolerance and is reported true (the reference's conditions leave out the instructions a change
+// of clock made slower).
+TEST(TurnkeyClasses, AClockLatencyKeepsTheTargetAndTheReportedSlowdownTrue) {
+  const double clean = undisturbed_saving(small_cluster(), 130);
+  for (double latency : {0.002, 0.01}) {
+    auto cluster = small_cluster();
+    cluster.noise = 0.002;
+    cluster.latency = latency;
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 130);
+    const std::string where = "latency " + std::to_string(latency) + ": " + events(c);
+    EXPECT_TRUE(has(c, "clock latency")) << where;
+    EXPECT_LE(r.slowdown(100, 130), 0.005) << where;
+    EXPECT_GE(r.saving(100, 130), 0.75 * clean) << where;
+    expect_reported_true(c, r, where);
+  }
+}
+
 TEST(TurnkeyClasses, AStepUpIsTriedAgainAndTheSavingPlanComesBackWhenTheMissEnded) {
   auto cluster = small_cluster();
   const int top = cluster.shape().clocks.front();

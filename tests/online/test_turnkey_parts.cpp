@@ -104,6 +104,21 @@ TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
   EXPECT_NEAR(*b.conditions(now, 1, orders, 1, &clocks, 1410), 1.05, 1e-12);
   clocks = {{1410, 1200, 1200, 1200, 1200, 1410}};
   EXPECT_FALSE(b.conditions(now, 1, orders, 1, &clocks, 1410));
+  // A change of clock takes effect late: a top-clock slot right after a slower one starts at the
+  // slower clock (here 20% longer) and says nothing of the conditions, as long as at least 3 others
+  // ran at the top clock after the top clock (the first slot follows the iteration before's last).
+  std::vector<std::vector<Instruction>> twelve(1);
+  for (auto kind : {InstructionKind::forward, InstructionKind::backward})
+    for (int mb = 0; mb < 6; ++mb) twelve[0].push_back({0, kind, mb});
+  clocks = {{1410, 1200, 1410, 1200, 1410, 1200, 1410, 1410, 1410, 1410, 1200, 1410}};
+  auto late = now;
+  const double t = 1.1 * 1.05;
+  late.slot_time[1] = {{t, t, t, t, t, t, 2 * t, 2 * t, 2 * t, 2 * t, 2 * t, 2 * t}};
+  for (std::size_t k : {2, 4, 6, 11}) late.slot_time[1][0][k] *= 1.2;
+  EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410), 1.05, 1e-12);
+  // Fewer than 3 such slots: every top-clock slot counts.
+  clocks = {{1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200, 1410, 1410, 1200, 1410}};
+  EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410), 1.05 * 1.2, 1e-12);
 }
 
 }  // namespace

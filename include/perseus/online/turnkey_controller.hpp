@@ -236,6 +236,7 @@ class TurnkeyController {
   std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
                                                     const StageKind& key) const;
   // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
+  std::optional<std::vector<std::vector<double>>> latency_loss(const ChosenPlan& plan) const;
   void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
@@ -372,6 +373,7 @@ class TurnkeyController {
   int rounds_on_plan_ = 0;
   DeployedRounds report_;
   std::vector<double> judged_;  // the rounds on the current plans: time over the reference's
+  std::string latency_said_;    // what the last measurement of the clock latency found
   std::vector<double> last_pipeline_time_, last_pipeline_energy_;
   std::optional<double> pace_;  // measured seconds; see set_pace
   bool hold_probes_ = false;
