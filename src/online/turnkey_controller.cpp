@@ -814,11 +814,6 @@ RoundClocks TurnkeyController::plan_clocks() const {
   return out;
 }
 
-// Per pipeline: its measured top-clock instruction times over its own in the baseline (the median
-// over the instructions it ran at the top clock; a profile's error below the top clock, or a plan
-// slower under noise, does not show there; a slower cluster or GPU does). Where a pipeline ran
-// fewer than 3 at the top clock: the median of the pipelines that did and are no straggler, else
-// what it was.
 // Per stage and slot of `plan`: the seconds an instruction at the top clock right after a slower
 // one runs at the clock before (the latency model's loss, as the plans are chosen with); none while
 // the latency is not known.
@@ -841,6 +836,12 @@ std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(
   return out;
 }
 
+// Per pipeline: its measured top-clock instruction times over its own in the baseline (the median
+// over the instructions it ran at the top clock, those right after a change of clock less what the
+// latency cost them; a profile's error below the top clock, or a plan slower under noise, does not
+// show there; a slower cluster or GPU does). Where a pipeline ran
+// fewer than 3 at the top clock: the median of the pipelines that did and are no straggler, else
+// what it was.
 void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios) {
   const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
