@@ -52,8 +52,7 @@ class Exchange {
 
   // Reads `options`' rank, retry_for and pipe_schedule (a schedule has one state per entry) when it
   // runs; `options` and `connection` must outlive the exchange.
-  Exchange(const ClientOptions& options, ServerConnection& connection)
-      : options_(options), connection_(connection) {}
+  Exchange(const ClientOptions& options, ServerConnection& connection) : options_(options), connection_(connection) {}
   ~Exchange() { stop(std::chrono::milliseconds(0)); }
   Exchange(const Exchange&) = delete;
   Exchange& operator=(const Exchange&) = delete;

@@ -43,9 +43,8 @@ std::optional<std::string> Registration::begin() {
 
   if (!o.job_id.empty()) {
     connection_.set_job_id(o.job_id);
-    connection_.set_job_secret(o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET")
-                                   ? std::getenv("PERSEUS_JOB_SECRET")
-                                   : o.job_secret);
+    connection_.set_job_secret(
+        o.job_secret.empty() && std::getenv("PERSEUS_JOB_SECRET") ? std::getenv("PERSEUS_JOB_SECRET") : o.job_secret);
   } else if (o.rank == 0) {
     connection_.set_job_secret(protocol::new_job_secret());
     step([&] { register_job(); });
@@ -81,8 +80,8 @@ void Registration::complete() {
 
 void Registration::learn_server() {
   json info = connection_.call("GET", "/info", nullptr);
-  mode_ = protocol::parse_power_mode(info.value("mode", std::string("frequency")))
-              .value_or(protocol::PowerMode::frequency);
+  mode_ =
+      protocol::parse_power_mode(info.value("mode", std::string("frequency"))).value_or(protocol::PowerMode::frequency);
   server_known_ = true;
 }
 
@@ -146,7 +145,8 @@ void Registration::join_broadcast_after_failure() {
   joined_broadcast_ = true;
   try {
     std::string id = o.broadcast_job_id("");
-    if (o.rank != 0 && connection_.job_id().empty()) receive_job_id(id);  // so that this rank can tell the job it is out
+    if (o.rank != 0 && connection_.job_id().empty())
+      receive_job_id(id);  // so that this rank can tell the job it is out
   } catch (const std::exception& e) {
     spdlog::warn("perseus: rank {}: the job-id broadcast failed: {}", o.rank, e.what());
   }
