@@ -31,18 +31,18 @@ void Heartbeat::stop() {
 
 void Heartbeat::run(const HeartbeatOptions& options, const std::atomic<std::uint64_t>& progress,
                     const OnReply& on_reply) {
-  HttpClient http(options.server_url, options.token);
-  http.set_job_secret(options.job_secret);
-  const std::string target = fmt::format("/heartbeat/{}", encode_path_segment(options.job_id));
+  const Endpoint& endpoint = options.endpoint;
+  auto http = endpoint.open();
+  const std::string target = fmt::format("/heartbeat/{}", encode_path_segment(endpoint.job_id));
   std::unique_lock lock(mutex_);
   for (;;) {
-    nlohmann::json body = {{"rank", options.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
+    nlohmann::json body = {{"rank", endpoint.rank}, {"progress", progress.load(std::memory_order_relaxed)}};
     lock.unlock();
     try {
-      auto reply = http.request("POST", target, body.dump(), std::min(options.request_timeout, options.interval * 2));
+      auto reply = http->request("POST", target, body.dump(), std::min(endpoint.request_timeout, options.interval * 2));
       if (reply.status == 200 && on_reply) on_reply(reply.body);
     } catch (const std::exception& e) {
-      spdlog::debug("perseus: rank {}: heartbeat: {}", options.rank, e.what());  // the round boundary handles outages
+      spdlog::debug("perseus: rank {}: heartbeat: {}", endpoint.rank, e.what());  // the round boundary handles outages
     }
     lock.lock();
     if (wake_.wait_for(lock, options.interval, [&] { return stop_; })) break;

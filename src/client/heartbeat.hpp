@@ -4,8 +4,9 @@
 // one in a long step.
 //
 // Threads: the heartbeat owns one thread, started by the constructor and joined by stop() or the
-// destructor. It reads `progress` (written by the training thread) atomically and owns its own
-// HTTP connection; its mutex guards only the stop flag. `on_reply` runs on the heartbeat's thread.
+// destructor. It reads `progress` (written by the training thread) atomically and opens its own
+// HTTP connection from a copy of the endpoint; its mutex guards only the stop flag. `on_reply` runs
+// on the heartbeat's thread.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -15,16 +16,13 @@
 #include <string>
 #include <thread>
 
+#include "server_connection.hpp"
+
 namespace perseus::client {
 
 struct HeartbeatOptions {
-  std::string server_url;
-  std::string token;       // the server's bearer token
-  std::string job_secret;  // "" when the job has none
-  std::string job_id;
-  int rank = 0;
+  Endpoint endpoint;  // each beat waits at most its request_timeout, or two intervals
   std::chrono::milliseconds interval{5000};
-  std::chrono::milliseconds request_timeout{30000};  // each beat waits at most this, or two intervals
 };
 
 class Heartbeat {
