@@ -485,7 +485,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // A slow spell shows as every scan's new clock off its curve at once: the conditions are checked
   // in the next round, not only after check_every rounds (a spell that fits between two checks
   // would leave its clocks measured at the wrong conditions for good).
-  constexpr double kOffCurve = 0.03;
+  constexpr double kOffCurve = 0.02;
   constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
   const bool off = off_curve.size() >= kFewestScans && std::abs(median(off_curve) - 1) > kOffCurve;
   if (off) {
@@ -885,8 +885,25 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // overstate the stretch.
   constexpr std::size_t kWindow = 8;
   condition_windows_.resize(D);
+  // A straggler whose plan runs (next to) nothing at the top clock, with nothing to calibrate its time
+  // by: the others' conditions (now, or as last known) times its slowdown relative to them.
+  const auto straggling = [&](std::size_t d) {
+    return straggler_ && straggler_->pipeline && !straggler_->told && !straggler_->in_baseline &&
+           static_cast<std::size_t>(*straggler_->pipeline) == d && straggler_->slowdown > 0;
+  };
+  std::vector<double> others_before;  // the conditions the others were last known at
+  for (std::size_t d = 0; d < D; ++d)
+    if (!straggling(d)) others_before.push_back(conditions_[d]);
+  const auto unmeasured = [&](std::size_t d) {
+    if (straggling(d))
+      return (!shared.empty()         ? median(shared)
+              : others_before.empty() ? 1.0
+                                      : median(others_before)) *
+             straggler_->slowdown;
+    return !shared.empty() ? median(shared) : conditions_[d];
+  };
   for (std::size_t d = 0; d < D; ++d) {
-    const double x = now[d] ? *now[d] : !shared.empty() ? median(shared) : conditions_[d];
+    const double x = now[d] ? *now[d] : unmeasured(d);
     auto& window = condition_windows_[d];
     // An all-max round measures every instruction at the top clock: its conditions are precise.
     if (!on_plans) window.clear();

@@ -299,6 +299,30 @@ TEST(TurnkeyClasses, AStragglerFollowedUnderNoiseIsJudgedAndTheOthersPacedToWhat
 // run nothing at the top clock, where the conditions are measured, so a pipeline's conditions come
 // from its time over what its plan predicts. The round a straggler ends in (half slow, half not) is
 // then judged against what it measured, not against the straggler's pace of before.
+// A straggler detected while the clocks are profiled, whose plan runs nothing at the top clock (the
+// profile's top clock is no faster than the next): with no condition of its own measured and none
+// calibrated before it came, its conditions are the others' times its slowdown, not the others'.
+TEST(TurnkeyClasses, AStragglerDetectedWhileProfilingWithNoTopClockInItsPlanIsTheReferencesPace) {
+  auto cluster = cluster_of(3, 8);
+  const auto clocks = cluster.shape().clocks;  // fastest first
+  std::map<std::pair<int, InstructionKind>, ProfileRow> next;
+  for (const auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[1]) next[{row.stage, row.kind}] = row;
+  for (auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[0]) {
+      const auto& slower = next.at({row.stage, row.kind});
+      row.time = slower.time, row.energy = slower.energy * 1.05;
+    }
+  cluster.noise = 0.005;
+  cluster.factor = [](int d, int r, int) { return d == 0 && r >= 8 ? 1.16 : 1.0; };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 80);
+  ASSERT_TRUE(c.straggler()) << events(c);
+  EXPECT_LE(c.step_ups(), 1) << events(c);  // not paced faster and faster for a miss that is the reference's
+  EXPECT_LE(r.slowdown(50, 80), 0.005) << events(c);
+  expect_reported_true(c, r, "a straggler detected while profiling");
+}
+
 TEST(TurnkeyClasses, AStragglerThatEndsMidRoundIsReportedTrueThroughItsEnd) {
   auto cluster = cluster_of(3, 8);
   const auto clocks = cluster.shape().clocks;  // fastest first
