@@ -32,6 +32,21 @@ SyntheticCluster cluster_of(int stages, int microbatches, SyntheticGpu gpu = {})
   return c;
 }
 
+// The same cluster with a profile whose top clock runs no faster than the next and costs more: no
+// plan runs anything at the top clock, so no round on the plans measures the conditions there.
+SyntheticCluster top_clock_no_faster_than_the_next(SyntheticCluster cluster) {
+  const auto clocks = cluster.shape().clocks;  // fastest first
+  std::map<std::pair<int, InstructionKind>, ProfileRow> next;
+  for (const auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[1]) next[{row.stage, row.kind}] = row;
+  for (auto& row : cluster.profile.rows)
+    if (row.frequency == clocks[0]) {
+      const auto& slower = next.at({row.stage, row.kind});
+      row.time = slower.time, row.energy = slower.energy * 1.05;
+    }
+  return cluster;
+}
+
 SyntheticCluster small_cluster() { return cluster_of(4, 6); }
 
 ControllerConfig config() {
@@ -303,16 +318,7 @@ TEST(TurnkeyClasses, AStragglerFollowedUnderNoiseIsJudgedAndTheOthersPacedToWhat
 // profile's top clock is no faster than the next): with no condition of its own measured and none
 // calibrated before it came, its conditions are the others' times its slowdown, not the others'.
 TEST(TurnkeyClasses, AStragglerDetectedWhileProfilingWithNoTopClockInItsPlanIsTheReferencesPace) {
-  auto cluster = cluster_of(3, 8);
-  const auto clocks = cluster.shape().clocks;  // fastest first
-  std::map<std::pair<int, InstructionKind>, ProfileRow> next;
-  for (const auto& row : cluster.profile.rows)
-    if (row.frequency == clocks[1]) next[{row.stage, row.kind}] = row;
-  for (auto& row : cluster.profile.rows)
-    if (row.frequency == clocks[0]) {
-      const auto& slower = next.at({row.stage, row.kind});
-      row.time = slower.time, row.energy = slower.energy * 1.05;
-    }
+  auto cluster = top_clock_no_faster_than_the_next(cluster_of(3, 8));
   cluster.noise = 0.005;
   cluster.factor = [](int d, int r, int) { return d == 0 && r >= 8 ? 1.16 : 1.0; };
   TurnkeyController c(config(), cluster.shape());
@@ -324,16 +330,7 @@ TEST(TurnkeyClasses, AStragglerDetectedWhileProfilingWithNoTopClockInItsPlanIsTh
 }
 
 TEST(TurnkeyClasses, AStragglerThatEndsMidRoundIsReportedTrueThroughItsEnd) {
-  auto cluster = cluster_of(3, 8);
-  const auto clocks = cluster.shape().clocks;  // fastest first
-  std::map<std::pair<int, InstructionKind>, ProfileRow> next;
-  for (const auto& row : cluster.profile.rows)
-    if (row.frequency == clocks[1]) next[{row.stage, row.kind}] = row;
-  for (auto& row : cluster.profile.rows)
-    if (row.frequency == clocks[0]) {
-      const auto& slower = next.at({row.stage, row.kind});
-      row.time = slower.time, row.energy = slower.energy * 1.05;
-    }
+  auto cluster = top_clock_no_faster_than_the_next(cluster_of(3, 8));
   cluster.noise = 0.005;
   const double speeds[2][3] = {{1.00, 1.02, 0.99}, {0.98, 1.01, 1.02}};
   cluster.speed = [speeds](int d, int s) { return speeds[d][s]; };
