@@ -485,7 +485,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // A slow spell shows as every scan's new clock off its curve at once: the conditions are checked
   // in the next round, not only after check_every rounds (a spell that fits between two checks
   // would leave its clocks measured at the wrong conditions for good).
-  constexpr double kOffCurve = 0.02;
+  constexpr double kOffCurve = 0.03;
   constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
   const bool off = off_curve.size() >= kFewestScans && std::abs(median(off_curve) - 1) > kOffCurve;
   if (off) {

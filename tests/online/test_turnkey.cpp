@@ -84,9 +84,7 @@ TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   // At most a third of one-round-per-clock profiling, besides the all-max rounds that check the conditions.
   EXPECT_LE((s["profiling"]["rounds"].get<int>() - s["profiling"]["checks"].get<int>()) * 3,
             s["profiling"]["clocks_available"].get<int>());
-  // A check every check_every (4) rounds, and one early where a round's clocks came out 2% off their
-  // curves (real profiles bend that much between coarse clocks now and then).
-  EXPECT_LE(s["profiling"]["checks"].get<int>() * 3, s["profiling"]["rounds"].get<int>());
+  EXPECT_LE(s["profiling"]["checks"].get<int>() * 4, s["profiling"]["rounds"].get<int>());
   EXPECT_EQ(s["profiling"]["clocks_done"], s["profiling"]["clocks_total"]);
   EXPECT_GT(s["saving"].get<double>(), 0.14);
   EXPECT_LE(s["slowdown"].get<double>(), 0.005);

@@ -58,7 +58,7 @@ struct ControllerConfig {
   // cluster's conditions: clocks measured while they changed are measured again, and every clock's
   // measurement is taken at the baseline's conditions, so that a slow spell during profiling does
   // not make the profile inconsistent (0: no such rounds). A round whose clocks all come out more
-  // than 2% off their scans' curves is followed by such a round at once.
+  // than 3% off their scans' curves is followed by such a round at once.
   int check_every = 4;
   int refine_passes = 0;  // measure the interpolated clocks a plan runs, then plan again
   double slowdown = 1.0;
