@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <utility>
 
+#include "perseus/emulate/pipeline_walk.hpp"
 #include "perseus/online/background_task.hpp"
 #include "plan_choice_adapter.hpp"
 #include "turnkey_choice.hpp"
@@ -487,10 +488,11 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // would leave its clocks measured at the wrong conditions for good).
   constexpr double kOffCurve = 0.03;
   constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
-  const bool off = off_curve.size() >= kFewestScans && std::abs(median(off_curve) - 1) > kOffCurve;
-  if (off) {
-    rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
-    off_curve_ = median(off_curve);
+  if (off_curve.size() >= kFewestScans) {
+    if (const double off = median(off_curve); std::abs(off - 1) > kOffCurve) {
+      rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
+      off_curve_ = off;
+    }
   }
   if (profiling_done()) finish_profiling();
 }
@@ -830,7 +832,7 @@ std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(
       if (clocks[k] != top || before_clock == top) continue;
       const auto now = emulator.cost(orders_[s][k], top), before = emulator.cost(orders_[s][k], before_clock);
       if (now && before && before->time > 0)
-        out[s][k] = std::min(latency_, before->time) * std::max(0.0, 1 - now->time / before->time);
+        out[s][k] = std::max(0.0, cost_after_clock_change(*now, *before, latency_).time - now->time);
     }
   }
   return out;
@@ -895,12 +897,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   for (std::size_t d = 0; d < D; ++d)
     if (!straggling(d)) others_before.push_back(conditions_[d]);
   const auto unmeasured = [&](std::size_t d) {
-    if (straggling(d))
-      return (!shared.empty()         ? median(shared)
-              : others_before.empty() ? 1.0
-                                      : median(others_before)) *
-             straggler_->slowdown;
-    return !shared.empty() ? median(shared) : conditions_[d];
+    if (!straggling(d)) return !shared.empty() ? median(shared) : conditions_[d];
+    const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
+    return others * straggler_->slowdown;
   };
   for (std::size_t d = 0; d < D; ++d) {
     const double x = now[d] ? *now[d] : unmeasured(d);

@@ -235,8 +235,8 @@ class TurnkeyController {
   std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
   std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
                                                     const StageKind& key) const;
-  // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
   std::optional<std::vector<std::vector<double>>> latency_loss(const ChosenPlan& plan) const;
+  // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
   void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
