@@ -10,12 +10,24 @@ namespace {
 // The rounds on the current plans that measured() averages.
 constexpr std::size_t kOnPlansKept = 10;
 
-// Per-round ratios' mean, its interval widened by the baseline's relative uncertainty.
-Estimate ratio_estimate(const std::vector<double>& ratios, double baseline_relative_half_width) {
-  Estimate e = mean_interval(ratios);
-  double spread = (e.high - e.low) / 2;
-  double half = std::sqrt(spread * spread + std::pow(e.value * baseline_relative_half_width, 2));
-  return {e.value, e.value - half, e.value + half};
+// Sum over sum (the saving over a window is its energy over what all-max would have used in it: a
+// round of a straggler, whose all-max costs more, weighs more), its interval from the rounds'
+// deviations from that ratio, widened by the baseline's relative uncertainty.
+Estimate ratio_estimate(const std::vector<double>& measured, const std::vector<double>& reference,
+                        double baseline_relative_half_width) {
+  double sum = 0, reference_sum = 0;
+  for (std::size_t i = 0; i < measured.size(); ++i) sum += measured[i], reference_sum += reference[i];
+  const double ratio = sum / reference_sum;
+  const std::size_t n = measured.size();
+  double spread = 0;
+  if (n > 1) {
+    double squares = 0;
+    for (std::size_t i = 0; i < n; ++i) squares += std::pow(measured[i] - ratio * reference[i], 2);
+    const double mean_reference = reference_sum / double(n);
+    spread = t_quantile(n) * std::sqrt(squares / double(n * (n - 1))) / mean_reference;
+  }
+  double half = std::sqrt(spread * spread + std::pow(ratio * baseline_relative_half_width, 2));
+  return {ratio, ratio - half, ratio + half};
 }
 
 }  // namespace
@@ -49,17 +61,17 @@ std::optional<MeasuredRounds> DeployedRounds::measured() const {
 
 std::optional<Estimate> DeployedRounds::saving(double baseline_relative_half_width) const {
   if (recent_.empty()) return std::nullopt;
-  std::vector<double> ratios;
-  for (const auto& r : recent_) ratios.push_back(r.energy / r.reference.energy);
-  Estimate e = ratio_estimate(ratios, baseline_relative_half_width);
+  std::vector<double> energy, reference;
+  for (const auto& r : recent_) energy.push_back(r.energy), reference.push_back(r.reference.energy);
+  Estimate e = ratio_estimate(energy, reference, baseline_relative_half_width);
   return Estimate{1 - e.value, 1 - e.high, 1 - e.low};
 }
 
 std::optional<Estimate> DeployedRounds::slowdown(double baseline_relative_half_width) const {
   if (recent_.empty()) return std::nullopt;
-  std::vector<double> ratios;
-  for (const auto& r : recent_) ratios.push_back(r.time / r.reference.iteration_time);
-  Estimate e = ratio_estimate(ratios, baseline_relative_half_width);
+  std::vector<double> time, reference;
+  for (const auto& r : recent_) time.push_back(r.time), reference.push_back(r.reference.iteration_time);
+  Estimate e = ratio_estimate(time, reference, baseline_relative_half_width);
   return Estimate{e.value - 1, e.low - 1, e.high - 1};
 }
 

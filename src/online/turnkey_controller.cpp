@@ -357,9 +357,29 @@ double TurnkeyController::round_spread_floor(double iteration_time) const {
   return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
+// Pipeline d's pace (its baseline pace, as changed since) over the median of the others'.
+double TurnkeyController::relative_pace(std::size_t d) const {
+  std::vector<double> others;
+  for (std::size_t e = 0; e < pipelines_.pipelines() && e < pace_change_.size(); ++e)
+    if (e != d) others.push_back(pipelines_.pace(e) * pace_change_[e]);
+  return others.empty() || d >= pace_change_.size() ? 1.0 : pipelines_.pace(d) * pace_change_[d] / median(others);
+}
+
 // Detection: each pipeline's compute-bound time, in units of its baseline pace, against the others'.
-// Returns whether the verdict changed.
-bool TurnkeyController::observe_straggler(const RoundMeasurement& m, const std::vector<double>& ratios) {
+// A pipeline slow in the baseline that now runs measurably faster than it was expected to is
+// recovering (follow_baseline_changes), not leaving the others behind: to the detector it runs as
+// expected, or no faster than the others, or with two pipelines the other, running as predicted,
+// would look a straggler. Returns whether the verdict changed.
+bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector<double> ratios) {
+  const double threshold = config_.detector.threshold;
+  if (pipelines_.known() && ratios.size() > 1)
+    for (std::size_t d = 0; d < ratios.size(); ++d) {
+      if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= 1 - threshold / 2) continue;
+      std::vector<double> others;
+      for (std::size_t e = 0; e < ratios.size(); ++e)
+        if (e != d) others.push_back(ratios[e]);
+      ratios[d] = std::max(ratios[d], std::min(1.0, median(others)));
+    }
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
   ++straggler_changes_;

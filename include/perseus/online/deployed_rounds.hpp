@@ -45,8 +45,8 @@ class DeployedRounds {
   void rebase(double time_factor, double energy_factor);
 
   std::optional<MeasuredRounds> measured() const;
-  // 1 - energy/reference energy and time/reference time - 1, each round's averaged over the last
-  // rounds, the interval widened by the baseline's relative half-width (energy's, time's).
+  // 1 - energy/reference energy and time/reference time - 1 over the last rounds (sums over sums),
+  // the interval widened by the baseline's relative half-width (energy's, time's).
   std::optional<Estimate> saving(double baseline_relative_half_width) const;
   std::optional<Estimate> slowdown(double baseline_relative_half_width) const;
   // Joules saved so far: per round, (reference - measured energy per iteration) x its iterations.
