@@ -482,6 +482,10 @@ RoundClocks TurnkeyController::profiling_clocks() {
   return std::vector<std::vector<std::vector<int>>>(static_cast<std::size_t>(shape_.pipelines), stages);
 }
 
+// Times the clocks of profiling are measured again for changed conditions; a cluster that keeps
+// changing is profiled as it goes after that.
+constexpr int kMostProfileRedos = 3;
+
 void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   ++profiling_rounds_;
   add_variability(m);
@@ -492,6 +496,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   auto disturbed = disturbed_pipelines(m);
   const double c = profile_conditions_ > 0 ? profile_conditions_ : 1.0;
   std::vector<double> off_curve;  // per scan: the time measured over the time its curve predicts
+  std::vector<std::pair<std::size_t, int>> recorded;
   for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
     if (!issued_[i] || !measured) continue;
@@ -500,20 +505,38 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
       off_curve.push_back(at_baseline.time / *predicted);
     scans_[i].record(*issued_[i], at_baseline);
     since_check_.emplace_back(i, *issued_[i]);
+    recorded.emplace_back(i, *issued_[i]);
   }
   issued_.clear();
   ++rounds_since_check_;
   // A slow spell shows as every scan's new clock off its curve at once: the conditions are checked
   // in the next round, not only after check_every rounds (a spell that fits between two checks
   // would leave its clocks measured at the wrong conditions for good).
-  constexpr double kOffCurve = 0.03;
+  // A shorter spell split over two rounds shows less in each, but twice: those rounds' clocks are
+  // measured again (the check after them would find the spell over). Real curves bend by about 2%
+  // between coarse clocks, once, where the scan first extrapolates.
+  constexpr double kOffCurve = 0.03, kOffCurveTwice = 0.02;
   constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
-  if (off_curve.size() >= kFewestScans) {
-    if (const double off = median(off_curve); std::abs(off - 1) > kOffCurve) {
-      rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
-      off_curve_ = off;
-    }
+  std::optional<double> off;
+  if (off_curve.size() >= kFewestScans) off = median(off_curve);
+  if (off && std::abs(*off - 1) > kOffCurve) {
+    rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
+    off_curve_ = off;
+  } else if (off && last_off_curve_ && std::abs(*off - 1) > kOffCurveTwice &&
+             std::abs(*last_off_curve_ - 1) > kOffCurveTwice && (*off > 1) == (*last_off_curve_ > 1) &&
+             profile_redos_ < kMostProfileRedos) {
+    ++profile_redos_;
+    std::size_t again = 0;
+    for (const auto* round : {&last_recorded_, &recorded})
+      for (const auto& [scan, clock] : *round) again += scans_[scan].redo(clock) ? 1 : 0;
+    decide(DecisionEvent::profiling_conditions_changed,
+           fmt::format("two profiling rounds in a row ran x{:.3f} and x{:.3f} off the clocks' curves (a slow spell "
+                       "between two checks): their {} clocks are measured again",
+                       *last_off_curve_, *off, again));
+    off.reset();
   }
+  last_off_curve_ = off;
+  last_recorded_ = std::move(recorded);
   if (profiling_done()) finish_profiling();
 }
 
@@ -538,12 +561,12 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   checking_ = false;
   ++profiling_checks_;
   rounds_since_check_ = 0;
+  last_off_curve_.reset();  // what two rounds around a check show, the check has seen
   const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
   const auto now = cluster_conditions(m, disturbed_pipelines(m));
   if (!now) return since_check_.clear();
   constexpr double kBand = 0.01;
-  constexpr int kMostRedos = 3;  // a cluster that keeps changing is profiled as it goes after that
-  if (std::abs(*now / profile_conditions_ - 1) > kBand && profile_redos_ < kMostRedos) {
+  if (std::abs(*now / profile_conditions_ - 1) > kBand && profile_redos_ < kMostProfileRedos) {
     ++profile_redos_;
     std::size_t again = 0;
     for (const auto& [scan, clock] : since_check_) again += scans_[scan].redo(clock) ? 1 : 0;

@@ -311,6 +311,9 @@ class TurnkeyController {
   double profile_conditions_ = 1;
   int rounds_since_check_ = 0, profile_redos_ = 0, profiling_checks_ = 0;
   std::optional<double> off_curve_;  // a round's clocks over their curves' times, when that asked for a check
+  // The last profiling round's clocks over their curves' times (median over the scans), and its clocks.
+  std::optional<double> last_off_curve_;
+  std::vector<std::pair<std::size_t, int>> last_recorded_;
   bool checking_ = false;
   std::vector<std::pair<std::size_t, int>> since_check_;
   AllMaxBaseline baseline_;
