@@ -73,7 +73,7 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
                                                    const std::vector<std::vector<int>>* clocks, int top,
                                                    const std::vector<std::vector<double>>* late) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
-  std::vector<double> steady, corrected;
+  std::vector<double> steady, after_change;
   const auto& slots = m.slot_time[d];
   for (std::size_t s = 0; s < slots.size() && s < orders.size(); ++s)
     for (std::size_t k = 0; k < slots[s].size() && k < orders[s].size(); ++k) {
@@ -81,21 +81,19 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
       auto it = top_time_[d].find({model_stage(orders[s][k], num_stages), orders[s][k].kind});
       if (it == top_time_[d].end() || it->second <= 0 || slots[s][k] <= 0) continue;
       // Right after a change to the top clock, the instruction starts at the clock before (a clock
-      // change takes effect late, by a latency not known at first): never counted as it ran (a 10 ms
-      // latency is a percent or two of a measured profile's instruction); once the latency is known,
-      // less what it cost, where too few others ran at the top clock (the latency measured and the
-      // profile near the top clock are estimates). Too few: the pipeline's time over its plan's
-      // prediction stands for its conditions (TurnkeyController::measure_conditions).
+      // change takes effect late): less what the latency cost it where that is known, else counted
+      // only where too few others ran at the top clock.
       const bool changed = clocks && (*clocks)[s][k > 0 ? k - 1 : (*clocks)[s].size() - 1] != top;
       const bool known = late && s < late->size() && k < (*late)[s].size();
-      if (!changed)
-        steady.push_back(slots[s][k] / it->second);
-      else if (known)
-        corrected.push_back((slots[s][k] - (*late)[s][k]) / it->second);
+      if (changed && known) {
+        steady.push_back((slots[s][k] - (*late)[s][k]) / it->second);
+      } else {
+        (changed ? after_change : steady).push_back(slots[s][k] / it->second);
+      }
     }
   constexpr std::size_t kFewest = 3;
   if (steady.size() >= kFewest) return median(steady);
-  steady.insert(steady.end(), corrected.begin(), corrected.end());
+  steady.insert(steady.end(), after_change.begin(), after_change.end());
   if (steady.size() < kFewest) return std::nullopt;
   return median(steady);
 }

@@ -39,9 +39,10 @@ class PipelineBaseline {
   // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
   // that ran at the top clock after a slot at the top clock (`clocks`: per stage and slot, the
   // clocks pipeline d ran, the iteration before's last slot before the first; null: all at the top
-  // clock), of measured time over its baseline time. With fewer than 3 such slots, the slots right
-  // after a change to the top clock count too where `late` (per stage and slot: the seconds such a
-  // slot lost to the clock latency, taken off its time) is given. None with fewer than 3 slots.
+  // clock), of measured time over its baseline time; with fewer than 3 such slots, over every slot
+  // at the top clock. `late` (per stage and slot): the seconds a slot right after a change lost to
+  // the clock latency, taken off its time so that it counts like the others. None with fewer than
+  // 3 slots.
   std::optional<double> conditions(const RoundMeasurement& m, std::size_t d,
                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                    const std::vector<std::vector<int>>* clocks, int top,
