@@ -33,7 +33,7 @@ Estimate ratio_estimate(const std::vector<double>& measured, const std::vector<d
 }  // namespace
 
 void DeployedRounds::add(double time, double energy, int iterations, Reference reference) {
-  recent_.push_back({time, energy, std::move(reference)});
+  recent_.push_back({time, energy, std::move(reference), iterations});
   energy_saved_ += (recent_.back().reference.energy - energy) * iterations;
   iterations_ += iterations;
   if (recent_.size() > std::max<std::size_t>(report_rounds_, 1)) recent_.erase(recent_.begin());
@@ -47,6 +47,13 @@ void DeployedRounds::last_ran_the_plans() {
 void DeployedRounds::rebase(double time_factor, double energy_factor) {
   for (auto* rounds : {&on_plans_, &recent_})
     for (auto& r : *rounds) r.reference.iteration_time *= time_factor, r.reference.energy *= energy_factor;
+}
+
+void DeployedRounds::restate(std::size_t rounds, const Reference& reference) {
+  for (std::size_t i = recent_.size() - std::min(rounds, recent_.size()); i < recent_.size(); ++i) {
+    energy_saved_ += (reference.energy - recent_[i].reference.energy) * recent_[i].iterations;
+    recent_[i].reference = reference;
+  }
 }
 
 std::optional<MeasuredRounds> DeployedRounds::measured() const {

@@ -891,6 +891,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
   conditions_.resize(D, 1.0);
+  if (all_max_conditions_.size() != D) all_max_conditions_ = conditions_;  // the first plan round: as deployed
   if (!pipelines_.known()) return;
   std::vector<std::optional<double>> now(D);
   std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
@@ -957,6 +958,25 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (window.size() > kWindow) window.erase(window.begin());
     conditions_[d] = mean_interval(window).value;
   }
+  // An all-max round's conditions are the ones to calibrate the next plan rounds' times by.
+  if (!on_plans) {
+    all_max_conditions_ = conditions_;
+    condition_per_ratio_.assign(D, std::nullopt);
+    plan_rounds_since_all_max_ = 0;
+  } else {
+    ++plan_rounds_since_all_max_;
+  }
+}
+
+// A clock latency newly measured: the top-clock instructions right after a change of clock were
+// counted as they ran before (the latency was not known), so the conditions since the last all-max
+// round, and the plans' times calibrated by them, are the latency's as much as the cluster's.
+void TurnkeyController::forget_conditions_since_all_max() {
+  if (all_max_conditions_.size() != conditions_.size()) return;
+  conditions_ = all_max_conditions_;
+  condition_per_ratio_.assign(conditions_.size(), std::nullopt);
+  for (auto& window : condition_windows_) window.clear();
+  report_.restate(static_cast<std::size_t>(plan_rounds_since_all_max_), reference());
 }
 
 Reference TurnkeyController::reference() const {
@@ -1062,6 +1082,7 @@ void TurnkeyController::correct_baseline(double time, double energy) {
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
+    forget_conditions_since_all_max();
     remember(m);
     return choose_for_latency();
   }

@@ -34,6 +34,7 @@ class DeployedRounds {
   struct Round {
     double time = 0, energy = 0;  // per iteration
     Reference reference;
+    int iterations = 0;
   };
   // A deployed round (an all-max probe's too) of `iterations` iterations.
   void add(double time, double energy, int iterations, Reference reference);
@@ -43,6 +44,9 @@ class DeployedRounds {
   void new_plans() { on_plans_.clear(); }
   // The baseline moved: every reference kept is stretched by these factors.
   void rebase(double time_factor, double energy_factor);
+  // The last `rounds` rounds added were measured against a reference now known to be wrong: theirs
+  // is `reference` (the energy saved so far with it).
+  void restate(std::size_t rounds, const Reference& reference);
 
   std::optional<MeasuredRounds> measured() const;
   // 1 - energy/reference energy and time/reference time - 1 over the last rounds (sums over sums),

@@ -241,6 +241,7 @@ class TurnkeyController {
   std::optional<std::vector<std::vector<double>>> latency_loss(const ChosenPlan& plan) const;
   // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
   void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
+  void forget_conditions_since_all_max();
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline) const;
@@ -351,6 +352,8 @@ class TurnkeyController {
   std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
   // Per pipeline: its conditions over its time/predicted ratio when the top clock last measured both.
   std::vector<std::optional<double>> condition_per_ratio_;
+  std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
+  int plan_rounds_since_all_max_ = 0;
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
