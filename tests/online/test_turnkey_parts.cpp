@@ -5,6 +5,7 @@
 #include <cmath>
 #include <string>
 
+#include "perseus/online/deployed_rounds.hpp"
 #include "perseus/online/pipeline_baseline.hpp"
 #include "perseus/online/reference_model.hpp"
 #include "perseus/online/retry_policy.hpp"
@@ -78,6 +79,23 @@ RoundMeasurement all_max_round(double t0, double t1) {
     m.slot_time[std::size_t(d)] = {{t, t, t, 2 * t, 2 * t, 2 * t}};
   }
   return m;
+}
+
+// Over a window the saving is its energy over its references' (a round whose all-max costs more
+// weighs more); rounds measured against a reference later known wrong are restated, the energy
+// saved with them.
+TEST(DeployedRounds, TheSavingIsSumsOverSumsAndRestatedRoundsCountAgainstTheirNewReference) {
+  DeployedRounds rounds(4);
+  rounds.add(0.9, 90, 5, Reference{"all-max", 1.0, 100});   // 10% saved
+  rounds.add(1.2, 150, 5, Reference{"all-max", 1.2, 200});  // 25% saved
+  EXPECT_NEAR(rounds.saving(0)->value, 1 - 240.0 / 300.0, 1e-12);
+  EXPECT_NEAR(rounds.slowdown(0)->value, 2.1 / 2.2 - 1, 1e-12);
+  EXPECT_NEAR(rounds.energy_saved(), 5 * 10 + 5 * 50, 1e-9);
+  // The second round's reference was 5% too high.
+  rounds.restate(1, Reference{"all-max", 1.2 / 1.05, 200 / 1.05});
+  EXPECT_NEAR(rounds.saving(0)->value, 1 - 240.0 / (100 + 200 / 1.05), 1e-12);
+  EXPECT_NEAR(rounds.energy_saved(), 5 * 10 + 5 * (200 / 1.05 - 150), 1e-9);
+  EXPECT_NEAR(rounds.last().reference.energy, 200 / 1.05, 1e-12);
 }
 
 TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
