@@ -512,9 +512,9 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // A slow spell shows as every scan's new clock off its curve at once: the conditions are checked
   // in the next round, not only after check_every rounds (a spell that fits between two checks
   // would leave its clocks measured at the wrong conditions for good).
-  // A shorter spell split over two rounds shows less in each, but twice: those rounds' clocks are
-  // measured again (the check after them would find the spell over). Real curves bend by about 2%
-  // between coarse clocks, once, where the scan first extrapolates.
+  // A shorter spell split over two rounds shows less in each, but twice, slower: those rounds'
+  // clocks are measured again (the check after them would find the spell over). Real curves bend by
+  // about 2% between coarse clocks, once, where the scan first extrapolates, and either way.
   constexpr double kOffCurve = 0.03, kOffCurveTwice = 0.02;
   constexpr std::size_t kFewestScans = 3;  // one scan's curve can bend; all of them at once is the cluster
   std::optional<double> off;
@@ -522,8 +522,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   if (off && std::abs(*off - 1) > kOffCurve) {
     rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
     off_curve_ = off;
-  } else if (off && last_off_curve_ && std::abs(*off - 1) > kOffCurveTwice &&
-             std::abs(*last_off_curve_ - 1) > kOffCurveTwice && (*off > 1) == (*last_off_curve_ > 1) &&
+  } else if (off && last_off_curve_ && *off > 1 + kOffCurveTwice && *last_off_curve_ > 1 + kOffCurveTwice &&
              profile_redos_ < kMostProfileRedos) {
     ++profile_redos_;
     std::size_t again = 0;
@@ -958,21 +957,23 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (window.size() > kWindow) window.erase(window.begin());
     conditions_[d] = mean_interval(window).value;
   }
-  // An all-max round's conditions are the ones to calibrate the next plan rounds' times by.
   if (!on_plans) {
     all_max_conditions_ = conditions_;
-    condition_per_ratio_.assign(D, std::nullopt);
     plan_rounds_since_all_max_ = 0;
   } else {
     ++plan_rounds_since_all_max_;
   }
 }
 
-// A clock latency newly measured: the top-clock instructions right after a change of clock were
-// counted as they ran before (the latency was not known), so the conditions since the last all-max
-// round, and the plans' times calibrated by them, are the latency's as much as the cluster's.
+// A clock latency of milliseconds newly measured, with no straggler about: the top-clock
+// instructions right after a change of clock were counted as they ran (the latency was not known),
+// so the conditions since the last all-max round, and the plans' times calibrated by them, are the
+// latency's as much as the cluster's. (A latency of a fraction of a millisecond is as often the
+// noise's: the conditions stay.)
 void TurnkeyController::forget_conditions_since_all_max() {
-  if (all_max_conditions_.size() != conditions_.size()) return;
+  constexpr double kNoticeable = 2e-3;
+  if (all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable || straggler_ || detector_.suspects())
+    return;
   conditions_ = all_max_conditions_;
   condition_per_ratio_.assign(conditions_.size(), std::nullopt);
   for (auto& window : condition_windows_) window.clear();
