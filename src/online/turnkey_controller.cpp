@@ -965,15 +965,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   }
 }
 
-// A clock latency of milliseconds newly measured, with no straggler about: the top-clock
-// instructions right after a change of clock were counted as they ran (the latency was not known),
-// so the conditions since the last all-max round, and the plans' times calibrated by them, are the
-// latency's as much as the cluster's. (A latency of a fraction of a millisecond is as often the
-// noise's: the conditions stay.)
+// A clock latency of milliseconds measured for the first time, clearly, with no straggler about:
+// the top-clock instructions right after a change of clock were counted as they ran (the latency
+// was not known), so the conditions since the last all-max round, and the plans' times calibrated
+// by them, are the latency's as much as the cluster's. (A latency of a few standard errors, or of a
+// fraction of a millisecond, comes and goes with the noise: the conditions stay.)
 void TurnkeyController::forget_conditions_since_all_max() {
-  constexpr double kNoticeable = 2e-3;
-  if (all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable || straggler_ || detector_.suspects())
+  constexpr double kNoticeable = 2e-3, kClear = 5;  // seconds; standard errors
+  if (conditions_forgotten_ || all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable ||
+      latency_ < kClear * latency_stderr_ || straggler_ || detector_.suspects())
     return;
+  conditions_forgotten_ = true;
   conditions_ = all_max_conditions_;
   condition_per_ratio_.assign(conditions_.size(), std::nullopt);
   for (auto& window : condition_windows_) window.clear();
@@ -1154,6 +1156,7 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
       "(measured over {} changes; plans were chosen for {:.2f} ms)",
       1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_);
   latency_ = now;
+  latency_stderr_ = stderr_;
   return true;
 }
 

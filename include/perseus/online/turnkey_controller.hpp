@@ -393,6 +393,8 @@ class TurnkeyController {
   std::vector<Decision> decisions_;
   long long clock_changes_ = 0, clocks_late_ = 0;
   double latency_ = 0;  // seconds, what plans are chosen for
+  double latency_stderr_ = 0;
+  bool conditions_forgotten_ = false;  // for a latency measured (forget_conditions_since_all_max)
   // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
   // than the same instruction at the same clock unchanged (that share of the latency).
   std::vector<std::pair<double, double>> latency_samples_;
