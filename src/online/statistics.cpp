@@ -23,6 +23,13 @@ double median(std::vector<double> values) {
   return n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+double median_of_others(const std::vector<double>& values, std::size_t skip, std::optional<std::size_t> also) {
+  std::vector<double> others;
+  for (std::size_t i = 0; i < values.size(); ++i)
+    if (i != skip && i != also) others.push_back(values[i]);
+  return median(std::move(others));
+}
+
 double sample_stddev(const std::vector<double>& values) {
   if (values.size() < 2) return 0;
   double mean = 0, var = 0;

@@ -3,21 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "perseus/online/statistics.hpp"
+
 namespace perseus::online {
-
-namespace {
-
-// The median of every ratio but index `skip`.
-double median_of_others(const std::vector<double>& ratios, std::size_t skip) {
-  std::vector<double> others;
-  for (std::size_t i = 0; i < ratios.size(); ++i)
-    if (i != skip) others.push_back(ratios[i]);
-  std::sort(others.begin(), others.end());
-  std::size_t n = others.size();
-  return n % 2 == 1 ? others[n / 2] : (others[n / 2 - 1] + others[n / 2]) / 2;
-}
-
-}  // namespace
 
 bool StragglerDetector::suspects() const {
   for (std::size_t d = 0; d < normal_rounds_.size(); ++d)

@@ -80,10 +80,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
   if (!out.straggler && D > 1 && c.pipelines_known) {
     const std::size_t d = static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
-    std::vector<double> others;
-    for (std::size_t e = 0; e < D; ++e)
-      if (e != d) others.push_back(top[e]);
-    const double pace = top[d] / median(others);
+    const double pace = top[d] / median_of_others(top, d);
     if (pace > 1 + c.threshold) {
       ActiveStraggler s;
       s.pipeline = static_cast<int>(d);

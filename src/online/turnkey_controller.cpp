@@ -301,10 +301,7 @@ std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement&
   std::vector<bool> out(ratios.size(), false);
   if (ratios.size() < 2) return out;
   for (std::size_t d = 0; d < out.size(); ++d) {
-    std::vector<double> others;
-    for (std::size_t e = 0; e < out.size(); ++e)
-      if (e != d) others.push_back(ratios[e]);
-    double ref = median(others);
+    const double ref = median_of_others(ratios, d);
     out[d] = ref > 0 && ratios[d] > ref * (1 + config_.detector.threshold);
   }
   return out;
@@ -357,12 +354,14 @@ double TurnkeyController::round_spread_floor(double iteration_time) const {
   return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
-// Pipeline d's pace (its baseline pace, as changed since) over the median of the others'.
-double TurnkeyController::relative_pace(std::size_t d) const {
-  std::vector<double> others;
+// Pipeline d's pace (its baseline pace, as changed since) over the median of the others' (but
+// `also`).
+double TurnkeyController::relative_pace(std::size_t d, std::optional<std::size_t> also) const {
+  std::vector<double> paces;
   for (std::size_t e = 0; e < pipelines_.pipelines() && e < pace_change_.size(); ++e)
-    if (e != d) others.push_back(pipelines_.pace(e) * pace_change_[e]);
-  return others.empty() || d >= pace_change_.size() ? 1.0 : pipelines_.pace(d) * pace_change_[d] / median(others);
+    paces.push_back(pipelines_.pace(e) * pace_change_[e]);
+  const double others = median_of_others(paces, d, also);
+  return others <= 0 || d >= paces.size() ? 1.0 : paces[d] / others;
 }
 
 // Detection: each pipeline's compute-bound time, in units of its baseline pace, against the others'.
@@ -375,10 +374,7 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   if (pipelines_.known() && ratios.size() > 1)
     for (std::size_t d = 0; d < ratios.size(); ++d) {
       if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= 1 - threshold / 2) continue;
-      std::vector<double> others;
-      for (std::size_t e = 0; e < ratios.size(); ++e)
-        if (e != d) others.push_back(ratios[e]);
-      ratios[d] = std::max(ratios[d], std::min(1.0, median(others)));
+      ratios[d] = std::max(ratios[d], std::min(1.0, median_of_others(ratios, d)));
     }
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
@@ -445,11 +441,10 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
 // paced to them once deployed.
 void TurnkeyController::note_slow_pipelines() {
   if (!pipelines_.known() || pipelines_.pipelines() < 2) return;
-  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) {
-    std::vector<double> others;
-    for (std::size_t e = 0; e < pipelines_.pipelines(); ++e)
-      if (e != d) others.push_back(pipelines_.pace(e));
-    const double pace = pipelines_.pace(d) / median(others);
+  std::vector<double> paces;
+  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) paces.push_back(pipelines_.pace(d));
+  for (std::size_t d = 0; d < paces.size(); ++d) {
+    const double pace = paces[d] / median_of_others(paces, d);
     if (pace > 1 + config_.detector.threshold)
       decide(DecisionEvent::slow_pipeline_in_baseline,
              fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max since the "
@@ -1218,21 +1213,18 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
       static_cast<std::size_t>(*straggler_->pipeline) < ratios.size() &&
       ratios[static_cast<std::size_t>(*straggler_->pipeline)] > 1 + config_.detector.threshold / 2)
     straggling = static_cast<std::size_t>(*straggler_->pipeline);
+  const std::size_t compared = ratios.size() - (straggling ? 1 : 0);  // pipelines judged against each other
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
-    std::vector<double> others, other_paces;
-    for (std::size_t e = 0; e < ratios.size(); ++e)
-      if (e != d && e != straggling)
-        others.push_back(ratios[e]), other_paces.push_back(pipelines_.pace(e) * pace_change_[e]);
-    if (d == straggling || others.empty()) {
+    if (d == straggling || compared < 2) {
       fast_rounds_[d] = 0;
       continue;
     }
-    const double pace = pipelines_.pace(d) * pace_change_[d] / median(other_paces);
+    const double pace = relative_pace(d, straggling);
     if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
       fast_rounds_[d] = 0;
       continue;
     }
-    const double relative = ratios[d] / median(others);
+    const double relative = ratios[d] / median_of_others(ratios, d, straggling);
     fast_rounds_[d] = relative < 1 - config_.detector.threshold / 2 ? fast_rounds_[d] + 1 : 0;
     if (fast_rounds_[d] < config_.detector.rounds) continue;
     const double before = pace;

@@ -2,6 +2,7 @@
 // The few statistics the turnkey loop decides with: means with 95% intervals, robust to outlying
 // rounds, and medians.
 #include <cstddef>
+#include <optional>
 #include <vector>
 
 namespace perseus::online {
@@ -24,6 +25,10 @@ Estimate mean_interval(const std::vector<double>& values);
 Estimate at_least_as_wide(Estimate e, std::size_t n, double floor_sd);
 
 double median(std::vector<double> values);  // 0 when empty
+// The median of `values` but the one at `skip` (and at `also`, when given): one pipeline against the
+// others. 0 when none is left.
+double median_of_others(const std::vector<double>& values, std::size_t skip,
+                        std::optional<std::size_t> also = std::nullopt);
 double sample_stddev(const std::vector<double>& values);
 // The 95% two-sided t quantile for the mean of n values (1.96 for many).
 double t_quantile(std::size_t n);

@@ -244,7 +244,7 @@ class TurnkeyController {
   void forget_conditions_since_all_max();
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
-  double relative_pace(std::size_t pipeline) const;
+  double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
   void observe_probe(const RoundMeasurement& m);
   void correct_baseline(double time, double energy);
