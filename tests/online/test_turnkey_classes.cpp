@@ -354,10 +354,6 @@ TEST(TurnkeyClasses, AStragglerFollowedUnderNoiseIsJudgedAndTheOthersPacedToWhat
   }
 }
 
-// A profile whose top clock is no faster than the next one (memory-bound instructions): the plans
-// run nothing at the top clock, where the conditions are measured, so a pipeline's conditions come
-// from its time over what its plan predicts. The round a straggler ends in (half slow, half not) is
-// then judged against what it measured, not against the straggler's pace of before.
 // A straggler detected while the clocks are profiled, whose plan runs nothing at the top clock (the
 // profile's top clock is no faster than the next): with no condition of its own measured and none
 // calibrated before it came, its conditions are the others' times its slowdown, not the others'.
@@ -373,6 +369,10 @@ TEST(TurnkeyClasses, AStragglerDetectedWhileProfilingWithNoTopClockInItsPlanIsTh
   expect_reported_true(c, r, "a straggler detected while profiling");
 }
 
+// A profile whose top clock is no faster than the next one (memory-bound instructions): the plans
+// run nothing at the top clock, where the conditions are measured, so a pipeline's conditions come
+// from its time over what its plan predicts. The round a straggler ends in (half slow, half not) is
+// then judged against what it measured, not against the straggler's pace of before.
 TEST(TurnkeyClasses, AStragglerThatEndsMidRoundIsReportedTrueThroughItsEnd) {
   auto cluster = top_clock_no_faster_than_the_next(cluster_of(3, 8));
   cluster.noise = 0.005;
