@@ -40,6 +40,13 @@ using choice::Assignment;
 using choice::ChoiceContext;
 using choice::TargetChoice;
 
+// The target plan anew for the target with the miss to spare, under the measured noise.
+std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
+  return [deadline](const ChoiceContext& c) {
+    return TargetChoice{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
+  };
+}
+
 constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
 constexpr std::size_t kJudgedRounds = 40;
@@ -91,7 +98,7 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
   operations_.erase(std::unique(operations_.begin(), operations_.end()), operations_.end());
   for (std::size_t i = 0; i < operations_.size(); ++i) scans_.emplace_back(shape_.clocks, config_.scan);
   pace_change_.assign(static_cast<std::size_t>(shape_.pipelines), 1.0);
-  fast_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), 0);
+  fast_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), {});
   variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
   choices_ = std::make_unique<PendingChoices>();
 }
@@ -816,6 +823,9 @@ void TurnkeyController::take_choice() {
   choices_->running.reset();
   ++plans_taken_;
   choice::ChoiceResult result = choices_->task.take();
+  std::vector<std::vector<std::vector<int>>> before;  // each pipeline's clocks until now
+  for (std::size_t d = 0; d < pace_of_.size(); ++d)
+    if (const ChosenPlan* plan = plan_of(d)) before.push_back(plan->frequencies);
   if (result.target) {
     target_plan_ = std::move(result.target->plan);
     caution_ *= result.target->caution_factor;
@@ -834,6 +844,9 @@ void TurnkeyController::take_choice() {
   pace_of_ = std::move(a.pace_of);
   paced_plans_ = std::move(a.paced);
   predicted_ = std::move(a.predicted);
+  plan_changed_.resize(predicted_.size(), false);
+  for (std::size_t d = 0; d < predicted_.size(); ++d)
+    plan_changed_[d] = plan_changed_[d] || d >= before.size() || before[d] != plan_of(d)->frequencies;
   deployed_once_ = true;
   if (changed) {
     report_.new_plans();
@@ -892,6 +905,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const std::vector<double> no_ratios;
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
   condition_per_ratio_.resize(D);
+  plan_changed_.resize(D, false);
+  conditions_changed_.resize(D, false);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
@@ -902,17 +917,29 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     // predicts does, in units of what that ratio was when the conditions were last known (measured
     // at the top clock in the same round, or, undisturbed, by the all-max rounds before), which
     // takes the plan's error out.
+    // A pipeline given another plan whose own conditions did not change with it (it is no straggler
+    // that came, went or is followed, and did not recover) is calibrated anew on that plan's first
+    // round, from the conditions last known: another plan's ratio carries that plan's error.
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
+      const bool straggling_here = straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
+                                   static_cast<std::size_t>(*straggler_->pipeline) == d;
+      if (condition_per_ratio_[d] && plan_changed_[d] && !conditions_changed_[d] && !straggling_here &&
+          !detector_.suspects() && d < conditions_.size())
+        condition_per_ratio_[d] = conditions_[d] / ratios[d];
       if (now[d]) {
         condition_per_ratio_[d] = *now[d] / ratios[d];
       } else if (condition_per_ratio_[d]) {
         now[d] = ratios[d] * *condition_per_ratio_[d];
-      } else if (!straggler_ && !detector_.suspects() && d < conditions_.size()) {
+      } else if ((!straggler_ || straggler_->in_baseline) && !detector_.suspects() && d < conditions_.size()) {
         condition_per_ratio_[d] = conditions_[d] / ratios[d];
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d]);
+    if (on_plans) {
+      plan_changed_[d] = false;
+      conditions_changed_[d] = straggling && !straggler_->in_baseline;  // the next round's, if it ends
+    }
   }
   // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the
   // cluster's conditions are its own less its slowdown relative to the others.
@@ -955,8 +982,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   if (!on_plans) {
     all_max_conditions_ = conditions_;
     plan_rounds_since_all_max_ = 0;
-  } else {
-    ++plan_rounds_since_all_max_;
   }
 }
 
@@ -1019,6 +1044,7 @@ std::optional<Estimate> TurnkeyController::slowdown() const {
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
   report_.add(m.iteration_time, m.energy, m.iterations, reference());
+  if (last_round_on_plans_) ++plan_rounds_since_all_max_;  // every one reported, judged or not
 }
 
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
@@ -1097,7 +1123,14 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
-  if (follow_baseline_changes(ratios)) return assign_plans(DecisionEvent::paced_to_new_speeds);
+  if (follow_baseline_changes(ratios)) {
+    // A target at all-max was what the pace setter's GPUs allowed; the GPUs that set the pace now may
+    // allow a saving plan. (Another target stays: its rounds judge it, and a plan chosen anew on a
+    // profile measured next to a slow pipeline may save less than the one that ran.)
+    const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
+    if (at_all_max) return choose(DecisionEvent::paced_to_new_speeds, target_for(target_deadline() / miss_));
+    return assign_plans(DecisionEvent::paced_to_new_speeds);
+  }
   judge_plan();
 }
 
@@ -1155,13 +1188,6 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   return true;
 }
 
-// The target plan anew for the target with the miss to spare, under the measured noise.
-static std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
-  return [deadline](const ChoiceContext& c) {
-    return TargetChoice{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
-  };
-}
-
 // The plans running were measured under the latency all along: where they meet the target with room
 // to spare, they are kept. Plans chosen anew win back the time the changes lose by
 // raising clocks elsewhere (at the frontier's fast end, many times the energy of the time won back).
@@ -1215,27 +1241,40 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     straggling = static_cast<std::size_t>(*straggler_->pipeline);
   const std::size_t compared = ratios.size() - (straggling ? 1 : 0);  // pipelines judged against each other
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
+    auto& fast = fast_rounds_[d];
     if (d == straggling || compared < 2) {
-      fast_rounds_[d] = 0;
+      fast.clear();
       continue;
     }
     const double pace = relative_pace(d, straggling);
     if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
-      fast_rounds_[d] = 0;
+      fast.clear();
       continue;
     }
     const double relative = ratios[d] / median_of_others(ratios, d, straggling);
-    fast_rounds_[d] = relative < 1 - config_.detector.threshold / 2 ? fast_rounds_[d] + 1 : 0;
-    if (fast_rounds_[d] < config_.detector.rounds) continue;
-    const double before = pace;
-    pace_change_[d] *= std::max(relative, 1.0 / pace);  // no faster than the others
-    fast_rounds_[d] = 0;
+    if (relative < 1 - config_.detector.threshold / 2)
+      fast.push_back(relative);
+    else
+      fast.clear();
+    if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
+    // Its pace now from those rounds but the first (which may have run slow for part of it): with
+    // GPUs faster than the others' (a slowdown of more than it showed in the baseline ended),
+    // faster than the others, but not by more than the threshold, which no measured speed
+    // difference of GPUs comes near.
+    const double since = median(std::vector<double>(fast.size() > 1 ? fast.begin() + 1 : fast.begin(), fast.end()));
+    const double now = std::max(since, (1 - config_.detector.threshold) / pace);
+    pace_change_[d] *= now;
+    // Its plans' predictions take the new pace in: their times, over them, as many times its
+    // conditions as before.
+    if (d < condition_per_ratio_.size() && condition_per_ratio_[d]) *condition_per_ratio_[d] *= now;
+    if (d < conditions_changed_.size()) conditions_changed_[d] = true;
+    fast.clear();
     changed = true;
     ++straggler_changes_;
     decide(DecisionEvent::slow_pipeline_recovered,
            fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
                        "runs at {:.3f}x now",
-                       d, before, before * std::max(relative, 1.0 / pace)));
+                       d, pace, pace * now));
   }
   return changed;
 }

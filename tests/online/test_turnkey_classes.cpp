@@ -290,6 +290,28 @@ TEST(TurnkeyClasses, APipelineSlowFromTheStartThatRecoversIsFollowedBack) {
   }
 }
 
+// A pipeline slow from the start on GPUs of different speeds recovers: its plans' times over their
+// predictions, which now take its new pace in, still say its conditions where no instruction runs
+// at the top clock, and the saving comes back.
+TEST(TurnkeyClasses, APipelineSlowFromTheStartThatRecoversOnGpusOfDifferentSpeedsIsReportedTrue) {
+  const double speeds[2][4] = {{0.96, 1.04, 0.96, 1.04}, {1.04, 0.96, 1.04, 0.96}};
+  for (bool top_clock_says_nothing : {false, true}) {
+    auto spread = small_cluster();
+    if (top_clock_says_nothing) spread = top_clock_no_faster_than_the_next(spread);
+    spread.noise = 0.003;
+    spread.speed = [speeds](int d, int s) { return speeds[d][s]; };
+    auto cluster = spread;
+    cluster.factor = [](int d, int r, int) { return d == 1 && r < 60 ? 1.2 : 1.0; };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 110);
+    const std::string where = top_clock_says_nothing ? "nothing at the top clock: " : "";
+    EXPECT_TRUE(has(c, "slow pipeline recovered")) << where << events(c);
+    EXPECT_LE(r.slowdown(85, 110), 0.005) << where << events(c);
+    EXPECT_GE(r.saving(85, 110), 0.8 * undisturbed_saving(spread, 110)) << where << events(c);
+    expect_reported_true(c, r, where + "recovered on GPUs of different speeds");
+  }
+}
+
 // Pipeline 1 slower from the start (its GPUs), then pipeline 0 a straggler: next to the straggler
 // pipeline 1 runs fast, which is no recovery; paced on its own speed, it never holds the job back.
 TEST(TurnkeyClasses, AStragglerNextToAPipelineSlowFromTheStartDoesNotMakeThatOneLookRecovered) {

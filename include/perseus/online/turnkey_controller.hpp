@@ -322,7 +322,9 @@ class TurnkeyController {
   // Per pipeline: its all-max pace now over its baseline pace, where a pipeline slow in the
   // baseline has since run faster by more than half the straggler threshold (it recovered).
   std::vector<double> pace_change_;
-  std::vector<int> fast_rounds_;
+  // Per pipeline slow in the baseline: its time over the others' in the rounds in a row it ran
+  // faster than expected.
+  std::vector<std::vector<double>> fast_rounds_;
   double noise_sigma_ = 0;                  // the largest (stage, kind) sigma measured so far
   int iterations_per_round_ = 1;            // as the warm-up and profiling rounds ran them
   std::vector<AllMaxRound> probe_samples_;  // probes that disagreed with the reference, in a row
@@ -352,8 +354,10 @@ class TurnkeyController {
   std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
   // Per pipeline: its conditions over its time/predicted ratio when the top clock last measured both.
   std::vector<std::optional<double>> condition_per_ratio_;
+  std::vector<bool> plan_changed_;        // per pipeline: another plan since its last round on the plans
+  std::vector<bool> conditions_changed_;  // per pipeline: a straggler there or a recovery since then
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
-  int plan_rounds_since_all_max_ = 0;
+  int plan_rounds_since_all_max_ = 0;  // rounds on the plans reported since that one
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
