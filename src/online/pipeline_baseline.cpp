@@ -71,7 +71,8 @@ double PipelineBaseline::speed(std::size_t d, const StageKind& key) const {
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
                                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                                    const std::vector<std::vector<int>>* clocks, int top,
-                                                   const std::vector<std::vector<double>>* late) const {
+                                                   const std::vector<std::vector<double>>* late,
+                                                   bool* steady_only) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
   std::vector<double> steady, after_change;
   const auto& slots = m.slot_time[d];
@@ -92,6 +93,7 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
       }
     }
   constexpr std::size_t kFewest = 3;
+  if (steady_only) *steady_only = steady.size() >= kFewest;
   if (steady.size() >= kFewest) return median(steady);
   steady.insert(steady.end(), after_change.begin(), after_change.end());
   if (steady.size() < kFewest) return std::nullopt;

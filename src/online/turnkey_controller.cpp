@@ -907,11 +907,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   condition_per_ratio_.resize(D);
   plan_changed_.resize(D, false);
   conditions_changed_.resize(D, false);
+  noisy_calibration_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
+    bool steady_only = false;
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
-                                   shape_.clocks.front(), late ? &*late : nullptr);
+                                   shape_.clocks.front(), late ? &*late : nullptr, &steady_only);
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
     // predicts does, in units of what that ratio was when the conditions were last known (measured
@@ -926,8 +928,18 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (condition_per_ratio_[d] && plan_changed_[d] && !conditions_changed_[d] && !straggling_here &&
           !detector_.suspects() && d < conditions_.size())
         condition_per_ratio_[d] = conditions_[d] / ratios[d];
-      if (now[d]) {
+      if (now[d] && !steady_only) {
+        // A few instructions right after a change of clock (the latency not known) measure noisily:
+        // averaged over the plan's rounds.
+        auto& noisy = noisy_calibration_[d];
+        if (plan_changed_[d] || noisy.rounds == 0) noisy = {};
+        noisy.sum += *now[d] / ratios[d];
+        ++noisy.rounds;
+        condition_per_ratio_[d] = noisy.sum / noisy.rounds;
+        now[d] = ratios[d] * *condition_per_ratio_[d];
+      } else if (now[d]) {
         condition_per_ratio_[d] = *now[d] / ratios[d];
+        noisy_calibration_[d] = {};
       } else if (condition_per_ratio_[d]) {
         now[d] = ratios[d] * *condition_per_ratio_[d];
       } else if ((!straggler_ || straggler_->in_baseline) && !detector_.suspects() && d < conditions_.size()) {
@@ -1267,6 +1279,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     // Its plans' predictions take the new pace in: their times, over them, as many times its
     // conditions as before.
     if (d < condition_per_ratio_.size() && condition_per_ratio_[d]) *condition_per_ratio_[d] *= now;
+    if (d < noisy_calibration_.size()) noisy_calibration_[d].sum *= now;
     if (d < conditions_changed_.size()) conditions_changed_[d] = true;
     fast.clear();
     changed = true;

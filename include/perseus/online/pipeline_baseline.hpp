@@ -42,11 +42,12 @@ class PipelineBaseline {
   // clock), of measured time over its baseline time; with fewer than 3 such slots, over every slot
   // at the top clock. `late` (per stage and slot): the seconds a slot right after a change lost to
   // the clock latency, taken off its time so that it counts like the others. None with fewer than
-  // 3 slots.
+  // 3 slots. `steady_only`: whether the slots after a slot at the top clock were enough.
   std::optional<double> conditions(const RoundMeasurement& m, std::size_t d,
                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                    const std::vector<std::vector<int>>* clocks, int top,
-                                   const std::vector<std::vector<double>>* late = nullptr) const;
+                                   const std::vector<std::vector<double>>* late = nullptr,
+                                   bool* steady_only = nullptr) const;
 
  private:
   struct Sample {

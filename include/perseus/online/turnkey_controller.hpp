@@ -356,6 +356,11 @@ class TurnkeyController {
   std::vector<std::optional<double>> condition_per_ratio_;
   std::vector<bool> plan_changed_;        // per pipeline: another plan since its last round on the plans
   std::vector<bool> conditions_changed_;  // per pipeline: a straggler there or a recovery since then
+  struct NoisyCalibration {
+    double sum = 0;
+    int rounds = 0;
+  };
+  std::vector<NoisyCalibration> noisy_calibration_;  // per pipeline: its ratios from few slots, on its plan
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
   int plan_rounds_since_all_max_ = 0;  // rounds on the plans reported since that one
   PaceModel pace_model_;
