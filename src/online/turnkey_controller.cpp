@@ -932,7 +932,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
         auto& noisy = noisy_calibration_[d];
-        if (plan_changed_[d] || noisy.rounds == 0) noisy = {};
+        if (plan_changed_[d]) noisy = {};
         noisy.sum += *now[d] / ratios[d];
         ++noisy.rounds;
         condition_per_ratio_[d] = noisy.sum / noisy.rounds;
