@@ -1264,10 +1264,8 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
       continue;
     }
     const double relative = ratios[d] / median_of_others(ratios, d, straggling);
-    if (relative < 1 - config_.detector.threshold / 2)
-      fast.push_back(relative);
-    else
-      fast.clear();
+    if (relative < 1 - config_.detector.threshold / 2) fast.push_back(relative);
+    else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
     // Its pace now from those rounds but the first (which may have run slow for part of it): with
     // GPUs faster than the others' (a slowdown of more than it showed in the baseline ended),

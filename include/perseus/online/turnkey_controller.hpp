@@ -361,8 +361,8 @@ class TurnkeyController {
     int rounds = 0;
   };
   std::vector<NoisyCalibration> noisy_calibration_;  // per pipeline: its ratios from few slots, on its plan
-  std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
-  int plan_rounds_since_all_max_ = 0;  // rounds on the plans reported since that one
+  std::vector<double> all_max_conditions_;           // per pipeline, as the last all-max round measured them
+  int plan_rounds_since_all_max_ = 0;                // rounds on the plans reported since that one
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
