@@ -201,11 +201,13 @@ TEST_F(ServerTest, ARoundWithAStaleResultRunsAgain) {
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
   EXPECT_EQ(server.post("/result/" + id, stale).status, 200);
   EXPECT_EQ(round(), schedule);
+  ASSERT_TRUE(server.jobs->flush_records(10s));
   EXPECT_FALSE(fs::exists(dir / id / "0.prof.json")) << "a stale round is not recorded";
   EXPECT_EQ(json::parse(server.call("GET", "/jobs/" + id).body)["round"], 0);
   EXPECT_EQ(server.post("/result/" + id, result_body(0)).status, 200);
   EXPECT_EQ(server.post("/result/" + id, result_body(1, 2.0)).status, 200);
   round();
+  ASSERT_TRUE(server.jobs->flush_records(10s));  // records are written on their own thread
   json prof = json::parse(read_file(dir / id / "0.prof.json"));
   EXPECT_EQ(prof[1]["iter_time"], json({2.0, 2.0}));
   EXPECT_EQ(json::parse(server.call("GET", "/jobs/" + id).body)["round"], 1);
