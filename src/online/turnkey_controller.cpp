@@ -704,9 +704,8 @@ void TurnkeyController::deployed() {
   plan_reason_ = plans_->record.points.empty()
                      ? fmt::format("planning found no frontier ({}): all-max",
                                    plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason)
-                 : !target_plan_->point && target_plan_->fit_steps == 0
-                     ? "no plan but all-max is predicted to meet the target"
-                     : "the cheapest plan predicted to meet the target";
+                 : target_plan_->is_all_max() ? "no plan but all-max is predicted to meet the target"
+                                              : "the cheapest plan predicted to meet the target";
   if (plans_->record.points.empty())
     decide(DecisionEvent::no_frontier,
            fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
@@ -1139,8 +1138,8 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
     // A target at all-max was what the pace setter's GPUs allowed; the GPUs that set the pace now may
     // allow a saving plan. (Another target stays: its rounds judge it, and a plan chosen anew on a
     // profile measured next to a slow pipeline may save less than the one that ran.)
-    const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
-    if (at_all_max) return choose(DecisionEvent::paced_to_new_speeds, target_for(target_deadline() / miss_));
+    if (target_plan_->is_all_max())
+      return choose(DecisionEvent::paced_to_new_speeds, target_for(target_deadline() / miss_));
     return assign_plans(DecisionEvent::paced_to_new_speeds);
   }
   judge_plan();
@@ -1333,7 +1332,7 @@ void TurnkeyController::judge_plan() {
     halfway_held_ = true;
     retry_.wait(round_, evidence());
   }
-  const bool at_all_max = !target_plan_->point && target_plan_->fit_steps == 0;
+  const bool at_all_max = target_plan_->is_all_max();
   // The plan's rounds against the reference (outlying rounds left out), against the target with
   // both uncertainties: a step-up only when even the low end of the 95% interval is above the
   // tolerance. Without noise the interval is the point; with it, the evidence grows with every
@@ -1366,7 +1365,7 @@ void TurnkeyController::judge_plan() {
             cautious = std::min(target_deadline(), faster)](const ChoiceContext& c) {
       const NoiseAwareOptions options = target_options(c);
       TargetChoice out{plan_choice::step_up(*c.plans, current, corrected, c.cautious(), options)};
-      if (!out.plan.point && out.plan.fit_steps == 0) {
+      if (out.plan.is_all_max()) {
         // Only all-max meets the corrected time: under noise the miss is the model's (it grows with
         // how many paths a plan balances), not an offset every plan shares. The next, more cautious
         // plan instead: judged under more noise, predicted faster than the one that missed.

@@ -47,6 +47,7 @@ struct ChosenPlan {
   std::vector<std::vector<int>> frequencies;
   double time = 0, energy = 0;  // emulated: one pipeline's iteration, seconds and joules
   std::string label() const;
+  bool is_all_max() const { return !point && fit_steps == 0; }
 };
 
 // The cheapest plan (blocking until the deadline included) that the emulator says finishes by
