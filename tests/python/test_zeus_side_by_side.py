@@ -533,11 +533,14 @@ def run_example(command: List[str], tmp_path: Path, name: str, gpus: int) -> Tup
     # selectors' choices on exact numbers.
     env = environment(folder, gpus=gpus, ZEUS_MAX_SLOWDOWN="10.0")
     done = subprocess.run(command, cwd=folder, env=env, capture_output=True, text=True, timeout=300)
-    # Zeus's own run (no perseus code in it) has been seen, once, to abort in a rank's exit after
-    # training and its last line ("terminate called without an active exception": a thread of torch's
-    # left running at exit); what it printed and logged by then is whole, and that is what is compared.
+    # Either run may abort in a rank's exit after training and its last line: PyTorch's gloo worker
+    # thread can drop its last reference to a finished all-reduce's tensors while the interpreter
+    # finalizes (a core dump shows ProcessGroupGloo::runLoop -> ~AsyncWork -> gil_scoped_acquire ->
+    # pthread_exit -> std::terminate, the main thread in Py_FinalizeEx), on a loaded machine a few
+    # runs in ten, Zeus's and perseus's alike. What the ranks printed and logged by then is whole, and
+    # that is what is compared.
     finished = all(f"rank {rank} power limit optimizer: Done" in done.stdout for rank in range(gpus))
-    exit_abort = name == "zeus" and finished and "terminate called without an active exception" in done.stderr
+    exit_abort = finished and "terminate called without an active exception" in done.stderr
     assert done.returncode == 0 or exit_abort, done.stdout[-2000:] + done.stderr[-4000:]
     # Ranks print to one pipe: a line of one can end up glued to the end of another's (torchrun
     # passes them on as they come), so lines are cut before every "rank N " too.
