@@ -906,6 +906,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   condition_per_ratio_.resize(D);
   plan_changed_.resize(D, false);
   conditions_changed_.resize(D, false);
+  straggled_.resize(D, false);
   noisy_calibration_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
@@ -924,8 +925,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
       const bool straggling_here = straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
                                    static_cast<std::size_t>(*straggler_->pipeline) == d;
-      if (condition_per_ratio_[d] && plan_changed_[d] && !conditions_changed_[d] && !straggling_here &&
-          !detector_.suspects() && d < conditions_.size())
+      const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
+      // A detected straggler that recovered onto another plan measuring nothing at the top clock:
+      // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
+      if (usable && plan_changed_[d] && straggled_[d] && !now[d] && D > 1)
+        condition_per_ratio_[d] = median_of_others(conditions_, d) / ratios[d];
+      else if (usable && condition_per_ratio_[d] && plan_changed_[d] && !conditions_changed_[d])
         condition_per_ratio_[d] = conditions_[d] / ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
@@ -949,7 +954,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (now[d] && !straggling) shared.push_back(*now[d]);
     if (on_plans) {
       plan_changed_[d] = false;
-      conditions_changed_[d] = straggling && !straggler_->in_baseline;  // the next round's, if it ends
+      conditions_changed_[d] = straggled_[d] = straggling && !straggler_->in_baseline;  // the next round's, if it ends
     }
   }
   // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the

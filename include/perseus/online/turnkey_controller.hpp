@@ -356,6 +356,7 @@ class TurnkeyController {
   std::vector<std::optional<double>> condition_per_ratio_;
   std::vector<bool> plan_changed_;        // per pipeline: another plan since its last round on the plans
   std::vector<bool> conditions_changed_;  // per pipeline: a straggler there or a recovery since then
+  std::vector<bool> straggled_;           // per pipeline: a detected straggler there in the last plan round
   struct NoisyCalibration {
     double sum = 0;
     int rounds = 0;
