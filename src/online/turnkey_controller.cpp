@@ -282,6 +282,7 @@ void TurnkeyController::add_baseline(const RoundMeasurement& m) {
 // statistics from the same rounds, outliers left out).
 void TurnkeyController::estimate_baseline() {
   const auto kept = baseline_.estimate([this](double time) { return round_spread_floor(time); });
+  last_baseline_round_kept_ = kept.empty() || kept.back();
   if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_.size()) pipelines_.estimate(kept);
   if (plans_ && plans_->all_max().time > 0) scale_ = baseline_.time() / plans_->all_max().time;
 }
@@ -428,8 +429,10 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
     decide(DecisionEvent::profile_reused, fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
     return start_planning(*reused_profile_);
   }
-  // The top clock of every scan was just measured (from the pipelines that ran as fast as the others).
-  for (std::size_t i = 0; i < operations_.size(); ++i) {
+  // The top clock of every scan was just measured (from the pipelines that ran as fast as the others),
+  // unless the baseline left that round out (a disturbance that began within it, too small in one
+  // pipeline to mark it disturbed): then the scans measure their top clock first.
+  for (std::size_t i = 0; i < operations_.size() && last_baseline_round_kept_; ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
     auto& scan = scans_[i];
     if (measured && scan.next() == shape_.clocks.front()) scan.record(shape_.clocks.front(), *measured);

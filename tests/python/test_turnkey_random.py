@@ -81,13 +81,13 @@ def test_the_summary_counts_each_class_and_names_its_failures(tmp_path, capsys):
     assert "| 1 of 1 | 95% / 95% |" in rows["drift"] and rows["drift"].endswith("| - |")
 
 
-def test_a_straggler_that_recovers_onto_a_plan_measuring_nothing_at_the_top_clock_is_reported_true(drawn):
-    """Instance 1352 (interleaved, 3 stages): pipeline 1 runs 1.11x slow from the profiling's first rounds
-    until iteration 204, then the cluster drifts; after the recovery both pipelines run a plan with no
-    instruction at the top clock. The recovered pipeline's conditions are the others' again, not its own
-    as a straggler: before, the reference stayed 9% slow, the job ran 1.5% slower than all-max for the
-    rest of the run and reported itself 7.9% faster. (Its saving is lost to a profile measured next to
-    the straggler: docs/benchmarks.md.)"""
+def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_the_saving(drawn):
+    """Instance 1352 (interleaved, 3 stages, noise 0.0096): pipeline 1 turns 1.11x slow within the baseline's
+    last round and stays so until iteration 204, then the cluster drifts. The baseline leaves that round out,
+    and so does the profile (its top clock measured there read 1.4% slow: every plan near the frontier's fast
+    end then ran 0.7-1.5% slower than predicted); after the recovery both pipelines run a plan with no
+    instruction at the top clock, and the recovered one is calibrated at the others' conditions, not its own
+    as a straggler (the reference stayed 9% slow: 1.5% slower than all-max, reported 7.9% faster)."""
     import turnkey_truth
 
     scenario = drawn(1352, None)
@@ -96,4 +96,4 @@ def test_a_straggler_that_recovers_onto_a_plan_measuring_nothing_at_the_top_cloc
     twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
     outcome = turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions)
     assert any(d["event"] == "straggler recovered" for d in decisions), decisions
-    assert [p for p in outcome.passes() if not p.startswith("share")] == [], outcome
+    assert outcome.passes() == [], outcome

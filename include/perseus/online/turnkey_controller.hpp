@@ -329,6 +329,7 @@ class TurnkeyController {
   int iterations_per_round_ = 1;            // as the warm-up and profiling rounds ran them
   std::vector<AllMaxRound> probe_samples_;  // probes that disagreed with the reference, in a row
   int warmup_seen_ = 0;                     // warm-up rounds observed
+  bool last_baseline_round_kept_ = true;    // the newest all-max round was no outlier
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
