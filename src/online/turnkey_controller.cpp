@@ -853,6 +853,7 @@ void TurnkeyController::take_choice() {
   if (changed) {
     report_.new_plans();
     judged_.clear();
+    compute_time_sums_.clear();
     rounds_on_plan_ = 0;
     std::string who;
     for (std::size_t d = 0; d < pace_of_.size(); ++d)
@@ -1139,6 +1140,8 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
+  compute_time_sums_.resize(m.pipeline_time.size(), 0.0);
+  for (std::size_t d = 0; d < m.pipeline_time.size(); ++d) compute_time_sums_[d] += m.pipeline_time[d];
 
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
@@ -1353,7 +1356,9 @@ void TurnkeyController::judge_plan() {
   const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
   const double target = target_time() / baseline_.time();
   if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
-  if (followed) return pace_straggler_faster(ratio, ratio_half, target);
+  // Following a straggler, the others are paced earlier; once they have been and the straggler still
+  // computes longest, its own plan is what runs too slow: the target plan it runs steps up.
+  if (followed && !straggler_sets_the_pace()) return pace_straggler_faster(ratio, ratio_half, target);
   // A pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
   if (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told)
@@ -1402,6 +1407,17 @@ void TurnkeyController::judge_plan() {
                               evidence_text, target, 100 * config_.tolerance, describe(before_plan),
                               describe(*target_plan_), retry_.interval()));
          });
+}
+
+// Whether the followed straggler computed longest of all pipelines over the rounds on these plans,
+// after the others were paced earlier than it at least once.
+bool TurnkeyController::straggler_sets_the_pace() const {
+  if (pace_miss_ <= 1 || !straggler_ || !straggler_->pipeline) return false;
+  const auto s = static_cast<std::size_t>(*straggler_->pipeline);
+  if (s >= compute_time_sums_.size()) return false;
+  for (std::size_t d = 0; d < compute_time_sums_.size(); ++d)
+    if (d != s && compute_time_sums_[d] >= compute_time_sums_[s]) return false;
+  return true;
 }
 
 // A detected straggler followed: the straggler's plan and the others' pace are each chosen to the

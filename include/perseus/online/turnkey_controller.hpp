@@ -288,6 +288,7 @@ class TurnkeyController {
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target);
+  bool straggler_sets_the_pace() const;
   bool paced() const;           // a pace slows the pipelines down now
   double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
@@ -345,6 +346,7 @@ class TurnkeyController {
   // changes, not relaxed by retries: it is the model's under noise (pipelines of equal pace end later
   // together), which rounds alone do not cure.
   double pace_miss_ = 1;
+  std::vector<double> compute_time_sums_;  // per pipeline: its compute-bound seconds over the rounds judged_ has
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
   double miss_ = 1;
