@@ -846,9 +846,10 @@ void TurnkeyController::take_choice() {
   pace_of_ = std::move(a.pace_of);
   paced_plans_ = std::move(a.paced);
   predicted_ = std::move(a.predicted);
-  plan_changed_.resize(predicted_.size(), false);
+  calibration_.resize(predicted_.size());
   for (std::size_t d = 0; d < predicted_.size(); ++d)
-    plan_changed_[d] = plan_changed_[d] || d >= before.size() || before[d] != plan_of(d)->frequencies;
+    calibration_[d].plan_changed =
+        calibration_[d].plan_changed || d >= before.size() || before[d] != plan_of(d)->frequencies;
   deployed_once_ = true;
   if (changed) {
     report_.new_plans();
@@ -907,12 +908,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
   const std::vector<double> no_ratios;
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
-  condition_per_ratio_.resize(D);
-  plan_changed_.resize(D, false);
-  conditions_changed_.resize(D, false);
-  straggled_.resize(D, false);
-  noisy_calibration_.resize(D);
+  calibration_.resize(D);
   for (std::size_t d = 0; d < D; ++d) {
+    auto& cal = calibration_[d];
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
     bool steady_only = false;
@@ -932,33 +930,36 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
       // A detected straggler that recovered onto another plan measuring nothing at the top clock:
       // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
-      if (usable && plan_changed_[d] && straggled_[d] && !now[d] && D > 1)
-        condition_per_ratio_[d] = median_of_others(conditions_, d) / ratios[d];
-      else if (usable && condition_per_ratio_[d] && plan_changed_[d] && !conditions_changed_[d])
-        condition_per_ratio_[d] = conditions_[d] / ratios[d];
+      if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
+        cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
+      else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed)
+        cal.per_ratio = conditions_[d] / ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
-        auto& noisy = noisy_calibration_[d];
-        if (plan_changed_[d]) noisy = {};
-        noisy.sum += *now[d] / ratios[d];
-        ++noisy.rounds;
-        condition_per_ratio_[d] = noisy.sum / noisy.rounds;
-        now[d] = ratios[d] * *condition_per_ratio_[d];
+        if (cal.plan_changed) {
+          cal.noisy_sum = 0;
+          cal.noisy_rounds = 0;
+        }
+        cal.noisy_sum += *now[d] / ratios[d];
+        ++cal.noisy_rounds;
+        cal.per_ratio = cal.noisy_sum / cal.noisy_rounds;
+        now[d] = ratios[d] * *cal.per_ratio;
       } else if (now[d]) {
-        condition_per_ratio_[d] = *now[d] / ratios[d];
-        noisy_calibration_[d] = {};
-      } else if (condition_per_ratio_[d]) {
-        now[d] = ratios[d] * *condition_per_ratio_[d];
+        cal.per_ratio = *now[d] / ratios[d];
+        cal.noisy_sum = 0;
+        cal.noisy_rounds = 0;
+      } else if (cal.per_ratio) {
+        now[d] = ratios[d] * *cal.per_ratio;
       } else if ((!straggler_ || straggler_->in_baseline) && !detector_.suspects() && d < conditions_.size()) {
-        condition_per_ratio_[d] = conditions_[d] / ratios[d];
+        cal.per_ratio = conditions_[d] / ratios[d];
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d]);
     if (on_plans) {
-      plan_changed_[d] = false;
-      conditions_changed_[d] = straggled_[d] = straggling && !straggler_->in_baseline;  // the next round's, if it ends
+      cal.plan_changed = false;
+      cal.conditions_changed = cal.straggled = straggling && !straggler_->in_baseline;  // the next round's, if it ends
     }
   }
   // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the
@@ -971,7 +972,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
   // overstate the stretch.
   constexpr std::size_t kWindow = 8;
-  condition_windows_.resize(D);
   // A straggler whose plan runs (next to) nothing at the top clock, with nothing to calibrate its time
   // by: the others' conditions (now, or as last known) times its slowdown relative to them.
   const auto straggling = [&](std::size_t d) {
@@ -988,7 +988,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   };
   for (std::size_t d = 0; d < D; ++d) {
     const double x = now[d] ? *now[d] : unmeasured(d);
-    auto& window = condition_windows_[d];
+    auto& window = calibration_[d].window;
     // An all-max round measures every instruction at the top clock: its conditions are precise.
     if (!on_plans) window.clear();
     if (!window.empty()) {
@@ -1017,8 +1017,11 @@ void TurnkeyController::forget_conditions_since_all_max() {
     return;
   conditions_forgotten_ = true;
   conditions_ = all_max_conditions_;
-  condition_per_ratio_.assign(conditions_.size(), std::nullopt);
-  for (auto& window : condition_windows_) window.clear();
+  calibration_.resize(conditions_.size());
+  for (auto& cal : calibration_) {
+    cal.per_ratio.reset();
+    cal.window.clear();
+  }
   report_.restate(static_cast<std::size_t>(plan_rounds_since_all_max_), reference());
 }
 
@@ -1286,9 +1289,12 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     pace_change_[d] *= now;
     // Its plans' predictions take the new pace in: their times, over them, as many times its
     // conditions as before.
-    if (d < condition_per_ratio_.size() && condition_per_ratio_[d]) *condition_per_ratio_[d] *= now;
-    if (d < noisy_calibration_.size()) noisy_calibration_[d].sum *= now;
-    if (d < conditions_changed_.size()) conditions_changed_[d] = true;
+    if (d < calibration_.size()) {
+      auto& cal = calibration_[d];
+      if (cal.per_ratio) *cal.per_ratio *= now;
+      cal.noisy_sum *= now;
+      cal.conditions_changed = true;
+    }
     fast.clear();
     changed = true;
     ++straggler_changes_;

@@ -354,19 +354,19 @@ class TurnkeyController {
   // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
-  std::vector<std::vector<double>> condition_windows_;  // per pipeline, its last rounds' (since a change)
-  // Per pipeline: its conditions over its time/predicted ratio when the top clock last measured both.
-  std::vector<std::optional<double>> condition_per_ratio_;
-  std::vector<bool> plan_changed_;        // per pipeline: another plan since its last round on the plans
-  std::vector<bool> conditions_changed_;  // per pipeline: a straggler there or a recovery since then
-  std::vector<bool> straggled_;           // per pipeline: a detected straggler there in the last plan round
-  struct NoisyCalibration {
-    double sum = 0;
-    int rounds = 0;
+  // Per pipeline: what its conditions are read from between all-max rounds.
+  struct Calibration {
+    std::vector<double> window;       // its conditions over its last rounds (since a change)
+    std::optional<double> per_ratio;  // its conditions over its time/predicted ratio, when last known
+    bool plan_changed = false;        // another plan since its last round on the plans
+    bool conditions_changed = false;  // a straggler there or a recovery since then
+    bool straggled = false;           // a detected straggler there in its last round on the plans
+    double noisy_sum = 0;             // its ratios from few slots on its plan: their sum,
+    int noisy_rounds = 0;             // over this many rounds
   };
-  std::vector<NoisyCalibration> noisy_calibration_;  // per pipeline: its ratios from few slots, on its plan
-  std::vector<double> all_max_conditions_;           // per pipeline, as the last all-max round measured them
-  int plan_rounds_since_all_max_ = 0;                // rounds on the plans reported since that one
+  std::vector<Calibration> calibration_;
+  std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
+  int plan_rounds_since_all_max_ = 0;       // rounds on the plans reported since that one
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
