@@ -937,21 +937,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
-        if (cal.plan_changed) {
-          cal.noisy_sum = 0;
-          cal.noisy_rounds = 0;
-        }
-        cal.noisy_sum += *now[d] / ratios[d];
-        ++cal.noisy_rounds;
-        cal.per_ratio = cal.noisy_sum / cal.noisy_rounds;
+        if (cal.plan_changed) cal.noisy = {};
+        cal.noisy.sum += *now[d] / ratios[d];
+        ++cal.noisy.rounds;
+        cal.per_ratio = cal.noisy.sum / cal.noisy.rounds;
         now[d] = ratios[d] * *cal.per_ratio;
       } else if (now[d]) {
         cal.per_ratio = *now[d] / ratios[d];
-        cal.noisy_sum = 0;
-        cal.noisy_rounds = 0;
+        cal.noisy = {};
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
-      } else if ((!straggler_ || straggler_->in_baseline) && !detector_.suspects() && d < conditions_.size()) {
+      } else if (usable && (!straggler_ || straggler_->in_baseline)) {
         cal.per_ratio = conditions_[d] / ratios[d];
       }
     }
@@ -1292,7 +1288,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     if (d < calibration_.size()) {
       auto& cal = calibration_[d];
       if (cal.per_ratio) *cal.per_ratio *= now;
-      cal.noisy_sum *= now;
+      cal.noisy.sum *= now;
       cal.conditions_changed = true;
     }
     fast.clear();

@@ -13,6 +13,7 @@ from fakegpu import BINARY
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import turnkey_random  # noqa: E402
+import turnkey_truth  # noqa: E402
 
 
 @pytest.fixture()
@@ -88,8 +89,6 @@ def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_
     end then ran 0.7-1.5% slower than predicted); after the recovery both pipelines run a plan with no
     instruction at the top clock, and the recovered one is calibrated at the others' conditions, not its own
     as a straggler (the reference stayed 9% slow: 1.5% slower than all-max, reported 7.9% faster)."""
-    import turnkey_truth
-
     scenario = drawn(1352, None)
     assert "1:1.109@40-204" in scenario.simulate_args
     reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
@@ -105,8 +104,6 @@ def test_a_straggler_whose_own_plan_runs_slow_steps_that_plan_up(drawn):
     earlier cannot help once it ends before the straggler: the straggler's own plan steps up. (Before, the
     other pipeline was paced earlier nine times while the job ran 0.69% slower than all-max over the
     straggler's rounds; 0.54% now, the edge of what the interval at this noise lets the loop tell.)"""
-    import turnkey_truth
-
     scenario = drawn(1390, None)
     assert "1:1.242@662-943" in scenario.simulate_args
     reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")

@@ -361,8 +361,10 @@ class TurnkeyController {
     bool plan_changed = false;        // another plan since its last round on the plans
     bool conditions_changed = false;  // a straggler there or a recovery since then
     bool straggled = false;           // a detected straggler there in its last round on the plans
-    double noisy_sum = 0;             // its ratios from few slots on its plan: their sum,
-    int noisy_rounds = 0;             // over this many rounds
+    struct Noisy {
+      double sum = 0;
+      int rounds = 0;
+    } noisy;  // its ratios from few slots on its plan: their sum over so many rounds
   };
   std::vector<Calibration> calibration_;
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
