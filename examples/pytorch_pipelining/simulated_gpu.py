@@ -7,8 +7,9 @@ would do: each stage's forward and backward take `instruction_time(stage, kind, 
 real computation, then sleeps for the rest of that time, progressing at the rate of the clock the
 GPU runs at) and draw `busy_power(clock)`; waiting for another stage draws BLOCK_POWER_W. The fake NVML's energy counter is what perseus measures: it
 runs at BLOCK_POWER_W all the time (PERSEUS_FAKE_NVML_POWER_W, which run.sh sets) and each
-computation adds the rest of its energy (perseusFakeNvmlAddEnergy). Timing noise is the operating
-system's: the real computation, the sleeps, the processes' communication.
+computation adds the rest of its energy (perseusFakeNvmlAddEnergy), by the model, whatever the
+CPU's lateness. Timing noise is the operating system's: the real computation, the sleeps, the
+processes' communication.
 """
 from __future__ import annotations
 
@@ -65,22 +66,27 @@ class SimulatedGpu:
     def compute(self, kind: str, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """Runs `function` as a `kind` of this stage on the GPU: the real computation, then the
         rest of the instruction at the rate the GPU's clock gives it, read every few milliseconds
-        (a clock that perseus locks while it runs takes effect from then on, as on a GPU); the
-        energy above the blocking power goes onto the counter."""
+        (a clock that perseus locks while it runs takes effect from then on, as on a GPU). The
+        energy above the blocking power goes onto the counter by progress: each share of the
+        instruction costs that share of its time at the clock it ran at, times the power above
+        blocking. A CPU that is late (a slow real computation, a sleep that overruns) stretches
+        the wall time, which the counter meters at the blocking power, as a GPU waiting would,
+        but never the computation's energy."""
         began = time.perf_counter()
         result = function(*args, **kwargs)
         now = time.perf_counter()
         clock = self.clock()
-        done = (now - began) / instruction_time(self.stage, kind, clock, self.scale)  # the real computation's share
-        joules = (busy_power(clock) - BLOCK_POWER_W) * (now - began)
+        duration = instruction_time(self.stage, kind, clock, self.scale)
+        done = min((now - began) / duration, 1.0)  # the real computation's share
+        joules = (busy_power(clock) - BLOCK_POWER_W) * duration * done
         while done < 1:
             clock = self.clock()
             duration = instruction_time(self.stage, kind, clock, self.scale)
             time.sleep(min((1 - done) * duration, SLICE_S))
             slept = time.perf_counter()
-            elapsed, now = slept - now, slept
-            done += elapsed / duration
-            joules += (busy_power(clock) - BLOCK_POWER_W) * elapsed
+            share = min((slept - now) / duration, 1 - done)
+            now, done = slept, done + share
+            joules += (busy_power(clock) - BLOCK_POWER_W) * duration * share
         self._nvml.perseusFakeNvmlAddEnergy(0, joules)
         return result
 

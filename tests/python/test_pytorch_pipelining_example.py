@@ -61,11 +61,11 @@ def test_it_compares_the_deployed_plan_with_its_all_max_twin(example):
     assert float(line.group(2)) == pytest.approx(100 * slowdown, abs=0.0051)
     assert float(line.group(3)) > 0  # the measured profile leaves time to spare
     # The clocks perseus locked cost less energy: a GPU's counter is the blocking power over the
-    # window's wall time plus what each computation adds above it at its clock. The two runs come one
-    # after the other, and on a loaded machine other processes stretch their wall times unevenly (the
-    # whole saving has been seen at -12% where the plan lowered every stage's clocks), so the sign is
-    # asserted on the part the clocks decide.
-    block = simulated_gpu_block_power()
+    # window's wall time plus each computation's model energy above it at its clock. The two runs come
+    # one after the other, and on a loaded machine other processes stretch their wall times unevenly
+    # (the whole saving has been seen at -12% where the plan lowered every stage's clocks), so the
+    # sign is asserted on the part the clocks decide, which the CPU's lateness does not change.
+    block = simulated_gpu().BLOCK_POWER_W
     computing = {run: sum((w["joules"] - block * w["seconds"]) / w["iterations"] for w in ws)
                  for run, ws in windows.items()}
     assert computing["perseus"] < computing["allmax"], computing
@@ -73,22 +73,32 @@ def test_it_compares_the_deployed_plan_with_its_all_max_twin(example):
 
 def test_the_fake_gpus_ran_the_clocks_perseus_locked_and_metered_the_model(example):
     out, _ = example
+    model = simulated_gpu()
+    scale = float(SHORT["TIME_SCALE"])
+
+    def energy(stage, kind, clock):  # one whole instruction at one clock, above the blocking power
+        return model.instruction_time(stage, kind, clock, scale) * (model.busy_power(clock) - model.BLOCK_POWER_W)
+
     for rank in range(4):
         calls = [line.split() for line in (out / "perseus" / f"gpu{rank}.log").read_text().splitlines()]
         locked = {int(c[3]) for c in calls if c[1] == "nvmlDeviceSetGpuLockedClocks" and c[-1] == "0"}
         added = [float(c[3]) for c in calls if c[1] == "perseusFakeNvmlAddEnergy" and c[-1] == "0"]
         assert len(locked) > 1 and min(locked) >= 1005  # profiled, then planned, within the range it was given
-        assert len(added) == 2 * 8 * windows_run(out, rank) and all(j > 0 for j in added)
+        assert len(added) == 2 * 8 * windows_run(out, rank)
+        # Each is a forward or a backward of the rank's stage at clocks between the lowest locked and
+        # the top (a lower clock costs less: the dynamic power falls faster than the time grows).
+        low, high = energy(rank, "forward", min(locked)), energy(rank, "backward", model.TOP_CLOCK)
+        assert all(low * 0.999 <= j <= high * 1.001 for j in added), (rank, low, high, min(added), max(added))
 
 
-def simulated_gpu_block_power() -> float:
-    """The fake GPUs' power while no computation runs (run.sh hands simulated_gpu's to the fake NVML)."""
+def simulated_gpu():
+    """The example's GPU model (run.sh hands its blocking power to the fake NVML)."""
     sys.path.insert(0, str(EXAMPLE))
     try:
         import simulated_gpu
     finally:
         sys.path.remove(str(EXAMPLE))
-    return float(simulated_gpu.BLOCK_POWER_W)
+    return simulated_gpu
 
 
 def windows_run(out, rank):
