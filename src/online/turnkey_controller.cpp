@@ -901,7 +901,14 @@ std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(
 void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios) {
   const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
-  conditions_.resize(D, 1.0);
+  // Only a change beyond what one round's few top-clock instructions tell apart replaces the
+  // conditions known.
+  constexpr double kClearlyMoved = 0.02;
+  const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
+  // Until measured, each pipeline runs at the cluster's conditions as profiling's last all-max round
+  // found them, where they clearly moved: a plan deployed during a slow spell is calibrated by the
+  // spell's conditions, not the baseline's, where it runs nothing at the top clock.
+  conditions_.resize(D, moved(profile_conditions_, 1.0) ? profile_conditions_ : 1.0);
   if (all_max_conditions_.size() != D) all_max_conditions_ = conditions_;  // the first plan round: as deployed
   if (!pipelines_.known()) return;
   std::vector<std::optional<double>> now(D);
@@ -909,13 +916,30 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const std::vector<double> no_ratios;
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
   calibration_.resize(D);
+  std::vector<char> steady(D, 0);  // measured at the top clock only right after changes of clock
   for (std::size_t d = 0; d < D; ++d) {
-    auto& cal = calibration_[d];
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
     bool steady_only = false;
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
                                    shape_.clocks.front(), late ? &*late : nullptr, &steady_only);
+    steady[d] = steady_only ? 1 : 0;
+  }
+  // The cluster's conditions this round, as the pipelines that ran the top clock measured them (right
+  // after changes of clock too: noisier, but of this round; not a followed straggler, whose slowdown
+  // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
+  // its first round, where the conditions last known may have just changed with it.
+  std::vector<double> measured_now;
+  for (std::size_t d = 0; d < D; ++d) {
+    if (!now[d]) continue;
+    const bool followed =
+        straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
+    if (!followed) measured_now.push_back(*now[d]);
+  }
+  const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
+  for (std::size_t d = 0; d < D; ++d) {
+    auto& cal = calibration_[d];
+    const bool steady_only = steady[d] != 0;
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
     // predicts does, in units of what that ratio was when the conditions were last known (measured
@@ -933,7 +957,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
       else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed)
-        cal.per_ratio = conditions_[d] / ratios[d];
+        cal.per_ratio = (moved(cluster_now, conditions_[d]) ? cluster_now : conditions_[d]) / ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.

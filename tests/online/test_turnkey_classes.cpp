@@ -140,6 +140,36 @@ TEST(TurnkeyClasses, ASlowSpellOfTheWholeClusterInAnyPhaseCostsItsDurationAndAFe
   }
 }
 
+// A slow spell of the whole cluster from the last rounds of profiling into the first deployed rounds,
+// with one pipeline slow from the start so that the other runs a paced plan (next to nothing at the
+// top clock): that plan's time is calibrated by the conditions of its first rounds, the spell's, so
+// that once the spell is over the reference comes back to the baseline and the numbers stay true.
+TEST(TurnkeyClasses, ASlowSpellAcrossTheDeploymentLeavesTheReferenceTrueAfterIt) {
+  auto base = small_cluster();
+  base.noise = 0.003;
+  base.factor = [](int d, int, int) { return d == 1 ? 1.15 : 1.0; };
+  int deployed = -1;
+  {
+    TurnkeyController c(config(), base.shape());
+    run(c, base, 40);
+    for (const auto& d : c.decisions())
+      if (to_string(d.event) == std::string("deployed")) deployed = d.round;
+  }
+  ASSERT_GT(deployed, 3);
+  for (int before : {1, 3}) {
+    auto cluster = base;
+    const int first = deployed - before, last = deployed + 12;
+    cluster.factor = [first, last](int d, int r, int) {
+      return (d == 1 ? 1.15 : 1.0) * (r >= first && r < last ? 1.1 : 1.0);
+    };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 110);
+    const std::string where = "spell from " + std::to_string(before) + " rounds before the deployment";
+    EXPECT_LE(r.slowdown(90, 110), 0.005) << where << ": " << events(c);
+    expect_reported_true(c, r, where);
+  }
+}
+
 // A spell shorter than the rounds between two of profiling's all-max checks: every scan's clock of
 // its first round comes out off that scan's curve, so the conditions are checked at once and the
 // clocks it spoiled measured again.
