@@ -917,6 +917,11 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
   calibration_.resize(D);
   std::vector<char> steady(D, 0);  // measured at the top clock only right after changes of clock
+  // The cluster's conditions this round, as the pipelines that ran the top clock measured them (right
+  // after changes of clock too: noisier, but of this round; not a followed straggler, whose slowdown
+  // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
+  // its first round, where the conditions last known may have just changed with it.
+  std::vector<double> measured_now;
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
@@ -924,17 +929,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
                                    shape_.clocks.front(), late ? &*late : nullptr, &steady_only);
     steady[d] = steady_only ? 1 : 0;
-  }
-  // The cluster's conditions this round, as the pipelines that ran the top clock measured them (right
-  // after changes of clock too: noisier, but of this round; not a followed straggler, whose slowdown
-  // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
-  // its first round, where the conditions last known may have just changed with it.
-  std::vector<double> measured_now;
-  for (std::size_t d = 0; d < D; ++d) {
-    if (!now[d]) continue;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (!followed) measured_now.push_back(*now[d]);
+    if (now[d] && !followed) measured_now.push_back(*now[d]);
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
   for (std::size_t d = 0; d < D; ++d) {
