@@ -37,12 +37,55 @@ double time_on(const ChoiceContext& c, std::size_t d, const std::vector<std::vec
   return expected_time(*c.plans, frequencies, Variability{}, o);
 }
 
-std::vector<std::size_t> lead_pipelines(const std::vector<double>& top, double threshold) {
+namespace {
+// GPUs within this of each other's speed for every (model stage, kind) are alike: what the
+// baseline's rounds tell apart is coarser.
+constexpr double kSameSpeed = 0.005;
+// Pipelines within this of the slowest one's all-max time finish at about its pace: each is as
+// likely to end the iteration as it is.
+constexpr double kAlikePace = 0.003;
+
+std::size_t slowest_of(const std::vector<double>& top) {
+  return static_cast<std::size_t>(std::max_element(top.begin(), top.end()) - top.begin());
+}
+
+// Pipelines among `top` (all-max times) at about the slowest one's pace: it included.
+std::size_t alike_count(const std::vector<double>& top) {
+  const double slowest = top[slowest_of(top)];
+  return static_cast<std::size_t>(
+      std::count_if(top.begin(), top.end(), [&](double t) { return t * (1 + kAlikePace) >= slowest; }));
+}
+}  // namespace
+
+std::vector<std::size_t> lead_pipelines(const std::vector<double>& top,
+                                        const std::vector<std::map<StageKind, double>>& speeds) {
   std::vector<std::size_t> lead;
-  const double slowest = top.empty() ? 0 : *std::max_element(top.begin(), top.end());
+  if (top.empty()) return lead;
+  const std::size_t slowest = slowest_of(top);
+  const auto same_gpus = [&](std::size_t d) {
+    if (d >= speeds.size() || slowest >= speeds.size()) return true;
+    for (const auto& [key, speed] : speeds[slowest]) {
+      auto it = speeds[d].find(key);
+      if (it == speeds[d].end() || std::abs(it->second / speed - 1) > kSameSpeed) return false;
+    }
+    return true;
+  };
   for (std::size_t d = 0; d < top.size(); ++d)
-    if (top[d] * (1 + threshold / 2) >= slowest) lead.push_back(d);
+    if (d == slowest || same_gpus(d)) lead.push_back(d);
   return lead;
+}
+
+NoiseAwareOptions lead_options(const ChoiceContext& c, const std::vector<std::size_t>& lead,
+                               const std::vector<double>& top, bool straggling) {
+  NoiseAwareOptions o = options_for(c, lead, straggling);
+  if (top.empty()) return o;
+  const std::size_t alike = alike_count(top);
+  if (o.speeds.empty()) {
+    o.pipelines = std::max(o.pipelines, static_cast<int>(alike));
+  } else {
+    while (o.speeds.size() < std::min<std::size_t>(alike, kMaxPipelines)) o.speeds.push_back(o.speeds.front());
+  }
+  return o;
 }
 
 NoiseAwareOptions target_options(const ChoiceContext& c) {
@@ -50,14 +93,18 @@ NoiseAwareOptions target_options(const ChoiceContext& c) {
   std::vector<double> top;
   const auto all = all_max(*c.plans).frequencies;
   for (std::size_t d = 0; d < c.speeds.size(); ++d) top.push_back(time_on(c, d, all, false));
-  return options_for(c, lead_pipelines(top, c.threshold), false);
+  return lead_options(c, lead_pipelines(top, c.speeds), top, false);
 }
 
 // The pipelines that set the iteration's pace (the straggler, or the slowest of the baseline and
-// those within half the threshold of it) run the target plan; every other pipeline runs the
-// cheapest plan that, on its own GPUs and under the measured noise, makes the iteration end no more
-// than kPaceAllowance later than the pace setters alone would (a straggler told without its
-// pipeline: every pipeline slows to the time told).
+// those on GPUs alike its) run the target plan. Every other pipeline runs a plan chosen on its own
+// GPUs: one at about the pace setters' pace (kAlikePace) the cheapest that, drawn as many times as
+// they are, ends by their expected time (each of them as likely to end the iteration); a faster one
+// the cheapest that, on its GPUs and under the measured noise, makes the iteration end no later
+// than the pace setters alone would (a straggler told without its pipeline: every pipeline slows to
+// the time told), where a straggler sets the pace, no more than kPaceAllowance later (its slowdown
+// is estimated from a few rounds; pace_miss corrects it). One plan for pipelines whose GPUs differ stage by stage would
+// keep every stage fast that is slow on any of them, and use the slack of none.
 Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   constexpr double kPaceAllowance = 0.001;
   constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
@@ -75,7 +122,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     if (c.straggler->pipeline && static_cast<std::size_t>(*c.straggler->pipeline) < D)
       lead.push_back(static_cast<std::size_t>(*c.straggler->pipeline));
   } else {
-    lead = lead_pipelines(top, c.threshold);
+    lead = lead_pipelines(top, c.straggling);
   }
   // A pipeline slow in the baseline sets the pace for good: shown as a straggler in the baseline.
   if (!out.straggler && D > 1 && c.pipelines_known) {
@@ -102,9 +149,9 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
     // its own all-max than the target allows), not the target plan, which may have had slack there.
     if (out.straggler && !out.straggler->in_baseline)
-      out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, v, options_for(c, lead, true));
+      out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, v, lead_options(c, lead, top, true));
     pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v,
-                             options_for(c, lead, true));
+                             lead_options(c, lead, top, true));
     // Measured together, the pace setters and the others ran later than predicted: the straggler's
     // slowdown, estimated from a few rounds, was too high, or the noise is larger than modelled.
     // The others are paced as if the straggler ended that much sooner.
@@ -126,14 +173,30 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   if (out.lead_plan)
     for (std::size_t d : lead) out.pace_of[d] = Assignment::kLeadPlan;
   std::map<long, std::vector<std::size_t>> groups;
+  std::size_t draws_alike = 0;
   for (std::size_t d = 0; d < D; ++d) {
     if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
     groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
   }
+  if (!lead.empty()) {  // those at about the pace setters' pace: a plan each
+    const std::size_t alike = std::max<std::size_t>(lead_options(c, lead, top, true).speeds.size(), 2);
+    std::map<long, std::vector<std::size_t>> regrouped;
+    for (auto& [bin, members] : groups)
+      for (std::size_t d : members)
+        regrouped[top[d] * (1 + kAlikePace) >= slowest ? -1 - static_cast<long>(d) : bin].push_back(d);
+    groups = std::move(regrouped);
+    draws_alike = alike;
+  }
   for (const auto& [bin, members] : groups) {
     NoiseAwareOptions o = options_for(c, members, true);
-    o.competitor = pace;
-    ChosenPlan plan = choose_plan_under_noise(plans, pace_time * (1 + kPaceAllowance), v, o);
+    double deadline = pace_time;
+    if (bin < 0 && !o.speeds.empty()) {
+      while (o.speeds.size() < draws_alike) o.speeds.push_back(o.speeds.front());
+    } else {
+      o.competitor = pace;
+      if (out.straggler) deadline *= 1 + kPaceAllowance;
+    }
+    ChosenPlan plan = choose_plan_under_noise(plans, deadline, v, o);
     plan.time /= to_nominal > 0 ? to_nominal : 1.0;
     for (std::size_t d : members) out.pace_of[d] = static_cast<int>(out.paced.size());
     out.paced.push_back(std::move(plan));

@@ -41,8 +41,14 @@ struct ChoiceContext {
 NoiseAwareOptions options_for(const ChoiceContext& c, const std::vector<std::size_t>& group, bool straggling);
 double time_on(const ChoiceContext& c, std::size_t d, const std::vector<std::vector<int>>& frequencies,
                bool straggling);
-// The pipelines within half the straggler threshold of the slowest one's all-max time `top`.
-std::vector<std::size_t> lead_pipelines(const std::vector<double>& top, double threshold);
+// The pipelines that set the pace: the slowest at all-max (`top`), and those whose GPUs run every
+// (model stage, kind) at about its `speeds`.
+std::vector<std::size_t> lead_pipelines(const std::vector<double>& top,
+                                        const std::vector<std::map<StageKind, double>>& speeds);
+// The options for the pace setters `lead`: their GPUs, drawn as many times as pipelines finish at
+// about the slowest one's pace at all-max (`top`).
+NoiseAwareOptions lead_options(const ChoiceContext& c, const std::vector<std::size_t>& lead,
+                               const std::vector<double>& top, bool straggling);
 // The options the target plan is chosen with: the lead pipelines' GPUs.
 NoiseAwareOptions target_options(const ChoiceContext& c);
 
