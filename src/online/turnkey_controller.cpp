@@ -1014,11 +1014,14 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     }
     window.push_back(x);
     if (window.size() > kWindow) window.erase(window.begin());
+    const double before = conditions_[d];
     conditions_[d] = mean_interval(window).value;
+    if (on_plans && moved(conditions_[d], before)) moved_since_all_max_ = true;
   }
   if (!on_plans) {
     all_max_conditions_ = conditions_;
     plan_rounds_since_all_max_ = 0;
+    moved_since_all_max_ = false;
   }
 }
 
@@ -1026,11 +1029,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
 // the top-clock instructions right after a change of clock were counted as they ran (the latency
 // was not known), so the conditions since the last all-max round, and the plans' times calibrated
 // by them, are the latency's as much as the cluster's. (A latency of a few standard errors, or of a
-// fraction of a millisecond, comes and goes with the noise: the conditions stay.)
+// fraction of a millisecond, comes and goes with the noise: the conditions stay. So do conditions
+// that moved clearly since that round: the cluster's, which that round's would put back.)
 void TurnkeyController::forget_conditions_since_all_max() {
   constexpr double kNoticeable = 2e-3, kClear = 5;  // seconds; standard errors
   if (conditions_forgotten_ || all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable ||
-      latency_ < kClear * latency_stderr_ || straggler_ || detector_.suspects())
+      latency_ < kClear * latency_stderr_ || straggler_ || detector_.suspects() || moved_since_all_max_)
     return;
   conditions_forgotten_ = true;
   conditions_ = all_max_conditions_;

@@ -230,6 +230,45 @@ TEST(TurnkeyClasses, AClockLatencyKeepsTheTargetAndTheReportedSlowdownTrue) {
   }
 }
 
+// A slow spell over profiling's last all-max check and the deployment that ends on the plans, and
+// then a clock latency measured: the conditions since that check are the cluster's, not the
+// latency's, and stay (that check's would stretch the reference by the spell for rounds).
+TEST(TurnkeyClasses, AClockLatencyMeasuredAfterASlowSpellLeavesTheConditionsOfAfterIt) {
+  auto cluster = small_cluster();
+  cluster.noise = 0.002;
+  cluster.latency = 0.01;
+  const auto deployed_round = [](const TurnkeyController& c) {
+    for (const auto& d : c.decisions())
+      if (to_string(d.event) == std::string("deployed")) return d.round;
+    return -1;
+  };
+  int deployed = -1;
+  {
+    TurnkeyController c(config(), cluster.shape());
+    run(c, cluster, 40);
+    deployed = deployed_round(c);
+  }
+  ASSERT_GT(deployed, 6);
+  const int first = deployed - 6;
+  cluster.factor = [first](int, int r, int) { return r >= first ? 1.07 : 1.0; };
+  {  // where the spell moves the deployment to
+    TurnkeyController c(config(), cluster.shape());
+    run(c, cluster, 60);
+    deployed = deployed_round(c);
+  }
+  ASSERT_GT(deployed, first);
+  const int last = deployed + 3;
+  cluster.factor = [first, last](int, int r, int) { return r >= first && r < last ? 1.07 : 1.0; };
+  TurnkeyController c(config(), cluster.shape());
+  Twinned r;
+  for (int round = 0; round < 90; ++round) {
+    run_round(c, cluster, r, round);
+    if (round >= deployed + c.config().report_rounds) expect_reported_true(c, r, "round " + std::to_string(round));
+  }
+  EXPECT_EQ(deployed_round(c), deployed) << events(c);
+  EXPECT_TRUE(has(c, "clock latency")) << events(c);
+}
+
 TEST(TurnkeyClasses, AStepUpIsTriedAgainAndTheSavingPlanComesBackWhenTheMissEnded) {
   auto cluster = small_cluster();
   const int top = cluster.shape().clocks.front();

@@ -369,6 +369,9 @@ class TurnkeyController {
   std::vector<Calibration> calibration_;
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
   int plan_rounds_since_all_max_ = 0;       // rounds on the plans reported since that one
+  // The conditions the plans' rounds measured moved clearly (over 2%) since that round: the cluster's
+  // doing (a latency's bias is there from the first round on the plans, not a step midway).
+  bool moved_since_all_max_ = false;
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
