@@ -1152,6 +1152,15 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
     forget_conditions_since_all_max();
     remember(m);
+    // Too few rounds judged to weigh the plans' own evidence against the model's cost of the latency:
+    // judged anew first, under conditions that take the latency out.
+    const bool followed = straggler_ && !straggler_->in_baseline;
+    if (!followed && !paced() && judged_.size() < static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+      latency_pending_ = true;
+      judged_.clear();
+      rounds_on_plan_ = 0;
+      return;
+    }
     return choose_for_latency();
   }
   ++rounds_on_plan_;
@@ -1164,6 +1173,10 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
+  if (latency_pending_ && judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+    latency_pending_ = false;
+    return choose_for_latency();
+  }
   compute_time_sums_.resize(m.pipeline_time.size(), 0.0);
   for (std::size_t d = 0; d < m.pipeline_time.size(); ++d) compute_time_sums_[d] += m.pipeline_time[d];
 
@@ -1227,8 +1240,9 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
   latency_said_ = fmt::format(
       "a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
-      "(measured over {} changes; plans were chosen for {:.2f} ms)",
-      1e3 * now, 2e3 * stderr_, latency_samples_.size(), 1e3 * latency_);
+      "(measured over {} changes; {} {:.2f} ms)",
+      1e3 * now, 2e3 * stderr_, latency_samples_.size(),
+      latency_pending_ ? "measured on the plans' first rounds" : "plans were chosen for", 1e3 * latency_);
   latency_ = now;
   latency_stderr_ = stderr_;
   return true;

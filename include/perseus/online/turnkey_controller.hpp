@@ -413,6 +413,7 @@ class TurnkeyController {
   double latency_ = 0;  // seconds, what plans are chosen for
   double latency_stderr_ = 0;
   bool conditions_forgotten_ = false;  // for a latency measured (forget_conditions_since_all_max)
+  bool latency_pending_ = false;       // a latency measured, acted on once the plans' rounds are judged
   // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
   // than the same instruction at the same clock unchanged (that share of the latency).
   std::vector<std::pair<double, double>> latency_samples_;
