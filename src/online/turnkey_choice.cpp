@@ -103,8 +103,8 @@ NoiseAwareOptions target_options(const ChoiceContext& c) {
 // the cheapest that, on its GPUs and under the measured noise, makes the iteration end no later
 // than the pace setters alone would (a straggler told without its pipeline: every pipeline slows to
 // the time told), where a straggler sets the pace, no more than kPaceAllowance later (its slowdown
-// is estimated from a few rounds; pace_miss corrects it). One plan for pipelines whose GPUs differ stage by stage would
-// keep every stage fast that is slow on any of them, and use the slack of none.
+// is estimated from a few rounds; pace_miss corrects it). One plan for pipelines whose GPUs differ
+// stage by stage would keep every stage fast that is slow on any of them, and use the slack of none.
 Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   constexpr double kPaceAllowance = 0.001;
   constexpr double kBin = 0.005;  // pipelines within this much of each other's pace share a plan
@@ -179,13 +179,12 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
   }
   if (!lead.empty()) {  // those at about the pace setters' pace: a plan each
-    const std::size_t alike = std::max<std::size_t>(lead_options(c, lead, top, true).speeds.size(), 2);
+    draws_alike = std::max<std::size_t>(lead_options(c, lead, top, true).speeds.size(), 2);
     std::map<long, std::vector<std::size_t>> regrouped;
     for (auto& [bin, members] : groups)
       for (std::size_t d : members)
         regrouped[top[d] * (1 + kAlikePace) >= slowest ? -1 - static_cast<long>(d) : bin].push_back(d);
     groups = std::move(regrouped);
-    draws_alike = alike;
   }
   for (const auto& [bin, members] : groups) {
     NoiseAwareOptions o = options_for(c, members, true);
