@@ -66,6 +66,8 @@ std::string_view to_string(DecisionEvent event) {
       return "faster pace for the straggler";
     case DecisionEvent::paced_to_new_speeds:
       return "paced to the pipelines' new speeds";
+    case DecisionEvent::pipeline_slowed:
+      return "pipeline slowed";
     case DecisionEvent::paced:
       return "paced";
     case DecisionEvent::pace_lifted:

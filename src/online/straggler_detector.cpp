@@ -16,6 +16,7 @@ bool StragglerDetector::suspects() const {
 void StragglerDetector::reset() {
   slow_rounds_.clear();
   normal_rounds_.clear();
+  relative_.clear();
   current_.reset();
 }
 
@@ -24,34 +25,59 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
   if (slow_rounds_.size() != ratios.size()) {
     slow_rounds_.assign(ratios.size(), 0);
     normal_rounds_.assign(ratios.size(), 0);
+    relative_.assign(ratios.size(), 1.0);
   }
-  std::vector<double> relative(ratios.size());
-  for (std::size_t d = 0; d < ratios.size(); ++d) {
-    relative[d] = ratios[d] / median_of_others(ratios, d);
-    bool slow = relative[d] > 1 + options_.threshold;
-    bool normal = relative[d] <= 1 + options_.threshold / 2;
-    slow_rounds_[d] = slow ? slow_rounds_[d] + 1 : 0;
-    normal_rounds_[d] = normal ? normal_rounds_[d] + 1 : 0;
-  }
+  auto count = [&](std::size_t d, double relative) {
+    relative_[d] = relative;
+    slow_rounds_[d] = relative > 1 + options_.threshold ? slow_rounds_[d] + 1 : 0;
+    normal_rounds_[d] = relative <= 1 + options_.threshold / 2 ? normal_rounds_[d] + 1 : 0;
+  };
+  // The followed straggler against the others as they ran: has it recovered, or changed?
+  bool changed = false;
+  const int followed = current_ ? current_->pipeline : -1;
   if (current_) {
-    auto d = static_cast<std::size_t>(current_->pipeline);
+    const auto d = static_cast<std::size_t>(followed);
+    count(d, ratios[d] / median_of_others(ratios, d));
     if (normal_rounds_[d] >= options_.clear_rounds) {
       current_.reset();
-      return true;
+      changed = true;
+    } else if (slow_rounds_[d] >= options_.rounds &&
+               std::abs(relative_[d] - current_->slowdown) > options_.threshold * current_->slowdown) {
+      current_->slowdown = relative_[d];
+      changed = true;
     }
-    if (slow_rounds_[d] >= options_.rounds &&
-        std::abs(relative[d] - current_->slowdown) > options_.threshold * current_->slowdown) {
-      current_->slowdown = relative[d];
-      return true;
-    }
-    return false;
   }
+  // Every other pipeline against the others, a followed straggler counted at the slowdown it is
+  // followed at: next to it (with one or two others, it is their median) a pipeline that slows
+  // would not look slow.
+  std::vector<double> expected = ratios;
+  if (current_) expected[static_cast<std::size_t>(current_->pipeline)] /= current_->slowdown;
+  for (std::size_t d = 0; d < ratios.size(); ++d)
+    if (static_cast<int>(d) != followed) count(d, expected[d] / median_of_others(expected, d));
+  if (changed) return true;
+  if (current_) return false;
   std::optional<std::size_t> slowest;
   for (std::size_t d = 0; d < ratios.size(); ++d)
-    if (slow_rounds_[d] >= options_.rounds && (!slowest || relative[d] > relative[*slowest])) slowest = d;
+    if (slow_rounds_[d] >= options_.rounds && (!slowest || relative_[d] > relative_[*slowest])) slowest = d;
   if (!slowest) return false;
-  current_ = Straggler{static_cast<int>(*slowest), relative[*slowest]};
+  current_ = Straggler{static_cast<int>(*slowest), relative_[*slowest]};
   return true;
+}
+
+std::vector<Straggler> StragglerDetector::also_slow() const {
+  std::vector<Straggler> out;
+  if (!current_) return out;
+  for (std::size_t d = 0; d < slow_rounds_.size(); ++d)
+    if (static_cast<int>(d) != current_->pipeline && slow_rounds_[d] >= options_.rounds)
+      out.push_back({static_cast<int>(d), relative_[d]});
+  return out;
+}
+
+void StragglerDetector::forget(int pipeline) {
+  const auto d = static_cast<std::size_t>(pipeline);
+  if (d >= slow_rounds_.size()) return;
+  slow_rounds_[d] = normal_rounds_[d] = 0;
+  relative_[d] = 1.0;
 }
 
 }  // namespace perseus::online

@@ -1182,6 +1182,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
+  if (follow_slowed_pipelines()) return assign_plans(DecisionEvent::paced_to_new_speeds);
   if (follow_baseline_changes(ratios)) {
     // A target at all-max was what the pace setter's GPUs allowed; the GPUs that set the pace now may
     // allow a saving plan. (Another target stays: its rounds judge it, and a plan chosen anew on a
@@ -1288,17 +1289,21 @@ void TurnkeyController::choose_for_latency() {
 // A pipeline slow since the baseline that runs faster than that by more than half the straggler
 // threshold for as many rounds as detection takes has recovered: its pace is what it runs now.
 // Returns whether a pace changed.
-bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratios) {
-  if (ratios.size() < 2 || !pipelines_.known()) return false;
+bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measured) {
+  if (measured.size() < 2 || !pipelines_.known()) return false;
   bool changed = false;
   // A straggler that is a change (not in the baseline) and runs slower than its own plan predicts:
   // next to it the others would look recovered. (One detected only because the others sped up runs
   // as predicted, and is compared with.)
+  // A detected one is compared at the slowdown it is followed at.
+  std::vector<double> ratios = measured;
   std::optional<std::size_t> straggling;
   if (straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
-      static_cast<std::size_t>(*straggler_->pipeline) < ratios.size() &&
-      ratios[static_cast<std::size_t>(*straggler_->pipeline)] > 1 + config_.detector.threshold / 2)
-    straggling = static_cast<std::size_t>(*straggler_->pipeline);
+      static_cast<std::size_t>(*straggler_->pipeline) < ratios.size()) {
+    const auto p = static_cast<std::size_t>(*straggler_->pipeline);
+    if (!straggler_->told && straggler_->slowdown > 0) ratios[p] /= straggler_->slowdown;
+    else if (ratios[p] > 1 + config_.detector.threshold / 2) straggling = p;
+  }
   const std::size_t compared = ratios.size() - (straggling ? 1 : 0);  // pipelines judged against each other
   for (std::size_t d = 0; d < ratios.size() && d < pace_change_.size(); ++d) {
     auto& fast = fast_rounds_[d];
@@ -1321,22 +1326,46 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& ratio
     // difference of GPUs comes near.
     const double since = median(std::vector<double>(fast.size() > 1 ? fast.begin() + 1 : fast.begin(), fast.end()));
     const double now = std::max(since, (1 - config_.detector.threshold) / pace);
-    pace_change_[d] *= now;
-    // Its plans' predictions take the new pace in: their times, over them, as many times its
-    // conditions as before.
-    if (d < calibration_.size()) {
-      auto& cal = calibration_[d];
-      if (cal.per_ratio) *cal.per_ratio *= now;
-      cal.noisy.sum *= now;
-      cal.conditions_changed = true;
-    }
+    take_pace_change(d, now);
     fast.clear();
     changed = true;
-    ++straggler_changes_;
     decide(DecisionEvent::slow_pipeline_recovered,
            fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
                        "runs at {:.3f}x now",
                        d, pace, pace * now));
+  }
+  return changed;
+}
+
+// A pipeline's GPUs run `factor` times as long as they did: its plans' predictions take the new pace
+// in, their times, over them, as many times its conditions as before.
+void TurnkeyController::take_pace_change(std::size_t d, double factor) {
+  pace_change_[d] *= factor;
+  if (d < calibration_.size()) {
+    auto& cal = calibration_[d];
+    if (cal.per_ratio) *cal.per_ratio *= factor;
+    cal.noisy.sum *= factor;
+    cal.conditions_changed = true;
+  }
+  ++straggler_changes_;
+}
+
+// A pipeline that slows while a straggler is followed (the detector follows one: the slowest when it
+// came) would end the iteration after it: its new pace is taken in as a recovery's is, so that it
+// runs a plan for its GPUs as they run now (its recovery is then followed as any pipeline's slow
+// pace is, follow_baseline_changes). Returns whether a pace changed.
+bool TurnkeyController::follow_slowed_pipelines() {
+  bool changed = false;
+  for (const Straggler& s : detector_.also_slow()) {
+    const auto d = static_cast<std::size_t>(s.pipeline);
+    if (d >= pace_change_.size()) continue;
+    detector_.forget(s.pipeline);
+    take_pace_change(d, s.slowdown);
+    changed = true;
+    decide(DecisionEvent::pipeline_slowed,
+           fmt::format("pipeline {} runs {:.3f}x slower than its plan predicts while pipeline {} is followed as the "
+                       "straggler",
+                       d, s.slowdown, detector_.current() ? detector_.current()->pipeline : -1));
   }
   return changed;
 }

@@ -44,5 +44,34 @@ TEST(StragglerDetector, ClearsARecoveredStragglerAfterOneRoundByDefault) {
   EXPECT_TRUE(detector.observe({1.0, 1.2}));
 }
 
+// A pipeline that slows while another is followed: next to the straggler (the others' median with
+// one or two others) it does not look slow, and the straggler does not look changed by enough to be
+// followed at another slowdown. Compared with the straggler counted at the slowdown it is followed
+// at, it is reported apart, the straggler still followed.
+TEST(StragglerDetector, APipelineThatSlowsWhileAnotherIsFollowedIsReportedApart) {
+  const std::vector<std::vector<double>> before = {{1.0, 1.15}, {1.0, 1.2, 1.0}};
+  const std::vector<std::vector<double>> slowed = {{1.1, 1.15}, {1.1, 1.2, 1.0}};
+  for (std::size_t k = 0; k < before.size(); ++k) {
+    online::StragglerDetector detector;
+    EXPECT_FALSE(detector.observe(before[k]));
+    EXPECT_TRUE(detector.observe(before[k]));
+    EXPECT_TRUE(detector.also_slow().empty());
+    EXPECT_FALSE(detector.observe(slowed[k]));
+    EXPECT_TRUE(detector.also_slow().empty()) << k;  // one round is not enough
+    EXPECT_FALSE(detector.observe(slowed[k]));
+    ASSERT_EQ(detector.also_slow().size(), 1u) << k;
+    EXPECT_EQ(detector.also_slow()[0].pipeline, 0);
+    EXPECT_NEAR(detector.also_slow()[0].slowdown, 1.1, 1e-12);
+    ASSERT_TRUE(detector.current());
+    EXPECT_EQ(detector.current()->pipeline, 1);
+    EXPECT_NEAR(detector.current()->slowdown, before[k][1], 1e-12);
+    detector.forget(0);  // its new speed taken in: its plan predicts it
+    EXPECT_TRUE(detector.also_slow().empty());
+    EXPECT_FALSE(detector.observe(before[k]));
+    EXPECT_TRUE(detector.also_slow().empty());
+    EXPECT_EQ(detector.current()->pipeline, 1);
+  }
+}
+
 }  // namespace
 }  // namespace perseus

@@ -445,6 +445,30 @@ TEST(TurnkeyClasses, AStragglersPaceNeverMakesTheJobSlowerThanItsAllMax) {
   expect_reported_true(c, r, "straggler");
 }
 
+// A pipeline paced to a straggler that then slows itself, by less than the straggler, ends every
+// iteration after it until it runs a plan for its new speed: one straggler is followed at a time,
+// and next to it (the others' median, with one or two others) the other does not look slow unless
+// the straggler is counted at the slowdown it is followed at. Once it recovers it is paced back.
+TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNewSpeed) {
+  for (int pipelines : {2, 3}) {
+    auto cluster = small_cluster();
+    cluster.pipelines = pipelines;
+    cluster.noise = 0.002;
+    cluster.factor = [](int d, int r, int) {
+      return d == 1 && r >= 30 ? 1.15 : d == 0 && r >= 60 && r < 80 ? 1.1 : 1.0;
+    };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 110);
+    const std::string where = std::to_string(pipelines) + " pipelines: " + events(c);
+    EXPECT_TRUE(has(c, "straggler detected")) << where;
+    EXPECT_TRUE(has(c, "pipeline slowed")) << where;
+    EXPECT_TRUE(has(c, "slow pipeline recovered")) << where;
+    EXPECT_LE(r.slowdown(64, 80), 0.005) << where;                     // from the rounds detection takes to its end
+    EXPECT_NEAR(r.saving(90, 110), r.saving(45, 60), 0.005) << where;  // paced to the straggler again
+    expect_reported_true(c, r, where);
+  }
+}
+
 // A window of rounds before and after a straggler started: the saving reported over it is the
 // energy over what all-max would have used in it, where the straggler's rounds (its all-max
 // waiting at the blocking power) weigh more than a mean of the rounds' savings gives them (that mean

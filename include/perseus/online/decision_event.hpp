@@ -41,6 +41,7 @@ enum class DecisionEvent {
   back_to_target_plan,
   faster_pace_for_straggler,
   paced_to_new_speeds,
+  pipeline_slowed,
   // The cluster's power budget.
   paced,
   pace_lifted,

@@ -3,7 +3,8 @@
 // compute-bound iteration time (its schedule run with its measured instruction durations) and what
 // the plan it runs predicts. A pipeline whose measured/predicted ratio is above the median of the
 // others' by more than `threshold` for `rounds` rounds in a row is a straggler; it is cleared after
-// `clear_rounds` rounds in a row within half the threshold. One straggler at a time: the slowest.
+// `clear_rounds` rounds in a row within half the threshold. One straggler at a time: the slowest;
+// another that slows while it is followed is reported apart (also_slow).
 // Clearing takes fewer rounds than detecting because a late verdict costs more there: while a
 // straggler that has recovered is still followed, the others run paced to it and training runs slower
 // than at all-max; one cleared too early only costs the others' saving until it is seen again (it
@@ -35,11 +36,16 @@ class StragglerDetector {
   // Some pipeline was above half the threshold in the last round but is not a confirmed straggler
   // (a straggler that started mid-round shows up like this first).
   bool suspects() const;
-  void reset();  // forget counts and the verdict (a new plan, or the API took over)
+  // Pipelines other than the followed straggler above the threshold for `rounds` rounds in a row
+  // (one that slows while another is followed), each with its ratio over the others' median.
+  std::vector<Straggler> also_slow() const;
+  void forget(int pipeline);  // its counts, once its slowdown is taken in elsewhere
+  void reset();               // forget counts and the verdict (a new plan, or the API took over)
 
  private:
   DetectorOptions options_;
   std::vector<int> slow_rounds_, normal_rounds_;
+  std::vector<double> relative_;  // per pipeline, its ratio over the others' median in the last round
   std::optional<Straggler> current_;
 };
 

@@ -257,7 +257,9 @@ class TurnkeyController {
   void observe_deployed(const RoundMeasurement& m);
   bool measure_latency(const RoundMeasurement& m);
   void choose_for_latency();
-  bool follow_baseline_changes(const std::vector<double>& ratios);
+  bool follow_baseline_changes(const std::vector<double>& measured);
+  bool follow_slowed_pipelines();
+  void take_pace_change(std::size_t d, double factor);
   bool profiling_done() const;
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
