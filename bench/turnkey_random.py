@@ -34,6 +34,7 @@ PINNED = {
     "two-stage": "quiet",  # 2 stages
     "latency-2ms": "latency",
     "latency-10ms": "latency",
+    "two-stragglers": "straggler",  # another pipeline slows while a straggler is followed
 }
 
 
@@ -74,6 +75,14 @@ def disturbance(rng, kind, iterations):
         spread_args, _, spread_label = disturbance(rng, "spread", iterations)
         args, ranges, label = disturbance(rng, rng.choice(["straggler", "permanent"]), iterations)
         return spread_args + args, ranges, f"{spread_label}; {label}"
+    if kind == "two-stragglers":
+        first, second = rng.randint(100, 400), rng.randint(30, 300)
+        last = rng.randint(20, 300)
+        factor, other, who = rng.uniform(1.05, 1.3), rng.uniform(1.05, 1.3), rng.randint(0, 1)
+        spans = [(first, 10 ** 9), (first + second, first + second + last)]
+        return (["--straggler", f"{who}:{factor:.3f}@{first}",
+                 "--straggler", f"{1 - who}:{other:.3f}@{first + second}-{first + second + last}"], spans,
+                f"{who}:{factor:.2f}x from {first}; {1 - who}:{other:.2f}x {first + second}-{first + second + last}")
     if kind in ("latency-2ms", "latency-10ms"):
         latency = 2 if kind == "latency-2ms" else 10
         return ["--clock-latency", str(latency)], [], f"clock latency {latency} ms"

@@ -37,12 +37,18 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
   const int followed = current_ ? current_->pipeline : -1;
   if (current_) {
     const auto d = static_cast<std::size_t>(followed);
+    const double before = relative_[d];
     count(d, ratios[d] / median_of_others(ratios, d));
+    // Changed when two rounds in a row agree on another slowdown: one round alone may be half the old
+    // and half the new (the straggler's change, or another pipeline's, within it).
+    const auto away = [&](double relative) {
+      return std::abs(relative - current_->slowdown) > options_.threshold * current_->slowdown;
+    };
     if (normal_rounds_[d] >= options_.clear_rounds) {
       current_.reset();
       changed = true;
-    } else if (slow_rounds_[d] >= options_.rounds &&
-               std::abs(relative_[d] - current_->slowdown) > options_.threshold * current_->slowdown) {
+    } else if (slow_rounds_[d] >= options_.rounds && away(relative_[d]) && away(before) &&
+               std::abs(relative_[d] - before) <= options_.threshold / 2 * relative_[d]) {
       current_->slowdown = relative_[d];
       changed = true;
     }

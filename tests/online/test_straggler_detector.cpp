@@ -44,6 +44,21 @@ TEST(StragglerDetector, ClearsARecoveredStragglerAfterOneRoundByDefault) {
   EXPECT_TRUE(detector.observe({1.0, 1.2}));
 }
 
+// A round within which the straggler's slowdown (or another pipeline's speed) changed is half the
+// old and half the new: a slowdown changes once two rounds in a row agree on it.
+TEST(StragglerDetector, AStragglersSlowdownChangesWhenTwoRoundsAgreeOnIt) {
+  online::StragglerDetector detector;
+  EXPECT_FALSE(detector.observe({1.0, 1.3}));
+  EXPECT_TRUE(detector.observe({1.0, 1.3}));
+  EXPECT_FALSE(detector.observe({1.0, 1.2}));  // one round alone
+  EXPECT_FALSE(detector.observe({1.0, 1.3}));  // and back
+  EXPECT_NEAR(detector.current()->slowdown, 1.3, 1e-12);
+  EXPECT_FALSE(detector.observe({1.0, 1.5}));  // half a round of a change to 1.6
+  EXPECT_FALSE(detector.observe({1.0, 1.6}));  // the two rounds disagree
+  EXPECT_TRUE(detector.observe({1.0, 1.6}));
+  EXPECT_NEAR(detector.current()->slowdown, 1.6, 1e-12);
+}
+
 // A pipeline that slows while another is followed: next to the straggler (the others' median with
 // one or two others) it does not look slow, and the straggler does not look changed by enough to be
 // followed at another slowdown. Compared with the straggler counted at the slowdown it is followed

@@ -469,6 +469,33 @@ TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNew
   }
 }
 
+// The other pipeline slow for a spell while a straggler is followed, the spell ending within a
+// round: next to the other, the straggler's slowdown looks changed (by the spell, then by half of it,
+// then back), and the other is given plans that run nothing at the top clock, calibrated by the
+// conditions last known. A slowdown is changed only once two rounds agree on it, and the other's
+// conditions are checked against those the straggler shows the cluster at whenever it is followed
+// at a new slowdown: the saving reported after the spell is the truth's.
+TEST(TurnkeyClasses, AnotherPipelinesSpellEndingMidRoundUnderAStragglerLeavesTheReportTrue) {
+  struct Case {
+    double straggler, spell;
+    int spell_iterations;  // of the 4 of the spell's last round
+  };
+  for (const Case& k : {Case{1.3, 1.14, 1}, Case{1.3, 1.14, 2}, Case{1.5, 1.3, 3}}) {
+    auto cluster = small_cluster();
+    cluster.noise = 0.002;
+    cluster.factor = [k](int d, int r, int i) {
+      if (d == 1) return r >= 30 ? k.straggler : 1.0;
+      return (r >= 50 && r < 60) || (r == 60 && i < k.spell_iterations) ? k.spell : 1.0;
+    };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, 100);
+    const std::string where = "straggler " + std::to_string(k.straggler) + ", spell " + std::to_string(k.spell) +
+                              " ending after " + std::to_string(k.spell_iterations) + " iterations";
+    EXPECT_TRUE(has(c, "straggler changed")) << where << ": " << events(c);
+    expect_reported_true(c, r, where);
+  }
+}
+
 // A window of rounds before and after a straggler started: the saving reported over it is the
 // energy over what all-max would have used in it, where the straggler's rounds (its all-max
 // waiting at the blocking power) weigh more than a mean of the rounds' savings gives them (that mean

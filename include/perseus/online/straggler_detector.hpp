@@ -30,7 +30,8 @@ class StragglerDetector {
   explicit StragglerDetector(DetectorOptions options = {}) : options_(options) {}
 
   // One round: ratio[d] = measured compute-bound time / predicted, per pipeline. Returns true when
-  // the verdict changed (detected, cleared, or a straggler's slowdown moved by more than the threshold).
+  // the verdict changed (detected, cleared, or a straggler's slowdown moved by more than the threshold, two
+  // rounds in a row agreeing on it).
   bool observe(const std::vector<double>& ratios);
   const std::optional<Straggler>& current() const { return current_; }
   // Some pipeline was above half the threshold in the last round but is not a confirmed straggler
