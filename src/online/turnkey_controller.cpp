@@ -934,19 +934,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (now[d] && !followed) measured_now.push_back(*now[d]);
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
-  // Where only a followed straggler ran the top clock: its conditions less its slowdown.
-  double cluster_seen = cluster_now;
-  // A straggler followed at a slowdown estimated anew (from a round within which another pipeline's
-  // conditions may have changed: they were known from that round too): every pipeline's calibration
-  // is checked against what it shows the cluster at, whether or not its plan changed with it.
-  const double followed_slowdown =
-      straggler_ && !straggler_->told && !straggler_->in_baseline ? straggler_->slowdown : 0.0;
-  const bool slowdown_anew = on_plans && followed_slowdown > 0 && followed_slowdown != calibrated_slowdown_;
-  if (on_plans) calibrated_slowdown_ = followed_slowdown;
-  if (cluster_seen <= 0 && straggler_ && straggler_->pipeline && !straggler_->told && !straggler_->in_baseline &&
-      straggler_->slowdown > 0 && static_cast<std::size_t>(*straggler_->pipeline) < D &&
-      now[static_cast<std::size_t>(*straggler_->pipeline)])
-    cluster_seen = *now[static_cast<std::size_t>(*straggler_->pipeline)] / straggler_->slowdown;
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -966,8 +953,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
-      else if (usable && cal.per_ratio && (cal.plan_changed || slowdown_anew) && !cal.conditions_changed)
-        cal.per_ratio = (moved(cluster_seen, conditions_[d]) ? cluster_seen : conditions_[d]) / ratios[d];
+      else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed)
+        cal.per_ratio = (moved(cluster_now, conditions_[d]) ? cluster_now : conditions_[d]) / ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.

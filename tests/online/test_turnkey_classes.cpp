@@ -470,11 +470,10 @@ TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNew
 }
 
 // The other pipeline slow for a spell while a straggler is followed, the spell ending within a
-// round: next to the other, the straggler's slowdown looks changed (by the spell, then by half of it,
-// then back), and the other is given plans that run nothing at the top clock, calibrated by the
-// conditions last known. A slowdown is changed only once two rounds agree on it, and the other's
-// conditions are checked against those the straggler shows the cluster at whenever it is followed
-// at a new slowdown: the saving reported after the spell is the truth's.
+// round: next to the other, the straggler's slowdown looked changed by half the spell in that round,
+// and the other was given plans that run nothing at the top clock, calibrated by that round's
+// conditions, for good. A slowdown changes only once two rounds agree on it: the saving reported
+// after the spell is the truth's.
 TEST(TurnkeyClasses, AnotherPipelinesSpellEndingMidRoundUnderAStragglerLeavesTheReportTrue) {
   struct Case {
     double straggler, spell;

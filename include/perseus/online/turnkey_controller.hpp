@@ -374,7 +374,6 @@ class TurnkeyController {
   // The conditions the plans' rounds measured moved clearly (over 2%) since that round: the cluster's
   // doing (a latency's bias is there from the first round on the plans, not a step midway).
   bool moved_since_all_max_ = false;
-  double calibrated_slowdown_ = 0;  // the followed straggler's slowdown as the conditions last saw it (0: none)
   PaceModel pace_model_;
   std::string plan_reason_;
   RetryPolicy retry_;
