@@ -48,6 +48,10 @@ def test_every_class_draws_scenarios_of_its_kind(drawn, cls):
         stragglers = flag(s, "--straggler")
         if cls in ("transient", "transient-early", "straggler", "permanent", "from-start", "spread+straggler"):
             assert len(stragglers) == 1 and s.disturbances, s.label
+        if cls == "two-stragglers":  # the second on the other pipeline, while the first is on
+            assert len(stragglers) == 2 and {x.split(":")[0] for x in stragglers} == {"0", "1"}, s.label
+            first, second = (int(x.split("@")[1].split("-")[0]) for x in stragglers)
+            assert "-" not in stragglers[0].split("@")[1] and first < second, s.label
         if cls == "transient-early":
             assert stragglers[0].startswith("all:") and s.disturbances[0][0] <= 120
         if cls in ("spread", "spread+straggler"):
