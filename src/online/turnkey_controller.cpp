@@ -922,6 +922,15 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
   // its first round, where the conditions last known may have just changed with it.
   std::vector<double> measured_now;
+  // A pipeline whose GPUs run at another pace than in the baseline (one that slowed while a straggler
+  // is followed, or one slow in the baseline that recovered) measures the cluster's conditions times
+  // that change: the cluster's are its over it.
+  const auto of_cluster = [&](std::size_t d, double conditions) {
+    return d < pace_change_.size() && pace_change_[d] > 0 ? conditions / pace_change_[d] : conditions;
+  };
+  const auto in_pipeline = [&](std::size_t d, double cluster) {
+    return d < pace_change_.size() && pace_change_[d] > 0 ? cluster * pace_change_[d] : cluster;
+  };
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
@@ -931,7 +940,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     steady[d] = steady_only ? 1 : 0;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !followed) measured_now.push_back(*now[d]);
+    if (now[d] && !followed) measured_now.push_back(of_cluster(d, *now[d]));
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
   for (std::size_t d = 0; d < D; ++d) {
@@ -954,7 +963,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
       else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed)
-        cal.per_ratio = (moved(cluster_now, conditions_[d]) ? cluster_now : conditions_[d]) / ratios[d];
+        cal.per_ratio =
+            (moved(in_pipeline(d, cluster_now), conditions_[d]) ? in_pipeline(d, cluster_now) : conditions_[d]) /
+            ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
@@ -973,7 +984,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !straggling) shared.push_back(*now[d]);
+    if (now[d] && !straggling) shared.push_back(of_cluster(d, *now[d]));
     if (on_plans) {
       cal.plan_changed = false;
       cal.conditions_changed = cal.straggled = straggling && !straggler_->in_baseline;  // the next round's, if it ends
@@ -997,9 +1008,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   };
   std::vector<double> others_before;  // the conditions the others were last known at
   for (std::size_t d = 0; d < D; ++d)
-    if (!straggling(d)) others_before.push_back(conditions_[d]);
+    if (!straggling(d)) others_before.push_back(of_cluster(d, conditions_[d]));
   const auto unmeasured = [&](std::size_t d) {
-    if (!straggling(d)) return !shared.empty() ? median(shared) : conditions_[d];
+    if (!straggling(d)) return !shared.empty() ? in_pipeline(d, median(shared)) : conditions_[d];
     const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
     return others * straggler_->slowdown;
   };

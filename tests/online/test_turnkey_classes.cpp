@@ -469,6 +469,25 @@ TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNew
   }
 }
 
+// Four pipelines, one a straggler; another slows for a while, more than the straggler, and is given a
+// plan for its new pace; meanwhile the straggler slows further and every pipeline gets a new plan. The
+// conditions the slowed pipeline measures are the cluster's times its own slowdown: taken for the
+// cluster's, they calibrated the new plans of the two undisturbed pipelines (which run nothing at the
+// top clock) 1.29x slow for good, and the saving was reported 6 points high.
+TEST(TurnkeyClasses, APipelineSlowedUnderAStragglerIsNotTheClustersConditions) {
+  auto cluster = small_cluster();
+  cluster.pipelines = 4;
+  cluster.noise = 0.002;
+  cluster.factor = [](int d, int r, int) {
+    return d == 0 && r >= 30 ? (r >= 54 ? 1.3 : 1.14) : d == 1 && r >= 50 && r < 64 ? 1.29 : 1.0;
+  };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 100);
+  EXPECT_TRUE(has(c, "pipeline slowed")) << events(c);
+  EXPECT_LE(r.slowdown(80, 100), 0.005) << events(c);
+  expect_reported_true(c, r, "after the spell");
+}
+
 // The other pipeline slow for a spell while a straggler is followed, the spell beginning or ending
 // within a round: next to the other, the straggler's slowdown looked changed by part of the spell in
 // that round, and the other was given plans that run nothing at the top clock, calibrated by that
