@@ -143,7 +143,9 @@ bool TurnkeyController::ready() {
     return true;
   }
   if (!config_.wait_for_plan) return true;
-  return !choosing && !(phase_ == ControllerPhase::planning && !planner_.ready());
+  // Still planning after settling, whether or not the planner finished since settle looked (asking it
+  // again here would let a round run at all-max whenever it finished in between).
+  return !choosing && phase_ != ControllerPhase::planning;
 }
 
 bool TurnkeyController::wants_occurrences() const {
