@@ -295,8 +295,7 @@ void TurnkeyController::estimate_baseline() {
 std::vector<double> TurnkeyController::paced_ratios(const RoundMeasurement& m, bool on_plans) const {
   std::vector<double> out(m.pipeline_time.size(), 1.0);
   for (std::size_t d = 0; d < out.size(); ++d) {
-    double expected =
-        (pipelines_.known() ? pipelines_.pace(d) : 1.0) * (d < pace_change_.size() ? pace_change_[d] : 1.0);
+    double expected = (pipelines_.known() ? pipelines_.pace(d) : 1.0) * pace_change(d);
     if (on_plans) expected = d < predicted_.size() ? predicted_[d] : 0;
     out[d] = expected > 0 && m.pipeline_time[d] > 0 ? m.pipeline_time[d] / expected : 1.0;
   }
@@ -742,7 +741,7 @@ std::string TurnkeyController::describe(const ChosenPlan& plan) const {
 std::map<StageKind, double> TurnkeyController::speeds_of(std::size_t d,
                                                          const std::optional<ActiveStraggler>& straggling) const {
   std::map<StageKind, double> out;
-  double factor = d < pace_change_.size() ? pace_change_[d] : 1.0;
+  double factor = pace_change(d);
   if (straggling && straggling->pipeline && !straggling->in_baseline && !straggling->told &&
       static_cast<std::size_t>(*straggling->pipeline) == d)
     factor *= straggling->slowdown;
@@ -926,13 +925,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   std::vector<double> measured_now;
   // A pipeline whose GPUs run at another pace than in the baseline (one that slowed while a straggler
   // is followed, or one slow in the baseline that recovered) measures the cluster's conditions times
-  // that change: the cluster's are its over it.
-  const auto of_cluster = [&](std::size_t d, double conditions) {
-    return d < pace_change_.size() && pace_change_[d] > 0 ? conditions / pace_change_[d] : conditions;
-  };
-  const auto in_pipeline = [&](std::size_t d, double cluster) {
-    return d < pace_change_.size() && pace_change_[d] > 0 ? cluster * pace_change_[d] : cluster;
-  };
+  // that change (pace_change): the cluster's are its over it.
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
@@ -942,7 +935,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     steady[d] = steady_only ? 1 : 0;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !followed) measured_now.push_back(of_cluster(d, *now[d]));
+    if (now[d] && !followed) measured_now.push_back(*now[d] / pace_change(d));
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
   for (std::size_t d = 0; d < D; ++d) {
@@ -964,10 +957,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
-      else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed)
-        cal.per_ratio =
-            (moved(in_pipeline(d, cluster_now), conditions_[d]) ? in_pipeline(d, cluster_now) : conditions_[d]) /
-            ratios[d];
+      else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
+        const double cluster_here = cluster_now * pace_change(d);
+        cal.per_ratio = (moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d]) / ratios[d];
+      }
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
@@ -986,7 +979,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !straggling) shared.push_back(of_cluster(d, *now[d]));
+    if (now[d] && !straggling) shared.push_back(*now[d] / pace_change(d));
     if (on_plans) {
       cal.plan_changed = false;
       cal.conditions_changed = cal.straggled = straggling && !straggler_->in_baseline;  // the next round's, if it ends
@@ -1010,9 +1003,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   };
   std::vector<double> others_before;  // the conditions the others were last known at
   for (std::size_t d = 0; d < D; ++d)
-    if (!straggling(d)) others_before.push_back(of_cluster(d, conditions_[d]));
+    if (!straggling(d)) others_before.push_back(conditions_[d] / pace_change(d));
   const auto unmeasured = [&](std::size_t d) {
-    if (!straggling(d)) return !shared.empty() ? in_pipeline(d, median(shared)) : conditions_[d];
+    if (!straggling(d)) return !shared.empty() ? median(shared) * pace_change(d) : conditions_[d];
     const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
     return others * straggler_->slowdown;
   };
@@ -1167,8 +1160,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
     remember(m);
     // Too few rounds judged to weigh the plans' own evidence against the model's cost of the latency:
     // judged anew first, under conditions that take the latency out.
-    const bool followed = straggler_ && !straggler_->in_baseline;
-    if (!followed && !paced() && judged_.size() < static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+    if (judged_on_their_own() && !judged_enough()) {
       latency_pending_ = true;
       judged_.clear();
       rounds_on_plan_ = 0;
@@ -1186,7 +1178,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
-  if (latency_pending_ && judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+  if (latency_pending_ && judged_enough()) {
     latency_pending_ = false;
     return choose_for_latency();
   }
@@ -1262,12 +1254,18 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   return true;
 }
 
+// No followed straggler or pace sets the plans' time: their rounds speak for them.
+bool TurnkeyController::judged_on_their_own() const { return !(straggler_ && !straggler_->in_baseline) && !paced(); }
+
+bool TurnkeyController::judged_enough() const {
+  return judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds));
+}
+
 // The plans running were measured under the latency all along: where they meet the target with room
 // to spare, they are kept. Plans chosen anew win back the time the changes lose by
 // raising clocks elsewhere (at the frontier's fast end, many times the energy of the time won back).
 void TurnkeyController::choose_for_latency() {
-  const bool followed = straggler_ && !straggler_->in_baseline;
-  if (!followed && !paced() && judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds))) {
+  if (judged_on_their_own() && judged_enough()) {
     const double ratio = robust_mean(judged_).value, target = target_time() / baseline_.time();
     // The rounds were judged against conditions the latency made look slower, and the model's cost of
     // the latency has been seen to fall short of the truth by half on measured profiles: kept only
@@ -1305,10 +1303,9 @@ void TurnkeyController::choose_for_latency() {
 bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measured) {
   if (measured.size() < 2 || !pipelines_.known()) return false;
   bool changed = false;
-  // A straggler that is a change (not in the baseline) and runs slower than its own plan predicts:
-  // next to it the others would look recovered. (One detected only because the others sped up runs
-  // as predicted, and is compared with.)
-  // A detected one is compared at the slowdown it is followed at.
+  // A straggler that is a change (not in the baseline): next to it the others would look recovered. A
+  // detected one is compared at the slowdown it is followed at; one told, where it runs slower than
+  // its own plan predicts, is left out.
   std::vector<double> ratios = measured;
   std::optional<std::size_t> straggling;
   if (straggler_ && !straggler_->in_baseline && straggler_->pipeline &&

@@ -291,7 +291,11 @@ class TurnkeyController {
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target);
   bool straggler_sets_the_pace() const;
-  bool paced() const;           // a pace slows the pipelines down now
+  bool paced() const;                // a pace slows the pipelines down now
+  bool judged_on_their_own() const;  // no followed straggler or pace sets the plans' time
+  bool judged_enough() const;        // the plans have verify_rounds rounds (at least one) judged
+  // Its GPUs' pace over theirs in the baseline (a slow pipeline that recovered, one slowed under a straggler).
+  double pace_change(std::size_t d) const { return d < pace_change_.size() ? pace_change_[d] : 1.0; }
   double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
   ControllerConfig config_;
