@@ -246,7 +246,9 @@ class Chooser {
 
   // A critical instruction at its top clock whose stage ran the instruction before it at a slower
   // clock starts at that clock for the clock latency: raising the one before to its clock removes
-  // the change (and the latency) altogether.
+  // the change (and the latency) altogether. Only where the one before runs no longer at that clock:
+  // where a forward and a backward run fastest at different clocks (measured profiles dip below the
+  // top clock), each would pull the other to its own, and the repair would go round in circles.
   std::optional<Move> merge_into(int node, const std::vector<std::vector<int>>& freqs, double gradient) const {
     if (noisy_.latency() <= 0) return std::nullopt;
     const int previous = noisy_.previous_on_stage(node);
@@ -258,8 +260,9 @@ class Chooser {
     const auto before_now = emulator.cost(noisy_.instruction(previous), old_clock);
     const auto before_new = emulator.cost(noisy_.instruction(previous), clock);
     if (!here_now || !here_old || !before_now || !before_new || here_old->time <= here_now->time) return std::nullopt;
+    if (before_new->time > before_now->time) return std::nullopt;
     const double lost = std::min(noisy_.latency(), here_old->time) * (1 - here_now->time / here_old->time);
-    const double dt = std::max(0.0, before_now->time - before_new->time);
+    const double dt = before_now->time - before_new->time;
     const double de = noisy_.mean_factor(previous) * (before_new->energy - before_now->energy + noisy_.p_block() * dt);
     const double benefit = gradient * lost;
     if (benefit <= 0) return std::nullopt;

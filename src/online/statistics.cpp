@@ -39,6 +39,25 @@ double sample_stddev(const std::vector<double>& values) {
   return std::sqrt(var / double(values.size() - 1));
 }
 
+double relative_standard_error(const std::vector<std::vector<double>>& sets) {
+  double squares = 0;
+  std::size_t values = 0, freedom = 0;
+  for (const auto& set : sets) {
+    std::vector<double> logs;
+    for (double v : set)
+      if (v > 0 && std::isfinite(v)) logs.push_back(std::log(v));
+    if (logs.size() < 2) continue;
+    double mean = 0;
+    for (double l : logs) mean += l;
+    mean /= static_cast<double>(logs.size());
+    for (double l : logs) squares += (l - mean) * (l - mean);
+    values += logs.size();
+    freedom += logs.size() - 1;
+  }
+  if (freedom == 0) return 0;
+  return std::sqrt(squares / static_cast<double>(freedom) / static_cast<double>(values));
+}
+
 Estimate mean_interval(const std::vector<double>& values) {
   Estimate out;
   if (values.empty()) return out;

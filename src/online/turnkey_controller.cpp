@@ -318,10 +318,13 @@ std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement&
 
 // (stage, kind)'s mean instruction over the pipelines not marked disturbed (all of them when the
 // measurement has no per-pipeline numbers), each pipeline's in units of its GPUs' speed in the
-// baseline, so that the profile is the median pipeline's whichever pipelines it is measured on.
+// baseline, so that the profile is the median pipeline's whichever pipelines it is measured on; with
+// the standard error of its time where the round kept the instructions' durations.
 std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const RoundMeasurement& m,
                                                                      const std::vector<bool>& disturbed,
                                                                      const StageKind& key) const {
+  const auto sets = m.occurrences.find(key);
+  const double error = sets != m.occurrences.end() ? relative_standard_error(sets->second) : 0;
   double time = 0, energy = 0;
   int n = 0;
   for (std::size_t d = 0; d < m.pipeline_instructions.size(); ++d) {
@@ -331,10 +334,10 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
     const double speed = pipelines_.known() ? pipelines_.speed(d, key) : 1.0;
     time += it->second.time / speed, energy += it->second.energy / speed, ++n;
   }
-  if (n > 0) return ClockMeasurement{time / n, energy / n};
+  if (n > 0) return ClockMeasurement{time / n, energy / n, error};
   auto it = m.instructions.find(key);
   if (it == m.instructions.end()) return std::nullopt;
-  return ClockMeasurement{it->second.time, it->second.energy};
+  return ClockMeasurement{it->second.time, it->second.energy, error};
 }
 
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
@@ -506,7 +509,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
     if (!issued_[i] || !measured) continue;
-    const ClockMeasurement at_baseline{measured->time / c, measured->energy / c};
+    const ClockMeasurement at_baseline{measured->time / c, measured->energy / c, measured->time_error};
     if (auto predicted = scans_[i].predicted_time(*issued_[i]); predicted && *predicted > 0)
       off_curve.push_back(at_baseline.time / *predicted);
     scans_[i].record(*issued_[i], at_baseline);
@@ -605,7 +608,7 @@ void TurnkeyController::finish_profiling() {
     if (kind == InstructionKind::backward && runs(stage, InstructionKind::backward_input) &&
         runs(stage, InstructionKind::backward_weight))
       continue;
-    auto rows = config_.interpolate ? scan.interpolated() : scan.measured();
+    auto rows = config_.interpolate ? scan.interpolated() : scan.settled();
     for (auto it = rows.rbegin(); it != rows.rend(); ++it)
       profile.rows.push_back({stage, kind, it->first, it->second.time, it->second.energy, 0});
   }

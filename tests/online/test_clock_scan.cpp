@@ -40,10 +40,11 @@ TEST(ClockScan, CoarsePassGoesTopDownEveryNthClockAndStopsAfterEnergyRisesPastTh
   ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
   // U-shaped energy, minimum at index 20 (1110 MHz).
   auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); });
-  // 0, 5, 10, 15, 20 fall; 25 rises (one coarse step covers 5 clocks): stop there.
-  EXPECT_EQ(asked, (std::vector<int>{1410, 1335, 1260, 1185, 1110, 1035}));
+  // 0, 5, 10, 15, 20 fall; 25 rises (one coarse step covers 5 clocks): stop there. Then the
+  // neighbour of the fastest clock (the top: time rises with every step down), which is slower.
+  EXPECT_EQ(asked, (std::vector<int>{1410, 1335, 1260, 1185, 1110, 1035, 1395}));
   EXPECT_TRUE(scan.done());
-  EXPECT_EQ(scan.measured().size(), 6u);
+  EXPECT_EQ(scan.measured().size(), 7u);
 }
 
 TEST(ClockScan, EnergyFlatOrNoisyNearTheTopDoesNotStopTheScanBeforeItFalls) {
@@ -60,7 +61,7 @@ TEST(ClockScan, StopAfterCoversThatManyClocksAtAFinerStep) {
   ClockScan scan(a100_clocks(), ScanOptions{2, 5, 0.01, 1.0});
   auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 10, 2); });
   // Minimum at index 10; 3 coarse rises (indices 12, 14, 16) cover the 5 clocks of the rule.
-  EXPECT_EQ(asked.back(), a100_clocks()[16]);
+  EXPECT_EQ(*std::min_element(asked.begin(), asked.end()), a100_clocks()[16]);
 }
 
 TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
@@ -103,6 +104,65 @@ TEST(ClockScan, WhereTimeIsNotMonotoneInTheClockTheGapIsMeasuredDownToNeighbours
   }
 }
 
+// GPUs often run fastest a step or a few below their top clock (A100s at 1395 MHz, 0.2-0.4% faster
+// than at 1410; A40s' forwards 2% faster 11 steps below 1740), where no coarse point lands and no
+// slower clock runs shorter than a faster one: the scan walks from the fastest clock it measured to
+// its neighbours while they are faster, and stops where both of the fastest one's are measured.
+TEST(ClockScan, FindsTheFastestClockNextToTheTopOrAFewStepsBelowIt) {
+  for (std::size_t dip : {std::size_t{1}, std::size_t{3}, std::size_t{11}}) {
+    ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
+    // Time falls by 0.1% a step down to index `dip`, then rises by 1% a step; energy least at index 20.
+    auto time = [dip](std::size_t i) {
+      return i <= dip ? 1.0 - 0.001 * double(i) : 1.0 - 0.001 * double(dip) + 0.01 * double(i - dip);
+    };
+    std::vector<int> asked;
+    const auto& clocks = scan.clocks();
+    while (auto clock = scan.next()) {
+      asked.push_back(*clock);
+      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+      scan.record(*clock, {time(i), 100.0 + 0.05 * std::pow(double(i) - 20, 2)});
+      ASSERT_LE(asked.size(), clocks.size());
+    }
+    const std::set<int> measured(asked.begin(), asked.end());
+    EXPECT_TRUE(measured.count(clocks[dip])) << dip;
+    EXPECT_TRUE(measured.count(clocks[dip - 1]) && measured.count(clocks[dip + 1])) << dip;
+    // Not every clock down to the one of least energy (index 20).
+    EXPECT_LT(asked.size(), 20u) << dip;
+  }
+}
+
+// Under noise the fastest of a few clocks measured near the top reads faster than it runs: a clock
+// counts as faster than a higher one only by more than twice the standard error of the difference.
+// Below that the walk does not go on from it, and the planner's profile gives it the higher one's time.
+TEST(ClockScan, ADipWithinTheNoiseIsNeitherFollowedNorPlannedWith) {
+  for (double error : {0.0, 0.002}) {
+    ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
+    const auto& clocks = scan.clocks();
+    std::vector<int> asked;
+    while (auto clock = scan.next()) {
+      asked.push_back(*clock);
+      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+      // 1395 and 1380 read 0.2% faster than the top (each with `error`), then time rises 1% a clock.
+      const double time = i == 1 || i == 2 ? 0.998 : 1.0 + 0.01 * double(i > 2 ? i : 0);
+      scan.record(*clock, {time, 100.0 + 0.05 * std::pow(double(i) - 20, 2), error});
+      ASSERT_LE(asked.size(), clocks.size());
+    }
+    SCOPED_TRACE(error);
+    EXPECT_TRUE(scan.measured().count(1395));  // the top's neighbour is always measured
+    // Clearly faster (no error): the walk goes on to 1395's neighbour; within the noise it stops.
+    EXPECT_EQ(scan.measured().count(1380), error == 0 ? 1u : 0u);
+    const auto profile = scan.settled();
+    EXPECT_EQ(profile.at(1395).time, error == 0 ? 0.998 : 1.0);
+    EXPECT_EQ(profile.at(1410).time, 1.0);
+    EXPECT_EQ(scan.interpolated().at(1395).time, profile.at(1395).time);
+  }
+  // A dip of 2% with a 0.2% error each is no noise: it stays.
+  ClockScan scan({1410, 1395, 1380});
+  scan.record(1410, {1.0, 10.0, 0.002});
+  scan.record(1395, {0.98, 9.5, 0.002});
+  EXPECT_EQ(scan.settled().at(1395).time, 0.98);
+}
+
 TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
   ClockScan scan({1410, 1395, 1380, 1365, 1350}, ScanOptions{4, 5, 0.01, 1.0});
   scan.record(1410, {1.0, 100.0});
@@ -112,6 +172,8 @@ TEST(ClockScan, InterpolatesSkippedClocksLinearlyAndMeasuresRequestedOnes) {
   EXPECT_NEAR(all.at(1380).time, 1.2, 1e-12);
   EXPECT_NEAR(all.at(1380).energy, 90.0, 1e-12);
   EXPECT_NEAR(all.at(1395).energy, 95.0, 1e-12);
+  EXPECT_EQ(scan.next(), 1395);  // the fastest clock's neighbour
+  scan.record(1395, {1.1, 96.0});
   ASSERT_TRUE(scan.done());
   EXPECT_TRUE(scan.request(1365));
   EXPECT_FALSE(scan.request(1410));  // measured already

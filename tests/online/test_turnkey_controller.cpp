@@ -3,9 +3,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "perseus/online/statistics.hpp"
 #include "perseus/online/turnkey_controller.hpp"
 #include "perseus/profile/synthetic.hpp"
 #include "synthetic_rounds.hpp"
@@ -105,6 +108,22 @@ TEST(RobustMean, LeavesOutlyingRoundsOutAndGivesAnInterval) {
   EXPECT_LT(e.low, 1.0);
   EXPECT_GT(e.high, 1.0);
   EXPECT_LT(e.high - e.low, 0.05);
+}
+
+// Each set one GPU's durations at its own level (GPUs of different speeds): only the spread within
+// the sets counts, and the error falls with the square root of the count.
+TEST(RelativeStandardError, PoolsTheSpreadWithinSetsAndFallsWithTheirSize) {
+  std::mt19937_64 rng(3);
+  std::lognormal_distribution<double> noise(0.0, 0.02);
+  auto sets = [&](int per_set) {
+    std::vector<std::vector<double>> out(2);
+    for (int i = 0; i < per_set; ++i) out[0].push_back(0.05 * noise(rng)), out[1].push_back(0.07 * noise(rng));
+    return out;
+  };
+  EXPECT_NEAR(online::relative_standard_error(sets(200)), 0.02 / std::sqrt(400.0), 0.0002);
+  EXPECT_NEAR(online::relative_standard_error(sets(2000)), 0.02 / std::sqrt(4000.0), 0.00005);
+  EXPECT_EQ(online::relative_standard_error({{0.05}, {0.07}}), 0);  // no set of two
+  EXPECT_EQ(online::relative_standard_error({{0.05, 0.05, 0.05}}), 0);
 }
 
 double clean_baseline() {

@@ -7,8 +7,10 @@
 // where the Pareto front needs it: between two measured clocks whose faster one is Pareto-optimal
 // whose slower one uses `fill_gap` less energy, the clock in the middle, until no such gap is
 // left; and between two measured clocks above the one of least energy where the slower clock runs no
-// longer than the faster one (time not monotone in the clock), until the two are neighbours. Clocks below the early
-// stop cannot be Pareto-optimal and are never run.
+// longer than the faster one (time not monotone in the clock), until the two are neighbours; and the
+// neighbours of the fastest clock measured, until it has both measured (a dip right below the top
+// clock, which no coarse point shows). Clocks below the early stop cannot be Pareto-optimal and are
+// never run.
 #include <cstddef>
 #include <map>
 #include <optional>
@@ -26,6 +28,9 @@ struct ScanOptions {
 
 struct ClockMeasurement {
   double time = 0, energy = 0;  // one instruction, seconds and joules
+  // The standard error of `time`, relative to it (0: not known). A clock counts as faster than a
+  // faster-clocked one only by more than twice the error of the difference.
+  double time_error = 0;
 };
 
 class ClockScan {
@@ -47,7 +52,12 @@ class ClockScan {
 
   const std::map<int, ClockMeasurement>& measured() const { return measured_; }
   const std::vector<int>& clocks() const { return clocks_; }  // descending
-  // The measured clocks and, between each two measured ones, every clock the scan skipped with
+  // The measured clocks as a profile gives them to the planner: a clock that runs shorter than a
+  // higher one by no more than the noise of the two measurements allows takes the higher one's time
+  // (under noise, the fastest of several clocks measured near the top reads faster than it runs, and
+  // a plan counting on that runs slower than predicted); a dip larger than that stays.
+  std::map<int, ClockMeasurement> settled() const;
+  // The settled clocks and, between each two measured ones, every clock the scan skipped with
   // time and energy interpolated linearly in the clock: a plan may then use any clock in the
   // measured range (time and energy change smoothly with the clock between Pareto points).
   std::map<int, ClockMeasurement> interpolated() const;
@@ -64,6 +74,7 @@ class ClockScan {
   void recount_coarse();
   std::optional<int> next_fill() const;
   std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any
+  std::optional<int> fastest_neighbour(const std::vector<int>& order, std::size_t cheapest) const;
   std::set<int> requested_, redo_;
 
   std::vector<int> clocks_;  // descending

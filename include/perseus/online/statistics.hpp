@@ -30,6 +30,10 @@ double median(std::vector<double> values);  // 0 when empty
 double median_of_others(const std::vector<double>& values, std::size_t skip,
                         std::optional<std::size_t> also = std::nullopt);
 double sample_stddev(const std::vector<double>& values);
+// The standard error of the mean of all values in `sets`, relative to that mean: from the spread of
+// their logarithms within each set, pooled (sets may differ in level, as GPUs of different speeds
+// do). 0 where no set has two positive values.
+double relative_standard_error(const std::vector<std::vector<double>>& sets);
 // The 95% two-sided t quantile for the mean of n values (1.96 for many).
 double t_quantile(std::size_t n);
 
