@@ -1034,16 +1034,18 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   }
 }
 
-// A clock latency of milliseconds measured for the first time, clearly, with no straggler about:
-// the top-clock instructions right after a change of clock were counted as they ran (the latency
-// was not known), so the conditions since the last all-max round, and the plans' times calibrated
-// by them, are the latency's as much as the cluster's. (A latency of a few standard errors, or of a
-// fraction of a millisecond, comes and goes with the noise: the conditions stay. So do conditions
-// that moved clearly since that round: the cluster's, which that round's would put back.)
+// A clock latency of milliseconds measured for the first time, clearly, with no straggler about (a
+// pipeline slow since the baseline is part of it, not one): the top-clock instructions right after a
+// change of clock were counted as they ran (the latency was not known), so the conditions since the
+// last all-max round, and the plans' times calibrated by them, are the latency's as much as the
+// cluster's. (A latency of a few standard errors, or of a fraction of a millisecond, comes and goes
+// with the noise: the conditions stay. So do conditions that moved clearly since that round: the
+// cluster's, which that round's would put back.)
 void TurnkeyController::forget_conditions_since_all_max() {
   constexpr double kNoticeable = 2e-3, kClear = 5;  // seconds; standard errors
+  const bool straggler = straggler_ && !straggler_->in_baseline;
   if (conditions_forgotten_ || all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable ||
-      latency_ < kClear * latency_stderr_ || straggler_ || detector_.suspects() || moved_since_all_max_)
+      latency_ < kClear * latency_stderr_ || straggler || detector_.suspects() || moved_since_all_max_)
     return;
   conditions_forgotten_ = true;
   conditions_ = all_max_conditions_;
