@@ -177,7 +177,7 @@ RoundClocks TurnkeyController::next_round() {
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
       // Not while a straggler is followed (its rounds are not all-max's), nor while a power budget holds them.
-      if (config_.probe_every > 0 && !(straggler_ && !straggler_->in_baseline) && !hold_probes_ &&
+      if (config_.probe_every > 0 && !straggler_is_a_change() && !hold_probes_ &&
           (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
         probing_ = true;
         return std::nullopt;
@@ -953,8 +953,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     // that came, went or is followed, and did not recover) is calibrated anew on that plan's first
     // round, from the conditions last known: another plan's ratio carries that plan's error.
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
-      const bool straggling_here = straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
-                                   static_cast<std::size_t>(*straggler_->pipeline) == d;
+      const bool straggling_here =
+          straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
       // A detected straggler that recovered onto another plan measuring nothing at the top clock:
       // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
@@ -977,7 +977,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.noisy = {};
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
-      } else if (usable && (!straggler_ || straggler_->in_baseline)) {
+      } else if (usable && !straggler_is_a_change()) {
         cal.per_ratio = conditions_[d] / ratios[d];
       }
     }
@@ -1001,7 +1001,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // A straggler whose plan runs (next to) nothing at the top clock, with nothing to calibrate its time
   // by: the others' conditions (now, or as last known) times its slowdown relative to them.
   const auto straggling = [&](std::size_t d) {
-    return straggler_ && straggler_->pipeline && !straggler_->told && !straggler_->in_baseline &&
+    return straggler_is_a_change() && straggler_->pipeline && !straggler_->told &&
            static_cast<std::size_t>(*straggler_->pipeline) == d && straggler_->slowdown > 0;
   };
   std::vector<double> others_before;  // the conditions the others were last known at
@@ -1043,9 +1043,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
 // cluster's, which that round's would put back.)
 void TurnkeyController::forget_conditions_since_all_max() {
   constexpr double kNoticeable = 2e-3, kClear = 5;  // seconds; standard errors
-  const bool straggler = straggler_ && !straggler_->in_baseline;
   if (conditions_forgotten_ || all_max_conditions_.size() != conditions_.size() || latency_ < kNoticeable ||
-      latency_ < kClear * latency_stderr_ || straggler || detector_.suspects() || moved_since_all_max_)
+      latency_ < kClear * latency_stderr_ || straggler_is_a_change() || detector_.suspects() || moved_since_all_max_)
     return;
   conditions_forgotten_ = true;
   conditions_ = all_max_conditions_;
@@ -1081,8 +1080,7 @@ Reference TurnkeyController::reference() const {
     ref.energy += conditions_[d] * (e - p * gpus * baseline_.time()) + p * gpus * ref.iteration_time;
   }
   const bool moved = std::abs(stretch - 1) > 0.001;
-  if (straggler_ && !straggler_->in_baseline)
-    ref.name = fmt::format("all-max baseline at the straggler's pace (x{:.3f})", stretch);
+  if (straggler_is_a_change()) ref.name = fmt::format("all-max baseline at the straggler's pace (x{:.3f})", stretch);
   else if (moved) ref.name = fmt::format("all-max baseline under current conditions (x{:.3f})", stretch);
   return ref;
 }
@@ -1260,7 +1258,7 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
 }
 
 // No followed straggler or pace sets the plans' time: their rounds speak for them.
-bool TurnkeyController::judged_on_their_own() const { return !(straggler_ && !straggler_->in_baseline) && !paced(); }
+bool TurnkeyController::judged_on_their_own() const { return !straggler_is_a_change() && !paced(); }
 
 bool TurnkeyController::judged_enough() const {
   return judged_.size() >= static_cast<std::size_t>(std::max(1, config_.verify_rounds));
@@ -1313,7 +1311,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
   // its own plan predicts, is left out.
   std::vector<double> ratios = measured;
   std::optional<std::size_t> straggling;
-  if (straggler_ && !straggler_->in_baseline && straggler_->pipeline &&
+  if (straggler_is_a_change() && straggler_->pipeline &&
       static_cast<std::size_t>(*straggler_->pipeline) < ratios.size()) {
     const auto p = static_cast<std::size_t>(*straggler_->pipeline);
     if (!straggler_->told && straggler_->slowdown > 0) ratios[p] /= straggler_->slowdown;
@@ -1421,7 +1419,7 @@ void TurnkeyController::judge_plan() {
   std::string why;
   bool stale = false;
   if (retry_.due(round_, evidence(), &why, &stale)) return retry_saving_plan(why, stale);
-  const bool followed = straggler_ && !straggler_->in_baseline;
+  const bool followed = straggler_is_a_change();
   if ((followed && straggler_->told) || paced() || detector_.suspects() || rounds_on_plan_ < config_.verify_rounds)
     return;
   if (retry_.held(rounds_on_plan_) && miss_ > 1) {  // halfway held: all the way next

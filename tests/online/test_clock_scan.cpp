@@ -23,23 +23,32 @@ std::vector<int> a100_clocks() {
   return clocks;
 }
 
-// Runs a scan against energy(clock index), returns the clocks in the order it asked for them.
-std::vector<int> run_scan(ClockScan& scan, const std::function<double(std::size_t)>& energy) {
+// Runs a scan against measurement(clock index), returns the clocks in the order it asked for them
+// (more than the scan's clocks only where it asked for one twice, which it must never do).
+std::vector<int> run_scan_measuring(ClockScan& scan, const std::function<ClockMeasurement(std::size_t)>& measurement) {
   std::vector<int> asked;
   const auto& clocks = scan.clocks();
   while (auto clock = scan.next()) {
     asked.push_back(*clock);
     auto index = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
-    scan.record(*clock, {1.0 + 0.01 * double(index), energy(index)});
-    if (asked.size() > clocks.size()) break;  // a scan must never ask twice
+    scan.record(*clock, measurement(index));
+    if (asked.size() > clocks.size()) break;
   }
   return asked;
 }
 
+// The same with time rising 1% a clock down from the top and energy(clock index).
+std::vector<int> run_scan(ClockScan& scan, const std::function<double(std::size_t)>& energy) {
+  return run_scan_measuring(scan, [&](std::size_t i) { return ClockMeasurement{1.0 + 0.01 * double(i), energy(i)}; });
+}
+
+// U-shaped, least at index 20 (1110 MHz on the A100's clocks).
+double u_energy(std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); }
+
 TEST(ClockScan, CoarsePassGoesTopDownEveryNthClockAndStopsAfterEnergyRisesPastTheMinimum) {
   ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
   // U-shaped energy, minimum at index 20 (1110 MHz).
-  auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); });
+  auto asked = run_scan(scan, u_energy);
   // 0, 5, 10, 15, 20 fall; 25 rises (one coarse step covers 5 clocks): stop there. Then the
   // neighbour of the fastest clock (the top: time rises with every step down), which is slower.
   EXPECT_EQ(asked, (std::vector<int>{1410, 1335, 1260, 1185, 1110, 1035, 1395}));
@@ -85,18 +94,15 @@ TEST(ClockScan, FillsOnlyLargeEnergyDropsBetweenParetoNeighbours) {
 TEST(ClockScan, WhereTimeIsNotMonotoneInTheClockTheGapIsMeasuredDownToNeighbours) {
   for (bool dip : {true, false}) {
     ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
-    std::vector<int> asked;
     const auto& clocks = scan.clocks();
-    while (auto clock = scan.next()) {
-      asked.push_back(*clock);
-      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    const auto asked = run_scan_measuring(scan, [dip](std::size_t i) {
       // Time rising by 1% a clock, or (dip) flat over the top 10 clocks but for the coarse points 5 and 10,
       // each a little faster than the one above it, and index 7, 3% faster; energy U-shaped, least at index 20.
       double time = 1.0 + 0.01 * double(i);
       if (dip && i <= 10) time = i == 7 ? 0.97 : i == 5 ? 0.999 : i == 10 ? 0.99 : 1.0;
-      scan.record(*clock, {time, 100.0 + 0.05 * std::pow(double(i) - 20, 2)});
-      ASSERT_LE(asked.size(), clocks.size());
-    }
+      return ClockMeasurement{time, u_energy(i)};
+    });
+    ASSERT_LE(asked.size(), clocks.size());
     const std::set<int> measured(asked.begin(), asked.end());
     EXPECT_EQ(measured.count(clocks[7]), dip ? 1u : 0u) << dip;
     EXPECT_EQ(measured.count(clocks[3]), dip ? 1u : 0u) << dip;  // the top gap, bisected
@@ -115,14 +121,9 @@ TEST(ClockScan, FindsTheFastestClockNextToTheTopOrAFewStepsBelowIt) {
     auto time = [dip](std::size_t i) {
       return i <= dip ? 1.0 - 0.001 * double(i) : 1.0 - 0.001 * double(dip) + 0.01 * double(i - dip);
     };
-    std::vector<int> asked;
     const auto& clocks = scan.clocks();
-    while (auto clock = scan.next()) {
-      asked.push_back(*clock);
-      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
-      scan.record(*clock, {time(i), 100.0 + 0.05 * std::pow(double(i) - 20, 2)});
-      ASSERT_LE(asked.size(), clocks.size());
-    }
+    const auto asked = run_scan_measuring(scan, [&](std::size_t i) { return ClockMeasurement{time(i), u_energy(i)}; });
+    ASSERT_LE(asked.size(), clocks.size());
     const std::set<int> measured(asked.begin(), asked.end());
     EXPECT_TRUE(measured.count(clocks[dip])) << dip;
     EXPECT_TRUE(measured.count(clocks[dip - 1]) && measured.count(clocks[dip + 1])) << dip;
@@ -137,16 +138,12 @@ TEST(ClockScan, FindsTheFastestClockNextToTheTopOrAFewStepsBelowIt) {
 TEST(ClockScan, ADipWithinTheNoiseIsNeitherFollowedNorPlannedWith) {
   for (double error : {0.0, 0.002}) {
     ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
-    const auto& clocks = scan.clocks();
-    std::vector<int> asked;
-    while (auto clock = scan.next()) {
-      asked.push_back(*clock);
-      const auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
+    const auto asked = run_scan_measuring(scan, [error](std::size_t i) {
       // 1395 and 1380 read 0.2% faster than the top (each with `error`), then time rises 1% a clock.
       const double time = i == 1 || i == 2 ? 0.998 : 1.0 + 0.01 * double(i > 2 ? i : 0);
-      scan.record(*clock, {time, 100.0 + 0.05 * std::pow(double(i) - 20, 2), error});
-      ASSERT_LE(asked.size(), clocks.size());
-    }
+      return ClockMeasurement{time, u_energy(i), error};
+    });
+    ASSERT_LE(asked.size(), scan.clocks().size());
     SCOPED_TRACE(error);
     EXPECT_TRUE(scan.measured().count(1395));  // the top's neighbour is always measured
     // Clearly faster (no error): the walk goes on to 1395's neighbour; within the noise it stops.
@@ -207,15 +204,14 @@ TEST(ClockScan, AClockMeasuredUnderOtherConditionsIsMeasuredAgainFirst) {
 // A slow spell while the coarse pass ran made a few clocks look costlier, so it stopped early; once
 // they are measured again as they are, the pass goes on down to where energy really rises.
 TEST(ClockScan, AClockMeasuredAgainUndoesAnEarlyStopTheSlowSpellCaused) {
-  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});                             // fill_gap 1.0: no filling
-  auto energy = [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 20, 2); };  // minimum at index 20
+  ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});  // fill_gap 1.0: no filling
   const auto& clocks = scan.clocks();
   std::vector<int> spell;  // the clocks measured while every instruction cost 11% more
   while (auto clock = scan.next()) {
     auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
     const bool slow = i >= 10 && i <= 15;
     if (slow) spell.push_back(*clock);
-    scan.record(*clock, {1.0, energy(i) * (slow ? 1.11 : 1.0)});
+    scan.record(*clock, {1.0, u_energy(i) * (slow ? 1.11 : 1.0)});
     if (scan.measured().size() > clocks.size()) break;
   }
   EXPECT_EQ(spell, (std::vector<int>{1260}));  // costlier than the clock above it: the pass stopped
@@ -223,7 +219,7 @@ TEST(ClockScan, AClockMeasuredAgainUndoesAnEarlyStopTheSlowSpellCaused) {
   for (int clock : spell) EXPECT_TRUE(scan.redo(clock));
   while (auto clock = scan.next()) {
     auto i = static_cast<std::size_t>(std::find(clocks.begin(), clocks.end(), *clock) - clocks.begin());
-    scan.record(*clock, {1.0, energy(i)});
+    scan.record(*clock, {1.0, u_energy(i)});
     if (scan.measured().size() > clocks.size()) break;
   }
   EXPECT_TRUE(scan.measured().count(1110));  // the minimum

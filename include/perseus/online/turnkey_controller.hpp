@@ -291,7 +291,9 @@ class TurnkeyController {
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target);
   bool straggler_sets_the_pace() const;
-  bool paced() const;                // a pace slows the pipelines down now
+  bool paced() const;  // a pace slows the pipelines down now
+  // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
+  bool straggler_is_a_change() const { return straggler_ && !straggler_->in_baseline; }
   bool judged_on_their_own() const;  // no followed straggler or pace sets the plans' time
   bool judged_enough() const;        // the plans have verify_rounds rounds (at least one) judged
   // Its GPUs' pace over theirs in the baseline (a slow pipeline that recovered, one slowed under a straggler).
