@@ -33,6 +33,13 @@ def drawn(tmp_path):
     return draw
 
 
+def judged(scenario):
+    """The scenario run against its AllMaxFrequency twin: (the judge's outcome, the loop's decisions)."""
+    reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
+    twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
+    return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions), decisions
+
+
 def flag(scenario, name):
     args = scenario.simulate_args
     return [args[i + 1] for i, a in enumerate(args) if a == name]
@@ -95,9 +102,7 @@ def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_
     as a straggler (the reference stayed 9% slow: 1.5% slower than all-max, reported 7.9% faster)."""
     scenario = drawn(1352, None)
     assert "1:1.109@40-204" in scenario.simulate_args
-    reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
-    twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
-    outcome = turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions)
+    outcome, decisions = judged(scenario)
     assert any(d["event"] == "straggler recovered" for d in decisions), decisions
     assert outcome.passes() == [], outcome
 
@@ -127,9 +132,7 @@ def test_a_clock_latency_next_to_a_pipeline_slow_since_the_start_leaves_the_repo
     training ran faster than all-max)."""
     scenario = drawn(1578, None)
     assert "0:1.181@1-391" in scenario.simulate_args and "10" in flag(scenario, "--clock-latency")
-    reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
-    twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
-    outcome = turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions)
+    outcome, decisions = judged(scenario)
     events = [d["event"] for d in decisions]
     assert "slow pipeline in the baseline" in events and "clock latency" in events, events
     assert outcome.history_slowdown_error <= 0.003 and not outcome.false_negative_slowdown, outcome
