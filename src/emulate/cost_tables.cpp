@@ -46,4 +46,29 @@ std::optional<TimeEnergy> CostTables::cost(int model_stage, InstructionKind kind
   return t.costs[static_cast<std::size_t>(it - t.clocks.begin())];
 }
 
+std::optional<TimeEnergy> CostTables::cost_or_estimate(int model_stage, InstructionKind kind, int frequency) const {
+  if (auto exact = cost(model_stage, kind, frequency)) return exact;
+  const auto& t = of(model_stage, kind);
+  if (t.clocks.empty() || frequency <= 0) return std::nullopt;
+  // clocks are sorted descending: the first one below `frequency`, if any, and the one above it
+  const auto below = std::lower_bound(t.clocks.begin(), t.clocks.end(), frequency, std::greater<>());
+  if (below != t.clocks.begin() && below != t.clocks.end()) {
+    const auto i = static_cast<std::size_t>(below - t.clocks.begin());
+    const double w = double(frequency - t.clocks[i]) / double(t.clocks[i - 1] - t.clocks[i]);
+    const auto& lo = t.costs[i];
+    const auto& hi = t.costs[i - 1];
+    return TimeEnergy{lo.time + w * (hi.time - lo.time), lo.energy + w * (hi.energy - lo.energy)};
+  }
+  const std::size_t nearest = below == t.clocks.end() ? t.clocks.size() - 1 : 0;
+  const int from = t.clocks[nearest];
+  const auto& base = t.costs[nearest];
+  for (auto other : kAllInstructionKinds) {
+    if (other == kind) continue;
+    const auto there = cost(model_stage, other, frequency), here = cost(model_stage, other, from);
+    if (there && here && here->time > 0 && here->energy > 0)
+      return TimeEnergy{base.time * there->time / here->time, base.energy * there->energy / here->energy};
+  }
+  return TimeEnergy{base.time * double(from) / double(frequency), base.energy};
+}
+
 }  // namespace perseus

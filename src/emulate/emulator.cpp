@@ -82,7 +82,7 @@ std::vector<Emulator::Cost> Emulator::node_costs(const std::vector<std::vector<i
     }
     const double factor = factors ? (*factors)[node] : 1.0;
     const int before = stage[k > 0 ? k - 1 : stage.size() - 1];
-    const auto old = config_.clock_latency <= 0 || before == stage[k] ? std::nullopt : cost(inst, before);
+    const auto old = config_.clock_latency <= 0 || before == stage[k] ? std::nullopt : cost_before_change(inst, before);
     costs[node] = old ? cost_after_clock_change(*c, *old, config_.clock_latency, factor)
                       : Cost{c->time * factor, c->energy * factor};
   }

@@ -90,8 +90,7 @@ NoisyBatch::Result NoisyBatch::evaluate(const std::vector<std::vector<int>>& fre
     costs[static_cast<std::size_t>(n)] = *emulator_.cost(instruction(n), stage[k]);
     if (latency_ > 0) {
       const int previous = stage[k > 0 ? k - 1 : stage.size() - 1];  // the last one of the iteration before
-      // The emulator's rule: the latency counts only where this instruction has a cost at the old clock.
-      const auto old = previous == stage[k] ? std::nullopt : emulator_.cost(instruction(n), previous);
+      const auto old = previous == stage[k] ? std::nullopt : emulator_.cost_before_change(instruction(n), previous);
       before[static_cast<std::size_t>(n)] = old ? *old : TimeEnergy{-1, 0};
     }
   }

@@ -260,7 +260,7 @@ class Chooser {
     if (previous == node || old_clock == clock) return std::nullopt;
     const auto& emulator = noisy_.emulator();
     const auto here_now = emulator.cost(noisy_.instruction(node), clock);
-    const auto here_old = emulator.cost(noisy_.instruction(node), old_clock);
+    const auto here_old = emulator.cost_before_change(noisy_.instruction(node), old_clock);
     const auto before_now = emulator.cost(noisy_.instruction(previous), old_clock);
     const auto before_new = emulator.cost(noisy_.instruction(previous), clock);
     if (!here_now || !here_old || !before_now || !before_new || here_old->time <= here_now->time) return std::nullopt;

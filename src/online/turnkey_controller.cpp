@@ -888,7 +888,8 @@ std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(
     for (std::size_t k = 0; k < clocks.size() && k < orders_[s].size(); ++k) {
       const int before_clock = clocks[k > 0 ? k - 1 : clocks.size() - 1];
       if (clocks[k] != top || before_clock == top) continue;
-      const auto now = emulator.cost(orders_[s][k], top), before = emulator.cost(orders_[s][k], before_clock);
+      const auto now = emulator.cost(orders_[s][k], top);
+      const auto before = emulator.cost_before_change(orders_[s][k], before_clock);
       if (now && before && before->time > 0)
         out[s][k] = std::max(0.0, cost_after_clock_change(*now, *before, latency_).time - now->time);
     }

@@ -32,6 +32,15 @@ class CostTables {
   const Table& of(int model_stage, InstructionKind kind) const;
   // The cost at exactly `frequency`; nullopt when the profile has no such row.
   std::optional<TimeEnergy> cost(int model_stage, InstructionKind kind, int frequency) const;
+  // The cost at `frequency` of an instruction that runs there only until a clock change takes
+  // effect (at the clock of the instruction before it on its GPU): the profiled row where there is
+  // one. A profile measured online covers each kind only over the clocks where it can save (a
+  // backward's may stop above the forwards'), and the clock before may lie outside it: between two
+  // profiled clocks the cost is interpolated linearly; beyond them it is the nearest profiled
+  // clock's, changed as another kind of the same model stage changes between those two clocks (the
+  // same GPU making the same move), else with the time inversely proportional to the clock and the
+  // energy the same. Nullopt only where the kind has no row at all.
+  std::optional<TimeEnergy> cost_or_estimate(int model_stage, InstructionKind kind, int frequency) const;
 
  private:
   std::vector<Table> tables_;  // indexed by operation_index(model stage, kind)

@@ -26,8 +26,8 @@ struct EmulatorConfig : PipelineShape {
   double quantum = 0;
   // Seconds until a locked clock takes effect: an instruction whose clock differs from the one
   // before it on its stage (the last one of the iteration before, for the first) runs that long
-  // at that one's clock, the rest of its work at its own (all of it at that one's when it is
-  // shorter), as a GPU applies a lock some time after the call.
+  // at that one's clock (cost_before_change), the rest of its work at its own (all of it at that
+  // one's when it is shorter), as a GPU applies a lock some time after the call.
   double clock_latency = 0;
 };
 
@@ -114,6 +114,11 @@ class Emulator {
   std::optional<Cost> cost(int model_stage, InstructionKind kind, int frequency) const;
   std::optional<Cost> cost(const Instruction& inst, int frequency) const {
     return cost(model_stage(inst, config_.num_stages), inst.kind, frequency);
+  }
+  // Its cost at the clock before a change of clock, which it runs at until the change takes effect:
+  // the profiled row, else an estimate (CostTables::cost_or_estimate).
+  std::optional<Cost> cost_before_change(const Instruction& inst, int frequency) const {
+    return tables_.cost_or_estimate(model_stage(inst, config_.num_stages), inst.kind, frequency);
   }
 
   // Runs `frequencies` (per stage, per slot of layout()). Throws Error naming the stage, slot
