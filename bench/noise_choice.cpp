@@ -9,7 +9,7 @@
 //
 //   build/bench/perseus_bench_noise_choice [--shared ../shared] [--sigmas 0,0.01,0.02,0.03]
 //       [--seeds 3] [--iterations 500] [--pipelines 2] [--microbatches 12] [--profiles gpt3-175b+a100_sxm_bf16.csv,...]
-//       [--allowance 0.5] [--samples 64] [--starts 6]
+//       [--allowance 0.5] [--samples 64] [--starts 6] [--schedule 1f1b]
 #include <fmt/format.h>
 
 #include <ctime>
@@ -23,6 +23,7 @@
 #include "perseus/profile/blocking_power.hpp"
 #include "perseus/online/background_planner.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
+#include "perseus/pipeline/schedule.hpp"
 #include "perseus/profile/profile.hpp"
 
 using namespace perseus;
@@ -42,6 +43,7 @@ struct Args {
   int iterations = 500;
   int pipelines = 2;
   int microbatches = 12;
+  ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int baseline_rounds = 3;    // all-max rounds the variability is estimated from
   int round_iterations = 10;  // iterations per round
   NoiseAwareOptions options;  // --samples, --starts, --allowance
@@ -73,6 +75,14 @@ Args parse(int argc, char** argv) {
     else if (key == "--allowance") a.options.allowance = std::stod(value);
     else if (key == "--samples") a.options.samples = std::stoi(value);
     else if (key == "--starts") a.options.repair_starts = std::stoi(value);
+    else if (key == "--schedule") {
+      const auto kind = parse_schedule_kind(value);
+      if (!kind || takes_virtual_stages(*kind) || *kind == ScheduleKind::zbv || *kind == ScheduleKind::dualpipev) {
+        std::fprintf(stderr, "--schedule: 1f1b, gpipe or zb-h1 (the profiles have 8 stages of one chunk)\n");
+        std::exit(2);
+      }
+      a.schedule = *kind;
+    }
     else if (key == "--profiles") {
       std::vector<Case> kept;
       for (const auto& name : split(value))
@@ -155,6 +165,7 @@ int main(int argc, char** argv) {
     input.profile = read_profile(path);
     input.config.num_stages = 8;
     input.config.num_microbatches = args.microbatches;
+    input.config.schedule = args.schedule;
     input.config.p_block = c.p_block;
     input.config.unit_time = automatic_unit_time(input.profile);
     const PlanningOutput plans = plan_online(input);
