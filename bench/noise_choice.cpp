@@ -82,8 +82,7 @@ Args parse(int argc, char** argv) {
         std::exit(2);
       }
       a.schedule = *kind;
-    }
-    else if (key == "--profiles") {
+    } else if (key == "--profiles") {
       std::vector<Case> kept;
       for (const auto& name : split(value))
         for (const auto& c : a.cases)

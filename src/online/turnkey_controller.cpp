@@ -945,6 +945,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
+    // An all-max round measures each pipeline's conditions at the top clock: its next plan is
+    // calibrated from those, whatever came or went before (a straggler slow in the baseline that
+    // recovered from a slowdown on top runs at its own pace, not at the others').
+    if (!on_plans && now[d]) cal.conditions_changed = cal.straggled = false;
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
     // predicts does, in units of what that ratio was when the conditions were last known (measured
