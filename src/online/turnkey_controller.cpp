@@ -170,7 +170,7 @@ RoundClocks TurnkeyController::next_round() {
   issued_on_ = plans_taken_;
   probing_ = false;
   ran_plan_ = false;
-  held_at_top_.clear();  // only profiling holds a pipeline at the top clock
+  held_at_top_.reset();  // only profiling holds a pipeline at the top clock
   switch (phase_) {
     case ControllerPhase::profiling:
       return profiling_clocks();
@@ -311,17 +311,13 @@ std::vector<bool> TurnkeyController::disturbed_pipelines(const RoundMeasurement&
   std::vector<bool> out(ratios.size(), false);
   // A pipeline held at the top clock this round ran other clocks: it is compared with nobody, and
   // nobody with it (its instructions are left out anyway).
-  std::vector<double> same;  // the ratios of the pipelines that ran the round's clocks
-  std::vector<std::size_t> which;
-  for (std::size_t d = 0; d < ratios.size(); ++d) {
-    const bool held = d < held_at_top_.size() && held_at_top_[d];
-    out[d] = held;
-    if (!held) same.push_back(ratios[d]), which.push_back(d);
-  }
-  if (same.size() < 2) return out;
-  for (std::size_t i = 0; i < same.size(); ++i) {
-    const double ref = median_of_others(same, i);
-    out[which[i]] = ref > 0 && same[i] > ref * (1 + config_.detector.threshold);
+  const bool held = held_at_top_ && *held_at_top_ < out.size();
+  if (held) out[*held_at_top_] = true;
+  if (ratios.size() - (held ? 1 : 0) < 2) return out;
+  for (std::size_t d = 0; d < out.size(); ++d) {
+    if (held && d == *held_at_top_) continue;
+    const double ref = median_of_others(ratios, d, held ? held_at_top_ : std::nullopt);
+    out[d] = ref > 0 && ratios[d] > ref * (1 + config_.detector.threshold);
   }
   return out;
 }
@@ -338,9 +334,8 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
   // The sets of a pipeline held at the top clock count in that error but not in the time measured:
   // every pipeline has as many sets, so the error of the others' alone is larger by the root of the
   // share they are.
-  const auto held = static_cast<std::size_t>(std::count(held_at_top_.begin(), held_at_top_.end(), true));
-  if (held > 0 && held < held_at_top_.size())
-    error *= std::sqrt(double(held_at_top_.size()) / double(held_at_top_.size() - held));
+  const auto D = static_cast<double>(shape_.pipelines);
+  if (held_at_top_ && D > 1) error *= std::sqrt(D / (D - 1));
   double time = 0, energy = 0;
   int n = 0;
   for (std::size_t d = 0; d < m.pipeline_instructions.size(); ++d) {
@@ -352,7 +347,7 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
   }
   if (n > 0) return ClockMeasurement{time / n, energy / n, error};
   // The round's instructions over every pipeline, one held at the top clock among them: not this clock's.
-  if (held > 0) return std::nullopt;
+  if (held_at_top_) return std::nullopt;
   auto it = m.instructions.find(key);
   if (it == m.instructions.end()) return std::nullopt;
   return ClockMeasurement{it->second.time, it->second.energy, error};
@@ -492,7 +487,6 @@ bool TurnkeyController::profiling_done() const {
 
 RoundClocks TurnkeyController::profiling_clocks() {
   issued_.clear();
-  held_at_top_.assign(static_cast<std::size_t>(shape_.pipelines), false);
   checking_ = false;
   const bool scanned = std::all_of(scans_.begin(), scans_.end(), [](const auto& s) { return s.done(); });
   if (config_.check_every > 0 && pipelines_.known() && !since_check_.empty() &&
@@ -501,12 +495,11 @@ RoundClocks TurnkeyController::profiling_clocks() {
     return std::nullopt;
   }
   for (auto& scan : scans_) issued_.push_back(scan.next());
-  std::vector<std::vector<int>> stages, top;
+  std::vector<std::vector<int>> stages;
   for (const auto& order : orders_) {
     std::vector<int> slots;
     for (const auto& inst : order) slots.push_back(issued_[scan_index(inst)].value_or(shape_.clocks.front()));
     stages.push_back(std::move(slots));
-    top.emplace_back(order.size(), shape_.clocks.front());
   }
   std::vector<std::vector<std::vector<int>>> out(static_cast<std::size_t>(shape_.pipelines), stages);
   // A straggler detected while profiling sets the iteration's pace, and its instructions are not the
@@ -514,9 +507,8 @@ RoundClocks TurnkeyController::profiling_clocks() {
   // others' slower clocks cost the time its slowdown leaves them.
   const auto& straggler = detector_.current();
   if (straggler && shape_.pipelines > 1 && straggler->pipeline >= 0 && straggler->pipeline < shape_.pipelines) {
-    const auto d = static_cast<std::size_t>(straggler->pipeline);
-    out[d] = top;
-    held_at_top_[d] = true;
+    held_at_top_ = static_cast<std::size_t>(straggler->pipeline);
+    for (auto& slots : out[*held_at_top_]) std::fill(slots.begin(), slots.end(), shape_.clocks.front());
   }
   return out;
 }
@@ -530,8 +522,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   add_variability(m);
   // The pipelines are compared where they ran the same clocks: not in a round that held a straggler
   // at the top clock (the check rounds, all-max, tell whether it recovered).
-  const bool held = std::find(held_at_top_.begin(), held_at_top_.end(), true) != held_at_top_.end();
-  if (!held || checking_) observe_straggler(m, paced_ratios(m, false));
+  if (!held_at_top_ || checking_) observe_straggler(m, paced_ratios(m, false));
   if (checking_) return observe_check(m);
   // A slow pipeline's instructions are not the profile's: measured from the others only, at the
   // baseline's conditions.

@@ -88,14 +88,15 @@ struct Twinned {
   }
 };
 
-// Round `round` of the controller and of its twin.
-void run_round(TurnkeyController& controller, SyntheticCluster& cluster, Twinned& out, int round) {
+// Round `round` of the controller and of its twin; the clocks the controller gave it.
+online::RoundClocks run_round(TurnkeyController& controller, SyntheticCluster& cluster, Twinned& out, int round) {
   while (!controller.ready()) std::this_thread::yield();
   auto clocks = controller.next_round();
   out.at_all_max.push_back(!clocks);
   out.rounds.push_back(cluster.run(clocks, round));
   out.twin.push_back(cluster.run(std::nullopt, round));
   controller.observe(out.rounds.back());
+  return clocks;
 }
 
 Twinned run(TurnkeyController& controller, SyntheticCluster& cluster, int rounds) {
@@ -586,13 +587,9 @@ TEST(TurnkeyClasses, AStragglerDetectedWhileProfilingRunsTheTopClockWhileTheOthe
   std::vector<int> profiling_rounds;
   for (int round = 0; round < 130; ++round) {
     const bool detected = has(c, "straggler detected");
-    while (!c.ready()) std::this_thread::yield();
+    while (!c.ready()) std::this_thread::yield();  // the phase the round runs in
     const bool profiling = c.phase() == online::ControllerPhase::profiling;
-    const auto round_clocks = c.next_round();
-    r.at_all_max.push_back(!round_clocks);
-    r.rounds.push_back(cluster.run(round_clocks, round));
-    r.twin.push_back(cluster.run(std::nullopt, round));
-    c.observe(r.rounds.back());
+    const auto round_clocks = run_round(c, cluster, r, round);
     if (!profiling || !detected || !round_clocks) continue;
     profiling_rounds.push_back(round);
     const auto& clocks = *round_clocks;

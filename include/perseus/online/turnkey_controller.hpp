@@ -309,9 +309,9 @@ class TurnkeyController {
   std::vector<StageKind> operations_;
   std::vector<ClockScan> scans_;
   std::vector<std::optional<int>> issued_;
-  // Per pipeline: held at the top clock this profiling round (a detected straggler: its slack is
-  // the others', and its instructions are not measured).
-  std::vector<bool> held_at_top_;
+  // The pipeline held at the top clock this profiling round, if any (the detected straggler: its
+  // slack is the others', and its instructions are not measured).
+  std::optional<std::size_t> held_at_top_;
   std::vector<int> stage_of_model_;  // per model stage: the stage (GPU) that runs it
   int first_forwards_ = 0;           // forwards of model stage 0 per iteration (overlapped pairs not counted)
   std::optional<Profile> reused_profile_;
