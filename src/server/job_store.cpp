@@ -165,11 +165,17 @@ void JobStore::open_checked() {
                   file_.string(), set_aside_.string());
   }
   // A store is never empty once made (its schema is written at once): this one lost its contents.
-  bool emptied = fs::is_regular_file(file_, ec) && fs::file_size(file_, ec) == 0;
+  const bool existed = fs::is_regular_file(file_, ec);
+  const bool emptied = existed && fs::file_size(file_, ec) == 0;
   std::string why;
   int rc = open_database(file_, db_->handle, why, sync_);
+  // Unreadable as a store: damaged pages, a header that is not SQLite's, or one whose format numbers
+  // no SQLite writes ("unsupported file format": a plain error from reading an existing file's schema,
+  // which runs on any sound file). Anything else (no space, no permission, a lock) is the machine's.
+  const bool unreadable = (rc & 0xff) == SQLITE_CORRUPT || (rc & 0xff) == SQLITE_NOTADB ||
+                          ((rc & 0xff) == SQLITE_ERROR && existed && !emptied);
   if (rc == SQLITE_OK) why = emptied ? "it is empty" : integrity_check(db_->handle);
-  else if ((rc & 0xff) != SQLITE_CORRUPT && (rc & 0xff) != SQLITE_NOTADB)
+  else if (!unreadable)
     throw Error(fmt::format("cannot use the job store {}: {}", file_.string(), why), ErrorKind::cannot_write);
   if (!why.empty()) recover_because(why);
   set_busy_timeout(busy_timeout_);

@@ -115,6 +115,26 @@ TEST_F(JobStoreTest, AFileThatIsNotADatabaseIsMovedAsideAndANewStoreStarts) {
   EXPECT_EQ(load().size(), 2u);
 }
 
+// A header whose format numbers no SQLite writes (past its magic string, the rest of page 1 is the
+// header and the schema table): SQLite says "unsupported file format" when it reads the schema, a plain
+// error, not one of damage. The file is moved aside and a new store starts, as for a damaged page.
+TEST_F(JobStoreTest, AHeaderWithFormatNumbersNoSQLiteWritesIsMovedAsideAndANewStoreStarts) {
+  fill(2);
+  {
+    std::fstream file(db(), std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(36);
+    const std::string bytes(64, static_cast<char>(0xab));  // the schema format number (44) among them
+    file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  EXPECT_NO_THROW((void)load());
+  int aside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    aside += e.path().filename().string().rfind(".perseus.db.unreadable-", 0) == 0;
+  EXPECT_EQ(aside, 1);
+  fill(1);
+  EXPECT_EQ(load().size(), 2u);
+}
+
 // Group commit: each write's done() runs after the transaction holding it committed; a store
 // fault refuses the acknowledged writes of that transaction and keeps the kept ones for the next;
 // a write that fails on its own is left out alone.
