@@ -63,6 +63,14 @@ struct JobStoreTest : testing::ServerDirTest {
     ASSERT_EQ(rc, SQLITE_OK) << why;
   }
 
+  // Stores moved aside as unreadable in the folder.
+  int files_set_aside() const {
+    int aside = 0;
+    for (const auto& e : std::filesystem::directory_iterator(dir))
+      aside += e.path().filename().string().rfind(".perseus.db.unreadable-", 0) == 0;
+    return aside;
+  }
+
   std::map<std::string, server::StoredJob> load() {
     JobStore store(db());
     std::map<std::string, server::StoredJob> out;
@@ -107,10 +115,7 @@ TEST_F(JobStoreTest, AFileThatIsNotADatabaseIsMovedAsideAndANewStoreStarts) {
   std::filesystem::create_directories(dir);
   std::ofstream(db()) << std::string(4096, 'x');
   EXPECT_TRUE(load().empty());
-  int aside = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    aside += e.path().filename().string().rfind(".perseus.db.unreadable-", 0) == 0;
-  EXPECT_EQ(aside, 1);
+  EXPECT_EQ(files_set_aside(), 1);
   fill(1);
   EXPECT_EQ(load().size(), 2u);
 }
@@ -127,10 +132,7 @@ TEST_F(JobStoreTest, AHeaderWithFormatNumbersNoSQLiteWritesIsMovedAsideAndANewSt
     file.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
   EXPECT_NO_THROW((void)load());
-  int aside = 0;
-  for (const auto& e : std::filesystem::directory_iterator(dir))
-    aside += e.path().filename().string().rfind(".perseus.db.unreadable-", 0) == 0;
-  EXPECT_EQ(aside, 1);
+  EXPECT_EQ(files_set_aside(), 1);
   fill(1);
   EXPECT_EQ(load().size(), 2u);
 }
