@@ -68,6 +68,13 @@ double PipelineBaseline::speed(std::size_t d, const StageKind& key) const {
   return it == speed_[d].end() ? 1.0 : it->second;
 }
 
+std::optional<double> PipelineBaseline::top_time(std::size_t d, const StageKind& key) const {
+  if (d >= top_time_.size()) return std::nullopt;
+  auto it = top_time_[d].find(key);
+  if (it == top_time_[d].end() || it->second <= 0) return std::nullopt;
+  return it->second;
+}
+
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
                                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                                    const std::vector<std::vector<int>>* clocks, int top,

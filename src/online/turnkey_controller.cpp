@@ -1237,13 +1237,21 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 // time at the clock before). The least-squares latency over the rounds so far, once there are
 // enough of them and it is clearly above zero; plans are chosen again for it when it differs from
 // what they were chosen for by more than a quarter (and half a millisecond).
+// A plan may change the clock at every slot of a stage (a short pipeline's does): a change into the
+// top clock with no instruction of its kind in the round to compare with is compared with the
+// pipeline's own top-clock time in the baseline, at the conditions the last all-max round measured,
+// while nothing has clearly moved them since and no straggler is about.
 bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
   constexpr std::size_t kKept = 4000, kEnough = 40;
   const Emulator& emulator = *plans_->emulator;
+  const int top = shape_.clocks.front();
+  const bool baseline_comparable =
+      pipelines_.known() && !moved_since_all_max_ && !straggler_is_a_change() && !detector_.suspects() && !paced();
   for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     const ChosenPlan* plan = plan_of(d);
     if (!plan) continue;
+    const bool at_all_max_conditions = baseline_comparable && d < all_max_conditions_.size();
     for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s) {
       const auto& times = m.slot_time[d][s];
       const auto& clocks = plan->frequencies[s];
@@ -1255,11 +1263,17 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
           unchanged.emplace(std::tuple{model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]}, times[k]);
       for (std::size_t k = 1; k < n; ++k) {
         if (clocks[k] == clocks[k - 1] || times[k] <= 0) continue;
-        auto same = unchanged.find({model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]});
-        const auto now = emulator.cost(order[k], clocks[k]), before = emulator.cost(order[k], clocks[k - 1]);
-        if (same == unchanged.end() || !now || !before || before->time <= 0) continue;
+        const StageKind key{model_stage(order[k], shape_.num_stages), order[k].kind};
+        std::optional<double> reference;
+        if (auto same = unchanged.find({key.first, key.second, clocks[k]}); same != unchanged.end())
+          reference = same->second;
+        else if (clocks[k] == top && at_all_max_conditions)
+          if (auto base = pipelines_.top_time(d, key)) reference = *base * all_max_conditions_[d];
+        const auto now = emulator.cost(order[k], clocks[k]),
+                   before = emulator.cost_before_change(order[k], clocks[k - 1]);
+        if (!reference || !now || !before || before->time <= 0) continue;
         const double share = 1 - now->time / before->time;
-        if (std::abs(share) >= 0.05) latency_samples_.push_back({share, times[k] - same->second});
+        if (std::abs(share) >= 0.05) latency_samples_.push_back({share, times[k] - *reference});
       }
     }
   }

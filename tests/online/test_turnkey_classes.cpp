@@ -285,6 +285,22 @@ TEST(TurnkeyClasses, AClockLatencyMeasuredOnThePlansFirstRoundsWaitsForTheirEvid
   expect_reported_true(c, r, "latency measured early");
 }
 
+// A 2-stage pipeline of 2 microbatches: its plan changes the clock at nearly every slot, so a round
+// on it has no instruction at a clock right after the same clock to measure a change against. The
+// changes into the top clock are measured against the baseline's top-clock times: the latency is
+// measured and the plans are chosen for it, and training runs no slower than all-max.
+TEST(TurnkeyClasses, AClockLatencyIsMeasuredWhereThePlanChangesTheClockAtEverySlot) {
+  auto cluster = cluster_of(2, 2);
+  cluster.noise = 0.005;
+  cluster.latency = 0.01;
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 300);
+  EXPECT_TRUE(has(c, "clock latency")) << events(c);
+  EXPECT_GT(c.clock_latency(), 0.005) << c.latency_samples() << " " << events(c);
+  EXPECT_LE(r.slowdown(250, 300), 0.005) << events(c);
+  expect_reported_true(c, r, "latency on a short pipeline");
+}
+
 TEST(TurnkeyClasses, AStepUpIsTriedAgainAndTheSavingPlanComesBackWhenTheMissEnded) {
   auto cluster = small_cluster();
   const int top = cluster.shape().clocks.front();

@@ -35,6 +35,8 @@ class PipelineBaseline {
   double energy(std::size_t d) const;        // joules per iteration, its GPUs, blocking included
   // Pipeline d's top-clock time of `key` over the median pipeline's (1 when unknown): its GPUs' speed.
   double speed(std::size_t d, const StageKind& key) const;
+  // Pipeline d's mean top-clock time of `key` in the baseline's rounds (none when not measured).
+  std::optional<double> top_time(std::size_t d, const StageKind& key) const;
 
   // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
   // that ran at the top clock after a slot at the top clock (`clocks`: per stage and slot, the
