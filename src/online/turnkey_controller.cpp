@@ -966,6 +966,14 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (now[d] && !followed) measured_now.push_back(*now[d] / pace_change(d));
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
+  // Where only a followed straggler ran the top clock, the cluster's change this round is that
+  // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
+  // a change of it does not).
+  double cluster_change = 0;  // 0: none
+  for (std::size_t d = 0; d < D && cluster_now <= 0; ++d)
+    if (straggler_ && !straggler_->told && straggler_->pipeline &&
+        static_cast<std::size_t>(*straggler_->pipeline) == d && now[d] && d < conditions_.size() && conditions_[d] > 0)
+      cluster_change = *now[d] / conditions_[d];
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -990,7 +998,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
       else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
-        const double cluster_here = cluster_now * pace_change(d);
+        const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * cluster_change;
         cal.per_ratio = (moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d]) / ratios[d];
       }
       if (now[d] && !steady_only) {
@@ -1239,19 +1247,21 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 // what they were chosen for by more than a quarter (and half a millisecond).
 // A plan may change the clock at every slot of a stage (a short pipeline's does): a change into the
 // top clock with no instruction of its kind in the round to compare with is compared with the
-// pipeline's own top-clock time in the baseline, at the conditions the last all-max round measured,
-// while nothing has clearly moved them since and no straggler is about.
+// pipeline's own top-clock time in the baseline, times how much slower its top-clock instructions
+// ran this round than there (their median: a straggler starting or the cluster drifting moves them
+// all, a latency only those right after a change), while no straggler is followed or suspected.
 bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
   constexpr std::size_t kKept = 4000, kEnough = 40;
   const Emulator& emulator = *plans_->emulator;
   const int top = shape_.clocks.front();
-  const bool baseline_comparable =
-      pipelines_.known() && !moved_since_all_max_ && !straggler_is_a_change() && !detector_.suspects() && !paced();
+  const bool baseline_comparable = pipelines_.known() && !straggler_is_a_change() && !detector_.suspects() && !paced();
   for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     const ChosenPlan* plan = plan_of(d);
     if (!plan) continue;
-    const bool at_all_max_conditions = baseline_comparable && d < all_max_conditions_.size();
+    const auto conditions_now = baseline_comparable
+                                    ? pipelines_.conditions(m, d, orders_, shape_.num_stages, &plan->frequencies, top)
+                                    : std::nullopt;
     for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s) {
       const auto& times = m.slot_time[d][s];
       const auto& clocks = plan->frequencies[s];
@@ -1267,8 +1277,8 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
         std::optional<double> reference;
         if (auto same = unchanged.find({key.first, key.second, clocks[k]}); same != unchanged.end())
           reference = same->second;
-        else if (clocks[k] == top && at_all_max_conditions)
-          if (auto base = pipelines_.top_time(d, key)) reference = *base * all_max_conditions_[d];
+        else if (clocks[k] == top && conditions_now)
+          if (auto base = pipelines_.top_time(d, key)) reference = *base * *conditions_now;
         const auto now = emulator.cost(order[k], clocks[k]),
                    before = emulator.cost_before_change(order[k], clocks[k - 1]);
         if (!reference || !now || !before || before->time <= 0) continue;

@@ -172,6 +172,37 @@ TEST(TurnkeyClasses, ASlowSpellAcrossTheDeploymentLeavesTheReferenceTrueAfterIt)
   }
 }
 
+// A straggler followed, and the cluster slows in the very round the other pipeline's paced plan first
+// runs (only the straggler runs the top clock): the new plan is calibrated by the straggler's change
+// that round, not by the conditions from before, which would take the spell for the plan's own
+// error and keep the reference low for the rest of the run (no all-max probe runs while a
+// straggler is followed).
+TEST(TurnkeyClasses, ASlowSpellStartingWithAPacedPlansFirstRoundLeavesTheReferenceTrue) {
+  auto base = small_cluster();
+  base.noise = 0.003;
+  base.factor = [](int d, int r, int) { return d == 1 && r >= 40 ? 1.15 : 1.0; };
+  int slowed = -1;
+  {
+    TurnkeyController c(config(), base.shape());
+    run(c, base, 60);
+    for (const auto& d : c.decisions())
+      if (to_string(d.event) == std::string("slowed to the straggler") && slowed < 0) slowed = d.round;
+  }
+  ASSERT_GT(slowed, 40);
+  for (int shift : {0, 1}) {
+    auto cluster = base;
+    const int first = slowed + shift, last = first + 20;
+    cluster.factor = [first, last](int d, int r, int) {
+      return (d == 1 && r >= 40 ? 1.15 : 1.0) * (r >= first && r < last ? 1.06 : 1.0);
+    };
+    TurnkeyController c(config(), cluster.shape());
+    auto r = run(c, cluster, last + 40);
+    const std::string where = "spell from round " + std::to_string(first);
+    EXPECT_LE(r.slowdown(last + 10, last + 40), 0.005) << where << ": " << events(c);
+    expect_reported_true(c, r, where);
+  }
+}
+
 // A spell shorter than the rounds between two of profiling's all-max checks: every scan's clock of
 // its first round comes out off that scan's curve, so the conditions are checked at once and the
 // clocks it spoiled measured again.
