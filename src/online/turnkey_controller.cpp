@@ -1491,14 +1491,18 @@ void TurnkeyController::judge_plan() {
   const double ratio = plan_ratio.value;
   const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
   const double target = target_time() / baseline_.time();
-  if (ratio - ratio_half <= target * (1 + config_.tolerance)) return;
   // Following a straggler, the others are paced earlier; once they have been and the straggler still
-  // computes longest, its own plan is what runs too slow: the target plan it runs steps up.
-  if (followed && !straggler_sets_the_pace()) return pace_straggler_faster(ratio, ratio_half, target);
-  // A pipeline slow since the baseline runs the target plan and the others are paced to it: with the
+  // computes longest, its own plan is what runs too slow: the target plan it runs steps up. A
+  // pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
-  if (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told)
-    return pace_straggler_faster(ratio, ratio_half, target);
+  const bool paced_to_a_change = followed && !straggler_sets_the_pace();
+  const bool only_the_pace =
+      paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
+  // Pacing the others a little earlier than a straggler that came costs little of their saving (their
+  // slack is its slowdown): their pace is held to half the tolerance.
+  const double allowed = paced_to_a_change ? config_.tolerance / 2 : config_.tolerance;
+  if (ratio - ratio_half <= target * (1 + allowed)) return;
+  if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   ChosenPlan before_plan = *target_plan_;
   TargetChooser next;
@@ -1560,7 +1564,7 @@ bool TurnkeyController::straggler_sets_the_pace() const {
 // tolerance, and pipelines of about equal pace under noise end later together than the model of
 // each says; measured too slow, the others are paced earlier by the miss measured (the straggler
 // keeps its plan: making it faster costs far more of the saving).
-void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, double target) {
+void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, double target, double allowed) {
   if (steps_since_retry_ >= config_.max_step_ups) return;
   const double before = pace_miss_;
   pace_miss_ *= ratio / target;
@@ -1571,7 +1575,7 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
          fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
                      "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the others paced "
                      "for {:.2f}% of miss (from {:.2f}%)",
-                     ratio, ratio - ratio_half, judged_.size(), target, 100 * config_.tolerance, 100 * (pace_miss_ - 1),
+                     ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed, 100 * (pace_miss_ - 1),
                      100 * (before - 1)));
   assign_plans(DecisionEvent::faster_pace_for_straggler);
 }

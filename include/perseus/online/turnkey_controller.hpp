@@ -289,7 +289,7 @@ class TurnkeyController {
   // While a choice runs, `call` waits for it (returns true); else the caller goes on now.
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
-  void pace_straggler_faster(double ratio, double ratio_half, double target);
+  void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
   bool straggler_sets_the_pace() const;
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
