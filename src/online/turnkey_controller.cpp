@@ -951,6 +951,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
   // its first round, where the conditions last known may have just changed with it.
   std::vector<double> measured_now;
+  // Where only a followed straggler ran the top clock, the cluster's change this round is that
+  // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
+  // a change of it does not).
+  double straggler_change = 0;  // 0: none
   // A pipeline whose GPUs run at another pace than in the baseline (one that slowed while a straggler
   // is followed, or one slow in the baseline that recovered) measures the cluster's conditions times
   // that change (pace_change): the cluster's are its over it.
@@ -964,16 +968,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !followed) measured_now.push_back(*now[d] / pace_change(d));
+    if (now[d] && followed && d < conditions_.size() && conditions_[d] > 0) straggler_change = *now[d] / conditions_[d];
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
-  // Where only a followed straggler ran the top clock, the cluster's change this round is that
-  // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
-  // a change of it does not).
-  double cluster_change = 0;  // 0: none
-  for (std::size_t d = 0; d < D && cluster_now <= 0; ++d)
-    if (straggler_ && !straggler_->told && straggler_->pipeline &&
-        static_cast<std::size_t>(*straggler_->pipeline) == d && now[d] && d < conditions_.size() && conditions_[d] > 0)
-      cluster_change = *now[d] / conditions_[d];
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -998,7 +995,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
       else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
-        const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * cluster_change;
+        const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
         cal.per_ratio = (moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d]) / ratios[d];
       }
       if (now[d] && !steady_only) {
