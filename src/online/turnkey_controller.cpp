@@ -968,7 +968,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !followed) measured_now.push_back(*now[d] / pace_change(d));
-    if (now[d] && followed && d < conditions_.size() && conditions_[d] > 0) straggler_change = *now[d] / conditions_[d];
+    if (followed && d < conditions_.size() && conditions_[d] > 0) {
+      // Its plan changed too, to one that runs too few instructions at the top clock: as that plan's
+      // ratio says, calibrated as before (a followed straggler keeps its calibration).
+      const auto& per_ratio = calibration_[d].per_ratio;
+      const double x = now[d] ? *now[d] : d < ratios.size() && per_ratio ? ratios[d] * *per_ratio : 0.0;
+      if (x > 0) straggler_change = x / conditions_[d];
+    }
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
   for (std::size_t d = 0; d < D; ++d) {
