@@ -9,10 +9,14 @@
 //
 //   build/bench/perseus_bench_noise_choice [--shared ../shared] [--sigmas 0,0.01,0.02,0.03]
 //       [--seeds 3] [--iterations 500] [--pipelines 2] [--microbatches 12] [--profiles gpt3-175b+a100_sxm_bf16.csv,...]
-//       [--allowance 0.5] [--samples 64] [--starts 6] [--schedule 1f1b]
+//       [--allowance 1.0] [--max-allowance 0.0015] [--samples 64] [--starts 6] [--schedule 1f1b]
+//       [--profile /abs/path.csv --stages S --p-block W]  (instead of the published profiles)
+//       [--chooser-profile /abs/path.csv]  (the plan chosen on this profile, e.g. the turnkey loop's own
+//                                           measured one, then judged on --profile)
 #include <fmt/format.h>
 
 #include <ctime>
+#include <optional>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -43,10 +47,12 @@ struct Args {
   int iterations = 500;
   int pipelines = 2;
   int microbatches = 12;
+  int stages = 8;
+  std::string chooser_profile;
   ScheduleKind schedule = ScheduleKind::one_f_one_b;
   int baseline_rounds = 3;    // all-max rounds the variability is estimated from
   int round_iterations = 10;  // iterations per round
-  NoiseAwareOptions options;  // --samples, --starts, --allowance
+  NoiseAwareOptions options;  // --samples, --starts, --allowance, --max-allowance
   std::vector<Case> cases{{"gpt3-175b+a100_sxm_bf16.csv", kA100BlockingPowerW},
                           {"bloom+a100_sxm_bf16.csv", kA100BlockingPowerW},
                           {"gpt3-175b+a40_bf16.csv", kA40BlockingPowerW},
@@ -73,6 +79,7 @@ Args parse(int argc, char** argv) {
     else if (key == "--pipelines") a.pipelines = std::stoi(value);
     else if (key == "--microbatches") a.microbatches = std::stoi(value);
     else if (key == "--allowance") a.options.allowance = std::stod(value);
+    else if (key == "--max-allowance") a.options.max_allowance = std::stod(value);
     else if (key == "--samples") a.options.samples = std::stoi(value);
     else if (key == "--starts") a.options.repair_starts = std::stoi(value);
     else if (key == "--schedule") {
@@ -82,6 +89,14 @@ Args parse(int argc, char** argv) {
         std::exit(2);
       }
       a.schedule = *kind;
+    } else if (key == "--profile") {  // a profile of one's own (with --stages and --p-block)
+      a.cases = {{value, a.cases.empty() ? 0.0 : a.cases.front().p_block}};
+    } else if (key == "--chooser-profile") {
+      a.chooser_profile = value;
+    } else if (key == "--p-block") {
+      for (auto& c : a.cases) c.p_block = std::stod(value);
+    } else if (key == "--stages") {
+      a.stages = std::stoi(value);
     } else if (key == "--profiles") {
       std::vector<Case> kept;
       for (const auto& name : split(value))
@@ -159,10 +174,12 @@ int main(int argc, char** argv) {
               "sigma^", "allow", "slowdown", "saving", "share", "nf-slow", "nf-save", "nf-shr", "ideal", "cpu",
               "choice");
   for (const auto& c : args.cases) {
-    const auto path = std::filesystem::path(args.shared) / "data/sosp24/stage_profile" / c.profile;
+    const auto path = std::filesystem::path(c.profile).is_absolute()
+                          ? std::filesystem::path(c.profile)
+                          : std::filesystem::path(args.shared) / "data/sosp24/stage_profile" / c.profile;
     PlanningInput input;
     input.profile = read_profile(path);
-    input.config.num_stages = 8;
+    input.config.num_stages = args.stages;
     input.config.num_microbatches = args.microbatches;
     input.config.schedule = args.schedule;
     input.config.p_block = c.p_block;
@@ -172,6 +189,13 @@ int main(int argc, char** argv) {
     const auto top = all_max(plans);
     const auto ideal_plan = choose_plan(plans, top.time);
     const double ideal = 1 - ideal_plan.energy / top.energy;
+    std::optional<PlanningOutput> cplans;
+    if (!args.chooser_profile.empty()) {
+      PlanningInput ci = input;
+      ci.profile = read_profile(args.chooser_profile);
+      cplans = plan_online(ci);
+    }
+    const PlanningOutput& chooser = cplans ? *cplans : plans;
     for (double sigma : args.sigmas) {
       for (int seed = 1; seed <= args.seeds; ++seed) {
         const auto v = measure(emulator, plans, args, sigma, mix(7, seed));
@@ -179,9 +203,9 @@ int main(int argc, char** argv) {
         options.pipelines = args.pipelines;
         options.seed = mix(11, seed);
         const std::clock_t started = std::clock();  // CPU time: the machine may be shared
-        const double deadline = deadline_for(plans, 1.0, v, options);
-        const double allowed = deadline / expected_all_max_time(plans, v, options) - 1;
-        const auto chosen = choose_plan_under_noise(plans, deadline, v, options);
+        const double deadline = deadline_for(chooser, 1.0, v, options);
+        const double allowed = deadline / expected_all_max_time(chooser, v, options) - 1;
+        const auto chosen = choose_plan_under_noise(chooser, deadline, v, options);
         const double seconds = static_cast<double>(std::clock() - started) / CLOCKS_PER_SEC;
         const std::uint64_t truth_seed = mix(13, seed);  // neither the chooser's nor the estimate's draws
         const auto base = run_cluster(emulator, top.frequencies, args, sigma, truth_seed);
