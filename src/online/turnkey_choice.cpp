@@ -139,6 +139,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   // When the iteration ends anyway, per Monte Carlo sample: the pace setters on their plan, or
   // all-max stretched to the time told.
   const Variability v = c.cautious();
+  const std::uint64_t pace_seed = NoiseAwareOptions{}.seed;  // the pace setters' draws
   std::vector<double> pace;
   if (told) {
     std::vector<std::size_t> everyone(D);
@@ -193,6 +194,13 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
       while (o.speeds.size() < draws_alike) o.speeds.push_back(o.speeds.front());
     } else {
       o.competitor = pace;
+      // Their GPUs' noise is their own: drawn as the pace setters' (the same seed), a plan at about
+      // their pace would end no later than they do in every draw, and the others would be paced as
+      // close as the model allows, where in truth the later of two independent draws ends the iteration.
+      o.seed = pace_seed + 1 + out.paced.size();
+      // In some draws they end the iteration even at all-max (all the more where they run about the
+      // pace setters' pace): that is the reference's, not their plan's doing.
+      deadline = std::max(deadline, expected_time(plans, all, v, o));
       if (out.straggler) deadline *= 1 + kPaceAllowance;
     }
     ChosenPlan plan = choose_plan_under_noise(plans, deadline, v, o);

@@ -1002,8 +1002,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
       else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
-        cal.per_ratio = (moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d]) / ratios[d];
+        cal.anew_conditions = moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d];
+        cal.anew_round = round_;
+        cal.per_ratio = cal.anew_conditions / ratios[d];
+      } else if (cal.plan_changed) {
+        cal.anew_round.reset();
       }
+      cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds.
@@ -1015,6 +1020,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (now[d]) {
         cal.per_ratio = *now[d] / ratios[d];
         cal.noisy = {};
+        cal.anew_round.reset();  // measured at the top clock
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
       } else if (usable && !straggler_is_a_change()) {
@@ -1412,6 +1418,14 @@ void TurnkeyController::take_pace_change(std::size_t d, double factor) {
   pace_change_[d] *= factor;
   if (d < calibration_.size()) {
     auto& cal = calibration_[d];
+    // Its plan was calibrated on its first round, a few rounds ago, with nothing suspected then: the
+    // change began in that round or later (part of that round's time is the change's, not the plan's
+    // error). Its last round ran wholly at the new pace: the plan's calibration is the conditions
+    // known then, times the change, over that round's ratio.
+    const int fresh = std::max(config_.detector.rounds, 1) + 2;
+    if (cal.anew_round && round_ - *cal.anew_round <= fresh && cal.last_ratio > 0)
+      cal.per_ratio = cal.anew_conditions * factor / cal.last_ratio;
+    cal.anew_round.reset();
     if (cal.per_ratio) *cal.per_ratio *= factor;
     cal.noisy.sum *= factor;
     cal.conditions_changed = true;
@@ -1453,6 +1467,7 @@ void TurnkeyController::retry_saving_plan(const std::string& why, bool stale) {
   steps_since_retry_ = 0;
   miss_ = stale || halfway_held_ ? 1.0 : 1 + (miss_ - 1) / 2;
   if (miss_ < 1.002) miss_ = 1;
+  retried_as_condemned_ = !stale && miss_ == 1;
   halfway_held_ = false;
   retry_.retried(round_);
   plan_reason_ = "tried again after a step-up: " + why;
@@ -1503,7 +1518,10 @@ void TurnkeyController::judge_plan() {
       paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
   // slack is its slowdown): their pace is held to half the tolerance.
-  const double allowed = paced_to_a_change ? config_.tolerance / 2 : config_.tolerance;
+  // The saving plan back after rounds alone was measured too slow before, on evidence still current: what
+  // its new rounds need to show to condemn it again is less (half the tolerance). A plan truly a little
+  // over the tolerance would otherwise stay, its interval straddling it, after a lucky start.
+  const double allowed = paced_to_a_change || retried_as_condemned_ ? config_.tolerance / 2 : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
@@ -1517,6 +1535,7 @@ void TurnkeyController::judge_plan() {
     const double faster = target_plan_->time * (1 - config_.tolerance / 2);
     const double correction = ratio * all_max_time / target_plan_->time;
     miss_ = std::max(1.0, correction);
+    retried_as_condemned_ = false;
     next = [current = *target_plan_, corrected = std::min(target * all_max_time / correction, faster),
             cautious = std::min(target_deadline(), faster)](const ChoiceContext& c) {
       const NoiseAwareOptions options = target_options(c);
@@ -1536,19 +1555,19 @@ void TurnkeyController::judge_plan() {
   ++step_ups_;
   ++steps_since_retry_;
   choose(DecisionEvent::faster_plan, std::move(next),
-         [this, ratio, ratio_half, target, before_plan = std::move(before_plan)](const TargetChoice&) {
+         [this, ratio, ratio_half, target, allowed, before_plan = std::move(before_plan)](const TargetChoice&) {
            retry_.stepped_up(round_, evidence());
            const std::string evidence_text = fmt::format(
                "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's "
                "uncertainty, over {} rounds)",
                ratio, ratio - ratio_half, judged_.size());
            plan_reason_ = fmt::format("stepped up: {} was above the target {:.4f}x by more than {:.2g}%", evidence_text,
-                                      target, 100 * config_.tolerance);
+                                      target, 100 * allowed);
            decide(DecisionEvent::stepped_up,
                   fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
                               "plan is tried again when this evidence is stale, or after {} rounds",
-                              evidence_text, target, 100 * config_.tolerance, describe(before_plan),
-                              describe(*target_plan_), retry_.interval()));
+                              evidence_text, target, 100 * allowed, describe(before_plan), describe(*target_plan_),
+                              retry_.interval()));
          });
 }
 

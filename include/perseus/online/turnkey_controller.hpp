@@ -361,7 +361,8 @@ class TurnkeyController {
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
   double miss_ = 1;
-  bool halfway_held_ = false;  // a retry halfway held: the next goes all the way
+  bool halfway_held_ = false;          // a retry halfway held: the next goes all the way
+  bool retried_as_condemned_ = false;  // the saving plan runs again after rounds alone (no stale evidence)
   // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
@@ -372,6 +373,11 @@ class TurnkeyController {
     bool plan_changed = false;        // another plan since its last round on the plans
     bool conditions_changed = false;  // a straggler there or a recovery since then
     bool straggled = false;           // a detected straggler there in its last round on the plans
+    // Set anew on the plan's first round from the conditions then known (the round, those): that
+    // round may have run partly at a pace the pipeline was found to have changed to a few rounds later.
+    std::optional<int> anew_round;
+    double anew_conditions = 0;
+    double last_ratio = 0;  // its time over its plan's prediction in its last round on the plans
     struct Noisy {
       double sum = 0;
       int rounds = 0;
