@@ -403,6 +403,7 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
     }
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
+  followed_ratios_.clear();
   ++straggler_changes_;
   pace_miss_ = 1;  // measured on the straggler before
   if (told_straggler_) return false;
@@ -977,6 +978,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     }
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
+  note_followed_slowdown(ratios);
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -1038,7 +1040,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // cluster's conditions are its own less its slowdown relative to the others.
   if (shared.empty() && straggler_ && straggler_->pipeline && !straggler_->told && straggler_->slowdown > 0) {
     const auto d = static_cast<std::size_t>(*straggler_->pipeline);
-    if (d < D && now[d]) shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : straggler_->slowdown));
+    if (d < D && now[d]) shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : followed_slowdown()));
   }
   // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
   // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
@@ -1056,7 +1058,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto unmeasured = [&](std::size_t d) {
     if (!straggling(d)) return !shared.empty() ? median(shared) * pace_change(d) : conditions_[d];
     const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
-    return others * straggler_->slowdown;
+    return others * followed_slowdown();
   };
   for (std::size_t d = 0; d < D; ++d) {
     const double x = now[d] ? *now[d] : unmeasured(d);
@@ -1410,6 +1412,31 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
                        d, pace, pace * now));
   }
   return changed;
+}
+
+// A detected straggler's slowdown is one round's (its ratio over the others' where detection confirmed
+// it, a few tenths of a point off under noise); its rounds on the plans since, each its time over its
+// plan's prediction against the others', tell it more precisely. The first round on new plans is left
+// out (it may have run part of the round on the plans before).
+void TurnkeyController::note_followed_slowdown(const std::vector<double>& ratios) {
+  constexpr std::size_t kRounds = 20;
+  const bool followed = straggler_is_a_change() && !straggler_->told && straggler_->pipeline;
+  const auto s = followed ? static_cast<std::size_t>(*straggler_->pipeline) : 0;
+  if (!followed || s >= ratios.size() || ratios.size() < 2 || s >= calibration_.size()) {
+    followed_ratios_.clear();
+    return;
+  }
+  if (detector_.suspects() || calibration_[s].plan_changed || ratios[s] <= 0) return;
+  const double others = median_of_others(ratios, s);
+  if (others <= 0) return;
+  followed_ratios_.push_back(ratios[s] / others);
+  if (followed_ratios_.size() > kRounds) followed_ratios_.erase(followed_ratios_.begin());
+}
+
+double TurnkeyController::followed_slowdown() const {
+  constexpr std::size_t kEnough = 3;
+  if (followed_ratios_.size() < kEnough) return straggler_->slowdown;
+  return median(followed_ratios_);
 }
 
 // A pipeline's GPUs run `factor` times as long as they did: its plans' predictions take the new pace

@@ -260,6 +260,8 @@ class TurnkeyController {
   bool follow_baseline_changes(const std::vector<double>& measured);
   bool follow_slowed_pipelines();
   void take_pace_change(std::size_t d, double factor);
+  void note_followed_slowdown(const std::vector<double>& ratios);
+  double followed_slowdown() const;
   bool profiling_done() const;
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
@@ -363,6 +365,9 @@ class TurnkeyController {
   double miss_ = 1;
   bool halfway_held_ = false;          // a retry halfway held: the next goes all the way
   bool retried_as_condemned_ = false;  // the saving plan runs again after rounds alone (no stale evidence)
+  // A followed straggler's time over its plan's prediction against the others', per round on the plans
+  // since it was detected or changed (the last 20): its slowdown, more precisely than detection's round.
+  std::vector<double> followed_ratios_;
   // Per pipeline: its measured time over its baseline time at the top clock, in the last deployed
   // round (1 before any): what the reference stretches the baseline by.
   std::vector<double> conditions_;
