@@ -1025,7 +1025,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.anew_round.reset();  // measured at the top clock
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
-      } else if (usable && !straggler_is_a_change()) {
+      } else if (usable) {
         cal.per_ratio = conditions_[d] / ratios[d];
       }
     }
