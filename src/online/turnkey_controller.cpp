@@ -1546,9 +1546,12 @@ void TurnkeyController::judge_plan() {
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
   // slack is its slowdown): their pace is held to half the tolerance.
   // The saving plan back after rounds alone was measured too slow before, on evidence still current: what
-  // its new rounds need to show to condemn it again is less (half the tolerance). A plan truly a little
-  // over the tolerance would otherwise stay, its interval straddling it, after a lucky start.
-  const double allowed = paced_to_a_change || retried_as_condemned_ ? config_.tolerance / 2 : config_.tolerance;
+  // its new rounds need to show to condemn it again is less (three quarters of the tolerance). A plan truly
+  // a little over the tolerance would otherwise stay, its interval straddling it, after a lucky start; at
+  // half, plans a quarter of a point slow, well within it, were condemned too.
+  const double allowed = paced_to_a_change       ? config_.tolerance / 2
+                         : retried_as_condemned_ ? config_.tolerance * 3 / 4
+                                                 : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
