@@ -1421,11 +1421,12 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
 void TurnkeyController::note_followed_slowdown(const std::vector<double>& ratios) {
   constexpr std::size_t kRounds = 20;
   const bool followed = straggler_is_a_change() && !straggler_->told && straggler_->pipeline;
-  const auto s = followed ? static_cast<std::size_t>(*straggler_->pipeline) : 0;
-  if (!followed || s >= ratios.size() || ratios.size() < 2 || s >= calibration_.size()) {
+  if (!followed) {
     followed_ratios_.clear();
     return;
   }
+  const auto s = static_cast<std::size_t>(*straggler_->pipeline);
+  if (s >= ratios.size() || ratios.size() < 2 || s >= calibration_.size()) return;  // an all-max round
   if (detector_.suspects() || calibration_[s].plan_changed || ratios[s] <= 0) return;
   const double others = median_of_others(ratios, s);
   if (others <= 0) return;
