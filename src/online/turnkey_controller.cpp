@@ -1309,7 +1309,11 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   for (const auto& [share, excess] : latency_samples_) residual += std::pow(excess - fit * share, 2);
   const double stderr_ = std::sqrt(residual / double(latency_samples_.size() - 1) / xx);
   constexpr double kSmallest = 5e-4;
-  const double now = fit < std::max(kSmallest, 3 * stderr_) ? 0.0 : fit;
+  // Taken once 3 standard errors from none, dropped only below 2: a latency near the threshold would
+  // otherwise come and go with every few rounds' samples, and the plans be chosen again each time (the
+  // rounds of those choices measure no conditions).
+  const double significance = latency_ > 0 ? 2 : 3;
+  const double now = fit < std::max(kSmallest, significance * stderr_) ? 0.0 : fit;
   if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
   latency_said_ = fmt::format(
       "a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "

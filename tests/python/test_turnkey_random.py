@@ -211,3 +211,17 @@ def test_a_pipeline_slow_from_the_start_under_noise_keeps_its_saving_once_it_rec
     events = [d["event"] for d in decisions]
     assert "slow pipeline in the baseline" in events and "slow pipeline recovered" in events, events
     assert outcome.passes() == [], outcome
+
+
+def test_a_clock_latency_near_the_threshold_is_not_dropped_and_taken_again_every_few_rounds(drawn):
+    """Instance 3604 (ZBV, 2 stages, Bloom on A100, noise 0.0199, a 1 ms clock latency, pipeline 1 straggling 1.28x
+    from iteration 607): the latency's fit sits near 3 standard errors from none, and was taken and dropped every
+    few rounds (1.4 ms, 0, 1.5 ms, 0, ...), the plans chosen again each time; around the straggler's start those
+    choices left rounds without measured conditions, and the reported saving and slowdown were 0.6 and 1.0 points
+    off for 60 rounds. Dropped only below 2 standard errors, it is measured once and kept."""
+    scenario = drawn(3604, None)
+    assert "1" in flag(scenario, "--clock-latency") and "1:1.277@607" in flag(scenario, "--straggler")
+    outcome, decisions = judged(scenario)
+    events = [d["event"] for d in decisions]
+    assert "straggler detected" in events, events
+    assert outcome.passes() == [], outcome
