@@ -378,8 +378,9 @@ class TurnkeyController {
     bool plan_changed = false;        // another plan since its last round on the plans
     bool conditions_changed = false;  // a straggler there or a recovery since then
     bool straggled = false;           // a detected straggler there in its last round on the plans
-    // Set anew on the plan's first round from the conditions then known (the round, those): that
-    // round may have run partly at a pace the pipeline was found to have changed to a few rounds later.
+    // When per_ratio was set anew on its plan's first round, that round and the conditions it was set
+    // from: the round may have run partly at a pace the pipeline is found to have changed to a few
+    // rounds later (take_pace_change then sets it again from these).
     std::optional<int> anew_round;
     double anew_conditions = 0;
     double last_ratio = 0;  // its time over its plan's prediction in its last round on the plans
