@@ -999,10 +999,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
           straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
       // A detected straggler that recovered onto another plan measuring nothing at the top clock:
-      // neither its conditions as a straggler nor its old plan's ratio hold; it runs at the others'.
-      if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1)
-        cal.per_ratio = median_of_others(conditions_, d) / ratios[d];
-      else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
+      // neither its conditions as a straggler nor its old plan's ratio hold. Its ratio on the new plan
+      // does, in the plan's calibration on the others that run it (the others' conditions would carry
+      // a slowdown of theirs that no one follows); failing those, it runs at the others' conditions.
+      if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1) {
+        const auto shared_calibration = calibration_on_others(d, ratios);
+        cal.per_ratio = shared_calibration ? *shared_calibration : median_of_others(conditions_, d) / ratios[d];
+      } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
         cal.anew_conditions = moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d];
         cal.anew_round = round_;
@@ -1080,6 +1083,23 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     plan_rounds_since_all_max_ = 0;
     moved_since_all_max_ = false;
   }
+}
+
+// The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's
+// error is the model's, the same on every pipeline; their ratios are each in units of their own pace):
+// the median of theirs, those not yet measured this round at the conditions they were last known at.
+std::optional<double> TurnkeyController::calibration_on_others(std::size_t d, const std::vector<double>& ratios) const {
+  const ChosenPlan* mine = plan_of(d);
+  if (!mine) return std::nullopt;
+  std::vector<double> theirs;
+  for (std::size_t o = 0; o < ratios.size() && o < conditions_.size() && o < calibration_.size(); ++o) {
+    const ChosenPlan* plan = plan_of(o);
+    if (o == d || ratios[o] <= 0 || !plan || plan->frequencies != mine->frequencies) continue;
+    const auto& cal = calibration_[o];
+    theirs.push_back(!cal.plan_changed && cal.per_ratio ? *cal.per_ratio : conditions_[o] / ratios[o]);
+  }
+  if (theirs.empty()) return std::nullopt;
+  return median(std::move(theirs));
 }
 
 // A clock latency of milliseconds measured for the first time, clearly, with no straggler about (a
@@ -1569,10 +1589,14 @@ void TurnkeyController::judge_plan() {
     const double all_max_time = plans_->all_max().time;
     const double faster = target_plan_->time * (1 - config_.tolerance / 2);
     const double correction = ratio * all_max_time / target_plan_->time;
+    // The more cautious plan is predicted faster by at least what the measured interval's low end is
+    // above the tolerance: a plan condemned by a hair steps to the next plan, not a point and more
+    // faster (near the top of a steep frontier, that is all-max and the whole saving).
+    const double beyond = std::max(0.0, (ratio - ratio_half) / (target * (1 + allowed)) - 1);
     miss_ = std::max(1.0, correction);
     retried_as_condemned_ = false;
     next = [current = *target_plan_, corrected = std::min(target * all_max_time / correction, faster),
-            cautious = std::min(target_deadline(), faster)](const ChoiceContext& c) {
+            cautious = std::min(target_deadline(), target_plan_->time * (1 - beyond))](const ChoiceContext& c) {
       const NoiseAwareOptions options = target_options(c);
       TargetChoice out{plan_choice::step_up(*c.plans, current, corrected, c.cautious(), options)};
       if (out.plan.is_all_max()) {
