@@ -979,6 +979,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
   note_followed_slowdown(ratios);
+  // A followed straggler measured over a few of its rounds on the plans since detection or its last
+  // change, none suspected since: its slowdown has settled.
+  const bool settled_straggler = !detector_.suspects() && followed_ratios_.size() >= 3;
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -1008,6 +1011,14 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
         cal.anew_conditions = moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d];
+        cal.anew_round = round_;
+        cal.per_ratio = cal.anew_conditions / ratios[d];
+      } else if (straggling_here && cal.plan_changed && !now[d] && settled_straggler) {
+        // The followed straggler given another plan (a retry, a step-up) with nothing at the top clock,
+        // rounds after its slowdown was last detected: its conditions did not change with the plan. The
+        // old plan's calibration would carry the old plan's error into them (a plan slower under noise
+        // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
+        cal.anew_conditions = conditions_[d];
         cal.anew_round = round_;
         cal.per_ratio = cal.anew_conditions / ratios[d];
       } else if (cal.plan_changed) {
