@@ -1478,15 +1478,24 @@ double TurnkeyController::followed_slowdown() const {
 // A pipeline's GPUs run `factor` times as long as they did: its plans' predictions take the new pace
 // in, their times, over them, as many times its conditions as before.
 void TurnkeyController::take_pace_change(std::size_t d, double factor) {
+  // The conditions it was calibrated anew from, against the others' at its pace before: already the
+  // changed pace's (its ratio on the plans before showed it), or still the old one's.
+  std::vector<double> others;
+  for (std::size_t o = 0; o < conditions_.size(); ++o)
+    if (o != d) others.push_back(conditions_[o] / pace_change(o));
+  const double pace_before = pace_change_[d];
   pace_change_[d] *= factor;
   if (d < calibration_.size()) {
     auto& cal = calibration_[d];
+    const double relative = others.empty() ? 1.0 : cal.anew_conditions / (median(others) * pace_before);
+    const bool changed_already = std::abs(relative - factor) < std::abs(relative - 1);
     // Its plan was calibrated on its first round, a few rounds ago, with nothing suspected then: the
     // change began in that round or later (part of that round's time is the change's, not the plan's
     // error). Its last round ran wholly at the new pace: the plan's calibration is the conditions
-    // known then, times the change, over that round's ratio.
+    // known then, times the change, over that round's ratio. (Where those conditions held the change
+    // already, it is not taken twice: a pipeline slow in the baseline that recovered read 0.72x.)
     const int fresh = std::max(config_.detector.rounds, 1) + 2;
-    if (cal.anew_round && round_ - *cal.anew_round <= fresh && cal.last_ratio > 0)
+    if (cal.anew_round && round_ - *cal.anew_round <= fresh && cal.last_ratio > 0 && !changed_already)
       cal.per_ratio = cal.anew_conditions * factor / cal.last_ratio;
     cal.anew_round.reset();
     if (cal.per_ratio) *cal.per_ratio *= factor;
