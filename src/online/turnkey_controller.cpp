@@ -974,7 +974,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       // ratio says, calibrated as before (a followed straggler keeps its calibration).
       const auto& per_ratio = calibration_[d].per_ratio;
       const double x = now[d] ? *now[d] : d < ratios.size() && per_ratio ? ratios[d] * *per_ratio : 0.0;
-      if (x > 0) straggler_change = x / conditions_[d];
+      if (x > 0) straggler_change = x / straggler_conditions_known(d);
     }
   }
   const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
@@ -1094,6 +1094,21 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     plan_rounds_since_all_max_ = 0;
     moved_since_all_max_ = false;
   }
+}
+
+// A followed straggler's conditions as last known, holding its slowdown. In the round one that came is
+// first followed, those known may not hold it yet (a plan calibrated in the round it began hides it):
+// nearer the others' than the others' times its slowdown, they are taken times it (else its slowdown
+// read as the cluster's change: the other pipeline's conditions then stood at 1.25x).
+double TurnkeyController::straggler_conditions_known(std::size_t d) const {
+  const double known = conditions_[d];
+  if (!straggler_ || straggler_->in_baseline || straggler_->slowdown <= 0 || calibration_[d].straggled) return known;
+  std::vector<double> others;
+  for (std::size_t o = 0; o < conditions_.size(); ++o)
+    if (o != d) others.push_back(conditions_[o] / pace_change(o));
+  if (others.empty()) return known;
+  const double relative = known / pace_change(d) / median(std::move(others));
+  return std::abs(relative - 1) < std::abs(relative - straggler_->slowdown) ? known * straggler_->slowdown : known;
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's

@@ -243,6 +243,7 @@ class TurnkeyController {
   void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
   void forget_conditions_since_all_max();
   std::optional<double> calibration_on_others(std::size_t pipeline, const std::vector<double>& ratios) const;
+  double straggler_conditions_known(std::size_t pipeline) const;
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
