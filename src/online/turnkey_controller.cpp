@@ -47,6 +47,10 @@ std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
   };
 }
 
+// Whether conditions at `relative` times the others' hold a change of `factor` already: nearer it than
+// none.
+bool holds_change(double relative, double factor) { return std::abs(relative - factor) < std::abs(relative - 1); }
+
 constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
 constexpr std::size_t kJudgedRounds = 40;
@@ -1010,17 +1014,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.per_ratio = shared_calibration ? *shared_calibration : median_of_others(conditions_, d) / ratios[d];
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
-        cal.anew_conditions = moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d];
-        cal.anew_round = round_;
-        cal.per_ratio = cal.anew_conditions / ratios[d];
+        cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_);
       } else if (straggling_here && cal.plan_changed && !now[d] && settled_straggler) {
         // The followed straggler given another plan (a retry, a step-up) with nothing at the top clock,
         // rounds after its slowdown was last detected: its conditions did not change with the plan. The
         // old plan's calibration would carry the old plan's error into them (a plan slower under noise
         // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
-        cal.anew_conditions = conditions_[d];
-        cal.anew_round = round_;
-        cal.per_ratio = cal.anew_conditions / ratios[d];
+        cal.start_anew(conditions_[d], ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
       }
@@ -1103,12 +1103,25 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
 double TurnkeyController::straggler_conditions_known(std::size_t d) const {
   const double known = conditions_[d];
   if (!straggler_ || straggler_->in_baseline || straggler_->slowdown <= 0 || calibration_[d].straggled) return known;
+  const auto others = others_conditions(d);
+  if (!others) return known;
+  return holds_change(known / pace_change(d) / *others, straggler_->slowdown) ? known : known * straggler_->slowdown;
+}
+
+// The median of the other pipelines' conditions last known, each over its GPUs' change of pace since
+// the baseline (the cluster's, as they measured them); none without another pipeline.
+std::optional<double> TurnkeyController::others_conditions(std::size_t d) const {
   std::vector<double> others;
   for (std::size_t o = 0; o < conditions_.size(); ++o)
     if (o != d) others.push_back(conditions_[o] / pace_change(o));
-  if (others.empty()) return known;
-  const double relative = known / pace_change(d) / median(std::move(others));
-  return std::abs(relative - 1) < std::abs(relative - straggler_->slowdown) ? known * straggler_->slowdown : known;
+  if (others.empty()) return std::nullopt;
+  return median(std::move(others));
+}
+
+void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round) {
+  anew_conditions = conditions;
+  anew_round = round;
+  per_ratio = conditions / ratio;
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's
@@ -1495,15 +1508,12 @@ double TurnkeyController::followed_slowdown() const {
 void TurnkeyController::take_pace_change(std::size_t d, double factor) {
   // The conditions it was calibrated anew from, against the others' at its pace before: already the
   // changed pace's (its ratio on the plans before showed it), or still the old one's.
-  std::vector<double> others;
-  for (std::size_t o = 0; o < conditions_.size(); ++o)
-    if (o != d) others.push_back(conditions_[o] / pace_change(o));
+  const auto others = others_conditions(d);
   const double pace_before = pace_change_[d];
   pace_change_[d] *= factor;
   if (d < calibration_.size()) {
     auto& cal = calibration_[d];
-    const double relative = others.empty() ? 1.0 : cal.anew_conditions / (median(others) * pace_before);
-    const bool changed_already = std::abs(relative - factor) < std::abs(relative - 1);
+    const bool changed_already = others && holds_change(cal.anew_conditions / (*others * pace_before), factor);
     // Its plan was calibrated on its first round, a few rounds ago, with nothing suspected then: the
     // change began in that round or later (part of that round's time is the change's, not the plan's
     // error). Its last round ran wholly at the new pace: the plan's calibration is the conditions

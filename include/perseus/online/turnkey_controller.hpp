@@ -244,6 +244,7 @@ class TurnkeyController {
   void forget_conditions_since_all_max();
   std::optional<double> calibration_on_others(std::size_t pipeline, const std::vector<double>& ratios) const;
   double straggler_conditions_known(std::size_t pipeline) const;
+  std::optional<double> others_conditions(std::size_t pipeline) const;
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
@@ -386,6 +387,8 @@ class TurnkeyController {
     std::optional<int> anew_round;
     double anew_conditions = 0;
     double last_ratio = 0;  // its time over its plan's prediction in its last round on the plans
+    // Calibrated anew on this round of a new plan, from `conditions` as then known.
+    void start_anew(double conditions, double ratio, int round);
     struct Noisy {
       double sum = 0;
       int rounds = 0;
