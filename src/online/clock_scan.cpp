@@ -29,19 +29,38 @@ void ClockScan::record(int clock, ClockMeasurement measurement) {
     return advance();
   }
   if (coarse_ && next_ && clock == *next_) {
-    note_coarse_energy(measurement.energy);
+    note_coarse_energy(measurement);
     coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
   }
   advance();
 }
 
-// One coarse clock's energy, in the order the pass measures them: a new minimum, or one more rise.
-void ClockScan::note_coarse_energy(double energy) {
-  if (!top_energy_) top_energy_ = energy;
-  if (!best_energy_ || energy < *best_energy_) {
-    best_energy_ = energy;
+namespace {
+
+// Twice the standard error of the difference of two measurements' energies.
+double energy_noise(const ClockMeasurement& a, const ClockMeasurement& b) {
+  return 2 * std::hypot(a.time_error * a.energy, b.time_error * b.energy);
+}
+
+// Whether `slower_clock`'s measurement runs shorter than `faster_clock`'s by more than twice the
+// standard error of the difference.
+bool clearly_shorter(const ClockMeasurement& slower_clock, const ClockMeasurement& faster_clock) {
+  const double error =
+      std::hypot(slower_clock.time_error * slower_clock.time, faster_clock.time_error * faster_clock.time);
+  return slower_clock.time < faster_clock.time - 2 * error;
+}
+
+}  // namespace
+
+// One coarse clock's energy, in the order the pass measures them: a new minimum, one more rise, or,
+// within the noise of the minimum, neither (a flat stretch measured under noise rises and falls by
+// chance; one point up is no evidence that no slower clock saves energy).
+void ClockScan::note_coarse_energy(const ClockMeasurement& measurement) {
+  if (!top_) top_ = measurement;
+  if (!best_ || measurement.energy < best_->energy) {
+    best_ = measurement;
     rises_ = 0;
-  } else {
+  } else if (measurement.energy > best_->energy + energy_noise(measurement, *best_)) {
     ++rises_;
   }
 }
@@ -49,13 +68,13 @@ void ClockScan::note_coarse_energy(double energy) {
 // The coarse pass's early stop from the clocks measured now: a clock measured again replaces what a
 // slow spell made of it, and a pass it stopped too early goes on.
 void ClockScan::recount_coarse() {
-  top_energy_.reset();
-  best_energy_.reset();
+  top_.reset();
+  best_.reset();
   rises_ = 0;
   const auto step = static_cast<std::size_t>(options_.coarse_step);
   for (std::size_t i = 0; i < coarse_index_ && i < clocks_.size(); i += step) {
     auto it = measured_.find(clocks_[i]);
-    if (it != measured_.end()) note_coarse_energy(it->second.energy);
+    if (it != measured_.end()) note_coarse_energy(it->second);
   }
   if (!coarse_ && coarse_index_ < clocks_.size()) coarse_ = true;  // advance() judges the stop anew
 }
@@ -81,7 +100,7 @@ void ClockScan::advance() {
   }
   if (coarse_) {
     int needed = (options_.stop_after + options_.coarse_step - 1) / options_.coarse_step;
-    bool fell = best_energy_ && top_energy_ && *best_energy_ < *top_energy_ * (1 - options_.descent);
+    bool fell = best_ && top_ && best_->energy < top_->energy * (1 - options_.descent) - energy_noise(*best_, *top_);
     bool stop = fell && rises_ >= std::max(needed, 1);
     while (!stop && coarse_index_ < clocks_.size() && measured_.count(clocks_[coarse_index_]) != 0)
       coarse_index_ += static_cast<std::size_t>(options_.coarse_step);
@@ -96,18 +115,6 @@ void ClockScan::advance() {
     it = measured_.count(*it) != 0 ? requested_.erase(it) : std::next(it);
   if (!next_ && !requested_.empty()) next_ = *requested_.rbegin();
 }
-
-namespace {
-
-// Whether `slower_clock`'s measurement runs shorter than `faster_clock`'s by more than twice the
-// standard error of the difference.
-bool clearly_shorter(const ClockMeasurement& slower_clock, const ClockMeasurement& faster_clock) {
-  const double error =
-      std::hypot(slower_clock.time_error * slower_clock.time, faster_clock.time_error * faster_clock.time);
-  return slower_clock.time < faster_clock.time - 2 * error;
-}
-
-}  // namespace
 
 std::map<int, ClockMeasurement> ClockScan::settled() const {
   std::map<int, ClockMeasurement> out = measured_;

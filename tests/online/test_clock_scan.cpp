@@ -66,6 +66,28 @@ TEST(ClockScan, EnergyFlatOrNoisyNearTheTopDoesNotStopTheScanBeforeItFalls) {
   EXPECT_EQ(asked[6], 1410 - 30 * 15);  // reached the minimum
 }
 
+TEST(ClockScan, UnderNoiseOnlyAClearRiseStopsTheCoarsePass) {
+  // Energy falls 1.2% below the top by index 15, stays flat (within its 0.5% error) to index 25,
+  // then falls to a minimum at index 30. Measured under that noise, index 20 reads 0.8% above index
+  // 15: no evidence that no slower clock saves energy.
+  const auto energy = [](std::size_t i) {
+    if (i < 15) return 100.0 - 0.08 * double(i);
+    if (i <= 25) return i == 20 ? 99.6 : 98.8;
+    return 98.8 - 0.6 * (double(i) - 25) + (i > 30 ? 1.2 * double(i - 30) : 0.0);
+  };
+  for (double error : {0.0, 0.005}) {
+    SCOPED_TRACE(error);
+    ClockScan scan(a100_clocks(), ScanOptions{5, 5, 0.01, 1.0});
+    const auto asked = run_scan_measuring(scan, [&](std::size_t i) {
+      return ClockMeasurement{1.0 + 0.01 * double(i), energy(i), error};
+    });
+    const int lowest = *std::min_element(asked.begin(), asked.end());
+    // Without an error the rise at index 20 is one and stops the pass; with it, the pass goes on past
+    // the minimum at index 30 and stops at the clear rise after it.
+    EXPECT_EQ(lowest, a100_clocks()[error == 0 ? 20 : 35]);
+  }
+}
+
 TEST(ClockScan, StopAfterCoversThatManyClocksAtAFinerStep) {
   ClockScan scan(a100_clocks(), ScanOptions{2, 5, 0.01, 1.0});
   auto asked = run_scan(scan, [](std::size_t i) { return 100.0 + 0.05 * std::pow(double(i) - 10, 2); });

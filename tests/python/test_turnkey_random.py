@@ -1,6 +1,7 @@
 """bench/turnkey_random.py, the random scenarios the turnkey loop is judged on (docs/benchmarks.md): every
 class draws scenarios of its kind (without running them: that is the benchmark's), and the per-class summary
 counts what passed and names what failed."""
+import dataclasses
 import json
 import os
 import sys
@@ -38,6 +39,12 @@ def judged(scenario):
     reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
     twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
     return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions), decisions
+
+
+def as_found(scenario):
+    """The scenario with the baseline's precision it was found with (0.15%: fewer warm-up rounds than now), so
+    that its disturbances fall in the phases they fell in then."""
+    return dataclasses.replace(scenario, scheduler_args={**scenario.scheduler_args, "baseline_precision": 0.0015})
 
 
 def flag(scenario, name):
@@ -100,7 +107,7 @@ def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_
     end then ran 0.7-1.5% slower than predicted); after the recovery both pipelines run a plan with no
     instruction at the top clock, and the recovered one is calibrated at the others' conditions, not its own
     as a straggler (the reference stayed 9% slow: 1.5% slower than all-max, reported 7.9% faster)."""
-    scenario = drawn(1352, None)
+    scenario = as_found(drawn(1352, None))
     assert "1:1.109@40-204" in scenario.simulate_args
     outcome, decisions = judged(scenario)
     assert any(d["event"] == "straggler recovered" for d in decisions), decisions
@@ -191,7 +198,7 @@ def test_a_straggler_detected_while_profiling_is_measured_over_its_rounds_on_the
     long, the reported slowdown 0.3-0.55 points below the truth and the pace (0.85% slower than all-max) was never
     judged too slow; its rounds on the plans since, each its time over its plan's prediction against the other's,
     tell the slowdown within the plans' errors."""
-    scenario = drawn(3181, "straggler")
+    scenario = as_found(drawn(3181, "straggler"))
     assert "0:1.106@94-306" in flag(scenario, "--straggler"), scenario.simulate_args
     outcome, decisions = judged(scenario)
     events = [d["event"] for d in decisions]
@@ -205,7 +212,7 @@ def test_a_pipeline_slow_from_the_start_under_noise_keeps_its_saving_once_it_rec
     with the pace setter's own draws of the noise: at its pace in every draw, where in truth the later of two
     independent draws ends the iteration. Its plans ran 0.55% slower than all-max and were stepped up and tried
     again to the end (62% of the ideal); drawn with noise of its own, it keeps 82%."""
-    scenario = drawn(3408, None)
+    scenario = as_found(drawn(3408, None))
     assert "0:1.144@1-297" in flag(scenario, "--straggler"), scenario.simulate_args
     outcome, decisions = judged(scenario)
     events = [d["event"] for d in decisions]
@@ -248,7 +255,7 @@ def test_a_plan_condemned_by_a_hair_steps_to_the_next_plan_not_to_all_max(drawn)
     the next plans are a few hundredths of a point faster and save nearly as much; required to be predicted 0.15%
     faster than the plan that missed, only all-max was, and the last 100 iterations kept 19% of the ideal. The
     more cautious plan needs to be faster only by what the interval's low end is above the tolerance."""
-    scenario = drawn(3863, None)
+    scenario = as_found(drawn(3863, None))
     assert flag(scenario, "--clock-latency") == ["2"], scenario.simulate_args
     outcome, decisions = judged(scenario)
     stepped = [d["detail"] for d in decisions if d["event"] == "stepped up" and d["detail"].startswith("measured")]
@@ -264,7 +271,7 @@ def test_a_followed_straggler_given_another_plan_is_calibrated_on_it(drawn):
     predicted) read as a straggler 1.207x slow: the reference stretched with it, the plan 0.7% slower than
     all-max was never judged too slow, and the reported slowdown ran 0.4 points below the truth. Settled at its
     slowdown, its conditions do not change with its plan: it is calibrated anew on it."""
-    scenario = drawn(3831, None)
+    scenario = as_found(drawn(3831, None))
     assert flag(scenario, "--straggler") == ["0:1.202@665"], scenario.simulate_args
     outcome, decisions = judged(scenario)
     events = [d["event"] for d in decisions]
@@ -293,9 +300,21 @@ def test_a_straggler_first_followed_does_not_move_the_clusters_conditions(drawn)
     last known did not hold it, and its change against them was read as the cluster's: pipeline 0, calibrated
     anew by it, stood at 1.25x, and so did pipeline 1 once it recovered (taken to run at the others'), until
     pipeline 0's recovery 28 rounds later (the reported saving and slowdown 4.3 and 2.6 points off)."""
-    scenario = drawn(4209, None)
+    scenario = as_found(drawn(4209, None))
     assert flag(scenario, "--straggler") == ["1:1.249@172-237", "0:1.237@1-376"], scenario.simulate_args
     outcome, decisions = judged(scenario)
     events = [d["event"] for d in decisions]
     assert "straggler detected" in events and "slow pipeline recovered" in events, events
     assert outcome.history_saving_error <= 0.005 and outcome.history_slowdown_error <= 0.003, outcome
+
+
+def test_a_flat_energy_curve_under_noise_is_profiled_past_its_chance_rises(drawn):
+    """Instance 4421 (DualPipeV, 2 stages, Bloom on A40, noise 0.018). The forwards' energy is flat near the top
+    clock (within 1% from 1740 to 1440 MHz, then falling, 18% lower by 1155 MHz); under noise one coarse clock
+    read 0.8% above the one before it, a rise after a 1% fall, which stopped three of the four forwards' scans at
+    1440 MHz: planned on that profile, the loop kept 77% of the ideal. Only a rise beyond twice the error of the
+    difference counts now."""
+    scenario = drawn(4421, None)
+    assert flag(scenario, "--straggler") == ["all:1.124@402-427"], scenario.simulate_args
+    outcome, _ = judged(scenario)
+    assert outcome.share >= 0.8 and outcome.true_slowdown <= 0.005, outcome

@@ -3,7 +3,8 @@
 // Coarse to fine: first every `coarse_step`-th clock from the top down, stopping once energy has
 // risen over `stop_after` consecutive clocks (the Perseus docs' rule; the coarse points cover that
 // many clocks) after it first fell below the top clock's energy by `descent` (GPUs whose energy is
-// flat or noisy near the top would otherwise stop before the part that saves energy). Then only
+// flat or noisy near the top would otherwise stop before the part that saves energy); under noise,
+// only a fall and rises beyond twice the error of the difference count. Then only
 // where the Pareto front needs it: between two measured clocks whose faster one is Pareto-optimal
 // whose slower one uses `fill_gap` less energy, the clock in the middle, until no such gap is
 // left; and between two measured clocks above the one of least energy where the slower clock runs no
@@ -29,7 +30,8 @@ struct ScanOptions {
 struct ClockMeasurement {
   double time = 0, energy = 0;  // one instruction, seconds and joules
   // The standard error of `time`, relative to it (0: not known). A clock counts as faster than a
-  // faster-clocked one only by more than twice the error of the difference.
+  // faster-clocked one only by more than twice the error of the difference. Energy is taken to be
+  // as precise: an instruction's energy is its time times a power far steadier than the time.
   double time_error = 0;
 };
 
@@ -70,7 +72,7 @@ class ClockScan {
 
  private:
   void advance();
-  void note_coarse_energy(double energy);
+  void note_coarse_energy(const ClockMeasurement& measurement);
   void recount_coarse();
   std::optional<int> next_fill() const;
   std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any
@@ -83,8 +85,8 @@ class ClockScan {
   std::optional<int> next_;
   bool coarse_ = true;
   std::size_t coarse_index_ = 0;
-  int rises_ = 0;  // coarse points in a row whose energy was not a new minimum
-  std::optional<double> best_energy_, top_energy_;
+  int rises_ = 0;  // coarse points since the last new minimum whose energy clearly rose above it
+  std::optional<ClockMeasurement> best_, top_;  // the coarse points of least energy and of the top clock
 };
 
 }  // namespace perseus::online

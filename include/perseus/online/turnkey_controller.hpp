@@ -49,7 +49,7 @@ struct ControllerConfig {
   // of its 95% interval, a fraction of it): on a noisy cluster a short baseline would condemn or
   // pass plans by its own error.
   int warmup_rounds = 5;
-  double baseline_precision = 0.0015;
+  double baseline_precision = 0.001;
   int max_baseline_rounds = 40;
   // Hold the rounds while planning or choosing plans (else: they run the top clock or the current plans).
   bool wait_for_plan = false;
