@@ -992,7 +992,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     // An all-max round measures each pipeline's conditions at the top clock: its next plan is
     // calibrated from those, whatever came or went before (a straggler slow in the baseline that
     // recovered from a slowdown on top runs at its own pace, not at the others').
-    if (!on_plans && now[d]) cal.conditions_changed = cal.straggled = false;
+    if (!on_plans && now[d]) {
+      cal.conditions_changed = cal.straggled = false;
+      cal.probed = *now[d];
+    }
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
     // predicts does, in units of what that ratio was when the conditions were last known (measured
@@ -1021,6 +1024,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // old plan's calibration would carry the old plan's error into them (a plan slower under noise
         // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
         cal.start_anew(conditions_[d], ratios[d], round_);
+      } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
+                 !moved(ratios[d] * *cal.per_ratio, *cal.probed)) {
+        // Its plan runs nothing at the top clock, calibrated on one round of it (or of a plan before),
+        // and a probe just measured its conditions at all-max: calibrated anew on those (a calibration
+        // 1.3% off, carried from plan to plan, read the conditions that far off to the probe and after).
+        cal.start_anew(*cal.probed, ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
       }
@@ -1046,6 +1055,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
     if (now[d] && !straggling) shared.push_back(*now[d] / pace_change(d));
     if (on_plans) {
+      cal.probed.reset();
       cal.plan_changed = false;
       cal.conditions_changed = cal.straggled = straggling && !straggler_->in_baseline;  // the next round's, if it ends
     }

@@ -386,7 +386,8 @@ class TurnkeyController {
     // rounds later (take_pace_change then sets it again from these).
     std::optional<int> anew_round;
     double anew_conditions = 0;
-    double last_ratio = 0;  // its time over its plan's prediction in its last round on the plans
+    double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
+    std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     // Calibrated anew on this round of a new plan, from `conditions` as then known.
     void start_anew(double conditions, double ratio, int round);
     struct Noisy {
