@@ -333,3 +333,17 @@ def test_a_probe_recalibrates_a_plan_that_runs_nothing_at_the_top_clock(drawn):
     outcome, decisions = judged(scenario)
     assert "stepped up" in [d["event"] for d in decisions]
     assert outcome.history_saving_error <= 0.005 and outcome.history_slowdown_error <= 0.003, outcome
+
+
+def test_a_retry_halfway_never_goes_past_the_plan_stepped_up_to(drawn):
+    """Instance 4798 (interleaved, 2 stages, 6 microbatches, noise 0.0193; pipeline 0 a 1.236x straggler from iteration
+    146 to 373). The saving plan measured 0.88% slow over 4 rounds; the step-up, by what the interval said, went to
+    a plan 0.05% faster; 40 rounds on, the retry halfway asked for half the miss measured then, 0.44%: only all-max
+    met it, and the retries ran all-max for 11-12 rounds, twice (73% of the ideal). Halfway now lies between the plan
+    stepped up to and the saving plan."""
+    scenario = drawn(4798, None)
+    assert flag(scenario, "--straggler") == ["0:1.236@146-373"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    retries = [d["detail"] for d in decisions if d["event"] == "retrying"]
+    assert retries and not any("back to all-max" in r for r in retries), retries
+    assert outcome.share >= 0.8, outcome
