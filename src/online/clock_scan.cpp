@@ -37,17 +37,19 @@ void ClockScan::record(int clock, ClockMeasurement measurement) {
 
 namespace {
 
-// Twice the standard error of the difference of two measurements' energies.
+// Twice the standard error of the difference of two measurements' `value` (time, or energy: as precise).
+double twice_error(const ClockMeasurement& a, const ClockMeasurement& b, double ClockMeasurement::*value) {
+  return 2 * std::hypot(a.time_error * (a.*value), b.time_error * (b.*value));
+}
+
 double energy_noise(const ClockMeasurement& a, const ClockMeasurement& b) {
-  return 2 * std::hypot(a.time_error * a.energy, b.time_error * b.energy);
+  return twice_error(a, b, &ClockMeasurement::energy);
 }
 
 // Whether `slower_clock`'s measurement runs shorter than `faster_clock`'s by more than twice the
 // standard error of the difference.
 bool clearly_shorter(const ClockMeasurement& slower_clock, const ClockMeasurement& faster_clock) {
-  const double error =
-      std::hypot(slower_clock.time_error * slower_clock.time, faster_clock.time_error * faster_clock.time);
-  return slower_clock.time < faster_clock.time - 2 * error;
+  return slower_clock.time < faster_clock.time - twice_error(slower_clock, faster_clock, &ClockMeasurement::time);
 }
 
 }  // namespace

@@ -1028,7 +1028,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
                  !moved(ratios[d] * *cal.per_ratio, *cal.probed)) {
         // Its plan runs nothing at the top clock, calibrated on one round of it (or of a plan before),
         // and a probe just measured its conditions at all-max: calibrated anew on those (a calibration
-        // 1.3% off, carried from plan to plan, read the conditions that far off to the probe and after).
+        // 1.5% off, carried from plan to plan, read the conditions about that far off up to the probe and
+        // after it).
         cal.start_anew(*cal.probed, ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
