@@ -16,6 +16,20 @@ ClockScan::ClockScan(std::vector<int> clocks, ScanOptions options) : clocks_(std
   next_ = clocks_.front();
 }
 
+namespace {
+
+// Two measurements of one clock as one: each weighed by the inverse of its variance (equally where
+// either's error is not known), the error the combination's.
+ClockMeasurement combined(const ClockMeasurement& a, const ClockMeasurement& b) {
+  const double va = std::pow(a.time_error * a.time, 2), vb = std::pow(b.time_error * b.time, 2);
+  if (va <= 0 || vb <= 0) return {(a.time + b.time) / 2, (a.energy + b.energy) / 2, 0};
+  const double wa = vb / (va + vb), wb = va / (va + vb);
+  const double time = wa * a.time + wb * b.time;
+  return {time, wa * a.energy + wb * b.energy, time > 0 ? std::sqrt(va * vb / (va + vb)) / time : 0};
+}
+
+}  // namespace
+
 std::size_t ClockScan::planned() const {
   if (!coarse_) return measured_.size() + std::max<std::size_t>(requested_.size(), next_ ? 1 : 0);
   std::size_t step = static_cast<std::size_t>(options_.coarse_step);
@@ -23,6 +37,11 @@ std::size_t ClockScan::planned() const {
 }
 
 void ClockScan::record(int clock, ClockMeasurement measurement) {
+  auto known = measured_.find(clock);
+  if (known != measured_.end() && redo_.count(clock) == 0 && confirm_.erase(clock) != 0) {
+    known->second = combined(known->second, measurement);
+    return advance();
+  }
   measured_[clock] = measurement;
   if (redo_.erase(clock) != 0) {
     recount_coarse();
@@ -88,6 +107,12 @@ bool ClockScan::request(int clock) {
   return true;
 }
 
+bool ClockScan::confirm(int clock) {
+  if (measured_.count(clock) == 0 || !confirm_.insert(clock).second) return false;
+  if (!next_) next_ = *confirm_.rbegin();
+  return true;
+}
+
 bool ClockScan::redo(int clock) {
   if (measured_.count(clock) == 0) return false;
   redo_.insert(clock);
@@ -116,6 +141,7 @@ void ClockScan::advance() {
   for (auto it = requested_.begin(); it != requested_.end();)
     it = measured_.count(*it) != 0 ? requested_.erase(it) : std::next(it);
   if (!next_ && !requested_.empty()) next_ = *requested_.rbegin();
+  if (!next_ && !confirm_.empty()) next_ = *confirm_.rbegin();
 }
 
 std::map<int, ClockMeasurement> ClockScan::settled() const {

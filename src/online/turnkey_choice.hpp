@@ -28,6 +28,7 @@ struct ChoiceContext {
   Variability variability;       // as measured; plans are chosen under it times caution
   double caution = 1;
   std::optional<ActiveStraggler> straggler;  // told or detected (a told one with its compute time)
+  double deadline = 0;                       // the target deadline (model seconds)
   double lead_deadline = 0;                  // the target deadline with the miss to spare (model seconds)
   // A detected straggler followed: how much slower than the model the pipelines ran together (1: as
   // predicted); the others are paced as if the straggler ended that much sooner.

@@ -706,7 +706,36 @@ void TurnkeyController::plan_ready() {
       return;
     }
   }
+  if (confirm_passes_ < config_.confirm_passes && !reused_ && confirm_plan_clocks()) return;
   deploy_plan();
+}
+
+// Asks the scans to measure once more the clocks below the top that the target plan runs and one
+// round measured too roughly, and goes back to profiling. False when there are none.
+bool TurnkeyController::confirm_plan_clocks() {
+  const ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
+  const int top = shape_.clocks.front();
+  std::size_t asked = 0;
+  for (int s = 0; s < shape_.num_stages; ++s) {
+    const auto& order = orders_[static_cast<std::size_t>(s)];
+    for (std::size_t slot = 0; slot < order.size(); ++slot) {
+      const int clock = wanted.frequencies[static_cast<std::size_t>(s)][slot];
+      if (clock == top) continue;
+      auto& scan = scans_[scan_index(order[slot])];
+      const auto known = scan.measured().find(clock);
+      if (known != scan.measured().end() && known->second.time_error > config_.confirm_error && scan.confirm(clock))
+        ++asked;
+    }
+  }
+  if (asked == 0) return false;
+  ++confirm_passes_;
+  decide(DecisionEvent::refining,
+         fmt::format("the plan runs {} clocks known to worse than {:.2g}% under the noise; measuring them once "
+                     "more (pass {} of at most {})",
+                     asked, 100 * config_.confirm_error, confirm_passes_, config_.confirm_passes));
+  plans_.reset();
+  phase_ = ControllerPhase::profiling;
+  return true;
 }
 
 void TurnkeyController::deploy_plan() {
@@ -816,7 +845,8 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.threshold = config_.detector.threshold;
   c.variability = variability_->estimator.estimate();
   c.caution = caution_;
-  c.lead_deadline = target_deadline() / miss_;
+  c.deadline = target_deadline();
+  c.lead_deadline = c.deadline / miss_;
   c.pace_miss = pace_miss_;
   if (pace_) c.budget_pace = *pace_ / scale_;
   c.target = target_plan_;

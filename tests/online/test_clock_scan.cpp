@@ -223,6 +223,31 @@ TEST(ClockScan, AClockMeasuredUnderOtherConditionsIsMeasuredAgainFirst) {
   EXPECT_EQ(scan.next(), coarse_next);  // and the scan goes on where it was
 }
 
+// A clock a plan runs, known only roughly, is measured once more after the scan's own clocks; the two
+// measurements are weighed by their errors (the more precise counts more), the error shrinks.
+TEST(ClockScan, AClockMeasuredOnceMoreIsWeighedWithTheFirstByTheirErrors) {
+  ClockScan scan({1410, 1395, 1380}, ScanOptions{1, 5, 0.01, 1.0});
+  scan.record(1410, {1.0, 100.0, 0.002});
+  const int own_next = *scan.next();
+  EXPECT_FALSE(scan.confirm(1380));  // never measured
+  EXPECT_TRUE(scan.confirm(1410));
+  EXPECT_FALSE(scan.confirm(1410));  // asked for already
+  EXPECT_EQ(scan.next(), own_next);  // after the scan's own clocks
+  while (scan.next() != 1410) scan.record(*scan.next(), {1.1, 90.0, 0.002});
+  // Twice the first's error: a quarter of its weight.
+  scan.record(1410, {1.05, 104.0, 0.004 * 1.0 / 1.05});
+  const ClockMeasurement both = scan.measured().at(1410);
+  EXPECT_NEAR(both.time, 0.8 * 1.0 + 0.2 * 1.05, 1e-12);
+  EXPECT_NEAR(both.energy, 0.8 * 100.0 + 0.2 * 104.0, 1e-9);
+  EXPECT_NEAR(both.time_error * both.time, std::sqrt(1 / (1 / 4e-6 + 1 / 16e-6)), 1e-12);
+  EXPECT_TRUE(scan.done());
+  // Without errors (no noise), the plain mean.
+  EXPECT_TRUE(scan.confirm(1395));
+  scan.record(1395, {1.3, 80.0});
+  EXPECT_NEAR(scan.measured().at(1395).time, (1.1 + 1.3) / 2, 1e-12);
+  EXPECT_TRUE(scan.done());
+}
+
 // A slow spell while the coarse pass ran made a few clocks look costlier, so it stopped early; once
 // they are measured again as they are, the pass goes on down to where energy really rises.
 TEST(ClockScan, AClockMeasuredAgainUndoesAnEarlyStopTheSlowSpellCaused) {

@@ -56,7 +56,7 @@ TEST(TurnkeyController, ReplayingTheSameRoundsRestoresTheSameState) {
   auto cluster = small_synthetic_cluster();
   cluster.noise = 0.01;
   TurnkeyController first(config(), cluster.shape());
-  auto rounds = testing::run_rounds(first, cluster, 30);
+  auto rounds = testing::run_rounds(first, cluster, 40);
   TurnkeyController second(config(), cluster.shape());
   for (const auto& m : rounds) {
     while (!second.ready()) std::this_thread::yield();

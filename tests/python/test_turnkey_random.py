@@ -42,9 +42,16 @@ def judged(scenario):
 
 
 def as_found(scenario):
-    """The scenario with the baseline's precision it was found with (0.15%: fewer warm-up rounds than now), so
-    that its disturbances fall in the phases they fell in then."""
-    return dataclasses.replace(scenario, scheduler_args={**scenario.scheduler_args, "baseline_precision": 0.0015})
+    """The scenario with the baseline's precision it was found with (0.15%: fewer warm-up rounds than now) and no
+    clocks measured once more before deploying, so that its disturbances fall in the phases they fell in then."""
+    return dataclasses.replace(scenario, scheduler_args={**without_confirming(scenario).scheduler_args,
+                                                         "baseline_precision": 0.0015})
+
+
+def without_confirming(scenario):
+    """The scenario with profiling as it was found with: no pass that measures the plan's clocks once more (those
+    rounds would move its disturbances to other phases)."""
+    return dataclasses.replace(scenario, scheduler_args={**scenario.scheduler_args, "confirm_passes": 0})
 
 
 def flag(scenario, name):
@@ -328,7 +335,7 @@ def test_a_probe_recalibrates_a_plan_that_runs_nothing_at_the_top_clock(drawn):
     first round then read the cluster's pace 1.8% changed (1% off the truth), the step-up was retried at once,
     and the retried plan, calibrated on that round, stayed 1% off: the reported saving 0.9 points high to the
     end. A plan's round after a probe now calibrates it anew on the probe's conditions."""
-    scenario = drawn(4589, None)
+    scenario = without_confirming(drawn(4589, None))
     assert flag(scenario, "--straggler") == ["all:1.01@134", "all:1.01@316", "all:1.01@498", "all:1.01@680"]
     outcome, decisions = judged(scenario)
     assert "stepped up" in [d["event"] for d in decisions]
@@ -347,3 +354,16 @@ def test_a_retry_halfway_never_goes_past_the_plan_stepped_up_to(drawn):
     retries = [d["detail"] for d in decisions if d["event"] == "retrying"]
     assert retries and not any("back to all-max" in r for r in retries), retries
     assert outcome.share >= 0.8, outcome
+
+
+def test_the_clocks_a_plan_runs_are_measured_once_more_under_noise(drawn):
+    """Instance 5158 (DualPipeV, 2 stages, 5 microbatches, GPT-3 on A40, noise 0.0154, nothing else). Profiling
+    measured each clock in one round, to 0.2-0.3%; the planner picked the clocks that measured luckiest, and every
+    plan near all-max's time ran 0.5-0.6% slower than all-max (six step-ups, three retries: 0.56% slow over the
+    run's second half). The clocks below the top that the plan runs are now measured once more and the loop plans
+    again (twice): 0.31%."""
+    scenario = drawn(5158, None)
+    assert flag(scenario, "--straggler") == [] and flag(scenario, "--noise") == ["0.0154"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert "refining" in [d["event"] for d in decisions]
+    assert outcome.true_slowdown <= 0.004 and outcome.share >= 0.8, outcome

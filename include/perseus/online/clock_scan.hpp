@@ -51,6 +51,11 @@ class ClockScan {
   // before the scan's own clocks; its measurement is kept until then. False when it is not one of
   // the scan's measured clocks.
   bool redo(int clock);
+  // Asks for `clock` to be measured once more (a plan runs it, and one round under noise knows its time
+  // too roughly: a plan chosen on the luckiest of noisy clocks runs slower than predicted), after the
+  // scan's own and requested clocks; the two measurements are then weighed by their errors. False when
+  // it is not measured yet or already asked for.
+  bool confirm(int clock);
 
   const std::map<int, ClockMeasurement>& measured() const { return measured_; }
   const std::vector<int>& clocks() const { return clocks_; }  // descending
@@ -77,7 +82,7 @@ class ClockScan {
   std::optional<int> next_fill() const;
   std::optional<int> between(int faster, int slower) const;  // the clock halfway, if any
   std::optional<int> fastest_neighbour(const std::vector<int>& order, std::size_t cheapest) const;
-  std::set<int> requested_, redo_;
+  std::set<int> requested_, redo_, confirm_;
 
   std::vector<int> clocks_;  // descending
   ScanOptions options_;

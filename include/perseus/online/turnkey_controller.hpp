@@ -61,6 +61,11 @@ struct ControllerConfig {
   // than 3% off their scans' curves is followed by such a round at once.
   int check_every = 4;
   int refine_passes = 0;  // measure the interpolated clocks a plan runs, then plan again
+  // Under noise, measure once more the clocks a plan runs that one round knows to worse than
+  // confirm_error (relative standard error of the time), then plan again: the planner picks the
+  // clocks that measured luckiest, and a plan built on them runs slower than predicted.
+  int confirm_passes = 2;
+  double confirm_error = 0.001;
   double slowdown = 1.0;
   std::optional<double> deadline;
   // How much slower than the target a plan may measure before it is stepped up. The measurement's and
@@ -272,6 +277,7 @@ class TurnkeyController {
   void finish_profiling();
   void start_planning(Profile profile);
   void plan_ready();
+  bool confirm_plan_clocks();
   void deploy_plan();
   void deployed();  // the deployment's target plan is in place
   std::map<StageKind, double> speeds_of(std::size_t d, const std::optional<ActiveStraggler>& straggling) const;
@@ -425,6 +431,7 @@ class TurnkeyController {
   bool deployed_once_ = false;
   int step_ups_ = 0;
   int refine_passes_ = 0;
+  int confirm_passes_ = 0;
   int replans_ = 0;                         // plannings again after one found no frontier
   std::optional<Profile> planned_profile_;  // what the last planning planned from
   int rounds_on_plan_ = 0;

@@ -450,6 +450,8 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
                          "fill_gap",
                          "interpolate",
                          "refine_passes",
+                         "confirm_passes",
+                         "confirm_error",
                          "check_every",
                          "clock_latency",
                          "straggler_threshold",
@@ -468,6 +470,10 @@ SchedulerFactory configure_perseus(const nlohmann::json& args) {
   c.interpolate = checked.boolean("interpolate").value_or(c.interpolate);
   c.refine_passes = checked.integer("refine_passes").value_or(c.refine_passes);
   if (c.refine_passes < 0) checked.fail("refine_passes", "must be at least 0");
+  c.confirm_passes = checked.integer("confirm_passes").value_or(c.confirm_passes);
+  if (c.confirm_passes < 0) checked.fail("confirm_passes", "must be at least 0");
+  c.confirm_error = checked.number("confirm_error").value_or(c.confirm_error);
+  if (!(c.confirm_error >= 0)) checked.fail("confirm_error", "must be at least 0");
   c.check_every = checked.integer("check_every").value_or(c.check_every);
   if (c.check_every < 0) checked.fail("check_every", "must be at least 0 (0: no check rounds while profiling)");
   auto slowdown = checked.number("slowdown");
