@@ -152,10 +152,12 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     if (out.straggler && !out.straggler->in_baseline) {
       const auto options = lead_options(c, lead, top, true);
       out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, v, options);
-      // Its plan measured too slow, and only all-max is predicted faster by the miss: a plan chosen
-      // under more noise (as the target plan's step-up did) has the slack instead; all-max would give
-      // up the straggler's whole saving until the next retry.
-      if (out.lead_plan->is_all_max() && c.lead_deadline < c.deadline && c.caution > 1)
+      // Its plan measured too slow, and only all-max is predicted faster by the miss: where the miss is
+      // of the noise's size (within twice the tolerance), a plan chosen under more noise (as the target
+      // plan's step-up did) has the slack instead, and all-max would give up the straggler's whole
+      // saving until the next retry. A larger miss is no noise (a clock latency not yet measured).
+      const bool noise_sized = c.lead_deadline < c.deadline && c.lead_deadline * (1 + 2 * c.tolerance) >= c.deadline;
+      if (out.lead_plan->is_all_max() && noise_sized && c.caution > 1)
         out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.deadline, v, options);
     }
     pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v,

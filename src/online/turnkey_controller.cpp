@@ -846,6 +846,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.variability = variability_->estimator.estimate();
   c.caution = caution_;
   c.deadline = target_deadline();
+  c.tolerance = config_.tolerance;
   c.lead_deadline = c.deadline / miss_;
   c.pace_miss = pace_miss_;
   if (pace_) c.budget_pace = *pace_ / scale_;
