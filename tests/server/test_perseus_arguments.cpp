@@ -15,7 +15,8 @@ TEST(PerseusArguments, AreCheckedAtServerStart) {
   for (const json& bad : {json{{"slowdown", 0.9}}, json{{"slowdown", 1.1}, {"deadline", 3.0}}, json{{"tolerance", -1}},
                           json{{"coarse_step", 0}}, json{{"cost_model", "cubic"}}, json{{"warmup_rounds", 0}},
                           json{{"straggler_threshold", 0}}, json{{"probe_every", -1}}, json{{"retry_after", -2}},
-                          json{{"report_rounds", 0}}, json{{"unknown", 1}}}) {
+                          json{{"report_rounds", 0}}, json{{"confirm_passes", -1}}, json{{"confirm_error", -0.1}},
+                          json{{"unknown", 1}}}) {
     try {
       (void)server::configure_scheduler("Perseus", bad);
       ADD_FAILURE() << bad.dump() << " was accepted";
