@@ -29,7 +29,7 @@ struct ChoiceContext {
   double caution = 1;
   std::optional<ActiveStraggler> straggler;  // told or detected (a told one with its compute time)
   double deadline = 0;                       // the target deadline (model seconds)
-  double tolerance = 0.004;                  // how much slower than the target a plan may measure
+  double tolerance = 0.0035;                 // how much slower than the target a plan may measure
   double lead_deadline = 0;                  // the target deadline with the miss to spare (model seconds)
   // A detected straggler followed: how much slower than the model the pipelines ran together (1: as
   // predicted); the others are paced as if the straggler ended that much sooner.
