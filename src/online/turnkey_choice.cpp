@@ -149,8 +149,8 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
   } else {
     // A detected straggler sets the pace now: it runs a plan chosen for its own GPUs (no slower than
     // its own all-max than the target allows), not the target plan, which may have had slack there.
+    const auto options = lead_options(c, lead, top, true);
     if (out.straggler && !out.straggler->in_baseline) {
-      const auto options = lead_options(c, lead, top, true);
       out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, v, options);
       // Its plan measured too slow, and only all-max is predicted faster by the miss: where the miss is
       // of the noise's size (within twice the tolerance), a plan chosen under more noise (as the target
@@ -160,8 +160,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
       if (out.lead_plan->is_all_max() && noise_sized && c.caution > 1)
         out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.deadline, v, options);
     }
-    pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v,
-                             lead_options(c, lead, top, true));
+    pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v, options);
     // Measured together, the pace setters and the others ran later than predicted: the straggler's
     // slowdown, estimated from a few rounds, was too high, or the noise is larger than modelled.
     // The others are paced as if the straggler ended that much sooner.

@@ -685,57 +685,56 @@ void TurnkeyController::plan_ready() {
     plans_.reset();
     return start_planning(*planned_profile_);
   }
-  if (refine_passes_ < config_.refine_passes && !reused_ && config_.interpolate) {
-    // Fill in where the front needs it: measure the clocks the target plan runs that were only
-    // interpolated, then plan again.
-    ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
-    std::size_t asked = 0;
-    for (int s = 0; s < shape_.num_stages; ++s) {
-      const auto& order = orders_[static_cast<std::size_t>(s)];
-      for (std::size_t slot = 0; slot < order.size(); ++slot)
-        if (scans_[scan_index(order[slot])].request(wanted.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
-    }
-    if (asked > 0) {
+  // Before deploying, the clocks the target plan runs where the profile knows them least: those only
+  // interpolated (`refine_passes`), and under noise those one round measured too roughly (the planner
+  // picks the clocks that measured luckiest, and a plan built on them runs slower than predicted).
+  const bool refining = refine_passes_ < config_.refine_passes && !reused_ && config_.interpolate;
+  const bool confirming = confirm_passes_ < config_.confirm_passes && !reused_;
+  if (refining || confirming) {
+    const ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
+    if (const std::size_t asked =
+            refining ? ask_scans(wanted, [](ClockScan& scan, int clock) { return scan.request(clock); }) : 0) {
       ++refine_passes_;
       decide(DecisionEvent::refining,
              fmt::format("the plan runs {} clocks that were interpolated; measuring them (pass {} of at "
                          "most {})",
                          asked, refine_passes_, config_.refine_passes));
-      plans_.reset();
-      phase_ = ControllerPhase::profiling;
-      return;
+      return profile_again();
+    }
+    const int top = shape_.clocks.front();
+    const auto known_roughly = [&](ClockScan& scan, int clock) {
+      const auto known = scan.measured().find(clock);
+      return clock != top && known != scan.measured().end() && known->second.time_error > config_.confirm_error &&
+             scan.confirm(clock);
+    };
+    if (const std::size_t asked = confirming ? ask_scans(wanted, known_roughly) : 0) {
+      ++confirm_passes_;
+      decide(DecisionEvent::refining,
+             fmt::format("the plan runs {} clocks known to worse than {:.2g}% under the noise; measuring them "
+                         "once more (pass {} of at most {})",
+                         asked, 100 * config_.confirm_error, confirm_passes_, config_.confirm_passes));
+      return profile_again();
     }
   }
-  if (confirm_passes_ < config_.confirm_passes && !reused_ && confirm_plan_clocks()) return;
   deploy_plan();
 }
 
-// Asks the scans to measure once more the clocks below the top that the target plan runs and one
-// round measured too roughly, and goes back to profiling. False when there are none.
-bool TurnkeyController::confirm_plan_clocks() {
-  const ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
-  const int top = shape_.clocks.front();
+// Asks each slot's scan for the clock `plan` runs there (`ask` says whether the scan took it);
+// returns how many it took.
+std::size_t TurnkeyController::ask_scans(const ChosenPlan& plan, const std::function<bool(ClockScan&, int)>& ask) {
   std::size_t asked = 0;
   for (int s = 0; s < shape_.num_stages; ++s) {
     const auto& order = orders_[static_cast<std::size_t>(s)];
-    for (std::size_t slot = 0; slot < order.size(); ++slot) {
-      const int clock = wanted.frequencies[static_cast<std::size_t>(s)][slot];
-      if (clock == top) continue;
-      auto& scan = scans_[scan_index(order[slot])];
-      const auto known = scan.measured().find(clock);
-      if (known != scan.measured().end() && known->second.time_error > config_.confirm_error && scan.confirm(clock))
-        ++asked;
-    }
+    for (std::size_t slot = 0; slot < order.size(); ++slot)
+      if (ask(scans_[scan_index(order[slot])], plan.frequencies[static_cast<std::size_t>(s)][slot])) ++asked;
   }
-  if (asked == 0) return false;
-  ++confirm_passes_;
-  decide(DecisionEvent::refining,
-         fmt::format("the plan runs {} clocks known to worse than {:.2g}% under the noise; measuring them once "
-                     "more (pass {} of at most {})",
-                     asked, 100 * config_.confirm_error, confirm_passes_, config_.confirm_passes));
+  return asked;
+}
+
+// Back to profiling for the clocks asked for; planned again once they are measured.
+void TurnkeyController::profile_again() {
   plans_.reset();
   phase_ = ControllerPhase::profiling;
-  return true;
 }
 
 void TurnkeyController::deploy_plan() {

@@ -278,7 +278,8 @@ class TurnkeyController {
   void finish_profiling();
   void start_planning(Profile profile);
   void plan_ready();
-  bool confirm_plan_clocks();
+  std::size_t ask_scans(const ChosenPlan& plan, const std::function<bool(ClockScan&, int)>& ask);
+  void profile_again();
   void deploy_plan();
   void deployed();  // the deployment's target plan is in place
   std::map<StageKind, double> speeds_of(std::size_t d, const std::optional<ActiveStraggler>& straggling) const;
