@@ -1110,10 +1110,20 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   std::vector<double> others_before;  // the conditions the others were last known at
   for (std::size_t d = 0; d < D; ++d)
     if (!straggling(d)) others_before.push_back(conditions_[d] / pace_change(d));
+  // Its slowdown relative to them: as followed (the median over its rounds), or this round's where that
+  // moved clearly (the others' GPUs slowed or recovered beside it, or it recovered within the round: the
+  // conditions it was followed at would hold the reference at its pace, as if the others still ran it).
+  const auto relative = [&](std::size_t d) {
+    const double followed = followed_slowdown();
+    const double others = d < ratios.size() && ratios.size() > 1 ? median_of_others(ratios, d) : 0.0;
+    if (others <= 0 || ratios[d] <= 0) return followed;
+    const double now = ratios[d] / others;
+    return std::abs(now / followed - 1) > config_.detector.threshold / 2 ? now : followed;
+  };
   const auto unmeasured = [&](std::size_t d) {
     if (!straggling(d)) return !shared.empty() ? median(shared) * pace_change(d) : conditions_[d];
     const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
-    return others * followed_slowdown();
+    return others * relative(d);
   };
   for (std::size_t d = 0; d < D; ++d) {
     const double x = now[d] ? *now[d] : unmeasured(d);
