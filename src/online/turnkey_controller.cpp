@@ -1318,6 +1318,10 @@ void TurnkeyController::correct_baseline(double time, double energy) {
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
     forget_conditions_since_all_max();
+    // Not what it says of the conditions, with the latency now known taken out: the round is measured
+    // against them (a straggler that started in it would otherwise count as the plans' slowdown).
+    const auto ratios = paced_ratios(m, true);
+    measure_conditions(m, &ratios);
     remember(m);
     // Too few rounds judged to weigh the plans' own evidence against the model's cost of the latency:
     // judged anew first, under conditions that take the latency out.
