@@ -968,8 +968,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // Only a change beyond what one round's few top-clock instructions tell apart replaces the
   // conditions known.
   constexpr double kClearlyMoved = 0.02;
-  // Rounds of a plan that calibrate it where it measures nothing at the top clock.
-  constexpr int kCalibrationRounds = 5;
   const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
   // Until measured, each pipeline runs at the cluster's conditions as profiling's last all-max round
   // found them, where they clearly moved: a plan deployed during a slow spell is calibrated by the
@@ -1065,18 +1063,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.start_anew(*cal.probed, ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
-      } else if (usable && !now[d] && cal.anew_round && cal.anew_ratio_rounds > 0 &&
-                 cal.anew_ratio_rounds < kCalibrationRounds) {
-        // The plan's next rounds, while its conditions hold (its ratio within the noise of theirs so
-        // far), calibrate it too; one that moved clearly ends the calibration.
-        const double mean = cal.anew_ratio_sum / cal.anew_ratio_rounds;
-        if (moved(ratios[d], mean)) {
-          cal.anew_ratio_rounds = kCalibrationRounds;
-        } else {
-          cal.anew_ratio_sum += ratios[d];
-          ++cal.anew_ratio_rounds;
-          cal.per_ratio = cal.anew_conditions * cal.anew_ratio_rounds / cal.anew_ratio_sum;
-        }
       }
       cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
@@ -1187,8 +1173,6 @@ void TurnkeyController::Calibration::start_anew(double conditions, double ratio,
   anew_conditions = conditions;
   anew_round = round;
   per_ratio = conditions / ratio;
-  anew_ratio_sum = ratio;
-  anew_ratio_rounds = 1;
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's

@@ -394,10 +394,6 @@ class TurnkeyController {
     // rounds later (take_pace_change then sets it again from these).
     std::optional<int> anew_round;
     double anew_conditions = 0;
-    // The ratios it was calibrated on since (their sum, how many): one round's ratio is as noisy as the
-    // round, so the first few on the plan calibrate it while nothing moves.
-    double anew_ratio_sum = 0;
-    int anew_ratio_rounds = 0;
     double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     // Calibrated anew on this round of a new plan, from `conditions` as then known.
