@@ -1316,13 +1316,17 @@ void TurnkeyController::correct_baseline(double time, double energy) {
 }
 
 void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
-  if (measure_latency(m)) {  // the plans were chosen for another latency: what this round says of them is moot
-    forget_conditions_since_all_max();
-    // Not what it says of the conditions, with the latency now known taken out: the round is measured
-    // against them (a straggler that started in it would otherwise count as the plans' slowdown).
-    const auto ratios = paced_ratios(m, true);
-    measure_conditions(m, &ratios);
-    remember(m);
+  // A latency measured anew: the plans were chosen for another, so what this round says of them is moot;
+  // not what it says of the conditions, with the latency now known taken out.
+  const bool latency_changed = measure_latency(m);
+  if (latency_changed) forget_conditions_since_all_max();
+  // Each pipeline's measured compute-bound time against its plan's prediction, in units of its
+  // baseline pace: its conditions where the top clock says nothing, and straggler detection. The round
+  // is measured against those conditions (a straggler that started in it is no slowdown of the plans').
+  const auto ratios = paced_ratios(m, true);
+  measure_conditions(m, &ratios);
+  remember(m);
+  if (latency_changed) {
     // Too few rounds judged to weigh the plans' own evidence against the model's cost of the latency:
     // judged anew first, under conditions that take the latency out.
     if (judged_on_their_own() && !judged_enough()) {
@@ -1335,11 +1339,6 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   }
   ++rounds_on_plan_;
   ++rounds_since_probe_;
-  // Each pipeline's measured compute-bound time against its plan's prediction, in units of its
-  // baseline pace: its conditions where the top clock says nothing, and straggler detection.
-  const auto ratios = paced_ratios(m, true);
-  measure_conditions(m, &ratios);
-  remember(m);
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());
