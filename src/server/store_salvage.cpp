@@ -9,6 +9,7 @@
 #include <functional>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include "perseus/util/safe_text.hpp"
 
@@ -56,6 +57,21 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
   std::int64_t after = std::numeric_limits<std::int64_t>::min();
   int regions = 0, probes = 0, rows = 0;
   std::set<std::int64_t> read;  // rowids passed to on_row
+  // The keys in [from, to) not read yet, each looked up on its own (rowids are dense here: every table
+  // is appended to): all of them in a short gap, its ends in a long one.
+  auto look_up_between = [&](std::int64_t from, std::int64_t to) {
+    constexpr std::int64_t kLookUps = 2048;
+    auto look_up = [&](std::int64_t key) {
+      if (read.count(key) == 0 && ++probes < kMaxProbes && exact.read(key) == Step::row && read.insert(key).second)
+        on_row(exact.stmt), ++rows;
+    };
+    if (to <= from || to - from <= 2 * kLookUps) {
+      for (std::int64_t key = from; key < to && probes < kMaxProbes; ++key) look_up(key);
+    } else {
+      for (std::int64_t key = from; key < from + kLookUps && probes < kMaxProbes; ++key) look_up(key);
+      for (std::int64_t key = to - kLookUps; key < to && probes < kMaxProbes; ++key) look_up(key);
+    }
+  };
   for (;;) {
     if (after == kMax) break;
     Step step = next.read(after + 1);
@@ -97,19 +113,8 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
       else bad = middle;
     }
     // A seek that passes a damaged cell fails, where a lookup of a key in an intact cell of the same
-    // page (or of the next) does not: the keys stepped over, one at a time (rowids are dense here:
-    // every table is appended to), all of them in a short region, its ends in a long one.
-    auto look_up = [&](std::int64_t key) {
-      if (++probes < kMaxProbes && exact.read(key) == Step::row && read.insert(key).second) on_row(exact.stmt), ++rows;
-    };
-    constexpr std::int64_t kLookUps = 2048;
-    const std::int64_t from = std::max<std::int64_t>(start, 0) + 1;  // rowids start at 1
-    if (good <= from || good - from <= 2 * kLookUps) {
-      for (std::int64_t key = from; key < good && probes < kMaxProbes; ++key) look_up(key);
-    } else {
-      for (std::int64_t key = from; key < from + kLookUps && probes < kMaxProbes; ++key) look_up(key);
-      for (std::int64_t key = good - kLookUps; key < good && probes < kMaxProbes; ++key) look_up(key);
-    }
+    // page (or of the next) does not.
+    look_up_between(std::max<std::int64_t>(start, 0) + 1, good);  // rowids start at 1
     after = good - 1;
   }
   // A damaged page can hold a cell that still parses but with a wrong rowid, larger than those of
@@ -124,6 +129,17 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
     if (read.insert(rowid).second) on_row(previous.stmt), ++rows;
     before = rowid;
   }
+  // A cell whose rowid is out of order also misleads the seeks around it (each a binary search over
+  // cells taken to be sorted): rows that a lookup by key finds can lie in no walk's way. The gaps
+  // between the rowids read, and the keys just past the last, are looked up key by key.
+  const std::vector<std::int64_t> keys(read.begin(), read.end());
+  std::int64_t below = 0;
+  for (std::int64_t key : keys) {
+    if (key > below + 1) look_up_between(below + 1, key);
+    below = std::max(below, key);
+  }
+  constexpr std::int64_t kPast = 256;
+  if (below < kMax - kPast) look_up_between(below + 1, below + 1 + kPast);
   return rows == 0 && regions > 0 && after == std::numeric_limits<std::int64_t>::min() ? -1 : regions;
 }
 

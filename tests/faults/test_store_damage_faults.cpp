@@ -2,10 +2,11 @@
 // over a random page (the first, which holds the schema, included) or over one of the pages holding
 // registrations, runs of random bytes at random
 // offsets anywhere in the file, a truncation at a random length, an emptied file, a directory at
-// its path. Every time the server starts, resumes every job a plain reader of the damaged file gets
-// back row by row (never past the rounds it had), names every other one in a warning, keeps the
-// damaged file aside, and stores what comes next (a job registered after the recovery survives a
-// kill -9). Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 7, ~0.5 s each).
+// its path, a registration's rowid out of order (a page that parses but misleads every seek). Every time the server
+// starts, resumes every job a plain reader of the damaged file gets back row by row (never past the rounds it had),
+// names every other one in a warning, keeps the damaged file aside, and stores what comes next (a job registered after
+// the recovery survives a kill -9). Randomized; PERSEUS_FAULT_INSTANCES sets how many damaged stores (default 8, ~0.5 s
+// each).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -27,7 +28,36 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-enum class Damage { page, registration_page, scattered, truncation, empty, directory };
+enum class Damage { page, registration_page, scattered, truncation, empty, directory, rowid_out_of_order };
+
+// A registration's cell in the middle of a leaf page of the jobs table given a rowid larger than every
+// other (its one-byte varint set to 127): the page still parses, but its cells are out of order, and
+// every seek through that page is a binary search over them. Returns what it did ("" where no page
+// holds three registrations).
+std::string misorder_a_rowid(const fs::path& db) {
+  constexpr std::size_t kPage = 4096;
+  std::string bytes = read_file(db);
+  auto u16 = [&](std::size_t at) {
+    return static_cast<std::size_t>(static_cast<unsigned char>(bytes[at])) << 8 |
+           static_cast<unsigned char>(bytes[at + 1]);
+  };
+  for (std::size_t p = 1; p < bytes.size() / kPage; ++p) {
+    const std::size_t page = p * kPage;
+    const std::size_t cells = u16(page + 3);
+    if (bytes[page] != 0x0d || cells < 3 || bytes.substr(page, kPage).find("\"model_name\"") == std::string::npos)
+      continue;
+    const std::size_t cell = page + u16(page + 8 + 2 * (cells / 2));
+    std::size_t at = cell;
+    while (at < page + kPage && (static_cast<unsigned char>(bytes[at]) & 0x80) != 0) ++at;  // the payload's size
+    ++at;
+    if (at >= page + kPage || (static_cast<unsigned char>(bytes[at]) & 0x80) != 0) continue;  // a one-byte rowid
+    const int was = bytes[at];
+    bytes[at] = 0x7f;
+    std::ofstream(db, std::ios::binary | std::ios::trunc) << bytes;
+    return fmt::format("rowid {} of cell {} of {} on page {} set to 127", was, cells / 2, cells, p + 1);
+  }
+  return "";
+}
 
 // Damages `db` as `kind` says; returns what it did, for the failure message.
 std::string damage(const fs::path& db, Damage kind, std::mt19937& random) {
@@ -77,6 +107,8 @@ std::string damage(const fs::path& db, Damage kind, std::mt19937& random) {
     case Damage::empty:
       fs::resize_file(db, 0);
       return "emptied";
+    case Damage::rowid_out_of_order:
+      return misorder_a_rowid(db);
     case Damage::directory:
       fs::remove(db);
       fs::create_directories(db / "something");
@@ -112,17 +144,18 @@ TEST(StoreDamage, ADamagedStoreIsRecoveredKeepingWhatCanBeReadAndNamingTheRest) 
   const auto pristine = readable_jobs(dir / "pristine" / "dump" / ".perseus.db", dir / "oracle");
   ASSERT_EQ(pristine.size(), jobs.size());
   std::random_device seeds;
-  const Damage kinds[] = {Damage::truncation, Damage::empty, Damage::directory};
-  for (int instance = 0, count = fault_instances(7); instance < count; ++instance) {
+  const Damage kinds[] = {Damage::truncation, Damage::empty, Damage::directory, Damage::rowid_out_of_order};
+  for (int instance = 0, count = fault_instances(8); instance < count; ++instance) {
     unsigned seed = seeds();
     std::mt19937 random(seed);
     const Damage random_kinds[] = {Damage::registration_page, Damage::scattered, Damage::page};
-    Damage kind = instance < 3 ? kinds[instance] : random_kinds[instance % 3];
+    Damage kind = instance < 4 ? kinds[instance] : random_kinds[instance % 3];
     fs::path here = dir / fmt::format("instance{}", instance);
     fs::create_directories(here / "dump");
     fs::copy(dir / "pristine" / "dump", here / "dump", fs::copy_options::recursive);
     fs::path db = here / "dump" / ".perseus.db";
     std::string what = damage(db, kind, random);
+    ASSERT_FALSE(what.empty()) << "no page of the store holds three registrations";
     SCOPED_TRACE(fmt::format("instance {} (seed {}): {}", instance, seed, what));
     std::map<std::string, std::string> readable = readable_jobs(db, dir / "oracle");
     std::size_t must_keep = 0, kept = 0;
