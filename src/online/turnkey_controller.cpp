@@ -288,7 +288,8 @@ void TurnkeyController::add_baseline(const RoundMeasurement& m) {
 // The baseline from its rounds (and, while the warm-up's rounds are the baseline's, each pipeline's
 // statistics from the same rounds, outliers left out).
 void TurnkeyController::estimate_baseline() {
-  const auto kept = baseline_.estimate([this](double time) { return round_spread_floor(time); });
+  const auto kept =
+      baseline_.estimate([this](double time) { return round_spread_floor(time); }, phase_ == ControllerPhase::warmup);
   last_baseline_round_kept_ = kept.empty() || kept.back();
   if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_.size()) pipelines_.estimate(kept);
   if (plans_ && plans_->all_max().time > 0) scale_ = baseline_.time() / plans_->all_max().time;
@@ -439,12 +440,16 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   if (baseline_.empty()) add_baseline(m);
   decide(
       DecisionEvent::baseline,
-      fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}; "
+      fmt::format("all-max: {:.6g} s (95%: {:.6g}-{:.6g}) and {:.6g} J per iteration over {} rounds{}{}; "
                   "blocking power {}",
                   baseline_.time(), baseline_.time_estimate().low, baseline_.time_estimate().high, baseline_.energy(),
                   baseline_.rounds(),
                   baseline_.rejected() > 0 ? fmt::format(" ({} outlying rounds left out)", baseline_.rejected()) : "",
+                  baseline_.shifted() > 0
+                      ? fmt::format(" after a step in time ({} rounds before it left out)", baseline_.shifted())
+                      : "",
                   p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
+  baseline_.forget_before_level();
   note_slow_pipelines();
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
@@ -578,12 +583,16 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
 }
 
 // The cluster's conditions in an all-max round: the median over the pipelines that ran like the
-// others of their top-clock times over the baseline's.
+// others of their top-clock times over the baseline's. A straggler detected is no measure of them
+// even where noise brings it within the threshold this round (with two pipelines the median is the
+// mean: half its slowdown read as the cluster's, then as its conditions once deployed).
 std::optional<double> TurnkeyController::cluster_conditions(const RoundMeasurement& m,
                                                             const std::vector<bool>& disturbed) const {
+  const auto& straggler = detector_.current();
   std::vector<double> c;
   for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     if (d < disturbed.size() && disturbed[d]) continue;
+    if (straggler && static_cast<std::size_t>(straggler->pipeline) == d) continue;
     if (auto x = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front()))
       c.push_back(*x);
   }

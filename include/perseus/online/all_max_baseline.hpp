@@ -27,8 +27,13 @@ class AllMaxBaseline {
 
   // Estimates from the rounds; `spread_floor(time)` is the least standard deviation of one round's
   // time that the noise measured makes (a few rounds that agree by chance must not look precise).
-  // Returns which rounds were kept.
-  std::vector<bool> estimate(const std::function<double(double)>& spread_floor);
+  // Returns which rounds were kept. `latest_level`: rounds before a clear step in time (a straggler or
+  // a slow spell that began or ended among them) are left out, so that the baseline is the cluster as
+  // it runs now, not a mean of two paces that it never ran at.
+  std::vector<bool> estimate(const std::function<double(double)>& spread_floor, bool latest_level = false);
+  int shifted() const { return shifted_; }  // rounds left out before a step in time
+  // Those rounds forgotten: rounds added later are estimated with the level's, not with them.
+  void forget_before_level();
 
   double time() const { return time_.value; }
   double energy() const { return energy_.value; }
@@ -42,7 +47,7 @@ class AllMaxBaseline {
  private:
   std::vector<AllMaxRound> rounds_;
   Estimate time_, energy_;
-  int kept_ = 0, rejected_ = 0;
+  int kept_ = 0, rejected_ = 0, shifted_ = 0;
   std::array<double, 2> round_spread_{};
 };
 
