@@ -35,6 +35,7 @@ PINNED = {
     "latency-2ms": "latency",
     "latency-10ms": "latency",
     "two-stragglers": "straggler",  # another pipeline slows while a straggler is followed
+    "straggler-early": "straggler",  # one pipeline slow from within the warm-up or profiling on
 }
 
 
@@ -71,6 +72,13 @@ def disturbance(rng, kind, iterations):
         last = first + rng.randint(5, 60)
         factor = rng.uniform(1.02, 1.15)
         return ["--straggler", f"all:{factor:.3f}@{first}-{last}"], [(first, last)], f"cluster {factor:.2f}x {first}-{last}"
+    if kind == "straggler-early":  # begins while the baseline is measured or the clocks profiled, for good or not
+        first = rng.randint(2, 300)
+        last = rng.choice([0, first + rng.randint(50, 400)])
+        factor, who = rng.uniform(1.03, 1.3), rng.randint(0, 1)
+        spec = f"{who}:{factor:.3f}@{first}" + (f"-{last}" if last else "")
+        return (["--straggler", spec], [(first, last or 10 ** 9)],
+                f"{who}:{factor:.2f}x from {first}" + (f" to {last}" if last else ""))
     if kind == "spread+straggler":
         spread_args, _, spread_label = disturbance(rng, "spread", iterations)
         args, ranges, label = disturbance(rng, rng.choice(["straggler", "permanent"]), iterations)

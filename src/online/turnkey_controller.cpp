@@ -181,9 +181,12 @@ RoundClocks TurnkeyController::next_round() {
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
       // disagreed is repeated at once.)
-      // Not while a straggler is followed (its rounds are not all-max's), nor while a power budget holds them.
-      if (config_.probe_every > 0 && !straggler_is_a_change() && !hold_probes_ &&
-          (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())) {
+      // Not while a straggler is followed (its rounds are not all-max's; but once to measure one whose
+      // plan nothing calibrates), nor while a power budget holds them.
+      if (config_.probe_every > 0 && !hold_probes_ &&
+          (straggler_wants_probe() ||
+           (!straggler_is_a_change() && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())))) {
+        if (straggler_is_a_change()) straggler_probed_ = straggler_changes_;
         probing_ = true;
         return std::nullopt;
       }
@@ -293,6 +296,20 @@ void TurnkeyController::estimate_baseline() {
   last_baseline_round_kept_ = kept.empty() || kept.back();
   if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_.size()) pipelines_.estimate(kept);
   if (plans_ && plans_->all_max().time > 0) scale_ = baseline_.time() / plans_->all_max().time;
+}
+
+// A followed straggler on a plan that runs nothing at the top clock and that nothing calibrated
+// (detected before its plans ran, while profiling; or given the plan as it was detected, before its
+// slowdown settled, the plan before's calibration carried over) has its pace read against the others'
+// plans, whose errors under noise differ from its plan's (a target plan, many paths near its longest,
+// ends later under noise than one with slack): the reference stood 0.7% above the truth and hid a plan
+// 0.65% slower than all-max. One all-max round, once its plans ran a round, measures it at the top clock.
+bool TurnkeyController::straggler_wants_probe() const {
+  if (!straggler_is_a_change() || straggler_->told || !straggler_->pipeline || detector_.suspects()) return false;
+  const auto s = static_cast<std::size_t>(*straggler_->pipeline);
+  return straggler_probed_ != straggler_changes_ && s < calibration_.size() &&
+         (!calibration_[s].per_ratio || calibration_[s].carried) && !calibration_[s].plan_changed &&
+         rounds_on_plan_ >= 1;
 }
 
 // Per pipeline: its compute-bound time this round over what it is expected to take, in units of
@@ -1025,6 +1042,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // A followed straggler measured over a few of its rounds on the plans since detection or its last
   // change, none suspected since: its slowdown has settled.
   const bool settled_straggler = !detector_.suspects() && followed_ratios_.size() >= 3;
+  constexpr int kProbeRounds = 5;  // a followed straggler's plan's rounds calibrated on a probe
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -1044,6 +1062,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     // that came, went or is followed, and did not recover) is calibrated anew on that plan's first
     // round, from the conditions last known: another plan's ratio carries that plan's error.
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
+      if (cal.plan_changed) cal.from_probe = {};  // the probe calibrated the plan before
       const bool straggling_here =
           straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
@@ -1054,9 +1073,20 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1) {
         const auto shared_calibration = calibration_on_others(d, ratios);
         cal.per_ratio = shared_calibration ? *shared_calibration : median_of_others(conditions_, d) / ratios[d];
+        cal.carried = false;
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
         cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_);
+      } else if (straggling_here && !now[d] && !cal.plan_changed &&
+                 ((cal.probed && (!cal.per_ratio || cal.carried)) ||
+                  (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
+        // The followed straggler's plan, that runs nothing at the top clock, calibrated on nothing: on the
+        // probe's conditions, over its first rounds after it (one round's ratio is as noisy as the probe).
+        if (cal.probed) cal.from_probe = {*cal.probed, 0, 0};
+        cal.carried = false;
+        cal.from_probe.ratio_sum += ratios[d];
+        ++cal.from_probe.rounds;
+        cal.per_ratio = cal.from_probe.conditions / (cal.from_probe.ratio_sum / cal.from_probe.rounds);
       } else if (straggling_here && cal.plan_changed && !now[d] && settled_straggler) {
         // The followed straggler given another plan (a retry, a step-up) with nothing at the top clock,
         // rounds after its slowdown was last detected: its conditions did not change with the plan. The
@@ -1072,6 +1102,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.start_anew(*cal.probed, ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
+        cal.carried = cal.per_ratio.has_value();
       }
       cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
@@ -1082,14 +1113,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         ++cal.noisy.rounds;
         cal.per_ratio = cal.noisy.sum / cal.noisy.rounds;
         now[d] = ratios[d] * *cal.per_ratio;
+        cal.carried = false;
       } else if (now[d]) {
         cal.per_ratio = *now[d] / ratios[d];
         cal.noisy = {};
         cal.anew_round.reset();  // measured at the top clock
+        cal.carried = false;
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
       } else if (usable) {
         cal.per_ratio = conditions_[d] / ratios[d];
+        cal.carried = false;
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1179,6 +1213,7 @@ std::optional<double> TurnkeyController::others_conditions(std::size_t d) const 
 }
 
 void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round) {
+  carried = false;
   anew_conditions = conditions;
   anew_round = round;
   per_ratio = conditions / ratio;

@@ -267,6 +267,7 @@ class TurnkeyController {
   bool measure_latency(const RoundMeasurement& m);
   void choose_for_latency();
   bool follow_baseline_changes(const std::vector<double>& measured);
+  bool straggler_wants_probe() const;
   bool follow_slowed_pipelines();
   void take_pace_change(std::size_t d, double factor);
   void note_followed_slowdown(const std::vector<double>& ratios);
@@ -389,6 +390,7 @@ class TurnkeyController {
     bool plan_changed = false;        // another plan since its last round on the plans
     bool conditions_changed = false;  // a straggler there or a recovery since then
     bool straggled = false;           // a detected straggler there in its last round on the plans
+    bool carried = false;             // per_ratio is another plan's: nothing calibrated the plan it runs
     // When per_ratio was set anew on its plan's first round, that round and the conditions it was set
     // from: the round may have run partly at a pace the pipeline is found to have changed to a few
     // rounds later (take_pace_change then sets it again from these).
@@ -402,6 +404,13 @@ class TurnkeyController {
       double sum = 0;
       int rounds = 0;
     } noisy;  // its ratios from few slots on its plan: their sum over so many rounds
+    // A followed straggler's plan that runs nothing at the top clock, calibrated on the conditions a
+    // probe measured at all-max: its ratios over the plan's first rounds after the probe (their sum).
+    struct FromProbe {
+      double conditions = 0;
+      double ratio_sum = 0;
+      int rounds = 0;
+    } from_probe;
   };
   std::vector<Calibration> calibration_;
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
@@ -414,6 +423,7 @@ class TurnkeyController {
   RetryPolicy retry_;
   int baseline_corrections_ = 0;
   int straggler_changes_ = 0;
+  int straggler_probed_ = -1;  // straggler_changes_ when a probe last measured a followed straggler at all-max
   std::unique_ptr<struct VariabilityState> variability_;
   double idle_power_sum_ = 0;
   int idle_power_rounds_ = 0;
