@@ -45,14 +45,18 @@ struct Prepared {
 // Calls `on_row` once for every row of `table` that can be read, in rowid order and then from the
 // end backwards (column 0 is the rowid, then `columns`); returns the regions it had to step over, or -1 when nothing
 // can be read.
+// `essentials`, where given, stand for `columns` in a lookup by key that cannot read all of them (a
+// damaged value or record header past the ones a reader needs, which a plain reader of those gets back).
 int walk_table(sqlite3* db, const std::string& table, const std::string& columns,
-               const std::function<void(sqlite3_stmt*)>& on_row) {
+               const std::function<void(sqlite3_stmt*)>& on_row, const std::string& essentials = "") {
   // `rowid >= after + 1`, not `rowid > after`: past a damaged page, the seek for the first key of the
   // next page works where the seek for the key before it (on the damaged page) does not.
   Prepared next(db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", columns, table));
   Prepared probe(db, fmt::format("SELECT rowid FROM {} WHERE rowid >= ?1 ORDER BY rowid LIMIT 1", table));
   Prepared exact(db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid = ?1", columns, table));
-  if (!next.ok || !probe.ok || !exact.ok) return -1;
+  Prepared essential(
+      db, fmt::format("SELECT rowid, {} FROM {} WHERE rowid = ?1", essentials.empty() ? columns : essentials, table));
+  if (!next.ok || !probe.ok || !exact.ok || !essential.ok) return -1;
   constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
   std::int64_t after = std::numeric_limits<std::int64_t>::min();
   int regions = 0, probes = 0, rows = 0;
@@ -62,8 +66,11 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
   auto look_up_between = [&](std::int64_t from, std::int64_t to) {
     constexpr std::int64_t kLookUps = 2048;
     auto look_up = [&](std::int64_t key) {
-      if (read.count(key) == 0 && ++probes < kMaxProbes && exact.read(key) == Step::row && read.insert(key).second)
-        on_row(exact.stmt), ++rows;
+      if (read.count(key) != 0 || ++probes >= kMaxProbes) return;
+      Step step = exact.read(key);
+      if (step == Step::row) return read.insert(key), on_row(exact.stmt), void(++rows);
+      if (step == Step::error && !essentials.empty() && ++probes < kMaxProbes && essential.read(key) == Step::row)
+        read.insert(key), on_row(essential.stmt), ++rows;
     };
     if (to <= from || to - from <= 2 * kLookUps) {
       for (std::int64_t key = from; key < to && probes < kMaxProbes; ++key) look_up(key);
@@ -199,20 +206,22 @@ void copy_rows(sqlite3* from, sqlite3* fresh, SalvageReport& report, std::set<st
   };
   {
     Prepared insert(fresh, "INSERT OR IGNORE INTO jobs (job_id, info, ended, end_detail) VALUES (?, ?, ?, ?)");
-    note_region("jobs", walk_table(from, "jobs", "job_id, info, ended, end_detail", [&](sqlite3_stmt* row) {
-                  auto* id_text = reinterpret_cast<const char*>(sqlite3_column_text(row, 1));
-                  auto* info_text = reinterpret_cast<const char*>(sqlite3_column_text(row, 2));
-                  std::string id = id_text ? id_text : "";
-                  if (looks_like_id(id)) seen.insert(id);
-                  try {
-                    if (info_text == nullptr || job_info_from_stored(info_text).job_id != id) return;
-                  } catch (const std::exception&) {
-                    return;  // load() would drop it: lost
-                  }
-                  sqlite3_reset(insert.stmt);
-                  for (int c = 1; c <= 4; ++c) sqlite3_bind_value(insert.stmt, c, sqlite3_column_value(row, c));
-                  if (sqlite3_step(insert.stmt) == SQLITE_DONE) kept.insert(id), ++report.rows["jobs"];
-                }));
+    auto copy_job = [&](sqlite3_stmt* row) {
+      auto* id_text = reinterpret_cast<const char*>(sqlite3_column_text(row, 1));
+      auto* info_text = reinterpret_cast<const char*>(sqlite3_column_text(row, 2));
+      std::string id = id_text ? id_text : "";
+      if (looks_like_id(id)) seen.insert(id);
+      try {
+        if (info_text == nullptr || job_info_from_stored(info_text).job_id != id) return;
+      } catch (const std::exception&) {
+        return;  // load() would drop it: lost
+      }
+      sqlite3_reset(insert.stmt);
+      for (int c = 1; c <= 4; ++c) sqlite3_bind_value(insert.stmt, c, sqlite3_column_value(row, c));
+      if (sqlite3_step(insert.stmt) == SQLITE_DONE) kept.insert(id), ++report.rows["jobs"];
+    };
+    // A registration whose end cannot be read is resumed as running (a reader of its id and info gets it).
+    note_region("jobs", walk_table(from, "jobs", "job_id, info, ended, end_detail", copy_job, "job_id, info, 0, ''"));
   }
   for (const char* table : {"ranks", "rounds"}) {
     std::string key = std::string(table) == "ranks" ? "rank" : "round";
