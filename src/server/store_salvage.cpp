@@ -97,7 +97,12 @@ int walk_table(sqlite3* db, const std::string& table, const std::string& columns
     Step first = probe.read(after + 1);
     if (first == Step::done) break;
     if (first == Step::row) {
-      after = sqlite3_column_int64(probe.stmt, 0);
+      // A damaged page that still parses can answer a seek with a key before it: walking back from
+      // there went round the same rows for ever (the walk from the end and the lookups below read
+      // what lies past it).
+      const std::int64_t skipped = sqlite3_column_int64(probe.stmt, 0);
+      if (skipped <= after) break;
+      after = skipped;
       continue;
     }
     // A damaged page: find the smallest key past it whose seek works, doubling, then halving.
