@@ -177,9 +177,10 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions) -> Outc
     first = max(n // 2 + 1, last_disturbance + 50 * ROUND + 1) if last_disturbance < n else n // 2 + 1
     first = min(first, n - 20 * ROUND + 1)
     out.window = (first, n)
-    # A disturbance that ends within the window: the loop sees a round of it ended before it reacts, so the
-    # round it ends in and the next one are left out.
-    reaction = [(b + 1, (b + ROUND - 1) // ROUND * ROUND + ROUND) for _, b in scenario.disturbances if first <= b < n]
+    # A disturbance that ends within the window, or just before it: the loop sees a round of it ended before it
+    # reacts, so the round it ends in and the next one are left out where they lie in the window.
+    reaction = [(b + 1, (b + ROUND - 1) // ROUND * ROUND + ROUND) for _, b in scenario.disturbances
+                if b < n and (b + ROUND - 1) // ROUND * ROUND + ROUND >= first]
     t, e = mean_over(reports, first, n, reaction)
     t0, e0 = mean_over(twin, first, n, reaction)
     out.true_saving, out.true_slowdown = 1 - e / e0, t / t0 - 1

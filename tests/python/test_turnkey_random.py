@@ -444,3 +444,19 @@ def test_a_straggler_detected_while_profiling_is_measured_at_all_max_once_its_pl
     detected = [d for d in decisions if d["event"] == "straggler detected"]
     assert detected and "while profiling" in detected[0]["detail"], decisions
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
+
+
+def test_the_round_after_a_disturbance_that_ends_just_before_the_window_is_left_out(drawn):
+    """Instance 5889 (zb-h1, 2 stages): pipeline 0 straggles 1.21x over iterations 656-900 and the judged window is
+    the last 100 iterations, 901-1000. The round after it ended (901-905) ran the other pipeline still paced to it,
+    20% slower than all-max: no loop sees an end before a round of it has run, and a disturbance that ends within
+    the window has that round left out; one that ends just before it has too."""
+    scenario = drawn(5889, None)
+    assert scenario.disturbances == [(656, 900)], scenario.disturbances
+    twin = [{"first_iteration": i, "last_iteration": i + 4, "iteration_time": 1.0, "energy": 100.0}
+            for i in range(1, 1001, 5)]
+    reports = [dict(r, iteration_time=1.2 if r["first_iteration"] == 901 else 1.0) for r in twin]
+    outcome = turnkey_truth.judge(BINARY, scenario, reports, twin, {}, [])
+    assert outcome.window == (901, 1000) and abs(outcome.true_slowdown) < 1e-12, outcome
+    late = [dict(r, iteration_time=1.2 if r["first_iteration"] == 906 else 1.0) for r in twin]  # a round later: counted
+    assert turnkey_truth.judge(BINARY, scenario, late, twin, {}, []).true_slowdown > 0.005
