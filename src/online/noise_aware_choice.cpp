@@ -159,6 +159,11 @@ class Chooser {
     return fastest.time < top.time ? fastest : top;
   }
 
+  // A plan's energy with the blocking until `deadline` counted.
+  double total_until(const ChosenPlan& plan, double deadline) const {
+    return plan.energy + noisy_.stages() * std::max(0.0, deadline - plan.time) * noisy_.p_block();
+  }
+
   ChosenPlan evaluated(ChosenPlan plan) const {
     const auto e = noisy_.evaluate(plan.frequencies, NoisyBatch::Detail::time).estimate;
     plan.time = e.time;
@@ -525,6 +530,42 @@ double deadline_for(const PlanningOutput& plans, double slowdown, const Variabil
 ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,
                                    const NoiseAwareOptions& options) {
   return Chooser(plans, v, options).choose(deadline);
+}
+
+AllowedChoice choose_within_allowance(const PlanningOutput& plans, double slowdown, const Variability& v,
+                                      const NoiseAwareOptions& options) {
+  Chooser chooser(plans, v, options);
+  const ChosenPlan top_noisy = chooser.all_max();
+  AllowedChoice out;
+  out.deadline = deadline_for(plans, slowdown, v, options);
+  const double reference = slowdown * top_noisy.time;
+  out.allowance = reference > 0 ? out.deadline / reference - 1 : 0;
+  out.plan = chooser.choose(out.deadline);
+  if ((options.wide_allowance <= options.allowance && options.wide_max_allowance <= options.max_allowance) ||
+      v.max() <= 0)
+    return out;
+  const ChosenPlan top = all_max(plans);
+  const ChosenPlan noise_free = choose_plan(plans, slowdown * top.time);
+  out.noise_free_saving = 1 - noise_free.energy / top.energy;
+  out.saving = out.narrow_saving = 1 - out.plan.energy / top_noisy.energy;
+  if (out.noise_free_saving <= 0 || out.saving >= (1 - options.widen_at) * out.noise_free_saving) return out;
+  NoiseAwareOptions wide = options;
+  wide.allowance = std::max(options.allowance, options.wide_allowance);
+  wide.max_allowance = std::max(options.max_allowance, options.wide_max_allowance);
+  const double wide_deadline = deadline_for(plans, slowdown, v, wide);
+  ChosenPlan widened = chooser.choose(wide_deadline);
+  const double total = chooser.total_until(top_noisy, wide_deadline);
+  const double further =
+      (chooser.total_until(out.plan, wide_deadline) - chooser.total_until(widened, wide_deadline)) / total;
+  const double given_up = std::max(0.0, (widened.time - out.plan.time) / top_noisy.time);
+  if (further > 0 && further >= options.wide_return * given_up) {
+    out.plan = std::move(widened);
+    out.deadline = wide_deadline;
+    out.allowance = reference > 0 ? wide_deadline / reference - 1 : 0;
+    out.widened = true;
+    out.saving = 1 - out.plan.energy / top_noisy.energy;
+  }
+  return out;
 }
 
 ChosenPlan step_up(const PlanningOutput& plans, const ChosenPlan& current, double deadline, const Variability& v,

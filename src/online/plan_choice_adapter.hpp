@@ -43,11 +43,30 @@ inline NoiseAwareOptions for_pipelines(int pipelines) {
   return o;
 }
 
-// The cheapest plan that meets `deadline` (noise-free terms) under the measured variability.
+// The cheapest plan that meets `deadline` (noise-free terms) under the measured variability, the
+// allowance widened where the noise costs much of the saving (choose_within_allowance); its time in
+// the terms of the deadline it was chosen for.
+inline AllowedChoice choose_within_allowance(const PlanningOutput& plans, double deadline, const Variability& v,
+                                             const NoiseAwareOptions& options) {
+  const double nominal = plans.all_max().time;
+  NoiseAwareOptions o = options;
+  o.pipelines = std::max(o.pipelines, 1);
+  if (nominal <= 0 || deadline <= 0) {
+    NoiseSeam seam(plans, v, o);
+    AllowedChoice out;
+    out.plan = seam.from_noisy(online::choose_plan_under_noise(plans, deadline * seam.to_noisy, v, seam.options));
+    out.deadline = deadline;
+    return out;
+  }
+  AllowedChoice chosen = online::choose_within_allowance(plans, deadline / nominal, v, o);
+  chosen.plan.time *= deadline / chosen.deadline;
+  chosen.deadline = deadline;
+  return chosen;
+}
+
 inline ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,
                                           const NoiseAwareOptions& options) {
-  NoiseSeam seam(plans, v, options);
-  return seam.from_noisy(online::choose_plan_under_noise(plans, deadline * seam.to_noisy, v, seam.options));
+  return plan_choice::choose_within_allowance(plans, deadline, v, options).plan;
 }
 
 // The cheapest plan faster than `current` that the corrected `deadline` allows; all-max only when

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -60,6 +61,7 @@ struct TargetChoice {
   ChosenPlan plan;
   double caution_factor = 1;
   std::optional<double> top_spread;  // at deployment: all-max's iteration time's relative stddev under the noise
+  std::string widened;               // what widened the noise's allowance, when it did (empty: it did not)
 };
 
 // Every pipeline's plan: index into paced (-1: the target plan, kLeadPlan: lead_plan).

@@ -780,7 +780,15 @@ void TurnkeyController::deploy_plan() {
   choose(
       DecisionEvent::deployed,
       [deadline](const ChoiceContext& c) {
-        TargetChoice out{plan_choice::choose_plan_under_noise(*c.plans, deadline, c.cautious(), target_options(c))};
+        const NoiseAwareOptions options = target_options(c);
+        const AllowedChoice chosen = plan_choice::choose_within_allowance(*c.plans, deadline, c.cautious(), options);
+        TargetChoice out{chosen.plan};
+        if (chosen.widened)
+          out.widened = fmt::format(
+              " with {:.2f}% of all-max's time allowed for the noise (within {:.2g}% the plan would save "
+              "{:.2f}% of the noise-free {:.2f}%; this one {:.2f}%)",
+              100 * chosen.allowance, 100 * options.max_allowance, 100 * chosen.narrow_saving,
+              100 * chosen.noise_free_saving, 100 * chosen.saving);
         // How much one pipeline's all-max iteration varies under the measured noise: how much later
         // the slowest of several pipelines ends than any one (the reference's stretch under changed paces).
         const auto top = expected_time_and_energy(*c.plans, all_max(*c.plans).frequencies, c.variability, {});
@@ -795,7 +803,7 @@ void TurnkeyController::deployed() {
                      ? fmt::format("planning found no frontier ({}): all-max",
                                    plans_->record.stop_reason.empty() ? "no reason given" : plans_->record.stop_reason)
                  : target_plan_->is_all_max() ? "no plan but all-max is predicted to meet the target"
-                                              : "the cheapest plan predicted to meet the target";
+                                              : "the cheapest plan predicted to meet the target" + target_widened_;
   if (plans_->record.points.empty())
     decide(DecisionEvent::no_frontier,
            fmt::format("still no frontier point after planning {} times: running all-max", replans_ + 1));
@@ -919,6 +927,7 @@ void TurnkeyController::take_choice() {
     if (const ChosenPlan* plan = plan_of(d)) before.push_back(plan->frequencies);
   if (result.target) {
     target_plan_ = std::move(result.target->plan);
+    target_widened_ = result.target->widened;
     caution_ *= result.target->caution_factor;
     if (result.target->top_spread) pace_model_ = PaceModel(*result.target->top_spread);
     deployed_once_ = false;

@@ -381,6 +381,71 @@ TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
   EXPECT_GT(cluster(ideal.frequencies).first / base_time - 1, 0.004);
 }
 
+// GPipe on GPT-3 175B's A100 profile: long rows of microbatches make every staircase path near-critical.
+const PlanningOutput& gpipe_plans() {
+  static const PlanningOutput plans = [] {
+    PlanningInput input;
+    input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
+    input.config.num_stages = 8;
+    input.config.num_microbatches = 16;
+    input.config.schedule = ScheduleKind::gpipe;
+    input.config.p_block = kA100BlockingPowerW;
+    input.config.unit_time = automatic_unit_time(input.profile);
+    return plan_online(input);
+  }();
+  return plans;
+}
+
+TEST(ChooseWithinAllowance, WidensWhereTheNoiseCostsMuchOfTheSavingAndTheTimeBuysIt) {
+  const PlanningOutput& plans = gpipe_plans();
+  const auto v = Variability::uniform(8, 0.02);
+  NoiseAwareOptions options;
+  options.pipelines = 2;
+  const AllowedChoice narrow = [&] {
+    NoiseAwareOptions o = options;
+    o.wide_allowance = o.allowance;  // never wider
+    o.wide_max_allowance = o.max_allowance;
+    return choose_within_allowance(plans, 1, v, o);
+  }();
+  EXPECT_FALSE(narrow.widened);
+  EXPECT_DOUBLE_EQ(narrow.deadline, deadline_for(plans, 1, v, options));
+  const auto top = expected_time_and_energy(plans, all_max(plans).frequencies, v, options);
+  const double noise_free_saving = 1 - choose_plan(plans, plans.all_max().time).energy / plans.all_max().energy;
+  ASSERT_LT(1 - narrow.plan.energy / top.energy, (1 - options.widen_at) * noise_free_saving);
+
+  const AllowedChoice wide = choose_within_allowance(plans, 1, v, options);
+  ASSERT_TRUE(wide.widened);
+  EXPECT_LE(wide.plan.time, wide.deadline * (1 + 1e-12));
+  EXPECT_LE(wide.deadline, top.time * (1 + options.wide_max_allowance) * (1 + 1e-12));
+  EXPECT_NEAR(wide.allowance, wide.deadline / top.time - 1, 1e-12);
+  EXPECT_GT(wide.deadline, narrow.deadline);
+  const double further = (total(plans, narrow.plan.time, narrow.plan.energy, wide.deadline) -
+                          total(plans, wide.plan.time, wide.plan.energy, wide.deadline)) /
+                         total(plans, top.time, top.energy, wide.deadline);
+  EXPECT_GE(further, options.wide_return * (wide.plan.time - narrow.plan.time) / top.time);
+  EXPECT_GT(narrow.plan.energy - wide.plan.energy, 0.003 * top.energy);  // 0.46% of all-max's energy here
+
+  // A return it cannot give keeps the narrow plan.
+  options.wide_return = 1e6;
+  const AllowedChoice kept = choose_within_allowance(plans, 1, v, options);
+  EXPECT_FALSE(kept.widened);
+  EXPECT_EQ(kept.plan.frequencies, narrow.plan.frequencies);
+}
+
+TEST(ChooseWithinAllowance, NeverWidensWithoutNoiseOrWhereTheNoiseCostsLittle) {
+  const PlanningOutput& plans = gpipe_plans();
+  const AllowedChoice quiet = choose_within_allowance(plans, 1, Variability::uniform(8, 0), {});
+  EXPECT_FALSE(quiet.widened);
+  EXPECT_EQ(quiet.plan.frequencies,
+            choose_plan_under_noise(plans, plans.all_max().time, Variability::uniform(8, 0), {}).frequencies);
+  // The small pipeline at a noise that costs it little of its saving.
+  const auto& small = small_plans();
+  const auto v = Variability::uniform(4, 0.002);
+  const AllowedChoice calm = choose_within_allowance(small, 1, v, {});
+  EXPECT_FALSE(calm.widened);
+  EXPECT_EQ(calm.plan.frequencies, choose_plan_under_noise(small, deadline_for(small, 1, v, {}), v, {}).frequencies);
+}
+
 Profile one_stage_profile(double shortest) {
   std::string csv = "stage,instruction,frequency,time,energy\n";
   csv += fmt::format("0,forward,1410,{},20\n0,forward,1200,{},18\n", shortest, shortest * 1.1);

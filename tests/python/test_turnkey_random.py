@@ -460,3 +460,15 @@ def test_the_round_after_a_disturbance_that_ends_just_before_the_window_is_left_
     assert outcome.window == (901, 1000) and abs(outcome.true_slowdown) < 1e-12, outcome
     late = [dict(r, iteration_time=1.2 if r["first_iteration"] == 906 else 1.0) for r in twin]  # a round later: counted
     assert turnkey_truth.judge(BINARY, scenario, late, twin, {}, []).true_slowdown > 0.005
+
+
+def test_where_the_noise_costs_much_of_the_saving_its_allowance_widens(drawn):
+    """Instance 3557 (GPipe, 5 stages of GPT-3 175B on A40, 6 microbatches, noise 0.0175, undisturbed). GPipe's rows of
+    microbatches make many paths near-critical; within 0.15% of all-max's expected time the plans kept 2.8% of the
+    noise-free 3.9% saving, and the loop 66% of the ideal. The allowance widens to 0.3% where the noise costs more
+    than 8% of the saving and the time buys at least three times its share in energy."""
+    scenario = drawn(3557, None)
+    assert flag(scenario, "--noise") == ["0.0175"] and not scenario.disturbances, scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert outcome.share >= 0.8 and outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
+    assert "allowed for the noise" in outcome.reason, outcome.reason

@@ -420,6 +420,7 @@ class TurnkeyController {
   bool moved_since_all_max_ = false;
   PaceModel pace_model_;
   std::string plan_reason_;
+  std::string target_widened_;  // TargetChoice::widened of the target plan
   RetryPolicy retry_;
   int baseline_corrections_ = 0;
   int straggler_changes_ = 0;
