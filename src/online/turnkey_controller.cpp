@@ -1052,6 +1052,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // change, none suspected since: its slowdown has settled.
   const bool settled_straggler = !detector_.suspects() && followed_ratios_.size() >= 3;
   constexpr int kProbeRounds = 5;  // a followed straggler's plan's rounds calibrated on a probe
+  // A plan's time over its prediction within this of its round before: it ran as it did then (one
+  // round's ratio varies by a few tenths of this under noise of 0.02).
+  constexpr double kSameRatio = 0.005;
+  const auto ran_as_before = [](const Calibration& cal, double ratio) {
+    return cal.last_ratio > 0 && std::abs(ratio / cal.last_ratio - 1) < kSameRatio;
+  };
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
     const bool steady_only = steady[d] != 0;
@@ -1103,11 +1109,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
         cal.start_anew(conditions_[d], ratios[d], round_);
       } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
-                 !moved(ratios[d] * *cal.per_ratio, *cal.probed)) {
+                 (!moved(ratios[d] * *cal.per_ratio, *cal.probed) || ran_as_before(cal, ratios[d]))) {
         // Its plan runs nothing at the top clock, calibrated on one round of it (or of a plan before),
         // and a probe just measured its conditions at all-max: calibrated anew on those (a calibration
         // 1.5% off, carried from plan to plan, read the conditions about that far off up to the probe and
-        // after it).
+        // after it). Far from them too where the plan ran as in its round before the probe: its
+        // conditions did not change around the probe, its calibration was off (one started anew from
+        // a cluster's conditions that a pipeline's change of pace, not yet taken in, moved: 4.5%).
         cal.start_anew(*cal.probed, ratios[d], round_);
       } else if (cal.plan_changed) {
         cal.anew_round.reset();

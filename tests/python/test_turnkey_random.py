@@ -472,3 +472,18 @@ def test_where_the_noise_costs_much_of_the_saving_its_allowance_widens(drawn):
     outcome, decisions = judged(scenario)
     assert outcome.share >= 0.8 and outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
     assert "allowed for the noise" in outcome.reason, outcome.reason
+
+
+def test_a_probe_recalibrates_a_paced_plan_that_ran_as_before_it(drawn):
+    """Instance 6464 (ZBV, 3 stages, noise 0.0154): pipeline 0 runs 1.18x slow from the start (part of the baseline),
+    1.10x slower on top from iteration 101, and recovers from the first at 322. In the round it recovered, before
+    its change of pace was taken in, the other pipeline's new plan was calibrated on the cluster's conditions as the
+    two measured them, 4.5% low; an all-max probe later measured that pipeline at 1.00, but 4.5% is far from what
+    the plan read, so the probe was taken for a change of conditions and the reference's energy stayed 1.6% low
+    (the reported saving 1.2 points under the truth). A plan that ran as in its round before the probe did not see
+    its conditions change: it is calibrated anew on the probe's."""
+    scenario = drawn(6464, None)
+    assert flag(scenario, "--straggler") == ["0:1.182@1-322", "0:1.099@101"], scenario.simulate_args
+    outcome, _ = judged(scenario)
+    assert abs(outcome.reported_saving - outcome.true_saving) <= 0.005, outcome
+    assert outcome.history_saving_error <= 0.005 and outcome.passes() == [], outcome
