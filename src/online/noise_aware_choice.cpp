@@ -108,6 +108,11 @@ NoisyBatch noisy_batch(const PlanningOutput& plans, const Variability& v, const 
   return NoisyBatch(checked_emulator(plans), batch_options(v, options));
 }
 
+// deadline_for's deadline from all-max's estimate under the noise.
+double deadline_from(const NoisyEstimate& top, double slowdown, const NoiseAwareOptions& options) {
+  return slowdown * (top.time + std::min(options.allowance * top.time_stddev, options.max_allowance * top.time));
+}
+
 // One search for a deadline: frontier plans, repaired plans, all-max, judged by one NoisyBatch.
 class Chooser {
  public:
@@ -159,9 +164,9 @@ class Chooser {
     return fastest.time < top.time ? fastest : top;
   }
 
-  // A plan's energy with the blocking until `deadline` counted.
-  double total_until(const ChosenPlan& plan, double deadline) const {
-    return plan.energy + noisy_.stages() * std::max(0.0, deadline - plan.time) * noisy_.p_block();
+  // An energy with the blocking from `time` until `deadline` counted.
+  double total_until(double time, double energy, double deadline) const {
+    return energy + noisy_.stages() * std::max(0.0, deadline - time) * noisy_.p_block();
   }
 
   ChosenPlan evaluated(ChosenPlan plan) const {
@@ -174,6 +179,11 @@ class Chooser {
   ChosenPlan all_max() const {
     ChosenPlan top = online::all_max(plans_);
     return evaluated(std::move(top));
+  }
+
+  // All-max's expected time and energy and their spread under the noise (deadline_from's reference).
+  NoisyEstimate all_max_estimate() const {
+    return noisy_.evaluate(online::all_max(plans_).frequencies, NoisyBatch::Detail::time).estimate;
   }
 
  private:
@@ -523,8 +533,7 @@ double expected_all_max_time(const PlanningOutput& plans, const Variability& v, 
 
 double deadline_for(const PlanningOutput& plans, double slowdown, const Variability& v,
                     const NoiseAwareOptions& options) {
-  const auto top = expected_time_and_energy(plans, all_max(plans).frequencies, v, options);
-  return slowdown * (top.time + std::min(options.allowance * top.time_stddev, options.max_allowance * top.time));
+  return deadline_from(expected_time_and_energy(plans, all_max(plans).frequencies, v, options), slowdown, options);
 }
 
 ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline, const Variability& v,
@@ -535,35 +544,35 @@ ChosenPlan choose_plan_under_noise(const PlanningOutput& plans, double deadline,
 AllowedChoice choose_within_allowance(const PlanningOutput& plans, double slowdown, const Variability& v,
                                       const NoiseAwareOptions& options) {
   Chooser chooser(plans, v, options);
-  const ChosenPlan top_noisy = chooser.all_max();
+  const NoisyEstimate top = chooser.all_max_estimate();
   AllowedChoice out;
-  out.deadline = deadline_for(plans, slowdown, v, options);
-  const double reference = slowdown * top_noisy.time;
+  out.deadline = deadline_from(top, slowdown, options);
+  const double reference = slowdown * top.time;
   out.allowance = reference > 0 ? out.deadline / reference - 1 : 0;
   out.plan = chooser.choose(out.deadline);
   if ((options.wide_allowance <= options.allowance && options.wide_max_allowance <= options.max_allowance) ||
       v.max() <= 0)
     return out;
-  const ChosenPlan top = all_max(plans);
-  const ChosenPlan noise_free = choose_plan(plans, slowdown * top.time);
-  out.noise_free_saving = 1 - noise_free.energy / top.energy;
-  out.saving = out.narrow_saving = 1 - out.plan.energy / top_noisy.energy;
+  const ChosenPlan top_noise_free = all_max(plans);
+  const ChosenPlan noise_free = choose_plan(plans, slowdown * top_noise_free.time);
+  out.noise_free_saving = 1 - noise_free.energy / top_noise_free.energy;
+  out.saving = out.narrow_saving = 1 - out.plan.energy / top.energy;
   if (out.noise_free_saving <= 0 || out.saving >= (1 - options.widen_at) * out.noise_free_saving) return out;
   NoiseAwareOptions wide = options;
   wide.allowance = std::max(options.allowance, options.wide_allowance);
   wide.max_allowance = std::max(options.max_allowance, options.wide_max_allowance);
-  const double wide_deadline = deadline_for(plans, slowdown, v, wide);
+  const double wide_deadline = deadline_from(top, slowdown, wide);
   ChosenPlan widened = chooser.choose(wide_deadline);
-  const double total = chooser.total_until(top_noisy, wide_deadline);
+  const auto total = [&](double time, double energy) { return chooser.total_until(time, energy, wide_deadline); };
   const double further =
-      (chooser.total_until(out.plan, wide_deadline) - chooser.total_until(widened, wide_deadline)) / total;
-  const double given_up = std::max(0.0, (widened.time - out.plan.time) / top_noisy.time);
+      (total(out.plan.time, out.plan.energy) - total(widened.time, widened.energy)) / total(top.time, top.energy);
+  const double given_up = std::max(0.0, (widened.time - out.plan.time) / top.time);
   if (further > 0 && further >= options.wide_return * given_up) {
     out.plan = std::move(widened);
     out.deadline = wide_deadline;
     out.allowance = reference > 0 ? wide_deadline / reference - 1 : 0;
     out.widened = true;
-    out.saving = 1 - out.plan.energy / top_noisy.energy;
+    out.saving = 1 - out.plan.energy / top.energy;
   }
   return out;
 }
