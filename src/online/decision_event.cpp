@@ -68,6 +68,8 @@ std::string_view to_string(DecisionEvent event) {
       return "paced to the pipelines' new speeds";
     case DecisionEvent::pipeline_slowed:
       return "pipeline slowed";
+    case DecisionEvent::behind_the_straggler:
+      return "unpaced behind the straggler";
     case DecisionEvent::paced:
       return "paced";
     case DecisionEvent::pace_lifted:

@@ -187,6 +187,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     if (std::find(lead.begin(), lead.end(), d) != lead.end()) continue;
     groups[static_cast<long>(std::floor(std::log(slowest / top[d]) / std::log1p(kBin)))].push_back(d);
   }
+  if (c.unpaced) groups.clear();
   if (!lead.empty()) {  // those at about the pace setters' pace: a plan each
     draws_alike = std::max<std::size_t>(lead_options(c, lead, top, true).speeds.size(), 2);
     std::map<long, std::vector<std::size_t>> regrouped;

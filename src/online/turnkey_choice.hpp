@@ -36,7 +36,10 @@ struct ChoiceContext {
   // predicted); the others are paced as if the straggler ended that much sooner.
   double pace_miss = 1;
   std::optional<double> budget_pace;  // a power budget's pace (model seconds)
-  std::optional<ChosenPlan> target;   // the target plan, when not chosen anew
+  // A pipeline paced to the straggler fell behind it: every pipeline but the straggler runs the target
+  // plan until the straggler detector tells what changed.
+  bool unpaced = false;
+  std::optional<ChosenPlan> target;  // the target plan, when not chosen anew
 
   Variability cautious() const;
 };

@@ -883,6 +883,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.lead_deadline = c.deadline / miss_;
   c.pace_miss = pace_miss_;
   if (pace_) c.budget_pace = *pace_ / scale_;
+  c.unpaced = unpaced_behind_;
   c.target = target_plan_;
   return c;
 }
@@ -1058,8 +1059,29 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto ran_as_before = [](const Calibration& cal, double ratio) {
     return cal.last_ratio > 0 && std::abs(ratio / cal.last_ratio - 1) < kSameRatio;
   };
+  // A plan calibrated anew is calibrated on the mean of its ratios over its first rounds, up to this
+  // many, as long as each lies within the noise of their mean (two standard deviations of one
+  // round's, at least kSameRatio): a change of conditions beyond that ends it (half a 1% step of the
+  // cluster's within a round lies within three).
+  constexpr int kAnewRounds = 6;
+  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
+  const auto agrees = [&](double ratio, double mean) {
+    return mean > 0 && std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma);
+  };
+  // A plan's second round after it was calibrated anew on a change of plan moved clearly from its first,
+  // which had moved from what the plan before's calibration expected by more than two plans' errors
+  // differ, the same way.
+  const auto began_in_a_change = [&](const Calibration& cal, double ratio) {
+    constexpr double kPlansApart = 0.01;
+    const double first = cal.since_anew.ratio_sum, before = cal.since_anew.before;
+    if (before <= 0 || first <= 0) return false;
+    const double expected = cal.anew_conditions / before;
+    return moved(ratio, first) && std::abs(first / expected - 1) > kPlansApart &&
+           (ratio - first) * (first - expected) > 0;
+  };
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
+    bool averaged = false;
     const bool steady_only = steady[d] != 0;
     // An all-max round measures each pipeline's conditions at the top clock: its next plan is
     // calibrated from those, whatever came or went before (a straggler slow in the baseline that
@@ -1091,7 +1113,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.carried = false;
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
+        const double before = *cal.per_ratio;
         cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_);
+        cal.since_anew.before = before;
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
                  ((cal.probed && (!cal.per_ratio || cal.carried)) ||
                   (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
@@ -1109,18 +1133,40 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
         cal.start_anew(conditions_[d], ratios[d], round_);
       } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
-                 (!moved(ratios[d] * *cal.per_ratio, *cal.probed) || ran_as_before(cal, ratios[d]))) {
+                 (cal.last_ratio > 0 ? ran_as_before(cal, ratios[d])
+                                     : !moved(ratios[d] * *cal.per_ratio, *cal.probed))) {
         // Its plan runs nothing at the top clock, calibrated on one round of it (or of a plan before),
-        // and a probe just measured its conditions at all-max: calibrated anew on those (a calibration
-        // 1.5% off, carried from plan to plan, read the conditions about that far off up to the probe and
-        // after it). Far from them too where the plan ran as in its round before the probe: its
-        // conditions did not change around the probe, its calibration was off (one started anew from
-        // a cluster's conditions that a pipeline's change of pace, not yet taken in, moved: 4.5%).
+        // and a probe just measured its conditions at all-max, the plan running as in its round before
+        // the probe: its conditions did not change around the probe, so where its calibration says
+        // otherwise the calibration was off (carried from plan to plan 1.5% off; started anew from a
+        // cluster's conditions that a pipeline's change of pace, not yet taken in, moved: 4.5%), and it
+        // is calibrated anew on the probe. A plan that ran otherwise than before the probe keeps its
+        // calibration: its conditions changed around the probe, maybe within it (a probe that measured
+        // half a 1.5% step calibrated the step away, and the conditions read 1.5% low from then on).
         cal.start_anew(*cal.probed, ratios[d], round_);
+      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && cal.since_anew.rounds > 0 &&
+                 cal.since_anew.rounds < kAnewRounds &&
+                 agrees(ratios[d], cal.since_anew.ratio_sum / cal.since_anew.rounds)) {
+        // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
+        // calibrated on their mean ratio.
+        cal.since_anew.ratio_sum += ratios[d];
+        ++cal.since_anew.rounds;
+        cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
+        averaged = true;
+      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && cal.since_anew.rounds == 1 &&
+                 began_in_a_change(cal, ratios[d])) {
+        // Its new plan's first round ran off what the plan before's calibration expected, and its second
+        // further off the same way: its GPUs' pace changed within the first round (a pipeline recovering
+        // as its plan changed; calibrated on that round, its conditions read 2.7% slow for good), not
+        // the plan's error. It runs on the plan before's calibration until something measures it anew.
+        cal.per_ratio = cal.since_anew.before;
+        cal.carried = true;
+        cal.anew_round.reset();
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
         cal.carried = cal.per_ratio.has_value();
       }
+      if (!averaged && cal.since_anew.first_round != round_) cal.since_anew = {};
       cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
@@ -1141,6 +1187,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable) {
         cal.per_ratio = conditions_[d] / ratios[d];
         cal.carried = false;
+        cal.anew_conditions = conditions_[d];
+        cal.since_anew = {ratios[d], 1, round_};
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1234,6 +1282,7 @@ void TurnkeyController::Calibration::start_anew(double conditions, double ratio,
   anew_conditions = conditions;
   anew_round = round;
   per_ratio = conditions / ratio;
+  since_anew = {ratio, 1, round};
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's
@@ -1410,9 +1459,15 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
   compute_time_sums_.resize(m.pipeline_time.size(), 0.0);
   for (std::size_t d = 0; d < m.pipeline_time.size(); ++d) compute_time_sums_[d] += m.pipeline_time[d];
 
+  const bool was_unpaced = std::exchange(unpaced_behind_, false);
   if (observe_straggler(m, ratios))
     return assign_plans(detector_.current() ? DecisionEvent::slowed_to_straggler : DecisionEvent::back_to_target_plan);
   if (follow_slowed_pipelines()) return assign_plans(DecisionEvent::paced_to_new_speeds);
+  if (fell_behind_the_straggler(ratios)) {
+    unpaced_behind_ = true;
+    return assign_plans(DecisionEvent::back_to_target_plan);
+  }
+  if (was_unpaced) return assign_plans(DecisionEvent::slowed_to_straggler);  // it ran as paced again
   if (follow_baseline_changes(ratios)) {
     // A target at all-max was what the pace setter's GPUs allowed; the GPUs that set the pace now may
     // allow a saving plan. (Another target stays: its rounds judge it, and a plan chosen anew on a
@@ -1592,6 +1647,32 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
   return changed;
 }
 
+// A pipeline paced to a detected straggler that ran slower than its plan by more than the straggler
+// threshold in a round in which the straggler ran as followed (its GPUs slowed: it ended the iteration
+// after the straggler, and training ran that much slower than all-max would): the detector confirms
+// it a round later, and every round on the paced plans until then costs as much. In that round every
+// pipeline but the straggler runs the target plan (no slower than all-max on GPUs that ran as
+// before); the round after, the detector's verdict assigns the plans again. Not in a plan's first
+// round, which may have run part of it on the plan before, nor under a power budget's pace, which the
+// target plans would exceed.
+bool TurnkeyController::fell_behind_the_straggler(const std::vector<double>& ratios) {
+  if (!straggler_is_a_change() || straggler_->told || !straggler_->pipeline || rounds_on_plan_ < 2 || paced())
+    return false;
+  const auto s = static_cast<std::size_t>(*straggler_->pipeline);
+  const double threshold = config_.detector.threshold;
+  if (s >= ratios.size() || straggler_->slowdown <= 0 || std::abs(ratios[s] / straggler_->slowdown - 1) > threshold / 2)
+    return false;
+  for (std::size_t d = 0; d < ratios.size(); ++d) {
+    if (d == s || ratios[d] <= 1 + threshold) continue;
+    decide(DecisionEvent::behind_the_straggler,
+           fmt::format("pipeline {} ran {:.3f}x its plan's prediction while pipeline {} ran as followed: the others "
+                       "run the target plan until the straggler detector tells what changed",
+                       d, ratios[d], s));
+    return true;
+  }
+  return false;
+}
+
 // A detected straggler's slowdown is one round's (its ratio over the others' where detection confirmed
 // it, a few tenths of a point off under noise); its rounds on the plans since, each its time over its
 // plan's prediction against the others', tell it more precisely. The first round on new plans is left
@@ -1638,6 +1719,7 @@ void TurnkeyController::take_pace_change(std::size_t d, double factor) {
     if (cal.anew_round && round_ - *cal.anew_round <= fresh && cal.last_ratio > 0 && !changed_already)
       cal.per_ratio = cal.anew_conditions * factor / cal.last_ratio;
     cal.anew_round.reset();
+    cal.since_anew = {};
     if (cal.per_ratio) *cal.per_ratio *= factor;
     cal.noisy.sum *= factor;
     cal.conditions_changed = true;

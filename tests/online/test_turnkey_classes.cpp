@@ -554,6 +554,33 @@ TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNew
   }
 }
 
+// A pipeline paced to a straggler that slows in a round the straggler runs as followed ends that
+// round after the straggler; confirming it takes the detector another round, which on the paced plans
+// would run as slow again. That round every pipeline but the straggler runs the target plan instead:
+// no slower than all-max, slowing in mid-round or at its start, by less than the straggler or more.
+TEST(TurnkeyClasses, APipelineFallingBehindTheStragglerRunsTheTargetPlanUntilItIsConfirmed) {
+  for (const double slowed : {1.12, 1.25}) {
+    for (const int from : {0, 2}) {  // the iteration of round 60 it slows from
+      auto cluster = small_cluster();
+      cluster.noise = 0.002;
+      cluster.factor = [slowed, from](int d, int r, int i) {
+        if (d == 1) return r >= 30 ? 1.18 : 1.0;
+        return r > 60 || (r == 60 && i >= from) ? slowed : 1.0;
+      };
+      TurnkeyController c(config(), cluster.shape());
+      auto r = run(c, cluster, 90);
+      const std::string where = "slowed " + std::to_string(slowed) + " from iteration " + std::to_string(from) +
+                                " of its first round: " + events(c);
+      EXPECT_TRUE(has(c, "straggler detected")) << where;
+      // Slower than the straggler from a round's start, the straggler is no longer the slowest: cleared.
+      EXPECT_TRUE(has(c, "unpaced behind the straggler") || (slowed > 1.18 && from == 0)) << where;
+      EXPECT_LE(r.slowdown(61, 62), 0.01) << where;  // the round after the first it ran slow in
+      EXPECT_LE(r.slowdown(75, 90), 0.005) << where;
+      expect_reported_true(c, r, where);
+    }
+  }
+}
+
 // Four pipelines, one a straggler; another slows for a while, more than the straggler, and is given a
 // plan for its new pace; meanwhile the straggler slows further and every pipeline gets a new plan. The
 // conditions the slowed pipeline measures are the cluster's times its own slowdown: taken for the

@@ -42,6 +42,7 @@ enum class DecisionEvent {
   faster_pace_for_straggler,
   paced_to_new_speeds,
   pipeline_slowed,
+  behind_the_straggler,
   // The cluster's power budget.
   paced,
   pace_lifted,

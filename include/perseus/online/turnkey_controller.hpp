@@ -269,6 +269,7 @@ class TurnkeyController {
   bool follow_baseline_changes(const std::vector<double>& measured);
   bool straggler_wants_probe() const;
   bool follow_slowed_pipelines();
+  bool fell_behind_the_straggler(const std::vector<double>& ratios);
   void take_pace_change(std::size_t d, double factor);
   void note_followed_slowdown(const std::vector<double>& ratios);
   double followed_slowdown() const;
@@ -400,6 +401,15 @@ class TurnkeyController {
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     // Calibrated anew on this round of a new plan, from `conditions` as then known.
     void start_anew(double conditions, double ratio, int round);
+    // Its plan's ratios since it was calibrated anew, while they agree (their sum, their count; none
+    // once one did not, or anything changed): one round's ratio is a few tenths of a percent off
+    // under noise on a short pipeline, and the calibration from it would carry that to every round.
+    struct SinceAnew {
+      double ratio_sum = 0;
+      int rounds = 0;
+      int first_round = -1;
+      double before = 0;  // started anew on a change of plan: the calibration of the plan before
+    } since_anew;
     struct Noisy {
       double sum = 0;
       int rounds = 0;
@@ -448,6 +458,7 @@ class TurnkeyController {
   int replans_ = 0;                         // plannings again after one found no frontier
   std::optional<Profile> planned_profile_;  // what the last planning planned from
   int rounds_on_plan_ = 0;
+  bool unpaced_behind_ = false;  // the plans of this round were assigned unpaced (fell_behind_the_straggler)
   DeployedRounds report_;
   std::vector<double> judged_;  // the rounds on the current plans: time over the reference's
   std::string latency_said_;    // what the last measurement of the clock latency found
