@@ -61,53 +61,64 @@ std::string percent_interval(const json& ci) {
 
 void print(const std::string& text) { std::fputs(text.c_str(), stdout); }
 
+// A field of a reply, null where the server left it out (a const json's operator[] on a missing key
+// is undefined behaviour: a status that lacked one crashed now and then).
+const json& field(const json& object, const char* key) {
+  static const json missing;
+  if (!object.is_object()) return missing;
+  auto it = object.find(key);
+  return it == object.end() ? missing : *it;
+}
+
 // What the turnkey scheduler (Perseus) adds: baseline, profiling, plan, measured, straggler.
 void print_turnkey(const json& job) {
-  if (const json& b = job["baseline"]; b.is_object())
-    print(fmt::format("  baseline (all-max, measured): {}{} and {} per iteration{}\n", number(b["iteration_time"], "s"),
-                      interval(b.value("iteration_time_ci", json()), "s"), number(b["energy"], "J"),
-                      b.contains("rounds")
-                          ? fmt::format(" over {} rounds ({} left out, {} probes since)", b.value("rounds", 0),
-                                        b.value("rejected", 0), b.value("probes", 0))
-                          : ""));
-  if (const json& s = job.contains("schedule") ? job["schedule"] : json(); s.is_object())
+  if (const json& b = field(job, "baseline"); b.is_object())
+    print(fmt::format(
+        "  baseline (all-max, measured): {}{} and {} per iteration{}\n", number(field(b, "iteration_time"), "s"),
+        interval(b.value("iteration_time_ci", json()), "s"), number(field(b, "energy"), "J"),
+        b.contains("rounds") ? fmt::format(" over {} rounds ({} left out, {} probes since)", b.value("rounds", 0),
+                                           b.value("rejected", 0), b.value("probes", 0))
+                             : ""));
+  if (const json& s = job.contains("schedule") ? field(job, "schedule") : json(); s.is_object())
     print(fmt::format("  schedule: {}, {} microbatches, {} model chunk(s) per stage\n", s.value("kind", ""),
                       s.value("microbatches", 0), s.value("virtual_stages", 1)));
-  if (const json& p = job["profiling"]; p.is_object())
+  if (const json& p = field(job, "profiling"); p.is_object())
     print(fmt::format("  profiling: {}/{} clocks, {} rounds (one round per clock: {}){}\n", p.value("clocks_done", 0),
                       p.value("clocks_total", 0), p.value("rounds", 0), p.value("clocks_available", 0),
                       p.value("reused", false) ? fmt::format(", profile reused from {}", p.value("profile", "")) : ""));
-  if (const json& p = job["plan"]; p.is_object())
+  if (const json& p = field(job, "plan"); p.is_object())
     print(fmt::format("  plan: {}, predicted {} and {} per iteration ({} frontier points, {} step-ups){}\n",
-                      p.value("label", ""), number(p["predicted_time"], "s"), number(p["predicted_energy"], "J"),
-                      p.value("frontier_points", 0), p.value("step_ups", 0),
+                      p.value("label", ""), number(field(p, "predicted_time"), "s"),
+                      number(field(p, "predicted_energy"), "J"), p.value("frontier_points", 0), p.value("step_ups", 0),
                       p.contains("reason") ? fmt::format("; why: {}", p.value("reason", "")) : ""));
-  if (job["saving"].is_number()) {
-    const json& ref = job.contains("reference") ? job["reference"] : json();
+  if (field(job, "saving").is_number()) {
+    const json& ref = job.contains("reference") ? field(job, "reference") : json();
     print(fmt::format("  deployed: saving {}{} of the energy at slowdown {}{} (measured against the {})\n",
-                      percent(job["saving"]), percent_interval(job.value("saving_ci", json())),
-                      percent(job["slowdown"]), percent_interval(job.value("slowdown_ci", json())),
+                      percent(field(job, "saving")), percent_interval(job.value("saving_ci", json())),
+                      percent(field(job, "slowdown")), percent_interval(job.value("slowdown_ci", json())),
                       ref.is_object() ? ref.value("name", "baseline") : std::string("baseline")));
   }
-  if (const json& d = job.contains("decisions") ? job["decisions"] : json(); d.is_array())
+  if (const json& d = job.contains("decisions") ? field(job, "decisions") : json(); d.is_array())
     for (std::size_t i = d.size() > 3 ? d.size() - 3 : 0; i < d.size(); ++i)
       print(fmt::format("  decision at round {}: {}: {}\n", d[i].value("round", 0), d[i].value("event", ""),
                         d[i].value("detail", "")));
-  if (const json& s = job["straggler"]; s.is_object())
-    print(fmt::format("  straggler: {} ({}), {:.3f}x; the others run the cheapest plan that finishes by {}\n",
-                      s["dp_rank"].is_number() ? fmt::format("pipeline {}", s["dp_rank"].get<int>()) : "the job",
-                      s.value("source", ""), s.value("slowdown", 1.0), number(s["iteration_time"], "s")));
+  if (const json& s = field(job, "straggler"); s.is_object())
+    print(fmt::format(
+        "  straggler: {} ({}), {:.3f}x; the others run the cheapest plan that finishes by {}\n",
+        field(s, "dp_rank").is_number() ? fmt::format("pipeline {}", field(s, "dp_rank").get<int>()) : "the job",
+        s.value("source", ""), s.value("slowdown", 1.0), number(field(s, "iteration_time"), "s")));
 }
 
 // The cluster's power budget (GET /power_budget), when the server has one.
 void print_budget(const json& b) {
-  if (!b.is_object() || !b["budget"].is_number()) return;
-  print(fmt::format("power budget {} ({}): predicted {}, measured {} (all-max {}){}\n", number(b["budget"], "W"),
-                    b.value("source", ""), number(b["predicted"], "W"), number(b["measured"], "W"),
-                    number(b["all_max"], "W"), b.value("within_reach", true) ? "" : "; out of reach of the plans"));
-  const json& backstop = b["backstop"];
+  if (!b.is_object() || !field(b, "budget").is_number()) return;
+  print(fmt::format("power budget {} ({}): predicted {}, measured {} (all-max {}){}\n", number(field(b, "budget"), "W"),
+                    b.value("source", ""), number(field(b, "predicted"), "W"), number(field(b, "measured"), "W"),
+                    number(field(b, "all_max"), "W"),
+                    b.value("within_reach", true) ? "" : "; out of reach of the plans"));
+  const json& backstop = field(b, "backstop");
   if (backstop.is_object() && backstop.value("active", false))
-    print(fmt::format("  backstop: GPU power limits of {} per GPU: {}\n", number(backstop["power_limit"], "W"),
+    print(fmt::format("  backstop: GPU power limits of {} per GPU: {}\n", number(field(backstop, "power_limit"), "W"),
                       backstop.value("reason", "")));
 }
 
@@ -115,11 +126,13 @@ void print_budget(const json& b) {
 void print_job_budget(const json& p) {
   if (!p.is_object()) return;
   print(fmt::format(
-      "  power budget: share {}, measured {}, {}{}{}\n", number(p["share"], "W"), number(p["measured"], "W"),
-      p["pace"].is_number() ? fmt::format("paced to {} per iteration ({} of its throughput)", number(p["pace"], "s"),
-                                          percent(p["throughput"]))
-                            : std::string("unpaced"),
-      p["power_limit"].is_number() ? fmt::format(", GPU power limit {}", number(p["power_limit"], "W")) : "",
+      "  power budget: share {}, measured {}, {}{}{}\n", number(field(p, "share"), "W"),
+      number(field(p, "measured"), "W"),
+      field(p, "pace").is_number() ? fmt::format("paced to {} per iteration ({} of its throughput)",
+                                                 number(field(p, "pace"), "s"), percent(field(p, "throughput")))
+                                   : std::string("unpaced"),
+      field(p, "power_limit").is_number() ? fmt::format(", GPU power limit {}", number(field(p, "power_limit"), "W"))
+                                          : "",
       p.value("weight", 1.0) != 1.0 ? fmt::format(", weight {:g}", p.value("weight", 1.0)) : ""));
 }
 
@@ -129,17 +142,17 @@ void print_job(const json& job) {
                     job.value("phase", ""), job.value("round", 0), job.value("registered", 0),
                     job.value("world_size", 0)));
   print_turnkey(job);
-  const json& measured = job["measured"];
+  const json& measured = field(job, "measured");
   if (measured.is_object())
-    print(fmt::format("  measured: iteration {}, energy {} per iteration\n", number(measured["iteration_time"], "s"),
-                      number(measured["energy"], "J")));
-  for (const auto& p : job["pipelines"])
+    print(fmt::format("  measured: iteration {}, energy {} per iteration\n",
+                      number(field(measured, "iteration_time"), "s"), number(field(measured, "energy"), "J")));
+  for (const auto& p : field(job, "pipelines"))
     print(fmt::format("    pipeline dp {}: iteration {}, energy {}{}\n", p.value("dp_rank", 0),
-                      number(p["iteration_time"], "s"), number(p["energy"], "J"),
+                      number(field(p, "iteration_time"), "s"), number(field(p, "energy"), "J"),
                       p.contains("plan") ? fmt::format(", {}", p.value("plan", "")) : ""));
-  if (job.contains("power_budget")) print_job_budget(job["power_budget"]);
-  if (job["end_detail"].is_string())
-    print(fmt::format("  ended: {}\n", end_reason(job["end_detail"].get<std::string>())));
+  if (job.contains("power_budget")) print_job_budget(field(job, "power_budget"));
+  if (field(job, "end_detail").is_string())
+    print(fmt::format("  ended: {}\n", end_reason(field(job, "end_detail").get<std::string>())));
 }
 
 int show_status(const StatusArgs& args) {
