@@ -79,7 +79,7 @@ void print_turnkey(const json& job) {
         b.contains("rounds") ? fmt::format(" over {} rounds ({} left out, {} probes since)", b.value("rounds", 0),
                                            b.value("rejected", 0), b.value("probes", 0))
                              : ""));
-  if (const json& s = job.contains("schedule") ? field(job, "schedule") : json(); s.is_object())
+  if (const json& s = field(job, "schedule"); s.is_object())
     print(fmt::format("  schedule: {}, {} microbatches, {} model chunk(s) per stage\n", s.value("kind", ""),
                       s.value("microbatches", 0), s.value("virtual_stages", 1)));
   if (const json& p = field(job, "profiling"); p.is_object())
@@ -92,13 +92,13 @@ void print_turnkey(const json& job) {
                       number(field(p, "predicted_energy"), "J"), p.value("frontier_points", 0), p.value("step_ups", 0),
                       p.contains("reason") ? fmt::format("; why: {}", p.value("reason", "")) : ""));
   if (field(job, "saving").is_number()) {
-    const json& ref = job.contains("reference") ? field(job, "reference") : json();
+    const json& ref = field(job, "reference");
     print(fmt::format("  deployed: saving {}{} of the energy at slowdown {}{} (measured against the {})\n",
                       percent(field(job, "saving")), percent_interval(job.value("saving_ci", json())),
                       percent(field(job, "slowdown")), percent_interval(job.value("slowdown_ci", json())),
                       ref.is_object() ? ref.value("name", "baseline") : std::string("baseline")));
   }
-  if (const json& d = job.contains("decisions") ? field(job, "decisions") : json(); d.is_array())
+  if (const json& d = field(job, "decisions"); d.is_array())
     for (std::size_t i = d.size() > 3 ? d.size() - 3 : 0; i < d.size(); ++i)
       print(fmt::format("  decision at round {}: {}: {}\n", d[i].value("round", 0), d[i].value("event", ""),
                         d[i].value("detail", "")));
@@ -150,7 +150,7 @@ void print_job(const json& job) {
     print(fmt::format("    pipeline dp {}: iteration {}, energy {}{}\n", p.value("dp_rank", 0),
                       number(field(p, "iteration_time"), "s"), number(field(p, "energy"), "J"),
                       p.contains("plan") ? fmt::format(", {}", p.value("plan", "")) : ""));
-  if (job.contains("power_budget")) print_job_budget(field(job, "power_budget"));
+  print_job_budget(field(job, "power_budget"));
   if (field(job, "end_detail").is_string())
     print(fmt::format("  ended: {}\n", end_reason(field(job, "end_detail").get<std::string>())));
 }

@@ -1071,9 +1071,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // A plan's second round after it was calibrated anew on a change of plan moved clearly from its first,
   // which had moved from what the plan before's calibration expected by more than two plans' errors
   // differ, the same way.
-  const auto began_in_a_change = [&](const Calibration& cal, double ratio) {
+  const auto began_in_a_change = [&](const Calibration& cal, const Calibration::SinceAnew& since, double ratio) {
     constexpr double kPlansApart = 0.01;
-    const double first = cal.since_anew.ratio_sum, before = cal.since_anew.before;
+    const double first = since.ratio_sum, before = since.before;
     if (before <= 0 || first <= 0) return false;
     const double expected = cal.anew_conditions / before;
     return moved(ratio, first) && std::abs(first / expected - 1) > kPlansApart &&
@@ -1081,7 +1081,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   };
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
-    bool averaged = false;
     const bool steady_only = steady[d] != 0;
     // An all-max round measures each pipeline's conditions at the top clock: its next plan is
     // calibrated from those, whatever came or went before (a straggler slow in the baseline that
@@ -1100,6 +1099,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     // round, from the conditions last known: another plan's ratio carries that plan's error.
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
       if (cal.plan_changed) cal.from_probe = {};  // the probe calibrated the plan before
+      const Calibration::SinceAnew since = std::exchange(cal.since_anew, {});
       const bool straggling_here =
           straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
@@ -1144,29 +1144,25 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // calibration: its conditions changed around the probe, maybe within it (a probe that measured
         // half a 1.5% step calibrated the step away, and the conditions read 1.5% low from then on).
         cal.start_anew(*cal.probed, ratios[d], round_);
-      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && cal.since_anew.rounds > 0 &&
-                 cal.since_anew.rounds < kAnewRounds &&
-                 agrees(ratios[d], cal.since_anew.ratio_sum / cal.since_anew.rounds)) {
+      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds > 0 &&
+                 since.rounds < kAnewRounds && agrees(ratios[d], since.ratio_sum / since.rounds)) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
         // calibrated on their mean ratio.
-        cal.since_anew.ratio_sum += ratios[d];
-        ++cal.since_anew.rounds;
+        cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before};
         cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
-        averaged = true;
-      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && cal.since_anew.rounds == 1 &&
-                 began_in_a_change(cal, ratios[d])) {
+      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds == 1 &&
+                 began_in_a_change(cal, since, ratios[d])) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second
         // further off the same way: its GPUs' pace changed within the first round (a pipeline recovering
         // as its plan changed; calibrated on that round, its conditions read 2.7% slow for good), not
         // the plan's error. It runs on the plan before's calibration until something measures it anew.
-        cal.per_ratio = cal.since_anew.before;
+        cal.per_ratio = since.before;
         cal.carried = true;
         cal.anew_round.reset();
       } else if (cal.plan_changed) {
         cal.anew_round.reset();
         cal.carried = cal.per_ratio.has_value();
       }
-      if (!averaged && cal.since_anew.first_round != round_) cal.since_anew = {};
       cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
@@ -1188,7 +1184,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.per_ratio = conditions_[d] / ratios[d];
         cal.carried = false;
         cal.anew_conditions = conditions_[d];
-        cal.since_anew = {ratios[d], 1, round_};
+        cal.since_anew = {ratios[d], 1};
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1282,7 +1278,7 @@ void TurnkeyController::Calibration::start_anew(double conditions, double ratio,
   anew_conditions = conditions;
   anew_round = round;
   per_ratio = conditions / ratio;
-  since_anew = {ratio, 1, round};
+  since_anew = {ratio, 1};
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's

@@ -404,10 +404,10 @@ class TurnkeyController {
     // Its plan's ratios since it was calibrated anew, while they agree (their sum, their count; none
     // once one did not, or anything changed): one round's ratio is a few tenths of a percent off
     // under noise on a short pipeline, and the calibration from it would carry that to every round.
+    // Each round on the plans keeps them only where it calibrated anew or added its ratio.
     struct SinceAnew {
       double ratio_sum = 0;
       int rounds = 0;
-      int first_round = -1;
       double before = 0;  // started anew on a change of plan: the calibration of the plan before
     } since_anew;
     struct Noisy {
