@@ -540,9 +540,17 @@ RoundClocks TurnkeyController::profiling_clocks() {
   return out;
 }
 
-// Times the clocks of profiling are measured again for changed conditions; a cluster that keeps
-// changing is profiled as it goes after that.
-constexpr int kMostProfileRedos = 3;
+// Clocks are measured again for changed conditions up to three times whatever their number, and after
+// that while those asked again stay fewer than the profile's clocks (measured or still to measure): a
+// spell's start, a step within it and its end take three, a round or two each, and a cluster that keeps
+// changing is profiled as it goes once profiling has taken about twice its rounds.
+bool TurnkeyController::may_measure_again(std::size_t clocks) const {
+  constexpr int kRedosWhateverTheirSize = 3;
+  if (profile_redos_ < kRedosWhateverTheirSize) return true;
+  std::size_t planned = 0;
+  for (const auto& scan : scans_) planned += scan.planned();
+  return profile_redone_ + clocks <= planned;
+}
 
 void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   ++profiling_rounds_;
@@ -583,17 +591,21 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
     rounds_since_check_ = std::max(rounds_since_check_, config_.check_every);
     off_curve_ = off;
   } else if (off && last_off_curve_ && *off > 1 + kOffCurveTwice && *last_off_curve_ > 1 + kOffCurveTwice &&
-             profile_redos_ < kMostProfileRedos) {
-    ++profile_redos_;
+             may_measure_again(last_recorded_.size() + recorded.size())) {
     std::size_t again = 0;
     for (const auto* round : {&last_recorded_, &recorded})
       for (const auto& [scan, clock] : *round) again += scans_[scan].redo(clock) ? 1 : 0;
+    profile_redone_ += again;
+    ++profile_redos_;
     decide(DecisionEvent::profiling_conditions_changed,
            fmt::format("two profiling rounds in a row ran x{:.3f} and x{:.3f} off the clocks' curves (a slow spell "
                        "between two checks): their {} clocks are measured again",
                        *last_off_curve_, *off, again));
     off.reset();
   }
+  // A round that asked for a check is the one the check judges; the others must have run on their
+  // curves for the change to be placed in it.
+  if (!off_curve_) earlier_on_curve_ = earlier_on_curve_ && off && std::abs(*off - 1) <= kOffCurveTwice;
   last_off_curve_ = off;
   last_recorded_ = std::move(recorded);
   if (profiling_done()) finish_profiling();
@@ -626,20 +638,34 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   rounds_since_check_ = 0;
   last_off_curve_.reset();  // what two rounds around a check show, the check has seen
   const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
+  const bool on_curve_before = std::exchange(earlier_on_curve_, true);
   const auto now = cluster_conditions(m, disturbed_pipelines(m));
   if (!now) return since_check_.clear();
   constexpr double kBand = 0.01;
-  if (std::abs(*now / profile_conditions_ - 1) > kBand && profile_redos_ < kMostProfileRedos) {
-    ++profile_redos_;
+  const double moved = *now / profile_conditions_;
+  // The change came in the round that ran off its curves the way the check moved, where the rounds
+  // before it ran on theirs: only its clocks are measured again.
+  const bool in_the_off_round = off_curve && on_curve_before && (*off_curve - 1) * (moved - 1) > 0;
+  const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
+  if (std::abs(moved - 1) > kBand && may_measure_again(changed.size())) {
     std::size_t again = 0;
-    for (const auto& [scan, clock] : since_check_) again += scans_[scan].redo(clock) ? 1 : 0;
-    const std::string why =
-        off_curve ? fmt::format(" (checked early: the round before ran x{:.3f} off the clocks' curves)", *off_curve)
-                  : std::string();
+    for (const auto& [scan, clock] : changed) again += scans_[scan].redo(clock) ? 1 : 0;
+    profile_redone_ += again;
+    ++profile_redos_;
+    const std::string which =
+        in_the_off_round
+            ? fmt::format(
+                  "the round before ran x{:.3f} off the clocks' curves, the rounds since the last check on "
+                  "them: its {} clocks are measured again",
+                  *off_curve, again)
+            : fmt::format("{} clocks measured since are measured again{}", again,
+                          off_curve ? fmt::format(" (checked early: the round before ran x{:.3f} off the clocks' "
+                                                  "curves)",
+                                                  *off_curve)
+                                    : std::string());
     decide(DecisionEvent::profiling_conditions_changed,
-           fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {} "
-                       "clocks measured since are measured again{}",
-                       *now, profile_conditions_, again, why));
+           fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {}",
+                       *now, profile_conditions_, which));
   }
   profile_conditions_ = *now;
   since_check_.clear();

@@ -274,6 +274,7 @@ class TurnkeyController {
   void note_followed_slowdown(const std::vector<double>& ratios);
   double followed_slowdown() const;
   bool profiling_done() const;
+  bool may_measure_again(std::size_t clocks) const;
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
   RoundClocks profiling_clocks();
@@ -337,7 +338,10 @@ class TurnkeyController {
   // Profiling's check rounds: the conditions the clocks since the last one were measured under, the
   // rounds since, and what was measured since (scan, clock).
   double profile_conditions_ = 1;
-  int rounds_since_check_ = 0, profile_redos_ = 0, profiling_checks_ = 0;
+  int rounds_since_check_ = 0, profiling_checks_ = 0;
+  int profile_redos_ = 0;            // times clocks were asked to be measured again
+  std::size_t profile_redone_ = 0;   // clocks asked to be measured again
+  bool earlier_on_curve_ = true;     // every profiling round since the check ran on its clocks' curves
   std::optional<double> off_curve_;  // a round's clocks over their curves' times, when that asked for a check
   // The last profiling round's clocks over their curves' times (median over the scans), and its clocks.
   std::optional<double> last_off_curve_;
