@@ -546,10 +546,18 @@ RoundClocks TurnkeyController::profiling_clocks() {
 // changing is profiled as it goes once profiling has taken about twice its rounds.
 bool TurnkeyController::may_measure_again(std::size_t clocks) const {
   constexpr int kRedosWhateverTheirSize = 3;
-  if (profile_redos_ < kRedosWhateverTheirSize) return true;
-  std::size_t planned = 0;
-  for (const auto& scan : scans_) planned += scan.planned();
-  return profile_redone_ + clocks <= planned;
+  return profile_redos_ < kRedosWhateverTheirSize || profile_redone_ + clocks <= clocks_planned();
+}
+
+// Asks for the rounds' clocks to be measured again, counted against may_measure_again's budget; returns
+// how many were asked.
+std::size_t TurnkeyController::measure_again(std::initializer_list<const std::vector<ScanClock>*> rounds) {
+  std::size_t again = 0;
+  for (const auto* round : rounds)
+    for (const auto& [scan, clock] : *round) again += scans_[scan].redo(clock) ? 1 : 0;
+  profile_redone_ += again;
+  ++profile_redos_;
+  return again;
 }
 
 void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
@@ -564,7 +572,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   auto disturbed = disturbed_pipelines(m);
   const double c = profile_conditions_ > 0 ? profile_conditions_ : 1.0;
   std::vector<double> off_curve;  // per scan: the time measured over the time its curve predicts
-  std::vector<std::pair<std::size_t, int>> recorded;
+  std::vector<ScanClock> recorded;
   for (std::size_t i = 0; i < operations_.size() && i < issued_.size(); ++i) {
     auto measured = clean_instruction(m, disturbed, operations_[i]);
     if (!issued_[i] || !measured) continue;
@@ -592,11 +600,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
     off_curve_ = off;
   } else if (off && last_off_curve_ && *off > 1 + kOffCurveTwice && *last_off_curve_ > 1 + kOffCurveTwice &&
              may_measure_again(last_recorded_.size() + recorded.size())) {
-    std::size_t again = 0;
-    for (const auto* round : {&last_recorded_, &recorded})
-      for (const auto& [scan, clock] : *round) again += scans_[scan].redo(clock) ? 1 : 0;
-    profile_redone_ += again;
-    ++profile_redos_;
+    const std::size_t again = measure_again({&last_recorded_, &recorded});
     decide(DecisionEvent::profiling_conditions_changed,
            fmt::format("two profiling rounds in a row ran x{:.3f} and x{:.3f} off the clocks' curves (a slow spell "
                        "between two checks): their {} clocks are measured again",
@@ -648,10 +652,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   const bool in_the_off_round = off_curve && on_curve_before && (*off_curve - 1) * (moved - 1) > 0;
   const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
   if (std::abs(moved - 1) > kBand && may_measure_again(changed.size())) {
-    std::size_t again = 0;
-    for (const auto& [scan, clock] : changed) again += scans_[scan].redo(clock) ? 1 : 0;
-    profile_redone_ += again;
-    ++profile_redos_;
+    const std::size_t again = measure_again({&changed});
     const std::string which =
         in_the_off_round
             ? fmt::format(

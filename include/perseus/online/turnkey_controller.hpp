@@ -12,9 +12,11 @@
 #include <array>
 #include <exception>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "perseus/online/background_planner.hpp"
@@ -232,6 +234,7 @@ class TurnkeyController {
   std::size_t latency_samples() const { return latency_samples_.size(); }
 
  private:
+  using ScanClock = std::pair<std::size_t, int>;  // a profiling scan's index and one of its clocks
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
   void decide(DecisionEvent event, const std::string& detail);
   std::size_t scan_index(const StageKind& operation) const;
@@ -275,6 +278,7 @@ class TurnkeyController {
   double followed_slowdown() const;
   bool profiling_done() const;
   bool may_measure_again(std::size_t clocks) const;
+  std::size_t measure_again(std::initializer_list<const std::vector<ScanClock>*> rounds);
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
   RoundClocks profiling_clocks();
@@ -345,9 +349,9 @@ class TurnkeyController {
   std::optional<double> off_curve_;  // a round's clocks over their curves' times, when that asked for a check
   // The last profiling round's clocks over their curves' times (median over the scans), and its clocks.
   std::optional<double> last_off_curve_;
-  std::vector<std::pair<std::size_t, int>> last_recorded_;
+  std::vector<ScanClock> last_recorded_;
   bool checking_ = false;
-  std::vector<std::pair<std::size_t, int>> since_check_;
+  std::vector<ScanClock> since_check_;
   AllMaxBaseline baseline_;
   PipelineBaseline pipelines_;  // each pipeline in the warm-up's baseline rounds
   // Per pipeline: its all-max pace now over its baseline pace, where a pipeline slow in the
