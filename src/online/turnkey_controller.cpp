@@ -36,6 +36,20 @@ struct PendingChoices {
 
 namespace {
 
+// Which cost model each (model stage, kind) got, in words.
+std::string describe_cost_models(const std::map<std::string, std::string>& models) {
+  std::vector<std::string> pwl;
+  bool exponential = false;
+  for (const auto& [where, model] : models) {
+    if (model == "pwl") pwl.push_back(where);
+    exponential = exponential || model == "exp";
+  }
+  if (pwl.empty()) return "exponential everywhere";
+  if (!exponential) return "piecewise-linear everywhere";
+  return fmt::format("piecewise-linear for {} (where the exponential fit fails or misleads), exponential elsewhere",
+                     fmt::join(pwl, ", "));
+}
+
 using choice::Assignment;
 using choice::ChoiceContext;
 using choice::TargetChoice;
@@ -254,14 +268,17 @@ double TurnkeyController::target_time() const {
   return config_.deadline ? *config_.deadline : config_.slowdown * baseline_.time();
 }
 
-// The target in the emulator's time (the measured all-max time is the emulated all-max time there,
-// exactly: a measurement a few nanoseconds short must not rule out every plan).
-double TurnkeyController::target_deadline() const { return target_deadline_for(*plans_); }
-
-double TurnkeyController::target_deadline_for(const PlanningOutput& plans) const {
-  double scale = plans.all_max().time > 0 ? baseline_.time() / plans.all_max().time : 1;
-  return config_.deadline ? *config_.deadline / scale : config_.slowdown * plans.all_max().time;
+// The target in the emulator's time, from all-max's emulated time (the measured all-max time is the
+// emulated all-max time there, exactly: a measurement a few nanoseconds short must not rule out every
+// plan). It holds copies of what it reads, so that the planner's thread may call it.
+std::function<double(double)> TurnkeyController::target_deadline_rule() const {
+  return [deadline = config_.deadline, slowdown = config_.slowdown, measured = baseline_.time()](double all_max) {
+    const double scale = all_max > 0 ? measured / all_max : 1;
+    return deadline ? *deadline / scale : slowdown * all_max;
+  };
 }
+
+double TurnkeyController::target_deadline() const { return target_deadline_rule()(plans_->all_max().time); }
 
 void TurnkeyController::decide(DecisionEvent event, const std::string& detail) {
   decisions_.push_back({round_, event, detail});
@@ -712,10 +729,20 @@ void TurnkeyController::start_planning(Profile profile) {
   planned_profile_ = profile;
   input.profile = std::move(profile);
   input.record_dir = hooks_.record_dir;
+  if (input.config.cost_model == CostModelKind::automatic) {
+    input.compare_with = CostModelKind::piecewise_linear;
+    input.target_deadline = target_deadline_rule();
+    input.compare_margin = 2 * median_time_error();
+  }
   phase_ = ControllerPhase::planning;
   decide(DecisionEvent::planning,
-         fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}",
-                     input.config.unit_time, input.config.p_block, to_string(input.config.cost_model)));
+         fmt::format("on a worker thread: unit time {} s, blocking power {:.4g} W, cost model {}{}",
+                     input.config.unit_time, input.config.p_block, to_string(input.config.cost_model),
+                     input.compare_with
+                         ? fmt::format(" (and {} where it differs: its frontier is kept where its plan at the target "
+                                       "costs {:.2f}% less, twice the profile's median measurement error)",
+                                       to_string(*input.compare_with), 100 * input.compare_margin)
+                         : std::string()));
   planner_.start(std::move(input), hooks_.wake);
 }
 
@@ -729,6 +756,8 @@ void TurnkeyController::plan_ready() {
   // cost model (exact at the measured points), then with a finer time quantum, before settling
   // for all-max.
   constexpr int kMostReplans = 2;
+  if (plans_->record.points.empty() && plans_->comparison && replans_ == 0)
+    replans_ = 1;  // the piecewise-linear model was planned with already: next, a finer quantum
   if (plans_->record.points.empty() && replans_ < kMostReplans && planned_profile_) {
     ++replans_;
     decide(DecisionEvent::no_frontier,
@@ -744,7 +773,7 @@ void TurnkeyController::plan_ready() {
   const bool refining = refine_passes_ < config_.refine_passes && !reused_ && config_.interpolate;
   const bool confirming = confirm_passes_ < config_.confirm_passes && !reused_;
   if (refining || confirming) {
-    const ChosenPlan wanted = choose_plan(*plans_, target_deadline_for(*plans_));
+    const ChosenPlan wanted = choose_plan(*plans_, target_deadline());
     if (const std::size_t asked =
             refining ? ask_scans(wanted, [](ClockScan& scan, int clock) { return scan.request(clock); }) : 0) {
       ++refine_passes_;
@@ -772,6 +801,18 @@ void TurnkeyController::plan_ready() {
   deploy_plan();
 }
 
+// The median over the measured clocks of their time's relative standard error (0 where none is known).
+double TurnkeyController::median_time_error() const {
+  std::vector<double> errors;
+  for (const auto& scan : scans_)
+    for (const auto& [clock, measurement] : scan.measured())
+      if (measurement.time_error > 0) errors.push_back(measurement.time_error);
+  if (errors.empty()) return 0;
+  const auto middle = errors.begin() + static_cast<long>(errors.size() / 2);
+  std::nth_element(errors.begin(), middle, errors.end());
+  return *middle;
+}
+
 // Asks each slot's scan for the clock `plan` runs there (`ask` says whether the scan took it);
 // returns how many it took.
 std::size_t TurnkeyController::ask_scans(const ChosenPlan& plan, const std::function<bool(ClockScan&, int)>& ask) {
@@ -794,15 +835,16 @@ void TurnkeyController::deploy_plan() {
   // Measured iteration time over emulated all-max time: what the model leaves out (the gradient
   // synchronisation, launch gaps), so that predictions compare with measurements.
   scale_ = plans_->all_max().time > 0 ? baseline_.time() / plans_->all_max().time : 1;
-  std::vector<std::string> pwl;
-  for (const auto& [where, model] : plans_->cost_models)
-    if (model == "pwl") pwl.push_back(where);
+  std::string compared;
+  if (const auto& c = plans_->comparison)
+    compared = fmt::format(
+        " ({}'s frontier kept: the plan at the target costs {:.6g} J per pipeline with it, "
+        "{:.6g} J with {}'s (margin {:.2f}%), whose cost model was {})",
+        to_string(c->kept), c->kept_cost, c->other_cost, to_string(c->other), 100 * c->margin,
+        describe_cost_models(c->other_cost_models));
   decide(DecisionEvent::planned,
-         fmt::format("{} frontier points in {:.2f} s; cost model {}", plans_->record.points.size(), plans_->seconds,
-                     pwl.empty() ? "exponential everywhere"
-                                 : fmt::format("piecewise-linear for {} (where the exponential fit fails or misleads), "
-                                               "exponential elsewhere",
-                                               fmt::join(pwl, ", "))));
+         fmt::format("{} frontier points in {:.2f} s; cost model {}{}", plans_->record.points.size(), plans_->seconds,
+                     describe_cost_models(plans_->cost_models), compared));
   const double deadline = target_deadline();
   choose(
       DecisionEvent::deployed,

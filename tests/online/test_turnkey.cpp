@@ -7,6 +7,8 @@
 #include <fstream>
 #include <future>
 #include <map>
+#include <regex>
+#include <set>
 #include <thread>
 
 #include "perseus/plan/frontier_record.hpp"
@@ -88,7 +90,6 @@ TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   EXPECT_EQ(s["profiling"]["clocks_done"], s["profiling"]["clocks_total"]);
   EXPECT_GT(s["saving"].get<double>(), 0.14);
   EXPECT_LE(s["slowdown"].get<double>(), 0.005);
-  for (const auto& [where, model] : s["plan"]["cost_models"].items()) EXPECT_EQ(model, "exp") << where;
   ASSERT_EQ(s["pipelines"].size(), 2u);
   // Written to the job's records: the profile, the frontier and every decision.
   auto job_dir = dir / summary.job_id;
@@ -98,6 +99,28 @@ TEST_F(TurnkeyTest, ProfilesPlansAndDeploysAPlanThatSavesEnergyAtNoSlowdown) {
   std::vector<std::string> events;
   for (const auto& d : decisions) events.push_back(d["event"]);
   EXPECT_EQ(events, (std::vector<std::string>{"baseline", "profiling", "profiled", "planning", "planned", "deployed"}));
+  // Planned with auto (exponential everywhere on this profile) and with pwl: the frontier kept is the
+  // one whose plan at the target costs less, and status gives its cost models.
+  const std::string planned = decisions[4]["detail"];
+  std::smatch m;
+  ASSERT_TRUE(
+      std::regex_search(planned, m,
+                        std::regex(R"((\w+)'s frontier kept: the plan at the target costs ([0-9.e+]+) J per )"
+                                   R"(pipeline with it, ([0-9.e+]+) J with (\w+)'s \(margin ([0-9.]+)%\), )"
+                                   R"(whose cost model was (exponential everywhere|piecewise-linear everywhere))")))
+      << planned;
+  const std::string kept = m[1], other = m[4];
+  // pwl's frontier is kept only where its plan costs less than auto's by more than the margin.
+  const double kept_cost = std::stod(m[2]), other_cost = std::stod(m[3]), margin = std::stod(m[5]) / 100;
+  if (kept == "pwl") EXPECT_LT(kept_cost, other_cost * (1 - margin)) << planned;
+  else EXPECT_GE(other_cost, kept_cost * (1 - margin)) << planned;
+  EXPECT_EQ(std::set<std::string>({kept, other}), (std::set<std::string>{"auto", "pwl"})) << planned;
+  for (const auto& [where, model] : s["plan"]["cost_models"].items())
+    EXPECT_EQ(model, kept == "pwl" ? "pwl" : "exp") << where;
+  EXPECT_NE(
+      planned.find(kept == "pwl" ? "cost model piecewise-linear everywhere" : "cost model exponential everywhere"),
+      std::string::npos)
+      << planned;
 }
 
 TEST_F(TurnkeyTest, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecovers) {
@@ -294,7 +317,15 @@ TEST_F(TurnkeyTest, AutoCostModelFallsBackPerStageAndKindAndSaysWhere) {
   json s = status(server, summary.job_id);
   ASSERT_TRUE(s["plan"].is_object()) << s.dump();
   EXPECT_EQ(s["plan"]["cost_models"]["stage 1 backward"], "pwl");
-  EXPECT_EQ(s["plan"]["cost_models"]["stage 0 backward"], "exp");
+  // Whichever frontier was kept (auto's or pwl's, planned too), the planned decision says where auto
+  // fell back.
+  std::string planned;
+  for (const auto& d : s["decisions"])
+    if (d["event"] == "planned") planned = d["detail"];
+  EXPECT_NE(planned.find("piecewise-linear for stage 1 backward (where the exponential fit fails or misleads), "
+                         "exponential elsewhere"),
+            std::string::npos)
+      << planned;
 }
 
 }  // namespace

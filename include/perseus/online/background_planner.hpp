@@ -27,12 +27,22 @@ struct PlanCandidate {
   double energy = 0;                 // emulated energy of one pipeline's iteration, joules (one GPU per stage)
 };
 
+// Where the frontier was planned with a second cost model too: what the cheaper plan at the target
+// deadline costs under each (energy with blocking until the deadline, joules per pipeline).
+struct CostModelComparison {
+  CostModelKind kept, other;
+  double kept_cost = 0, other_cost = 0;
+  double margin = 0;                                     // PlanningInput::compare_margin
+  std::map<std::string, std::string> other_cost_models;  // the other frontier's, as PlanningOutput::cost_models
+};
+
 struct PlanningOutput {
   FrontierRecord record;
   std::vector<PlanCandidate> candidates;           // frontier points slowest first, then all-max (the last)
   std::map<std::string, std::string> cost_models;  // "stage 0 forward" -> exp | pwl | constant
   double seconds = 0;                              // wall time of planning
   std::shared_ptr<const Emulator> emulator;        // the pipeline of the measured profile
+  std::optional<CostModelComparison> comparison;   // set where a second cost model was planned with
 
   const PlanCandidate& all_max() const { return candidates.back(); }
   // The clocks of a candidate, per stage and slot in schedule order.
@@ -61,6 +71,17 @@ struct PlanningInput {
   Profile profile;
   PlanningConfig config;
   std::filesystem::path record_dir;  // where the frontier record goes; empty: not written
+  // Also plan with this cost model and keep whichever frontier's plan at the target deadline costs
+  // less by emulation. `auto` fits an exponential wherever the fit passes its checks, and a measured
+  // profile can bend where no exponential does (a faster clock that runs slower, a dip): there the
+  // piecewise-linear hull finds plans the fit hides, and elsewhere the fit's smoothness wins.
+  std::optional<CostModelKind> compare_with;
+  // The second model's frontier is kept only where its plan costs less by more than this share: the
+  // piecewise-linear hull runs through every measured point, the ones the noise made look cheap
+  // too, so that its plans' costs are that much too good where the profile is noisy.
+  double compare_margin = 0;
+  // The target deadline (seconds, emulated) from all-max's emulated time; needed with compare_with.
+  std::function<double(double all_max_time)> target_deadline;
 };
 
 // Plans now, on this thread; throws what the planner throws.

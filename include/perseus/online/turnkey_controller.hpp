@@ -240,7 +240,8 @@ class TurnkeyController {
   std::size_t scan_index(const StageKind& operation) const;
   std::size_t scan_index(const Instruction& inst) const;
   double target_deadline() const;
-  double target_deadline_for(const PlanningOutput& plans) const;
+  std::function<double(double)> target_deadline_rule() const;
+  double median_time_error() const;
   void add_baseline(const RoundMeasurement& m);
   void estimate_baseline();
   std::vector<double> paced_ratios(const RoundMeasurement& m, bool on_plans) const;
