@@ -1663,7 +1663,11 @@ void TurnkeyController::choose_for_latency() {
 }
 
 // A pipeline slow since the baseline that runs faster than that by more than half the straggler
-// threshold for as many rounds as detection takes has recovered: its pace is what it runs now.
+// threshold for as many rounds as detection takes has recovered: its pace is what it runs now. Slow
+// by more than half the threshold, whatever it runs now (within the threshold of the others); slow by
+// less (a slowdown that GPU spread hid part of), where it now runs no faster than the others by more
+// than half the threshold: a speed-up its slowness explains. (One not slower in the baseline that runs
+// faster is as likely the others slowing: with two pipelines the ratios cannot tell them apart.)
 // Returns whether a pace changed.
 bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measured) {
   if (measured.size() < 2 || !pipelines_.known()) return false;
@@ -1687,12 +1691,13 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
       continue;
     }
     const double pace = relative_pace(d, straggling);
-    if (pace <= 1 + config_.detector.threshold / 2) {  // not slower than the others in the first place
+    const double half = config_.detector.threshold / 2;
+    if (pace <= 1) {  // not slower than the others in the first place
       fast.clear();
       continue;
     }
     const double relative = ratios[d] / median_of_others(ratios, d, straggling);
-    if (relative < 1 - config_.detector.threshold / 2) fast.push_back(relative);
+    if (relative < 1 - half && (pace > 1 + half || pace * relative >= 1 - half)) fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
     // Its pace now from those rounds but the first (which may have run slow for part of it): with
