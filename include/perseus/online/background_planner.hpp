@@ -71,10 +71,11 @@ struct PlanningInput {
   Profile profile;
   PlanningConfig config;
   std::filesystem::path record_dir;  // where the frontier record goes; empty: not written
-  // Also plan with this cost model and keep whichever frontier's plan at the target deadline costs
-  // less by emulation. `auto` fits an exponential wherever the fit passes its checks, and a measured
-  // profile can bend where no exponential does (a faster clock that runs slower, a dip): there the
-  // piecewise-linear hull finds plans the fit hides, and elsewhere the fit's smoothness wins.
+  // Also plan with this cost model and keep its frontier where its plan at the target deadline costs
+  // less by emulation (by the margin below). `auto` fits an exponential wherever the fit passes its
+  // checks, and a measured profile can bend where no exponential does (a faster clock that runs
+  // slower, a dip): there the piecewise-linear hull finds plans the fit hides, and elsewhere the fit's
+  // smoothness wins.
   std::optional<CostModelKind> compare_with;
   // The second model's frontier is kept only where its plan costs less by more than this share: the
   // piecewise-linear hull runs through every measured point, the ones the noise made look cheap
