@@ -40,8 +40,10 @@ double automatic_unit_time(const Profile& profile, std::optional<double> previou
 
 namespace {
 
-// One frontier of `input.profile` with `config`, each of its plans emulated; the record is not written.
-PlanningOutput plan_with(const PlanningInput& input, const PlanningConfig& config, const std::atomic<bool>* stop) {
+// One frontier of `input.profile` with `config`, each of its plans emulated on `emulator` (the
+// profile's pipeline); the record is not written.
+PlanningOutput plan_with(const PlanningInput& input, const PlanningConfig& config,
+                         std::shared_ptr<const Emulator> shared, const std::atomic<bool>* stop) {
   SolverOptions options;
   options.stop = stop;
   options.threads = 1;  // it plans beside training (or other jobs): no second core of theirs spinning
@@ -56,10 +58,6 @@ PlanningOutput plan_with(const PlanningInput& input, const PlanningConfig& confi
       if (const auto& model = problem.specs[PlanningProblem::spec_index(s, kind)].model)
         out.cost_models[fmt::format("stage {} {}", s, to_string(kind))] = model->name();
 
-  EmulatorConfig emulator_config;
-  emulator_config.shape() = config.shape();
-  emulator_config.p_block = config.p_block;
-  auto shared = std::make_shared<Emulator>(input.profile, emulator_config);
   out.emulator = shared;
   const Emulator& emulator = *shared;
   if (!out.record.points.empty()) {
@@ -76,10 +74,9 @@ PlanningOutput plan_with(const PlanningInput& input, const PlanningConfig& confi
   return out;
 }
 
-// Energy of the plan chosen at `deadline`, with blocking until the deadline: what choose_plan minimises.
+// What the plan chosen at `deadline` costs there.
 double cost_at(const PlanningOutput& plans, double deadline) {
-  const ChosenPlan plan = choose_plan(plans, deadline);
-  return plan.energy + plans.record.num_stages * std::max(0.0, deadline - plan.time) * plans.record.p_block;
+  return cost_until(plans, choose_plan(plans, deadline), deadline);
 }
 
 // Whether planning with `kind` can give another frontier: some (stage, kind) was modelled otherwise
@@ -93,11 +90,15 @@ bool would_differ(const PlanningOutput& plans, CostModelKind kind) {
 
 PlanningOutput plan_online(const PlanningInput& input, const std::atomic<bool>* stop) {
   const auto started = std::chrono::steady_clock::now();
-  PlanningOutput out = plan_with(input, input.config, stop);
+  EmulatorConfig emulator_config;
+  emulator_config.shape() = input.config.shape();
+  emulator_config.p_block = input.config.p_block;
+  const auto emulator = std::make_shared<const Emulator>(input.profile, emulator_config);
+  PlanningOutput out = plan_with(input, input.config, emulator, stop);
   if (input.compare_with && input.target_deadline && would_differ(out, *input.compare_with)) {
     PlanningConfig other_config = input.config;
     other_config.cost_model = *input.compare_with;
-    PlanningOutput other = plan_with(input, other_config, stop);
+    PlanningOutput other = plan_with(input, other_config, emulator, stop);
     const double deadline = input.target_deadline(out.all_max().time);
     const double cost = cost_at(out, deadline), other_cost = cost_at(other, deadline);
     // Within the margin the first model's frontier stays: the second is planned to find what the first misses.
@@ -138,15 +139,17 @@ ChosenPlan fastest_plan(const PlanningOutput& plans) {
   return from_candidate(plans, best);
 }
 
+double cost_until(const PlanningOutput& plans, const ChosenPlan& plan, double deadline) {
+  return plan.energy + plans.record.num_stages * std::max(0.0, deadline - plan.time) * plans.record.p_block;
+}
+
 ChosenPlan choose_plan(const PlanningOutput& plans, double deadline) {
-  const int stages = plans.record.num_stages;
-  const double p_block = plans.record.p_block;
   std::vector<PlanCost> pool;
   for (const auto& c : plans.candidates) pool.push_back({c.time, c.energy});
-  int pooled = cheapest_by_deadline(pool, deadline, stages, p_block);
+  int pooled = cheapest_by_deadline(pool, deadline, plans.record.num_stages, plans.record.p_block);
   std::optional<ChosenPlan> best;
   if (pooled >= 0) best = from_candidate(plans, static_cast<std::size_t>(pooled));
-  auto total = [&](const ChosenPlan& p) { return p.energy + stages * std::max(0.0, deadline - p.time) * p_block; };
+  auto total = [&](const ChosenPlan& p) { return cost_until(plans, p, deadline); };
   if (!plans.record.points.empty() && plans.emulator) {
     std::size_t pick = cheapest_within(plans.record, deadline).value_or(plans.record.points.size() - 1);
     if (auto fit = fit_to_deadline(*plans.emulator, plan_at(plans.record, pick).frequencies, deadline)) {

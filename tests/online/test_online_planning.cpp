@@ -34,11 +34,9 @@ PlanningInput input_of(const RandomProfileCase& c, CostModelKind model) {
   return input;
 }
 
-// What a pipeline's iteration costs with the plan chosen at `deadline`: its energy and blocking
-// until the deadline.
+// What a pipeline's iteration costs with the plan chosen at `deadline`.
 double cost_at(const PlanningOutput& plans, double deadline) {
-  const auto plan = online::choose_plan(plans, deadline);
-  return plan.energy + plans.record.num_stages * std::max(0.0, deadline - plan.time) * plans.record.p_block;
+  return online::cost_until(plans, online::choose_plan(plans, deadline), deadline);
 }
 
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-9 * std::max(std::fabs(a), std::fabs(b)); }

@@ -64,6 +64,9 @@ struct ChosenPlan {
 // `deadline` seconds: a frontier plan as it is, or the planner's pick for that deadline fitted to it
 // (as perseus whatif chooses). The fastest plan when none does.
 ChosenPlan choose_plan(const PlanningOutput& plans, double deadline);
+// What `plan` costs by `deadline` seconds: its energy and its stages' blocking until then (joules,
+// one pipeline): what choose_plan minimises.
+double cost_until(const PlanningOutput& plans, const ChosenPlan& plan, double deadline);
 ChosenPlan fastest_plan(const PlanningOutput& plans);
 ChosenPlan all_max(const PlanningOutput& plans);
 
