@@ -36,6 +36,8 @@ PINNED = {
     "latency-10ms": "latency",
     "two-stragglers": "straggler",  # another pipeline slows while a straggler is followed
     "straggler-early": "straggler",  # one pipeline slow from within the warm-up or profiling on
+    "mild-straggler": "straggler",  # one pipeline slower by less than the straggler threshold, mid-run
+    "spread+mild-straggler": "spread",  # GPUs of different speeds and a mild straggler
 }
 
 
@@ -65,6 +67,16 @@ def random_profile(rng, perseus, scratch, name, model_stages, split, shortest=0.
     return path, p_block, what
 
 
+def mild_straggler(rng, first, longest):
+    """One pipeline slower by between half the straggler threshold (5%) and the threshold, from `first`
+    for good or for 50-`longest` iterations."""
+    last = rng.choice([0, first + rng.randint(50, longest)])
+    factor, who = rng.uniform(1.025, 1.049), rng.randint(0, 1)
+    spec = f"{who}:{factor:.3f}@{first}" + (f"-{last}" if last else "")
+    return (["--straggler", spec], [(first, last or 10 ** 9)],
+            f"{who}:{factor:.3f}x from {first}" + (f" to {last}" if last else ""))
+
+
 def disturbance(rng, kind, iterations):
     """(simulate arguments, disturbed ranges, label) of one random disturbance of `kind`."""
     if kind == "transient-early":  # the baseline is measured in iterations 1-25, the clocks profiled up to ~150
@@ -79,9 +91,14 @@ def disturbance(rng, kind, iterations):
         spec = f"{who}:{factor:.3f}@{first}" + (f"-{last}" if last else "")
         return (["--straggler", spec], [(first, last or 10 ** 9)],
                 f"{who}:{factor:.2f}x from {first}" + (f" to {last}" if last else ""))
-    if kind == "spread+straggler":
+    if kind == "mild-straggler":
+        return mild_straggler(rng, rng.randint(30, 700), 400)
+    if kind in ("spread+straggler", "spread+mild-straggler"):
         spread_args, _, spread_label = disturbance(rng, "spread", iterations)
-        args, ranges, label = disturbance(rng, rng.choice(["straggler", "permanent"]), iterations)
+        if kind == "spread+straggler":
+            args, ranges, label = disturbance(rng, rng.choice(["straggler", "permanent"]), iterations)
+        else:  # from the first iteration (in the baseline, with the spread) or from one mid-run
+            args, ranges, label = mild_straggler(rng, rng.choice([1, rng.randint(30, 700)]), 500)
         return spread_args + args, ranges, f"{spread_label}; {label}"
     if kind == "two-stragglers":
         first, second = rng.randint(100, 400), rng.randint(30, 300)

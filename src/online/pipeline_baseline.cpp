@@ -26,6 +26,7 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
   compute_time_.assign(D, 0);
   energy_.assign(D, 0);
   top_time_.assign(D, {});
+  top_time_error_.assign(D, {});
   for (std::size_t d = 0; d < D; ++d) {
     std::vector<double> times, energies;
     std::map<StageKind, std::vector<double>> tops;
@@ -38,7 +39,11 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
     }
     compute_time_[d] = robust_mean(times).value;
     energy_[d] = robust_mean(energies).value;
-    for (const auto& [key, values] : tops) top_time_[d][key] = robust_mean(values).value;
+    for (const auto& [key, values] : tops) {
+      const Estimate top = robust_mean(values);
+      top_time_[d][key] = top.value;
+      if (values.size() > 1) top_time_error_[d][key] = (top.high - top.value) / t_quantile(values.size());
+    }
   }
   const double middle = median(compute_time_);
   pace_.assign(D, 1.0);
@@ -73,6 +78,12 @@ std::optional<double> PipelineBaseline::top_time(std::size_t d, const StageKind&
   auto it = top_time_[d].find(key);
   if (it == top_time_[d].end() || it->second <= 0) return std::nullopt;
   return it->second;
+}
+
+double PipelineBaseline::top_time_error(std::size_t d, const StageKind& key) const {
+  if (d >= top_time_error_.size()) return 0;
+  auto it = top_time_error_[d].find(key);
+  return it == top_time_error_[d].end() ? 0 : it->second;
 }
 
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,

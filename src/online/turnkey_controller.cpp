@@ -1557,7 +1557,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
 // all, a latency only those right after a change), while no straggler is followed or suspected.
 bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   if (config_.clock_latency || !plans_ || !plans_->emulator) return false;
-  constexpr std::size_t kKept = 4000, kEnough = 40;
+  constexpr std::size_t kEnough = 40, kEnoughRounds = 8;
   const Emulator& emulator = *plans_->emulator;
   const int top = shape_.clocks.front();
   const bool baseline_comparable = pipelines_.known() && !straggler_is_a_change() && !detector_.suspects() && !paced();
@@ -1572,47 +1572,55 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
       const auto& clocks = plan->frequencies[s];
       const auto& order = orders_[s];
       const std::size_t n = std::min({times.size(), clocks.size(), order.size()});
-      std::map<std::tuple<int, InstructionKind, int>, double> unchanged;
+      // The mean of every unchanged one: a single one's noise would be in every sample compared with it.
+      std::map<std::tuple<int, InstructionKind, int>, std::pair<double, int>> unchanged;
       for (std::size_t k = 1; k < n; ++k)
-        if (clocks[k] == clocks[k - 1] && times[k] > 0)
-          unchanged.emplace(std::tuple{model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]}, times[k]);
+        if (clocks[k] == clocks[k - 1] && times[k] > 0) {
+          auto& [sum, count] = unchanged[{model_stage(order[k], shape_.num_stages), order[k].kind, clocks[k]}];
+          sum += times[k], ++count;
+        }
       for (std::size_t k = 1; k < n; ++k) {
         if (clocks[k] == clocks[k - 1] || times[k] <= 0) continue;
         const StageKind key{model_stage(order[k], shape_.num_stages), order[k].kind};
         std::optional<double> reference;
+        double reference_error = 0;
         if (auto same = unchanged.find({key.first, key.second, clocks[k]}); same != unchanged.end())
-          reference = same->second;
-        else if (clocks[k] == top && conditions_now)
-          if (auto base = pipelines_.top_time(d, key)) reference = *base * *conditions_now;
+          reference = same->second.first / same->second.second;
+        else if (const double conditions = conditions_now.value_or(0); clocks[k] == top && conditions > 0)
+          if (auto base = pipelines_.top_time(d, key)) {
+            reference = *base * conditions;
+            reference_error = pipelines_.top_time_error(d, key) * conditions;
+          }
         const auto now = emulator.cost(order[k], clocks[k]),
                    before = emulator.cost_before_change(order[k], clocks[k - 1]);
         if (!reference || !now || !before || before->time <= 0) continue;
         const double share = 1 - now->time / before->time;
-        if (std::abs(share) >= 0.05) latency_samples_.push_back({share, times[k] - *reference});
+        if (std::abs(share) < 0.05) continue;
+        // The baseline's (pipeline, model stage, kind), numbered from 1.
+        const int baseline_reference =
+            reference_error > 0
+                ? 1 + (static_cast<int>(d) * shape_.num_model_stages() + key.first) * kNumInstructionKinds +
+                      static_cast<int>(key.second)
+                : 0;
+        latency_samples_.add({share, times[k] - *reference, baseline_reference, reference_error});
       }
     }
   }
-  if (latency_samples_.size() > kKept)
-    latency_samples_.erase(latency_samples_.begin(),
-                           latency_samples_.begin() + static_cast<long>(latency_samples_.size() - kKept));
-  if (latency_samples_.size() < kEnough) return false;
-  double xx = 0, xy = 0;
-  for (const auto& [share, excess] : latency_samples_) xx += share * share, xy += share * excess;
-  const double fit = xy / xx;
-  double residual = 0;
-  for (const auto& [share, excess] : latency_samples_) residual += std::pow(excess - fit * share, 2);
-  const double stderr_ = std::sqrt(residual / double(latency_samples_.size() - 1) / xx);
+  latency_samples_.end_round();
+  const auto fit = latency_samples_.fit(kEnough, kEnoughRounds);
+  if (!fit) return false;
   constexpr double kSmallest = 5e-4;
-  // Taken once 3 standard errors from none, dropped only below 2: a latency near the threshold would
-  // otherwise come and go with every few rounds' samples, and the plans be chosen again each time (the
-  // rounds of those choices measure no conditions).
-  const double significance = latency_ > 0 ? 2 : 3;
-  const double now = fit < std::max(kSmallest, significance * stderr_) ? 0.0 : fit;
+  // Taken once clearly above none, dropped only below 2 standard errors: a latency near the boundary
+  // would otherwise come and go with every few rounds' samples, and the plans be chosen again each time
+  // (the rounds of those choices measure no conditions).
+  const bool measured = latency_ > 0 ? fit->above(2, kSmallest) : fit->clear(kSmallest);
+  const double now = measured ? fit->latency : 0.0;
   if (std::abs(now - latency_) <= std::max(0.25 * latency_, kSmallest)) return false;
+  const double stderr_ = fit->standard_error;
   latency_said_ = fmt::format(
       "a clock change takes effect {:.2f} ms (+-{:.2f}) after it is asked for "
       "(measured over {} changes; {} {:.2f} ms)",
-      1e3 * now, 2e3 * stderr_, latency_samples_.size(),
+      1e3 * now, 2e3 * stderr_, fit->samples,
       latency_pending_ ? "measured on the plans' first rounds" : "plans were chosen for", 1e3 * latency_);
   latency_ = now;
   latency_stderr_ = stderr_;

@@ -98,6 +98,17 @@ TEST(DeployedRounds, TheSavingIsSumsOverSumsAndRestatedRoundsCountAgainstTheirNe
   EXPECT_NEAR(rounds.last().reference.energy, 200 / 1.05, 1e-12);
 }
 
+// A top-clock time's standard error: the spread of its rounds over the root of their number.
+TEST(PipelineBaseline, TopTimesCarryTheirStandardError) {
+  PipelineBaseline b;
+  for (double t : {1.0, 1.02, 0.98, 1.01, 0.99}) b.add(all_max_round(t, 1.0), 40);
+  b.estimate({true, true, true, true, true});
+  // Forward times 1, 1.02, 0.98, 1.01, 0.99: standard deviation 0.0158, over the root of 5.
+  EXPECT_NEAR(b.top_time_error(0, {0, InstructionKind::forward}), std::sqrt(0.001 / 4) / std::sqrt(5.0), 1e-9);
+  EXPECT_NEAR(b.top_time_error(0, {0, InstructionKind::backward}), 2 * std::sqrt(0.001 / 4) / std::sqrt(5.0), 1e-9);
+  EXPECT_EQ(b.top_time_error(1, {0, InstructionKind::forward}), 0);
+}
+
 TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
   PipelineBaseline b;
   for (int r = 0; r < 4; ++r) b.add(all_max_round(1.0, 1.1), 40);
@@ -107,6 +118,8 @@ TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
   EXPECT_NEAR(b.pace(0) / b.pace(1), 1 / 1.1, 1e-12);
   EXPECT_NEAR(b.speed(1, {0, InstructionKind::forward}) / b.speed(0, {0, InstructionKind::forward}), 1.1, 1e-12);
   EXPECT_NEAR(b.energy(1), 110, 1e-9);
+  EXPECT_EQ(b.top_time_error(1, {0, InstructionKind::forward}), 0);  // four rounds that agree
+  EXPECT_EQ(b.top_time_error(2, {0, InstructionKind::forward}), 0);  // no such pipeline
   std::vector<std::vector<Instruction>> orders = {{{0, InstructionKind::forward, 0},
                                                    {0, InstructionKind::forward, 1},
                                                    {0, InstructionKind::forward, 2},

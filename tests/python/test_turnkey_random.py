@@ -74,11 +74,15 @@ def test_every_class_draws_scenarios_of_its_kind(drawn, cls):
             assert len(stragglers) == 2 and {x.split(":")[0] for x in stragglers} == {"0", "1"}, s.label
             first, second = (int(x.split("@")[1].split("-")[0]) for x in stragglers)
             assert "-" not in stragglers[0].split("@")[1] and first < second, s.label
+        if cls in ("mild-straggler", "spread+mild-straggler"):  # below the straggler threshold, above half of it
+            assert len(stragglers) == 1 and s.disturbances, s.label
+            factor = float(stragglers[0].split(":")[1].split("@")[0])
+            assert stragglers[0].split(":")[0] in ("0", "1") and 1.025 <= factor <= 1.049, s.label
         if cls == "straggler-early":  # one pipeline's, from within the warm-up or profiling
             assert stragglers[0].split(":")[0] in ("0", "1") and 2 <= s.disturbances[0][0] <= 300, s.label
         if cls == "transient-early":
             assert stragglers[0].startswith("all:") and s.disturbances[0][0] <= 120
-        if cls in ("spread", "spread+straggler"):
+        if cls in ("spread", "spread+straggler", "spread+mild-straggler"):
             assert flag(s, "--gpu-speed-spread")
         if cls == "two-stage":
             assert s.stages == 2
@@ -585,3 +589,16 @@ def test_a_pipeline_slow_from_the_start_that_spread_half_hid_is_seen_to_recover(
     assert any(d["event"] == "slow pipeline recovered" and "pipeline 1, 1.02" in d["detail"] for d in decisions), \
         decisions
     assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
+
+
+def test_a_run_with_no_clock_latency_measures_none_however_often_it_looks(drawn):
+    """Instance 6467 (DualPipeV, 2 stages, noise 0.0162, a slow spell of the cluster): the clocks take effect at
+    once. The latency's estimate is looked at every round as changes accumulate; at a fixed 3 standard errors,
+    counting each change as independent, it "measured" 2.00 ms (+-1.32 over 345 changes) and the plans were chosen
+    again for a latency that is not there. Its boundary holds however often it is looked at, and its standard
+    error counts a round's changes, which share their references, as one."""
+    scenario = drawn(6467, None)
+    assert not flag(scenario, "--clock-latency"), scenario.label
+    outcome, decisions = judged(scenario)
+    assert not any(d["event"] == "clock latency" for d in decisions), decisions
+    assert outcome.passes() == [], outcome

@@ -37,6 +37,8 @@ class PipelineBaseline {
   double speed(std::size_t d, const StageKind& key) const;
   // Pipeline d's mean top-clock time of `key` in the baseline's rounds (none when not measured).
   std::optional<double> top_time(std::size_t d, const StageKind& key) const;
+  // The standard error of that mean (0 when not measured or from one round).
+  double top_time_error(std::size_t d, const StageKind& key) const;
 
   // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
   // that ran at the top clock after a slot at the top clock (`clocks`: per stage and slot, the
@@ -59,7 +61,7 @@ class PipelineBaseline {
   std::vector<Sample> samples_;
   bool estimated_ = false;
   std::vector<double> compute_time_, energy_, pace_;
-  std::vector<std::map<StageKind, double>> top_time_, speed_;
+  std::vector<std::map<StageKind, double>> top_time_, top_time_error_, speed_;
 };
 
 }  // namespace perseus::online

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "perseus/online/background_planner.hpp"
+#include "perseus/online/clock_latency_estimate.hpp"
 #include "perseus/online/clock_scan.hpp"
 #include "perseus/online/decision_event.hpp"
 #include "perseus/online/noise_aware_choice.hpp"
@@ -481,12 +482,10 @@ class TurnkeyController {
   long long clock_changes_ = 0, clocks_late_ = 0;
   double latency_ = 0;  // seconds, what plans are chosen for
   double latency_stderr_ = 0;
-  bool conditions_forgotten_ = false;  // for a latency measured (forget_conditions_since_all_max)
-  bool latency_pending_ = false;       // a latency measured, acted on once the plans' rounds are judged
-  // Per changed slot: 1 - its time at its clock over at the clock before, and how much longer it took
-  // than the same instruction at the same clock unchanged (that share of the latency).
-  std::vector<std::pair<double, double>> latency_samples_;
-  std::exception_ptr failure_;  // what planning or a choice threw in ready(), for next_round() to throw
+  bool conditions_forgotten_ = false;     // for a latency measured (forget_conditions_since_all_max)
+  bool latency_pending_ = false;          // a latency measured, acted on once the plans' rounds are judged
+  ClockLatencyEstimate latency_samples_;  // per changed slot of the plans' rounds
+  std::exception_ptr failure_;            // what planning or a choice threw in ready(), for next_round() to throw
   // Plan choices running or queued and what waits for them; last, so that its thread ends first.
   std::unique_ptr<struct PendingChoices> choices_;
 };
