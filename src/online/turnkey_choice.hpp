@@ -67,8 +67,9 @@ struct TargetChoice {
   std::string widened;               // what widened the noise's allowance, when it did (empty: it did not)
 };
 
-// Every pipeline's plan: index into paced (-1: the target plan, kLeadPlan: lead_plan).
+// Every pipeline's plan: index into paced (kTargetPlan: the target plan, kLeadPlan: lead_plan).
 struct Assignment {
+  static constexpr int kTargetPlan = -1;
   static constexpr int kLeadPlan = -2;
   std::optional<ActiveStraggler> straggler;  // what the plans follow (a slow pipeline of the baseline included)
   std::optional<ChosenPlan> lead_plan;

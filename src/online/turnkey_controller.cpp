@@ -1889,7 +1889,7 @@ void TurnkeyController::judge_plan() {
   // computes longest, its own plan is what runs too slow: the target plan it runs steps up. A
   // pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
-  const bool paced_to_a_change = followed && !straggler_sets_the_pace();
+  const bool paced_to_a_change = followed && !straggler_sets_the_pace() && !target_sets_the_pace();
   const bool only_the_pace =
       paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
@@ -1952,6 +1952,18 @@ void TurnkeyController::judge_plan() {
                               evidence_text, target, 100 * allowed, describe(before_plan), describe(*target_plan_),
                               retry_.interval()));
          });
+}
+
+// Whether a pipeline that sets the pace itself (the target plan or the pace setters' plan, not one
+// paced to another) computed longest of all, over the rounds on these plans, and it is not the followed
+// straggler: a pipeline slow since the baseline that a straggler slower by less does not outrun.
+// Pacing the others earlier cannot make it faster: its plan steps up.
+bool TurnkeyController::target_sets_the_pace() const {
+  if (!straggler_ || !straggler_->pipeline || compute_time_sums_.empty()) return false;
+  const auto longest = static_cast<std::size_t>(std::max_element(compute_time_sums_.begin(), compute_time_sums_.end()) -
+                                                compute_time_sums_.begin());
+  return longest != static_cast<std::size_t>(*straggler_->pipeline) && longest < pace_of_.size() &&
+         (pace_of_[longest] == Assignment::kTargetPlan || pace_of_[longest] == Assignment::kLeadPlan);
 }
 
 // Whether the followed straggler computed longest of all pipelines over the rounds on these plans,

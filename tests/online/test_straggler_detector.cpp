@@ -88,5 +88,25 @@ TEST(StragglerDetector, APipelineThatSlowsWhileAnotherIsFollowedIsReportedApart)
   }
 }
 
+// A followed straggler that runs less slow, though still above half the threshold, is followed at its
+// new slowdown once two rounds agree on it: counted at the old one, the other pipeline would look slow
+// next to it (1.07 / 1.03 = 1.039x: neither a straggler nor cleared) and stay suspected for good.
+TEST(StragglerDetector, AStragglerLessSlowThanDetectedIsFollowedAtItsNewSlowdown) {
+  online::StragglerDetector detector;
+  detector.observe({1.0, 1.07});
+  ASSERT_TRUE(detector.observe({1.0, 1.07}));
+  EXPECT_FALSE(detector.observe({1.0, 1.03}));  // one round is not enough
+  EXPECT_TRUE(detector.observe({1.0, 1.03}));
+  ASSERT_TRUE(detector.current());
+  EXPECT_EQ(detector.current()->pipeline, 1);
+  EXPECT_NEAR(detector.current()->slowdown, 1.03, 1e-12);
+  for (int round = 0; round < 5; ++round) EXPECT_FALSE(detector.observe({1.0, 1.03}));
+  EXPECT_FALSE(detector.suspects());
+  // Within half the threshold of its slowdown: kept as it is (noise).
+  EXPECT_FALSE(detector.observe({1.0, 1.05}));
+  EXPECT_FALSE(detector.observe({1.0, 1.05}));
+  EXPECT_NEAR(detector.current()->slowdown, 1.03, 1e-12);
+}
+
 }  // namespace
 }  // namespace perseus

@@ -602,3 +602,18 @@ def test_a_run_with_no_clock_latency_measures_none_however_often_it_looks(drawn)
     outcome, decisions = judged(scenario)
     assert not any(d["event"] == "clock latency" for d in decisions), decisions
     assert outcome.passes() == [], outcome
+
+
+def test_a_mild_straggler_next_to_a_pipeline_slow_since_the_start_leaves_that_ones_plan_judged(drawn):
+    """Instance 7751 of `spread+mild-straggler` (1F1B, 4 stages, GPT-3 on A100, noise 0.0179, GPU spread 0.030):
+    pipeline 0's GPUs are 1.09x slower from the start (the baseline's pace), and pipeline 1 turns 1.034x slow
+    from iteration 76, while the clocks are profiled, where it measured 1.07x. Followed at 1.07x, it read 1.03x
+    next to the other, which therefore looked 1.04x slow: suspected for good, and every verdict held (0.65% slower
+    than all-max to the end, reported so). Followed at the slowdown it then runs at, the other's plan is judged;
+    and where that pipeline, not the straggler, computes longest, its own plan steps up rather than the pace."""
+    scenario = drawn(7751, "spread+mild-straggler")
+    assert flag(scenario, "--straggler") == ["1:1.034@76"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any(d["event"] == "stepped up" and "following the straggler" not in d["detail"] for d in decisions), \
+        decisions
+    assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome

@@ -30,8 +30,9 @@ class StragglerDetector {
   explicit StragglerDetector(DetectorOptions options = {}) : options_(options) {}
 
   // One round: ratio[d] = measured compute-bound time / predicted, per pipeline. Returns true when
-  // the verdict changed (detected, cleared, or a straggler's slowdown moved by more than the threshold, two
-  // rounds in a row agreeing on it).
+  // the verdict changed (detected, cleared, or a straggler's slowdown moved, two rounds in a row
+  // agreeing on it: by more than the threshold, or by more than half of it where no other pipeline
+  // then looks slow by the threshold).
   bool observe(const std::vector<double>& ratios);
   const std::optional<Straggler>& current() const { return current_; }
   // Some pipeline was above half the threshold in the last round but is not a confirmed straggler

@@ -312,6 +312,7 @@ class TurnkeyController {
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
+  bool target_sets_the_pace() const;
   bool straggler_sets_the_pace() const;
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
