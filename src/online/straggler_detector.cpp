@@ -9,13 +9,21 @@ namespace perseus::online {
 
 bool StragglerDetector::suspects() const {
   for (std::size_t d = 0; d < normal_rounds_.size(); ++d)
-    if (normal_rounds_[d] == 0 && !(current_ && current_->pipeline == static_cast<int>(d))) return true;
+    if (normal_rounds_[d] == 0 && !(current_ && current_->pipeline == static_cast<int>(d)) && !settled(d)) return true;
   return false;
+}
+
+// Between half the threshold and the threshold for four times the rounds a straggler takes: a pipeline
+// that stays there is no straggler starting but how the cluster runs now (a straggler below the
+// threshold, not followed): suspected for good, it would hold every verdict on the plans.
+bool StragglerDetector::settled(std::size_t d) const {
+  return d < between_rounds_.size() && slow_rounds_[d] == 0 && between_rounds_[d] >= 4 * std::max(options_.rounds, 1);
 }
 
 void StragglerDetector::reset() {
   slow_rounds_.clear();
   normal_rounds_.clear();
+  between_rounds_.clear();
   relative_.clear();
   current_.reset();
 }
@@ -25,12 +33,14 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
   if (slow_rounds_.size() != ratios.size()) {
     slow_rounds_.assign(ratios.size(), 0);
     normal_rounds_.assign(ratios.size(), 0);
+    between_rounds_.assign(ratios.size(), 0);
     relative_.assign(ratios.size(), 1.0);
   }
   auto count = [&](std::size_t d, double relative) {
     relative_[d] = relative;
     slow_rounds_[d] = relative > 1 + options_.threshold ? slow_rounds_[d] + 1 : 0;
     normal_rounds_[d] = relative <= 1 + options_.threshold / 2 ? normal_rounds_[d] + 1 : 0;
+    between_rounds_[d] = relative > 1 + options_.threshold / 2 ? between_rounds_[d] + 1 : 0;
   };
   // The followed straggler against the others as they ran: has it recovered, or changed?
   bool changed = false;
@@ -98,7 +108,7 @@ std::vector<Straggler> StragglerDetector::also_slow() const {
 void StragglerDetector::forget(int pipeline) {
   const auto d = static_cast<std::size_t>(pipeline);
   if (d >= slow_rounds_.size()) return;
-  slow_rounds_[d] = normal_rounds_[d] = 0;
+  slow_rounds_[d] = normal_rounds_[d] = between_rounds_[d] = 0;
   relative_[d] = 1.0;
 }
 

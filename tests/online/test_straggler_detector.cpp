@@ -108,5 +108,27 @@ TEST(StragglerDetector, AStragglerLessSlowThanDetectedIsFollowedAtItsNewSlowdown
   EXPECT_NEAR(detector.current()->slowdown, 1.03, 1e-12);
 }
 
+// A pipeline between half the threshold and the threshold is suspected (maybe a straggler starting
+// mid-round) but not for good: after four times the rounds a straggler takes it is how the cluster runs,
+// not followed, and no longer holds the verdicts; once slower by the threshold, a straggler as ever.
+TEST(StragglerDetector, APipelineStayingBelowTheThresholdIsSuspectedOnlyForAWhile) {
+  online::StragglerDetector detector;  // threshold 5%, 2 rounds
+  for (int round = 0; round < 7; ++round) {
+    EXPECT_FALSE(detector.observe({1.0, 1.035}));
+    EXPECT_TRUE(detector.suspects()) << round;
+  }
+  EXPECT_FALSE(detector.observe({1.0, 1.035}));
+  EXPECT_FALSE(detector.suspects());
+  EXPECT_FALSE(detector.current());
+  EXPECT_FALSE(detector.observe({1.0, 1.08}));
+  EXPECT_TRUE(detector.suspects());
+  EXPECT_TRUE(detector.observe({1.0, 1.08}));
+  ASSERT_TRUE(detector.current());
+  EXPECT_EQ(detector.current()->pipeline, 1);
+  detector.reset();
+  EXPECT_FALSE(detector.observe({1.0, 1.035}));
+  EXPECT_TRUE(detector.suspects());  // counted anew
+}
+
 }  // namespace
 }  // namespace perseus

@@ -36,7 +36,8 @@ class StragglerDetector {
   bool observe(const std::vector<double>& ratios);
   const std::optional<Straggler>& current() const { return current_; }
   // Some pipeline was above half the threshold in the last round but is not a confirmed straggler
-  // (a straggler that started mid-round shows up like this first).
+  // (a straggler that started mid-round shows up like this first), nor has it been there, below the
+  // threshold, for four times the rounds a straggler takes (then it is how the cluster runs).
   bool suspects() const;
   // Pipelines other than the followed straggler above the threshold for `rounds` rounds in a row
   // (one that slows while another is followed), each with its ratio over the others' median.
@@ -45,9 +46,11 @@ class StragglerDetector {
   void reset();               // forget counts and the verdict (a new plan, or the API took over)
 
  private:
+  bool settled(std::size_t d) const;
   DetectorOptions options_;
   std::vector<int> slow_rounds_, normal_rounds_;
-  std::vector<double> relative_;  // per pipeline, its ratio over the others' median in the last round
+  std::vector<int> between_rounds_;  // in a row above half the threshold
+  std::vector<double> relative_;     // per pipeline, its ratio over the others' median in the last round
   std::optional<Straggler> current_;
 };
 
