@@ -7,6 +7,20 @@
 
 namespace perseus::online {
 
+namespace {
+
+// Each pipeline's ratio over the others' median, a followed straggler counted at the slowdown it is
+// followed at: next to it (with one or two others, it is their median) a pipeline that slows would not
+// look slow.
+std::vector<double> relative_to_others(std::vector<double> ratios, const std::optional<Straggler>& followed) {
+  if (followed) ratios[static_cast<std::size_t>(followed->pipeline)] /= followed->slowdown;
+  std::vector<double> out(ratios.size());
+  for (std::size_t d = 0; d < ratios.size(); ++d) out[d] = ratios[d] / median_of_others(ratios, d);
+  return out;
+}
+
+}  // namespace
+
 bool StragglerDetector::suspects() const {
   for (std::size_t d = 0; d < normal_rounds_.size(); ++d)
     if (normal_rounds_[d] == 0 && !(current_ && current_->pipeline == static_cast<int>(d)) && !settled(d)) return true;
@@ -60,13 +74,10 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
     // pipelines, the other slowing reads the same: that one is reported apart): counted at a slowdown it
     // no longer has, the others would look that much slower next to it for good, neither cleared nor
     // detected, and every verdict on the plans held (a straggler measured 1.07x that runs 1.03x).
-    const bool others_within = [&] {
-      std::vector<double> expected = ratios;
-      expected[d] /= current_->slowdown;
-      for (std::size_t e = 0; e < ratios.size(); ++e)
-        if (e != d && expected[e] / median_of_others(expected, e) > 1 + options_.threshold) return false;
-      return true;
-    }();
+    const auto others = relative_to_others(ratios, current_);
+    bool others_within = true;
+    for (std::size_t e = 0; e < others.size(); ++e)
+      if (e != d && others[e] > 1 + options_.threshold) others_within = false;
     const double half = options_.threshold / 2;
     if (normal_rounds_[d] >= options_.clear_rounds) {
       current_.reset();
@@ -79,13 +90,10 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
       changed = true;
     }
   }
-  // Every other pipeline against the others, a followed straggler counted at the slowdown it is
-  // followed at: next to it (with one or two others, it is their median) a pipeline that slows
-  // would not look slow.
-  std::vector<double> expected = ratios;
-  if (current_) expected[static_cast<std::size_t>(current_->pipeline)] /= current_->slowdown;
+  // Every other pipeline against the others, the followed straggler at the slowdown it is now followed at.
+  const auto others = relative_to_others(ratios, current_);
   for (std::size_t d = 0; d < ratios.size(); ++d)
-    if (static_cast<int>(d) != followed) count(d, expected[d] / median_of_others(expected, d));
+    if (static_cast<int>(d) != followed) count(d, others[d]);
   if (changed) return true;
   if (current_) return false;
   std::optional<std::size_t> slowest;
