@@ -40,9 +40,12 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
     compute_time_[d] = robust_mean(times).value;
     energy_[d] = robust_mean(energies).value;
     for (const auto& [key, values] : tops) {
-      const Estimate top = robust_mean(values);
+      std::vector<bool> used;
+      const Estimate top = robust_mean(values, &used);
       top_time_[d][key] = top.value;
-      if (values.size() > 1) top_time_error_[d][key] = (top.high - top.value) / t_quantile(values.size());
+      // The interval's half-width is t * error over the rounds kept, not over all of them.
+      const auto rounds_used = std::size_t(std::count(used.begin(), used.end(), true));
+      if (rounds_used > 1) top_time_error_[d][key] = (top.high - top.value) / t_quantile(rounds_used);
     }
   }
   const double middle = median(compute_time_);

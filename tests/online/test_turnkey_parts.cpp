@@ -107,6 +107,13 @@ TEST(PipelineBaseline, TopTimesCarryTheirStandardError) {
   EXPECT_NEAR(b.top_time_error(0, {0, InstructionKind::forward}), std::sqrt(0.001 / 4) / std::sqrt(5.0), 1e-9);
   EXPECT_NEAR(b.top_time_error(0, {0, InstructionKind::backward}), 2 * std::sqrt(0.001 / 4) / std::sqrt(5.0), 1e-9);
   EXPECT_EQ(b.top_time_error(1, {0, InstructionKind::forward}), 0);
+
+  // An outlying round is left out of the mean, and of the error: the five others' as above.
+  PipelineBaseline with_outlier;
+  for (double t : {1.0, 1.02, 0.98, 1.5, 1.01, 0.99}) with_outlier.add(all_max_round(t, 1.0), 40);
+  with_outlier.estimate({true, true, true, true, true, true});
+  EXPECT_NEAR(with_outlier.top_time_error(0, {0, InstructionKind::forward}), std::sqrt(0.001 / 4) / std::sqrt(5.0),
+              1e-9);
 }
 
 TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
