@@ -1192,9 +1192,24 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // probe's conditions, over its first rounds after it (one round's ratio is as noisy as the probe).
         if (cal.probed) cal.from_probe = {*cal.probed, 0, 0};
         cal.carried = false;
-        cal.from_probe.ratio_sum += ratios[d];
-        ++cal.from_probe.rounds;
-        cal.per_ratio = cal.from_probe.conditions / (cal.from_probe.ratio_sum / cal.from_probe.rounds);
+        auto& probe = cal.from_probe;
+        // A round off the mean of those before by more than two standard deviations of its difference
+        // from it (at least kSameRatio) is left out: noise (a short pipeline's round strays that far now
+        // and then), or a change of conditions, which the next round shows the same way; then the rounds
+        // before it calibrate the plan, no more (the cluster 1% slower, averaged in, read as the plan's
+        // error and the straggler's conditions 0.7% low for good).
+        const double off = probe.rounds > 0 ? ratios[d] / (probe.ratio_sum / probe.rounds) - 1 : 0.0;
+        const double apart = 2 * round_sigma * std::sqrt(1 + 1.0 / std::max(probe.rounds, 1));
+        if (probe.rounds > 0 && std::abs(off) > std::max(kSameRatio, apart)) {
+          const int way = off > 0 ? 1 : -1;
+          if (probe.off_way == way) probe.rounds = kProbeRounds;
+          probe.off_way = way;
+        } else {
+          probe.off_way = 0;
+          probe.ratio_sum += ratios[d];
+          ++probe.rounds;
+          cal.per_ratio = probe.conditions / (probe.ratio_sum / probe.rounds);
+        }
       } else if (straggling_here && cal.plan_changed && !now[d] && settled_straggler) {
         // The followed straggler given another plan (a retry, a step-up) with nothing at the top clock,
         // rounds after its slowdown was last detected: its conditions did not change with the plan. The

@@ -431,6 +431,7 @@ class TurnkeyController {
       double conditions = 0;
       double ratio_sum = 0;
       int rounds = 0;
+      int off_way = 0;  // the last round was left out, this far off their mean: +1 slower, -1 faster
     } from_probe;
   };
   std::vector<Calibration> calibration_;
