@@ -1250,8 +1250,18 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       cal.last_ratio = ratios[d];
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
-        // averaged over the plan's rounds.
-        if (cal.plan_changed) cal.noisy = {};
+        // averaged over the plan's rounds. A followed straggler's conditions did not change with its
+        // plan (a step-up, a retry): where such a round reads them otherwise than known beyond the noise
+        // of a round, those known count as the rounds they are the mean of (one read them 1.4% slow,
+        // and the plan it went back to next was calibrated on that for good).
+        if (cal.plan_changed) {
+          cal.noisy = {};
+          if (straggling_here && settled_straggler && !cal.window.empty() && d < conditions_.size() &&
+              !agrees(*now[d], conditions_[d])) {
+            cal.noisy.rounds = static_cast<int>(cal.window.size());
+            cal.noisy.sum = cal.noisy.rounds * conditions_[d] / ratios[d];
+          }
+        }
         cal.noisy.sum += *now[d] / ratios[d];
         ++cal.noisy.rounds;
         cal.per_ratio = cal.noisy.sum / cal.noisy.rounds;

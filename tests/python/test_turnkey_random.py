@@ -658,3 +658,17 @@ def test_a_followed_stragglers_calibration_leaves_out_one_noisy_round(drawn):
     assert flag(scenario, "--straggler") == ["0:1.072@191"], scenario.simulate_args
     outcome, _ = judged(scenario)
     assert outcome.passes() == [], outcome
+
+
+def test_a_followed_stragglers_noisy_round_on_another_plan_does_not_become_its_calibration(drawn):
+    """Instance 8867 of `spread+straggler` (GPipe, 3 stages, 7 microbatches, GPT-3 on A100, noise 0.0172, GPU spread
+    0.012): pipeline 1 turns 1.11x slow at iteration 139, while the clocks are profiled, and is followed. A step-up
+    gives it a plan whose few top-clock instructions right after changes of clock read its conditions 1.4% slow in
+    one round, and the retry right after calibrated its plan, which runs nothing at the top clock, on that round
+    for good: the reference 1% slow, training 0.5% slower than all-max reported 0.46% faster. A followed
+    straggler's conditions known count as the rounds they are the mean of next to such a round."""
+    scenario = drawn(8867, "spread+straggler")
+    assert flag(scenario, "--straggler") == ["1:1.110@139"], scenario.simulate_args
+    outcome, _ = judged(scenario)
+    assert outcome.history_slowdown_error <= 0.004 and outcome.history_saving_error <= 0.005, outcome
+    assert outcome.true_slowdown <= 0.005, outcome
