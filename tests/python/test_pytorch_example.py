@@ -5,6 +5,7 @@ are printed, and a run in which perseus was off on a rank fails, saying so."""
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -84,26 +85,42 @@ def test_every_rank_follows_the_plan_instruction_by_instruction(run):
         order = perseus.default_pipe_schedule(rank, STAGES, MICROBATCHES)
         assert [name[0] for name in plan["instructions"][rank]] == [name[0].upper() for name in order]
         log = run / "plan" / f"gpu{rank}.log"
-        for iteration, (begin, end) in enumerate(instruction_clocks(log)):
-            # PointSolution's one warm-up round at the top clock, then the next round's switch-over
-            # iteration, during which the plan arrives: each instruction at the top clock or the plan's.
+        iterations = instruction_clocks(log)
+        for iteration, (begin, end) in enumerate(iterations):
             assert begin == end, f"rank {rank}, iteration {iteration}"
-            if iteration < REPORT_EVERY:
-                assert begin == [TOP_CLOCK] * len(order), f"rank {rank}, iteration {iteration}"
-            elif iteration == REPORT_EVERY:
-                for clock, planned in zip(begin, plan["frequencies"][rank]):
-                    assert clock in (TOP_CLOCK, planned), f"rank {rank}, iteration {iteration}"
-            else:
-                assert begin == plan["frequencies"][rank], f"rank {rank}, iteration {iteration}"
+        # PointSolution's warm-up round at the top clock, then its plan from the iteration after the
+        # one the plan arrives during (each instruction there at the top clock or the plan's) to the
+        # end. It arrives in the switch-over iteration after the warm-up unless the server answers
+        # later (it answers once the round is stored; ranks train on meanwhile): then a round later.
+        clocks = [begin for begin, _ in iterations]
+        top, planned = [TOP_CLOCK] * len(order), plan["frequencies"][rank]
+        first = next((i for i, c in enumerate(clocks) if c == planned), ITERATIONS)
+        assert REPORT_EVERY < first <= ITERATIONS - REPORT_EVERY, f"rank {rank}: {clocks}"
+        assert clocks[:first - 1] == [top] * (first - 1), f"rank {rank}: {clocks}"
+        assert all(clock in (TOP_CLOCK, plan_clock) for clock, plan_clock in zip(clocks[first - 1], planned)), \
+            f"rank {rank}: {clocks}"
+        assert clocks[first:] == [planned] * (ITERATIONS - first), f"rank {rank}: {clocks}"
         assert ends_at_default_clocks(log)
 
 
 def test_the_server_recorded_every_round(run):
-    (job,) = [p for p in (run / "plan" / "dump").iterdir() if p.is_dir()]  # also holds .perseus.db
+    dump = run / "plan" / "dump"
+    (job,) = [p for p in dump.iterdir() if p.is_dir()]  # also holds .perseus.db
     assert job.name.endswith(f"+torch+mlp+uniform+dp1+pp{STAGES}+tp1+mbs16+nmb{MICROBATCHES}+PointSolution")
-    # The first round, then rounds of a switch-over iteration and REPORT_EVERY measured ones.
-    rounds = 1 + (ITERATIONS - REPORT_EVERY) // (REPORT_EVERY + 1)
-    for r in range(rounds):
+    # Every round the server completed (its store), and no other, is recorded with every rank's
+    # result: the first round, then rounds of a switch-over iteration and REPORT_EVERY measured ones;
+    # a round whose ranks had not received its schedule when it began runs again under its number
+    # (rounds of this run: ITERATIONS at most, fewer on a busy machine).
+    with sqlite3.connect(dump / ".perseus.db") as store:
+        done = sorted(r for (r,) in store.execute("SELECT round FROM rounds WHERE job_id = ?", (job.name,)))
+        (ended,) = store.execute("SELECT end_detail FROM jobs WHERE job_id = ?", (job.name,)).fetchone()
+    server_log = (run / "plan" / "serve.out").read_text()
+    assert ended == "[profiling-done] training finished: every rank closed its client", (ended, server_log)
+    most = 1 + (ITERATIONS - REPORT_EVERY) // (REPORT_EVERY + 1)
+    assert 2 <= len(done) <= most and done == list(range(len(done))), (done, server_log)
+    recorded = sorted(int(p.name.split(".")[0]) for p in job.glob("*.prof.json"))
+    assert recorded == done, server_log
+    for r in done:
         results = json.loads((job / f"{r}.prof.json").read_text())
         assert sorted(result["rank"] for result in results) == list(range(STAGES))
 
