@@ -381,7 +381,7 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
     if (d < disturbed.size() && disturbed[d]) continue;
     auto it = m.pipeline_instructions[d].find(key);
     if (it == m.pipeline_instructions[d].end()) continue;
-    const double speed = pipelines_.known() ? pipelines_.speed(d, key) : 1.0;
+    const double speed = pipelines_.known() ? pipelines_.speed(d, key) * pace_change(d) : 1.0;
     time += it->second.time / speed, energy += it->second.energy / speed, ++n;
   }
   if (n > 0) return ClockMeasurement{time / n, energy / n, error};
@@ -644,10 +644,53 @@ std::optional<double> TurnkeyController::cluster_conditions(const RoundMeasureme
     if (d < disturbed.size() && disturbed[d]) continue;
     if (straggler && static_cast<std::size_t>(straggler->pipeline) == d) continue;
     if (auto x = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front()))
-      c.push_back(*x);
+      c.push_back(*x / pace_change(d));
   }
   if (c.empty()) return std::nullopt;
   return median(c);
+}
+
+// A straggler detected while profiling next to pipelines slow in the baseline may be those pipelines
+// recovering: with two pipelines the ratios cannot tell the two apart (either way the others now run
+// at its pace), but an all-max round can: a straggler runs slower than in the baseline, a recovered
+// pipeline faster. Where the one said to straggle runs as in the baseline (within half the threshold)
+// and every other, slow in the baseline, faster than then by more than half the threshold, those
+// recovered: their new paces are taken in, the verdict is dropped, and the clocks measured since the
+// last check (on their instructions, at their old pace) are measured again. Returns whether it did.
+bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
+  const auto& straggler = detector_.current();
+  if (!straggler || told_straggler_ || !pipelines_.known()) return false;
+  const auto s = static_cast<std::size_t>(straggler->pipeline);
+  const double half = config_.detector.threshold / 2;
+  auto conditions = [&](std::size_t d) -> std::optional<double> {
+    auto c = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front());
+    if (!c) return std::nullopt;
+    return *c / pace_change(d);
+  };
+  const auto own = conditions(s);
+  if (!own || std::abs(*own - 1) > half) return false;
+  std::vector<std::pair<std::size_t, double>> recovered;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+    if (d == s) continue;
+    const auto now = conditions(d);
+    if (!now || *now >= 1 - half || relative_pace(d) <= 1 + half) return false;
+    recovered.emplace_back(d, *now / *own);
+  }
+  if (recovered.empty()) return false;
+  for (const auto& [d, factor] : recovered) {
+    const double pace = relative_pace(d);
+    // Not faster than the others by more than the threshold, which no speed difference of GPUs comes near.
+    const double now = std::max(factor, (1 - config_.detector.threshold) / pace);
+    take_pace_change(d, now);
+    decide(DecisionEvent::slow_pipeline_recovered,
+           fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, runs at {:.3f}x now (an "
+                       "all-max round while profiling: pipeline {}, said to straggle, runs as in the baseline)",
+                       d, pace, pace * now, s));
+  }
+  detector_.reset();
+  followed_ratios_.clear();
+  if (may_measure_again(since_check_.size())) measure_again({&since_check_});
+  return true;
 }
 
 // A check round while profiling: when the conditions moved since the last one (by more than a
@@ -660,6 +703,12 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   last_off_curve_.reset();  // what two rounds around a check show, the check has seen
   const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
+  if (recovered_not_straggling(m)) {
+    if (const auto now = cluster_conditions(m, disturbed_pipelines(m))) profile_conditions_ = *now;
+    since_check_.clear();
+    if (profiling_done()) finish_profiling();
+    return;
+  }
   const auto now = cluster_conditions(m, disturbed_pipelines(m));
   if (!now) return since_check_.clear();
   constexpr double kBand = 0.01;

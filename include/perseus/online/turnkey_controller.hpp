@@ -283,6 +283,7 @@ class TurnkeyController {
   std::size_t measure_again(std::initializer_list<const std::vector<ScanClock>*> rounds);
   std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
+  bool recovered_not_straggling(const RoundMeasurement& m);
   RoundClocks profiling_clocks();
   void finish_profiling();
   void start_planning(Profile profile);
