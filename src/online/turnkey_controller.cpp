@@ -643,11 +643,17 @@ std::optional<double> TurnkeyController::cluster_conditions(const RoundMeasureme
   for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     if (d < disturbed.size() && disturbed[d]) continue;
     if (straggler && static_cast<std::size_t>(straggler->pipeline) == d) continue;
-    if (auto x = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front()))
-      c.push_back(*x / pace_change(d));
+    if (auto x = all_max_conditions(m, d)) c.push_back(*x);
   }
   if (c.empty()) return std::nullopt;
   return median(c);
+}
+
+// Pipeline d's conditions in an all-max round, its change of pace since the baseline taken out.
+std::optional<double> TurnkeyController::all_max_conditions(const RoundMeasurement& m, std::size_t d) const {
+  const auto c = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front());
+  if (!c) return std::nullopt;
+  return *c / pace_change(d);
 }
 
 // A straggler detected while profiling next to pipelines slow in the baseline may be those pipelines
@@ -662,23 +668,22 @@ bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
   if (!straggler || told_straggler_ || !pipelines_.known()) return false;
   const auto s = static_cast<std::size_t>(straggler->pipeline);
   const double half = config_.detector.threshold / 2;
-  auto conditions = [&](std::size_t d) -> std::optional<double> {
-    auto c = pipelines_.conditions(m, d, orders_, shape_.num_stages, nullptr, shape_.clocks.front());
-    if (!c) return std::nullopt;
-    return *c / pace_change(d);
-  };
-  const auto own = conditions(s);
+  const auto own = all_max_conditions(m, s);
   if (!own || std::abs(*own - 1) > half) return false;
-  std::vector<std::pair<std::size_t, double>> recovered;
+  struct Recovered {
+    std::size_t pipeline;
+    double factor, pace;  // its time now over then, against the straggler's; its pace in the baseline
+  };
+  std::vector<Recovered> recovered;
   for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     if (d == s) continue;
-    const auto now = conditions(d);
-    if (!now || *now >= 1 - half || relative_pace(d) <= 1 + half) return false;
-    recovered.emplace_back(d, *now / *own);
+    const auto now = all_max_conditions(m, d);
+    const double pace = relative_pace(d);
+    if (!now || *now >= 1 - half || pace <= 1 + half) return false;
+    recovered.push_back({d, *now / *own, pace});
   }
   if (recovered.empty()) return false;
-  for (const auto& [d, factor] : recovered) {
-    const double pace = relative_pace(d);
+  for (const auto& [d, factor, pace] : recovered) {
     // Not faster than the others by more than the threshold, which no speed difference of GPUs comes near.
     const double now = std::max(factor, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
@@ -703,12 +708,8 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   last_off_curve_.reset();  // what two rounds around a check show, the check has seen
   const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
-  if (recovered_not_straggling(m)) {
-    if (const auto now = cluster_conditions(m, disturbed_pipelines(m))) profile_conditions_ = *now;
-    since_check_.clear();
-    if (profiling_done()) finish_profiling();
-    return;
-  }
+  // A recovery it finds measures its clocks again itself; the conditions are then the cluster's as ever.
+  const bool recovered = recovered_not_straggling(m);
   const auto now = cluster_conditions(m, disturbed_pipelines(m));
   if (!now) return since_check_.clear();
   constexpr double kBand = 0.01;
@@ -717,7 +718,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   // before it ran on theirs: only its clocks are measured again.
   const bool in_the_off_round = off_curve && on_curve_before && (*off_curve - 1) * (moved - 1) > 0;
   const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
-  if (std::abs(moved - 1) > kBand && may_measure_again(changed.size())) {
+  if (!recovered && std::abs(moved - 1) > kBand && may_measure_again(changed.size())) {
     const std::size_t again = measure_again({&changed});
     const std::string which =
         in_the_off_round

@@ -110,7 +110,7 @@ def test_the_server_recorded_every_round(run):
     # Every round the server completed (its store), and no other, is recorded with every rank's
     # result: the first round, then rounds of a switch-over iteration and REPORT_EVERY measured ones;
     # a round whose ranks had not received its schedule when it began runs again under its number
-    # (rounds of this run: ITERATIONS at most, fewer on a busy machine).
+    # (so this run has `most` rounds, fewer where the server's answers come late).
     with sqlite3.connect(dump / ".perseus.db") as store:
         done = sorted(r for (r,) in store.execute("SELECT round FROM rounds WHERE job_id = ?", (job.name,)))
         (ended,) = store.execute("SELECT end_detail FROM jobs WHERE job_id = ?", (job.name,)).fetchone()
