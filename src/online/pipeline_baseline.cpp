@@ -1,6 +1,7 @@
 #include "perseus/online/pipeline_baseline.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "perseus/online/statistics.hpp"
 
@@ -12,8 +13,12 @@ void PipelineBaseline::add(const RoundMeasurement& m, std::size_t capacity) {
   s.energy = m.pipeline_energy;
   s.energy.resize(s.compute_time.size(), 0);
   s.top_time.resize(s.compute_time.size());
+  s.top_energy.resize(s.compute_time.size());
   for (std::size_t d = 0; d < s.top_time.size() && d < m.pipeline_instructions.size(); ++d)
-    for (const auto& [key, value] : m.pipeline_instructions[d]) s.top_time[d][key] = value.time;
+    for (const auto& [key, value] : m.pipeline_instructions[d]) {
+      s.top_time[d][key] = value.time;
+      s.top_energy[d][key] = value.energy;
+    }
   samples_.push_back(std::move(s));
   if (samples_.size() > std::max<std::size_t>(capacity, 1)) samples_.erase(samples_.begin());
 }
@@ -27,15 +32,20 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
   energy_.assign(D, 0);
   top_time_.assign(D, {});
   top_time_error_.assign(D, {});
+  top_energy_.assign(D, {});
   for (std::size_t d = 0; d < D; ++d) {
     std::vector<double> times, energies;
-    std::map<StageKind, std::vector<double>> tops;
+    std::map<StageKind, std::vector<double>> tops, top_energies;
     for (std::size_t i = 0; i < samples_.size(); ++i) {
       const Sample& s = samples_[i];
       if (i >= kept.size() || !kept[i] || d >= s.compute_time.size()) continue;
       times.push_back(s.compute_time[d]);
       energies.push_back(s.energy[d]);
-      for (const auto& [key, t] : s.top_time[d]) tops[key].push_back(t);
+      for (const auto& [key, t] : s.top_time[d]) {
+        tops[key].push_back(t);
+        const auto e = s.top_energy[d].find(key);
+        top_energies[key].push_back(e != s.top_energy[d].end() ? e->second : 0);
+      }
     }
     compute_time_[d] = robust_mean(times).value;
     energy_[d] = robust_mean(energies).value;
@@ -46,6 +56,13 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
       // The interval's half-width is t * error over the rounds kept, not over all of them.
       const auto rounds_used = std::size_t(std::count(used.begin(), used.end(), true));
       if (rounds_used > 1) top_time_error_[d][key] = (top.high - top.value) / t_quantile(rounds_used);
+      // The energy of the same rounds: an instruction's energy follows its time, so a round whose
+      // time was left out is no measure of its energy either.
+      double energy = 0;
+      const auto& e = top_energies[key];
+      for (std::size_t i = 0; i < e.size() && i < used.size(); ++i)
+        if (used[i]) energy += e[i];
+      if (rounds_used > 0) top_energy_[d][key] = energy / static_cast<double>(rounds_used);
     }
   }
   const double middle = median(compute_time_);
@@ -89,11 +106,18 @@ double PipelineBaseline::top_time_error(std::size_t d, const StageKind& key) con
   return it == top_time_error_[d].end() ? 0 : it->second;
 }
 
+std::optional<double> PipelineBaseline::top_energy(std::size_t d, const StageKind& key) const {
+  if (d >= top_energy_.size()) return std::nullopt;
+  auto it = top_energy_[d].find(key);
+  if (it == top_energy_[d].end() || it->second <= 0) return std::nullopt;
+  return it->second;
+}
+
 std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, std::size_t d,
                                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                                    const std::vector<std::vector<int>>* clocks, int top,
-                                                   const std::vector<std::vector<double>>* late,
-                                                   bool* steady_only) const {
+                                                   const std::vector<std::vector<double>>* late, bool* steady_only,
+                                                   double* error) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
   std::vector<double> steady, after_change;
   const auto& slots = m.slot_time[d];
@@ -115,10 +139,14 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
     }
   constexpr std::size_t kFewest = 3;
   if (steady_only) *steady_only = steady.size() >= kFewest;
-  if (steady.size() >= kFewest) return median(steady);
-  steady.insert(steady.end(), after_change.begin(), after_change.end());
+  if (steady.size() < kFewest) steady.insert(steady.end(), after_change.begin(), after_change.end());
   if (steady.size() < kFewest) return std::nullopt;
-  return median(steady);
+  const double middle = median(steady);
+  // A median of normal draws is sqrt(pi / 2) times as uncertain as their mean.
+  constexpr double kMedianOverMean = 1.2533141373155001;
+  if (error)
+    *error = middle > 0 ? kMedianOverMean * sample_stddev(steady) / std::sqrt(double(steady.size())) / middle : 0;
+  return middle;
 }
 
 }  // namespace perseus::online

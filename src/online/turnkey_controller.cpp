@@ -392,6 +392,31 @@ std::optional<ClockMeasurement> TurnkeyController::clean_instruction(const Round
   return ClockMeasurement{it->second.time, it->second.energy, error};
 }
 
+// (stage, kind)'s top-clock instruction over the baseline's rounds, as clean_instruction takes it from
+// one round (the pipelines not marked disturbed, each in units of its GPUs' speed), with the standard
+// error of that mean. Plans for no slowdown run the critical path at the top clock and spend the
+// other paths' slack: an error of a fraction of a percent there is slack a plan spends that is not
+// there, or misses, and the baseline's rounds know it several times better than one round. None
+// where some pipeline's is from fewer than two rounds.
+std::optional<ClockMeasurement> TurnkeyController::baseline_top_clock(const std::vector<bool>& disturbed,
+                                                                      const StageKind& key) const {
+  if (!pipelines_.known()) return std::nullopt;
+  double time = 0, energy = 0, variance = 0;
+  int n = 0;
+  for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) {
+    if (d < disturbed.size() && disturbed[d]) continue;
+    const auto t = pipelines_.top_time(d, key);
+    const auto e = pipelines_.top_energy(d, key);
+    const double error = pipelines_.top_time_error(d, key);
+    if (!t || !e || !(error > 0)) return std::nullopt;
+    const double speed = pipelines_.speed(d, key) * pace_change(d);
+    time += *t / speed, energy += *e / speed, variance += std::pow(error / speed, 2), ++n;
+  }
+  if (n == 0) return std::nullopt;
+  time /= n;
+  return ClockMeasurement{time, energy / n, std::sqrt(variance) / n / time};
+}
+
 void TurnkeyController::add_variability(const RoundMeasurement& m) {
   // Kept per stage (GPU): each set is one model stage's durations, so chunks of different sizes do
   // not count as noise.
@@ -490,11 +515,13 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
     decide(DecisionEvent::profile_reused, fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
     return start_planning(*reused_profile_);
   }
-  // The top clock of every scan was just measured (from the pipelines that ran as fast as the others),
-  // unless the baseline left that round out (a disturbance that began within it, too small in one
-  // pipeline to mark it disturbed): then the scans measure their top clock first.
-  for (std::size_t i = 0; i < operations_.size() && last_baseline_round_kept_; ++i) {
-    auto measured = clean_instruction(m, disturbed, operations_[i]);
+  // The top clock of every scan was measured by the baseline's rounds (from the pipelines that ran as
+  // fast as the others); where the baseline has fewer than two of them, by the last round unless the
+  // baseline left it out (a disturbance that began within it, too small in one pipeline to mark it
+  // disturbed): then the scans measure their top clock first.
+  for (std::size_t i = 0; i < operations_.size(); ++i) {
+    auto measured = baseline_top_clock(disturbed, operations_[i]);
+    if (!measured && last_baseline_round_kept_) measured = clean_instruction(m, disturbed, operations_[i]);
     auto& scan = scans_[i];
     if (measured && scan.next() == shape_.clocks.front()) scan.record(shape_.clocks.front(), *measured);
   }
@@ -1126,11 +1153,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
   // Until measured, each pipeline runs at the cluster's conditions as profiling's last all-max round
   // found them, where they clearly moved: a plan deployed during a slow spell is calibrated by the
-  // spell's conditions, not the baseline's, where it runs nothing at the top clock.
-  conditions_.resize(D, moved(profile_conditions_, 1.0) ? profile_conditions_ : 1.0);
+  // spell's conditions, not the baseline's, where it runs nothing at the top clock; times its change
+  // of pace (a pipeline slow in the baseline that recovered while profiling runs that much faster: read
+  // at the cluster's alone, the reference stayed at the slow baseline's time, 21% high).
+  if (conditions_.size() != D) {
+    const double cluster = moved(profile_conditions_, 1.0) ? profile_conditions_ : 1.0;
+    for (std::size_t d = conditions_.size(); d < D; ++d) conditions_.push_back(cluster * pace_change(d));
+  }
   if (all_max_conditions_.size() != D) all_max_conditions_ = conditions_;  // the first plan round: as deployed
   if (!pipelines_.known()) return;
   std::vector<std::optional<double>> now(D);
+  std::vector<double> now_error(D, 0.0);
   std::vector<double> shared;  // what pipelines that are no straggler measured: the cluster's conditions
   const std::vector<double> no_ratios;
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
@@ -1153,7 +1186,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
     bool steady_only = false;
     now[d] = pipelines_.conditions(m, d, orders_, shape_.num_stages, plan ? &plan->frequencies : nullptr,
-                                   shape_.clocks.front(), late ? &*late : nullptr, &steady_only);
+                                   shape_.clocks.front(), late ? &*late : nullptr, &steady_only, &now_error[d]);
     steady[d] = steady_only ? 1 : 0;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1187,6 +1220,18 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto agrees = [&](double ratio, double mean) {
     return mean > 0 && std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma);
   };
+  // A probe's conditions and those the plan's calibration reads in its rounds around the probe (it ran
+  // as in its round before), weighed by the inverse of their variances: the probe's from the spread of
+  // its top-clock instructions; the calibration's half a round's time for the two rounds, and as much
+  // again for the rounds it was taken from.
+  const auto towards_the_probe = [&](const Calibration& cal, double ratio) {
+    const double around = cal.last_ratio > 0 ? (ratio + cal.last_ratio) / 2 : ratio;
+    const double calibrated = around * cal.per_ratio.value_or(0);
+    const double probe_variance = cal.probed_error * cal.probed_error, own_variance = round_sigma * round_sigma;
+    if (calibrated <= 0 || !(probe_variance > 0) || !(own_variance > 0)) return *cal.probed;
+    const double weight = own_variance / (own_variance + probe_variance);
+    return calibrated * std::pow(*cal.probed / calibrated, weight);
+  };
   // A plan's second round after it was calibrated anew on a change of plan moved clearly from its first,
   // which had moved from what the plan before's calibration expected by more than two plans' errors
   // differ, the same way.
@@ -1207,6 +1252,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (!on_plans && now[d]) {
       cal.conditions_changed = cal.straggled = false;
       cal.probed = *now[d];
+      cal.probed_error = now_error[d];
     }
     // A plan that runs (next to) nothing at the top clock (a straggler's pace, or a profile whose top
     // clock is no faster than the next) says nothing there: its pipeline's time over what the plan
@@ -1276,8 +1322,11 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // cluster's conditions that a pipeline's change of pace, not yet taken in, moved: 4.5%), and it
         // is calibrated anew on the probe. A plan that ran otherwise than before the probe keeps its
         // calibration: its conditions changed around the probe, maybe within it (a probe that measured
-        // half a 1.5% step calibrated the step away, and the conditions read 1.5% low from then on).
-        cal.start_anew(*cal.probed, ratios[d], round_);
+        // half a 1.5% step calibrated the step away, and the conditions read 1.5% low from then on). The
+        // probe and the calibration are weighed by their errors: a short pipeline's probe measures its
+        // conditions from a few instructions, a few tenths of a percent off (one 0.96% high, taken whole,
+        // held the reported slowdown 0.6 points low).
+        cal.start_anew(towards_the_probe(cal, ratios[d]), ratios[d], round_);
       } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds > 0 &&
                  since.rounds < kAnewRounds && agrees(ratios[d], since.ratio_sum / since.rounds)) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
@@ -1800,21 +1849,22 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
   return changed;
 }
 
-// A pipeline paced to a detected straggler that ran slower than its plan by more than the straggler
-// threshold in a round in which the straggler ran as followed (its GPUs slowed: it ended the iteration
-// after the straggler, and training ran that much slower than all-max would): the detector confirms
-// it a round later, and every round on the paced plans until then costs as much. In that round every
-// pipeline but the straggler runs the target plan (no slower than all-max on GPUs that ran as
-// before); the round after, the detector's verdict assigns the plans again. Not in a plan's first
-// round, which may have run part of it on the plan before, nor under a power budget's pace, which the
-// target plans would exceed.
+// A pipeline paced to a detected straggler, or to a pipeline slow in the baseline, that ran slower than
+// its plan by more than the straggler threshold in a round in which the pace setter ran as followed (its
+// GPUs slowed: it ended the iteration after the pace setter, and training ran that much slower than
+// all-max would): the detector confirms it a round later, and every round on the paced plans until
+// then costs as much. In that round every pipeline but the pace setter runs the target plan (no slower
+// than all-max on GPUs that ran as before); the round after, the detector's verdict assigns the plans
+// again. Not in a plan's first round, which may have run part of it on the plan before, nor under a
+// power budget's pace, which the target plans would exceed.
 bool TurnkeyController::fell_behind_the_straggler(const std::vector<double>& ratios) {
-  if (!straggler_is_a_change() || straggler_->told || !straggler_->pipeline || rounds_on_plan_ < 2 || paced())
-    return false;
+  if (!straggler_ || straggler_->told || !straggler_->pipeline || rounds_on_plan_ < 2 || paced()) return false;
   const auto s = static_cast<std::size_t>(*straggler_->pipeline);
   const double threshold = config_.detector.threshold;
-  if (s >= ratios.size() || straggler_->slowdown <= 0 || std::abs(ratios[s] / straggler_->slowdown - 1) > threshold / 2)
-    return false;
+  // A followed straggler runs its slowdown times its plan's prediction; a pipeline slow in the baseline
+  // runs its prediction (made on its own GPUs).
+  const double expected = straggler_->in_baseline ? 1.0 : straggler_->slowdown;
+  if (s >= ratios.size() || expected <= 0 || std::abs(ratios[s] / expected - 1) > threshold / 2) return false;
   for (std::size_t d = 0; d < ratios.size(); ++d) {
     if (d == s || ratios[d] <= 1 + threshold) continue;
     decide(DecisionEvent::behind_the_straggler,

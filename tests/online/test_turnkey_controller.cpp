@@ -174,6 +174,43 @@ TEST(TurnkeyController, AStragglerWhileProfilingIsDetectedAndKeptOutOfTheProfile
   }
 }
 
+// Under noise the top clock is known from every round of the baseline, not from the last one alone:
+// the profile's top-clock rows are the warm-up's rounds' mean (each round's over both pipelines).
+TEST(TurnkeyController, TheTopClockIsMeasuredByEveryRoundOfTheBaseline) {
+  Profile profile;
+  auto cluster = small_synthetic_cluster();
+  cluster.noise = 0.02;
+  auto hooks = online::ControllerHooks{};
+  hooks.profiled = [&profile](const Profile& p) { profile = p; };
+  auto c = config();
+  c.baseline_precision = 0.05;  // the warm-up's five rounds are enough
+  TurnkeyController controller(c, cluster.shape(), std::nullopt, hooks);
+  const auto rounds = testing::run_rounds(controller, cluster, 60);
+  ASSERT_FALSE(profile.rows.empty());
+  const auto& baseline = controller.decisions().front();
+  ASSERT_EQ(baseline.event, online::DecisionEvent::baseline);
+  ASSERT_EQ(baseline.detail.find("outlying"), std::string::npos) << baseline.detail;
+  const int warmup = c.warmup_rounds;  // rounds 1 .. warmup - 1 are the baseline's (round 0 starts up)
+  ASSERT_EQ(controller.baseline_rounds(), warmup - 1);
+  const int top = cluster.shape().clocks.front();
+  int compared = 0;
+  for (const auto& row : profile.rows) {
+    if (row.frequency != top) continue;
+    const online::StageKind key{row.stage, row.kind};
+    double mean = 0, last = 0;
+    for (std::size_t d = 0; d < 2; ++d) {
+      std::vector<double> times;
+      for (int r = 1; r < warmup; ++r) times.push_back(rounds[std::size_t(r)].pipeline_instructions[d].at(key).time);
+      mean += online::robust_mean(times).value / 2;
+      last += times.back() / 2;
+    }
+    EXPECT_NEAR(row.time, mean, 1e-12 * mean);
+    EXPECT_GT(std::abs(row.time - last), 1e-9 * mean);  // not the last round's
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2 * cluster.shape().num_stages);
+}
+
 // Energy and time of all-max in round r of `cluster`: the twin the numbers are measured against.
 TimeEnergy twin(SyntheticCluster cluster, int r) {
   auto m = cluster.run(std::nullopt, r);

@@ -114,6 +114,10 @@ TEST(PipelineBaseline, TopTimesCarryTheirStandardError) {
   with_outlier.estimate({true, true, true, true, true, true});
   EXPECT_NEAR(with_outlier.top_time_error(0, {0, InstructionKind::forward}), std::sqrt(0.001 / 4) / std::sqrt(5.0),
               1e-9);
+  // The energy is the same rounds' mean: 10 J per second of these rounds, the outlier's left out too.
+  EXPECT_NEAR(*with_outlier.top_energy(0, {0, InstructionKind::forward}), 10.0, 1e-9);
+  EXPECT_NEAR(*with_outlier.top_energy(0, {0, InstructionKind::backward}), 20.0, 1e-9);
+  EXPECT_FALSE(with_outlier.top_energy(2, {0, InstructionKind::forward}));
 }
 
 TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
@@ -157,6 +161,26 @@ TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
   // Fewer than 3 such slots: every top-clock slot counts.
   clocks = {{1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200, 1410, 1410, 1200, 1410}};
   EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410), 1.05 * 1.2, 1e-12);
+}
+
+// The conditions come with the standard error of their median: a short pipeline's all-max round
+// measures them from a few instructions, and a calibration within that noise of them is no error.
+TEST(PipelineBaseline, ConditionsCarryTheStandardErrorOfTheirMedian) {
+  PipelineBaseline b;
+  for (int r = 0; r < 4; ++r) b.add(all_max_round(1.0, 1.0), 40);
+  b.estimate({true, true, true, true});
+  std::vector<std::vector<Instruction>> orders(1);
+  for (auto kind : {InstructionKind::forward, InstructionKind::backward})
+    for (int mb = 0; mb < 3; ++mb) orders[0].push_back({0, kind, mb});
+  auto now = all_max_round(1.0, 1.0);
+  double error = -1;
+  EXPECT_NEAR(*b.conditions(now, 0, orders, 1, nullptr, 1410, nullptr, nullptr, &error), 1.0, 1e-12);
+  EXPECT_EQ(error, 0);  // every slot as in the baseline
+  // Ratios 1, 1.02, 0.98 twice: median 1, standard deviation sqrt(0.0016 / 5), times sqrt(pi / 2) over
+  // the root of 6.
+  now.slot_time[0] = {{1.0, 1.02, 0.98, 2.0, 2.04, 1.96}};
+  EXPECT_NEAR(*b.conditions(now, 0, orders, 1, nullptr, 1410, nullptr, nullptr, &error), 1.0, 1e-12);
+  EXPECT_NEAR(error, std::sqrt(3.14159265358979 / 2) * std::sqrt(0.0016 / 5) / std::sqrt(6.0), 1e-9);
 }
 
 }  // namespace

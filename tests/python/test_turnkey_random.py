@@ -268,8 +268,11 @@ def test_a_plan_condemned_by_a_hair_steps_to_the_next_plan_not_to_all_max(drawn)
     all-max, condemned after 40 rounds with its interval's low end at the tolerance. Near the top of the frontier
     the next plans are a few hundredths of a point faster and save nearly as much; required to be predicted 0.15%
     faster than the plan that missed, only all-max was, and the last 100 iterations kept 19% of the ideal. The
-    more cautious plan needs to be faster only by what the interval's low end is above the tolerance."""
-    scenario = as_found(drawn(3863, None))
+    more cautious plan needs to be faster only by what the interval's low end is above the tolerance. With the top
+    clock measured by every round of the baseline the plan runs 0.3% slower, within the default tolerance: asked
+    for a quarter of a point, it is condemned with its interval's low end at 0.25%."""
+    found = as_found(drawn(3863, None))
+    scenario = dataclasses.replace(found, scheduler_args={**found.scheduler_args, "tolerance": 0.0025})
     assert flag(scenario, "--clock-latency") == ["2"], scenario.simulate_args
     outcome, decisions = judged(scenario)
     stepped = [d["detail"] for d in decisions if d["event"] == "stepped up" and d["detail"].startswith("measured")]
@@ -341,12 +344,14 @@ def test_a_probe_recalibrates_a_plan_that_runs_nothing_at_the_top_clock(drawn):
     all-max probe then measured them at the top clock and the next round read them 1% off again. A step-up's
     first round then read the cluster's pace 1.8% changed (1% off the truth), the step-up was retried at once,
     and the retried plan, calibrated on that round, stayed 1% off: the reported saving 0.9 points high to the
-    end. A plan's round after a probe now calibrates it anew on the probe's conditions."""
+    end. A plan's round after a probe now calibrates it anew on the probe's conditions. (With the top clock
+    measured by every round of the baseline, the plan is no longer condemned: no step-up; the steps of drift and
+    the probes remain.)"""
     scenario = without_confirming(drawn(4589, None))
     assert flag(scenario, "--straggler") == ["all:1.01@134", "all:1.01@316", "all:1.01@498", "all:1.01@680"]
     outcome, decisions = judged(scenario)
-    assert "stepped up" in [d["event"] for d in decisions]
     assert outcome.history_saving_error <= 0.005 and outcome.history_slowdown_error <= 0.003, outcome
+    assert outcome.passes() == [], outcome
 
 
 def test_a_retry_halfway_never_goes_past_the_plan_stepped_up_to(drawn):
@@ -354,13 +359,14 @@ def test_a_retry_halfway_never_goes_past_the_plan_stepped_up_to(drawn):
     146 to 373). The saving plan measured 0.88% slow over 4 rounds; the step-up, by what the interval said, went to
     a plan 0.05% faster; 40 rounds on, the retry halfway asked for half the miss measured then, 0.44%: only all-max
     met it, and the retries ran all-max for 11-12 rounds, twice (73% of the ideal). Halfway now lies between the plan
-    stepped up to and the saving plan."""
+    stepped up to and the saving plan. (With the top clock measured by every round of the baseline the saving plan
+    runs within the tolerance: no step-up, no retry; TurnkeyClasses' tests retry halfway.)"""
     scenario = drawn(4798, None)
     assert flag(scenario, "--straggler") == ["0:1.236@146-373"], scenario.simulate_args
     outcome, decisions = judged(scenario)
     retries = [d["detail"] for d in decisions if d["event"] == "retrying"]
-    assert retries and not any("back to all-max" in r for r in retries), retries
-    assert outcome.share >= 0.8, outcome
+    assert not any("back to all-max" in r for r in retries), retries
+    assert outcome.share >= 0.8 and outcome.passes() == [], outcome
 
 
 def test_the_clocks_a_plan_runs_are_measured_once_more_under_noise(drawn):
@@ -689,3 +695,31 @@ def test_a_pipeline_slow_in_the_baseline_that_recovers_while_profiling_makes_no_
     assert recovered and "while profiling" in recovered[0]["detail"], decisions
     assert not any(d["event"] == "straggler recovered" for d in decisions), decisions
     assert outcome.passes() == [], outcome
+
+
+def test_a_pipeline_recovered_while_profiling_is_measured_at_its_new_pace_by_a_plan_that_runs_no_top_clock(drawn):
+    """Instance 9148 of `straggler` (1F1B, 4 stages, 7 microbatches, Bloom on A40, noise 0.0037): pipeline 1 runs
+    1.27x slow in iterations 10-35, the warm-up's (the baseline paced to it), and recovers while profiling, which
+    takes its change of pace in. Its plan runs nothing at the top clock, so its conditions are its time over the
+    plan's prediction times a calibration from the conditions known when the plans are deployed: taken as the
+    cluster's alone, its recovery was forgotten, the reference stayed at the slow baseline's time and the
+    reported slowdown read -17% for 60 rounds. The conditions known at deployment carry each pipeline's change of
+    pace."""
+    scenario = drawn(9148, "straggler")
+    assert flag(scenario, "--straggler") == ["1:1.274@10-35"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any(d["event"] == "slow pipeline recovered" for d in decisions), decisions
+    assert outcome.passes() == [], outcome
+
+
+def test_a_pipeline_paced_to_one_slow_in_the_baseline_that_falls_behind_it_runs_the_target_plan_at_once(drawn):
+    """Instance 9505 (1F1B, 4 stages, 6 microbatches, synthetic, noise 0.016): pipeline 0 runs 1.18x slow from the
+    first iteration (the baseline's pace, pipeline 1 paced to it), pipeline 1 1.15x slower than its own baseline
+    from iteration 626: on its paced plan it then ended every iteration 15% after pipeline 0, for the two rounds
+    the detector takes (0.52% slower than all-max over the run's second half). From the first such round it runs
+    the target plan until the detector's verdict, as beside a detected straggler."""
+    scenario = drawn(9505, None)
+    assert flag(scenario, "--straggler") == ["0:1.178@1", "1:1.150@626"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert "unpaced behind the straggler" in [d["event"] for d in decisions], decisions
+    assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome

@@ -39,6 +39,8 @@ class PipelineBaseline {
   std::optional<double> top_time(std::size_t d, const StageKind& key) const;
   // The standard error of that mean (0 when not measured or from one round).
   double top_time_error(std::size_t d, const StageKind& key) const;
+  // Pipeline d's mean top-clock energy of `key` over the rounds its top time is from.
+  std::optional<double> top_energy(std::size_t d, const StageKind& key) const;
 
   // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
   // that ran at the top clock after a slot at the top clock (`clocks`: per stage and slot, the
@@ -46,22 +48,23 @@ class PipelineBaseline {
   // clock), of measured time over its baseline time; with fewer than 3 such slots, over every slot
   // at the top clock. `late` (per stage and slot): the seconds a slot right after a change lost to
   // the clock latency, taken off its time so that it counts like the others. None with fewer than
-  // 3 slots. `steady_only`: whether the slots after a slot at the top clock were enough.
+  // 3 slots. `steady_only`: whether the slots after a slot at the top clock were enough. `error`: the
+  // standard error of that median (relative; 0 with fewer than 2 slots).
   std::optional<double> conditions(const RoundMeasurement& m, std::size_t d,
                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                    const std::vector<std::vector<int>>* clocks, int top,
-                                   const std::vector<std::vector<double>>* late = nullptr,
-                                   bool* steady_only = nullptr) const;
+                                   const std::vector<std::vector<double>>* late = nullptr, bool* steady_only = nullptr,
+                                   double* error = nullptr) const;
 
  private:
   struct Sample {
     std::vector<double> compute_time, energy;
-    std::vector<std::map<StageKind, double>> top_time;  // per pipeline
+    std::vector<std::map<StageKind, double>> top_time, top_energy;  // per pipeline
   };
   std::vector<Sample> samples_;
   bool estimated_ = false;
   std::vector<double> compute_time_, energy_, pace_;
-  std::vector<std::map<StageKind, double>> top_time_, top_time_error_, speed_;
+  std::vector<std::map<StageKind, double>> top_time_, top_time_error_, top_energy_, speed_;
 };
 
 }  // namespace perseus::online

@@ -249,6 +249,7 @@ class TurnkeyController {
   std::vector<bool> disturbed_pipelines(const RoundMeasurement& m) const;
   std::optional<ClockMeasurement> clean_instruction(const RoundMeasurement& m, const std::vector<bool>& disturbed,
                                                     const StageKind& key) const;
+  std::optional<ClockMeasurement> baseline_top_clock(const std::vector<bool>& disturbed, const StageKind& key) const;
   std::optional<std::vector<std::vector<double>>> latency_loss(const ChosenPlan& plan) const;
   // `plan_ratios`: paced_ratios(m, true) of a round on the plans; null for an all-max round.
   void measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios);
@@ -412,6 +413,7 @@ class TurnkeyController {
     double anew_conditions = 0;
     double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
+    double probed_error = 0;       // that measurement's standard error (relative)
     // Calibrated anew on this round of a new plan, from `conditions` as then known.
     void start_anew(double conditions, double ratio, int round);
     // Its plan's ratios since it was calibrated anew, while they agree (their sum, their count; none
