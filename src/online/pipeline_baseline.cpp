@@ -12,13 +12,9 @@ void PipelineBaseline::add(const RoundMeasurement& m, std::size_t capacity) {
   s.compute_time = m.pipeline_time;
   s.energy = m.pipeline_energy;
   s.energy.resize(s.compute_time.size(), 0);
-  s.top_time.resize(s.compute_time.size());
-  s.top_energy.resize(s.compute_time.size());
-  for (std::size_t d = 0; d < s.top_time.size() && d < m.pipeline_instructions.size(); ++d)
-    for (const auto& [key, value] : m.pipeline_instructions[d]) {
-      s.top_time[d][key] = value.time;
-      s.top_energy[d][key] = value.energy;
-    }
+  s.top.resize(s.compute_time.size());
+  for (std::size_t d = 0; d < s.top.size() && d < m.pipeline_instructions.size(); ++d)
+    s.top[d] = m.pipeline_instructions[d];
   samples_.push_back(std::move(s));
   if (samples_.size() > std::max<std::size_t>(capacity, 1)) samples_.erase(samples_.begin());
 }
@@ -35,21 +31,19 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
   top_energy_.assign(D, {});
   for (std::size_t d = 0; d < D; ++d) {
     std::vector<double> times, energies;
-    std::map<StageKind, std::vector<double>> tops, top_energies;
+    std::map<StageKind, std::vector<TimeEnergy>> tops;
     for (std::size_t i = 0; i < samples_.size(); ++i) {
       const Sample& s = samples_[i];
       if (i >= kept.size() || !kept[i] || d >= s.compute_time.size()) continue;
       times.push_back(s.compute_time[d]);
       energies.push_back(s.energy[d]);
-      for (const auto& [key, t] : s.top_time[d]) {
-        tops[key].push_back(t);
-        const auto e = s.top_energy[d].find(key);
-        top_energies[key].push_back(e != s.top_energy[d].end() ? e->second : 0);
-      }
+      for (const auto& [key, instruction] : s.top[d]) tops[key].push_back(instruction);
     }
     compute_time_[d] = robust_mean(times).value;
     energy_[d] = robust_mean(energies).value;
-    for (const auto& [key, values] : tops) {
+    for (const auto& [key, rounds] : tops) {
+      std::vector<double> values;
+      for (const auto& r : rounds) values.push_back(r.time);
       std::vector<bool> used;
       const Estimate top = robust_mean(values, &used);
       top_time_[d][key] = top.value;
@@ -59,9 +53,8 @@ void PipelineBaseline::estimate(const std::vector<bool>& kept) {
       // The energy of the same rounds: an instruction's energy follows its time, so a round whose
       // time was left out is no measure of its energy either.
       double energy = 0;
-      const auto& e = top_energies[key];
-      for (std::size_t i = 0; i < e.size() && i < used.size(); ++i)
-        if (used[i]) energy += e[i];
+      for (std::size_t i = 0; i < rounds.size() && i < used.size(); ++i)
+        if (used[i]) energy += rounds[i].energy;
       if (rounds_used > 0) top_energy_[d][key] = energy / static_cast<double>(rounds_used);
     }
   }

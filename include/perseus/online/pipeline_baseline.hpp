@@ -59,7 +59,7 @@ class PipelineBaseline {
  private:
   struct Sample {
     std::vector<double> compute_time, energy;
-    std::vector<std::map<StageKind, double>> top_time, top_energy;  // per pipeline
+    std::vector<std::map<StageKind, TimeEnergy>> top;  // per pipeline: its top-clock instructions
   };
   std::vector<Sample> samples_;
   bool estimated_ = false;
