@@ -320,13 +320,20 @@ void TurnkeyController::estimate_baseline() {
 // slowdown settled, the plan before's calibration carried over) has its pace read against the others'
 // plans, whose errors under noise differ from its plan's (a target plan, many paths near its longest,
 // ends later under noise than one with slack): the reference stood 0.7% above the truth and hid a plan
-// 0.65% slower than all-max. One all-max round, once its plans ran a round, measures it at the top clock.
+// 0.65% slower than all-max. So does any other pipeline whose plan runs nothing at the top clock on a
+// calibration carried from another plan (one that recovered beside the straggler onto a new plan
+// carried its paced plan's, 0.6% off, and the reported saving with it). One all-max round, once the
+// plans ran a round, measures them at the top clock.
 bool TurnkeyController::straggler_wants_probe() const {
   if (!straggler_is_a_change() || straggler_->told || !straggler_->pipeline || detector_.suspects()) return false;
+  if (straggler_probed_ == straggler_changes_ || rounds_on_plan_ < 1) return false;
   const auto s = static_cast<std::size_t>(*straggler_->pipeline);
-  return straggler_probed_ != straggler_changes_ && s < calibration_.size() &&
-         (!calibration_[s].per_ratio || calibration_[s].carried) && !calibration_[s].plan_changed &&
-         rounds_on_plan_ >= 1;
+  for (std::size_t d = 0; d < calibration_.size(); ++d) {
+    const Calibration& cal = calibration_[d];
+    if (cal.plan_changed) continue;
+    if (d == s ? !cal.per_ratio || cal.carried : cal.carried) return true;
+  }
+  return false;
 }
 
 // Per pipeline: its compute-bound time this round over what it is expected to take, in units of
@@ -1225,6 +1232,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // its top-clock instructions; the calibration's half a round's time for the two rounds, and as much
   // again for the rounds it was taken from.
   const auto towards_the_probe = [&](const Calibration& cal, double ratio) {
+    if (cal.carried) return *cal.probed;  // another plan's calibration: that plan's error, not this one's
     const double around = cal.last_ratio > 0 ? (ratio + cal.last_ratio) / 2 : ratio;
     const double calibrated = around * cal.per_ratio.value_or(0);
     const double probe_variance = cal.probed_error * cal.probed_error, own_variance = round_sigma * round_sigma;

@@ -554,6 +554,29 @@ TEST(TurnkeyClasses, APipelinePacedToAStragglerThatSlowsItselfRunsAPlanForItsNew
   }
 }
 
+// A pipeline that slowed beside a followed straggler and recovered is given a new plan that runs nothing
+// at the top clock: its calibration is the paced plan's, carried over with that plan's error (0.6% off,
+// and the reported saving 0.5 points with it). One all-max round once the new plan ran measures it there.
+TEST(TurnkeyClasses, APipelineRecoveredBesideAStragglerOntoAPlanWithNoTopClockIsMeasuredAtAllMax) {
+  auto cluster = top_clock_no_faster_than_the_next(small_cluster());
+  cluster.noise = 0.002;
+  cluster.factor = [](int d, int r, int) { return d == 1 && r >= 30 ? 1.15 : d == 0 && r >= 60 && r < 80 ? 1.1 : 1.0; };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 110);
+  const auto recovered = std::find_if(c.decisions().begin(), c.decisions().end(), [](const auto& d) {
+    return to_string(d.event) == std::string("slow pipeline recovered");
+  });
+  ASSERT_NE(recovered, c.decisions().end()) << events(c);
+  ASSERT_TRUE(has(c, "pipeline slowed")) << events(c);
+  const auto after = static_cast<std::size_t>(recovered->round);
+  ASSERT_LT(after + 4, r.at_all_max.size());
+  EXPECT_TRUE(std::any_of(r.at_all_max.begin() + static_cast<long>(after) + 1,
+                          r.at_all_max.begin() + static_cast<long>(after) + 4, [](bool b) { return b; }))
+      << events(c);
+  EXPECT_LE(r.slowdown(90, 110), 0.005) << events(c);
+  expect_reported_true(c, r, "after the recovery");
+}
+
 // A pipeline paced to a straggler that slows in a round the straggler runs as followed ends that
 // round after the straggler; confirming it takes the detector another round, which on the paced plans
 // would run as slow again. That round every pipeline but the straggler runs the target plan instead:

@@ -723,3 +723,17 @@ def test_a_pipeline_paced_to_one_slow_in_the_baseline_that_falls_behind_it_runs_
     outcome, decisions = judged(scenario)
     assert "unpaced behind the straggler" in [d["event"] for d in decisions], decisions
     assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
+
+
+def test_a_pipeline_recovered_beside_a_followed_straggler_onto_a_plan_with_no_top_clock_is_measured_at_all_max(drawn):
+    """Instance 3119 (1F1B, 2 stages and 4 microbatches of Bloom on A100, noise 0.0149): pipeline 1 a 1.20x
+    straggler from iteration 207, followed; pipeline 0, paced to it, 1.16x slow from 336 to 530. When it recovered
+    its new plan ran nothing at the top clock and carried the paced plan's calibration with that plan's error: its
+    conditions read 0.6% off and the reported saving stood 0.54 points above the truth to the end. While a straggler
+    is followed, any pipeline whose calibration is carried from another plan is measured in one all-max round once
+    its plan ran a round."""
+    scenario = drawn(3119, "two-stragglers")
+    assert flag(scenario, "--straggler") == ["1:1.198@207", "0:1.159@336-530"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any(d["event"] == "slow pipeline recovered" for d in decisions), decisions
+    assert outcome.history_saving_error <= 0.005 and outcome.passes() == [], outcome
