@@ -1,5 +1,9 @@
 """What the benchmark scripts share to run a perseus server on this machine."""
+import re
+import select
 import socket
+import subprocess
+import threading
 import time
 import urllib.request
 
@@ -20,3 +24,27 @@ def wait_for(url, seconds=20):
         except OSError:
             time.sleep(0.05)
     raise RuntimeError(f"no server at {url}")
+
+
+def serve(perseus, args, stderr=subprocess.DEVNULL, seconds=20):
+    """`perseus serve ARGS` on a port the system picks: (the process, its URL) once it answers. A port picked
+    here and handed over could be taken by another script's server in between, and this one's clients would then
+    talk to that server."""
+    process = subprocess.Popen([perseus, "serve", *args, "--port", "0"], stdout=subprocess.PIPE, stderr=stderr,
+                               text=True)
+    deadline = time.time() + seconds
+    line = ""
+    while time.time() < deadline and process.poll() is None:
+        if select.select([process.stdout], [], [], 0.1)[0]:
+            line = process.stdout.readline()
+            if "listening on" in line:
+                break
+    found = re.search(r"listening on (http://\S+)", line)
+    if not found:
+        process.kill()
+        process.wait()
+        raise RuntimeError(f"perseus serve did not start: {line.strip() or 'no output'}")
+    threading.Thread(target=process.stdout.read, daemon=True).start()  # whatever else it prints
+    url = found.group(1)
+    wait_for(url, seconds)
+    return process, url

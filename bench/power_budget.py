@@ -26,7 +26,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_server import free_port, wait_for  # noqa: E402
+from local_server import serve  # noqa: E402
 
 BUDGETS = [0.95, 0.90, 0.85, 0.80]
 
@@ -107,14 +107,10 @@ def call(url, method, path, body=None):
 
 class Server:
     def __init__(self, args, scheduler, scheduler_args, extra=()):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.dump = tempfile.TemporaryDirectory()
-        self.process = subprocess.Popen(
-            [args.perseus, "serve", "--scheduler", scheduler, "--scheduler-args", json.dumps(scheduler_args),
-             "--port", str(self.port), "--dump-dir", self.dump.name, "--log-level", "error", *extra],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        wait_for(self.url)
+        self.process, self.url = serve(args.perseus, [
+            "--scheduler", scheduler, "--scheduler-args", json.dumps(scheduler_args), "--dump-dir", self.dump.name,
+            "--log-level", "error", *extra])
 
     def close(self):
         self.process.terminate()

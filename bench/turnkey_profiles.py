@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_server import free_port, wait_for  # noqa: E402
+from local_server import serve  # noqa: E402
 from whatif_saving import whatif_saving  # noqa: E402
 
 CASES = [  # profile, microbatches, P_block (W)
@@ -40,13 +40,10 @@ def main():
           f"{'slowdown':>8} {'wall(s)':>7}")
     for name, microbatches, p_block in CASES:
         profile = os.path.join(args.shared, "data/sosp24/stage_profile", name)
-        port = free_port()
-        url = f"http://127.0.0.1:{port}"
         with tempfile.TemporaryDirectory() as dump:
-            server = subprocess.Popen([args.perseus, "serve", "--scheduler", "Perseus", "--port", str(port),
-                                       "--dump-dir", dump, "--scheduler-args", json.dumps({"wait_for_plan": True, **json.loads(args.scheduler_args)})], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            server, url = serve(args.perseus, ["--scheduler", "Perseus", "--dump-dir", dump, "--scheduler-args",
+                                               json.dumps({"wait_for_plan": True, **json.loads(args.scheduler_args)})])
             try:
-                wait_for(url)
                 started = time.time()
                 lines = subprocess.run([args.perseus, "simulate", profile, "--stages", "8", "--microbatches",
                                         str(microbatches), "--p2p-power", str(p_block), "--pipelines", "2",

@@ -15,7 +15,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_server import free_port, wait_for  # noqa: E402
+from local_server import serve  # noqa: E402
 from whatif_saving import whatif_saving  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -45,14 +45,10 @@ def main():
         for schedule, stages, extra, split_backward in CASES:
             profile = split if split_backward else whole
             shape = ["--stages", str(stages), "--microbatches", str(args.microbatches), "--schedule", schedule, *extra]
-            port = free_port()
-            url = f"http://127.0.0.1:{port}"
             with tempfile.TemporaryDirectory() as dump:
-                server = subprocess.Popen([args.perseus, "serve", "--scheduler", "Perseus", "--port", str(port),
-                                           "--dump-dir", dump, "--scheduler-args", json.dumps({"wait_for_plan": True})],
-                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                server, url = serve(args.perseus, ["--scheduler", "Perseus", "--dump-dir", dump, "--scheduler-args",
+                                                   json.dumps({"wait_for_plan": True})])
                 try:
-                    wait_for(url)
                     started = time.time()
                     lines = subprocess.run([args.perseus, "simulate", profile, *shape, "--p2p-power", str(P_BLOCK),
                                             "--pipelines", "2", "--iterations", str(args.iterations), "--server", url,

@@ -19,7 +19,7 @@ import urllib.request
 from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from local_server import free_port, wait_for  # noqa: E402
+from local_server import serve  # noqa: E402
 from whatif_saving import whatif_saving  # noqa: E402
 
 ROUND = 5  # iterations per round (perseus simulate's --round-iterations default)
@@ -114,14 +114,10 @@ class Outcome:
 
 def run_simulation(perseus, scenario: Scenario, scheduler: str) -> Tuple[List[dict], dict, List[dict]]:
     """One server and one simulation: (per-round reports, the final server status, the decisions)."""
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
     args = json.dumps({"wait_for_plan": True, **scenario.scheduler_args}) if scheduler == "Perseus" else "{}"
     with tempfile.TemporaryDirectory() as dump:
-        server = subprocess.Popen([perseus, "serve", "--scheduler", scheduler, "--port", str(port), "--dump-dir", dump,
-                                   "--scheduler-args", args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        server, url = serve(perseus, ["--scheduler", scheduler, "--dump-dir", dump, "--scheduler-args", args])
         try:
-            wait_for(url)
             run = subprocess.run([perseus, "simulate", scenario.profile, *scenario.shape(), "--p2p-power",
                                   str(scenario.p_block), "--pipelines", str(scenario.pipelines), "--iterations",
                                   str(scenario.iterations), "--report-every", str(ROUND), "--round-iterations",
