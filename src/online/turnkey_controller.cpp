@@ -817,9 +817,9 @@ void TurnkeyController::start_planning(Profile profile) {
     input.compare_with = CostModelKind::piecewise_linear;
     input.target_deadline = target_deadline_rule();
     // The hull picks the clocks that measured luckiest, the best of a few neighbours each noisy by about
-    // the profile's median error, so its plans cost about that much less than they will run; twice that
-    // kept an A40's backward, 1-2% cheaper 30 MHz below a coarse point than the fit says, out of 8-stage
-    // GPipe plans (75% of the ideal; 84% with it).
+    // the profile's median error, so its plans cost about that much less than they will run. A wider
+    // margin keeps real bends out: an A40's backward runs 1-2% cheaper 30 MHz below a coarse point than
+    // the fit says, and twice the error would plan 8-stage GPipe on the fit (75% of the ideal, 84% here).
     input.compare_margin = median_time_error();
   }
   phase_ = ControllerPhase::planning;
