@@ -942,10 +942,11 @@ void TurnkeyController::deploy_plan() {
         TargetChoice out{chosen.plan};
         if (chosen.widened)
           out.widened = fmt::format(
-              " with {:.2f}% of all-max's time allowed for the noise (within {:.2g}% the plan would save "
+              " with {:.2f}% of all-max's time allowed for the noise{} (within {:.2g}% the plan would save "
               "{:.2f}% of the noise-free {:.2f}%; this one {:.2f}%)",
-              100 * chosen.allowance, 100 * options.max_allowance, 100 * chosen.narrow_saving,
-              100 * chosen.noise_free_saving, 100 * chosen.saving);
+              100 * chosen.allowance, options.clock_latency > 0 ? " and the clock latency" : "",
+              100 * options.max_allowance, 100 * chosen.narrow_saving, 100 * chosen.noise_free_saving,
+              100 * chosen.saving);
         // How much one pipeline's all-max iteration varies under the measured noise: how much later
         // the slowest of several pipelines ends than any one (the reference's stretch under changed paces).
         const auto top = expected_time_and_energy(*c.plans, all_max(*c.plans).frequencies, c.variability, {});

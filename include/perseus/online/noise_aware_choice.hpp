@@ -163,7 +163,8 @@ struct AllowedChoice {
 // the noise-free choice's saving (choose_plan at slowdown times all-max's noise-free time), for the
 // deadline with the wide allowance (options.wide_allowance, wide_max_allowance), if that plan's further saving is at
 // least options.wide_return times the share of all-max's expected time it adds (both with the blocking until the wider
-// deadline counted).
+// deadline counted). Under options.clock_latency the noise and the latency together cost the saving, and
+// the wider deadline also allows what the latency delays the noise-free choice by, within max_allowance.
 AllowedChoice choose_within_allowance(const PlanningOutput& plans, double slowdown, const Variability& v,
                                       const NoiseAwareOptions& = {});
 
