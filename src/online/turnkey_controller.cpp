@@ -469,8 +469,14 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   const double threshold = config_.detector.threshold;
   if (pipelines_.known() && ratios.size() > 1)
     for (std::size_t d = 0; d < ratios.size(); ++d) {
-      if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= 1 - threshold / 2) continue;
-      ratios[d] = std::max(ratios[d], std::min(1.0, median_of_others(ratios, d)));
+      // Its GPUs' conditions when an all-max round last measured them, before it sped up, where its pace
+      // is still the baseline's: the cluster's then (a drift moves every pipeline's; at the baseline's,
+      // 1.0 read a cluster 6% slower as the other pipeline straggling). Not the others' now: one of them
+      // may have slowed unseen.
+      const bool as_in_baseline = pace_change(d) == 1.0 && d < all_max_conditions_.size();
+      const double cluster = as_in_baseline && all_max_conditions_[d] > 0 ? all_max_conditions_[d] : 1.0;
+      if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= cluster * (1 - threshold / 2)) continue;
+      ratios[d] = std::max(ratios[d], std::min(cluster, median_of_others(ratios, d)));
     }
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
