@@ -38,6 +38,7 @@ PINNED = {
     "straggler-early": "straggler",  # one pipeline slow from within the warm-up or profiling on
     "mild-straggler": "straggler",  # one pipeline slower by less than the straggler threshold, mid-run
     "spread+mild-straggler": "spread",  # GPUs of different speeds and a mild straggler
+    "drift+from-start": "drift",  # the cluster drifting beside a pipeline slow from the first iteration
 }
 
 
@@ -91,6 +92,10 @@ def disturbance(rng, kind, iterations):
         spec = f"{who}:{factor:.3f}@{first}" + (f"-{last}" if last else "")
         return (["--straggler", spec], [(first, last or 10 ** 9)],
                 f"{who}:{factor:.2f}x from {first}" + (f" to {last}" if last else ""))
+    if kind == "drift+from-start":
+        drift_args, _, drift_label = disturbance(rng, "drift", iterations)
+        args, ranges, label = disturbance(rng, "from-start", iterations)
+        return drift_args + args, ranges, f"{drift_label}; {label}"
     if kind == "mild-straggler":
         return mild_straggler(rng, rng.randint(30, 700), 400)
     if kind in ("spread+straggler", "spread+mild-straggler"):

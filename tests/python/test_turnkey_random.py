@@ -82,6 +82,9 @@ def test_every_class_draws_scenarios_of_its_kind(drawn, cls):
             assert stragglers[0].split(":")[0] in ("0", "1") and 2 <= s.disturbances[0][0] <= 300, s.label
         if cls == "transient-early":
             assert stragglers[0].startswith("all:") and s.disturbances[0][0] <= 120
+        if cls == "drift+from-start":  # steps of the whole cluster, and one pipeline's from the first iteration
+            assert stragglers[0].startswith("all:") and stragglers[-1].split("@")[1].split("-")[0] == "1", s.label
+            assert stragglers[-1].split(":")[0] in ("0", "1") and s.disturbances[0][0] == 1, s.label
         if cls in ("spread", "spread+straggler", "spread+mild-straggler"):
             assert flag(s, "--gpu-speed-spread")
         if cls == "two-stage":
