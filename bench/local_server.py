@@ -3,6 +3,7 @@ import re
 import select
 import socket
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -29,9 +30,11 @@ def wait_for(url, seconds=20):
 def serve(perseus, args, stderr=subprocess.DEVNULL, seconds=20):
     """`perseus serve ARGS` on a port the system picks: (the process, its URL) once it answers. A port picked
     here and handed over could be taken by another script's server in between, and this one's clients would then
-    talk to that server."""
-    process = subprocess.Popen([perseus, "serve", *args, "--port", "0"], stdout=subprocess.PIPE, stderr=stderr,
-                               text=True)
+    talk to that server. A server that does not start is reported with what it wrote to stderr (where the caller
+    discards it, kept in a temporary file until then)."""
+    errors = tempfile.TemporaryFile("w+") if stderr == subprocess.DEVNULL else None
+    process = subprocess.Popen([perseus, "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
+                               stderr=errors or stderr, text=True)
     deadline = time.time() + seconds
     line = ""
     while time.time() < deadline and process.poll() is None:
@@ -43,7 +46,13 @@ def serve(perseus, args, stderr=subprocess.DEVNULL, seconds=20):
     if not found:
         process.kill()
         process.wait()
-        raise RuntimeError(f"perseus serve did not start: {line.strip() or 'no output'}")
+        said = line.strip()
+        if errors:
+            errors.seek(0)
+            said = " ".join(filter(None, [said, errors.read().strip()[-500:]]))
+        raise RuntimeError(f"perseus serve did not start: {said or 'no output'}")
+    if errors:
+        errors.close()  # the server keeps its own descriptor; what it writes from now on is discarded with the file
     threading.Thread(target=process.stdout.read, daemon=True).start()  # whatever else it prints
     url = found.group(1)
     wait_for(url, seconds)

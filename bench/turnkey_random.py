@@ -10,7 +10,8 @@ true slowdown is at most 0.5%, the true saving at least 80% of the ideal, what t
 never ran at all-max for more than 50 rounds past the disturbances.
 
     python3 bench/turnkey_random.py [--first 1] [--count 20] [--perseus build/src/perseus] [--shared ../shared]
-                                    [--only-class NAME] [--pipelines 2] [--json results.jsonl]
+                                    [--only-class NAME] [--pipelines 2] [--scheduler-args JSON]
+                                    [--json results.jsonl]
 
 Instance k is the same scenario on every machine (its own random.Random(k)).
 """
@@ -225,6 +226,8 @@ def main():
     parser.add_argument("--schedule", choices=sorted(set(SCHEDULES)), help="every scenario on this schedule")
     parser.add_argument("--pipelines", type=int, default=2,
                         help="data-parallel pipelines (stragglers are drawn on the first two)")
+    parser.add_argument("--scheduler-args", type=json.loads, default={}, metavar="JSON",
+                        help="Perseus scheduler arguments merged into every scenario's (e.g. '{\"fill_gap\": 0.025}')")
     parser.add_argument("--summary", metavar="JSONL", help="print the per-class table of a --json file and exit")
     parser.add_argument("--json", help="append each outcome as a JSON line to this file")
     ARGS = parser.parse_args()
@@ -236,6 +239,7 @@ def main():
         for k in range(ARGS.first, ARGS.first + ARGS.count):
             case = scenario(k, ARGS.perseus, scratch, ARGS.only_class, ARGS.schedule)
             case.pipelines = ARGS.pipelines
+            case.scheduler_args = {**case.scheduler_args, **ARGS.scheduler_args}
             outcome = run_scenario(ARGS.perseus, case)
             problems = outcome.passes()
             failed += bool(problems)

@@ -117,6 +117,20 @@ def test_the_summary_counts_each_class_and_names_its_failures(tmp_path, capsys):
     assert "| 1 of 1 | 95% / 95% |" in rows["drift"] and rows["drift"].endswith("| - |")
 
 
+def test_scheduler_args_reach_every_scenarios_server_and_a_refusal_is_reported_with_the_servers_reason(
+        drawn, tmp_path):
+    import subprocess
+    out = tmp_path / "runs.jsonl"
+    run = subprocess.run([sys.executable, str(ROOT / "bench/turnkey_random.py"), "--perseus", BINARY,
+                          "--shared", turnkey_random.ARGS.shared, "--first", "601", "--count", "1",
+                          "--only-class", "quiet", "--scheduler-args", '{"fill_gap": "wide"}', "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 1 and "0 of 1 passed" in run.stdout
+    record = json.loads(out.read_text())
+    assert record["scenario"]["scheduler_args"] == {"fill_gap": "wide"}
+    assert "'fill_gap' must be a number" in record["error"], record["error"]
+
+
 def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_the_saving(drawn):
     """Instance 1352 (interleaved, 3 stages, noise 0.0096): pipeline 1 turns 1.11x slow within the baseline's
     last round and stays so until iteration 204, then the cluster drifts. The baseline leaves that round out,
