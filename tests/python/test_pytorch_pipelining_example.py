@@ -32,8 +32,19 @@ def example(tmp_path_factory):
     env.pop("PERSEUS_FAKE_NVML_LOG", None)
     done = subprocess.run(["bash", str(EXAMPLE / "run.sh"), str(out)], env=env, capture_output=True, text=True,
                           timeout=400)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-1500:] + what_the_loop_decided(out / "perseus")
     return out, done.stdout
+
+
+def what_the_loop_decided(run):
+    """The turnkey loop's decisions in a run, a line each: what a failed run is looked into with."""
+    lines = []
+    for path in sorted(run.glob("dump/**/decisions.json")):
+        lines += [f"round {d.get('round')}: {d.get('event')}: {d.get('detail', '')[:200]}"
+                  for d in json.loads(path.read_text())]
+    status = run / "status.json"
+    phase = json.loads(status.read_text()).get("phase") if status.is_file() and status.stat().st_size else None
+    return f"\nthe loop's phase at the end: {phase}; its decisions:\n" + "\n".join(lines[-40:] or ["none recorded"])
 
 
 def test_it_says_it_runs_on_the_fake_nvml_and_why(example):
