@@ -3,7 +3,6 @@ import re
 import select
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import urllib.request
@@ -27,14 +26,20 @@ def wait_for(url, seconds=20):
     raise RuntimeError(f"no server at {url}")
 
 
+def discard(stream):
+    """Reads a stream to its end, keeping nothing (a server's log can outgrow memory over a long run)."""
+    for _ in stream:
+        pass
+
+
 def serve(perseus, args, stderr=subprocess.DEVNULL, seconds=20):
     """`perseus serve ARGS` on a port the system picks: (the process, its URL) once it answers. A port picked
     here and handed over could be taken by another script's server in between, and this one's clients would then
     talk to that server. A server that does not start is reported with what it wrote to stderr (where the caller
-    discards it, kept in a temporary file until then)."""
-    errors = tempfile.TemporaryFile("w+") if stderr == subprocess.DEVNULL else None
+    discards it, read until the server answers and discarded from then on, as its output is)."""
+    discarded = stderr == subprocess.DEVNULL
     process = subprocess.Popen([perseus, "serve", *args, "--port", "0"], stdout=subprocess.PIPE,
-                               stderr=errors or stderr, text=True)
+                               stderr=subprocess.PIPE if discarded else stderr, text=True)
     deadline = time.time() + seconds
     line = ""
     while time.time() < deadline and process.poll() is None:
@@ -46,14 +51,10 @@ def serve(perseus, args, stderr=subprocess.DEVNULL, seconds=20):
     if not found:
         process.kill()
         process.wait()
-        said = line.strip()
-        if errors:
-            errors.seek(0)
-            said = " ".join(filter(None, [said, errors.read().strip()[-500:]]))
+        said = " ".join(filter(None, [line.strip(), process.stderr.read().strip()[-500:] if discarded else ""]))
         raise RuntimeError(f"perseus serve did not start: {said or 'no output'}")
-    if errors:
-        errors.close()  # the server keeps its own descriptor; what it writes from now on is discarded with the file
-    threading.Thread(target=process.stdout.read, daemon=True).start()  # whatever else it prints
+    for rest in [process.stdout] + ([process.stderr] if discarded else []):
+        threading.Thread(target=discard, args=(rest,), daemon=True).start()  # whatever else it prints
     url = found.group(1)
     wait_for(url, seconds)
     return process, url

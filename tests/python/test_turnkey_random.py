@@ -4,6 +4,7 @@ counts what passed and names what failed."""
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,7 +120,6 @@ def test_the_summary_counts_each_class_and_names_its_failures(tmp_path, capsys):
 
 def test_scheduler_args_reach_every_scenarios_server_and_a_refusal_is_reported_with_the_servers_reason(
         drawn, tmp_path):
-    import subprocess
     out = tmp_path / "runs.jsonl"
     run = subprocess.run([sys.executable, str(ROOT / "bench/turnkey_random.py"), "--perseus", BINARY,
                           "--shared", turnkey_random.ARGS.shared, "--first", "601", "--count", "1",
