@@ -401,6 +401,7 @@ class TurnkeyController {
   // Per pipeline: what its conditions are read from between all-max rounds.
   struct Calibration {
     std::vector<double> window;       // its conditions over its last rounds (since a change)
+    int window_off_way = 0;           // the round before lay off its mean within that round's noise: +1 above, -1 below
     std::optional<double> per_ratio;  // its conditions over its time/predicted ratio, when last known
     bool plan_changed = false;        // another plan since its last round on the plans
     bool conditions_changed = false;  // a straggler there or a recovery since then
