@@ -1690,11 +1690,16 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
     return assign_plans(DecisionEvent::back_to_target_plan);
   }
   if (was_unpaced) return assign_plans(DecisionEvent::slowed_to_straggler);  // it ran as paced again
+  const std::size_t setting_the_pace = slowest_pipeline();
   if (follow_baseline_changes(ratios)) {
     // A target at all-max was what the pace setter's GPUs allowed; the GPUs that set the pace now may
-    // allow a saving plan. (Another target stays: its rounds judge it, and a plan chosen anew on a
-    // profile measured next to a slow pipeline may save less than the one that ran.)
-    if (target_plan_->is_all_max())
+    // allow a saving plan. The target was fitted to the pace setter's GPUs: where the pipeline that
+    // sets the pace now runs its stages at other relative speeds (GPU spread), it is chosen anew for
+    // them (the old one cost it 2.8% more energy, run where the other's slack was). (Otherwise another
+    // target stays: its rounds judge it, and a plan chosen anew on a profile measured next to a slow
+    // pipeline may save less than the one that ran.)
+    const std::size_t now_setting = slowest_pipeline();
+    if (target_plan_->is_all_max() || (now_setting != setting_the_pace && !alike_gpus(now_setting, setting_the_pace)))
       return choose(DecisionEvent::paced_to_new_speeds, target_for(target_deadline() / miss_));
     return assign_plans(DecisionEvent::paced_to_new_speeds);
   }
@@ -1981,6 +1986,22 @@ bool TurnkeyController::follow_slowed_pipelines() {
                        d, s.slowdown, detector_.current() ? detector_.current()->pipeline : -1));
   }
   return changed;
+}
+
+std::size_t TurnkeyController::slowest_pipeline() const {
+  std::size_t slowest = 0;
+  for (std::size_t d = 1; d < pace_change_.size(); ++d)
+    if (pipelines_.pace(d) * pace_change_[d] > pipelines_.pace(slowest) * pace_change_[slowest]) slowest = d;
+  return slowest;
+}
+
+bool TurnkeyController::alike_gpus(std::size_t a, std::size_t b) const {
+  constexpr double kAlike = 0.005;  // what the baseline's rounds tell apart is coarser
+  std::vector<double> ratios;
+  for (const auto& key : operations_) ratios.push_back(pipelines_.speed(a, key) / pipelines_.speed(b, key));
+  if (ratios.empty()) return true;
+  const double middle = median(ratios);  // how much slower a is as a whole (a pipeline slow since the start)
+  return std::all_of(ratios.begin(), ratios.end(), [&](double r) { return std::abs(r / middle - 1) <= kAlike; });
 }
 
 Evidence TurnkeyController::evidence() const {

@@ -812,3 +812,16 @@ def test_one_round_of_a_short_pipelines_conditions_off_by_its_own_noise_does_not
     outcome, decisions = judged(scenario)
     assert "slow pipeline in the baseline" in [d["event"] for d in decisions], decisions
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
+
+
+def test_a_target_fitted_to_one_pipelines_gpus_is_chosen_anew_when_another_sets_the_pace(drawn):
+    """Instance 10008 of `spread+mild-straggler` (1F1B, 5 stages of GPT-3 on A100, GPU spread 0.018): pipeline 0
+    runs 1.029x slow from the first iteration to 291, so the target plan, the one without slack, is fitted to its
+    GPUs. When it recovers, pipeline 1 sets the pace; its stages run at other relative speeds, and the target it
+    inherited cost it 2.8% more energy than one fitted to its own GPUs (77% of the ideal). The target is chosen anew
+    for the GPUs that set the pace now."""
+    scenario = drawn(10008, "spread+mild-straggler")
+    assert "0:1.029@1-291" in flag(scenario, "--straggler") and flag(scenario, "--gpu-speed-spread"), scenario.label
+    outcome, decisions = judged(scenario)
+    assert "slow pipeline recovered" in [d["event"] for d in decisions], decisions
+    assert outcome.share >= 0.8 and outcome.passes() == [], outcome

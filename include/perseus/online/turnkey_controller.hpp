@@ -273,6 +273,11 @@ class TurnkeyController {
   bool measure_latency(const RoundMeasurement& m);
   void choose_for_latency();
   bool follow_baseline_changes(const std::vector<double>& measured);
+  // The pipeline slowest at all-max on its GPUs as they run now (the one that sets the pace).
+  std::size_t slowest_pipeline() const;
+  // Whether pipelines a and b run their (model stage, kind)s at about the same relative speeds (one may be
+  // slower than the other as a whole).
+  bool alike_gpus(std::size_t a, std::size_t b) const;
   bool straggler_wants_probe() const;
   bool follow_slowed_pipelines();
   bool fell_behind_the_straggler(const std::vector<double>& ratios);
