@@ -1393,10 +1393,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (cal.per_ratio) {
         now[d] = ratios[d] * *cal.per_ratio;
       } else if (usable) {
-        cal.per_ratio = conditions_[d] / ratios[d];
-        cal.carried = false;
-        cal.anew_conditions = conditions_[d];
-        cal.since_anew = {ratios[d], 1};
+        // Its first round on a plan (a recovery within that round is taken in by take_pace_change as
+        // for a plan calibrated anew: one that ended in the plans' first round was held in the
+        // calibration, the reference stayed at the slow pace, and the slowdown read -20%).
+        cal.start_anew(conditions_[d], ratios[d], round_);
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
