@@ -1035,7 +1035,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   for (std::size_t d = 0; d < D; ++d) {
     c.speeds.push_back(speeds_of(d, std::nullopt));
     c.straggling.push_back(speeds_of(d, c.straggler));
-    c.paces.push_back(pipelines_.known() ? pipelines_.pace(d) * pace_change_[d] : 1.0);
+    c.paces.push_back(pace_now(d));
   }
   c.pipelines_known = pipelines_.known();
   c.latency = latency_;
@@ -1991,7 +1991,7 @@ bool TurnkeyController::follow_slowed_pipelines() {
 std::size_t TurnkeyController::slowest_pipeline() const {
   std::size_t slowest = 0;
   for (std::size_t d = 1; d < pace_change_.size(); ++d)
-    if (pipelines_.pace(d) * pace_change_[d] > pipelines_.pace(slowest) * pace_change_[slowest]) slowest = d;
+    if (pace_now(d) > pace_now(slowest)) slowest = d;
   return slowest;
 }
 

@@ -329,6 +329,8 @@ class TurnkeyController {
   bool judged_enough() const;        // the plans have verify_rounds rounds (at least one) judged
   // Its GPUs' pace over theirs in the baseline (a slow pipeline that recovered, one slowed under a straggler).
   double pace_change(std::size_t d) const { return d < pace_change_.size() ? pace_change_[d] : 1.0; }
+  // Pipeline d's compute-bound all-max time now over the median pipeline's in the baseline (1 unknown).
+  double pace_now(std::size_t d) const { return pipelines_.known() ? pipelines_.pace(d) * pace_change(d) : 1.0; }
   double unpaced_time() const;  // the model's iteration time without a pace (the target's, or a straggler's)
 
   ControllerConfig config_;
