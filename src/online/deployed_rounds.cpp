@@ -49,10 +49,19 @@ void DeployedRounds::rebase(double time_factor, double energy_factor) {
     for (auto& r : *rounds) r.reference.iteration_time *= time_factor, r.reference.energy *= energy_factor;
 }
 
-void DeployedRounds::restate(std::size_t rounds, const Reference& reference) {
-  for (std::size_t i = recent_.size() - std::min(rounds, recent_.size()); i < recent_.size(); ++i) {
-    energy_saved_ += (reference.energy - recent_[i].reference.energy) * recent_[i].iterations;
-    recent_[i].reference = reference;
+void DeployedRounds::restate(std::size_t rounds, const Reference& reference, double oldest_share) {
+  const std::size_t first = recent_.size() - std::min(rounds, recent_.size());
+  for (std::size_t i = first; i < recent_.size(); ++i) {
+    Reference now = reference;
+    if (i == first && oldest_share < 1) {
+      const double share = std::max(0.0, oldest_share);
+      const Reference& was = recent_[i].reference;
+      now.iteration_time = was.iteration_time + share * (reference.iteration_time - was.iteration_time);
+      now.energy = was.energy + share * (reference.energy - was.energy);
+      now.conditions = was.conditions + share * (reference.conditions - was.conditions);
+    }
+    energy_saved_ += (now.energy - recent_[i].reference.energy) * recent_[i].iterations;
+    recent_[i].reference = std::move(now);
   }
 }
 

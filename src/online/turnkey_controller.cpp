@@ -1187,11 +1187,14 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   const auto& ratios = on_plans ? *plan_ratios : no_ratios;
   calibration_.resize(D);
   std::vector<char> steady(D, 0);  // measured at the top clock only right after changes of clock
-  // The cluster's conditions this round, as the pipelines that ran the top clock measured them (right
-  // after changes of clock too: noisier, but of this round; not a followed straggler, whose slowdown
-  // as detected carries the GPUs' spread): what a plan that runs nothing there is calibrated by on
-  // its first round, where the conditions last known may have just changed with it.
-  std::vector<double> measured_now;
+  // The cluster's change of conditions this round, as the pipelines that ran the top clock measured it
+  // against their conditions last known (right after changes of clock too: noisier, but of this round;
+  // not a followed straggler, whose slowdown as detected carries the GPUs' spread): what moves the
+  // conditions a plan that runs nothing there is calibrated by on its first round, where they may have
+  // just changed with it. A change, not the others' conditions: a pipeline's own may lie apart from
+  // theirs for good (one slow in the baseline that recovered while profiling, calibrated at the others'
+  // on a change of plan, read 4.9% slow, and the reference's energy 1.9% high).
+  std::vector<double> measured_changes;
   // Where only a followed straggler ran the top clock, the cluster's change this round is that
   // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
   // a change of it does not).
@@ -1208,7 +1211,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     steady[d] = steady_only ? 1 : 0;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !followed) measured_now.push_back(*now[d] / pace_change(d));
+    if (now[d] && !followed && d < conditions_.size() && conditions_[d] > 0)
+      measured_changes.push_back(*now[d] / conditions_[d]);
     if (followed && d < conditions_.size() && conditions_[d] > 0) {
       // Its plan changed too, to one that runs too few instructions at the top clock: as that plan's
       // ratio says, calibrated as before (a followed straggler keeps its calibration).
@@ -1217,7 +1221,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       if (x > 0) straggler_change = x / straggler_conditions_known(d);
     }
   }
-  const double cluster_now = measured_now.empty() ? 0.0 : median(measured_now);  // 0: none
+  const double cluster_change = measured_changes.empty() ? 0.0 : median(measured_changes);  // 0: none
   note_followed_slowdown(ratios);
   // A followed straggler measured over a few of its rounds on the plans since detection or its last
   // change, none suspected since: its slowdown has settled.
@@ -1296,7 +1300,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.per_ratio = shared_calibration ? *shared_calibration : median_of_others(conditions_, d) / ratios[d];
         cal.carried = false;
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
-        const double cluster_here = cluster_now > 0 ? cluster_now * pace_change(d) : conditions_[d] * straggler_change;
+        const double cluster_here = conditions_[d] * (cluster_change > 0 ? cluster_change : straggler_change);
         const double before = *cal.per_ratio;
         cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_);
         cal.since_anew.before = before;
@@ -1352,12 +1356,13 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // calibrated on their mean ratio.
         cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before};
         cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
-      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds == 1 &&
-                 began_in_a_change(cal, since, ratios[d])) {
+      } else if (!straggling_here && d < conditions_.size() && !cal.plan_changed && !cal.conditions_changed &&
+                 !now[d] && since.rounds == 1 && began_in_a_change(cal, since, ratios[d])) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second
         // further off the same way: its GPUs' pace changed within the first round (a pipeline recovering
         // as its plan changed; calibrated on that round, its conditions read 2.7% slow for good), not
-        // the plan's error. It runs on the plan before's calibration until something measures it anew.
+        // the plan's error. It runs on the plan before's calibration until something measures it anew; so
+        // too while the detector suspects a straggler (the change that began in that round).
         cal.per_ratio = since.before;
         cal.carried = true;
         cal.anew_round.reset();
@@ -1395,8 +1400,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable) {
         // Its first round on a plan (a recovery within that round is taken in by take_pace_change as
         // for a plan calibrated anew: one that ended in the plans' first round was held in the
-        // calibration, the reference stayed at the slow pace, and the slowdown read -20%).
+        // calibration, the reference stayed at the slow pace, and the slowdown read -20%). The calibration
+        // before it is the model's own (a ratio of one at the conditions known), so that a straggler that
+        // came within that round is not calibrated away (read at 1.12x where it ran 1.27x, the others'
+        // paced plans were calibrated from that at 0.79x of their own, and the reference's energy 2.3% low).
         cal.start_anew(conditions_[d], ratios[d], round_);
+        cal.since_anew.before = 1.0;
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1587,6 +1596,8 @@ std::optional<Estimate> TurnkeyController::slowdown() const {
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
   report_.add(m.iteration_time, m.energy, m.iterations, reference());
+  if (const auto again = std::exchange(restate_next_, {}); again.rounds > 0)
+    report_.restate(again.rounds + 1, reference(), again.oldest_share);
   if (last_round_on_plans_) ++plan_rounds_since_all_max_;  // every one reported, judged or not
 }
 
@@ -1726,9 +1737,11 @@ bool TurnkeyController::measure_latency(const RoundMeasurement& m) {
   for (std::size_t d = 0; d < m.slot_time.size() && d < static_cast<std::size_t>(shape_.pipelines); ++d) {
     const ChosenPlan* plan = plan_of(d);
     if (!plan) continue;
-    const auto conditions_now = baseline_comparable
-                                    ? pipelines_.conditions(m, d, orders_, shape_.num_stages, &plan->frequencies, top)
-                                    : std::nullopt;
+    bool steady_only = false;
+    auto conditions_now = baseline_comparable ? pipelines_.conditions(m, d, orders_, shape_.num_stages,
+                                                                      &plan->frequencies, top, nullptr, &steady_only)
+                                              : std::nullopt;
+    if (!steady_only) conditions_now.reset();
     for (std::size_t s = 0; s < m.slot_time[d].size() && s < orders_.size(); ++s) {
       const auto& times = m.slot_time[d][s];
       const auto& clocks = plan->frequencies[s];
@@ -1877,6 +1890,11 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     const double since = median(std::vector<double>(fast.size() > 1 ? fast.begin() + 1 : fast.begin(), fast.end()));
     const double now = std::max(since, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
+    // Training ran at the old pace's reference in those rounds where all-max would have run at the new
+    // one (the others' plans paced to the slow pipeline: 25% slower than all-max for two rounds,
+    // reported as on time).
+    restate_next_ = {std::max(restate_next_.rounds, fast.size()),
+                     since < 1 ? std::clamp((1 - fast.front()) / (1 - since), 0.0, 1.0) : 1.0};
     fast.clear();
     changed = true;
     decide(DecisionEvent::slow_pipeline_recovered,

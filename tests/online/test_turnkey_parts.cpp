@@ -98,6 +98,23 @@ TEST(DeployedRounds, TheSavingIsSumsOverSumsAndRestatedRoundsCountAgainstTheirNe
   EXPECT_NEAR(rounds.last().reference.energy, 200 / 1.05, 1e-12);
 }
 
+// A change that came within the oldest restated round counts there for the share of it the change ran.
+TEST(DeployedRounds, TheOldestRestatedRoundTakesTheNewReferenceForItsShare) {
+  DeployedRounds rounds(4);
+  rounds.add(1.0, 100, 5, Reference{"all-max", 1.0, 100});
+  rounds.add(1.0, 100, 5, Reference{"all-max", 1.0, 100});
+  rounds.add(0.8, 80, 5, Reference{"all-max", 0.8, 80});
+  rounds.restate(2, Reference{"all-max", 0.8, 80}, 0.25);
+  // The second round: a quarter of the way from 1.0 s and 100 J to 0.8 s and 80 J.
+  EXPECT_NEAR(rounds.slowdown(0)->value, 2.8 / (1.0 + 0.95 + 0.8) - 1, 1e-12);
+  EXPECT_NEAR(rounds.energy_saved(), 5 * (95 - 100), 1e-9);
+  // A share past one is the whole reference; below none, none of it.
+  rounds.restate(1, Reference{"all-max", 0.7, 70}, 2);
+  EXPECT_NEAR(rounds.last().reference.energy, 70, 1e-12);
+  rounds.restate(2, Reference{"all-max", 0.5, 50}, -1);
+  EXPECT_NEAR(rounds.saving(0)->value, 1 - 280.0 / (100 + 95 + 50), 1e-12);
+}
+
 // A top-clock time's standard error: the spread of its rounds over the root of their number.
 TEST(PipelineBaseline, TopTimesCarryTheirStandardError) {
   PipelineBaseline b;

@@ -4,6 +4,7 @@ counts what passed and names what failed."""
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -832,9 +833,54 @@ def test_a_pipeline_that_recovers_in_the_plans_first_round_is_not_held_at_its_sl
     slow from iteration 14 to 186, in the baseline from its third round, and recovers in the plans' first round. That
     round calibrated its plan with the recovery in it, and the recovery taken in two rounds later did not move the
     calibration: its conditions stayed at the slow pace, and so did the reference (the reported slowdown -20% for
-    40 rounds, the saving 21% where the truth was 6%)."""
+    40 rounds, the saving 21% where the truth was 6%). The two rounds before the recovery was found ran the other
+    pipeline's plan paced to the slow one, 25% slower than all-max: reported again against the new pace once found
+    (reported on time, the history's slowdown read 0.45 points low)."""
     scenario = drawn(10058, "straggler-early")
     assert "0:1.298@14-186" in flag(scenario, "--straggler"), scenario.label
     outcome, decisions = judged(scenario)
     assert "slow pipeline recovered" in [d["event"] for d in decisions], decisions
-    assert outcome.history_saving_error <= 0.005 and outcome.history_slowdown_error <= 0.006, outcome
+    assert outcome.history_saving_error <= 0.003 and outcome.history_slowdown_error <= 0.002, outcome
+    assert outcome.passes() == [], outcome
+
+
+def test_a_straggler_that_starts_in_the_plans_first_round_does_not_lower_the_others_reference(drawn):
+    """Instance 10050 of `permanent` (1F1B, 4 stages of Bloom on A100, noise 0.0097): pipeline 0 runs 1.27x slow from
+    iteration 144, two iterations into the plans' first round. That round calibrated its plan with part of the
+    slowdown in it, its conditions read 1.12x, and the other pipeline's paced plan was calibrated from them at 0.79x
+    of its own: the reference's energy read 2.3% low for the rest of the run, the saving 1.9 points low."""
+    scenario = drawn(10050, "permanent")
+    assert "0:1.268@144" in flag(scenario, "--straggler"), scenario.label
+    outcome, decisions = judged(scenario)
+    assert "straggler detected" in [d["event"] for d in decisions], decisions
+    assert outcome.passes() == [], outcome
+    assert abs(outcome.reported_error) <= 0.003 and outcome.history_saving_error <= 0.005, outcome
+
+
+def test_a_latency_measured_where_plans_run_few_steady_top_clock_instructions_is_not_read_short(drawn):
+    """Instance 10053 of `latency-10ms` (DualPipeV, 4 stages of Bloom on A40): the plans run two instructions per
+    pipeline at the top clock after another at it, and eight right after a change to it. A change into the top clock
+    was compared with the baseline's time times the conditions those ten measured, eight of them slowed by the very
+    latency measured: 7.4 ms where it is 10, the conditions read 0.4% slow from then on, and with them the
+    reference (the reported slowdown -0.3% where the truth was +0.1%)."""
+    scenario = drawn(10053, "latency-10ms")
+    assert flag(scenario, "--clock-latency") == ["10"], scenario.label
+    outcome, decisions = judged(scenario)
+    measured = [float(re.search(r"takes effect ([0-9.]+) ms \(\+-([0-9.]+)\)", d["detail"]).group(1))
+                for d in decisions if d["event"] == "clock latency"]
+    assert measured and all(abs(m - 10) <= 2 for m in measured), measured
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
+
+
+def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_change_of_plan(drawn):
+    """Instance 10058 of `spread+mild-straggler` (GPipe, 4 stages of Bloom on A100, spread 0.029): pipeline 0, 1.05x
+    slow from the start, recovered while profiling; the loop reads it as its conditions (0.954 of its baseline
+    pace), not as a change of pace. Stepped up, its new plan was calibrated at the cluster's conditions (the other
+    pipeline's, 1.0): the reference's energy 1.9% high over the plan's 20 rounds (the history's saving 0.6 points
+    high)."""
+    scenario = drawn(10058, "spread+mild-straggler")
+    assert "0:1.049@1-173" in flag(scenario, "--straggler"), scenario.label
+    outcome, decisions = judged(scenario)
+    assert "faster plan" in [d["event"] for d in decisions], decisions
+    assert outcome.passes() == [] and outcome.history_saving_error <= 0.003, outcome
+

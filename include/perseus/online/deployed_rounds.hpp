@@ -45,8 +45,9 @@ class DeployedRounds {
   // The baseline moved: every reference kept is stretched by these factors.
   void rebase(double time_factor, double energy_factor);
   // The last `rounds` rounds added were measured against a reference now known to be wrong: theirs
-  // is `reference` (the energy saved so far with it).
-  void restate(std::size_t rounds, const Reference& reference);
+  // is `reference` (the energy saved so far with it); the oldest of them ran that share of its time
+  // under it (a change that came within it), the rest under its own.
+  void restate(std::size_t rounds, const Reference& reference, double oldest_share = 1);
 
   std::optional<MeasuredRounds> measured() const;
   // 1 - energy/reference energy and time/reference time - 1 over the last rounds (sums over sums),

@@ -381,6 +381,13 @@ class TurnkeyController {
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
+  // A pipeline slow in the baseline found recovered: the rounds it ran fast in were reported against
+  // its slow pace, and are reported again against the next round's reference (the oldest for the
+  // share of it the recovery ran).
+  struct Restatement {
+    std::size_t rounds = 0;
+    double oldest_share = 1;
+  } restate_next_;
   bool ran_plan_ = false;                // the round running now runs the plans
   int plans_taken_ = 0, issued_on_ = 0;  // choices taken so far, and when the running round was issued
   bool last_round_on_plans_ = false;     // the last round observed ran the plans
