@@ -55,6 +55,6 @@ def ends_at_default_clocks(path: str) -> bool:
     return all(kind in last and last[kind][1].startswith("nvmlDeviceReset") for kind in ("memory", "graphics"))
 
 
-# Set by the build tree's run (CTest python_bindings), not by the run against the installed wheel
+# Set by the build tree's runs (CTest python_bindings and the others), not by the run against the installed wheel
 # (python_package): a test that checks nothing about packaging runs once, in the build tree's run.
 BUILD_TREE_RUN = bool(os.environ.get("PERSEUS_BINARY"))
