@@ -1199,9 +1199,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
   // a change of it does not).
   double straggler_change = 0;  // 0: none
-  // A pipeline whose GPUs run at another pace than in the baseline (one that slowed while a straggler
-  // is followed, or one slow in the baseline that recovered) measures the cluster's conditions times
-  // that change (pace_change): the cluster's are its over it.
+  // Each change is a pipeline's measurement over its own conditions last known: both carry its GPUs'
+  // change of pace since the baseline (pace_change), which the ratio cancels.
   for (std::size_t d = 0; d < D; ++d) {
     const ChosenPlan* plan = on_plans ? plan_of(d) : nullptr;
     const auto late = plan ? latency_loss(*plan) : std::nullopt;
@@ -1211,9 +1210,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     steady[d] = steady_only ? 1 : 0;
     const bool followed =
         straggler_ && !straggler_->told && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !followed && d < conditions_.size() && conditions_[d] > 0)
-      measured_changes.push_back(*now[d] / conditions_[d]);
-    if (followed && d < conditions_.size() && conditions_[d] > 0) {
+    const bool known = d < conditions_.size() && conditions_[d] > 0;
+    if (now[d] && !followed && known) measured_changes.push_back(*now[d] / conditions_[d]);
+    if (followed && known) {
       // Its plan changed too, to one that runs too few instructions at the top clock: as that plan's
       // ratio says, calibrated as before (a followed straggler keeps its calibration).
       const auto& per_ratio = calibration_[d].per_ratio;
@@ -1302,8 +1301,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = conditions_[d] * (cluster_change > 0 ? cluster_change : straggler_change);
         const double before = *cal.per_ratio;
-        cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_);
-        cal.since_anew.before = before;
+        cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_, before);
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
                  ((cal.probed && (!cal.per_ratio || cal.carried)) ||
                   (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
@@ -1404,8 +1402,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // before it is the model's own (a ratio of one at the conditions known), so that a straggler that
         // came within that round is not calibrated away (read at 1.12x where it ran 1.27x, the others'
         // paced plans were calibrated from that at 0.79x of their own, and the reference's energy 2.3% low).
-        cal.start_anew(conditions_[d], ratios[d], round_);
-        cal.since_anew.before = 1.0;
+        cal.start_anew(conditions_[d], ratios[d], round_, 1.0);
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
@@ -1508,12 +1505,12 @@ std::optional<double> TurnkeyController::others_conditions(std::size_t d) const 
   return median(std::move(others));
 }
 
-void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round) {
+void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round, double before) {
   carried = false;
   anew_conditions = conditions;
   anew_round = round;
   per_ratio = conditions / ratio;
-  since_anew = {ratio, 1};
+  since_anew = {ratio, 1, before};
 }
 
 // The calibration of pipeline d's plan as the other pipelines that run the same plan have it (a plan's

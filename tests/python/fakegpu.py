@@ -55,6 +55,7 @@ def ends_at_default_clocks(path: str) -> bool:
     return all(kind in last and last[kind][1].startswith("nvmlDeviceReset") for kind in ("memory", "graphics"))
 
 
-# Set by the build tree's runs (CTest python_bindings and the others), not by the run against the installed wheel
-# (python_package): a test that checks nothing about packaging runs once, in the build tree's run.
+# Set by the build tree's runs (CTest python_bindings, python_side_by_side, python_turnkey_random), not by the
+# run against the installed wheel (python_package): a test that checks nothing about packaging runs once, in the
+# build tree's runs.
 BUILD_TREE_RUN = bool(os.environ.get("PERSEUS_BINARY"))

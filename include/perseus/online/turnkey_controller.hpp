@@ -429,8 +429,9 @@ class TurnkeyController {
     double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     double probed_error = 0;       // that measurement's standard error (relative)
-    // Calibrated anew on this round of a new plan, from `conditions` as then known.
-    void start_anew(double conditions, double ratio, int round);
+    // Calibrated anew on this round of a new plan, from `conditions` as then known; `before` is the
+    // calibration it falls back to (since_anew.before; 0: none).
+    void start_anew(double conditions, double ratio, int round, double before = 0);
     // Its plan's ratios since it was calibrated anew, while they agree (their sum, their count; none
     // once one did not, or anything changed): one round's ratio is a few tenths of a percent off
     // under noise on a short pipeline, and the calibration from it would carry that to every round.
@@ -438,7 +439,7 @@ class TurnkeyController {
     struct SinceAnew {
       double ratio_sum = 0;
       int rounds = 0;
-      double before = 0;  // started anew on a change of plan: the calibration of the plan before
+      double before = 0;  // the calibration of the plan before (a plan's first: the model's own, 1)
     } since_anew;
     struct Noisy {
       double sum = 0;
