@@ -117,6 +117,7 @@ TurnkeyController::TurnkeyController(ControllerConfig config, JobShape shape, st
   for (std::size_t i = 0; i < operations_.size(); ++i) scans_.emplace_back(shape_.clocks, config_.scan);
   pace_change_.assign(static_cast<std::size_t>(shape_.pipelines), 1.0);
   fast_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), {});
+  slow_rounds_.assign(static_cast<std::size_t>(shape_.pipelines), {});
   variability_ = std::make_unique<VariabilityState>(shape_.num_stages);
   choices_ = std::make_unique<PendingChoices>();
 }
@@ -198,7 +199,7 @@ RoundClocks TurnkeyController::next_round() {
       // Not while a straggler is followed (its rounds are not all-max's; but once to measure one whose
       // plan nothing calibrates), nor while a power budget holds them.
       if (config_.probe_every > 0 && !hold_probes_ &&
-          (straggler_wants_probe() ||
+          (probe_to_judge_ || straggler_wants_probe() ||
            (!straggler_is_a_change() && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())))) {
         if (straggler_is_a_change()) straggler_probed_ = straggler_changes_;
         probing_ = true;
@@ -1117,6 +1118,7 @@ void TurnkeyController::take_choice() {
   if (changed) {
     report_.new_plans();
     judged_.clear();
+    judged_conditions_.reset();
     compute_time_sums_.clear();
     rounds_on_plan_ = 0;
     std::string who;
@@ -1601,7 +1603,9 @@ void TurnkeyController::remember(const RoundMeasurement& m) {
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
   rounds_since_probe_ = 0;
+  const Reference judged_under = reference();
   measure_conditions(m, nullptr);
+  if (std::exchange(probe_to_judge_, false)) rejudge_under_probe(judged_under);
   remember(m);
   auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;  // a straggler's round
@@ -1644,6 +1648,20 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
          fmt::format("two all-max probes in a row measured {:.6g} s and {:.6g} J per iteration at the baseline's "
                      "conditions, outside the baseline's {:.6g} s and {:.6g} J; the baseline is now theirs",
                      baseline_.time(), baseline_.energy(), before_time, before_energy));
+}
+
+// A probe taken before a verdict: where it measured all-max slower than the reference the plan's rounds
+// were judged against (a change the calibration had taken in part for the plans' own), those rounds are
+// judged again against it. Where it measured all-max faster, the rounds ran slower conditions than now
+// (a slow spell that ended): they stay as judged, and the verdict's evidence names their conditions, so
+// the plan is tried again as soon as it is condemned, on evidence the probe already made stale.
+void TurnkeyController::rejudge_under_probe(const Reference& judged_under) {
+  const Reference now = reference();
+  if (judged_under.iteration_time <= 0 || now.iteration_time <= 0) return;
+  const double moved = judged_under.iteration_time / now.iteration_time;
+  if (moved < 1)
+    for (double& r : judged_) r *= moved;
+  else judged_conditions_ = judged_under.conditions;
 }
 
 // The baseline changed from (time, energy): what was measured against it is measured against the
@@ -1868,16 +1886,23 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     auto& fast = fast_rounds_[d];
     if (d == straggling || compared < 2) {
       fast.clear();
+      slow_rounds_[d].clear();
       continue;
     }
     const double pace = relative_pace(d, straggling);
     const double half = config_.detector.threshold / 2;
+    const double others = median_of_others(ratios, d, straggling);
+    const double relative = ratios[d] / others;
+    if (paced_slower_than_planned(d, ratios[d], others)) changed = true;
     if (pace <= 1) {  // not slower than the others in the first place
       fast.clear();
       continue;
     }
-    const double relative = ratios[d] / median_of_others(ratios, d, straggling);
-    if (relative < 1 - half && (pace > 1 + half || pace * relative >= 1 - half)) fast.push_back(relative);
+    // Next to others that slowed by less than a straggler (their conditions), it looks recovered without
+    // having changed: a recovery is its own time falling by more than theirs rose.
+    const bool fell_itself = 1 - ratios[d] > others - 1;
+    if (relative < 1 - half && fell_itself && (pace > 1 + half || pace * relative >= 1 - half))
+      fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
     // Its pace now from those rounds but the first (which may have run slow for part of it): with
@@ -1900,6 +1925,31 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
                        d, pace, pace * now));
   }
   return changed;
+}
+
+// A pipeline paced to a slower one whose GPUs slowed by less than a straggler (more than half the
+// threshold, its own time rising by more than the others' fell): its plan, paced to the old speed, would
+// end the iteration after the pace setter every round. Its new pace is taken as a recovery's is, from
+// the rounds in a row it ran slow but the first. Returns whether it was taken.
+bool TurnkeyController::paced_slower_than_planned(std::size_t d, double ratio, double others) {
+  auto& slow = slow_rounds_[d];
+  const double half = config_.detector.threshold / 2;
+  const bool paced_to_another =
+      d < pace_of_.size() && pace_of_[d] != Assignment::kTargetPlan && pace_of_[d] != Assignment::kLeadPlan;
+  if (!paced_to_another || others <= 0 || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
+    slow.clear();
+    return false;
+  }
+  slow.push_back(ratio / others);
+  if (slow.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) return false;
+  const double since = median(std::vector<double>(slow.size() > 1 ? slow.begin() + 1 : slow.begin(), slow.end()));
+  slow.clear();
+  take_pace_change(d, since);
+  decide(DecisionEvent::pipeline_slowed,
+         fmt::format("pipeline {}, paced to a slower one, runs {:.3f}x slower than its plan predicts (less than a "
+                     "straggler): its plan is paced to its GPUs as they run now",
+                     d, since));
+  return true;
 }
 
 // A pipeline paced to a detected straggler, or to a pipeline slow in the baseline, that ran slower than
@@ -2098,6 +2148,7 @@ void TurnkeyController::judge_plan() {
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
+  if (probe_before_verdict(ratio, ratio_half, target)) return;
   ChosenPlan before_plan = *target_plan_;
   TargetChooser next;
   if (steps_since_retry_ >= config_.max_step_ups) {
@@ -2133,7 +2184,8 @@ void TurnkeyController::judge_plan() {
   ++steps_since_retry_;
   choose(DecisionEvent::faster_plan, std::move(next),
          [this, ratio, ratio_half, target, allowed, before_plan = std::move(before_plan)](const TargetChoice&) {
-           retry_.stepped_up(round_, evidence());
+           retry_.stepped_up(round_, verdict_evidence());
+           judged_conditions_.reset();
            const std::string evidence_text = fmt::format(
                "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's "
                "uncertainty, over {} rounds)",
@@ -2146,6 +2198,27 @@ void TurnkeyController::judge_plan() {
                               evidence_text, target, 100 * allowed, describe(before_plan), describe(*target_plan_),
                               retry_.interval()));
          });
+}
+
+// A verdict before the deployment's first all-max probe, on a plan whose rounds no probe measured the
+// conditions of, with a miss within what a 2% change of them hides (a step of drift in the plans' first
+// rounds, taken in part into their calibration, reads as their own slowness): one probe first. Not where
+// one round's spread could make the miss (one noisy probe would move the calibration by as much).
+bool TurnkeyController::probe_before_verdict(double ratio, double ratio_half, double target) {
+  constexpr double kHiddenChange = 0.02;
+  if (config_.probe_every <= 0 || hold_probes_ || straggler_is_a_change() || probes_ > 0 ||
+      rounds_since_probe_ < rounds_on_plan_ || ratio - ratio_half > target * (1 + kHiddenChange))
+    return false;
+  const double spread = std::max(sample_stddev(judged_), round_spread_floor(baseline_.time()) / baseline_.time());
+  if (2 * spread >= ratio - target) return false;
+  probe_to_judge_ = true;
+  return true;
+}
+
+Evidence TurnkeyController::verdict_evidence() const {
+  Evidence e = evidence();
+  if (judged_conditions_) e.conditions = *judged_conditions_;
+  return e;
 }
 
 // Whether a pipeline that sets the pace itself (the target plan or the pace setters' plan, not one

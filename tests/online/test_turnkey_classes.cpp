@@ -518,6 +518,22 @@ TEST(TurnkeyClasses, AStragglerNextToAPipelineSlowFromTheStartDoesNotMakeThatOne
   expect_reported_true(c, r, "straggler next to a slow pipeline");
 }
 
+// Pipeline 0 slower from the start (its GPUs), pipeline 1 paced to it; then pipeline 1 slows by less than a
+// straggler, to about pipeline 0's pace. Next to it pipeline 0 looks recovered, but its own time did not fall:
+// it is pipeline 1's that rose, and pipeline 1's plan is paced to its GPUs as they run now.
+TEST(TurnkeyClasses, APacedPipelineSlowingByLessThanAStragglerIsNotThePaceSetterRecovering) {
+  auto cluster = small_cluster();
+  cluster.noise = 0.002;
+  cluster.factor = [](int d, int r, int) { return d == 0 || r >= 40 ? 1.04 : 1.0; };
+  TurnkeyController c(config(), cluster.shape());
+  auto r = run(c, cluster, 100);
+  EXPECT_TRUE(has(c, "pipeline slowed")) << events(c);
+  EXPECT_FALSE(has(c, "slow pipeline recovered")) << events(c);
+  EXPECT_FALSE(has(c, "stepped up")) << events(c);
+  EXPECT_LE(r.slowdown(50, 100), 0.005) << events(c);
+  expect_reported_true(c, r, "a paced pipeline slowed by less than a straggler");
+}
+
 TEST(TurnkeyClasses, AStragglersPaceNeverMakesTheJobSlowerThanItsAllMax) {
   auto cluster = small_cluster();
   cluster.noise = 0.01;

@@ -264,6 +264,10 @@ class TurnkeyController {
   void observe_probe(const RoundMeasurement& m);
   void correct_baseline(double time, double energy);
   void judge_plan();
+  bool probe_before_verdict(double ratio, double ratio_half, double target);
+  Evidence verdict_evidence() const;
+  void rejudge_under_probe(const Reference& judged_under);
+  bool paced_slower_than_planned(std::size_t d, double ratio, double others);
   void retry_saving_plan(const std::string& why, bool stale);
   void remember(const RoundMeasurement& m);
   void observe_warmup(int round, const RoundMeasurement& m);
@@ -373,6 +377,9 @@ class TurnkeyController {
   // Per pipeline slow in the baseline: its time over the others' in the rounds in a row it ran
   // faster than expected.
   std::vector<std::vector<double>> fast_rounds_;
+  // Per pipeline paced to another: its time over the others' in the rounds in a row it ran slower than
+  // planned by less than a straggler.
+  std::vector<std::vector<double>> slow_rounds_;
   double noise_sigma_ = 0;                  // the largest (stage, kind) sigma measured so far
   int iterations_per_round_ = 1;            // as the warm-up and profiling rounds ran them
   std::vector<AllMaxRound> probe_samples_;  // probes that disagreed with the reference, in a row
@@ -381,6 +388,12 @@ class TurnkeyController {
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
+  // A plan about to be condemned by a miss a small change of the conditions could hide: one all-max
+  // probe first, its rounds judged again under what the probe measured.
+  bool probe_to_judge_ = false;
+  // The conditions the judged rounds ran in, where a probe before a verdict measured others that did
+  // not move the judged rounds: the verdict's evidence, so that the change counts as one since it.
+  std::optional<double> judged_conditions_;
   // A pipeline slow in the baseline found recovered: the rounds it ran fast in were reported against
   // its slow pace, and are reported again against the next round's reference (the oldest for the
   // share of it the recovery ran).
