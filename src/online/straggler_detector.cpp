@@ -39,6 +39,7 @@ void StragglerDetector::reset() {
   normal_rounds_.clear();
   between_rounds_.clear();
   relative_.clear();
+  last_ratios_.clear();
   current_.reset();
 }
 
@@ -79,7 +80,12 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
     for (std::size_t e = 0; e < others.size(); ++e)
       if (e != d && others[e] > 1 + options_.threshold) others_within = false;
     const double half = options_.threshold / 2;
-    if (normal_rounds_[d] >= options_.clear_rounds) {
+    // Cleared where its own time fell by more than the others' rose since the round before: next to
+    // others that slowed to its pace it looks recovered without having changed (two pipelines both slow
+    // read as the straggler recovering, and the calibrations started anew on that verdict read the slow
+    // pipeline's conditions 2-12% low). Those are reported apart (also_slow), the straggler still
+    // followed.
+    if (normal_rounds_[d] >= options_.clear_rounds && fell_itself(d, ratios)) {
       current_.reset();
       changed = true;
     } else if (agreeing &&
@@ -90,6 +96,10 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
       changed = true;
     }
   }
+  // The ratios a recovery is measured from: the last round's, held while a followed straggler runs within
+  // half the threshold (with clear_rounds above one, each of those rounds is compared with its last slow
+  // round).
+  if (!current_ || normal_rounds_[static_cast<std::size_t>(current_->pipeline)] == 0) last_ratios_ = ratios;
   // Every other pipeline against the others, the followed straggler at the slowdown it is now followed at.
   const auto others = relative_to_others(ratios, current_);
   for (std::size_t d = 0; d < ratios.size(); ++d)
@@ -102,6 +112,18 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
   if (!slowest) return false;
   current_ = Straggler{static_cast<int>(*slowest), relative_[*slowest]};
   return true;
+}
+
+// Its ratio's fall since its last slow round against the others' rise (their median's, of those whose ratio
+// then is known and comparable), by more than a quarter of the threshold: a noisy round's draw does not
+// clear a straggler the others slowed to.
+bool StragglerDetector::fell_itself(std::size_t d, const std::vector<double>& ratios) const {
+  if (last_ratios_.size() != ratios.size() || last_ratios_[d] <= 0) return true;
+  std::vector<double> rose;
+  for (std::size_t e = 0; e < ratios.size(); ++e)
+    if (e != d && last_ratios_[e] > 0) rose.push_back(ratios[e] / last_ratios_[e] - 1);
+  const double others = rose.empty() ? 0.0 : median(rose);
+  return (1 - ratios[d] / last_ratios_[d]) - others > options_.threshold / 4;
 }
 
 std::vector<Straggler> StragglerDetector::also_slow() const {
@@ -117,6 +139,7 @@ void StragglerDetector::forget(int pipeline) {
   const auto d = static_cast<std::size_t>(pipeline);
   if (d >= slow_rounds_.size()) return;
   slow_rounds_[d] = normal_rounds_[d] = between_rounds_[d] = 0;
+  if (d < last_ratios_.size()) last_ratios_[d] = 0;  // its ratio is taken at its new pace from now on
   relative_[d] = 1.0;
 }
 

@@ -88,6 +88,26 @@ TEST(StragglerDetector, APipelineThatSlowsWhileAnotherIsFollowedIsReportedApart)
   }
 }
 
+// Two pipelines: the other slowing past the followed straggler's pace reads, against each other, as
+// the straggler back within the threshold. It is no recovery while the straggler's own time did not
+// fall: the straggler stays followed and the other is reported apart. A straggler whose own time
+// falls is cleared as before.
+TEST(StragglerDetector, OthersSlowingToAStragglersPaceIsNotItsRecovery) {
+  online::StragglerDetector detector;
+  EXPECT_FALSE(detector.observe({1.0, 1.16}));
+  EXPECT_TRUE(detector.observe({1.0, 1.16}));
+  EXPECT_FALSE(detector.observe({1.15, 1.16}));  // within half the threshold of the other, not faster itself
+  ASSERT_TRUE(detector.current());
+  EXPECT_EQ(detector.current()->pipeline, 1);
+  EXPECT_FALSE(detector.observe({1.3, 1.16}));
+  ASSERT_EQ(detector.also_slow().size(), 1u);
+  EXPECT_EQ(detector.also_slow()[0].pipeline, 0);
+  EXPECT_NEAR(detector.also_slow()[0].slowdown, 1.3, 1e-12);
+  detector.forget(0);
+  EXPECT_TRUE(detector.observe({1.0, 1.0}));  // its own time fell: recovered
+  EXPECT_FALSE(detector.current());
+}
+
 // A followed straggler that runs less slow, though still above half the threshold, is followed at its
 // new slowdown once two rounds agree on it: counted at the old one, the other pipeline would look slow
 // next to it (1.07 / 1.03 = 1.039x: neither a straggler nor cleared) and stay suspected for good.

@@ -899,3 +899,19 @@ def test_a_plan_about_to_be_condemned_is_judged_against_a_probes_conditions_firs
     outcome, decisions = judged(scenario)
     assert "stepped up" not in [d["event"] for d in decisions], decisions
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
+
+
+def test_another_pipeline_slowing_past_a_followed_straggler_is_not_its_recovery(drawn):
+    """Instance 10061 of `two-stragglers` (ZBV, 4 stages, Bloom on A100, noise 0.0033): pipeline 1 runs 1.161x
+    slow from iteration 218 to the end, and pipeline 0 1.299x from 404 to 629. Against each other, pipeline 1
+    looked back within the threshold: read as its recovery, the calibrations started anew on that verdict read
+    pipeline 1's conditions 12% low, and for four rounds the job, as fast as all-max, was reported 13% slower;
+    the reported slowdown stood 0.86 points above the truth and the saving 0.92 below it. The straggler's own
+    time did not fall: it stays followed, and pipeline 0 is a pipeline that slowed beside it."""
+    scenario = drawn(10061, "two-stragglers")
+    assert flag(scenario, "--straggler") == ["1:1.161@218", "0:1.299@404-629"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    during = [d for d in decisions if 404 // 5 <= d["round"] <= 629 // 5]
+    assert not any(d["event"] == "straggler recovered" for d in during), decisions
+    assert any(d["event"] == "pipeline slowed" and "pipeline 0" in d["detail"] for d in during), decisions
+    assert outcome.passes() == [], outcome

@@ -3,7 +3,8 @@
 // compute-bound iteration time (its schedule run with its measured instruction durations) and what
 // the plan it runs predicts. A pipeline whose measured/predicted ratio is above the median of the
 // others' by more than `threshold` for `rounds` rounds in a row is a straggler; it is cleared after
-// `clear_rounds` rounds in a row within half the threshold. One straggler at a time: the slowest;
+// `clear_rounds` rounds in a row within half the threshold, having come back by its own time falling
+// (others that slowed to its pace are no recovery). One straggler at a time: the slowest;
 // another that slows while it is followed is reported apart (also_slow).
 // Clearing takes fewer rounds than detecting because a late verdict costs more there: while a
 // straggler that has recovered is still followed, the others run paced to it and training runs slower
@@ -47,11 +48,15 @@ class StragglerDetector {
 
  private:
   bool settled(std::size_t d) const;
+  bool fell_itself(std::size_t d, const std::vector<double>& ratios) const;
   DetectorOptions options_;
   std::vector<int> slow_rounds_, normal_rounds_;
   std::vector<int> between_rounds_;  // in a row above half the threshold
   std::vector<double> relative_;     // per pipeline, its ratio over the others' median in the last round
   std::optional<Straggler> current_;
+  // The ratios of the last round with no straggler followed or the followed one slow (0: a pipeline's not
+  // comparable with this round's).
+  std::vector<double> last_ratios_;
 };
 
 }  // namespace perseus::online
