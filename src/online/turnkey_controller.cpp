@@ -729,7 +729,7 @@ bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
     const double now = std::max(factor, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
     decide(DecisionEvent::slow_pipeline_recovered,
-           fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, runs at {:.3f}x now (an "
+           fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x now (an "
                        "all-max round while profiling: pipeline {}, said to straggle, runs as in the baseline)",
                        d, pace, pace * now, s));
   }
@@ -1920,8 +1920,8 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     fast.clear();
     changed = true;
     decide(DecisionEvent::slow_pipeline_recovered,
-           fmt::format("pipeline {}, {:.3f}x the other pipelines' time in the baseline, "
-                       "runs at {:.3f}x now",
+           fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before (the baseline's, or "
+                       "one taken since), runs at {:.3f}x now",
                        d, pace, pace * now));
   }
   return changed;
