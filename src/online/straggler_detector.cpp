@@ -80,7 +80,7 @@ bool StragglerDetector::observe(const std::vector<double>& ratios) {
     for (std::size_t e = 0; e < others.size(); ++e)
       if (e != d && others[e] > 1 + options_.threshold) others_within = false;
     const double half = options_.threshold / 2;
-    // Cleared where its own time fell by more than the others' rose since the round before: next to
+    // Cleared where its own time fell by more than the others' rose since its last slow round: next to
     // others that slowed to its pace it looks recovered without having changed (two pipelines both slow
     // read as the straggler recovering, and the calibrations started anew on that verdict read the slow
     // pipeline's conditions 2-12% low). Those are reported apart (also_slow), the straggler still

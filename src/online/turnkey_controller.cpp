@@ -69,6 +69,12 @@ constexpr double kCautionStep = 1.5;  // each step-up judges plans under this mu
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
 constexpr std::size_t kJudgedRounds = 40;
 
+// A pace from the rounds in a row that showed it, but the first (which may have run the old pace for part
+// of it), unless it is the only one.
+double pace_from_rounds(const std::vector<double>& rounds) {
+  return median(std::vector<double>(rounds.size() > 1 ? rounds.begin() + 1 : rounds.begin(), rounds.end()));
+}
+
 }  // namespace
 
 const char* to_string(ControllerPhase phase) {
@@ -1909,7 +1915,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     // GPUs faster than the others' (a slowdown of more than it showed in the baseline ended),
     // faster than the others, but not by more than the threshold, which no measured speed
     // difference of GPUs comes near.
-    const double since = median(std::vector<double>(fast.size() > 1 ? fast.begin() + 1 : fast.begin(), fast.end()));
+    const double since = pace_from_rounds(fast);
     const double now = std::max(since, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
     // Training ran at the old pace's reference in those rounds where all-max would have run at the new
@@ -1942,7 +1948,7 @@ bool TurnkeyController::paced_slower_than_planned(std::size_t d, double ratio, d
   }
   slow.push_back(ratio / others);
   if (slow.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) return false;
-  const double since = median(std::vector<double>(slow.size() > 1 ? slow.begin() + 1 : slow.begin(), slow.end()));
+  const double since = pace_from_rounds(slow);
   slow.clear();
   take_pace_change(d, since);
   decide(DecisionEvent::pipeline_slowed,
