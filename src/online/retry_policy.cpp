@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -12,12 +13,23 @@ namespace {
 // A change of the cluster's pace by more than this since the verdict makes it stale.
 constexpr double kConditionsChanged = 0.01;
 
+// Why the evidence a verdict rested on (`then`) no longer holds `now`, if it does not.
+std::optional<std::string> stale_since(const Evidence& then, const Evidence& now) {
+  if (now.baseline_corrections != then.baseline_corrections) return "the baseline was corrected since";
+  if (now.straggler_changes != then.straggler_changes) return "a straggler came or went since";
+  if (std::abs(now.conditions / then.conditions - 1) > kConditionsChanged)
+    return fmt::format("the cluster's pace changed since (x{:.3f} then, x{:.3f} now)", then.conditions, now.conditions);
+  return std::nullopt;
+}
+
 }  // namespace
 
 RetryPolicy::RetryPolicy(int first, int most)
     : first_(std::max(first, 1)), most_(std::max(most, 0)), interval_(std::min(first_, std::max(most_, 1))) {}
 
-void RetryPolicy::stepped_up(int round, const Evidence& evidence) {
+void RetryPolicy::stepped_up(int round, const Evidence& evidence, bool same_plan_again) {
+  stale_only_ = same_plan_again && condemned_before_ && !stale_since(at_step_, evidence);
+  condemned_before_ = true;
   if (trying_) interval_ = std::min(interval_ * 2, std::max(most_, 1));  // condemned again: wait longer
   trying_ = false;
   waiting_ = most_ > 0;
@@ -32,12 +44,9 @@ bool RetryPolicy::due(int round, const Evidence& now, std::string* why, bool* st
     if (why) *why = std::move(text);
     return true;
   };
-  if (now.baseline_corrections != at_step_.baseline_corrections) return say("the baseline was corrected since");
-  if (now.straggler_changes != at_step_.straggler_changes) return say("a straggler came or went since");
-  if (std::abs(now.conditions / at_step_.conditions - 1) > kConditionsChanged)
-    return say(fmt::format("the cluster's pace changed since (x{:.3f} then, x{:.3f} now)", at_step_.conditions,
-                           now.conditions));
+  if (auto reason = stale_since(at_step_, now)) return say(std::move(*reason));
   if (stale) *stale = false;
+  if (stale_only_) return false;
   if (round - stepped_round_ >= interval_) return say(fmt::format("{} rounds passed since", round - stepped_round_));
   return false;
 }
@@ -56,6 +65,7 @@ bool RetryPolicy::held(int rounds) {
 }
 
 void RetryPolicy::wait(int round, const Evidence& evidence) {
+  stale_only_ = false;
   waiting_ = most_ > 0;
   stepped_round_ = round - interval_;  // due at once
   at_step_ = evidence;

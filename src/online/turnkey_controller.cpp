@@ -674,8 +674,8 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   // A round that asked for a check is the one the check judges; the others must have run on their
   // curves for the change to be placed in it.
   if (!off_curve_) earlier_on_curve_ = earlier_on_curve_ && off && std::abs(*off - 1) <= kOffCurveTwice;
-  last_off_curve_ = off;
-  last_recorded_ = std::move(recorded);
+  previous_off_curve_ = std::exchange(last_off_curve_, off);
+  previous_recorded_ = std::exchange(last_recorded_, std::move(recorded));
   if (profiling_done()) finish_profiling();
 }
 
@@ -753,6 +753,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   ++profiling_checks_;
   rounds_since_check_ = 0;
   last_off_curve_.reset();  // what two rounds around a check show, the check has seen
+  const std::optional<double> off_before = std::exchange(previous_off_curve_, std::nullopt);
   const std::optional<double> off_curve = std::exchange(off_curve_, std::nullopt);
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
   // A recovery it finds measures its clocks again itself; the conditions are then the cluster's as ever.
@@ -764,15 +765,24 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   // The change came in the round that ran off its curves the way the check moved, where the rounds
   // before it ran on theirs: only its clocks are measured again.
   const bool in_the_off_round = off_curve && on_curve_before && (*off_curve - 1) * (moved - 1) > 0;
+  // A change within a round shows in it in part (a spell ending one iteration before the round does
+  // shows a fifth of itself in a round of five), within what reads as on the curves: where the round
+  // before the off one leaned the way of the change by a tenth of it, its clocks are measured again too.
+  const bool began_before = in_the_off_round && off_before && (*off_before - 1) * (moved - 1) > 0 &&
+                            std::abs(*off_before - 1) >= std::abs(moved - 1) / 10;
   const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
-  if (!recovered && std::abs(moved - 1) > kBand && may_measure_again(changed.size())) {
-    const std::size_t again = measure_again({&changed});
+  const std::size_t asked = changed.size() + (began_before ? previous_recorded_.size() : 0);
+  if (!recovered && std::abs(moved - 1) > kBand && may_measure_again(asked)) {
+    const std::size_t again = began_before ? measure_again({&previous_recorded_, &changed}) : measure_again({&changed});
     const std::string which =
         in_the_off_round
             ? fmt::format(
-                  "the round before ran x{:.3f} off the clocks' curves, the rounds since the last check on "
-                  "them: its {} clocks are measured again",
-                  *off_curve, again)
+                  "the round before ran x{:.3f} off the clocks' curves{}, the rounds since the last check on "
+                  "them: {} {} clocks are measured again",
+                  *off_curve,
+                  began_before ? fmt::format(" and the one before it x{:.3f}, part of the change", *off_before)
+                               : std::string(),
+                  began_before ? "their" : "its", again)
             : fmt::format("{} clocks measured since are measured again{}", again,
                           off_curve ? fmt::format(" (checked early: the round before ran x{:.3f} off the clocks' "
                                                   "curves)",
@@ -2156,6 +2166,13 @@ void TurnkeyController::judge_plan() {
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   if (probe_before_verdict(ratio, ratio_half, target)) return;
   ChosenPlan before_plan = *target_plan_;
+  // The plan condemned last time, back after rounds alone and condemned again with no change of the
+  // evidence in between: its miss is its own (a clock the profile measured faster than it runs, a model
+  // that misses it under the noise), and rounds do not make it stale. A saving plan stepped up to stays
+  // until the evidence is stale; after a step to all-max, retries still come after rounds (a disturbance
+  // costs its rounds, not the run).
+  const bool condemned_again = retried_as_condemned_ && condemned_plan_ == target_plan_->frequencies;
+  condemned_plan_ = target_plan_->frequencies;
   TargetChooser next;
   if (steps_since_retry_ >= config_.max_step_ups) {
     next = [](const ChoiceContext& c) { return TargetChoice{all_max(*c.plans)}; };
@@ -2189,8 +2206,9 @@ void TurnkeyController::judge_plan() {
   ++step_ups_;
   ++steps_since_retry_;
   choose(DecisionEvent::faster_plan, std::move(next),
-         [this, ratio, ratio_half, target, allowed, before_plan = std::move(before_plan)](const TargetChoice&) {
-           retry_.stepped_up(round_, verdict_evidence());
+         [this, ratio, ratio_half, target, allowed, condemned_again,
+          before_plan = std::move(before_plan)](const TargetChoice&) {
+           retry_.stepped_up(round_, verdict_evidence(), condemned_again && !target_plan_->is_all_max());
            judged_conditions_.reset();
            const std::string evidence_text = fmt::format(
                "measured {:.4f}x the all-max reference (95%: from {:.4f}x with the baseline's "
@@ -2200,9 +2218,10 @@ void TurnkeyController::judge_plan() {
                                       target, 100 * allowed);
            decide(DecisionEvent::stepped_up,
                   fmt::format("{} is above the target {:.4f}x by more than {:.2g}%: from {} to {}; the saving "
-                              "plan is tried again when this evidence is stale, or after {} rounds",
+                              "plan is tried again when this evidence is stale{}",
                               evidence_text, target, 100 * allowed, describe(before_plan), describe(*target_plan_),
-                              retry_.interval()));
+                              retry_.stale_only() ? " (it missed twice on it)"
+                                                  : fmt::format(", or after {} rounds", retry_.interval())));
          });
 }
 
@@ -2258,6 +2277,7 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
   if (steps_since_retry_ >= config_.max_step_ups) return;
   const double before = pace_miss_;
   pace_miss_ *= ratio / target;
+  condemned_plan_.clear();  // the pace was condemned, not the plan
   ++step_ups_;
   ++steps_since_retry_;
   retry_.stepped_up(round_, evidence());

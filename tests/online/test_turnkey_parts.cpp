@@ -51,6 +51,34 @@ TEST(RetryPolicy, RetriesAtOnceWhenTheEvidenceIsStaleAndOtherwiseAfterDoublingRo
   EXPECT_FALSE(never.due(1000, Evidence{5, 5, 2}));
 }
 
+TEST(RetryPolicy, APlanCondemnedAgainOnTheSameEvidenceWaitsForItToBeStale) {
+  RetryPolicy p(20, 40);
+  const Evidence e;
+  p.stepped_up(10, e, /*same_plan_again=*/true);  // the first verdict: nothing to be the same as
+  EXPECT_FALSE(p.stale_only());
+  EXPECT_TRUE(p.due(30, e));
+  p.retried(30);
+  EXPECT_TRUE(p.held(10));  // held a while, then condemned again on the same evidence
+  p.stepped_up(45, e, true);
+  EXPECT_TRUE(p.waiting());
+  EXPECT_TRUE(p.stale_only());
+  EXPECT_FALSE(p.due(10'000, e));  // rounds alone never
+  std::string why;
+  bool stale = false;
+  EXPECT_TRUE(p.due(46, Evidence{1, 0, 1}, &why, &stale)) << why;  // a baseline correction: at once
+  EXPECT_TRUE(stale);
+  EXPECT_TRUE(p.due(46, Evidence{0, 0, 1.02}, &why, &stale)) << why;  // the cluster's pace moved
+  // Condemned again on evidence that changed between the verdicts (a straggler came and went): rounds count.
+  p.retried(46);
+  p.stepped_up(60, Evidence{0, 2, 1}, true);
+  EXPECT_FALSE(p.stale_only());
+  EXPECT_TRUE(p.due(60 + p.interval(), Evidence{0, 2, 1}));
+  // Another plan condemned: rounds count.
+  p.retried(100);
+  p.stepped_up(110, Evidence{0, 2, 1}, false);
+  EXPECT_FALSE(p.stale_only());
+}
+
 TEST(PaceModel, TheSlowestOfNoisyPipelinesIsLaterThanAnyAndAStragglerDecides) {
   PaceModel quiet(0), noisy(0.01);
   EXPECT_DOUBLE_EQ(quiet.expected_slowest({1.0, 1.0}), 1.0);

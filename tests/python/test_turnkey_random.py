@@ -916,3 +916,32 @@ def test_another_pipeline_slowing_past_a_followed_straggler_is_not_its_recovery(
     assert not any(d["event"] == "straggler recovered" for d in during), decisions
     assert any(d["event"] == "pipeline slowed" and "pipeline 0" in d["detail"] for d in during), decisions
     assert outcome.passes() == [], outcome
+
+
+def test_a_slow_spell_ending_within_a_profiling_round_leaves_no_clock_measured_fast(drawn):
+    """Instance 10134 of `transient-early` (1F1B, 5 stages, noise 0.0042): the whole cluster 1.075x slow from
+    iteration 57 to 79, while profiling. The round of iterations 76-80 ran four of its five at the spell's pace:
+    0.982x off the clocks' curves, within what reads as on them, and the check found the change in the round after
+    it. Only that round's clocks were measured again; the round before stayed 1.4% fast, the plan ran 0.78% slower
+    than predicted, and the loop stepped up to all-max and retried it for good (6% of the ideal). The round before
+    the off one, where it leaned the way of the change, is measured again too."""
+    scenario = drawn(10134, "transient-early")
+    assert flag(scenario, "--straggler") == ["all:1.075@57-79"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any(d["event"] == "profiling conditions changed" and "part of the change" in d["detail"]
+               for d in decisions), decisions
+    assert outcome.step_ups == 0 and outcome.passes() == [], outcome
+
+
+def test_a_plan_condemned_again_on_the_same_evidence_is_not_retried_after_rounds_alone(drawn):
+    """Instance 10121 of `two-stage` (GPipe, 2 stages, 2 microbatches, noise 0.0196, quiet): the saving plan ran
+    0.5% slower than all-max; stepped up to a plan within the tolerance, it came back every 20 rounds and was
+    condemned again each time (1.0053x, 1.0049x, 1.0058x), 0.55% slower over the run's second half. Condemned
+    twice on evidence rounds do not age, it waits for the evidence to go stale."""
+    scenario = drawn(10121, "two-stage")
+    assert scenario.schedule == "gpipe" and flag(scenario, "--noise") == ["0.0196"], scenario.label
+    outcome, decisions = judged(scenario)
+    stepped = [d for d in decisions if d["event"] == "stepped up"]
+    assert len(stepped) == 2 and "missed twice" in stepped[-1]["detail"], stepped
+    assert not any(d["event"] == "retrying" and d["round"] > stepped[-1]["round"] for d in decisions), decisions
+    assert outcome.true_slowdown <= 0.005 and outcome.share >= 0.8, outcome

@@ -21,7 +21,10 @@ class RetryPolicy {
   RetryPolicy(int first = 20, int most = 40);
 
   // A plan was condemned in `round` on `evidence` (a failed retry when one was being tried).
-  void stepped_up(int round, const Evidence& evidence);
+  // `same_plan_again`: the plan condemned is the one condemned last time, tried again since; where
+  // the evidence has not gone stale between the two verdicts, it is tried again only once the
+  // evidence is stale, not after rounds alone (its miss is its own, measured twice).
+  void stepped_up(int round, const Evidence& evidence, bool same_plan_again = false);
   // Whether to try the saving plan again in `round`; `why` says why when it is, `stale` whether
   // the evidence changed (rather than rounds passing).
   bool due(int round, const Evidence& now, std::string* why = nullptr, bool* stale = nullptr) const;
@@ -33,13 +36,14 @@ class RetryPolicy {
   bool held(int rounds);
   // Another retry, due at once (after a retry that held but did not go all the way).
   void wait(int round, const Evidence& evidence);
-  bool waiting() const { return waiting_; }  // a step-up is waiting for its retry
+  bool waiting() const { return waiting_; }        // a step-up is waiting for its retry
+  bool stale_only() const { return stale_only_; }  // ... for stale evidence only
   int interval() const { return interval_; }
 
  private:
   int first_, most_;
   int interval_;
-  bool waiting_ = false, trying_ = false;
+  bool waiting_ = false, trying_ = false, stale_only_ = false, condemned_before_ = false;
   int stepped_round_ = 0;
   Evidence at_step_;
 };

@@ -367,6 +367,9 @@ class TurnkeyController {
   // The last profiling round's clocks over their curves' times (median over the scans), and its clocks.
   std::optional<double> last_off_curve_;
   std::vector<ScanClock> last_recorded_;
+  std::vector<std::vector<int>> condemned_plan_;  // the target plan's clocks at the last verdict against it
+  std::optional<double> previous_off_curve_;      // the same for the profiling round before that one
+  std::vector<ScanClock> previous_recorded_;
   bool checking_ = false;
   std::vector<ScanClock> since_check_;
   AllMaxBaseline baseline_;
