@@ -201,6 +201,10 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     double deadline = pace_time;
     if (bin < 0 && !o.speeds.empty()) {
       while (o.speeds.size() < draws_alike) o.speeds.push_back(o.speeds.front());
+      // At about the pace setters' pace but slower than their plan under the noise at all-max (GPUs
+      // slow where that plan keeps no slack): the iteration would end that late at all-max too, which
+      // is the reference's doing. Held to the pace setters' plan alone, nothing but all-max met it.
+      deadline = std::max(deadline, expected_time(plans, all, v, o));
     } else {
       o.competitor = pace;
       // Their GPUs' noise is their own: drawn as the pace setters' (the same seed), a plan at about
