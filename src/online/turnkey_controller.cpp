@@ -1272,6 +1272,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     const double weight = own_variance / (own_variance + probe_variance);
     return calibrated * std::pow(*cal.probed / calibrated, weight);
   };
+  // A followed straggler's calibrated conditions, its plan running as in its round before the probe, off
+  // the probe's beyond the noise of both: the calibration carries another plan's error (one taken on a plan
+  // paced to another pipeline's slow spell read the straggler 1.3% slow, and hid its plan's 0.8% slowdown
+  // for the rest of the run), where the straggler's slowdown is measured at all-max.
+  const auto probe_disagrees = [&](const Calibration& cal, double ratio) {
+    if (!cal.probed || !cal.per_ratio || !ran_as_before(cal, ratio)) return false;
+    const double calibrated = ratio * *cal.per_ratio;
+    const double apart = std::max({kSameRatio, 2 * round_sigma, 3 * cal.probed_error});
+    return calibrated > 0 && std::abs(calibrated / *cal.probed - 1) > apart;
+  };
   // A plan's second round after it was calibrated anew on a change of plan moved clearly from its first,
   // which had moved from what the plan before's calibration expected by more than two plans' errors
   // differ, the same way.
@@ -1321,10 +1331,11 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         const double before = *cal.per_ratio;
         cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_, before);
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
-                 ((cal.probed && (!cal.per_ratio || cal.carried)) ||
+                 ((cal.probed && (!cal.per_ratio || cal.carried || probe_disagrees(cal, ratios[d]))) ||
                   (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
-        // The followed straggler's plan, that runs nothing at the top clock, calibrated on nothing: on the
-        // probe's conditions, over its first rounds after it (one round's ratio is as noisy as the probe).
+        // The followed straggler's plan, that runs nothing at the top clock, calibrated on nothing, or on
+        // conditions a probe now finds otherwise: on the probe's conditions, over its first rounds after it
+        // (one round's ratio is as noisy as the probe).
         if (cal.probed) cal.from_probe = {*cal.probed, 0, 0};
         cal.carried = false;
         auto& probe = cal.from_probe;

@@ -962,3 +962,17 @@ def test_a_pipeline_at_the_pace_setters_pace_on_slower_gpus_is_not_held_at_all_m
     paced = [d for d in decisions if d["round"] >= recovered[0] and d["event"] == "paced to the pipelines' new speeds"]
     assert paced and "all-max" not in paced[-1]["detail"], paced
     assert outcome.true_slowdown <= 0.005 and outcome.share >= 0.7, outcome
+
+
+def test_a_probe_recalibrates_a_followed_straggler_whose_calibration_another_plan_set(drawn):
+    """Instance 10219 of `two-stragglers` (1F1B, 4 stages, synthetic, noise 0.0121): pipeline 0 runs 1.09x slow from
+    iteration 120 on, and pipeline 1 1.246x from 226 to 272. While pipeline 1 was slow, the straggler ran a plan paced
+    to it, which ran 1% slower than predicted: carried from plan to plan, that calibration read the straggler 1.3%
+    slower than it is, the reference stood that much late, and its plan ran 0.84% slower than all-max to the end,
+    reported 0.41% faster. The probe after the spell measured the straggler's conditions at all-max; where they lie
+    off its calibration beyond the noise, the plan is calibrated on the probe."""
+    scenario = drawn(10219, "two-stragglers")
+    assert flag(scenario, "--straggler") == ["0:1.090@120", "1:1.246@226-272"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert outcome.passes() == [], outcome
+    assert outcome.history_slowdown_error <= 0.003 and outcome.true_slowdown <= 0.003, outcome
