@@ -481,7 +481,20 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
       // 1.0 read a cluster 6% slower as the other pipeline straggling). Not the others' now: one of them
       // may have slowed unseen.
       const bool as_in_baseline = pace_change(d) == 1.0 && d < all_max_conditions_.size();
-      const double cluster = as_in_baseline && all_max_conditions_[d] > 0 ? all_max_conditions_[d] : 1.0;
+      double cluster = as_in_baseline && all_max_conditions_[d] > 0 ? all_max_conditions_[d] : 1.0;
+      // That round already ran it faster than the baseline by more than half the threshold, the others as
+      // in the baseline: it sped up by then, and the others' conditions then are the cluster's (its own read
+      // 0.895 where the cluster ran at 1.0: the other pipeline, on its plan as predicted, was followed as a
+      // straggler 1.12x slow, and the job ran 12% slower than all-max for good).
+      if (as_in_baseline && all_max_conditions_.size() == ratios.size()) {
+        std::vector<double> others;
+        for (std::size_t o = 0; o < ratios.size(); ++o)
+          if (o != d && all_max_conditions_[o] > 0) others.push_back(all_max_conditions_[o] / pace_change(o));
+        if (!others.empty()) {
+          const double theirs = median(std::move(others));
+          if (cluster < 1 - threshold / 2 && std::abs(theirs - 1) <= threshold / 2) cluster = theirs;
+        }
+      }
       if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= cluster * (1 - threshold / 2)) continue;
       ratios[d] = std::max(ratios[d], std::min(cluster, median_of_others(ratios, d)));
     }
