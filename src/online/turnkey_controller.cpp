@@ -474,8 +474,10 @@ double TurnkeyController::relative_pace(std::size_t d, std::optional<std::size_t
 // would look a straggler. Returns whether the verdict changed.
 bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector<double> ratios) {
   const double threshold = config_.detector.threshold;
+  const double half = threshold / 2;
   if (pipelines_.known() && ratios.size() > 1)
     for (std::size_t d = 0; d < ratios.size(); ++d) {
+      if (relative_pace(d) <= 1 + half) continue;  // not slow in the baseline
       // Its GPUs' conditions when an all-max round last measured them, before it sped up, where its pace
       // is still the baseline's: the cluster's then (a drift moves every pipeline's; at the baseline's,
       // 1.0 read a cluster 6% slower as the other pipeline straggling). Not the others' now: one of them
@@ -486,16 +488,16 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
       // in the baseline: it sped up by then, and the others' conditions then are the cluster's (its own read
       // 0.895 where the cluster ran at 1.0: the other pipeline, on its plan as predicted, was followed as a
       // straggler 1.12x slow, and the job ran 12% slower than all-max for good).
-      if (as_in_baseline && all_max_conditions_.size() == ratios.size()) {
+      if (as_in_baseline && cluster < 1 - half && all_max_conditions_.size() == ratios.size()) {
         std::vector<double> others;
         for (std::size_t o = 0; o < ratios.size(); ++o)
           if (o != d && all_max_conditions_[o] > 0) others.push_back(all_max_conditions_[o] / pace_change(o));
         if (!others.empty()) {
           const double theirs = median(std::move(others));
-          if (cluster < 1 - threshold / 2 && std::abs(theirs - 1) <= threshold / 2) cluster = theirs;
+          if (std::abs(theirs - 1) <= half) cluster = theirs;
         }
       }
-      if (relative_pace(d) <= 1 + threshold / 2 || ratios[d] >= cluster * (1 - threshold / 2)) continue;
+      if (ratios[d] >= cluster * (1 - half)) continue;
       ratios[d] = std::max(ratios[d], std::min(cluster, median_of_others(ratios, d)));
     }
   bool before = detector_.current().has_value();
