@@ -918,8 +918,8 @@ void TurnkeyController::plan_ready() {
     if (const std::size_t asked = confirming ? ask_scans(wanted, known_roughly) : 0) {
       ++confirm_passes_;
       decide(DecisionEvent::refining,
-             fmt::format("the plan runs {} clocks known to worse than {:.2g}% under the noise; measuring them "
-                         "once more (pass {} of at most {})",
+             fmt::format("the plan runs {} clocks whose time one measurement knows only to within more than {:.2g}% "
+                         "under the noise; measuring them once more (pass {} of at most {})",
                          asked, 100 * config_.confirm_error, confirm_passes_, config_.confirm_passes));
       return profile_again();
     }
