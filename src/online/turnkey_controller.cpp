@@ -724,13 +724,30 @@ std::optional<double> TurnkeyController::all_max_conditions(const RoundMeasureme
 // pipeline faster. Where the one said to straggle runs as in the baseline (within half the threshold)
 // and every other, slow in the baseline, faster than then by more than half the threshold, those
 // recovered: their new paces are taken in, the verdict is dropped, and the clocks measured since the
-// last check (on their instructions, at their old pace) are measured again. Returns whether it did.
+// last check (on their instructions, at their old pace) are measured again. So too with no verdict yet,
+// where the pipelines not slow in the baseline run as then: a pipeline that set the baseline's pace and
+// recovered moves the iteration's time as the cluster's conditions would, and taken for them (the
+// cluster at x0.79), the other pipeline, at 1.0, read 1.27x slow on the plans, and the loop swung between
+// following it and the recovery, 22% slower than all-max for good. Returns whether it did.
 bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
   const auto& straggler = detector_.current();
-  if (!straggler || told_straggler_ || !pipelines_.known()) return false;
-  const auto s = static_cast<std::size_t>(straggler->pipeline);
+  if (told_straggler_ || !pipelines_.known()) return false;
   const double half = config_.detector.threshold / 2;
-  const auto own = all_max_conditions(m, s);
+  // The pipelines that set the measure: the one said to straggle, or, with no verdict, those not slow
+  // in the baseline (their median).
+  std::optional<double> own;
+  if (straggler) {
+    own = all_max_conditions(m, static_cast<std::size_t>(straggler->pipeline));
+  } else {
+    std::vector<double> as_then;
+    for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+      if (relative_pace(d) > 1 + half) continue;
+      const auto now = all_max_conditions(m, d);
+      if (!now || std::abs(*now - 1) > half) return false;
+      as_then.push_back(*now);
+    }
+    if (!as_then.empty()) own = median(std::move(as_then));
+  }
   if (!own || std::abs(*own - 1) > half) return false;
   struct Recovered {
     std::size_t pipeline;
@@ -738,9 +755,10 @@ bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
   };
   std::vector<Recovered> recovered;
   for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
-    if (d == s) continue;
-    const auto now = all_max_conditions(m, d);
+    if (straggler && d == static_cast<std::size_t>(straggler->pipeline)) continue;
     const double pace = relative_pace(d);
+    if (!straggler && pace <= 1 + half) continue;
+    const auto now = all_max_conditions(m, d);
     if (!now || *now >= 1 - half || pace <= 1 + half) return false;
     recovered.push_back({d, *now / *own, pace});
   }
@@ -750,9 +768,13 @@ bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
     const double now = std::max(factor, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
     decide(DecisionEvent::slow_pipeline_recovered,
-           fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x now (an "
-                       "all-max round while profiling: pipeline {}, said to straggle, runs as in the baseline)",
-                       d, pace, pace * now, s));
+           straggler ? fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x "
+                                   "now (an all-max round while profiling: pipeline {}, said to straggle, runs as in "
+                                   "the baseline)",
+                                   d, pace, pace * now, straggler->pipeline)
+                     : fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x "
+                                   "now (an all-max round while profiling: the others run as in the baseline)",
+                                   d, pace, pace * now));
   }
   detector_.reset();
   followed_ratios_.clear();
