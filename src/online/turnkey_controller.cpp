@@ -763,18 +763,17 @@ bool TurnkeyController::recovered_not_straggling(const RoundMeasurement& m) {
     recovered.push_back({d, *now / *own, pace});
   }
   if (recovered.empty()) return false;
+  const std::string as_in_baseline =
+      straggler ? fmt::format("pipeline {}, said to straggle, runs as in the baseline", straggler->pipeline)
+                : std::string("the others run as in the baseline");
   for (const auto& [d, factor, pace] : recovered) {
     // Not faster than the others by more than the threshold, which no speed difference of GPUs comes near.
     const double now = std::max(factor, (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
     decide(DecisionEvent::slow_pipeline_recovered,
-           straggler ? fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x "
-                                   "now (an all-max round while profiling: pipeline {}, said to straggle, runs as in "
-                                   "the baseline)",
-                                   d, pace, pace * now, straggler->pipeline)
-                     : fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x "
-                                   "now (an all-max round while profiling: the others run as in the baseline)",
-                                   d, pace, pace * now));
+           fmt::format("pipeline {}, {:.3f}x the other pipelines' time at its pace before, runs at {:.3f}x now (an "
+                       "all-max round while profiling: {})",
+                       d, pace, pace * now, as_in_baseline));
   }
   detector_.reset();
   followed_ratios_.clear();
