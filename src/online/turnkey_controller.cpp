@@ -1549,15 +1549,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
 }
 
 // A followed straggler's conditions as last known, holding its slowdown. In the round one that came is
-// first followed, those known may not hold it yet (a plan calibrated in the round it began hides it):
-// nearer the others' than the others' times its slowdown, they are taken times it (else its slowdown
-// read as the cluster's change: the other pipeline's conditions then stood at 1.25x).
+// first followed, those known hold it wholly, in part or not at all (a plan calibrated in the round it
+// began hides it; the round it began in ran slow for part of it): they are the others' times its
+// slowdown as detected (else what they missed of it read as the cluster's change: the other pipeline's
+// conditions then stood at 1.25x, or, a partly slow round in them, at 1.024x for good, the reference's
+// energy 0.7% high).
 double TurnkeyController::straggler_conditions_known(std::size_t d) const {
   const double known = conditions_[d];
   if (!straggler_ || straggler_->in_baseline || straggler_->slowdown <= 0 || calibration_[d].straggled) return known;
   const auto others = others_conditions(d);
   if (!others) return known;
-  return holds_change(known / pace_change(d) / *others, straggler_->slowdown) ? known : known * straggler_->slowdown;
+  return *others * pace_change(d) * straggler_->slowdown;
 }
 
 // The median of the other pipelines' conditions last known, each over its GPUs' change of pace since
@@ -1957,15 +1959,21 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     const double others = median_of_others(ratios, d, straggling);
     const double relative = ratios[d] / others;
     if (paced_slower_than_planned(d, ratios[d], others)) changed = true;
-    if (pace <= 1) {  // not slower than the others in the first place
+    // A pipeline on faster GPUs than the others that slowed since (a slowdown taken in, pace_change_ above
+    // 1) may still be no slower than them: its recovery is a speed-up its own slowdown explains, down to
+    // its pace before that slowdown and no further than half the threshold past it.
+    const double slowed_since = pace_change_[d];
+    const bool slowed_itself = pace <= 1 && slowed_since > 1 + half;
+    if (pace <= 1 && !slowed_itself) {  // not slower than the others in the first place
       fast.clear();
       continue;
     }
     // Next to others that slowed by less than a straggler (their conditions), it looks recovered without
     // having changed: a recovery is its own time falling by more than theirs rose.
     const bool fell_itself = 1 - ratios[d] > others - 1;
-    if (relative < 1 - half && fell_itself && (pace > 1 + half || pace * relative >= 1 - half))
-      fast.push_back(relative);
+    const bool explained =
+        slowed_itself ? slowed_since * relative >= 1 - half : pace > 1 + half || pace * relative >= 1 - half;
+    if (relative < 1 - half && fell_itself && explained) fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
     // Its pace now from those rounds but the first (which may have run slow for part of it): with
@@ -1973,13 +1981,15 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     // faster than the others, but not by more than the threshold, which no measured speed
     // difference of GPUs comes near.
     const double since = pace_from_rounds(fast);
-    const double now = std::max(since, (1 - config_.detector.threshold) / pace);
+    const double now =
+        std::max(since, slowed_itself ? (1 - half) / slowed_since : (1 - config_.detector.threshold) / pace);
     take_pace_change(d, now);
     // Training ran at the old pace's reference in those rounds where all-max would have run at the new
     // one (the others' plans paced to the slow pipeline: 25% slower than all-max for two rounds,
-    // reported as on time).
-    restate_next_ = {std::max(restate_next_.rounds, fast.size()),
-                     since < 1 ? std::clamp((1 - fast.front()) / (1 - since), 0.0, 1.0) : 1.0};
+    // reported as on time). One no slower than the others set no all-max pace to restate.
+    if (!slowed_itself)
+      restate_next_ = {std::max(restate_next_.rounds, fast.size()),
+                       since < 1 ? std::clamp((1 - fast.front()) / (1 - since), 0.0, 1.0) : 1.0};
     fast.clear();
     changed = true;
     decide(DecisionEvent::slow_pipeline_recovered,
