@@ -1365,9 +1365,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = conditions_[d] * (cluster_change > 0 ? cluster_change : straggler_change);
         const double before = *cal.per_ratio;
-        const bool cluster_moved = moved(cluster_here, conditions_[d]);
-        cal.start_anew(cluster_moved ? cluster_here : conditions_[d], ratios[d], round_, before);
-        cal.anew_others = {cluster_moved ? 0.0 : cluster_beside(d, conditions_).value_or(0.0), straggler_changes_, {}};
+        cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_, before);
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
                  ((cal.probed && (!cal.per_ratio || cal.carried || probe_disagrees(cal, ratios[d]))) ||
                   (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
@@ -1543,61 +1541,11 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     conditions_[d] = mean_interval(window).value;
     if (on_plans && moved(conditions_[d], before)) moved_since_all_max_ = true;
   }
-  if (on_plans) follow_the_others_since_anew(now);
   if (!on_plans) {
     all_max_conditions_ = conditions_;
     plan_rounds_since_all_max_ = 0;
     moved_since_all_max_ = false;
   }
-}
-
-// A plan calibrated anew on its first round from the conditions known, where the others' change in that
-// round was within one round's noise: a step of the cluster's within that round is in the calibration,
-// as the plan's error (a 1.5% step of drift held the paced pipeline's conditions, and the reference's
-// energy, 0.6% low until the next step). Over the plan's first rounds, what the others measured at the
-// top clock (over their changes of pace) tells such a step apart from the noise: where its mean moved
-// from the others' conditions known then by more than three of its standard errors (and 0.75%), with no
-// pace changed and nothing suspected in between, the calibration moves with it, once.
-void TurnkeyController::follow_the_others_since_anew(const std::vector<std::optional<double>>& measured) {
-  constexpr double kSettledMove = 0.0075;
-  constexpr int kSettledRounds = 3;
-  for (std::size_t d = 0; d < calibration_.size() && d < conditions_.size(); ++d) {
-    auto& cal = calibration_[d];
-    auto& since = cal.anew_others;
-    if (since.conditions <= 0) continue;
-    if (cal.since_anew.rounds <= 0 || since.changes != straggler_changes_ || detector_.suspects() || !cal.per_ratio) {
-      since = {};
-      continue;
-    }
-    std::vector<double> known(measured.size(), 0.0);  // 0: not measured this round
-    for (std::size_t o = 0; o < measured.size(); ++o) known[o] = measured[o].value_or(0.0);
-    const auto others = cluster_beside(d, known);
-    if (!others) continue;
-    since.rounds_measured.push_back(*others);
-    if (since.rounds_measured.size() < static_cast<std::size_t>(kSettledRounds)) continue;
-    const Estimate mean = mean_interval(since.rounds_measured);
-    const double change = mean.value / since.conditions;
-    const double noise = (mean.high - mean.low) / 2 / mean.value;
-    if (std::abs(change - 1) <= std::max(kSettledMove, 1.5 * noise)) continue;
-    cal.anew_conditions *= change;
-    *cal.per_ratio *= change;
-    for (double& w : cal.window) w *= change;
-    conditions_[d] = mean_interval(cal.window).value;
-    since = {};
-  }
-}
-
-// The cluster's conditions as the pipelines other than d have them in `conditions` (0: not known), each
-// over its GPUs' change of pace: their median, leaving out a followed straggler (its slowdown is its own).
-std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std::vector<double>& conditions) const {
-  std::vector<double> others;
-  for (std::size_t o = 0; o < conditions.size(); ++o) {
-    const bool straggling =
-        straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == o;
-    if (o != d && !straggling && conditions[o] > 0) others.push_back(conditions[o] / pace_change(o));
-  }
-  if (others.empty()) return std::nullopt;
-  return median(std::move(others));
 }
 
 // A followed straggler's conditions as last known, holding its slowdown. In the round one that came is
