@@ -1219,9 +1219,11 @@ std::optional<std::vector<std::vector<double>>> TurnkeyController::latency_loss(
 void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std::vector<double>* plan_ratios) {
   const bool on_plans = plan_ratios != nullptr;
   const auto D = static_cast<std::size_t>(shape_.pipelines);
+  if (straggler_changes_ != straggler_changes_seen_.changes) straggler_changes_seen_ = {straggler_changes_, round_};
   // Only a change beyond what one round's few top-clock instructions tell apart replaces the
   // conditions known.
   constexpr double kClearlyMoved = 0.02;
+  constexpr std::size_t kWindow = 8;  // rounds of each pipeline's conditions known (below)
   const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
   // Until measured, each pipeline runs at the cluster's conditions as profiling's last all-max round
   // found them, where they clearly moved: a plan deployed during a slow spell is calibrated by the
@@ -1365,7 +1367,15 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = conditions_[d] * (cluster_change > 0 ? cluster_change : straggler_change);
         const double before = *cal.per_ratio;
-        cal.start_anew(moved(cluster_here, conditions_[d]) ? cluster_here : conditions_[d], ratios[d], round_, before);
+        const bool cluster_moved = moved(cluster_here, conditions_[d]);
+        cal.start_anew(cluster_moved ? cluster_here : conditions_[d], ratios[d], round_, before);
+        // The others' conditions known are what their measurements since a straggler came, changed or went
+        // made them only once a window of rounds has passed (a straggler's recovered three rounds ago
+        // still read 1.3% slow, and the others' measurements since moved the calibration by that).
+        const bool others_settled = round_ - straggler_changes_seen_.round > static_cast<int>(kWindow);
+        cal.anew_others = {cluster_moved || !others_settled ? 0.0 : cluster_beside(d, conditions_).value_or(0.0),
+                           straggler_changes_,
+                           {}};
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
                  ((cal.probed && (!cal.per_ratio || cal.carried || probe_disagrees(cal, ratios[d]))) ||
                   (cal.from_probe.rounds > 0 && cal.from_probe.rounds < kProbeRounds))) {
@@ -1487,7 +1497,6 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
   // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would
   // overstate the stretch.
-  constexpr std::size_t kWindow = 8;
   // A straggler whose plan runs (next to) nothing at the top clock, with nothing to calibrate its time
   // by: the others' conditions (now, or as last known) times its slowdown relative to them.
   const auto straggling = [&](std::size_t d) {
@@ -1541,11 +1550,67 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     conditions_[d] = mean_interval(window).value;
     if (on_plans && moved(conditions_[d], before)) moved_since_all_max_ = true;
   }
+  if (on_plans) follow_the_others_since_anew(now);
   if (!on_plans) {
     all_max_conditions_ = conditions_;
     plan_rounds_since_all_max_ = 0;
     moved_since_all_max_ = false;
   }
+}
+
+// A plan calibrated anew on its first round from the conditions known, where the others' change in that
+// round was within one round's noise: a step of the cluster's within that round is in the calibration,
+// as the plan's error (a 1.5% step of drift held the paced pipeline's conditions, and the reference's
+// energy, 0.6% low until the next step). Over the plan's first rounds, what the others measured at the
+// top clock (over their changes of pace) tells such a step apart from the noise: where its mean moved
+// from the others' conditions known then by more than three of its standard errors (and 0.75%), with no
+// pace changed and nothing suspected in between, the calibration moves with it, once.
+void TurnkeyController::follow_the_others_since_anew(const std::vector<std::optional<double>>& measured) {
+  constexpr double kSettledMove = 0.0075;
+  constexpr int kSettledRounds = 3;
+  for (std::size_t d = 0; d < calibration_.size() && d < conditions_.size(); ++d) {
+    auto& cal = calibration_[d];
+    auto& since = cal.anew_others;
+    if (since.conditions <= 0) continue;
+    if (cal.since_anew.rounds <= 0 || since.changes != straggler_changes_ || detector_.suspects() || !cal.per_ratio) {
+      since = {};
+      continue;
+    }
+    std::vector<double> known(measured.size(), 0.0);  // 0: not measured this round
+    for (std::size_t o = 0; o < measured.size(); ++o) known[o] = measured[o].value_or(0.0);
+    const auto others = cluster_beside(d, known);
+    if (!others) continue;
+    // A round off by half the straggler threshold is a pipeline's change of pace (a recovery within the
+    // plan's first round, taken in rounds later), not a step within one round's noise.
+    if (std::abs(*others / since.conditions - 1) > config_.detector.threshold / 2) {
+      since = {};
+      continue;
+    }
+    since.rounds_measured.push_back(*others);
+    if (since.rounds_measured.size() < static_cast<std::size_t>(kSettledRounds)) continue;
+    const Estimate mean = mean_interval(since.rounds_measured);
+    const double change = mean.value / since.conditions;
+    const double noise = (mean.high - mean.low) / 2 / mean.value;
+    if (std::abs(change - 1) <= std::max(kSettledMove, 1.5 * noise)) continue;
+    cal.anew_conditions *= change;
+    *cal.per_ratio *= change;
+    for (double& w : cal.window) w *= change;
+    conditions_[d] = mean_interval(cal.window).value;
+    since = {};
+  }
+}
+
+// The cluster's conditions as the pipelines other than d have them in `conditions` (0: not known), each
+// over its GPUs' change of pace: their median, leaving out a followed straggler (its slowdown is its own).
+std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std::vector<double>& conditions) const {
+  std::vector<double> others;
+  for (std::size_t o = 0; o < conditions.size(); ++o) {
+    const bool straggling =
+        straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == o;
+    if (o != d && !straggling && conditions[o] > 0) others.push_back(conditions[o] / pace_change(o));
+  }
+  if (others.empty()) return std::nullopt;
+  return median(std::move(others));
 }
 
 // A followed straggler's conditions as last known, holding its slowdown. In the round one that came is

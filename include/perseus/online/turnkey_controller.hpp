@@ -257,6 +257,7 @@ class TurnkeyController {
   std::optional<double> calibration_on_others(std::size_t pipeline, const std::vector<double>& ratios) const;
   double straggler_conditions_known(std::size_t pipeline) const;
   std::optional<double> others_conditions(std::size_t pipeline) const;
+  std::optional<double> cluster_beside(std::size_t pipeline, const std::vector<double>& conditions) const;
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
@@ -286,6 +287,7 @@ class TurnkeyController {
   bool follow_slowed_pipelines();
   bool fell_behind_the_straggler(const std::vector<double>& ratios);
   void take_pace_change(std::size_t d, double factor);
+  void follow_the_others_since_anew(const std::vector<std::optional<double>>& measured);
   void note_followed_slowdown(const std::vector<double>& ratios);
   double followed_slowdown() const;
   bool profiling_done() const;
@@ -442,6 +444,15 @@ class TurnkeyController {
     // rounds later (take_pace_change then sets it again from these).
     std::optional<int> anew_round;
     double anew_conditions = 0;
+    // The others' conditions (over their changes of pace) known when per_ratio was set anew from the
+    // conditions known (0: not so set, set within a window of rounds after a straggler came, changed or
+    // went, or followed already), straggler_changes_ then, and what the
+    // others measured at the top clock in each round since (follow_the_others_since_anew).
+    struct OthersThen {
+      double conditions = 0;
+      int changes = 0;
+      std::vector<double> rounds_measured;
+    } anew_others;
     double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     double probed_error = 0;       // that measurement's standard error (relative)
@@ -482,6 +493,11 @@ class TurnkeyController {
   RetryPolicy retry_;
   int baseline_corrections_ = 0;
   int straggler_changes_ = 0;
+  // straggler_changes_ as measure_conditions last saw it, and the round it saw it change in.
+  struct ChangesSeen {
+    int changes = 0;
+    int round = 0;
+  } straggler_changes_seen_;
   int straggler_probed_ = -1;  // straggler_changes_ when a probe last measured a followed straggler at all-max
   std::unique_ptr<struct VariabilityState> variability_;
   double idle_power_sum_ = 0;
