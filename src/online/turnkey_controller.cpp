@@ -2025,8 +2025,10 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     const double relative = ratios[d] / others;
     if (paced_slower_than_planned(d, ratios[d], others)) changed = true;
     // A pipeline on faster GPUs than the others that slowed since (a slowdown taken in, pace_change_ above
-    // 1) may still be no slower than them: its recovery is a speed-up its own slowdown explains, down to
-    // its pace before that slowdown and no further than half the threshold past it.
+    // 1) may still be no slower than them: its recovery is its own time falling, taken down to its pace
+    // before that slowdown and no further than half the threshold past it. A fall beyond that is still
+    // a recovery (the baseline's pace held part of a slowdown that began within the warm-up): refused, the
+    // other pipeline, running as predicted, was followed as a 1.07x straggler and the job paced to it.
     const double slowed_since = pace_change_[d];
     const bool slowed_itself = pace <= 1 && slowed_since > 1 + half;
     if (pace <= 1 && !slowed_itself) {  // not slower than the others in the first place
@@ -2036,8 +2038,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     // Next to others that slowed by less than a straggler (their conditions), it looks recovered without
     // having changed: a recovery is its own time falling by more than theirs rose.
     const bool fell_itself = 1 - ratios[d] > others - 1;
-    const bool explained =
-        slowed_itself ? slowed_since * relative >= 1 - half : pace > 1 + half || pace * relative >= 1 - half;
+    const bool explained = slowed_itself || pace > 1 + half || pace * relative >= 1 - half;
     if (relative < 1 - half && fell_itself && explained) fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
