@@ -1373,7 +1373,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // made them only once a window of rounds has passed (a straggler's recovered three rounds ago
         // still read 1.3% slow, and the others' measurements since moved the calibration by that).
         const bool others_settled = round_ - straggler_changes_seen_.round > static_cast<int>(kWindow);
-        cal.anew_others = {cluster_moved || !others_settled ? 0.0 : cluster_beside(d, conditions_).value_or(0.0),
+        cal.anew_others = {cluster_moved || !others_settled ? 0.0 : cluster_beside(d, conditions_, true).value_or(0.0),
                            straggler_changes_,
                            {}};
       } else if (straggling_here && !now[d] && !cal.plan_changed &&
@@ -1568,6 +1568,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
 void TurnkeyController::follow_the_others_since_anew(const std::vector<std::optional<double>>& measured) {
   constexpr double kSettledMove = 0.0075;
   constexpr int kSettledRounds = 3;
+  std::vector<double> known(measured.size(), 0.0);  // 0: not measured this round
+  for (std::size_t o = 0; o < measured.size(); ++o) known[o] = measured[o].value_or(0.0);
   for (std::size_t d = 0; d < calibration_.size() && d < conditions_.size(); ++d) {
     auto& cal = calibration_[d];
     auto& since = cal.anew_others;
@@ -1576,9 +1578,7 @@ void TurnkeyController::follow_the_others_since_anew(const std::vector<std::opti
       since = {};
       continue;
     }
-    std::vector<double> known(measured.size(), 0.0);  // 0: not measured this round
-    for (std::size_t o = 0; o < measured.size(); ++o) known[o] = measured[o].value_or(0.0);
-    const auto others = cluster_beside(d, known);
+    const auto others = cluster_beside(d, known, true);
     if (!others) continue;
     // A round off by half the straggler threshold is a pipeline's change of pace (a recovery within the
     // plan's first round, taken in rounds later), not a step within one round's noise.
@@ -1601,12 +1601,14 @@ void TurnkeyController::follow_the_others_since_anew(const std::vector<std::opti
 }
 
 // The cluster's conditions as the pipelines other than d have them in `conditions` (0: not known), each
-// over its GPUs' change of pace: their median, leaving out a followed straggler (its slowdown is its own).
-std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std::vector<double>& conditions) const {
+// over its GPUs' change of pace since the baseline: their median, leaving out a followed straggler where
+// `but_straggler` (its slowdown is its own); none without another pipeline.
+std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std::vector<double>& conditions,
+                                                        bool but_straggler) const {
   std::vector<double> others;
   for (std::size_t o = 0; o < conditions.size(); ++o) {
-    const bool straggling =
-        straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == o;
+    const bool straggling = but_straggler && straggler_is_a_change() && straggler_->pipeline &&
+                            static_cast<std::size_t>(*straggler_->pipeline) == o;
     if (o != d && !straggling && conditions[o] > 0) others.push_back(conditions[o] / pace_change(o));
   }
   if (others.empty()) return std::nullopt;
@@ -1627,14 +1629,9 @@ double TurnkeyController::straggler_conditions_known(std::size_t d) const {
   return *others * pace_change(d) * straggler_->slowdown;
 }
 
-// The median of the other pipelines' conditions last known, each over its GPUs' change of pace since
-// the baseline (the cluster's, as they measured them); none without another pipeline.
+// The median of the other pipelines' conditions last known (the cluster's, as they measured them).
 std::optional<double> TurnkeyController::others_conditions(std::size_t d) const {
-  std::vector<double> others;
-  for (std::size_t o = 0; o < conditions_.size(); ++o)
-    if (o != d) others.push_back(conditions_[o] / pace_change(o));
-  if (others.empty()) return std::nullopt;
-  return median(std::move(others));
+  return cluster_beside(d, conditions_, false);
 }
 
 void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round, double before) {
@@ -2026,10 +2023,10 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     if (paced_slower_than_planned(d, ratios[d], others)) changed = true;
     // A pipeline on faster GPUs than the others that slowed since (a slowdown taken in, pace_change_ above
     // 1) may still be no slower than them: its recovery is its own time falling, taken down to its pace
-    // before that slowdown and no further than half the threshold past it. A fall beyond that is still
-    // a recovery (the baseline's pace held part of a slowdown that began within the warm-up): refused, the
-    // other pipeline, running as predicted, was followed as a 1.07x straggler and the job paced to it.
-    const double slowed_since = pace_change_[d];
+    // before that slowdown and no further than half the threshold past it, however far it fell (the
+    // baseline's pace may hold part of a slowdown that began within the warm-up; such a fall refused made
+    // the other pipeline, running as predicted, a 1.07x straggler that the job was paced to).
+    const double slowed_since = pace_change(d);
     const bool slowed_itself = pace <= 1 && slowed_since > 1 + half;
     if (pace <= 1 && !slowed_itself) {  // not slower than the others in the first place
       fast.clear();

@@ -257,7 +257,8 @@ class TurnkeyController {
   std::optional<double> calibration_on_others(std::size_t pipeline, const std::vector<double>& ratios) const;
   double straggler_conditions_known(std::size_t pipeline) const;
   std::optional<double> others_conditions(std::size_t pipeline) const;
-  std::optional<double> cluster_beside(std::size_t pipeline, const std::vector<double>& conditions) const;
+  std::optional<double> cluster_beside(std::size_t pipeline, const std::vector<double>& conditions,
+                                       bool but_straggler) const;
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
@@ -446,8 +447,8 @@ class TurnkeyController {
     double anew_conditions = 0;
     // The others' conditions (over their changes of pace) known when per_ratio was set anew from the
     // conditions known (0: not so set, set within a window of rounds after a straggler came, changed or
-    // went, or followed already), straggler_changes_ then, and what the
-    // others measured at the top clock in each round since (follow_the_others_since_anew).
+    // went, or followed already), straggler_changes_ then, and what the others measured at the top clock
+    // in each round since (follow_the_others_since_anew).
     struct OthersThen {
       double conditions = 0;
       int changes = 0;
