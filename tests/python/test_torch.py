@@ -1,6 +1,5 @@
 """perseus.torch: the client's defaults from torch.distributed and CUDA."""
 import os
-import socket
 
 import pytest
 
@@ -25,10 +24,8 @@ def test_defaults_without_torch_distributed(serve):
 
 def test_rank_and_world_come_from_torch_distributed(serve, tmp_path):
     url = serve("AllMaxFrequency")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    # A file store, not a TCP port: a free port found beforehand may be taken by then (EADDRINUSE).
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'world'}", rank=0, world_size=1)
     try:
         with perseus.torch.Client(server_url=url, nvml_library=FAKE_NVML, fail_open=False,
                                   num_microbatches=2) as client:

@@ -35,10 +35,11 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def one_rank(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def one_rank(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
     monkeypatch.setenv("PERSEUS_NVML_LIBRARY", FAKE_NVML)
     open(os.environ["PERSEUS_FAKE_NVML_LOG"].replace("%p", str(os.getpid())), "a").close()  # log_lines() before any call
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    # A file store, not a TCP port: a free port found beforehand may be taken by then (EADDRINUSE).
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'world'}", rank=0, world_size=1)
     yield
     dist.destroy_process_group()
 
@@ -158,8 +159,8 @@ RANK_SCRIPT = """
 import sys
 import torch.distributed as dist
 from perseus.zeus.optimizer.pipeline_frequency import PipelineFrequencyOptimizer
-rank, port, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+rank, store, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 opt = PipelineFrequencyOptimizer(rank=rank, dp_rank=0, pp_rank=rank, tp_rank=0, device_id=rank, dp_degree=1,
                                  pp_degree=2, tp_degree=1, world_size=2, server_url=url, fail_open=False)
 for _ in range(2):
@@ -181,12 +182,12 @@ def test_two_pipeline_stages_each_follow_their_own_plan(serve: Any, tmp_path: An
     url = serve("PointSolution", json.dumps({"solution_path": str(plan)}))
     script = tmp_path / "rank.py"
     script.write_text(RANK_SCRIPT)
-    port = str(free_port())
+    store = str(tmp_path / "world")
     procs = []
     for rank in (0, 1):
         env = dict(os.environ, PERSEUS_NVML_LIBRARY=FAKE_NVML, PERSEUS_FAKE_NVML_GPUS="2",
                    PERSEUS_FAKE_NVML_LOG=str(tmp_path / f"gpu{rank}.log"))
-        procs.append(subprocess.Popen([sys.executable, str(script), str(rank), port, url], env=env,
+        procs.append(subprocess.Popen([sys.executable, str(script), str(rank), store, url], env=env,
                                       stderr=subprocess.PIPE, text=True))
     for proc in procs:
         _, err = proc.communicate(timeout=120)
@@ -207,8 +208,8 @@ import json, sys
 import fake_cuda  # PyTorch sees the fake NVML's GPUs
 import torch.distributed as dist
 from zeus.optimizer.pipeline_frequency import PipelineFrequencyOptimizer
-rank, port, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+rank, store, url = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=2)
 opt = PipelineFrequencyOptimizer(rank=rank, dp_rank=0, pp_rank=rank, tp_rank=0, device_id=rank, dp_degree=1,
                                  pp_degree=2, tp_degree=1, world_size=2, server_url=url,
                                  job_metadata="meta-llama/Llama-2-7b")
@@ -250,7 +251,7 @@ def test_zeus_own_client_against_perseus_serve_with_zeus_documented_command(tmp_
         assert f"listening on http://127.0.0.1:{port} (scheduler PointSolution" in ready, ready
         script = tmp_path / "zeus_rank.py"
         script.write_text(ZEUS_RANK_SCRIPT)
-        rendezvous, procs = str(free_port()), []
+        rendezvous, procs = str(tmp_path / "world"), []
         for rank in (0, 1):
             rank_env = dict(env, LD_LIBRARY_PATH=f"{nvml}:{os.environ.get('LD_LIBRARY_PATH', '')}",
                             PERSEUS_FAKE_NVML_GPUS="2", PERSEUS_FAKE_NVML_LOG=str(tmp_path / f"gpu{rank}.log"),
