@@ -1251,6 +1251,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // theirs for good (one slow in the baseline that recovered while profiling, calibrated at the others'
   // on a change of plan, read 4.9% slow, and the reference's energy 1.9% high).
   std::vector<double> measured_changes;
+  // A followed straggler's slowdown relative to the others this round, where it moved clearly from the
+  // one followed (the median over its rounds): the others' GPUs slowed or recovered beside it, or it
+  // recovered within the round.
+  const auto slowdown_moved = [&](std::size_t d) -> std::optional<double> {
+    const double others = d < ratios.size() && ratios.size() > 1 ? median_of_others(ratios, d) : 0.0;
+    if (others <= 0 || ratios[d] <= 0) return std::nullopt;
+    const double now = ratios[d] / others;
+    if (std::abs(now / followed_slowdown() - 1) <= config_.detector.threshold / 2) return std::nullopt;
+    return now;
+  };
   // Where only a followed straggler ran the top clock, the cluster's change this round is that
   // pipeline's against its conditions last known (its slowdown as detected carries its GPUs' spread;
   // a change of it does not).
@@ -1273,7 +1283,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       // ratio says, calibrated as before (a followed straggler keeps its calibration).
       const auto& per_ratio = calibration_[d].per_ratio;
       const double x = now[d] ? *now[d] : d < ratios.size() && per_ratio ? ratios[d] * *per_ratio : 0.0;
-      if (x > 0) straggler_change = x / straggler_conditions_known(d);
+      // Not where its slowdown relative to the others moved clearly this round: that change is its own (a
+      // straggler that recovered as the other pipeline's plan changed read as the cluster 8% faster, and
+      // that plan was calibrated anew so).
+      if (x > 0 && !slowdown_moved(d)) straggler_change = x / straggler_conditions_known(d);
     }
   }
   const double cluster_change = measured_changes.empty() ? 0.0 : median(measured_changes);  // 0: none
@@ -1506,16 +1519,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   std::vector<double> others_before;  // the conditions the others were last known at
   for (std::size_t d = 0; d < D; ++d)
     if (!straggling(d)) others_before.push_back(conditions_[d] / pace_change(d));
-  // Its slowdown relative to them: as followed (the median over its rounds), or this round's where that
-  // moved clearly (the others' GPUs slowed or recovered beside it, or it recovered within the round: the
-  // conditions it was followed at would hold the reference at its pace, as if the others still ran it).
-  const auto relative = [&](std::size_t d) {
-    const double followed = followed_slowdown();
-    const double others = d < ratios.size() && ratios.size() > 1 ? median_of_others(ratios, d) : 0.0;
-    if (others <= 0 || ratios[d] <= 0) return followed;
-    const double now = ratios[d] / others;
-    return std::abs(now / followed - 1) > config_.detector.threshold / 2 ? now : followed;
-  };
+  // Its slowdown relative to them: as followed, or this round's where that moved clearly (the conditions
+  // it was followed at would hold the reference at its pace, as if the others still ran it).
+  const auto relative = [&](std::size_t d) { return slowdown_moved(d).value_or(followed_slowdown()); };
   const auto unmeasured = [&](std::size_t d) {
     if (!straggling(d)) return !shared.empty() ? median(shared) * pace_change(d) : conditions_[d];
     const double others = !shared.empty() ? median(shared) : !others_before.empty() ? median(others_before) : 1.0;
