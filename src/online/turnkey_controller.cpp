@@ -794,8 +794,16 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
   // A recovery it finds measures its clocks again itself; the conditions are then the cluster's as ever.
   const bool recovered = recovered_not_straggling(m);
-  const auto now = cluster_conditions(m, disturbed_pipelines(m));
+  const auto disturbed = disturbed_pipelines(m);
+  const auto now = cluster_conditions(m, disturbed);
   if (!now) return since_check_.clear();
+  profile_pipeline_conditions_.assign(static_cast<std::size_t>(shape_.pipelines), 0.0);
+  for (std::size_t d = 0; d < profile_pipeline_conditions_.size(); ++d) {
+    const auto& straggler = detector_.current();
+    const bool straggling = straggler && static_cast<std::size_t>(straggler->pipeline) == d;
+    if ((d >= disturbed.size() || !disturbed[d]) && !straggling)
+      profile_pipeline_conditions_[d] = all_max_conditions(m, d).value_or(0.0);
+  }
   constexpr double kBand = 0.01;
   const double moved = *now / profile_conditions_;
   // The change came in the round that ran off its curves the way the check moved, where the rounds
@@ -1225,14 +1233,21 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   constexpr double kClearlyMoved = 0.02;
   constexpr std::size_t kWindow = 8;  // rounds of each pipeline's conditions known (below)
   const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
-  // Until measured, each pipeline runs at the cluster's conditions as profiling's last all-max round
-  // found them, where they clearly moved: a plan deployed during a slow spell is calibrated by the
-  // spell's conditions, not the baseline's, where it runs nothing at the top clock; times its change
-  // of pace (a pipeline slow in the baseline that recovered while profiling runs that much faster: read
-  // at the cluster's alone, the reference stayed at the slow baseline's time, 21% high).
+  // Until measured, each pipeline runs at the conditions profiling's last all-max round found, where
+  // the cluster's clearly moved: a plan deployed during a slow spell is calibrated by the spell's
+  // conditions, not the baseline's, where it runs nothing at the top clock. Each pipeline at its own
+  // where that round measured them (one slowed below the straggler threshold moved the cluster's, with
+  // two pipelines their mean, by half its slowdown: the other, read at those, 1.8% slow for good), else
+  // at the cluster's; times its change of pace (a pipeline slow in the baseline that recovered while
+  // profiling runs that much faster: read at the cluster's alone, the reference stayed at the slow
+  // baseline's time, 21% high).
   if (conditions_.size() != D) {
-    const double cluster = moved(profile_conditions_, 1.0) ? profile_conditions_ : 1.0;
-    for (std::size_t d = conditions_.size(); d < D; ++d) conditions_.push_back(cluster * pace_change(d));
+    const bool cluster_moved = moved(profile_conditions_, 1.0);
+    for (std::size_t d = conditions_.size(); d < D; ++d) {
+      const double own = d < profile_pipeline_conditions_.size() ? profile_pipeline_conditions_[d] : 0.0;
+      const double at = !cluster_moved ? 1.0 : own > 0 ? own : profile_conditions_;
+      conditions_.push_back(at * pace_change(d));
+    }
   }
   if (all_max_conditions_.size() != D) all_max_conditions_ = conditions_;  // the first plan round: as deployed
   if (!pipelines_.known()) return;

@@ -362,6 +362,10 @@ class TurnkeyController {
   // Profiling's check rounds: the conditions the clocks since the last one were measured under, the
   // rounds since, and what was measured since (scan, clock).
   double profile_conditions_ = 1;
+  // Each pipeline's own in the last check round (0: not measured there, or a straggler's): with two
+  // pipelines the cluster's are the mean of both, and one that slowed below the straggler threshold
+  // moved the other's by half its slowdown.
+  std::vector<double> profile_pipeline_conditions_;
   int rounds_since_check_ = 0, profiling_checks_ = 0;
   int profile_redos_ = 0;            // times clocks were asked to be measured again
   std::size_t profile_redone_ = 0;   // clocks asked to be measured again
