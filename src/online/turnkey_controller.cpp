@@ -694,21 +694,20 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   if (profiling_done()) finish_profiling();
 }
 
-// The cluster's conditions in an all-max round: the median over the pipelines that ran like the
-// others of their top-clock times over the baseline's. A straggler detected is no measure of them
+// Each pipeline's conditions in an all-max round, where it ran like the others (0: disturbed, a detected
+// straggler, or not measured); their median is the cluster's. A straggler detected is no measure of them
 // even where noise brings it within the threshold this round (with two pipelines the median is the
 // mean: half its slowdown read as the cluster's, then as its conditions once deployed).
-std::optional<double> TurnkeyController::cluster_conditions(const RoundMeasurement& m,
-                                                            const std::vector<bool>& disturbed) const {
+std::vector<double> TurnkeyController::conditions_like_the_others(const RoundMeasurement& m,
+                                                                  const std::vector<bool>& disturbed) const {
   const auto& straggler = detector_.current();
-  std::vector<double> c;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d) {
+  std::vector<double> c(static_cast<std::size_t>(shape_.pipelines), 0.0);
+  for (std::size_t d = 0; d < c.size(); ++d) {
     if (d < disturbed.size() && disturbed[d]) continue;
     if (straggler && static_cast<std::size_t>(straggler->pipeline) == d) continue;
-    if (auto x = all_max_conditions(m, d)) c.push_back(*x);
+    c[d] = all_max_conditions(m, d).value_or(0.0);
   }
-  if (c.empty()) return std::nullopt;
-  return median(c);
+  return c;
 }
 
 // Pipeline d's conditions in an all-max round, its change of pace since the baseline taken out.
@@ -794,18 +793,15 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
   // A recovery it finds measures its clocks again itself; the conditions are then the cluster's as ever.
   const bool recovered = recovered_not_straggling(m);
-  const auto disturbed = disturbed_pipelines(m);
-  const auto now = cluster_conditions(m, disturbed);
-  if (!now) return since_check_.clear();
-  profile_pipeline_conditions_.assign(static_cast<std::size_t>(shape_.pipelines), 0.0);
-  for (std::size_t d = 0; d < profile_pipeline_conditions_.size(); ++d) {
-    const auto& straggler = detector_.current();
-    const bool straggling = straggler && static_cast<std::size_t>(straggler->pipeline) == d;
-    if ((d >= disturbed.size() || !disturbed[d]) && !straggling)
-      profile_pipeline_conditions_[d] = all_max_conditions(m, d).value_or(0.0);
-  }
+  auto each = conditions_like_the_others(m, disturbed_pipelines(m));
+  std::vector<double> measured;
+  for (double c : each)
+    if (c > 0) measured.push_back(c);
+  if (measured.empty()) return since_check_.clear();
+  const double now = median(std::move(measured));
+  profile_pipeline_conditions_ = std::move(each);
   constexpr double kBand = 0.01;
-  const double moved = *now / profile_conditions_;
+  const double moved = now / profile_conditions_;
   // The change came in the round that ran off its curves the way the check moved, where the rounds
   // before it ran on theirs: only its clocks are measured again.
   const bool in_the_off_round = off_curve && on_curve_before && (*off_curve - 1) * (moved - 1) > 0;
@@ -834,9 +830,9 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
                                     : std::string());
     decide(DecisionEvent::profiling_conditions_changed,
            fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {}",
-                       *now, profile_conditions_, which));
+                       now, profile_conditions_, which));
   }
-  profile_conditions_ = *now;
+  profile_conditions_ = now;
   since_check_.clear();
   if (profiling_done()) finish_profiling();
 }

@@ -295,7 +295,7 @@ class TurnkeyController {
   bool may_measure_again(std::size_t clocks) const;
   std::size_t measure_again(std::initializer_list<const std::vector<ScanClock>*> rounds);
   std::optional<double> all_max_conditions(const RoundMeasurement& m, std::size_t d) const;
-  std::optional<double> cluster_conditions(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
+  std::vector<double> conditions_like_the_others(const RoundMeasurement& m, const std::vector<bool>& disturbed) const;
   void observe_check(const RoundMeasurement& m);
   bool recovered_not_straggling(const RoundMeasurement& m);
   RoundClocks profiling_clocks();
