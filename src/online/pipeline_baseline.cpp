@@ -110,7 +110,7 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
                                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                                    const std::vector<std::vector<int>>* clocks, int top,
                                                    const std::vector<std::vector<double>>* late, bool* steady_only,
-                                                   double* error) const {
+                                                   double* error, std::size_t fewest) const {
   if (d >= top_time_.size() || d >= m.slot_time.size()) return std::nullopt;
   std::vector<double> steady, after_change;
   const auto& slots = m.slot_time[d];
@@ -130,10 +130,10 @@ std::optional<double> PipelineBaseline::conditions(const RoundMeasurement& m, st
         (changed ? after_change : steady).push_back(slots[s][k] / it->second);
       }
     }
-  constexpr std::size_t kFewest = 3;
-  if (steady_only) *steady_only = steady.size() >= kFewest;
-  if (steady.size() < kFewest) steady.insert(steady.end(), after_change.begin(), after_change.end());
-  if (steady.size() < kFewest) return std::nullopt;
+  fewest = std::max<std::size_t>(fewest, 1);
+  if (steady_only) *steady_only = steady.size() >= fewest;
+  if (steady.size() < fewest) steady.insert(steady.end(), after_change.begin(), after_change.end());
+  if (steady.size() < fewest) return std::nullopt;
   const double middle = median(steady);
   // A median of normal draws is sqrt(pi / 2) times as uncertain as their mean.
   constexpr double kMedianOverMean = 1.2533141373155001;

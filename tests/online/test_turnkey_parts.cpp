@@ -206,6 +206,14 @@ TEST(PipelineBaseline, PacesSpeedsAndConditionsArePerPipeline) {
   // Fewer than 3 such slots: every top-clock slot counts.
   clocks = {{1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200, 1410, 1410, 1200, 1410}};
   EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410), 1.05 * 1.2, 1e-12);
+  // Asked for as few as one such slot (the latency's reference): the one after a top-clock slot alone.
+  bool steady_only = false;
+  EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410, nullptr, &steady_only, nullptr, 1), 1.05, 1e-12);
+  EXPECT_TRUE(steady_only);
+  // None: every top-clock slot, three of the six slowed by the change.
+  clocks = {{1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200, 1410, 1200}};
+  EXPECT_NEAR(*b.conditions(late, 1, twelve, 1, &clocks, 1410, nullptr, &steady_only, nullptr, 1), 1.05 * 1.1, 1e-12);
+  EXPECT_FALSE(steady_only);
 }
 
 // The conditions come with the standard error of their median: a short pipeline's all-max round

@@ -875,6 +875,21 @@ def test_a_latency_measured_where_plans_run_few_steady_top_clock_instructions_is
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
 
 
+def test_a_latency_is_measured_where_a_plan_runs_one_steady_top_clock_instruction(drawn):
+    """Instance 10818 of the mixed classes (zb-h1, 2 stages of Bloom on A100, noise 0.0197, 2 ms latency): each
+    pipeline's plan runs one instruction at the top clock after another at it, and two right after a change to it,
+    one of them from 960 MHz. With fewer than three steady ones to read the conditions by, no change into the top
+    clock had anything to compare with: the latency was never measured, the conditions were read off those three,
+    0.4% slow, and the reported slowdown was -0.15% where the truth was +0.18%."""
+    scenario = drawn(10818, None)
+    assert flag(scenario, "--clock-latency") == ["2"], scenario.label
+    outcome, decisions = judged(scenario)
+    measured = [float(re.search(r"takes effect ([0-9.]+) ms", d["detail"]).group(1))
+                for d in decisions if d["event"] == "clock latency"]
+    assert measured and all(abs(m - 2) <= 0.5 for m in measured), measured
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.002, outcome
+
+
 def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_change_of_plan(drawn):
     """Instance 10058 of `spread+mild-straggler` (GPipe, 4 stages of Bloom on A100, spread 0.029): pipeline 0, 1.05x
     slow from the start, recovered while profiling; the loop reads it as its conditions (0.954 of its baseline

@@ -45,16 +45,16 @@ class PipelineBaseline {
   // How much slower pipeline d runs now than in the baseline: the median, over the slots of `m`
   // that ran at the top clock after a slot at the top clock (`clocks`: per stage and slot, the
   // clocks pipeline d ran, the iteration before's last slot before the first; null: all at the top
-  // clock), of measured time over its baseline time; with fewer than 3 such slots, over every slot
-  // at the top clock. `late` (per stage and slot): the seconds a slot right after a change lost to
+  // clock), of measured time over its baseline time; with fewer than `fewest` such slots, over every
+  // slot at the top clock. `late` (per stage and slot): the seconds a slot right after a change lost to
   // the clock latency, taken off its time so that it counts like the others. None with fewer than
-  // 3 slots. `steady_only`: whether the slots after a slot at the top clock were enough. `error`: the
-  // standard error of that median (relative; 0 with fewer than 2 slots).
+  // `fewest` slots. `steady_only`: whether the slots after a slot at the top clock were enough.
+  // `error`: the standard error of that median (relative; 0 with fewer than 2 slots).
   std::optional<double> conditions(const RoundMeasurement& m, std::size_t d,
                                    const std::vector<std::vector<Instruction>>& orders, int num_stages,
                                    const std::vector<std::vector<int>>* clocks, int top,
                                    const std::vector<std::vector<double>>* late = nullptr, bool* steady_only = nullptr,
-                                   double* error = nullptr) const;
+                                   double* error = nullptr, std::size_t fewest = 3) const;
 
  private:
   struct Sample {
