@@ -201,15 +201,22 @@ RoundClocks TurnkeyController::next_round() {
       return profiling_clocks();
     case ControllerPhase::deployed:
       // A short all-max probe now and then: is the baseline still what it was? (A probe that
-      // disagreed is repeated at once.)
-      // Not while a straggler is followed (its rounds are not all-max's; but once to measure one whose
-      // plan nothing calibrates), nor while a power budget holds them.
-      if (config_.probe_every > 0 && !hold_probes_ &&
-          (probe_to_judge_ || straggler_wants_probe() ||
-           (!straggler_is_a_change() && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty())))) {
-        if (straggler_is_a_change()) straggler_probed_ = straggler_changes_;
-        probing_ = true;
-        return std::nullopt;
+      // disagreed is repeated at once, but not while a straggler is followed: its rounds are not the
+      // baseline's.) While a straggler is followed too, every probe_every rounds and once to measure one
+      // whose plan nothing calibrates: the paced pipelines' plans and the straggler's may run nothing at
+      // the top clock, and their calibrations, carried from plan to plan, drift (a paced pipeline's
+      // conditions read 0.5% slow after 50 rounds, the reference with them). Not while a power budget
+      // holds them.
+      if (config_.probe_every > 0 && !hold_probes_) {
+        const bool straggler = straggler_is_a_change();
+        const bool wanted = probe_to_judge_ || straggler_wants_probe() ||
+                            (!straggler && (rounds_since_probe_ >= config_.probe_every || !probe_samples_.empty()));
+        straggler_periodic_probe_ = !wanted && straggler && straggler_rounds_since_probe_ >= config_.probe_every;
+        if (wanted || straggler_periodic_probe_) {
+          if (straggler) straggler_probed_ = straggler_changes_;
+          probing_ = true;
+          return std::nullopt;
+        }
       }
       ran_plan_ = true;
       return plan_clocks();
@@ -244,7 +251,7 @@ void TurnkeyController::observe(const RoundMeasurement& m) {
       // Nor does one that ran the plans before a choice was taken, or while one runs: it counts for
       // what training got, and the plans are judged once the choice is in place.
       if (issued_on_ != plans_taken_ || choice_pending()) {
-        ++rounds_since_probe_;
+        count_round_since_probe();
         return remember(m);
       }
       return observe_deployed(m);
@@ -320,6 +327,11 @@ void TurnkeyController::estimate_baseline() {
   last_baseline_round_kept_ = kept.empty() || kept.back();
   if (phase_ == ControllerPhase::warmup && pipelines_.rounds() == baseline_.size()) pipelines_.estimate(kept);
   if (plans_ && plans_->all_max().time > 0) scale_ = baseline_.time() / plans_->all_max().time;
+}
+
+void TurnkeyController::count_round_since_probe() {
+  ++rounds_since_probe_;
+  straggler_rounds_since_probe_ = straggler_is_a_change() ? straggler_rounds_since_probe_ + 1 : 0;
 }
 
 // A followed straggler on a plan that runs nothing at the top clock and that nothing calibrated
@@ -1746,7 +1758,8 @@ void TurnkeyController::remember(const RoundMeasurement& m) {
 
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
-  rounds_since_probe_ = 0;
+  if (!std::exchange(straggler_periodic_probe_, false)) rounds_since_probe_ = 0;
+  straggler_rounds_since_probe_ = 0;
   const Reference judged_under = reference();
   measure_conditions(m, nullptr);
   if (std::exchange(probe_to_judge_, false)) rejudge_under_probe(judged_under);
@@ -1840,7 +1853,7 @@ void TurnkeyController::observe_deployed(const RoundMeasurement& m) {
     return choose_for_latency();
   }
   ++rounds_on_plan_;
-  ++rounds_since_probe_;
+  count_round_since_probe();
   report_.last_ran_the_plans();
   judged_.push_back(report_.last().time / report_.last().reference.iteration_time);
   if (judged_.size() > kJudgedRounds) judged_.erase(judged_.begin());

@@ -890,6 +890,32 @@ def test_a_latency_is_measured_where_a_plan_runs_one_steady_top_clock_instructio
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.002, outcome
 
 
+def test_the_conditions_of_plans_paced_to_a_straggler_are_probed_now_and_then(drawn):
+    """Instance 10864 of the mixed classes (1F1B, 4 stages of Bloom on A40, noise 0.0162, 1 ms latency): pipeline 0
+    runs 1.174x slow from iteration 198 to the end, followed as a straggler, and the other's paced plan runs nothing
+    at the top clock. Without all-max probes while a straggler was followed, its conditions came from calibrations
+    carried from plan to plan, 0.5% slow after 50 rounds, and the reported slowdown 0.33 points under the truth."""
+    scenario = drawn(10864, None)
+    assert flag(scenario, "--straggler") == ["0:1.174@198"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert "straggler detected" in [d["event"] for d in decisions], decisions
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
+
+
+def test_the_probes_while_a_straggler_is_followed_leave_the_one_after_its_recovery_in_place(drawn):
+    """Instance 10876 of the mixed classes (1F1B, 2 stages, 2 microbatches, noise 0.003): pipeline 1 runs 1.24x slow
+    from the start to iteration 789 (in the baseline) and 1.086x more from 198, followed as a straggler. Its recovery
+    is measured by the all-max probe due once no probe ran for probe_every rounds; where the straggler's own probes
+    made that wait start again, no probe came for five rounds, the recovered pipeline's conditions read 1.0 where it
+    ran at 0.875 (and 0.91 after), and the reported slowdown went 3.2 points under the truth."""
+    scenario = drawn(10876, None)
+    assert flag(scenario, "--straggler") == ["1:1.241@1-789", "1:1.086@198"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    events = [d["event"] for d in decisions]
+    assert "straggler recovered" in events and "slow pipeline recovered" in events, decisions
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
+
+
 def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_change_of_plan(drawn):
     """Instance 10058 of `spread+mild-straggler` (GPipe, 4 stages of Bloom on A100, spread 0.029): pipeline 0, 1.05x
     slow from the start, recovered while profiling; the loop reads it as its conditions (0.954 of its baseline

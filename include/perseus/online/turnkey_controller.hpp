@@ -285,6 +285,7 @@ class TurnkeyController {
   // slower than the other as a whole).
   bool alike_gpus(std::size_t a, std::size_t b) const;
   bool straggler_wants_probe() const;
+  void count_round_since_probe();
   bool follow_slowed_pipelines();
   bool fell_behind_the_straggler(const std::vector<double>& ratios);
   void take_pace_change(std::size_t d, double factor);
@@ -398,6 +399,10 @@ class TurnkeyController {
   int probes_ = 0;
   bool probing_ = false;  // the round running now is an all-max probe
   int rounds_since_probe_ = 0;
+  // Rounds on the plans since a followed straggler began or was last probed; its periodic probes leave
+  // rounds_since_probe_ as it is, so that the probe after it recovers comes as it would without them.
+  int straggler_rounds_since_probe_ = 0;
+  bool straggler_periodic_probe_ = false;  // the probe running now is one of those
   // A plan about to be condemned by a miss a small change of the conditions could hide: one all-max
   // probe first, its rounds judged again under what the probe measured.
   bool probe_to_judge_ = false;
