@@ -916,6 +916,20 @@ def test_the_probes_while_a_straggler_is_followed_leave_the_one_after_its_recove
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
 
 
+def test_rounds_stepped_up_to_all_max_are_all_max_rounds_for_a_latency_measured_after_them(drawn):
+    """Instance 11009 of the mixed classes (1F1B, 3 stages, noise 0.0007, 10 ms latency; the cluster 1% slower every
+    112 iterations from 229): stepped up to all-max for 40 rounds, the saving plan tried again measured the latency
+    and fell back to the conditions of the last all-max round, which was taken to be the probe before those 40
+    rounds, a step of drift earlier: its rounds were restated 1% slow, and the reported slowdown read 0.4 points over
+    the truth for 60 rounds."""
+    scenario = drawn(11009, None)
+    assert flag(scenario, "--clock-latency") == ["10"], scenario.label
+    outcome, decisions = judged(scenario)
+    events = [d["event"] for d in decisions]
+    assert events.count("stepped up") >= 2 and "clock latency" in events, events
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.001, outcome
+
+
 def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_change_of_plan(drawn):
     """Instance 10058 of `spread+mild-straggler` (GPipe, 4 stages of Bloom on A100, spread 0.029): pipeline 0, 1.05x
     slow from the start, recovered while profiling; the loop reads it as its conditions (0.954 of its baseline
