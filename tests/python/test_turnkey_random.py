@@ -59,7 +59,7 @@ def without_confirming(scenario):
 def judged_latencies(scenario):
     """The scenario judged against its twin: (the outcome, the clock latencies the loop measured, in ms)."""
     outcome, decisions = judged(scenario)
-    return outcome, [float(re.search(r"takes effect ([0-9.]+) ms", d["detail"]).group(1))
+    return outcome, [float(re.search(r"takes effect ([0-9.]+) ms \(\+-([0-9.]+)\)", d["detail"]).group(1))
                      for d in decisions if d["event"] == "clock latency"]
 
 
