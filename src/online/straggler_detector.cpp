@@ -23,8 +23,13 @@ std::vector<double> relative_to_others(std::vector<double> ratios, const std::op
 
 bool StragglerDetector::suspects() const {
   for (std::size_t d = 0; d < normal_rounds_.size(); ++d)
-    if (normal_rounds_[d] == 0 && !(current_ && current_->pipeline == static_cast<int>(d)) && !settled(d)) return true;
+    if (suspected(d)) return true;
   return false;
+}
+
+bool StragglerDetector::suspected(std::size_t d) const {
+  return d < normal_rounds_.size() && normal_rounds_[d] == 0 &&
+         !(current_ && current_->pipeline == static_cast<int>(d)) && !settled(d);
 }
 
 // Between half the threshold and the threshold for four times the rounds a straggler takes: a pipeline

@@ -1517,7 +1517,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       }
     }
     const bool straggling = straggler_ && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-    if (now[d] && !straggling) shared.push_back(*now[d] / pace_change(d));
+    // Nor one the detector suspects: a straggler starting shows up so for a round before it is followed,
+    // and its conditions are not the others'.
+    if (now[d] && !straggling && !detector_.suspected(d)) shared.push_back(*now[d] / pace_change(d));
     if (on_plans) {
       cal.probed.reset();
       cal.plan_changed = false;
@@ -1525,10 +1527,14 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     }
   }
   // Only the straggler ran instructions at the top clock (the others run paced, slower plans): the
-  // cluster's conditions are its own less its slowdown relative to the others.
+  // cluster's conditions are its own less its slowdown relative to the others. Not while the detector
+  // suspects it of slowing further (a pipeline slow in the baseline that slowed 1.26x more gave its
+  // conditions to the other, whose first round on a plan ran nothing at the top clock: that plan was
+  // calibrated on them, the reference's energy read 7% high and the saving 4 points over the truth).
   if (shared.empty() && straggler_ && straggler_->pipeline && !straggler_->told && straggler_->slowdown > 0) {
     const auto d = static_cast<std::size_t>(*straggler_->pipeline);
-    if (d < D && now[d]) shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : followed_slowdown()));
+    if (d < D && now[d] && !detector_.suspected(d))
+      shared.push_back(*now[d] / (straggler_->in_baseline ? 1.0 : followed_slowdown()));
   }
   // Each pipeline's over its last rounds on the plans (at most kWindow), anew after a change beyond
   // half a percent and the noise: one round's is noisy, and the slowest of noisy estimates would

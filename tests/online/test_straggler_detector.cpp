@@ -136,15 +136,20 @@ TEST(StragglerDetector, APipelineStayingBelowTheThresholdIsSuspectedOnlyForAWhil
   for (int round = 0; round < 7; ++round) {
     EXPECT_FALSE(detector.observe({1.0, 1.035}));
     EXPECT_TRUE(detector.suspects()) << round;
+    EXPECT_TRUE(detector.suspected(1)) << round;
+    EXPECT_FALSE(detector.suspected(0)) << round;
   }
   EXPECT_FALSE(detector.observe({1.0, 1.035}));
   EXPECT_FALSE(detector.suspects());
+  EXPECT_FALSE(detector.suspected(1));
   EXPECT_FALSE(detector.current());
   EXPECT_FALSE(detector.observe({1.0, 1.08}));
   EXPECT_TRUE(detector.suspects());
   EXPECT_TRUE(detector.observe({1.0, 1.08}));
   ASSERT_TRUE(detector.current());
   EXPECT_EQ(detector.current()->pipeline, 1);
+  EXPECT_FALSE(detector.suspected(1));  // followed, no longer suspected
+  EXPECT_FALSE(detector.suspected(2));  // no such pipeline
   detector.reset();
   EXPECT_FALSE(detector.observe({1.0, 1.035}));
   EXPECT_TRUE(detector.suspects());  // counted anew

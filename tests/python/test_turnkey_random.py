@@ -933,6 +933,20 @@ def test_rounds_stepped_up_to_all_max_are_all_max_rounds_for_a_latency_measured_
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.001, outcome
 
 
+def test_a_pipeline_slow_in_the_baseline_that_slows_further_lends_the_others_no_conditions(drawn):
+    """Instance 11255 of the mixed classes (DualPipeV, 2 stages, noise 0.0055): pipeline 0 1.18x slow from the start,
+    part of the baseline, and 1.26x slower on top from iteration 139, as the plans were deployed. Pipeline 1's
+    paced plan ran nothing at the top clock; in the round before the detector confirmed the straggler, pipeline 0's
+    conditions were taken as the cluster's, pipeline 1's plan was calibrated on them (1.26x), and the reference's
+    energy read 7% high: the history's saving 4 points over the truth for a hundred rounds."""
+    scenario = drawn(11255, None)
+    assert flag(scenario, "--straggler") == ["0:1.177@1", "0:1.257@139"], scenario.label
+    outcome, decisions = judged(scenario)
+    events = [d["event"] for d in decisions]
+    assert "slow pipeline in the baseline" in events and "straggler detected" in events, events
+    assert outcome.passes() == [] and outcome.history_saving_error <= 0.005, outcome
+
+
 def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_change_of_plan(drawn):
     """Instance 10058 of `spread+mild-straggler` (GPipe, 4 stages of Bloom on A100, spread 0.029): pipeline 0, 1.05x
     slow from the start, recovered while profiling; the loop reads it as its conditions (0.954 of its baseline

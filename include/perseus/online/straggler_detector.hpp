@@ -40,6 +40,7 @@ class StragglerDetector {
   // (a straggler that started mid-round shows up like this first), nor has it been there, below the
   // threshold, for four times the rounds a straggler takes (then it is how the cluster runs).
   bool suspects() const;
+  bool suspected(std::size_t pipeline) const;  // that pipeline is one suspects() is about
   // Pipelines other than the followed straggler above the threshold for `rounds` rounds in a row
   // (one that slows while another is followed), each with its ratio over the others' median.
   std::vector<Straggler> also_slow() const;
