@@ -1337,15 +1337,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // as in its round before), weighed by the inverse of their variances: the probe's from the spread of
   // its top-clock instructions; the calibration's half a round's time for the two rounds, and as much
   // again for the rounds it was taken from.
-  const auto towards_the_probe = [&](const Calibration& cal, double ratio) {
-    if (cal.carried) return *cal.probed;  // another plan's calibration: that plan's error, not this one's
-    const double around = cal.last_ratio > 0 ? (ratio + cal.last_ratio) / 2 : ratio;
+  const auto towards_the_probe = [&](const Calibration& cal, double around, double probed, double probed_error) {
+    if (cal.carried) return probed;  // another plan's calibration: that plan's error, not this one's
     const double calibrated = around * cal.per_ratio.value_or(0);
-    const double probe_variance = cal.probed_error * cal.probed_error, own_variance = round_sigma * round_sigma;
-    if (calibrated <= 0 || !(probe_variance > 0) || !(own_variance > 0)) return *cal.probed;
+    const double probe_variance = probed_error * probed_error, own_variance = round_sigma * round_sigma;
+    if (calibrated <= 0 || !(probe_variance > 0) || !(own_variance > 0)) return probed;
     const double weight = own_variance / (own_variance + probe_variance);
-    return calibrated * std::pow(*cal.probed / calibrated, weight);
+    return calibrated * std::pow(probed / calibrated, weight);
   };
+  // A pending probe's verdict from this many rounds after it at most, against this many before it.
+  constexpr int kPendingRounds = 3;
+  constexpr std::size_t kRoundsBeforeProbe = 4;
   // A followed straggler's calibrated conditions, its plan running as in its round before the probe, off
   // the probe's beyond the noise of both: the calibration carries another plan's error (one taken on a plan
   // paced to another pipeline's slow spell read the straggler 1.3% slow, and hid its plan's 0.8% slowdown
@@ -1458,7 +1460,37 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // probe and the calibration are weighed by their errors: a short pipeline's probe measures its
         // conditions from a few instructions, a few tenths of a percent off (one 0.96% high, taken whole,
         // held the reported slowdown 0.6 points low).
-        cal.start_anew(towards_the_probe(cal, ratios[d]), ratios[d], round_);
+        const double around = cal.last_ratio > 0 ? (ratios[d] + cal.last_ratio) / 2 : ratios[d];
+        cal.start_anew(towards_the_probe(cal, around, *cal.probed, cal.probed_error), ratios[d], round_);
+        cal.pending_probe = {};
+      } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
+                 cal.last_ratio > 0 && !cal.recent_ratios.empty()) {
+        // The same, but the first round after the probe ran otherwise than the round before it: under noise
+        // one round's ratio strays by that now and then (a plan calibrated 1.4% off through a step of drift
+        // kept it for good, the probe left out for a round 0.63% off), so the probe waits for the mean of
+        // the next rounds, against the mean of those before it.
+        cal.pending_probe = {*cal.probed,
+                             cal.probed_error,
+                             mean_interval(cal.recent_ratios).value,
+                             static_cast<int>(cal.recent_ratios.size()),
+                             ratios[d],
+                             1};
+      } else if (auto& pending = cal.pending_probe; usable && pending.conditions > 0 && cal.per_ratio &&
+                                                    !cal.plan_changed && !cal.conditions_changed && !now[d]) {
+        // A pending probe's next rounds: where their mean (with the first's) ran as the rounds before the
+        // probe did, the plan ran as before around it, and is calibrated on the probe as above; where they
+        // do not by the last of them, the conditions changed around the probe, and it is left out.
+        pending.after_sum += ratios[d];
+        ++pending.after_rounds;
+        const double after = pending.after_sum / pending.after_rounds;
+        if (std::abs(after / pending.before - 1) < kSameRatio) {
+          const double around = (pending.after_sum + pending.before * pending.before_rounds) /
+                                (pending.after_rounds + pending.before_rounds);
+          cal.start_anew(towards_the_probe(cal, around, pending.conditions, pending.error), around, round_);
+          pending = {};
+        } else if (pending.after_rounds >= kPendingRounds) {
+          pending = {};
+        }
       } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds > 0 &&
                  since.rounds < kAnewRounds && agrees(ratios[d], since.ratio_sum / since.rounds)) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
@@ -1480,6 +1512,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         cal.carried = cal.per_ratio.has_value();
       }
       cal.last_ratio = ratios[d];
+      // Rounds the detector suspected a straggler in, or after a change, are no measure of the plan's pace.
+      if (cal.plan_changed || cal.conditions_changed || !usable) cal.recent_ratios.clear(), cal.pending_probe = {};
+      if (usable) cal.recent_ratios.push_back(ratios[d]);
+      if (cal.recent_ratios.size() > kRoundsBeforeProbe) cal.recent_ratios.erase(cal.recent_ratios.begin());
       if (now[d] && !steady_only) {
         // A few instructions right after a change of clock (the latency not known) measure noisily:
         // averaged over the plan's rounds. A followed straggler's conditions did not change with its

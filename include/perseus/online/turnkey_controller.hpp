@@ -463,7 +463,18 @@ class TurnkeyController {
       int changes = 0;
       std::vector<double> rounds_measured;
     } anew_others;
-    double last_ratio = 0;         // its time over its plan's prediction in its last round on the plans
+    double last_ratio = 0;              // its time over its plan's prediction in its last round on the plans
+    std::vector<double> recent_ratios;  // those ratios over its last rounds on this plan (a few)
+    // A probe whose first round after it ran otherwise than the rounds before it, by more than one
+    // round's ratio strays under noise now and then: its conditions and error, the mean ratio of the
+    // rounds before it (and how many), and the ratios of the rounds after it so far (their sum, their
+    // count), until their mean says whether the plan ran as before.
+    struct PendingProbe {
+      double conditions = 0, error = 0, before = 0;
+      int before_rounds = 0;
+      double after_sum = 0;
+      int after_rounds = 0;
+    } pending_probe;
     std::optional<double> probed;  // its conditions as an all-max round since its last round on the plans measured them
     double probed_error = 0;       // that measurement's standard error (relative)
     // Calibrated anew on this round of a new plan, from `conditions` as then known; `before` is the
