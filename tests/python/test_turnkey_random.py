@@ -43,6 +43,12 @@ def judged(scenario):
     return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions), decisions
 
 
+def judged_events(scenario):
+    """The scenario judged against its twin: (the outcome, the events of the loop's decisions in order)."""
+    outcome, decisions = judged(scenario)
+    return outcome, [d["event"] for d in decisions]
+
+
 def as_found(scenario):
     """The scenario with the baseline's precision it was found with (0.15%: fewer warm-up rounds than now) and no
     clocks measured once more before deploying, so that its disturbances fall in the phases they fell in then."""
@@ -178,8 +184,7 @@ def test_a_clock_latency_next_to_a_pipeline_slow_since_the_start_leaves_the_repo
     training ran faster than all-max)."""
     scenario = drawn(1578, None)
     assert "0:1.181@1-391" in scenario.simulate_args and "10" in flag(scenario, "--clock-latency")
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "slow pipeline in the baseline" in events and "clock latency" in events, events
     assert outcome.history_slowdown_error <= 0.003 and not outcome.false_negative_slowdown, outcome
     assert outcome.passes() == [], outcome
@@ -193,8 +198,7 @@ def test_a_pipeline_slow_since_the_start_that_recovers_from_a_straggle_on_top_ke
     conditions (which had the slowdown reported 0.4 points above the truth and the plans stepped up)."""
     scenario = drawn(2846, None)
     assert {"1:1.053@1-334", "1:1.058@243"} <= set(flag(scenario, "--straggler")), scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "slow pipeline in the baseline" in events and "straggler detected" in events, events
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
 
@@ -208,8 +212,7 @@ def test_a_straggler_starting_on_the_plans_is_no_clock_latency(drawn):
     the pipeline's top-clock instructions ran that round, there is none."""
     scenario = drawn(3190, "straggler")
     assert "0:1.195@259-387" in flag(scenario, "--straggler") and not flag(scenario, "--clock-latency")
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events and "clock latency" not in events, events
     assert outcome.passes() == [], outcome
 
@@ -224,8 +227,7 @@ def test_a_slow_spell_from_the_round_both_plans_change_leaves_the_reference_true
     that round, as its plan's ratio says, stands for the cluster's."""
     scenario = drawn(3278, None)
     assert {"all:1.089@429-596", "1:1.157@216"} <= set(flag(scenario, "--straggler")), scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events and "saving plan again" in events, events
     assert outcome.history_saving_error <= 0.005 and outcome.passes() == [], outcome
 
@@ -239,8 +241,7 @@ def test_a_straggler_detected_while_profiling_is_measured_over_its_rounds_on_the
     tell the slowdown within the plans' errors."""
     scenario = as_found(drawn(3181, "straggler"))
     assert "0:1.106@94-306" in flag(scenario, "--straggler"), scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events and "faster pace for the straggler" in events, events
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
 
@@ -253,8 +254,7 @@ def test_a_pipeline_slow_from_the_start_under_noise_keeps_its_saving_once_it_rec
     again to the end (62% of the ideal); drawn with noise of its own, it keeps 82%."""
     scenario = as_found(drawn(3408, None))
     assert "0:1.144@1-297" in flag(scenario, "--straggler"), scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "slow pipeline in the baseline" in events and "slow pipeline recovered" in events, events
     assert outcome.passes() == [], outcome
 
@@ -267,8 +267,7 @@ def test_a_clock_latency_near_the_threshold_is_not_dropped_and_taken_again_every
     off for 60 rounds. Dropped only below 2 standard errors, it is measured once and kept."""
     scenario = drawn(3604, None)
     assert "1" in flag(scenario, "--clock-latency") and "1:1.277@607" in flag(scenario, "--straggler")
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events, events
     assert outcome.passes() == [], outcome
 
@@ -316,8 +315,7 @@ def test_a_followed_straggler_given_another_plan_is_calibrated_on_it(drawn):
     slowdown, its conditions do not change with its plan: it is calibrated anew on it."""
     scenario = as_found(drawn(3831, None))
     assert flag(scenario, "--straggler") == ["0:1.202@665"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events, events
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
 
@@ -330,8 +328,7 @@ def test_a_pipeline_slow_since_the_start_recovering_in_a_plans_first_round_is_no
     and took it twice: the pipeline read 0.72x, and the reported saving ran 4.7 points low to the end."""
     scenario = drawn(3983, None)
     assert flag(scenario, "--straggler") == ["1:1.174@1-730"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "slow pipeline in the baseline" in events and "slow pipeline recovered" in events, events
     assert outcome.history_saving_error <= 0.005 and outcome.passes() == [], outcome
 
@@ -345,8 +342,7 @@ def test_a_straggler_first_followed_does_not_move_the_clusters_conditions(drawn)
     pipeline 0's recovery 28 rounds later (the reported saving and slowdown 4.3 and 2.6 points off)."""
     scenario = as_found(drawn(4209, None))
     assert flag(scenario, "--straggler") == ["1:1.249@172-237", "0:1.237@1-376"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "straggler detected" in events and "slow pipeline recovered" in events, events
     assert outcome.history_saving_error <= 0.005 and outcome.history_slowdown_error <= 0.003, outcome
 
@@ -804,9 +800,8 @@ def test_a_pipeline_slow_since_the_start_that_recovers_after_the_cluster_drifted
     scenario = dataclasses.replace(drift, simulate_args=drift.simulate_args + ["--straggler", "1:1.240@1-705"],
                                    disturbances=drift.disturbances + [(1, 705)])
     assert flag(drift, "--straggler")[0] == "all:1.015@287", drift.label
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
-    assert "slow pipeline recovered" in events and "straggler detected" not in events, decisions
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline recovered" in events and "straggler detected" not in events, events
     assert outcome.share >= 0.8 and outcome.passes() == [], outcome
 
 
@@ -913,9 +908,8 @@ def test_the_probes_while_a_straggler_is_followed_leave_the_one_after_its_recove
     ran at 0.875 (and 0.91 after), and the reported slowdown went 3.2 points under the truth."""
     scenario = drawn(10876, None)
     assert flag(scenario, "--straggler") == ["1:1.241@1-789", "1:1.086@198"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
-    assert "straggler recovered" in events and "slow pipeline recovered" in events, decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler recovered" in events and "slow pipeline recovered" in events, events
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
 
 
@@ -927,8 +921,7 @@ def test_rounds_stepped_up_to_all_max_are_all_max_rounds_for_a_latency_measured_
     the truth for 60 rounds."""
     scenario = drawn(11009, None)
     assert flag(scenario, "--clock-latency") == ["10"], scenario.label
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert events.count("stepped up") >= 2 and "clock latency" in events, events
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.001, outcome
 
@@ -941,8 +934,7 @@ def test_a_pipeline_slow_in_the_baseline_that_slows_further_lends_the_others_no_
     energy read 7% high: the history's saving 4 points over the truth for a hundred rounds."""
     scenario = drawn(11255, None)
     assert flag(scenario, "--straggler") == ["0:1.177@1", "0:1.257@139"], scenario.label
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
     assert "slow pipeline in the baseline" in events and "straggler detected" in events, events
     assert outcome.passes() == [] and outcome.history_saving_error <= 0.005, outcome
 
@@ -1170,10 +1162,9 @@ def test_a_pipeline_that_slowed_within_the_warm_up_and_recovers_does_not_make_th
     slowdown (1.28% slower than all-max, reported 0.38%). Each pipeline now starts at its own."""
     scenario = drawn(10557, None)
     assert flag(scenario, "--straggler") == ["1:1.191@159", "0:1.076@185-433"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    events = [d["event"] for d in decisions]
-    assert "slow pipeline recovered" in events, decisions
-    assert "straggler detected" not in events, decisions
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline recovered" in events, events
+    assert "straggler detected" not in events, events
     assert outcome.passes() == [], outcome
 
 
