@@ -399,8 +399,8 @@ def test_the_clocks_a_plan_runs_are_measured_once_more_under_noise(drawn):
     again (twice): 0.31%."""
     scenario = drawn(5158, None)
     assert flag(scenario, "--straggler") == [] and flag(scenario, "--noise") == ["0.0154"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "refining" in [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
+    assert "refining" in events
     assert outcome.true_slowdown <= 0.004 and outcome.share >= 0.8, outcome
 
 
@@ -556,8 +556,8 @@ def test_a_pipeline_falling_behind_the_straggler_runs_the_target_plan_until_it_i
     the first such round every pipeline but the straggler runs the target plan until the detector's verdict."""
     scenario = drawn(6671, None)
     assert flag(scenario, "--straggler") == ["0:1.221@697-781", "1:1.293@663"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "unpaced behind the straggler" in [d["event"] for d in decisions]
+    outcome, events = judged_events(scenario)
+    assert "unpaced behind the straggler" in events
     assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
 
 
@@ -744,8 +744,8 @@ def test_a_pipeline_paced_to_one_slow_in_the_baseline_that_falls_behind_it_runs_
     the target plan until the detector's verdict, as beside a detected straggler."""
     scenario = drawn(9505, None)
     assert flag(scenario, "--straggler") == ["0:1.178@1", "1:1.150@626"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "unpaced behind the straggler" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "unpaced behind the straggler" in events, events
     assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
 
 
@@ -815,8 +815,8 @@ def test_one_round_of_a_short_pipelines_conditions_off_by_its_own_noise_does_not
     off the same way."""
     scenario = drawn(10003, "spread+mild-straggler")
     assert "1:1.049@1" in flag(scenario, "--straggler") and flag(scenario, "--gpu-speed-spread"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "slow pipeline in the baseline" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline in the baseline" in events, events
     assert outcome.history_slowdown_error <= 0.003 and outcome.passes() == [], outcome
 
 
@@ -828,8 +828,8 @@ def test_a_target_fitted_to_one_pipelines_gpus_is_chosen_anew_when_another_sets_
     for the GPUs that set the pace now."""
     scenario = drawn(10008, "spread+mild-straggler")
     assert "0:1.029@1-291" in flag(scenario, "--straggler") and flag(scenario, "--gpu-speed-spread"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "slow pipeline recovered" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline recovered" in events, events
     assert outcome.share >= 0.8 and outcome.passes() == [], outcome
 
 
@@ -843,8 +843,8 @@ def test_a_pipeline_that_recovers_in_the_plans_first_round_is_not_held_at_its_sl
     (reported on time, the history's slowdown read 0.45 points low)."""
     scenario = drawn(10058, "straggler-early")
     assert "0:1.298@14-186" in flag(scenario, "--straggler"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "slow pipeline recovered" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline recovered" in events, events
     assert outcome.history_saving_error <= 0.003 and outcome.history_slowdown_error <= 0.002, outcome
     assert outcome.passes() == [], outcome
 
@@ -856,8 +856,8 @@ def test_a_straggler_that_starts_in_the_plans_first_round_does_not_lower_the_oth
     of its own: the reference's energy read 2.3% low for the rest of the run, the saving 1.9 points low."""
     scenario = drawn(10050, "permanent")
     assert "0:1.268@144" in flag(scenario, "--straggler"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "straggler detected" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler detected" in events, events
     assert outcome.passes() == [], outcome
     assert abs(outcome.reported_error) <= 0.003 and outcome.history_saving_error <= 0.005, outcome
 
@@ -895,8 +895,8 @@ def test_the_conditions_of_plans_paced_to_a_straggler_are_probed_now_and_then(dr
     carried from plan to plan, 0.5% slow after 50 rounds, and the reported slowdown 0.33 points under the truth."""
     scenario = drawn(10864, None)
     assert flag(scenario, "--straggler") == ["0:1.174@198"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "straggler detected" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler detected" in events, events
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
 
 
@@ -947,8 +947,8 @@ def test_a_probe_whose_next_round_strays_with_the_noise_still_calibrates_the_pla
     probe was left out: the history's slowdown read 0.31 points off the truth."""
     scenario = drawn(10887, None)
     assert "all:1.015@385" in flag(scenario, "--straggler") and "1:1.153@564-609" in flag(scenario, "--straggler")
-    outcome, decisions = judged(scenario)
-    assert "straggler recovered" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler recovered" in events, events
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.002, outcome
 
 
@@ -960,8 +960,8 @@ def test_a_pipeline_whose_conditions_lie_apart_from_the_others_keeps_them_on_a_c
     high)."""
     scenario = drawn(10058, "spread+mild-straggler")
     assert "0:1.049@1-173" in flag(scenario, "--straggler"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "faster plan" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "faster plan" in events, events
     assert outcome.passes() == [] and outcome.history_saving_error <= 0.003, outcome
 
 
@@ -974,8 +974,8 @@ def test_a_plan_about_to_be_condemned_is_judged_against_a_probes_conditions_firs
     the conditions the rounds ran in, and against them the plans meet the target."""
     scenario = drawn(10005, "drift")
     assert "all:1.01@119" in flag(scenario, "--straggler"), scenario.label
-    outcome, decisions = judged(scenario)
-    assert "stepped up" not in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "stepped up" not in events, events
     assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.003, outcome
 
 
@@ -1146,8 +1146,8 @@ def test_a_plan_given_as_a_straggler_recovers_is_not_moved_by_the_others_settlin
     moved pipeline 0's calibration 1.3% fast (the reported saving 0.31 points off the truth, from 0.03)."""
     scenario = drawn(10366, "spread+straggler")
     assert flag(scenario, "--straggler") == ["1:1.052@427-472"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "straggler recovered" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler recovered" in events, events
     assert outcome.history_saving_error < 0.001, outcome
     assert outcome.passes() == [], outcome
 
@@ -1177,7 +1177,7 @@ def test_a_straggler_that_recovers_as_the_others_plan_changes_is_no_change_of_th
     truth for a hundred rounds."""
     scenario = drawn(10669, None)
     assert flag(scenario, "--straggler") == ["1:1.055@288", "1:1.091@147-341"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
-    assert "straggler recovered" in [d["event"] for d in decisions], decisions
+    outcome, events = judged_events(scenario)
+    assert "straggler recovered" in events, events
     assert outcome.history_saving_error < 0.004, outcome
     assert outcome.passes() == [], outcome
