@@ -50,18 +50,25 @@ void DeployedRounds::rebase(double time_factor, double energy_factor) {
 }
 
 void DeployedRounds::restate(std::size_t rounds, const Reference& reference, double oldest_share) {
-  const std::size_t first = recent_.size() - std::min(rounds, recent_.size());
-  for (std::size_t i = first; i < recent_.size(); ++i) {
+  restate(std::vector<Reference>(std::min(rounds, recent_.size()), reference), oldest_share);
+}
+
+void DeployedRounds::restate(const std::vector<Reference>& references, double oldest_share) {
+  const std::size_t count = std::min(references.size(), recent_.size());
+  const std::size_t first = recent_.size() - count;
+  for (std::size_t k = 0; k < count; ++k) {
+    const Reference& reference = references[references.size() - count + k];
+    Round& round = recent_[first + k];
     Reference now = reference;
-    if (i == first && oldest_share < 1) {
+    if (k == 0 && oldest_share < 1) {
       const double share = std::max(0.0, oldest_share);
-      const Reference& was = recent_[i].reference;
+      const Reference& was = round.reference;
       now.iteration_time = was.iteration_time + share * (reference.iteration_time - was.iteration_time);
       now.energy = was.energy + share * (reference.energy - was.energy);
       now.conditions = was.conditions + share * (reference.conditions - was.conditions);
     }
-    energy_saved_ += (now.energy - recent_[i].reference.energy) * recent_[i].iterations;
-    recent_[i].reference = std::move(now);
+    energy_saved_ += (now.energy - round.reference.energy) * round.iterations;
+    round.reference = std::move(now);
   }
 }
 

@@ -1394,6 +1394,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       const bool straggling_here =
           straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
+      // A round of the same plan under the same conditions, none measured at the top clock: what the probes
+      // and the rounds since it was calibrated anew calibrate it by.
+      const bool same_plan_off_top = usable && !cal.plan_changed && !cal.conditions_changed && !now[d];
       // A detected straggler that recovered onto another plan measuring nothing at the top clock:
       // neither its conditions as a straggler nor its old plan's ratio hold. Its ratio on the new plan
       // does, in the plan's calibration on the others that run it (the others' conditions would carry
@@ -1446,7 +1449,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // old plan's calibration would carry the old plan's error into them (a plan slower under noise
         // than predicted read as a straggler 0.4% slower, and hid that plan's slowdown).
         cal.start_anew(conditions_[d], ratios[d], round_);
-      } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
+      } else if (same_plan_off_top && cal.probed && cal.per_ratio &&
                  (cal.last_ratio > 0 ? ran_as_before(cal, ratios[d])
                                      : !moved(ratios[d] * *cal.per_ratio, *cal.probed))) {
         // Its plan runs nothing at the top clock, calibrated on one round of it (or of a plan before),
@@ -1463,8 +1466,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         const double around = cal.last_ratio > 0 ? (ratios[d] + cal.last_ratio) / 2 : ratios[d];
         cal.start_anew(towards_the_probe(cal, around, *cal.probed, cal.probed_error), ratios[d], round_);
         cal.pending_probe = {};
-      } else if (usable && cal.probed && cal.per_ratio && !cal.plan_changed && !cal.conditions_changed && !now[d] &&
-                 cal.last_ratio > 0 && !cal.recent_ratios.empty()) {
+      } else if (same_plan_off_top && cal.probed && cal.per_ratio && cal.last_ratio > 0 && !cal.recent_ratios.empty()) {
         // The same, but the first round after the probe ran otherwise than the round before it: under noise
         // one round's ratio strays by that now and then (a plan calibrated 1.4% off through a step of drift
         // kept it for good, the probe left out for a round 0.63% off), so the probe waits for the mean of
@@ -1475,8 +1477,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
                              static_cast<int>(cal.recent_ratios.size()),
                              ratios[d],
                              1};
-      } else if (auto& pending = cal.pending_probe; usable && pending.conditions > 0 && cal.per_ratio &&
-                                                    !cal.plan_changed && !cal.conditions_changed && !now[d]) {
+      } else if (auto& pending = cal.pending_probe; same_plan_off_top && pending.conditions > 0 && cal.per_ratio) {
         // A pending probe's next rounds: where their mean (with the first's) ran as the rounds before the
         // probe did, the plan ran as before around it, and is calibrated on the probe as above; where they
         // do not by the last of them, the conditions changed around the probe, and it is left out.
@@ -1491,8 +1492,8 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         } else if (pending.after_rounds >= kPendingRounds) {
           pending = {};
         }
-      } else if (usable && !cal.plan_changed && !cal.conditions_changed && !now[d] && since.rounds > 0 &&
-                 since.rounds < kAnewRounds && agrees(ratios[d], since.ratio_sum / since.rounds)) {
+      } else if (same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds &&
+                 agrees(ratios[d], since.ratio_sum / since.rounds)) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
         // calibrated on their mean ratio.
         cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before};
@@ -1761,16 +1762,18 @@ void TurnkeyController::forget_conditions_since_all_max() {
   report_.restate(static_cast<std::size_t>(plan_rounds_since_all_max_), reference());
 }
 
-Reference TurnkeyController::reference() const {
+Reference TurnkeyController::reference() const { return reference_under(conditions_); }
+
+Reference TurnkeyController::reference_under(const std::vector<double>& conditions) const {
   Reference ref{"all-max baseline", baseline_.time(), baseline_.energy(), 1};
-  if (phase_ != ControllerPhase::deployed || conditions_.empty() || !pipelines_.known()) return ref;
+  if (phase_ != ControllerPhase::deployed || conditions.empty() || !pipelines_.known()) return ref;
   std::vector<double> paces;
   double pipeline_energy = 0;
-  for (std::size_t d = 0; d < conditions_.size(); ++d) {
+  for (std::size_t d = 0; d < conditions.size(); ++d) {
     paces.push_back(pipelines_.pace(d));
     pipeline_energy += pipelines_.energy(d);
   }
-  const double stretch = pace_model_.stretch(paces, conditions_);
+  const double stretch = pace_model_.stretch(paces, conditions);
   ref.conditions = stretch;
   ref.iteration_time = baseline_.time() * stretch;
   // Each pipeline's GPUs compute for its conditions times as long at the same power, and block
@@ -1780,14 +1783,44 @@ Reference TurnkeyController::reference() const {
   const double p = p_block_.value_or(0);
   const double to_job = pipeline_energy > 0 ? baseline_.energy() / pipeline_energy : 0;
   ref.energy = 0;
-  for (std::size_t d = 0; d < conditions_.size(); ++d) {
-    const double e = to_job > 0 ? pipelines_.energy(d) * to_job : baseline_.energy() / double(conditions_.size());
-    ref.energy += conditions_[d] * (e - p * gpus * baseline_.time()) + p * gpus * ref.iteration_time;
+  for (std::size_t d = 0; d < conditions.size(); ++d) {
+    const double e = to_job > 0 ? pipelines_.energy(d) * to_job : baseline_.energy() / double(conditions.size());
+    ref.energy += conditions[d] * (e - p * gpus * baseline_.time()) + p * gpus * ref.iteration_time;
   }
   const bool moved = std::abs(stretch - 1) > 0.001;
   if (straggler_is_a_change()) ref.name = fmt::format("all-max baseline at the straggler's pace (x{:.3f})", stretch);
   else if (moved) ref.name = fmt::format("all-max baseline under current conditions (x{:.3f})", stretch);
   return ref;
+}
+
+// A recovered pipeline's rounds restated: each at the paces now, under the conditions it was measured in,
+// the recovered pipeline's (pace changed since) taken as the median of the others' then. Its pace was
+// measured against theirs; where its plan ran the top clock its own conditions had followed the recovery
+// already, and at the new pace would count it twice. (The conditions now need not be theirs: under a
+// cluster that slowed 1.12x a round after the recovery, the others' plans, still paced to the slow pace
+// in those rounds, 11% slower than all-max, would read as on time.)
+std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds) const {
+  std::vector<Reference> references;
+  const std::size_t count = std::min(rounds, measured_against_.size());
+  for (std::size_t k = measured_against_.size() - count; k < measured_against_.size(); ++k) {
+    const auto& [paces, conditions] = measured_against_[k];
+    std::vector<double> restated = conditions, unchanged;
+    std::vector<bool> changed(conditions.size(), false);
+    for (std::size_t d = 0; d < conditions.size(); ++d) {
+      changed[d] =
+          d < paces.size() && paces[d] > 0 && pipelines_.known() && std::abs(pipelines_.pace(d) / paces[d] - 1) > 1e-9;
+      if (!changed[d]) unchanged.push_back(conditions[d]);
+    }
+    if (!unchanged.empty()) {
+      const double others = median(unchanged);
+      for (std::size_t d = 0; d < conditions.size(); ++d)
+        if (changed[d]) restated[d] = others;
+    }
+    references.push_back(reference_under(restated));
+  }
+  // Rounds older than those kept (none, as long as a recovery takes as many rounds as detection): now's.
+  references.insert(references.begin(), rounds - count, reference());
+  return references;
 }
 
 std::optional<Estimate> TurnkeyController::saving() const {
@@ -1802,8 +1835,14 @@ std::optional<Estimate> TurnkeyController::slowdown() const {
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
   report_.add(m.iteration_time, m.energy, m.iterations, reference());
+  std::vector<double> paces;
+  if (pipelines_.known())
+    for (std::size_t d = 0; d < conditions_.size(); ++d) paces.push_back(pipelines_.pace(d));
+  measured_against_.push_back({std::move(paces), conditions_});
+  const auto kept = static_cast<std::size_t>(std::max(config_.detector.rounds, 1)) + 2;
+  if (measured_against_.size() > kept) measured_against_.erase(measured_against_.begin());
   if (const auto again = std::exchange(restate_next_, {}); again.rounds > 0)
-    report_.restate(again.rounds + 1, reference(), again.oldest_share);
+    report_.restate(restated_references(again.rounds + 1), again.oldest_share);
   if (last_round_on_plans_) ++plan_rounds_since_all_max_;  // every one reported, judged or not
 }
 

@@ -143,6 +143,21 @@ TEST(DeployedRounds, TheOldestRestatedRoundTakesTheNewReferenceForItsShare) {
   EXPECT_NEAR(rounds.saving(0)->value, 1 - 280.0 / (100 + 95 + 50), 1e-12);
 }
 
+// Restated rounds may each take their own reference, the oldest of them for its share.
+TEST(DeployedRounds, RestatedRoundsTakeEachTheirOwnReference) {
+  DeployedRounds rounds(4);
+  for (int i = 0; i < 3; ++i) rounds.add(1.0, 100, 5, Reference{"all-max", 1.0, 100});
+  rounds.restate({Reference{"all-max", 0.8, 80}, Reference{"all-max", 0.9, 90}}, 0.5);
+  // The second round half-way to 0.8 s and 80 J, the third at 0.9 s and 90 J; the first as it was.
+  EXPECT_NEAR(rounds.slowdown(0)->value, 3.0 / (1.0 + 0.9 + 0.9) - 1, 1e-12);
+  EXPECT_NEAR(rounds.energy_saved(), 5 * (90 - 100) + 5 * (90 - 100), 1e-9);
+  EXPECT_NEAR(rounds.last().reference.iteration_time, 0.9, 1e-12);
+  // More references than rounds kept: the newest ones, one a round.
+  rounds.restate({Reference{"all-max", 2, 200}, Reference{"all-max", 1.1, 110}, Reference{"all-max", 1.2, 120},
+                  Reference{"all-max", 1.3, 130}, Reference{"all-max", 1.4, 140}});
+  EXPECT_NEAR(rounds.slowdown(0)->value, 3.0 / (1.2 + 1.3 + 1.4) - 1, 1e-12);
+}
+
 // A top-clock time's standard error: the spread of its rounds over the root of their number.
 TEST(PipelineBaseline, TopTimesCarryTheirStandardError) {
   PipelineBaseline b;

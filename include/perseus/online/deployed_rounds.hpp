@@ -48,6 +48,8 @@ class DeployedRounds {
   // is `reference` (the energy saved so far with it); the oldest of them ran that share of its time
   // under it (a change that came within it), the rest under its own.
   void restate(std::size_t rounds, const Reference& reference, double oldest_share = 1);
+  // As above, each round with its own: `references` are the last rounds' new references, oldest first.
+  void restate(const std::vector<Reference>& references, double oldest_share = 1);
 
   std::optional<MeasuredRounds> measured() const;
   // 1 - energy/reference energy and time/reference time - 1 over the last rounds (sums over sums),

@@ -197,6 +197,8 @@ class TurnkeyController {
   int probes() const { return probes_; }
   // The reference now; the baseline itself before deployment.
   Reference reference() const;
+  // The reference at the current paces under these conditions (per pipeline).
+  Reference reference_under(const std::vector<double>& conditions) const;
   // Why the target plan is the one it is (deployed, stepped up, retried, ...).
   const std::string& plan_reason() const { return plan_reason_; }
   // Log-normal sigma per stage and kind, measured in warm-up and profiling rounds.
@@ -410,12 +412,19 @@ class TurnkeyController {
   // not move the judged rounds: the verdict's evidence, so that the change counts as one since it.
   std::optional<double> judged_conditions_;
   // A pipeline slow in the baseline found recovered: the rounds it ran fast in were reported against
-  // its slow pace, and are reported again against the next round's reference (the oldest for the
-  // share of it the recovery ran).
+  // its slow pace, and are reported again at the next round's paces, under their own conditions (the
+  // oldest for the share of it the recovery ran).
   struct Restatement {
     std::size_t rounds = 0;
     double oldest_share = 1;
   } restate_next_;
+  // The paces and conditions each of the last rounds remembered was measured against, oldest first (as
+  // many as a recovery restates): a restated round keeps its own conditions.
+  struct MeasuredAgainst {
+    std::vector<double> paces, conditions;
+  };
+  std::vector<MeasuredAgainst> measured_against_;
+  std::vector<Reference> restated_references(std::size_t rounds) const;
   bool ran_plan_ = false;                // the round running now runs the plans
   int plans_taken_ = 0, issued_on_ = 0;  // choices taken so far, and when the running round was issued
   bool last_round_on_plans_ = false;     // the last round observed ran the plans
