@@ -66,6 +66,10 @@ std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
 bool holds_change(double relative, double factor) { return std::abs(relative - factor) < std::abs(relative - 1); }
 
 constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
+// A check round while profiling runs every instruction at the top clock: a move of the cluster's
+// conditions by more than this is no noise of it. The clocks measured before it are measured again,
+// and a plan deployed after it starts at its conditions.
+constexpr double kCheckBand = 0.01;
 // Rounds on a plan that judge it: enough for a noisy cluster's evidence, few enough to follow a drift.
 constexpr std::size_t kJudgedRounds = 40;
 
@@ -812,7 +816,6 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   if (measured.empty()) return since_check_.clear();
   const double now = median(std::move(measured));
   profile_pipeline_conditions_ = std::move(each);
-  constexpr double kBand = 0.01;
   const double moved = now / profile_conditions_;
   // The change came in the round that ran off its curves the way the check moved, where the rounds
   // before it ran on theirs: only its clocks are measured again.
@@ -824,7 +827,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
                             std::abs(*off_before - 1) >= std::abs(moved - 1) / 10;
   const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
   const std::size_t asked = changed.size() + (began_before ? previous_recorded_.size() : 0);
-  if (!recovered && std::abs(moved - 1) > kBand && may_measure_again(asked)) {
+  if (!recovered && std::abs(moved - 1) > kCheckBand && may_measure_again(asked)) {
     const std::size_t again = began_before ? measure_again({&previous_recorded_, &changed}) : measure_again({&changed});
     const std::string which =
         in_the_off_round
@@ -1242,15 +1245,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   constexpr std::size_t kWindow = 8;  // rounds of each pipeline's conditions known (below)
   const auto moved = [](double now, double known) { return now > 0 && std::abs(now / known - 1) > kClearlyMoved; };
   // Until measured, each pipeline runs at the conditions profiling's last all-max round found, where
-  // the cluster's clearly moved: a plan deployed during a slow spell is calibrated by the spell's
-  // conditions, not the baseline's, where it runs nothing at the top clock. Each pipeline at its own
-  // where that round measured them (one slowed below the straggler threshold moved the cluster's, with
-  // two pipelines their mean, by half its slowdown: the other, read at those, 1.8% slow for good), else
-  // at the cluster's; times its change of pace (a pipeline slow in the baseline that recovered while
-  // profiling runs that much faster: read at the cluster's alone, the reference stayed at the slow
-  // baseline's time, 21% high).
+  // the cluster's moved beyond that round's noise: a plan deployed during a slow spell or after a step
+  // of drift is calibrated by those conditions, not the baseline's, where it runs nothing at the top
+  // clock (a 1.5% step read as the plan's error held the reference 1.5% fast, and the plan condemned).
+  // Each pipeline at its own where that round measured them (one slowed below the straggler threshold
+  // moved the cluster's, with two pipelines their mean, by half its slowdown: the other, read at those,
+  // 1.8% slow for good), else at the cluster's; times its change of pace (a pipeline slow in the
+  // baseline that recovered while profiling runs that much faster: read at the cluster's alone, the
+  // reference stayed at the slow baseline's time, 21% high).
   if (conditions_.size() != D) {
-    const bool cluster_moved = moved(profile_conditions_, 1.0);
+    const bool cluster_moved = profile_conditions_ > 0 && std::abs(profile_conditions_ - 1) > kCheckBand;
     for (std::size_t d = conditions_.size(); d < D; ++d) {
       const double own = d < profile_pipeline_conditions_.size() ? profile_pipeline_conditions_[d] : 0.0;
       const double at = !cluster_moved ? 1.0 : own > 0 ? own : profile_conditions_;
@@ -1400,10 +1404,15 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       // A detected straggler that recovered onto another plan measuring nothing at the top clock:
       // neither its conditions as a straggler nor its old plan's ratio hold. Its ratio on the new plan
       // does, in the plan's calibration on the others that run it (the others' conditions would carry
-      // a slowdown of theirs that no one follows); failing those, it runs at the others' conditions.
+      // a slowdown of theirs that no one follows); failing those, it runs at the cluster's conditions
+      // as the others have them, each over its GPUs' change of pace (another pipeline that slowed
+      // while it was followed, taken in as that pipeline's pace, is no condition of its GPUs).
       if (usable && cal.plan_changed && cal.straggled && !now[d] && D > 1) {
         const auto shared_calibration = calibration_on_others(d, ratios);
-        cal.per_ratio = shared_calibration ? *shared_calibration : median_of_others(conditions_, d) / ratios[d];
+        const auto cluster = others_conditions(d);
+        cal.per_ratio = shared_calibration
+                            ? *shared_calibration
+                            : (cluster ? *cluster * pace_change(d) : median_of_others(conditions_, d)) / ratios[d];
         cal.carried = false;
       } else if (usable && cal.per_ratio && cal.plan_changed && !cal.conditions_changed) {
         const double cluster_here = conditions_[d] * (cluster_change > 0 ? cluster_change : straggler_change);
@@ -1793,28 +1802,27 @@ Reference TurnkeyController::reference_under(const std::vector<double>& conditio
   return ref;
 }
 
-// A recovered pipeline's rounds restated: each at the paces now, under the conditions it was measured in,
-// the recovered pipeline's (pace changed since) taken as the median of the others' then. Its pace was
-// measured against theirs; where its plan ran the top clock its own conditions had followed the recovery
-// already, and at the new pace would count it twice. (The conditions now need not be theirs: under a
-// cluster that slowed 1.12x a round after the recovery, the others' plans, still paced to the slow pace
-// in those rounds, 11% slower than all-max, would read as on time.)
+// A recovered pipeline's rounds restated: each under the conditions it was measured in, the recovered
+// pipeline's (its change of pace moved since) taken as the cluster's then, as the others had them, times
+// its change of pace now. Its new pace was measured against the others' in those rounds; where its plan
+// ran the top clock its own conditions had followed the recovery already. (The conditions now need not
+// be theirs: under a cluster that slowed 1.12x a round after the recovery, the others' plans, still
+// paced to the slow pace in those rounds, 11% slower than all-max, would read as on time.)
 std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds) const {
   std::vector<Reference> references;
   const std::size_t count = std::min(rounds, measured_against_.size());
   for (std::size_t k = measured_against_.size() - count; k < measured_against_.size(); ++k) {
-    const auto& [paces, conditions] = measured_against_[k];
-    std::vector<double> restated = conditions, unchanged;
+    const auto& [pace_changes, conditions] = measured_against_[k];
+    std::vector<double> restated = conditions, cluster;
     std::vector<bool> changed(conditions.size(), false);
-    for (std::size_t d = 0; d < conditions.size(); ++d) {
-      changed[d] =
-          d < paces.size() && paces[d] > 0 && pipelines_.known() && std::abs(pipelines_.pace(d) / paces[d] - 1) > 1e-9;
-      if (!changed[d]) unchanged.push_back(conditions[d]);
+    for (std::size_t d = 0; d < conditions.size() && d < pace_changes.size(); ++d) {
+      changed[d] = std::abs(pace_change(d) / pace_changes[d] - 1) > 1e-9;
+      if (!changed[d]) cluster.push_back(conditions[d] / pace_changes[d]);
     }
-    if (!unchanged.empty()) {
-      const double others = median(unchanged);
+    if (!cluster.empty()) {
+      const double then = median(std::move(cluster));
       for (std::size_t d = 0; d < conditions.size(); ++d)
-        if (changed[d]) restated[d] = others;
+        if (changed[d]) restated[d] = then * pace_change(d);
     }
     references.push_back(reference_under(restated));
   }
@@ -1835,10 +1843,9 @@ std::optional<Estimate> TurnkeyController::slowdown() const {
 
 void TurnkeyController::remember(const RoundMeasurement& m) {
   report_.add(m.iteration_time, m.energy, m.iterations, reference());
-  std::vector<double> paces;
-  if (pipelines_.known())
-    for (std::size_t d = 0; d < conditions_.size(); ++d) paces.push_back(pipelines_.pace(d));
-  measured_against_.push_back({std::move(paces), conditions_});
+  std::vector<double> pace_changes;
+  for (std::size_t d = 0; d < conditions_.size(); ++d) pace_changes.push_back(pace_change(d));
+  measured_against_.push_back({std::move(pace_changes), conditions_});
   const auto kept = static_cast<std::size_t>(std::max(config_.detector.rounds, 1)) + 2;
   if (measured_against_.size() > kept) measured_against_.erase(measured_against_.begin());
   if (const auto again = std::exchange(restate_next_, {}); again.rounds > 0)

@@ -197,7 +197,7 @@ class TurnkeyController {
   int probes() const { return probes_; }
   // The reference now; the baseline itself before deployment.
   Reference reference() const;
-  // The reference at the current paces under these conditions (per pipeline).
+  // The reference under these conditions (per pipeline, each holding its change of pace).
   Reference reference_under(const std::vector<double>& conditions) const;
   // Why the target plan is the one it is (deployed, stepped up, retried, ...).
   const std::string& plan_reason() const { return plan_reason_; }
@@ -418,10 +418,10 @@ class TurnkeyController {
     std::size_t rounds = 0;
     double oldest_share = 1;
   } restate_next_;
-  // The paces and conditions each of the last rounds remembered was measured against, oldest first (as
-  // many as a recovery restates): a restated round keeps its own conditions.
+  // The conditions each of the last rounds remembered was measured against, and each pipeline's change
+  // of pace they held, oldest first (as many as a recovery restates): a restated round keeps its own.
   struct MeasuredAgainst {
-    std::vector<double> paces, conditions;
+    std::vector<double> pace_changes, conditions;
   };
   std::vector<MeasuredAgainst> measured_against_;
   std::vector<Reference> restated_references(std::size_t rounds) const;
