@@ -1803,11 +1803,12 @@ Reference TurnkeyController::reference_under(const std::vector<double>& conditio
 }
 
 // A recovered pipeline's rounds restated: each under the conditions it was measured in, the recovered
-// pipeline's (its change of pace moved since) taken as the cluster's then, as the others had them, times
-// its change of pace now. Its new pace was measured against the others' in those rounds; where its plan
-// ran the top clock its own conditions had followed the recovery already. (The conditions now need not
-// be theirs: under a cluster that slowed 1.12x a round after the recovery, the others' plans, still
-// paced to the slow pace in those rounds, 11% slower than all-max, would read as on time.)
+// pipeline's (its change of pace moved since) taken as the cluster's then, as the others that are no
+// followed straggler had them, times its change of pace now; with none, as it has them now. Its new pace
+// was measured against the others' in those rounds; where its plan ran the top clock its own conditions
+// had followed the recovery already. (The conditions now need not be theirs: under a cluster that slowed
+// 1.12x a round after the recovery, the others' plans, still paced to the slow pace in those rounds, 11%
+// slower than all-max, would read as on time.)
 std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds) const {
   std::vector<Reference> references;
   const std::size_t count = std::min(rounds, measured_against_.size());
@@ -1817,13 +1818,13 @@ std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds
     std::vector<bool> changed(conditions.size(), false);
     for (std::size_t d = 0; d < conditions.size() && d < pace_changes.size(); ++d) {
       changed[d] = std::abs(pace_change(d) / pace_changes[d] - 1) > 1e-9;
-      if (!changed[d]) cluster.push_back(conditions[d] / pace_changes[d]);
+      const bool straggling =
+          straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
+      if (!changed[d] && !straggling) cluster.push_back(conditions[d] / pace_changes[d]);
     }
-    if (!cluster.empty()) {
-      const double then = median(std::move(cluster));
-      for (std::size_t d = 0; d < conditions.size(); ++d)
-        if (changed[d]) restated[d] = then * pace_change(d);
-    }
+    const double then = cluster.empty() ? 0.0 : median(std::move(cluster));
+    for (std::size_t d = 0; d < conditions.size(); ++d)
+      if (changed[d]) restated[d] = then > 0 ? then * pace_change(d) : d < conditions_.size() ? conditions_[d] : 1.0;
     references.push_back(reference_under(restated));
   }
   // Rounds older than those kept (none, as long as a recovery takes as many rounds as detection): now's.
