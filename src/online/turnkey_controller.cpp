@@ -1395,8 +1395,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
       if (cal.plan_changed) cal.from_probe = {};  // the probe calibrated the plan before
       const Calibration::SinceAnew since = std::exchange(cal.since_anew, {});
-      const bool straggling_here =
-          straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
+      const bool straggling_here = follows_straggler_on(d);
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
       // A round of the same plan under the same conditions, none measured at the top clock: what the probes
       // and the rounds since it was calibrated anew calibrate it by.
@@ -1588,8 +1587,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // A straggler whose plan runs (next to) nothing at the top clock, with nothing to calibrate its time
   // by: the others' conditions (now, or as last known) times its slowdown relative to them.
   const auto straggling = [&](std::size_t d) {
-    return straggler_is_a_change() && straggler_->pipeline && !straggler_->told &&
-           static_cast<std::size_t>(*straggler_->pipeline) == d && straggler_->slowdown > 0;
+    return follows_straggler_on(d) && !straggler_->told && straggler_->slowdown > 0;
   };
   std::vector<double> others_before;  // the conditions the others were last known at
   for (std::size_t d = 0; d < D; ++d)
@@ -1697,8 +1695,7 @@ std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std
                                                         bool but_straggler) const {
   std::vector<double> others;
   for (std::size_t o = 0; o < conditions.size(); ++o) {
-    const bool straggling = but_straggler && straggler_is_a_change() && straggler_->pipeline &&
-                            static_cast<std::size_t>(*straggler_->pipeline) == o;
+    const bool straggling = but_straggler && follows_straggler_on(o);
     if (o != d && !straggling && conditions[o] > 0) others.push_back(conditions[o] / pace_change(o));
   }
   if (others.empty()) return std::nullopt;
@@ -1818,9 +1815,7 @@ std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds
     std::vector<bool> changed(conditions.size(), false);
     for (std::size_t d = 0; d < conditions.size() && d < pace_changes.size(); ++d) {
       changed[d] = std::abs(pace_change(d) / pace_changes[d] - 1) > 1e-9;
-      const bool straggling =
-          straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
-      if (!changed[d] && !straggling) cluster.push_back(conditions[d] / pace_changes[d]);
+      if (!changed[d] && !follows_straggler_on(d)) cluster.push_back(conditions[d] / pace_changes[d]);
     }
     const double then = cluster.empty() ? 0.0 : median(std::move(cluster));
     for (std::size_t d = 0; d < conditions.size(); ++d)

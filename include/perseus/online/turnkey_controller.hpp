@@ -335,6 +335,10 @@ class TurnkeyController {
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
   bool straggler_is_a_change() const { return straggler_ && !straggler_->in_baseline; }
+  // The straggler followed as a change is pipeline d.
+  bool follows_straggler_on(std::size_t d) const {
+    return straggler_is_a_change() && straggler_->pipeline && static_cast<std::size_t>(*straggler_->pipeline) == d;
+  }
   bool judged_on_their_own() const;  // no followed straggler or pace sets the plans' time
   bool judged_enough() const;        // the plans have verify_rounds rounds (at least one) judged
   // Its GPUs' pace over theirs in the baseline (a slow pipeline that recovered, one slowed under a straggler).
