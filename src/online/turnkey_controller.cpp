@@ -36,6 +36,19 @@ struct PendingChoices {
 
 namespace {
 
+// The median of conditions[o] / paces[o] (the cluster's conditions as pipeline o had them, over its GPUs'
+// change of pace) over the pipelines whose conditions are known and that `left_out` does not name; none
+// where no pipeline is left.
+template <class LeftOut>
+std::optional<double> median_over_paces(const std::vector<double>& conditions, const std::vector<double>& paces,
+                                        LeftOut left_out) {
+  std::vector<double> kept;
+  for (std::size_t o = 0; o < conditions.size() && o < paces.size(); ++o)
+    if (!left_out(o) && conditions[o] > 0 && paces[o] > 0) kept.push_back(conditions[o] / paces[o]);
+  if (kept.empty()) return std::nullopt;
+  return median(std::move(kept));
+}
+
 // Which cost model each (model stage, kind) got, in words.
 std::string describe_cost_models(const std::map<std::string, std::string>& models) {
   std::vector<std::string> pwl;
@@ -1693,13 +1706,10 @@ void TurnkeyController::follow_the_others_since_anew(const std::vector<std::opti
 // `but_straggler` (its slowdown is its own); none without another pipeline.
 std::optional<double> TurnkeyController::cluster_beside(std::size_t d, const std::vector<double>& conditions,
                                                         bool but_straggler) const {
-  std::vector<double> others;
-  for (std::size_t o = 0; o < conditions.size(); ++o) {
-    const bool straggling = but_straggler && follows_straggler_on(o);
-    if (o != d && !straggling && conditions[o] > 0) others.push_back(conditions[o] / pace_change(o));
-  }
-  if (others.empty()) return std::nullopt;
-  return median(std::move(others));
+  std::vector<double> paces;
+  for (std::size_t o = 0; o < conditions.size(); ++o) paces.push_back(pace_change(o));
+  return median_over_paces(conditions, paces,
+                           [&](std::size_t o) { return o == d || (but_straggler && follows_straggler_on(o)); });
 }
 
 // A followed straggler's conditions as last known, holding its slowdown. In the round one that came is
@@ -1811,13 +1821,13 @@ std::vector<Reference> TurnkeyController::restated_references(std::size_t rounds
   const std::size_t count = std::min(rounds, measured_against_.size());
   for (std::size_t k = measured_against_.size() - count; k < measured_against_.size(); ++k) {
     const auto& [pace_changes, conditions] = measured_against_[k];
-    std::vector<double> restated = conditions, cluster;
+    std::vector<double> restated = conditions;
     std::vector<bool> changed(conditions.size(), false);
-    for (std::size_t d = 0; d < conditions.size() && d < pace_changes.size(); ++d) {
+    for (std::size_t d = 0; d < conditions.size() && d < pace_changes.size(); ++d)
       changed[d] = std::abs(pace_change(d) / pace_changes[d] - 1) > 1e-9;
-      if (!changed[d] && !follows_straggler_on(d)) cluster.push_back(conditions[d] / pace_changes[d]);
-    }
-    const double then = cluster.empty() ? 0.0 : median(std::move(cluster));
+    const double then = median_over_paces(conditions, pace_changes, [&](std::size_t o) {
+                          return changed[o] || follows_straggler_on(o);
+                        }).value_or(0.0);
     for (std::size_t d = 0; d < conditions.size(); ++d)
       if (changed[d]) restated[d] = then > 0 ? then * pace_change(d) : d < conditions_.size() ? conditions_[d] : 1.0;
     references.push_back(reference_under(restated));
