@@ -860,7 +860,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
            fmt::format("an all-max round measured the cluster at x{:.4f} of the baseline's pace, x{:.4f} before: {}",
                        now, profile_conditions_, which));
   }
-  profile_conditions_ = now;
+  profile_conditions_before_ = std::exchange(profile_conditions_, now);
   since_check_.clear();
   if (profiling_done()) finish_profiling();
 }
@@ -1266,8 +1266,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // 1.8% slow for good), else at the cluster's; times its change of pace (a pipeline slow in the
   // baseline that recovered while profiling runs that much faster: read at the cluster's alone, the
   // reference stayed at the slow baseline's time, 21% high).
+  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
   if (conditions_.size() != D) {
-    const bool cluster_moved = profile_conditions_ > 0 && std::abs(profile_conditions_ - 1) > kCheckBand;
+    // Beyond profiling's band, or beyond twice a round's noise the same way in its last two check rounds (a
+    // step of drift of 0.85% within the band, read as the plans' error, held one pipeline's conditions
+    // 0.85% low until a probe).
+    const auto beyond_noise = [&](double c, double way) { return (c - 1) * way > 2 * round_sigma; };
+    const double way = profile_conditions_ > 1 ? 1.0 : -1.0;
+    const bool cluster_moved =
+        profile_conditions_ > 0 &&
+        (std::abs(profile_conditions_ - 1) > kCheckBand ||
+         (round_sigma > 0 && beyond_noise(profile_conditions_, way) && beyond_noise(profile_conditions_before_, way)));
     for (std::size_t d = conditions_.size(); d < D; ++d) {
       const double own = d < profile_pipeline_conditions_.size() ? profile_pipeline_conditions_[d] : 0.0;
       const double at = !cluster_moved ? 1.0 : own > 0 ? own : profile_conditions_;
@@ -1346,9 +1355,15 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // round's, at least kSameRatio): a change of conditions beyond that ends it (half a 1% step of the
   // cluster's within a round lies within three).
   constexpr int kAnewRounds = 6;
-  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
   const auto agrees = [&](double ratio, double mean) {
     return mean > 0 && std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma);
+  };
+  const auto way_off = [](double ratio, double mean) { return ratio > mean ? 1 : -1; };
+  // Within two standard deviations of a round's difference from the mean of those since (at least kSameRatio).
+  const auto agrees_with_mean = [&](double ratio, const Calibration::SinceAnew& since) {
+    const double mean = since.ratio_sum / since.rounds;
+    return mean > 0 &&
+           std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma * std::sqrt(1 + 1.0 / since.rounds));
   };
   // A probe's conditions and those the plan's calibration reads in its rounds around the probe (it ran
   // as in its round before), weighed by the inverse of their variances: the probe's from the spread of
@@ -1514,11 +1529,22 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
           pending = {};
         }
       } else if (same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds &&
-                 agrees(ratios[d], since.ratio_sum / since.rounds)) {
+                 (agrees_with_mean(ratios[d], since) ||
+                  (way_off(ratios[d], since.ratio_sum / since.rounds) != since.off_way &&
+                   !began_in_a_change(cal, since, ratios[d])))) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
-        // calibrated on their mean ratio.
-        cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before};
-        cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
+        // calibrated on their mean ratio. One round off their mean is left out, noise (a round of a short
+        // pipeline strays that far now and then: calibrated on the two rounds before it, 0.45% low by
+        // chance, the conditions read 0.5% slow until the next probe); the next off the same way is a
+        // change of conditions, which ends it.
+        const double mean = since.ratio_sum / since.rounds;
+        if (agrees_with_mean(ratios[d], since)) {
+          cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before, 0};
+          cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
+        } else {
+          cal.since_anew = since;
+          cal.since_anew.off_way = way_off(ratios[d], mean);
+        }
       } else if (!straggling_here && d < conditions_.size() && !cal.plan_changed && !cal.conditions_changed &&
                  !now[d] && since.rounds == 1 && began_in_a_change(cal, since, ratios[d])) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second

@@ -956,7 +956,7 @@ def test_a_probe_whose_next_round_strays_with_the_noise_still_calibrates_the_pla
     assert "all:1.015@385" in flag(scenario, "--straggler") and "1:1.153@564-609" in flag(scenario, "--straggler")
     outcome, events = judged_events(scenario)
     assert "straggler recovered" in events, events
-    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.002, outcome
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.0025, outcome
 
 
 def test_a_recovery_restated_after_the_cluster_slowed_keeps_the_conditions_of_its_own_rounds(drawn):
@@ -1239,3 +1239,40 @@ def test_a_straggler_that_recovers_as_the_others_plan_changes_is_no_change_of_th
     assert "straggler recovered" in events, events
     assert outcome.history_saving_error < 0.004, outcome
     assert outcome.passes() == [], outcome
+
+
+def test_a_plan_calibrated_anew_on_a_probe_leaves_one_round_that_strays_with_the_noise_out(drawn):
+    """Instance 12012 of the quiet class (1F1B, 3 stages of Bloom on A40, noise 0.0135): nothing changes. The plans
+    run nothing at the top clock; after a probe, pipeline 1's plan was calibrated anew on its next rounds, the two
+    first 0.45% fast by chance and the third 0.6% off their mean, which ended the calibration: the conditions read
+    0.5% slow until the next probe and the history's slowdown 0.31 points under the truth."""
+    scenario = drawn(12012, "quiet")
+    assert scenario.disturbances == [] and flag(scenario, "--noise") == ["0.0135"], scenario.label
+    outcome, events = judged_events(scenario)
+    assert "stepped up" not in events, events
+    assert outcome.passes() == [] and outcome.history_slowdown_error <= 0.0025, outcome
+
+
+def test_a_plan_calibrated_anew_judges_a_round_against_the_few_rounds_it_has_by_their_mean_s_own_noise(drawn):
+    """Instance 12033 of the quiet class (GPipe, 2 stages, 2 microbatches, noise 0.0182): nothing changes. A plan
+    calibrated anew on a probe compared each next round with the mean of the rounds since by one round's noise, where
+    its difference from a mean of one or two rounds varies by up to 1.4 times that: the calibration ended on a
+    round or two, its conditions read off, the saving plan was condemned three times and the run kept 56% of the
+    ideal."""
+    scenario = drawn(12033, "quiet")
+    assert scenario.disturbances == [] and scenario.schedule == "gpipe", scenario.label
+    outcome, events = judged_events(scenario)
+    assert "stepped up" not in events, events
+    assert outcome.passes() == [], outcome
+
+
+def test_a_step_of_drift_within_profilings_band_that_two_checks_measured_starts_the_plans_at_its_conditions(drawn):
+    """Instance 12034 of the drift+from-start class (1F1B, 2 stages, 2 microbatches, noise 0.0146; pipeline 1
+    1.23x slow from the start, the cluster 1% slower every 186 iterations from 225): profiling's last two check
+    rounds measured the cluster 0.78% and 0.85% slower, within profiling's 1% band, and the plans started at the
+    baseline's conditions. Pipeline 0's, paced to pipeline 1 and running nothing at the top clock, took the step as
+    its error: the history's saving 0.42 points off the truth."""
+    scenario = drawn(12034, "drift+from-start")
+    assert "all:1.01@225" in flag(scenario, "--straggler") and "1:1.228@1-648" in flag(scenario, "--straggler")
+    outcome, events = judged_events(scenario)
+    assert outcome.passes() == [] and outcome.history_saving_error <= 0.0035, outcome

@@ -369,6 +369,7 @@ class TurnkeyController {
   // Profiling's check rounds: the conditions the clocks since the last one were measured under, the
   // rounds since, and what was measured since (scan, clock).
   double profile_conditions_ = 1;
+  double profile_conditions_before_ = 1;  // those the check round before measured
   // Each pipeline's own in the last check round (0: not measured there, or a straggler's): with two
   // pipelines the cluster's are the mean of both, and one that slowed below the straggler threshold
   // moved the other's by half its slowdown.
@@ -501,6 +502,7 @@ class TurnkeyController {
       double ratio_sum = 0;
       int rounds = 0;
       double before = 0;  // the calibration of the plan before (a plan's first: the model's own, 1)
+      int off_way = 0;    // +1 or -1: the round before lay that way off their mean, left out; 0: none
     } since_anew;
     struct Noisy {
       double sum = 0;
