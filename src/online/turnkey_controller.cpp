@@ -1365,6 +1365,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     return mean > 0 &&
            std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma * std::sqrt(1 + 1.0 / since.rounds));
   };
+  // The one round a plan was calibrated anew on lies off the two after it, which lie close to each other, by no
+  // more than noise can stray (five standard deviations of its difference from their mean), and no pipeline
+  // measured the cluster move: that round strayed.
+  const auto first_round_strayed = [&](const Calibration::SinceAnew& since, double ratio, double cluster) {
+    if (since.rounds != 1 || since.off_way == 0 || since.off_way != way_off(ratio, since.ratio_sum)) return false;
+    const double pair = (since.off_ratio + ratio) / 2;
+    return std::abs(ratio / since.off_ratio - 1) <= std::max(kSameRatio, 2 * round_sigma * std::sqrt(2.0)) &&
+           std::abs(since.ratio_sum / pair - 1) <= 5 * round_sigma * std::sqrt(1.5) &&
+           (cluster <= 0 || std::abs(cluster - 1) <= std::max(kSameRatio, 2 * round_sigma));
+  };
   // A probe's conditions and those the plan's calibration reads in its rounds around the probe (it ran
   // as in its round before), weighed by the inverse of their variances: the probe's from the spread of
   // its top-clock instructions; the calibration's half a round's time for the two rounds, and as much
@@ -1531,20 +1541,26 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
       } else if (same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds &&
                  (agrees_with_mean(ratios[d], since) ||
                   (way_off(ratios[d], since.ratio_sum / since.rounds) != since.off_way &&
-                   !began_in_a_change(cal, since, ratios[d])))) {
+                   !began_in_a_change(cal, since, ratios[d])) ||
+                  first_round_strayed(since, ratios[d], cluster_change))) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
         // calibrated on their mean ratio. One round off their mean is left out, noise (a round of a short
         // pipeline strays that far now and then: calibrated on the two rounds before it, 0.45% low by
         // chance, the conditions read 0.5% slow until the next probe); the next off the same way is a
         // change of conditions, which ends it.
+        // Where the one round it was calibrated on strayed, the two after it calibrate it (a plan's first round
+        // 1.2% slow by chance, the two after it read as a change, its conditions 1% fast for good).
         const double mean = since.ratio_sum / since.rounds;
         if (agrees_with_mean(ratios[d], since)) {
-          cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before, 0};
-          cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
+          cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before, 0, 0};
+        } else if (first_round_strayed(since, ratios[d], cluster_change)) {
+          cal.since_anew = {since.off_ratio + ratios[d], 2, since.before, 0, 0};
         } else {
           cal.since_anew = since;
           cal.since_anew.off_way = way_off(ratios[d], mean);
+          cal.since_anew.off_ratio = ratios[d];
         }
+        cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
       } else if (!straggling_here && d < conditions_.size() && !cal.plan_changed && !cal.conditions_changed &&
                  !now[d] && since.rounds == 1 && began_in_a_change(cal, since, ratios[d])) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second

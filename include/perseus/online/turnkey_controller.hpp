@@ -501,8 +501,9 @@ class TurnkeyController {
     struct SinceAnew {
       double ratio_sum = 0;
       int rounds = 0;
-      double before = 0;  // the calibration of the plan before (a plan's first: the model's own, 1)
-      int off_way = 0;    // +1 or -1: the round before lay that way off their mean, left out; 0: none
+      double before = 0;     // the calibration of the plan before (a plan's first: the model's own, 1)
+      int off_way = 0;       // +1 or -1: the round before lay that way off their mean, left out; 0: none
+      double off_ratio = 0;  // that round's ratio
     } since_anew;
     struct Noisy {
       double sum = 0;
