@@ -1359,9 +1359,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     return mean > 0 && std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma);
   };
   const auto way_off = [](double ratio, double mean) { return ratio > mean ? 1 : -1; };
+  const auto mean_since = [](const Calibration::SinceAnew& since) { return since.ratio_sum / since.rounds; };
   // Within two standard deviations of a round's difference from the mean of those since (at least kSameRatio).
   const auto agrees_with_mean = [&](double ratio, const Calibration::SinceAnew& since) {
-    const double mean = since.ratio_sum / since.rounds;
+    const double mean = mean_since(since);
     return mean > 0 &&
            std::abs(ratio / mean - 1) <= std::max(kSameRatio, 2 * round_sigma * std::sqrt(1 + 1.0 / since.rounds));
   };
@@ -1369,10 +1370,12 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // more than noise can stray (five standard deviations of its difference from their mean), and no pipeline
   // measured the cluster move: that round strayed.
   const auto first_round_strayed = [&](const Calibration::SinceAnew& since, double ratio, double cluster) {
-    if (since.rounds != 1 || since.off_way == 0 || since.off_way != way_off(ratio, since.ratio_sum)) return false;
+    if (since.rounds != 1 || since.off_way == 0) return false;
+    const double first = mean_since(since);
+    if (since.off_way != way_off(ratio, first)) return false;
     const double pair = (since.off_ratio + ratio) / 2;
     return std::abs(ratio / since.off_ratio - 1) <= std::max(kSameRatio, 2 * round_sigma * std::sqrt(2.0)) &&
-           std::abs(since.ratio_sum / pair - 1) <= 5 * round_sigma * std::sqrt(1.5) &&
+           std::abs(first / pair - 1) <= 5 * round_sigma * std::sqrt(1.5) &&
            (cluster <= 0 || std::abs(cluster - 1) <= std::max(kSameRatio, 2 * round_sigma));
   };
   // A probe's conditions and those the plan's calibration reads in its rounds around the probe (it ran
@@ -1405,11 +1408,23 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // differ, the same way.
   const auto began_in_a_change = [&](const Calibration& cal, const Calibration::SinceAnew& since, double ratio) {
     constexpr double kPlansApart = 0.01;
-    const double first = since.ratio_sum, before = since.before;
+    if (since.rounds != 1) return false;
+    const double first = mean_since(since), before = since.before;
     if (before <= 0 || first <= 0) return false;
     const double expected = cal.anew_conditions / before;
     return moved(ratio, first) && std::abs(first / expected - 1) > kPlansApart &&
            (ratio - first) * (first - expected) > 0;
+  };
+  // What a round of a plan calibrated anew does to that calibration: adds to it, replaces the one round it held
+  // (which strayed), is left out (the first round off the mean, or the next off the other way), or ends it.
+  enum class AnewRound { kAgrees, kFirstStrayed, kLeftOut, kEnds };
+  const auto anew_round = [&](const Calibration& cal, const Calibration::SinceAnew& since, double ratio,
+                              double cluster) {
+    if (agrees_with_mean(ratio, since)) return AnewRound::kAgrees;
+    if (first_round_strayed(since, ratio, cluster)) return AnewRound::kFirstStrayed;
+    if (way_off(ratio, mean_since(since)) != since.off_way && !began_in_a_change(cal, since, ratio))
+      return AnewRound::kLeftOut;
+    return AnewRound::kEnds;
   };
   for (std::size_t d = 0; d < D; ++d) {
     auto& cal = calibration_[d];
@@ -1538,11 +1553,10 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         } else if (pending.after_rounds >= kPendingRounds) {
           pending = {};
         }
-      } else if (same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds &&
-                 (agrees_with_mean(ratios[d], since) ||
-                  (way_off(ratios[d], since.ratio_sum / since.rounds) != since.off_way &&
-                   !began_in_a_change(cal, since, ratios[d])) ||
-                  first_round_strayed(since, ratios[d], cluster_change))) {
+      } else if (const AnewRound verdict = same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds
+                                               ? anew_round(cal, since, ratios[d], cluster_change)
+                                               : AnewRound::kEnds;
+                 verdict != AnewRound::kEnds) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
         // calibrated on their mean ratio. One round off their mean is left out, noise (a round of a short
         // pipeline strays that far now and then: calibrated on the two rounds before it, 0.45% low by
@@ -1550,17 +1564,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         // change of conditions, which ends it.
         // Where the one round it was calibrated on strayed, the two after it calibrate it (a plan's first round
         // 1.2% slow by chance, the two after it read as a change, its conditions 1% fast for good).
-        const double mean = since.ratio_sum / since.rounds;
-        if (agrees_with_mean(ratios[d], since)) {
+        if (verdict == AnewRound::kAgrees) {
           cal.since_anew = {since.ratio_sum + ratios[d], since.rounds + 1, since.before, 0, 0};
-        } else if (first_round_strayed(since, ratios[d], cluster_change)) {
+        } else if (verdict == AnewRound::kFirstStrayed) {
           cal.since_anew = {since.off_ratio + ratios[d], 2, since.before, 0, 0};
         } else {
           cal.since_anew = since;
-          cal.since_anew.off_way = way_off(ratios[d], mean);
+          cal.since_anew.off_way = way_off(ratios[d], mean_since(since));
           cal.since_anew.off_ratio = ratios[d];
         }
-        cal.per_ratio = cal.anew_conditions / (cal.since_anew.ratio_sum / cal.since_anew.rounds);
+        cal.per_ratio = cal.anew_conditions / mean_since(cal.since_anew);
       } else if (!straggling_here && d < conditions_.size() && !cal.plan_changed && !cal.conditions_changed &&
                  !now[d] && since.rounds == 1 && began_in_a_change(cal, since, ratios[d])) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second
