@@ -547,6 +547,11 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   return true;
 }
 
+bool TurnkeyController::baseline_precise() const {
+  const double half_width = (baseline_.time_estimate().high - baseline_.time_estimate().low) / 2;
+  return baseline_.time() > 0 && half_width <= config_.baseline_precision * baseline_.time();
+}
+
 void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   ++warmup_seen_;
   add_variability(m);
@@ -555,9 +560,7 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
   if (warmup_seen_ < std::max(config_.warmup_rounds, 1)) return;
   // Outliers left too few rounds, or the baseline is not yet precise enough: go on measuring.
   const int wanted = std::max(config_.warmup_rounds - 1, 1);
-  const double half_width = (baseline_.time_estimate().high - baseline_.time_estimate().low) / 2;
-  const bool precise = baseline_.time() > 0 && half_width <= config_.baseline_precision * baseline_.time();
-  if ((baseline_.rounds() < wanted || !precise) &&
+  if ((baseline_.rounds() < wanted || !baseline_precise()) &&
       warmup_seen_ < std::max(config_.max_baseline_rounds, config_.warmup_rounds))
     return;
   if (baseline_.empty()) add_baseline(m);
@@ -572,8 +575,11 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
                       ? fmt::format(" after a step in time ({} rounds before it left out)", baseline_.shifted())
                       : "",
                   p_block_ ? fmt::format("{:.4g} W", *p_block_) : "unknown"));
+  // The warm-up round the baseline's level began in (0: its first).
+  const int level_from =
+      baseline_.shifted() > 0 ? round_ - static_cast<int>(baseline_.size()) + baseline_.shifted() : 0;
   baseline_.forget_before_level();
-  note_slow_pipelines();
+  note_slow_pipelines(level_from);
   auto disturbed = disturbed_pipelines(m);
   if (reused_) {
     decide(DecisionEvent::profile_reused, fmt::format("planning from {} (profile_path exists)", hooks_.profile_source));
@@ -599,9 +605,10 @@ void TurnkeyController::observe_warmup(int round, const RoundMeasurement& m) {
 }
 
 // Pipelines that the baseline measured slower than the others by more than the straggler threshold:
-// slow since the start (a slow node, or slow GPUs), so part of the cluster. Said once; the others are
-// paced to them once deployed.
-void TurnkeyController::note_slow_pipelines() {
+// slow since the start (a slow node, or slow GPUs), or since the step in time its rounds begin after
+// (`level_from`, a warm-up round; 0: none), so part of the cluster. Said once; the others are paced to
+// them once deployed.
+void TurnkeyController::note_slow_pipelines(int level_from) {
   if (!pipelines_.known() || pipelines_.pipelines() < 2) return;
   std::vector<double> paces;
   for (std::size_t d = 0; d < pipelines_.pipelines(); ++d) paces.push_back(pipelines_.pace(d));
@@ -609,9 +616,13 @@ void TurnkeyController::note_slow_pipelines() {
     const double pace = paces[d] / median_of_others(paces, d);
     if (pace > 1 + config_.detector.threshold)
       decide(DecisionEvent::slow_pipeline_in_baseline,
-             fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max since the "
-                         "start: part of the all-max baseline (not a straggler); the others run plans paced to it",
-                         d, pace));
+             fmt::format("pipeline {} ran {:.3f}x the other pipelines' compute-bound time at all-max {}: part of "
+                         "the all-max baseline (not a straggler); the others run plans paced to it",
+                         d, pace,
+                         level_from > 0
+                             ? fmt::format("in the baseline's rounds, from warm-up round {} on (after a step in time)",
+                                           level_from)
+                             : "since the start"));
   }
 }
 
@@ -828,6 +839,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
     if (c > 0) measured.push_back(c);
   if (measured.empty()) return since_check_.clear();
   const double now = median(std::move(measured));
+  if (!recovered) join_short_baseline(m, now);
   profile_pipeline_conditions_ = std::move(each);
   const double moved = now / profile_conditions_;
   // The change came in the round that ran off its curves the way the check moved, where the rounds
@@ -863,6 +875,23 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   profile_conditions_before_ = std::exchange(profile_conditions_, now);
   since_check_.clear();
   if (profiling_done()) finish_profiling();
+}
+
+// A baseline of few rounds that the warm-up's last round left short of its precision (a step in time late
+// in the warm-up leaves it the rounds after the step) is known only roughly: 3 rounds at noise 0.018 left it
+// 1% wide, and a plan 0.7% slower than all-max passed under it. Profiling's check rounds run all-max: each
+// that ran at the baseline's conditions, undisturbed, joins it, as an agreeing probe does once deployed.
+void TurnkeyController::join_short_baseline(const RoundMeasurement& m, double conditions) {
+  constexpr std::size_t kShortBaseline = 10;
+  if (baseline_.size() >= kShortBaseline || baseline_precise() || std::abs(conditions - 1) > kCheckBand ||
+      detector_.current())
+    return;
+  const auto disturbed = disturbed_pipelines(m);
+  if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;
+  const AllMaxRound round{m.iteration_time, m.energy};
+  if (!agree_as_baseline_rounds(round, baseline_.time(), baseline_.energy())) return;
+  baseline_.add(round);
+  estimate_baseline();
 }
 
 void TurnkeyController::finish_profiling() {
@@ -1416,14 +1445,16 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
            (ratio - first) * (first - expected) > 0;
   };
   // What a round of a plan calibrated anew does to that calibration: adds to it, replaces the one round it held
-  // (which strayed), is left out (the first round off the mean, or the next off the other way), or ends it.
+  // (which strayed), is left out (the first round off the mean, or the next off the other way), or ends it. A
+  // round that shows the GPUs' pace changed within the plan's first round ends it whatever else it shows (under
+  // noise above 0.33% a round, that change would also pass for a first round that strayed).
   enum class AnewRound { kAgrees, kFirstStrayed, kLeftOut, kEnds };
   const auto anew_round = [&](const Calibration& cal, const Calibration::SinceAnew& since, double ratio,
                               double cluster) {
     if (agrees_with_mean(ratio, since)) return AnewRound::kAgrees;
+    if (began_in_a_change(cal, since, ratio)) return AnewRound::kEnds;
     if (first_round_strayed(since, ratio, cluster)) return AnewRound::kFirstStrayed;
-    if (way_off(ratio, mean_since(since)) != since.off_way && !began_in_a_change(cal, since, ratio))
-      return AnewRound::kLeftOut;
+    if (way_off(ratio, mean_since(since)) != since.off_way) return AnewRound::kLeftOut;
     return AnewRound::kEnds;
   };
   for (std::size_t d = 0; d < D; ++d) {
@@ -1914,6 +1945,18 @@ void TurnkeyController::remember(const RoundMeasurement& m) {
   if (last_round_on_plans_) ++plan_rounds_since_all_max_;  // every one reported, judged or not
 }
 
+// One all-max round is as noisy as one baseline round: it disagrees with a time and energy when it is further
+// from them than the tolerance, the baseline's interval and three of its rounds' spread allow.
+bool TurnkeyController::agree_as_baseline_rounds(const AllMaxRound& round, double time, double energy) const {
+  const double time_band =
+      std::max({baseline_.time() * config_.tolerance, baseline_.time_estimate().high - baseline_.time_estimate().low,
+                3 * baseline_.round_spread()[0]});
+  const double energy_band =
+      std::max({baseline_.energy() * config_.tolerance,
+                baseline_.energy_estimate().high - baseline_.energy_estimate().low, 3 * baseline_.round_spread()[1]});
+  return std::abs(round.time - time) <= time_band && std::abs(round.energy - energy) <= energy_band;
+}
+
 void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   ++probes_;
   if (!std::exchange(straggler_periodic_probe_, false)) rounds_since_probe_ = 0;
@@ -1931,17 +1974,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   if (ref.iteration_time <= 0 || ref.energy <= 0) return;
   AllMaxRound probe{m.iteration_time * baseline_.time() / ref.iteration_time,
                     m.energy * baseline_.energy() / ref.energy};
-  // One probe round is as noisy as one baseline round: it disagrees when it is further from the
-  // baseline than the tolerance, the baseline's interval and three of its rounds' spread allow.
-  const double time_band =
-      std::max({baseline_.time() * config_.tolerance, baseline_.time_estimate().high - baseline_.time_estimate().low,
-                3 * baseline_.round_spread()[0]});
-  const double energy_band =
-      std::max({baseline_.energy() * config_.tolerance,
-                baseline_.energy_estimate().high - baseline_.energy_estimate().low, 3 * baseline_.round_spread()[1]});
-  auto agrees = [&](const AllMaxRound& a, double t, double e) {
-    return std::abs(a.time - t) <= time_band && std::abs(a.energy - e) <= energy_band;
-  };
+  const auto agrees = [this](const AllMaxRound& a, double t, double e) { return agree_as_baseline_rounds(a, t, e); };
   if (agrees(probe, baseline_.time(), baseline_.energy())) {
     probe_samples_.clear();
     baseline_.add(probe, static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)));

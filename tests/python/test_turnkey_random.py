@@ -1276,3 +1276,19 @@ def test_a_step_of_drift_within_profilings_band_that_two_checks_measured_starts_
     assert "all:1.01@225" in flag(scenario, "--straggler") and "1:1.228@1-648" in flag(scenario, "--straggler")
     outcome, events = judged_events(scenario)
     assert outcome.passes() == [] and outcome.history_saving_error <= 0.0035, outcome
+
+
+def test_a_baseline_left_few_rounds_by_a_late_step_gains_profilings_check_rounds(drawn):
+    """Instance 12033 of the permanent class (GPipe, 2 stages, 2 microbatches, noise 0.0182): pipeline 0 runs 1.23x
+    slow for good from iteration 186, in the warm-up's last rounds. The baseline was the 3 rounds after that step,
+    1% wide, and a plan 0.7% slower than all-max ran under it to the end, never judged too slow. Profiling's
+    all-max check rounds that agree with such a baseline join it: the plan is stepped up."""
+    scenario = drawn(12033, "permanent")
+    assert flag(scenario, "--straggler") == ["0:1.228@186"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    baseline = next(d["detail"] for d in decisions if d["event"] == "baseline")
+    assert "over 3 rounds" in baseline and "after a step in time" in baseline, baseline
+    slow = next(d["detail"] for d in decisions if d["event"] == "slow pipeline in the baseline")
+    assert "from warm-up round 35 on (after a step in time)" in slow, slow
+    assert any(d["event"] == "stepped up" for d in decisions), decisions
+    assert outcome.true_slowdown <= 0.006, outcome

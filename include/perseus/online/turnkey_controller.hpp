@@ -266,6 +266,9 @@ class TurnkeyController {
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
   void observe_probe(const RoundMeasurement& m);
+  bool agree_as_baseline_rounds(const AllMaxRound& round, double time, double energy) const;
+  void join_short_baseline(const RoundMeasurement& m, double conditions);
+  bool baseline_precise() const;
   void correct_baseline(double time, double energy);
   void judge_plan();
   bool probe_before_verdict(double ratio, double ratio_half, double target);
@@ -275,7 +278,7 @@ class TurnkeyController {
   void retry_saving_plan(const std::string& why, bool stale);
   void remember(const RoundMeasurement& m);
   void observe_warmup(int round, const RoundMeasurement& m);
-  void note_slow_pipelines();
+  void note_slow_pipelines(int level_from);
   void observe_profiling(const RoundMeasurement& m);
   void observe_deployed(const RoundMeasurement& m);
   bool measure_latency(const RoundMeasurement& m);
