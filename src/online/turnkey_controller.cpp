@@ -833,13 +833,14 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
   const bool on_curve_before = std::exchange(earlier_on_curve_, true);
   // A recovery it finds measures its clocks again itself; the conditions are then the cluster's as ever.
   const bool recovered = recovered_not_straggling(m);
-  auto each = conditions_like_the_others(m, disturbed_pipelines(m));
+  const auto disturbed = disturbed_pipelines(m);
+  auto each = conditions_like_the_others(m, disturbed);
   std::vector<double> measured;
   for (double c : each)
     if (c > 0) measured.push_back(c);
   if (measured.empty()) return since_check_.clear();
   const double now = median(std::move(measured));
-  if (!recovered) join_short_baseline(m, now);
+  if (!recovered) join_short_baseline(m, now, disturbed);
   profile_pipeline_conditions_ = std::move(each);
   const double moved = now / profile_conditions_;
   // The change came in the round that ran off its curves the way the check moved, where the rounds
@@ -881,12 +882,12 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
 // in the warm-up leaves it the rounds after the step) is known only roughly: 3 rounds at noise 0.018 left it
 // 1% wide, and a plan 0.7% slower than all-max passed under it. Profiling's check rounds run all-max: each
 // that ran at the baseline's conditions, undisturbed, joins it, as an agreeing probe does once deployed.
-void TurnkeyController::join_short_baseline(const RoundMeasurement& m, double conditions) {
+void TurnkeyController::join_short_baseline(const RoundMeasurement& m, double conditions,
+                                            const std::vector<bool>& disturbed) {
   constexpr std::size_t kShortBaseline = 10;
   if (baseline_.size() >= kShortBaseline || baseline_precise() || std::abs(conditions - 1) > kCheckBand ||
       detector_.current())
     return;
-  const auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;
   const AllMaxRound round{m.iteration_time, m.energy};
   if (!agree_as_baseline_rounds(round, baseline_.time(), baseline_.energy())) return;
@@ -1449,10 +1450,9 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // round that shows the GPUs' pace changed within the plan's first round ends it whatever else it shows (under
   // noise above 0.33% a round, that change would also pass for a first round that strayed).
   enum class AnewRound { kAgrees, kFirstStrayed, kLeftOut, kEnds };
-  const auto anew_round = [&](const Calibration& cal, const Calibration::SinceAnew& since, double ratio,
-                              double cluster) {
+  const auto anew_round = [&](const Calibration::SinceAnew& since, double ratio, double cluster, bool began) {
     if (agrees_with_mean(ratio, since)) return AnewRound::kAgrees;
-    if (began_in_a_change(cal, since, ratio)) return AnewRound::kEnds;
+    if (began) return AnewRound::kEnds;
     if (first_round_strayed(since, ratio, cluster)) return AnewRound::kFirstStrayed;
     if (way_off(ratio, mean_since(since)) != since.off_way) return AnewRound::kLeftOut;
     return AnewRound::kEnds;
@@ -1479,6 +1479,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
     if (d < ratios.size() && ratios[d] > 0 && m.pipeline_time[d] > 0) {
       if (cal.plan_changed) cal.from_probe = {};  // the probe calibrated the plan before
       const Calibration::SinceAnew since = std::exchange(cal.since_anew, {});
+      const bool began = began_in_a_change(cal, since, ratios[d]);
       const bool straggling_here = follows_straggler_on(d);
       const bool usable = !straggling_here && !detector_.suspects() && d < conditions_.size();
       // A round of the same plan under the same conditions, none measured at the top clock: what the probes
@@ -1585,7 +1586,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
           pending = {};
         }
       } else if (const AnewRound verdict = same_plan_off_top && since.rounds > 0 && since.rounds < kAnewRounds
-                                               ? anew_round(cal, since, ratios[d], cluster_change)
+                                               ? anew_round(since, ratios[d], cluster_change, began)
                                                : AnewRound::kEnds;
                  verdict != AnewRound::kEnds) {
         // The plan's next rounds after it was calibrated anew, as long as they run as its first ones did:
@@ -1606,7 +1607,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
         }
         cal.per_ratio = cal.anew_conditions / mean_since(cal.since_anew);
       } else if (!straggling_here && d < conditions_.size() && !cal.plan_changed && !cal.conditions_changed &&
-                 !now[d] && since.rounds == 1 && began_in_a_change(cal, since, ratios[d])) {
+                 !now[d] && began) {
         // Its new plan's first round ran off what the plan before's calibration expected, and its second
         // further off the same way: its GPUs' pace changed within the first round (a pipeline recovering
         // as its plan changed; calibrated on that round, its conditions read 2.7% slow for good), not
@@ -1974,8 +1975,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   if (ref.iteration_time <= 0 || ref.energy <= 0) return;
   AllMaxRound probe{m.iteration_time * baseline_.time() / ref.iteration_time,
                     m.energy * baseline_.energy() / ref.energy};
-  const auto agrees = [this](const AllMaxRound& a, double t, double e) { return agree_as_baseline_rounds(a, t, e); };
-  if (agrees(probe, baseline_.time(), baseline_.energy())) {
+  if (agree_as_baseline_rounds(probe, baseline_.time(), baseline_.energy())) {
     probe_samples_.clear();
     baseline_.add(probe, static_cast<std::size_t>(std::max(config_.max_baseline_rounds, 12)));
     return estimate_baseline();
@@ -1983,7 +1983,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   probe_samples_.push_back(probe);
   if (probe_samples_.size() < 2) return;  // probed again next round
   const auto& a = probe_samples_[probe_samples_.size() - 2];
-  if (!agrees(a, probe.time, probe.energy)) {
+  if (!agree_as_baseline_rounds(a, probe.time, probe.energy)) {
     if (probe_samples_.size() >= 3) probe_samples_.clear();  // too noisy to tell: keep the baseline
     return;
   }

@@ -267,7 +267,7 @@ class TurnkeyController {
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
   void observe_probe(const RoundMeasurement& m);
   bool agree_as_baseline_rounds(const AllMaxRound& round, double time, double energy) const;
-  void join_short_baseline(const RoundMeasurement& m, double conditions);
+  void join_short_baseline(const RoundMeasurement& m, double conditions, const std::vector<bool>& disturbed);
   bool baseline_precise() const;
   void correct_baseline(double time, double energy);
   void judge_plan();
