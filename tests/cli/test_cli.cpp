@@ -39,7 +39,7 @@ class Cli : public ::testing::Test {
     return (dir_ / name).string();
   }
   fs::path dir_;
-  const std::string example_ = std::string(PERSEUS_SOURCE_DIR) + "/examples/synthetic-4stage.csv";
+  const std::string example_ = PERSEUS_SOURCE_DIR "/examples/synthetic-4stage.csv";
 };
 
 }  // namespace

@@ -70,7 +70,8 @@ TEST(Profile, BadValuesNameFileLineAndField) {
 }
 
 TEST(Profile, DuplicateRowPointsAtTheFirst) {
-  const std::string text = std::string(kGood) + "1,forward,1410,0.06,22,1\n";
+  std::string text = kGood;
+  text += "1,forward,1410,0.06,22,1\n";
   EXPECT_EQ(error_of(text),
             "p.csv:6: field 'frequency': duplicate row for stage 1 forward at 1410 MHz (first on line 4)");
 }
