@@ -15,9 +15,10 @@ set(PERSEUS_PCH_NETWORK <boost/asio/io_context.hpp> <boost/asio/ip/tcp.hpp> <boo
                         <boost/asio/steady_timer.hpp> <boost/asio/strand.hpp> <boost/beast/core.hpp>
                         <boost/beast/http.hpp>)
 
-# perseus_precompile(TARGET HEADERS...): TARGET's files see HEADERS precompiled (where PERSEUS_PCH is on).
+# perseus_precompile(TARGET HEADERS...): TARGET's files see the standard and format headers above, then
+# HEADERS, precompiled (where PERSEUS_PCH is on). Every target given links nlohmann-json and fmt.
 function(perseus_precompile target)
   if(PERSEUS_PCH)
-    target_precompile_headers(${target} PRIVATE ${ARGN})
+    target_precompile_headers(${target} PRIVATE ${PERSEUS_PCH_STANDARD} ${PERSEUS_PCH_FORMATS} ${ARGN})
   endif()
 endfunction()
