@@ -1,7 +1,8 @@
 """One turnkey scenario against its twin: `perseus serve --scheduler Perseus` and `perseus simulate`, then an
 `AllMaxFrequency` server and the same `perseus simulate` flags (profile, seed, noise, disturbances). The truth is
 simulate's own time and energy against the twin's; the ideal is `perseus whatif`'s noise-free saving at T'/T = 1
-for the same schedule and shape. What the benchmark scripts (turnkey_robustness.py, turnkey_random.py) share.
+for the same schedule and shape (on GPUs of different speeds, each pipeline's frontier on its own GPUs, paced to the
+slowest pipeline: whatif_saving_on_gpus). What the benchmark scripts (turnkey_robustness.py, turnkey_random.py) share.
 
 Every round is one report window (`--report-every` = the round length), so that what the server reported after
 each round (its status `history`) is compared with the truth over the same rounds, and rounds that ran all-max
@@ -20,7 +21,7 @@ from typing import Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from local_server import serve  # noqa: E402
-from whatif_saving import whatif_saving  # noqa: E402
+from whatif_saving import whatif_saving, whatif_saving_on_gpus  # noqa: E402
 
 ROUND = 5  # iterations per round (perseus simulate's --round-iterations default)
 TINY_IDEAL = 0.01  # below this ideal saving, shares say nothing and all-max rounds cannot be told apart
@@ -112,8 +113,9 @@ class Outcome:
         return out
 
 
-def run_simulation(perseus, scenario: Scenario, scheduler: str) -> Tuple[List[dict], dict, List[dict]]:
-    """One server and one simulation: (per-round reports, the final server status, the decisions)."""
+def run_simulation(perseus, scenario: Scenario, scheduler: str) -> Tuple[List[dict], dict, List[dict], list]:
+    """One server and one simulation: (per-round reports, the final server status, the decisions, the GPUs' speeds
+    as the summary gives them: empty without a spread)."""
     args = json.dumps({"wait_for_plan": True, **scenario.scheduler_args}) if scheduler == "Perseus" else "{}"
     with tempfile.TemporaryDirectory() as dump:
         server, url = serve(perseus, ["--scheduler", scheduler, "--dump-dir", dump, "--scheduler-args", args])
@@ -139,7 +141,7 @@ def run_simulation(perseus, scenario: Scenario, scheduler: str) -> Tuple[List[di
             server.wait()
     reports = [json.loads(line)["report"] for line in lines if line.startswith('{"report"')]
     summary = json.loads(lines[-1])["summary"]
-    return reports, summary.get("server") or {}, decisions
+    return reports, summary.get("server") or {}, decisions, summary.get("gpu_speeds") or []
 
 
 def mean_over(reports, first, last, excluded=()):
@@ -159,14 +161,19 @@ def mean_over(reports, first, last, excluded=()):
     return t / n, e / n
 
 
-def ideal_saving(perseus, scenario: Scenario, unit_time, cache={}):
-    key = (scenario.profile, tuple(scenario.shape()), scenario.p_block, unit_time)
+def ideal_saving(perseus, scenario: Scenario, unit_time, gpu_speeds=(), cache={}):
+    speeds = tuple(tuple(tuple(ranks) for ranks in stages) for stages in gpu_speeds)
+    key = (scenario.profile, tuple(scenario.shape()), scenario.p_block, unit_time, speeds)
     if key not in cache:
-        cache[key] = whatif_saving(perseus, scenario.profile, scenario.shape(), scenario.p_block, unit_time)
+        if speeds:
+            cache[key] = whatif_saving_on_gpus(perseus, scenario.profile, scenario.shape(), scenario.schedule,
+                                               scenario.p_block, unit_time, speeds)
+        else:
+            cache[key] = whatif_saving(perseus, scenario.profile, scenario.shape(), scenario.p_block, unit_time)
     return cache[key]
 
 
-def judge(perseus, scenario: Scenario, reports, twin, status, decisions) -> Outcome:
+def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_speeds=()) -> Outcome:
     out = Outcome(scenario)
     n = scenario.iterations
     last_disturbance = max([b for _, b in scenario.disturbances], default=0)
@@ -185,7 +192,7 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions) -> Outc
     out.reason = plan.get("reason", "")
     out.phase = status.get("phase", "")
     if plan.get("unit_time"):
-        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"])
+        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds)
     out.reported_saving, out.reported_slowdown = status.get("saving"), status.get("slowdown")
     out.reported_ci = status.get("saving_ci")
     report_rounds = scenario.scheduler_args.get("report_rounds", 60)
@@ -248,9 +255,9 @@ def run_scenario(perseus, scenario: Scenario) -> Outcome:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             mine = pool.submit(run_simulation, perseus, scenario, "Perseus")
             other = pool.submit(run_simulation, perseus, scenario, "AllMaxFrequency")
-            reports, status, decisions = mine.result()
-            twin, _, _ = other.result()
-        out = judge(perseus, scenario, reports, twin, status, decisions)
+            reports, status, decisions, gpu_speeds = mine.result()
+            twin, _, _, _ = other.result()
+        out = judge(perseus, scenario, reports, twin, status, decisions, gpu_speeds)
     except Exception as e:  # noqa: BLE001 - a failed scenario is a row that says why
         out = Outcome(scenario, error=f"{type(e).__name__}: {e}")
     out.wall = time.time() - started

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
+#include <string>
+#include <vector>
 #include <nlohmann/json.hpp>
 
 #include "perseus/cli/arguments.hpp"
@@ -18,6 +21,31 @@
 
 namespace perseus::cli {
 namespace {
+
+// The slowest and fastest GPU the spread drew, and where.
+std::string describe_gpu_speeds(const std::vector<std::vector<std::vector<double>>>& speeds) {
+  struct Gpu {
+    double speed;
+    std::size_t pipeline, stage, rank;
+  };
+  std::optional<Gpu> slowest, fastest;
+  for (std::size_t d = 0; d < speeds.size(); ++d)
+    for (std::size_t s = 0; s < speeds[d].size(); ++s)
+      for (std::size_t t = 0; t < speeds[d][s].size(); ++t) {
+        const Gpu gpu{speeds[d][s][t], d, s, t};
+        if (!slowest || gpu.speed > slowest->speed) slowest = gpu;
+        if (!fastest || gpu.speed < fastest->speed) fastest = gpu;
+      }
+  if (!slowest) return {};
+  auto where = [&](const Gpu& g) {
+    return fmt::format("pipeline {}, stage {}{}", g.pipeline, g.stage,
+                       speeds[g.pipeline][g.stage].size() > 1 ? fmt::format(", rank {}", g.rank) : std::string());
+  };
+  return fmt::format(
+      "  GPU speeds (--gpu-speed-spread): time and energy x{:.4f} on the slowest ({}) to x{:.4f} on the "
+      "fastest ({})\n",
+      slowest->speed, where(*slowest), fastest->speed, where(*fastest));
+}
 
 using nlohmann::json;
 
@@ -137,6 +165,7 @@ int run_simulate(SimulateArgs& args) {
                 {"training_seconds", summary.training_seconds},
                 {"whole", to_json(summary.whole)},
                 {"server", status ? *status : json(nullptr)}};
+    if (!summary.gpu_speeds.empty()) out["gpu_speeds"] = summary.gpu_speeds;
     std::printf("%s\n", json{{"summary", out}}.dump().c_str());
   } else {
     std::printf("%s", fmt::format("summary: {} iterations ({}), job {}\n", summary.iterations, summary.ended,
@@ -147,6 +176,7 @@ int run_simulate(SimulateArgs& args) {
                             summary.whole.iteration_time, summary.whole.energy,
                             summary.whole.iteration_time * summary.iterations, wall)
                     .c_str());
+    if (!summary.gpu_speeds.empty()) std::printf("%s", describe_gpu_speeds(summary.gpu_speeds).c_str());
     if (summary.disabled_ranks > 0)
       std::printf("%s", fmt::format("  perseus was disabled on {} of {} ranks (they trained at default clocks)\n",
                                     summary.disabled_ranks, summary.ranks)

@@ -116,6 +116,7 @@ class Cluster {
       if (on_report) on_report(report);
     }
     summary.training_seconds = std::chrono::duration<double>(SteadyClock::now() - began_).count();
+    if (config_.gpu_speed_spread > 0) summary.gpu_speeds = gpu_speeds();
     // The last round's exchange ends before any rank leaves (a rank that finished while others
     // wait at the barrier would fail the job).
     wait_for_server(std::chrono::seconds(10));
@@ -269,6 +270,18 @@ class Cluster {
     if (ranks_.front().client) summary.job_id = ranks_.front().client->job_id();
     if (!summary.job_id.empty() && config_.on_registered)
       config_.on_registered(summary.job_id, ranks_.front().client->job_secret());
+  }
+
+  std::vector<std::vector<std::vector<double>>> gpu_speeds() {
+    std::vector<std::vector<std::vector<double>>> out(static_cast<std::size_t>(config_.pipelines));
+    for (int d = 0; d < config_.pipelines; ++d) {
+      auto& stages = out[static_cast<std::size_t>(d)];
+      stages.resize(static_cast<std::size_t>(config_.num_stages));
+      for (int s = 0; s < config_.num_stages; ++s)
+        for (int t = 0; t < config_.tensor_parallel; ++t)
+          stages[static_cast<std::size_t>(s)].push_back(rank_at(d, s, t).speed);
+    }
+    return out;
   }
 
   double speed_factor(std::mt19937_64& rng) const {

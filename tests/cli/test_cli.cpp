@@ -653,6 +653,26 @@ TEST_F(Cli, SimulatePrintsReportsAndASummaryAndEndsCleanlyOnCtrlC) {
   EXPECT_NE(r.output.find("  pipeline 1: compute 2.8365 s, 7339.0 J"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("summary: 20 iterations (ran 20 iterations)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("server: done (AllMaxFrequency), round 4"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("GPU speeds"), std::string::npos) << "GPUs all alike: nothing to say";
+  // Under a spread, the summary names the slowest and fastest GPU; with --json, it lists every one.
+  auto spread = run("simulate " + profile + shape + " --pipelines 2 --iterations 10 --gpu-speed-spread 0.02 --seed 5");
+  ASSERT_EQ(spread.code, 0) << spread.output;
+  const auto said = spread.output.find("GPU speeds (--gpu-speed-spread): time and energy x1.");
+  ASSERT_NE(said, std::string::npos) << spread.output;
+  EXPECT_NE(spread.output.find("on the slowest (pipeline ", said), std::string::npos) << spread.output;
+  EXPECT_NE(spread.output.find(" on the fastest (pipeline ", said), std::string::npos) << spread.output;
+  auto listed = json_lines(
+      run("simulate " + profile + shape + " --pipelines 2 --iterations 10 --gpu-speed-spread 0.02 --seed 5 --json")
+          .output);
+  ASSERT_FALSE(listed.empty());
+  const auto& speeds = listed.back()["summary"]["gpu_speeds"];
+  ASSERT_EQ(speeds.size(), 2u) << speeds.dump();
+  double slowest = 0;
+  for (const auto& stages : speeds) {
+    ASSERT_EQ(stages.size(), 8u) << speeds.dump();
+    for (const auto& ranks : stages) slowest = std::max(slowest, ranks.at(0).get<double>());
+  }
+  EXPECT_NE(spread.output.find(fmt::format("x{:.4f} on the slowest", slowest)), std::string::npos) << spread.output;
 
   // --foreground: timeout otherwise signals the command and then its own process group, and the
   // second SIGINT, once the first was handled, ends the process at once (as a second Ctrl-C should).

@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 import turnkey_random  # noqa: E402
 import turnkey_truth  # noqa: E402
+import whatif_saving  # noqa: E402
 
 
 @pytest.fixture()
@@ -38,9 +39,9 @@ def drawn(tmp_path):
 
 def judged(scenario):
     """The scenario run against its AllMaxFrequency twin: (the judge's outcome, the loop's decisions)."""
-    reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
-    twin, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
-    return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions), decisions
+    reports, status, decisions, gpu_speeds = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
+    twin, _, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
+    return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions, gpu_speeds), decisions
 
 
 def judged_events(scenario):
@@ -174,7 +175,7 @@ def test_a_straggler_whose_own_plan_runs_slow_steps_that_plan_up(drawn):
     straggler's rounds; 0.54% now, the edge of what the interval at this noise lets the loop tell.)"""
     scenario = drawn(1390, None)
     assert "1:1.242@662-943" in scenario.simulate_args
-    reports, status, decisions = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
+    reports, status, decisions, _ = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
     events = [d["event"] for d in decisions]
     detected = events.index("straggler detected")
     during = [d["detail"] for d in decisions[detected:] if d["event"] == "stepped up"][:4]
@@ -1292,3 +1293,33 @@ def test_a_baseline_left_few_rounds_by_a_late_step_gains_profilings_check_rounds
     assert "from warm-up round 35 on (after a step in time)" in slow, slow
     assert any(d["event"] == "stepped up" for d in decisions), decisions
     assert outcome.true_slowdown <= 0.006, outcome
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "zbv"])
+def test_the_ideal_on_gpus_of_different_speeds_plans_each_pipeline_on_its_own_gpus(drawn, schedule):
+    """Under a GPU speed spread the ideal is planned on each pipeline's profile as its GPUs run it, the slowest
+    pipeline's all-max time the iteration's: each scaled profile's all-max time is what simulate's pipeline takes
+    at all-max on those GPUs (the model stages mapped to the GPUs that run them, interleaved and V-shaped too), and
+    on GPUs all alike the ideal is whatif's own."""
+    scenario = drawn(4, "spread", schedule)
+    spread = flag(scenario, "--gpu-speed-spread")
+    assert spread, scenario.simulate_args
+    quiet = dataclasses.replace(scenario, iterations=10,
+                                simulate_args=["--seed", flag(scenario, "--seed")[0], "--gpu-speed-spread", spread[0]])
+    reports, _, _, speeds = turnkey_truth.run_simulation(BINARY, quiet, "AllMaxFrequency")
+    assert len(speeds) == quiet.pipelines and all(len(s) == quiet.stages for s in speeds), speeds
+    unit_time = 1e-3
+    for d, per_stage in enumerate(speeds):
+        path = os.path.join(os.path.dirname(scenario.profile), f"pipeline-{d}.csv")
+        whatif_saving.scaled_profile(scenario.profile, [ranks[0] for ranks in per_stage], scenario.schedule, path)
+        top = whatif_saving.whatif_rows(BINARY, path, scenario.shape(), scenario.p_block, unit_time, 1.0)["all-max"]
+        simulated = reports[-1]["pipelines"][d]["compute_time"]
+        assert abs(top[0] / simulated - 1) < 1e-7, (d, top, simulated)  # whatif writes 9 digits
+    alike = [[[1.0]] * quiet.stages] * quiet.pipelines
+    plain = whatif_saving.whatif_saving(BINARY, scenario.profile, scenario.shape(), scenario.p_block, unit_time)
+    on_gpus = whatif_saving.whatif_saving_on_gpus(BINARY, scenario.profile, scenario.shape(), scenario.schedule,
+                                                  scenario.p_block, unit_time, alike)
+    assert abs(on_gpus - plain) < 1e-4, (on_gpus, plain)  # whatif prints its saving to 0.01%
+    spread_ideal = whatif_saving.whatif_saving_on_gpus(BINARY, scenario.profile, scenario.shape(), scenario.schedule,
+                                                       scenario.p_block, unit_time, speeds)
+    assert abs(spread_ideal - plain) > 1e-4, "GPUs of different speeds have another ideal"

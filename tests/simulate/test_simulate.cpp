@@ -156,6 +156,32 @@ TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
   EXPECT_DOUBLE_EQ(a.whole.iteration_time, b.whole.iteration_time);
   EXPECT_NE(a.whole.pipelines[0].compute_time, a.whole.pipelines[1].compute_time);  // no two pipelines alike
   EXPECT_NEAR(a.reports[0].iteration_time, a.reports[3].iteration_time, 1e-9);      // the same for the whole run
+  // The summary says what each GPU drew: each pipeline runs all-max as the profile scaled by its
+  // GPUs' speeds, stage by stage, says it runs.
+  ASSERT_EQ(a.gpu_speeds.size(), 2u);
+  const Profile profile = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
+  for (std::size_t d = 0; d < 2; ++d) {
+    ASSERT_EQ(a.gpu_speeds[d].size(), 8u);
+    Profile scaled = profile;
+    for (auto& row : scaled.rows) {
+      ASSERT_EQ(a.gpu_speeds[d][static_cast<std::size_t>(row.stage)].size(), 1u);
+      const double speed = a.gpu_speeds[d][static_cast<std::size_t>(row.stage)][0];
+      EXPECT_GT(speed, 0.8);
+      EXPECT_LT(speed, 1.25);
+      row.time *= speed;
+      row.energy *= speed;
+    }
+    EmulatorConfig emulated;
+    emulated.num_stages = 8;
+    emulated.num_microbatches = 12;
+    emulated.p_block = kA100BlockingPowerW;
+    const auto top =
+        Emulator(scaled, emulated).time_and_energy(std::vector<std::vector<int>>(8, std::vector<int>(24, 1410)));
+    EXPECT_NEAR(a.whole.pipelines[d].compute_time, top.time, 1e-9);
+  }
+  EXPECT_NE(a.gpu_speeds[0], a.gpu_speeds[1]);
+  config.gpu_speed_spread = 0;
+  EXPECT_TRUE(simulate::simulate_cluster(config).gpu_speeds.empty());
   config.gpu_speed_spread = 2;
   EXPECT_THROW((void)simulate::simulate_cluster(config), Error);
 }

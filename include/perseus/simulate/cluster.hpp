@@ -111,6 +111,10 @@ struct SimulationSummary {
   double training_seconds = 0;  // wall time of the iterations (clients' start and close not included)
   WindowReport whole;           // every iteration
   std::vector<WindowReport> reports;
+  // [pipeline][stage][tensor-parallel rank]: each GPU's factor on its instructions' time and energy
+  // (gpu_speed_spread), so that what the cluster could have saved is computed on the GPUs it ran;
+  // empty without a spread.
+  std::vector<std::vector<std::vector<double>>> gpu_speeds;
 };
 
 // Checks the configuration (Error, usage) and the profile's coverage (InputError): what
