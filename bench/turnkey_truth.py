@@ -161,7 +161,29 @@ def mean_over(reports, first, last, excluded=()):
     return t / n, e / n
 
 
-def ideal_saving(perseus, scenario: Scenario, unit_time, gpu_speeds=(), cache={}):
+def window_slowdowns(scenario: Scenario, first: int, last: int) -> List[float]:
+    """Per pipeline, the product of the `--straggler` factors active over the whole of iterations first..last (a
+    straggler slows time and energy alike, as a slower GPU does); one that covers only part of them counts not."""
+    out = [1.0] * scenario.pipelines
+    args = scenario.simulate_args
+    for spec in (args[i + 1] for i, a in enumerate(args) if a == "--straggler"):
+        who, rest = spec.split(":")
+        factor, span = rest.split("@")
+        begin, _, end = span.partition("-")
+        if int(begin) <= first and (not end or int(end) >= last):
+            for d in range(scenario.pipelines):
+                if who in ("all", "*") or int(who) == d:
+                    out[d] *= float(factor)
+    return out
+
+
+def ideal_saving(perseus, scenario: Scenario, unit_time, gpu_speeds=(), slowdowns=(), cache={}):
+    """whatif's saving at T'/T = 1, or, on GPUs of different speeds or under stragglers that last the whole window,
+    each pipeline's own frontier on the GPUs as they ran (whatif_saving_on_gpus)."""
+    if gpu_speeds or any(f != 1 for f in slowdowns):
+        base = gpu_speeds or [[[1.0]] * scenario.stages] * scenario.pipelines
+        factors = list(slowdowns) or [1.0] * len(base)
+        gpu_speeds = [[[x * factors[d] for x in ranks] for ranks in stages] for d, stages in enumerate(base)]
     speeds = tuple(tuple(tuple(ranks) for ranks in stages) for stages in gpu_speeds)
     key = (scenario.profile, tuple(scenario.shape()), scenario.p_block, unit_time, speeds)
     if key not in cache:
@@ -191,8 +213,12 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_spe
     out.step_ups = plan.get("step_ups", 0)
     out.reason = plan.get("reason", "")
     out.phase = status.get("phase", "")
+    lowest_ideal = None
     if plan.get("unit_time"):
-        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds)
+        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds, window_slowdowns(scenario, first, n))
+        # A straggler over the whole window may have begun after the first plans: before it, the undisturbed
+        # cluster's ideal is what a round could save.
+        lowest_ideal = min(out.ideal, ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds))
     out.reported_saving, out.reported_slowdown = status.get("saving"), status.get("slowdown")
     out.reported_ci = status.get("saving_ci")
     report_rounds = scenario.scheduler_args.get("report_rounds", 60)
@@ -228,7 +254,7 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_spe
     out.retries = sum(1 for d in decisions if d.get("event") == "retrying")
     # Rounds at all-max after the first deployment: their saving below a fifth of the ideal (all-max rounds run
     # the twin's very draws, so their saving is 0 up to the twin's noise).
-    if out.first_deployed_round is not None and out.ideal is not None and out.ideal >= TINY_IDEAL:
+    if out.first_deployed_round is not None and lowest_ideal is not None and lowest_ideal >= TINY_IDEAL:
         disturbed = set()
         for a, b in scenario.disturbances:
             disturbed.update(range((a - 1) // ROUND, (min(b, scenario.iterations) - 1) // ROUND + 1))
@@ -236,7 +262,7 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_spe
         for r in rounds:
             if r < out.first_deployed_round:
                 continue
-            at_max = 1 - by_round[r]["energy"] / twin_round[r]["energy"] < out.ideal / 5
+            at_max = 1 - by_round[r]["energy"] / twin_round[r]["energy"] < lowest_ideal / 5
             if at_max:
                 run += 1
                 if r not in disturbed:

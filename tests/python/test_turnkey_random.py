@@ -1323,3 +1323,22 @@ def test_the_ideal_on_gpus_of_different_speeds_plans_each_pipeline_on_its_own_gp
     spread_ideal = whatif_saving.whatif_saving_on_gpus(BINARY, scenario.profile, scenario.shape(), scenario.schedule,
                                                        scenario.p_block, unit_time, speeds)
     assert abs(spread_ideal - plain) > 1e-4, "GPUs of different speeds have another ideal"
+
+
+def test_a_straggler_over_the_whole_judged_window_is_in_the_ideal_and_one_over_part_of_it_is_not(drawn):
+    """A straggler active over every judged iteration is how the cluster ran there: the ideal plans the slowed
+    pipeline on its slower GPUs and gives the others its slack (more to save than the undisturbed cluster has);
+    one that ends or begins within the window leaves the undisturbed ideal."""
+    scenario = dataclasses.replace(drawn(6, "quiet", "1f1b"), pipelines=3, simulate_args=[
+        "--straggler", "1:1.1@1", "--straggler", "all:1.01@145", "--straggler", "0:1.2@100-600",
+        "--straggler", "2:1.3@1-1000", "--straggler", "2:1.5@900"])
+    assert turnkey_truth.window_slowdowns(scenario, 501, 1000) == pytest.approx([1.01, 1.111, 1.313])
+    assert turnkey_truth.window_slowdowns(scenario, 101, 600) == pytest.approx([1.2, 1.1, 1.3])
+    unit_time = 1e-3
+    undisturbed = turnkey_truth.ideal_saving(BINARY, scenario, unit_time)
+    slowed = turnkey_truth.ideal_saving(BINARY, scenario, unit_time, slowdowns=[1.0, 1.1, 1.0])
+    assert slowed == pytest.approx(whatif_saving.whatif_saving_on_gpus(
+        BINARY, scenario.profile, scenario.shape(), scenario.schedule, scenario.p_block, unit_time,
+        [[[1.0]] * scenario.stages, [[1.1]] * scenario.stages, [[1.0]] * scenario.stages]))
+    assert slowed > undisturbed + 0.01, (slowed, undisturbed)
+    assert turnkey_truth.ideal_saving(BINARY, scenario, unit_time, slowdowns=[1.0, 1.0, 1.0]) == undisturbed
