@@ -2245,7 +2245,7 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     const double half = config_.detector.threshold / 2;
     const double others = median_of_others(ratios, d, straggling);
     const double relative = ratios[d] / others;
-    if (paced_slower_than_planned(d, ratios[d], others)) changed = true;
+    if (slowed_less_than_a_straggler(d, ratios[d], others)) changed = true;
     // A pipeline on faster GPUs than the others that slowed since (a slowdown taken in, pace_change_ above
     // 1) may still be no slower than them: its recovery is its own time falling, taken down to its pace
     // before that slowdown and no further than half the threshold past it, however far it fell (the
@@ -2288,16 +2288,16 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
   return changed;
 }
 
-// A pipeline paced to a slower one whose GPUs slowed by less than a straggler (more than half the
-// threshold, its own time rising by more than the others' fell): its plan, paced to the old speed, would
-// end the iteration after the pace setter every round. Its new pace is taken as a recovery's is, from
-// the rounds in a row it ran slow but the first. Returns whether it was taken.
-bool TurnkeyController::paced_slower_than_planned(std::size_t d, double ratio, double others) {
+// A pipeline whose GPUs slowed by less than a straggler (more than half the threshold, its own time
+// rising by more than the others' fell). Paced to a slower one, its plan, paced to the old speed, would
+// end the iteration after the pace setter every round; setting the pace (the target plan), it ends every
+// iteration that much later and the others keep the slack it gives them. Its new pace is taken as a
+// recovery's is, from the rounds in a row it ran slow but the first. Returns whether it was taken.
+bool TurnkeyController::slowed_less_than_a_straggler(std::size_t d, double ratio, double others) {
   auto& slow = slow_rounds_[d];
   const double half = config_.detector.threshold / 2;
-  const bool paced_to_another =
-      d < pace_of_.size() && pace_of_[d] != Assignment::kTargetPlan && pace_of_[d] != Assignment::kLeadPlan;
-  if (!paced_to_another || others <= 0 || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
+  const bool planned = d < pace_of_.size() && pace_of_[d] != Assignment::kLeadPlan;
+  if (!planned || others <= 0 || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
     slow.clear();
     return false;
   }
@@ -2306,10 +2306,11 @@ bool TurnkeyController::paced_slower_than_planned(std::size_t d, double ratio, d
   const double since = pace_from_rounds(slow);
   slow.clear();
   take_pace_change(d, since);
-  decide(DecisionEvent::pipeline_slowed,
-         fmt::format("pipeline {}, paced to a slower one, runs {:.3f}x slower than its plan predicts (less than a "
-                     "straggler): its plan is paced to its GPUs as they run now",
-                     d, since));
+  decide(
+      DecisionEvent::pipeline_slowed,
+      fmt::format("pipeline {}, {}, runs {:.3f}x slower than its plan predicts (less than a straggler): its plan "
+                  "is paced to its GPUs as they run now",
+                  d, pace_of_[d] == Assignment::kTargetPlan ? "on the target plan" : "paced to a slower one", since));
   return true;
 }
 

@@ -274,7 +274,7 @@ class TurnkeyController {
   bool probe_before_verdict(double ratio, double ratio_half, double target);
   Evidence verdict_evidence() const;
   void rejudge_under_probe(const Reference& judged_under);
-  bool paced_slower_than_planned(std::size_t d, double ratio, double others);
+  bool slowed_less_than_a_straggler(std::size_t d, double ratio, double others);
   void retry_saving_plan(const std::string& why, bool stale);
   void remember(const RoundMeasurement& m);
   void observe_warmup(int round, const RoundMeasurement& m);
