@@ -195,7 +195,9 @@ def ideal_saving(perseus, scenario: Scenario, unit_time, gpu_speeds=(), slowdown
     return cache[key]
 
 
-def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_speeds=()) -> Outcome:
+def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_speeds=(), as_ran=True) -> Outcome:
+    """The outcome against the twin. `as_ran`: the ideal on the GPUs as they ran over the judged window (their
+    `gpu_speeds` and the stragglers over all of it); otherwise the undisturbed cluster's."""
     out = Outcome(scenario)
     n = scenario.iterations
     last_disturbance = max([b for _, b in scenario.disturbances], default=0)
@@ -215,7 +217,10 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_spe
     out.phase = status.get("phase", "")
     lowest_ideal = None
     if plan.get("unit_time"):
-        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds, window_slowdowns(scenario, first, n))
+        slowdowns = window_slowdowns(scenario, first, n) if as_ran else ()
+        if not as_ran:
+            gpu_speeds = ()
+        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds, slowdowns)
         # A straggler over the whole window may have begun after the first plans: before it, the undisturbed
         # cluster's ideal is what a round could save.
         lowest_ideal = min(out.ideal, ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds))

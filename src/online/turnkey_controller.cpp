@@ -2297,7 +2297,10 @@ bool TurnkeyController::slowed_less_than_a_straggler(std::size_t d, double ratio
   auto& slow = slow_rounds_[d];
   const double half = config_.detector.threshold / 2;
   const bool planned = d < pace_of_.size() && pace_of_[d] != Assignment::kLeadPlan;
-  if (!planned || others <= 0 || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
+  // On the target plan, slower by the threshold is the straggler detector's to name (and follow until it recovers).
+  const bool straggling =
+      d < pace_of_.size() && pace_of_[d] == Assignment::kTargetPlan && ratio / others > 1 + config_.detector.threshold;
+  if (!planned || others <= 0 || straggling || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
     slow.clear();
     return false;
   }

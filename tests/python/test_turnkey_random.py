@@ -37,11 +37,13 @@ def drawn(tmp_path):
     return draw
 
 
-def judged(scenario):
-    """The scenario run against its AllMaxFrequency twin: (the judge's outcome, the loop's decisions)."""
+def judged(scenario, as_ran=False):
+    """The scenario run against its AllMaxFrequency twin: (the judge's outcome, the loop's decisions). The ideal is
+    the undisturbed cluster's, which the instances below were found and written against, unless `as_ran` (the
+    benchmark's: on the GPUs as they ran over the judged window)."""
     reports, status, decisions, gpu_speeds = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
     twin, _, _, _ = turnkey_truth.run_simulation(BINARY, scenario, "AllMaxFrequency")
-    return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions, gpu_speeds), decisions
+    return turnkey_truth.judge(BINARY, scenario, reports, twin, status, decisions, gpu_speeds, as_ran), decisions
 
 
 def judged_events(scenario):
@@ -679,7 +681,7 @@ def test_a_pipeline_on_the_target_plan_slower_by_less_than_a_straggler_for_good_
     pace, the other's plan is paced to it."""
     scenario = drawn(17001, "mild-straggler")
     assert flag(scenario, "--straggler") == ["0:1.040@426"], scenario.simulate_args
-    outcome, decisions = judged(scenario)
+    outcome, decisions = judged(scenario, as_ran=True)
     assert not any(d["event"] == "straggler detected" for d in decisions), decisions
     assert any(d["event"] == "pipeline slowed" and d["round"] > 426 // 5 and "pipeline 0, on the target plan" in
                d["detail"] for d in decisions), decisions
