@@ -217,13 +217,11 @@ def judge(perseus, scenario: Scenario, reports, twin, status, decisions, gpu_spe
     out.phase = status.get("phase", "")
     lowest_ideal = None
     if plan.get("unit_time"):
-        slowdowns = window_slowdowns(scenario, first, n) if as_ran else ()
-        if not as_ran:
-            gpu_speeds = ()
-        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds, slowdowns)
+        speeds, slowdowns = (gpu_speeds, window_slowdowns(scenario, first, n)) if as_ran else ((), ())
+        out.ideal = ideal_saving(perseus, scenario, plan["unit_time"], speeds, slowdowns)
         # A straggler over the whole window may have begun after the first plans: before it, the undisturbed
         # cluster's ideal is what a round could save.
-        lowest_ideal = min(out.ideal, ideal_saving(perseus, scenario, plan["unit_time"], gpu_speeds))
+        lowest_ideal = min(out.ideal, ideal_saving(perseus, scenario, plan["unit_time"], speeds))
     out.reported_saving, out.reported_slowdown = status.get("saving"), status.get("slowdown")
     out.reported_ci = status.get("saving_ci")
     report_rounds = scenario.scheduler_args.get("report_rounds", 60)

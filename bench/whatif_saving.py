@@ -60,18 +60,20 @@ def whatif_saving_on_gpus(perseus: str, profile: str, shape: List[str], schedule
     until then (whatif's choice at a straggler's pace), against all-max blocked as long."""
     stages = int(shape[shape.index("--stages") + 1])
     with tempfile.TemporaryDirectory() as scratch:
-        profiles, top = [], []
+        profiles, at_own_pace = [], []  # per pipeline: its scaled profile, whatif's rows at its all-max time
         for d, per_stage in enumerate(gpu_speeds):
             if any(len(ranks) != 1 for ranks in per_stage):
                 raise ValueError("tensor-parallel GPUs of one stage: not modelled here")
             path = os.path.join(scratch, f"pipeline-{d}.csv")
             scaled_profile(profile, [ranks[0] for ranks in per_stage], schedule, path)
             profiles.append(path)
-            top.append(whatif_rows(perseus, path, shape, p_block, unit_time, 1.0)["all-max"][0])
-        iteration = max(top)
+            at_own_pace.append(whatif_rows(perseus, path, shape, p_block, unit_time, 1.0))
+        iteration = max(rows["all-max"][0] for rows in at_own_pace)
         planned = all_max = 0.0
-        for path, own in zip(profiles, top):
-            rows = whatif_rows(perseus, path, shape, p_block, unit_time, iteration / own)
+        for path, rows in zip(profiles, at_own_pace):
+            own = rows["all-max"][0]
+            if own != iteration:  # paced to the slowest pipeline (the slowest one's rows are at its own pace)
+                rows = whatif_rows(perseus, path, shape, p_block, unit_time, iteration / own)
             for method, (plan_time, plan_energy, ends) in rows.items():
                 blocked = plan_energy + stages * (ends - plan_time) * p_block
                 if method == "perseus":

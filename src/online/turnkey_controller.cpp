@@ -2296,11 +2296,11 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
 bool TurnkeyController::slowed_less_than_a_straggler(std::size_t d, double ratio, double others) {
   auto& slow = slow_rounds_[d];
   const double half = config_.detector.threshold / 2;
-  const bool planned = d < pace_of_.size() && pace_of_[d] != Assignment::kLeadPlan;
+  const int plan = d < pace_of_.size() ? pace_of_[d] : Assignment::kLeadPlan;  // no plan yet: left alone
+  const bool on_target = plan == Assignment::kTargetPlan;
   // On the target plan, slower by the threshold is the straggler detector's to name (and follow until it recovers).
-  const bool straggling =
-      d < pace_of_.size() && pace_of_[d] == Assignment::kTargetPlan && ratio / others > 1 + config_.detector.threshold;
-  if (!planned || others <= 0 || straggling || ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
+  if (plan == Assignment::kLeadPlan || others <= 0 || (on_target && ratio / others > 1 + config_.detector.threshold) ||
+      ratio / others <= 1 + half || ratio - 1 <= 1 - others) {
     slow.clear();
     return false;
   }
@@ -2309,11 +2309,10 @@ bool TurnkeyController::slowed_less_than_a_straggler(std::size_t d, double ratio
   const double since = pace_from_rounds(slow);
   slow.clear();
   take_pace_change(d, since);
-  decide(
-      DecisionEvent::pipeline_slowed,
-      fmt::format("pipeline {}, {}, runs {:.3f}x slower than its plan predicts (less than a straggler): its plan "
-                  "is paced to its GPUs as they run now",
-                  d, pace_of_[d] == Assignment::kTargetPlan ? "on the target plan" : "paced to a slower one", since));
+  decide(DecisionEvent::pipeline_slowed,
+         fmt::format("pipeline {}, {}, runs {:.3f}x slower than its plan predicts (less than a straggler): its plan "
+                     "is paced to its GPUs as they run now",
+                     d, on_target ? "on the target plan" : "paced to a slower one", since));
   return true;
 }
 

@@ -28,12 +28,15 @@ using testing::gpt3_cluster;
 
 std::string profile_path(const std::string& name) { return testing::shared_profile_path(name); }
 
-Emulator gpt3_emulator() {
+Profile gpt3_profile() { return read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv")); }
+
+// The simulated clusters' pipeline (gpt3_cluster's shape) on `profile`.
+Emulator gpt3_emulator(const Profile& profile = gpt3_profile()) {
   EmulatorConfig config;
   config.num_stages = 8;
   config.num_microbatches = 12;
   config.p_block = kA100BlockingPowerW;
-  return Emulator(read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv")), config);
+  return Emulator(profile, config);
 }
 
 using SimulateTest = testing::ServerDirTest;
@@ -159,10 +162,9 @@ TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
   // The summary says what each GPU drew: each pipeline runs all-max as the profile scaled by its
   // GPUs' speeds, stage by stage, says it runs.
   ASSERT_EQ(a.gpu_speeds.size(), 2u);
-  const Profile profile = read_profile(profile_path("gpt3-175b+a100_sxm_bf16.csv"));
   for (std::size_t d = 0; d < 2; ++d) {
     ASSERT_EQ(a.gpu_speeds[d].size(), 8u);
-    Profile scaled = profile;
+    Profile scaled = gpt3_profile();
     for (auto& row : scaled.rows) {
       ASSERT_EQ(a.gpu_speeds[d][static_cast<std::size_t>(row.stage)].size(), 1u);
       const double speed = a.gpu_speeds[d][static_cast<std::size_t>(row.stage)][0];
@@ -171,12 +173,8 @@ TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
       row.time *= speed;
       row.energy *= speed;
     }
-    EmulatorConfig emulated;
-    emulated.num_stages = 8;
-    emulated.num_microbatches = 12;
-    emulated.p_block = kA100BlockingPowerW;
     const auto top =
-        Emulator(scaled, emulated).time_and_energy(std::vector<std::vector<int>>(8, std::vector<int>(24, 1410)));
+        gpt3_emulator(scaled).time_and_energy(std::vector<std::vector<int>>(8, std::vector<int>(24, 1410)));
     EXPECT_NEAR(a.whole.pipelines[d].compute_time, top.time, 1e-9);
   }
   EXPECT_NE(a.gpu_speeds[0], a.gpu_speeds[1]);
