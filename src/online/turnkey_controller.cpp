@@ -2253,14 +2253,17 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     // the other pipeline, running as predicted, a 1.07x straggler that the job was paced to).
     const double slowed_since = pace_change(d);
     const bool slowed_itself = pace <= 1 && slowed_since > 1 + half;
-    if (pace <= 1 && !slowed_itself) {  // not slower than the others in the first place
+    // Not slower than the others in the first place, and its own conditions show no speed-up (one slow in
+    // the baseline on faster GPUs ran at the others' pace there).
+    const bool fell_at_the_top_clock = own_conditions_fell(d);
+    if (pace <= 1 && !slowed_itself && !fell_at_the_top_clock) {
       fast.clear();
       continue;
     }
     // Next to others that slowed by less than a straggler (their conditions), it looks recovered without
     // having changed: a recovery is its own time falling by more than theirs rose.
     const bool fell_itself = 1 - ratios[d] > others - 1;
-    const bool explained = slowed_itself || pace > 1 + half || pace * relative >= 1 - half;
+    const bool explained = slowed_itself || pace > 1 + half || pace * relative >= 1 - half || fell_at_the_top_clock;
     if (relative < 1 - half && fell_itself && explained) fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;
@@ -2286,6 +2289,20 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
                        d, pace, pace * now));
   }
   return changed;
+}
+
+// Whether pipeline d's conditions (its GPUs now against its baseline's: its top-clock instructions, or its
+// calibrated plan where it runs none there) lie below the other pipelines' by more than half the straggler
+// threshold, having fallen by more than theirs rose: a recovery of its own GPUs, not the others slowing,
+// however far below the others' pace it takes it (one slow in the baseline on GPUs faster than the others'
+// ran at their pace there: refused, the others' plans stayed paced to its old pace and the job ran 1.2%
+// slower than all-max).
+bool TurnkeyController::own_conditions_fell(std::size_t d) const {
+  if (d >= conditions_.size() || conditions_[d] <= 0) return false;
+  const auto others = cluster_beside(d, conditions_, true);
+  if (!others || *others <= 0) return false;
+  const double own = conditions_[d] / pace_change(d);
+  return own / *others < 1 - config_.detector.threshold / 2 && 1 - own > *others - 1;
 }
 
 // A pipeline whose GPUs slowed by less than a straggler (more than half the threshold, its own time

@@ -629,6 +629,20 @@ def test_a_pipeline_slow_from_the_start_that_spread_half_hid_is_seen_to_recover(
     assert outcome.true_slowdown <= 0.005 and outcome.passes() == [], outcome
 
 
+def test_a_pipeline_slow_from_the_start_on_faster_gpus_recovers_past_the_others_pace(drawn):
+    """Instance 19015 of `spread+mild-straggler` (DualPipeV, 3 stages, noise 0.007, GPU spread 0.029): pipeline 0
+    runs 1.044x slow from the first iteration to 317, in the baseline, on GPUs faster than the other's. Recovered,
+    it ran 2.8% faster than the other, a recovery refused beyond half the straggler threshold (as likely the others
+    slowing, by the pipelines' times alone): the other pipeline, paced to the old pace, ended every iteration 1.2%
+    late, and stepping the target plan up to all-max bought none of it back (47% of the ideal, 0.79% slower). Its
+    own top-clock instructions show the speed-up, and the others' not moving, so it is taken."""
+    scenario = drawn(19015, "spread+mild-straggler")
+    assert flag(scenario, "--straggler") == ["0:1.044@1-317"], scenario.simulate_args
+    outcome, decisions = judged(scenario, as_ran=True)
+    assert any(d["event"] == "slow pipeline recovered" and "pipeline 0," in d["detail"] for d in decisions), decisions
+    assert outcome.passes() == [] and outcome.step_ups == 0, outcome
+
+
 def test_a_run_with_no_clock_latency_measures_none_however_often_it_looks(drawn):
     """Instance 6467 (DualPipeV, 2 stages, noise 0.0162, a slow spell of the cluster): the clocks take effect at
     once. The latency's estimate is looked at every round as changes accumulate; at a fixed 3 standard errors,

@@ -284,6 +284,7 @@ class TurnkeyController {
   bool measure_latency(const RoundMeasurement& m);
   void choose_for_latency();
   bool follow_baseline_changes(const std::vector<double>& measured);
+  bool own_conditions_fell(std::size_t pipeline) const;
   // The pipeline slowest at all-max on its GPUs as they run now (the one that sets the pace).
   std::size_t slowest_pipeline() const;
   // Whether pipelines a and b run their (model stage, kind)s at about the same relative speeds (one may be
