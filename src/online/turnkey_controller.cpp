@@ -1536,6 +1536,17 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
           ++probe.rounds;
           cal.per_ratio = probe.conditions / (probe.ratio_sum / probe.rounds);
         }
+      } else if (straggling_here && !now[d] && !cal.plan_changed && cal.probed && cal.per_ratio &&
+                 ran_as_before(cal, ratios[d])) {
+        // A later probe of the followed straggler's plan, within the noise of its calibration, the plan
+        // running as before it: weighed in with the estimates that calibrated it, each as much (a probe
+        // and a few rounds' ratios each know its conditions to a few tenths of a percent; the first probe's
+        // alone held them 0.4% high for the rest of the run, and the history's slowdown 0.37 points low).
+        const double around = (ratios[d] + cal.last_ratio) / 2;
+        const double calibrated = around * *cal.per_ratio;
+        const int before = cal.weighed.per_ratio == *cal.per_ratio ? cal.weighed.count : 1;
+        cal.per_ratio = calibrated * std::pow(*cal.probed / calibrated, 1.0 / (before + 1)) / around;
+        cal.weighed = {*cal.per_ratio, before + 1};
       } else if (straggling_here && cal.plan_changed && !now[d] && settled_straggler) {
         // The followed straggler given another plan (a retry, a step-up) with nothing at the top clock,
         // rounds after its slowdown was last detected: its conditions did not change with the plan. The

@@ -521,6 +521,12 @@ class TurnkeyController {
       int rounds = 0;
       int off_way = 0;  // the last round was left out, this far off their mean: +1 slower, -1 faster
     } from_probe;
+    // The calibration later probes of a followed straggler weighed in (a change of it by anything else
+    // starts the count again), and how many estimates it is the mean of.
+    struct Weighed {
+      double per_ratio = 0;
+      int count = 0;
+    } weighed;
   };
   std::vector<Calibration> calibration_;
   std::vector<double> all_max_conditions_;  // per pipeline, as the last all-max round measured them
