@@ -2266,15 +2266,15 @@ bool TurnkeyController::follow_baseline_changes(const std::vector<double>& measu
     const bool slowed_itself = pace <= 1 && slowed_since > 1 + half;
     // Not slower than the others in the first place, and its own conditions show no speed-up (one slow in
     // the baseline on faster GPUs ran at the others' pace there).
-    const bool fell_at_the_top_clock = own_conditions_fell(d);
-    if (pace <= 1 && !slowed_itself && !fell_at_the_top_clock) {
+    const bool its_conditions_fell = own_conditions_fell(d);
+    if (pace <= 1 && !slowed_itself && !its_conditions_fell) {
       fast.clear();
       continue;
     }
     // Next to others that slowed by less than a straggler (their conditions), it looks recovered without
     // having changed: a recovery is its own time falling by more than theirs rose.
     const bool fell_itself = 1 - ratios[d] > others - 1;
-    const bool explained = slowed_itself || pace > 1 + half || pace * relative >= 1 - half || fell_at_the_top_clock;
+    const bool explained = slowed_itself || pace > 1 + half || pace * relative >= 1 - half || its_conditions_fell;
     if (relative < 1 - half && fell_itself && explained) fast.push_back(relative);
     else fast.clear();
     if (fast.size() < static_cast<std::size_t>(std::max(config_.detector.rounds, 1))) continue;

@@ -162,9 +162,10 @@ TEST_F(SimulateTest, AWholeClusterStragglerAndAGpuSpeedSpread) {
   // The summary says what each GPU drew: each pipeline runs all-max as the profile scaled by its
   // GPUs' speeds, stage by stage, says it runs.
   ASSERT_EQ(a.gpu_speeds.size(), 2u);
+  const Profile profile = gpt3_profile();
   for (std::size_t d = 0; d < 2; ++d) {
     ASSERT_EQ(a.gpu_speeds[d].size(), 8u);
-    Profile scaled = gpt3_profile();
+    Profile scaled = profile;
     for (auto& row : scaled.rows) {
       ASSERT_EQ(a.gpu_speeds[d][static_cast<std::size_t>(row.stage)].size(), 1u);
       const double speed = a.gpu_speeds[d][static_cast<std::size_t>(row.stage)][0];
