@@ -1829,6 +1829,18 @@ std::optional<double> TurnkeyController::others_conditions(std::size_t d) const 
   return cluster_beside(d, conditions_, false);
 }
 
+// The cluster's conditions as the other pipelines last knew them: those of the ones that follow no
+// straggler, or, where the followed straggler is the only other, its own over its slowdown. (A followed
+// straggler's conditions carry its slowdown: a pipeline that recovered beside a 1.085x one read as
+// having recovered already, and its plan's calibration kept the 5.5% it had run slow.)
+std::optional<double> TurnkeyController::cluster_conditions_beside(std::size_t d) const {
+  if (const auto others = cluster_beside(d, conditions_, true)) return others;
+  if (!straggler_ || !straggler_->pipeline || straggler_->told || straggler_->slowdown <= 0) return std::nullopt;
+  const auto s = static_cast<std::size_t>(*straggler_->pipeline);
+  if (s == d || s >= conditions_.size() || !follows_straggler_on(s) || conditions_[s] <= 0) return std::nullopt;
+  return conditions_[s] / pace_change(s) / followed_slowdown();
+}
+
 void TurnkeyController::Calibration::start_anew(double conditions, double ratio, int round, double before) {
   carried = false;
   anew_conditions = conditions;
@@ -2400,9 +2412,9 @@ double TurnkeyController::followed_slowdown() const {
 // A pipeline's GPUs run `factor` times as long as they did: its plans' predictions take the new pace
 // in, their times, over them, as many times its conditions as before.
 void TurnkeyController::take_pace_change(std::size_t d, double factor) {
-  // The conditions it was calibrated anew from, against the others' at its pace before: already the
+  // The conditions it was calibrated anew from, against the cluster's at its pace before: already the
   // changed pace's (its ratio on the plans before showed it), or still the old one's.
-  const auto others = others_conditions(d);
+  const auto others = cluster_conditions_beside(d);
   const double pace_before = pace_change_[d];
   pace_change_[d] *= factor;
   if (d < calibration_.size()) {

@@ -1386,3 +1386,18 @@ def test_a_straggler_over_the_whole_judged_window_is_in_the_ideal_and_one_over_p
         [[[1.0]] * scenario.stages, [[1.1]] * scenario.stages, [[1.0]] * scenario.stages]))
     assert slowed > undisturbed + 0.01, (slowed, undisturbed)
     assert turnkey_truth.ideal_saving(BINARY, scenario, unit_time, slowdowns=[1.0, 1.0, 1.0]) == undisturbed
+
+
+def test_a_pipeline_recovering_beside_a_followed_straggler_reads_its_conditions_back_at_the_cluster(drawn):
+    """Instance 19001 of `two-stragglers` (1F1B, 2 stages, 3 microbatches, GPT-3 on A40, noise 0.0171): pipeline 1
+    runs 1.086x slow from iteration 322 on, followed as a straggler, and pipeline 0 1.063x from 499 to 554, taken in
+    as its change of pace. Its plan, changed in the round it recovered, was calibrated on that round as if nothing
+    had changed; the recovery, weighed against the other pipeline's conditions (the straggler's, 1.085x), read as
+    already held in that calibration, so pipeline 0's conditions stayed 4% slow for 30 rounds and the reference's
+    energy with them: the saving reported 0.7 points over the truth. The cluster beside a pipeline is the
+    pipelines that follow no straggler, or the straggler over its slowdown."""
+    scenario = drawn(19001, "two-stragglers")
+    assert flag(scenario, "--straggler") == ["1:1.086@322", "0:1.063@499-554"], scenario.simulate_args
+    outcome, events = judged_events(scenario)
+    assert "slow pipeline recovered" in events, events
+    assert outcome.passes() == [] and outcome.history_saving_error <= 0.005, outcome

@@ -259,6 +259,7 @@ class TurnkeyController {
   std::optional<double> calibration_on_others(std::size_t pipeline, const std::vector<double>& ratios) const;
   double straggler_conditions_known(std::size_t pipeline) const;
   std::optional<double> others_conditions(std::size_t pipeline) const;
+  std::optional<double> cluster_conditions_beside(std::size_t pipeline) const;
   std::optional<double> cluster_beside(std::size_t pipeline, const std::vector<double>& conditions,
                                        bool but_straggler) const;
   void add_variability(const RoundMeasurement& m);
