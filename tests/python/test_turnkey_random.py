@@ -1414,3 +1414,17 @@ def test_a_pipeline_paced_to_a_slower_one_takes_the_slack_a_tenth_of_a_percent_b
     outcome, decisions = judged(scenario, as_ran=True)  # the ideal on the GPUs as they ran: pipeline 0 slow
     assert not any(d["event"] == "straggler detected" for d in decisions), decisions
     assert outcome.passes() == [] and outcome.share >= 0.85, outcome
+
+
+def test_a_pipeline_paced_to_another_that_ends_the_iteration_is_paced_earlier(drawn):
+    """Instance 21010 of `from-start` (1F1B, 2 stages, 3 microbatches, noise 0.0134): pipeline 1 runs 1.106x slow
+    from the first iteration to 714, part of the baseline, and recovers; measured over a few rounds at 0.996x the
+    other's time, it was paced to pipeline 0 as if 0.4% faster, and it, not the target plan, ended every iteration
+    0.3-0.8% after pipeline 0. Stepping the target plan up moved nothing (0.48% slower than all-max over the judged
+    window); the paced pipeline is paced earlier by the miss instead."""
+    scenario = drawn(21010, "from-start")
+    assert flag(scenario, "--straggler") == ["1:1.106@1-714"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any(d["event"] == "slow pipeline recovered" for d in decisions), decisions
+    assert any("a pipeline paced to another computing longest" in d["detail"] for d in decisions), decisions
+    assert outcome.passes() == [] and outcome.true_slowdown <= 0.003, outcome

@@ -337,6 +337,7 @@ class TurnkeyController {
   void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
   bool target_sets_the_pace() const;
   bool straggler_sets_the_pace() const;
+  bool paced_pipeline_sets_the_pace() const;
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
   bool straggler_is_a_change() const { return straggler_ && !straggler_->in_baseline; }
