@@ -2539,9 +2539,8 @@ void TurnkeyController::judge_plan() {
   // pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
   const bool paced_to_a_change = followed && !straggler_sets_the_pace() && !target_sets_the_pace();
-  const bool only_the_pace = paced_to_a_change ||
-                             (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told) ||
-                             paced_pipeline_sets_the_pace();
+  const bool only_the_pace =
+      paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
   // slack is its slowdown): their pace is held to half the tolerance.
   // The saving plan back after rounds alone was measured too slow before, on evidence still current: what
@@ -2553,6 +2552,7 @@ void TurnkeyController::judge_plan() {
                                                  : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
+  if (const auto overrun = paced_pipeline_overrun()) return pace_paced_pipelines_earlier(*overrun);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   if (probe_before_verdict(ratio, ratio_half, target)) return;
   ChosenPlan before_plan = *target_plan_;
@@ -2659,16 +2659,31 @@ bool TurnkeyController::straggler_sets_the_pace() const {
   return true;
 }
 
-// Whether, with no straggler followed, a pipeline running a plan paced to another (faster than the pace
-// setters) computed longest of all over the rounds on these plans. Its speed was measured over a few
-// rounds (a recovery's) and it runs slower than that said: 0.4% faster taken, it ended every iteration
-// 0.3-0.8% after the pace setters, and the target plan stepped up to all-max and back three times
-// without moving that end. It is paced earlier by the miss instead.
-bool TurnkeyController::paced_pipeline_sets_the_pace() const {
-  if (straggler_is_a_change() || compute_time_sums_.empty()) return false;
-  const auto longest = static_cast<std::size_t>(std::max_element(compute_time_sums_.begin(), compute_time_sums_.end()) -
-                                                compute_time_sums_.begin());
-  return longest < pace_of_.size() && pace_of_[longest] >= 0;
+// With no straggler followed, how much longer than the pace setters (the pipelines on the target or
+// the lead plan) the pipelines on plans paced to them computed over the rounds on these plans, where
+// more than by half the tolerance. Their speed was measured over a few rounds (a recovery's) and they
+// run slower than that said: taken 0.4% faster, a recovered pipeline ended every iteration 0.3-0.8%
+// after the pace setter, and the target plan stepped up to all-max and back three times without moving
+// that end. (Within half the tolerance, which pipeline computes longest is the noise's draw.)
+std::optional<double> TurnkeyController::paced_pipeline_overrun() const {
+  if (straggler_is_a_change() || compute_time_sums_.empty()) return std::nullopt;
+  double paced = 0, setters = 0;
+  for (std::size_t d = 0; d < compute_time_sums_.size() && d < pace_of_.size(); ++d)
+    (pace_of_[d] >= 0 ? paced : setters) = std::max(pace_of_[d] >= 0 ? paced : setters, compute_time_sums_[d]);
+  if (setters <= 0 || paced <= setters * (1 + config_.tolerance / 2)) return std::nullopt;
+  return paced / setters;
+}
+
+// Pipelines on plans paced to others ended the iteration later than the pace setters by `overrun`:
+// they are paced earlier by it, and the target plan keeps its verdict for rounds on the new paces.
+void TurnkeyController::pace_paced_pipelines_earlier(double overrun) {
+  const double before = pace_miss_;
+  pace_miss_ *= overrun;
+  decide(DecisionEvent::stepped_up,
+         fmt::format("the pipelines paced to others computed {:.4f}x the pace setters' time over {} rounds: paced "
+                     "for {:.2f}% of miss (from {:.2f}%)",
+                     overrun, judged_.size(), 100 * (pace_miss_ - 1), 100 * (before - 1)));
+  assign_plans(DecisionEvent::faster_pace_for_straggler);
 }
 
 // A detected straggler followed: the straggler's plan and the others' pace are each chosen to the
@@ -2684,12 +2699,9 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
   ++steps_since_retry_;
   retry_.stepped_up(round_, evidence());
   decide(DecisionEvent::stepped_up,
-         fmt::format("{}, measured {:.4f}x the all-max reference at its pace (95%: from {:.4f}x, over {} rounds), "
-                     "above the target {:.4f}x by more than {:.2g}%: the others paced for {:.2f}% of miss (from "
-                     "{:.2f}%)",
-                     straggler_is_a_change() || !paced_pipeline_sets_the_pace()
-                         ? "following the straggler"
-                         : "a pipeline paced to another computing longest",
+         fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
+                     "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the others paced "
+                     "for {:.2f}% of miss (from {:.2f}%)",
                      ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed, 100 * (pace_miss_ - 1),
                      100 * (before - 1)));
   assign_plans(DecisionEvent::faster_pace_for_straggler);

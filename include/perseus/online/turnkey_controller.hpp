@@ -335,9 +335,10 @@ class TurnkeyController {
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
+  void pace_paced_pipelines_earlier(double overrun);
   bool target_sets_the_pace() const;
   bool straggler_sets_the_pace() const;
-  bool paced_pipeline_sets_the_pace() const;
+  std::optional<double> paced_pipeline_overrun() const;
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
   bool straggler_is_a_change() const { return straggler_ && !straggler_->in_baseline; }
