@@ -64,6 +64,8 @@ std::string_view to_string(DecisionEvent event) {
       return "back to the target plan";
     case DecisionEvent::faster_pace_for_straggler:
       return "faster pace for the straggler";
+    case DecisionEvent::paced_earlier:
+      return "paced earlier";
     case DecisionEvent::paced_to_new_speeds:
       return "paced to the pipelines' new speeds";
     case DecisionEvent::pipeline_slowed:

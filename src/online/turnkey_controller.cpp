@@ -2668,14 +2668,16 @@ bool TurnkeyController::straggler_sets_the_pace() const {
 std::optional<double> TurnkeyController::paced_pipeline_overrun() const {
   if (straggler_is_a_change() || compute_time_sums_.empty()) return std::nullopt;
   double paced = 0, setters = 0;
-  for (std::size_t d = 0; d < compute_time_sums_.size() && d < pace_of_.size(); ++d)
-    (pace_of_[d] >= 0 ? paced : setters) = std::max(pace_of_[d] >= 0 ? paced : setters, compute_time_sums_[d]);
+  for (std::size_t d = 0; d < compute_time_sums_.size() && d < pace_of_.size(); ++d) {
+    double& longest = pace_of_[d] >= 0 ? paced : setters;
+    longest = std::max(longest, compute_time_sums_[d]);
+  }
   if (setters <= 0 || paced <= setters * (1 + config_.tolerance / 2)) return std::nullopt;
   return paced / setters;
 }
 
 // Pipelines on plans paced to others ended the iteration later than the pace setters by `overrun`:
-// they are paced earlier by it, and the target plan keeps its verdict for rounds on the new paces.
+// they are paced earlier by it. The target plan is not condemned: the rounds on the new paces judge it.
 void TurnkeyController::pace_paced_pipelines_earlier(double overrun) {
   const double before = pace_miss_;
   pace_miss_ *= overrun;
@@ -2683,7 +2685,7 @@ void TurnkeyController::pace_paced_pipelines_earlier(double overrun) {
          fmt::format("the pipelines paced to others computed {:.4f}x the pace setters' time over {} rounds: paced "
                      "for {:.2f}% of miss (from {:.2f}%)",
                      overrun, judged_.size(), 100 * (pace_miss_ - 1), 100 * (before - 1)));
-  assign_plans(DecisionEvent::faster_pace_for_straggler);
+  assign_plans(DecisionEvent::paced_earlier);
 }
 
 // A detected straggler followed: the straggler's plan and the others' pace are each chosen to the

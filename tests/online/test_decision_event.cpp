@@ -25,6 +25,7 @@ TEST(DecisionEvent, EveryEventHasItsOwnWords) {
   EXPECT_EQ(to_string(DecisionEvent::straggler_detected), "straggler detected");
   EXPECT_EQ(to_string(DecisionEvent::straggler_cleared_api), "straggler cleared (api)");
   EXPECT_EQ(to_string(DecisionEvent::paced_to_new_speeds), "paced to the pipelines' new speeds");
+  EXPECT_EQ(to_string(DecisionEvent::paced_earlier), "paced earlier");
 }
 
 }  // namespace

@@ -1428,4 +1428,5 @@ def test_a_pipeline_paced_to_another_that_ends_the_iteration_is_paced_earlier(dr
     outcome, decisions = judged(scenario)
     assert any(d["event"] == "slow pipeline recovered" for d in decisions), decisions
     assert any("the pipelines paced to others computed" in d["detail"] for d in decisions), decisions
+    assert any(d["event"] == "paced earlier" for d in decisions), decisions
     assert outcome.passes() == [] and outcome.true_slowdown <= 0.003, outcome

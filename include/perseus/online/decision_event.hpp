@@ -40,6 +40,7 @@ enum class DecisionEvent {
   slowed_to_straggler,
   back_to_target_plan,
   faster_pace_for_straggler,
+  paced_earlier,  // pipelines paced to others that ended the iteration, with no straggler
   paced_to_new_speeds,
   pipeline_slowed,
   behind_the_straggler,
