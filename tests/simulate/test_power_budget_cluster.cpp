@@ -44,6 +44,17 @@ struct PowerBudgetCluster : testing::ServerDirTest {
   std::atomic<bool> stop_a{false}, stop_b{false};
   std::future<simulate::SimulationSummary> a, b;
 
+  // The simulations, then the server, end before the records folder is removed: a server still running
+  // writes its records there (the removal failed on a round's file that was being written), and a test
+  // that stopped at a failed assertion leaves its simulations running until told to stop.
+  void TearDown() override {
+    stop_a = true;
+    stop_b = true;
+    if (a.valid()) a.wait();
+    if (b.valid()) b.wait();
+    server.reset();
+    ServerDirTest::TearDown();
+  }
   json get(const std::string& target) { return json::parse(server->call("GET", target).body); }
   json budget() { return get("/power_budget"); }
   json put(std::optional<double> watts, double seconds) {
