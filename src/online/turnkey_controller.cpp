@@ -1835,9 +1835,10 @@ std::optional<double> TurnkeyController::others_conditions(std::size_t d) const 
 // having recovered already, and its plan's calibration kept the 5.5% it had run slow.)
 std::optional<double> TurnkeyController::cluster_conditions_beside(std::size_t d) const {
   if (const auto others = cluster_beside(d, conditions_, true)) return others;
-  if (!straggler_ || !straggler_->pipeline || straggler_->told || straggler_->slowdown <= 0) return std::nullopt;
+  if (!straggler_is_a_change() || !straggler_->pipeline || straggler_->told || straggler_->slowdown <= 0)
+    return std::nullopt;
   const auto s = static_cast<std::size_t>(*straggler_->pipeline);
-  if (s == d || s >= conditions_.size() || !follows_straggler_on(s) || conditions_[s] <= 0) return std::nullopt;
+  if (s == d || s >= conditions_.size() || conditions_[s] <= 0) return std::nullopt;
   return conditions_[s] / pace_change(s) / followed_slowdown();
 }
 
