@@ -78,7 +78,6 @@ std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
 // none.
 bool holds_change(double relative, double factor) { return std::abs(relative - factor) < std::abs(relative - 1); }
 
-constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
 // A check round while profiling runs every instruction at the top clock: a move of the cluster's
 // conditions by more than this is no noise of it. The clocks measured before it are measured again,
 // and a plan deployed after it starts at its conditions.
@@ -534,6 +533,7 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   followed_ratios_.clear();
   ++straggler_changes_;
   pace_miss_ = 1;  // measured on the straggler before
+  lead_steps_ = 0;
   if (told_straggler_) return false;
   const auto& now = detector_.current();
   if (now) {
@@ -1161,6 +1161,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.tolerance = config_.tolerance;
   c.lead_deadline = c.deadline / miss_;
   c.pace_miss = pace_miss_;
+  c.lead_steps = lead_steps_;
   if (pace_) c.budget_pace = *pace_ / scale_;
   c.unpaced = unpaced_behind_;
   c.target = target_plan_;
@@ -2539,20 +2540,24 @@ void TurnkeyController::judge_plan() {
   // computes longest, its own plan is what runs too slow: the target plan it runs steps up. A
   // pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
-  const bool paced_to_a_change = followed && !straggler_sets_the_pace() && !target_sets_the_pace();
+  const bool straggler_paces = followed && !target_sets_the_pace();
+  const bool paced_to_a_change = straggler_paces && !straggler_sets_the_pace(ratio / target);
   const bool only_the_pace =
       paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
-  // slack is its slowdown): their pace is held to half the tolerance.
+  // slack is its slowdown): their pace is held to half the tolerance. So is the straggler's own plan
+  // while it keeps the allowance it was chosen with: its time is the job's, and the first step-up takes
+  // only that allowance from it.
   // The saving plan back after rounds alone was measured too slow before, on evidence still current: what
   // its new rounds need to show to condemn it again is less (three quarters of the tolerance). A plan truly
   // a little over the tolerance would otherwise stay, its interval straddling it, after a lucky start; at
   // half, plans a quarter of a point slow, well within it, were condemned too.
-  const double allowed = paced_to_a_change       ? config_.tolerance / 2
-                         : retried_as_condemned_ ? config_.tolerance * 3 / 4
-                                                 : config_.tolerance;
+  const double allowed = paced_to_a_change || (straggler_paces && lead_steps_ == 0) ? config_.tolerance / 2
+                         : retried_as_condemned_                                    ? config_.tolerance * 3 / 4
+                                                                                    : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
+  if (straggler_paces) return step_straggler_plan_up(ratio, ratio_half, target, allowed);
   if (const auto overrun = paced_pipeline_overrun()) return pace_paced_pipelines_earlier(*overrun);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   if (probe_before_verdict(ratio, ratio_half, target)) return;
@@ -2587,8 +2592,8 @@ void TurnkeyController::judge_plan() {
         // how many paths a plan balances), not an offset every plan shares. The next, more cautious
         // plan instead: judged under more noise, predicted faster than the one that missed.
         ChoiceContext more = c;
-        more.caution *= kCautionStep;
-        out.caution_factor = kCautionStep;
+        more.caution *= choice::kCautionStep;
+        out.caution_factor = choice::kCautionStep;
         out.plan = plan_choice::step_up(*c.plans, current, cautious, more.cautious(), options);
       }
       return out;
@@ -2650,13 +2655,17 @@ bool TurnkeyController::target_sets_the_pace() const {
 }
 
 // Whether the followed straggler computed longest of all pipelines over the rounds on these plans,
-// after the others were paced earlier than it at least once.
-bool TurnkeyController::straggler_sets_the_pace() const {
-  if (pace_miss_ <= 1 || !straggler_ || !straggler_->pipeline) return false;
+// after the others were paced earlier than it at least once, or before, where the others computed
+// shorter than it by more than the `miss` measured: pacing them earlier by it would not move the
+// iteration's end (a straggler whose own plan ran 0.5% slow, the other pipeline 0.7% before it,
+// spent its first step-up and twenty rounds on the other's pace).
+bool TurnkeyController::straggler_sets_the_pace(double miss) const {
+  if (!straggler_ || !straggler_->pipeline) return false;
   const auto s = static_cast<std::size_t>(*straggler_->pipeline);
   if (s >= compute_time_sums_.size()) return false;
+  const double others_ahead = pace_miss_ > 1 ? 1.0 : miss;
   for (std::size_t d = 0; d < compute_time_sums_.size(); ++d)
-    if (d != s && compute_time_sums_[d] >= compute_time_sums_[s]) return false;
+    if (d != s && compute_time_sums_[d] * others_ahead >= compute_time_sums_[s]) return false;
   return true;
 }
 
@@ -2708,6 +2717,33 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
                      ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed, 100 * (pace_miss_ - 1),
                      100 * (before - 1)));
   assign_plans(DecisionEvent::faster_pace_for_straggler);
+}
+
+// A followed straggler computed longest and its own plan measured too slow: the model's miss on it is
+// its own (the plan was chosen on its GPUs, far down the frontier, and ran 0.3-0.5% slower than
+// predicted where the target plan ran 0.1% so). Its next plan is chosen without the allowance a plan
+// may take on purpose, then under more noise at each step, until the straggler's pace changes. A
+// retry after rounds keeps the steps: asked again for the miss measured over a few rounds, the target
+// plan's way, the straggler's plan ran all-max and gave up its whole saving.
+void TurnkeyController::step_straggler_plan_up(double ratio, double ratio_half, double target, double allowed) {
+  if (steps_since_retry_ >= config_.max_step_ups) return;
+  ++lead_steps_;
+  condemned_plan_.clear();  // the straggler's plan was condemned, not the target plan
+  // The next step is judged on rounds of its own, the plan chosen anew or not.
+  judged_.clear();
+  compute_time_sums_.clear();
+  rounds_on_plan_ = 0;
+  ++step_ups_;
+  ++steps_since_retry_;
+  retry_.stepped_up(round_, evidence());
+  decide(DecisionEvent::stepped_up,
+         fmt::format("following the straggler, its own plan measured {:.4f}x the all-max reference at its pace (95%: "
+                     "from {:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: its plan is chosen "
+                     "without the allowance{}",
+                     ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed,
+                     lead_steps_ > 1 ? fmt::format(" and under {:.2f}x the noise", choice::lead_caution(lead_steps_))
+                                     : std::string()));
+  assign_plans(DecisionEvent::faster_plan);
 }
 
 }  // namespace perseus::online

@@ -1430,3 +1430,17 @@ def test_a_pipeline_paced_to_another_that_ends_the_iteration_is_paced_earlier(dr
     assert any("the pipelines paced to others computed" in d["detail"] for d in decisions), decisions
     assert any(d["event"] == "paced earlier" for d in decisions), decisions
     assert outcome.passes() == [] and outcome.true_slowdown <= 0.003, outcome
+
+
+def test_a_straggler_whose_own_plan_runs_slow_gives_up_its_allowance(drawn):
+    """Instance 19001 of `permanent` (1F1B, 2 stages, 3 microbatches, GPT-3 on A40, noise 0.0171): pipeline 0 runs
+    1.122x slow from iteration 545 to the end, followed as a straggler. Its own plan, chosen on its GPUs with the
+    allowance a plan may take (0.15%), ran 0.45-0.55% slower than it at all-max, 0.7% after the other pipeline: the
+    target plan's step-ups moved it one frontier point, and each retry after rounds brought it back (0.51% slower
+    than all-max over the run). Held to half the tolerance, as the others' pace is, it is chosen again without the
+    allowance, and the steps hold until the straggler changes."""
+    scenario = drawn(19001, "permanent")
+    assert flag(scenario, "--straggler") == ["0:1.122@545"], scenario.simulate_args
+    outcome, decisions = judged(scenario)
+    assert any("its own plan measured" in d["detail"] for d in decisions), decisions
+    assert outcome.passes() == [] and outcome.true_slowdown <= 0.0045, outcome

@@ -336,8 +336,9 @@ class TurnkeyController {
   Evidence evidence() const;
   void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
   void pace_paced_pipelines_earlier(double overrun);
+  void step_straggler_plan_up(double ratio, double ratio_half, double target, double allowed);
   bool target_sets_the_pace() const;
-  bool straggler_sets_the_pace() const;
+  bool straggler_sets_the_pace(double miss) const;
   std::optional<double> paced_pipeline_overrun() const;
   bool paced() const;  // a pace slows the pipelines down now
   // A straggler that came after the baseline (detected or told), not a pipeline slow in it.
@@ -449,6 +450,7 @@ class TurnkeyController {
   // changes, not relaxed by retries: it is the model's under noise (pipelines of equal pace end later
   // together), which rounds alone do not cure.
   double pace_miss_ = 1;
+  int lead_steps_ = 0;                     // the followed straggler's own plan measured too slow this many times
   std::vector<double> compute_time_sums_;  // per pipeline: its compute-bound seconds since the plans changed
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
