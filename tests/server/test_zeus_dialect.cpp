@@ -229,15 +229,17 @@ TEST_F(ZeusDialect, ZeusBodiesAreValidatedAsZeusValidatesThem) {
 TEST_F(ZeusDialect, AZeusJobIsForgottenAfterTheIdleTimeNotFailed) {
   auto plan = write_plan("freqs_pipeline_00003.py", kZeusPlan);
   auto s = settings("PointSolution", {{"solution_path", plan.string()}});
-  s.round_timeout_s = 0.1;
-  s.max_job_idle_s = 0.6;
+  // The round timeout also bounds the ranks' registration: long enough that a loaded machine registers
+  // both ranks within it.
+  s.round_timeout_s = 0.5;
+  s.max_job_idle_s = 1.5;
   TestServer server(s);
   std::string id = start(server, 2);
   ask_all(server, id, 2);
-  std::this_thread::sleep_for(300ms);  // past the round timeout
+  std::this_thread::sleep_for(800ms);  // past the round timeout
   auto again = server.call("GET", "/schedule/" + id + "?rank=1");
   EXPECT_EQ(again.status, 200) << "asking again gets the same plan, the job did not fail: " << again.body;
-  std::this_thread::sleep_for(600ms);
+  std::this_thread::sleep_for(2500ms);  // past the idle time since that last ask
   EXPECT_EQ(server.call("GET", "/schedule/" + id + "?rank=1").status, 404);
 }
 
