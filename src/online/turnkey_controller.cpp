@@ -2545,16 +2545,15 @@ void TurnkeyController::judge_plan() {
   const bool only_the_pace =
       paced_to_a_change || (at_all_max && straggler_ && straggler_->in_baseline && !straggler_->told);
   // Pacing the others a little earlier than a straggler that came costs little of their saving (their
-  // slack is its slowdown): their pace is held to half the tolerance. So is the straggler's own plan
-  // while it keeps the allowance it was chosen with: its time is the job's, and the first step-up takes
-  // only that allowance from it.
+  // slack is its slowdown): their pace is held to half the tolerance. The straggler's own plan keeps the
+  // whole tolerance: held to half, it gave up more of its saving than the hundredths of a point it won.
   // The saving plan back after rounds alone was measured too slow before, on evidence still current: what
   // its new rounds need to show to condemn it again is less (three quarters of the tolerance). A plan truly
   // a little over the tolerance would otherwise stay, its interval straddling it, after a lucky start; at
   // half, plans a quarter of a point slow, well within it, were condemned too.
-  const double allowed = paced_to_a_change || (straggler_paces && lead_steps_ == 0) ? config_.tolerance / 2
-                         : retried_as_condemned_                                    ? config_.tolerance * 3 / 4
-                                                                                    : config_.tolerance;
+  const double allowed = paced_to_a_change       ? config_.tolerance / 2
+                         : retried_as_condemned_ ? config_.tolerance * 3 / 4
+                                                 : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
   if (straggler_paces) return step_straggler_plan_up(ratio, ratio_half, target, allowed);
