@@ -8,8 +8,6 @@
 
 namespace perseus::online::choice {
 
-double lead_caution(int steps) { return std::pow(kCautionStep, std::max(0, steps - 1)); }
-
 Variability ChoiceContext::cautious() const {
   Variability v = variability;
   for (auto& stage : v.sigma)
@@ -183,11 +181,8 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
     // its own all-max than the target allows), not the target plan, which may have had slack there.
     const auto options = lead_options(c, lead, top, true);
     if (out.straggler && !out.straggler->in_baseline) {
-      Variability lead_v = v;
-      for (auto& stage : lead_v.sigma)
-        for (double& sigma : stage) sigma *= lead_caution(c.lead_steps);
-      out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.lead_deadline, lead_v,
-                                                           c.lead_steps > 0 ? without_allowance(options) : options);
+      out.lead_plan = plan_choice::choose_plan_under_noise(
+          plans, c.lead_deadline, v, c.lead_without_allowance ? without_allowance(options) : options);
       // Its plan measured too slow, and only all-max is predicted faster by the miss: where the miss is
       // of the noise's size (within twice the tolerance), a plan chosen under more noise (as the target
       // plan's step-up did) and with none of the allowance a plan may take on purpose (the straggler's
@@ -196,7 +191,7 @@ Assignment assign(const ChoiceContext& c, const ChosenPlan& target) {
       // latency not yet measured).
       const bool noise_sized = c.lead_deadline < c.deadline && c.lead_deadline * (1 + 2 * c.tolerance) >= c.deadline;
       if (out.lead_plan->is_all_max() && noise_sized && c.caution > 1)
-        out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.deadline, lead_v, without_allowance(options));
+        out.lead_plan = plan_choice::choose_plan_under_noise(plans, c.deadline, v, without_allowance(options));
     }
     pace = iteration_samples(plans, out.lead_plan ? out.lead_plan->frequencies : target.frequencies, v, options);
     // Measured together, the pace setters and the others ran later than predicted: the straggler's

@@ -16,12 +16,6 @@
 
 namespace perseus::online::choice {
 
-constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
-
-// How much more noise a followed straggler's own plan is chosen under after `steps` step-ups of it
-// (the first only drops the allowance).
-double lead_caution(int steps);
-
 // What a choice knows of the job when it was asked for.
 struct ChoiceContext {
   const PlanningOutput* plans = nullptr;  // the controller's; planning never replaces them while deployed
@@ -41,8 +35,8 @@ struct ChoiceContext {
   // A detected straggler followed: how much slower than the model the pipelines ran together (1: as
   // predicted); the others are paced as if the straggler ended that much sooner.
   double pace_miss = 1;
-  int lead_steps = 0;                 // the followed straggler's own plan measured too slow this many times
-  std::optional<double> budget_pace;  // a power budget's pace (model seconds)
+  bool lead_without_allowance = false;  // the followed straggler's own plan measured too slow
+  std::optional<double> budget_pace;    // a power budget's pace (model seconds)
   // A pipeline paced to the straggler fell behind it: every pipeline but the straggler runs the target
   // plan until the straggler detector tells what changed.
   bool unpaced = false;

@@ -78,6 +78,7 @@ std::function<TargetChoice(const ChoiceContext&)> target_for(double deadline) {
 // none.
 bool holds_change(double relative, double factor) { return std::abs(relative - factor) < std::abs(relative - 1); }
 
+constexpr double kCautionStep = 1.5;  // each step-up judges plans under this much more noise
 // A check round while profiling runs every instruction at the top clock: a move of the cluster's
 // conditions by more than this is no noise of it. The clocks measured before it are measured again,
 // and a plan deployed after it starts at its conditions.
@@ -533,7 +534,7 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   followed_ratios_.clear();
   ++straggler_changes_;
   pace_miss_ = 1;  // measured on the straggler before
-  lead_steps_ = 0;
+  lead_without_allowance_ = false;
   if (told_straggler_) return false;
   const auto& now = detector_.current();
   if (now) {
@@ -1161,7 +1162,7 @@ ChoiceContext TurnkeyController::choice_context() const {
   c.tolerance = config_.tolerance;
   c.lead_deadline = c.deadline / miss_;
   c.pace_miss = pace_miss_;
-  c.lead_steps = lead_steps_;
+  c.lead_without_allowance = lead_without_allowance_;
   if (pace_) c.budget_pace = *pace_ / scale_;
   c.unpaced = unpaced_behind_;
   c.target = target_plan_;
@@ -2556,7 +2557,7 @@ void TurnkeyController::judge_plan() {
                                                  : config_.tolerance;
   if (ratio - ratio_half <= target * (1 + allowed)) return;
   if (only_the_pace) return pace_straggler_faster(ratio, ratio_half, target, allowed);
-  if (straggler_paces) return step_straggler_plan_up(ratio, ratio_half, target, allowed);
+  if (straggler_paces && !lead_without_allowance_) return step_straggler_plan_up(ratio, ratio_half, target, allowed);
   if (const auto overrun = paced_pipeline_overrun()) return pace_paced_pipelines_earlier(*overrun);
   if (at_all_max) return;  // what the baseline measured: nothing to step to
   if (probe_before_verdict(ratio, ratio_half, target)) return;
@@ -2591,8 +2592,8 @@ void TurnkeyController::judge_plan() {
         // how many paths a plan balances), not an offset every plan shares. The next, more cautious
         // plan instead: judged under more noise, predicted faster than the one that missed.
         ChoiceContext more = c;
-        more.caution *= choice::kCautionStep;
-        out.caution_factor = choice::kCautionStep;
+        more.caution *= kCautionStep;
+        out.caution_factor = kCautionStep;
         out.plan = plan_choice::step_up(*c.plans, current, cautious, more.cautious(), options);
       }
       return out;
@@ -2721,27 +2722,24 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
 // A followed straggler computed longest and its own plan measured too slow: the model's miss on it is
 // its own (the plan was chosen on its GPUs, far down the frontier, and ran 0.3-0.5% slower than
 // predicted where the target plan ran 0.1% so). Its next plan is chosen without the allowance a plan
-// may take on purpose, then under more noise at each step, until the straggler's pace changes. A
-// retry after rounds keeps the steps: asked again for the miss measured over a few rounds, the target
-// plan's way, the straggler's plan ran all-max and gave up its whole saving.
+// may take on purpose, until the straggler changes (a retry after rounds keeps it); the target plan
+// steps up only where it still runs too slow then. Stepped up the target plan's way first, the
+// straggler's plan moved one frontier point and each retry brought it back.
 void TurnkeyController::step_straggler_plan_up(double ratio, double ratio_half, double target, double allowed) {
-  if (steps_since_retry_ >= config_.max_step_ups) return;
-  ++lead_steps_;
+  lead_without_allowance_ = true;
   condemned_plan_.clear();  // the straggler's plan was condemned, not the target plan
-  // The next step is judged on rounds of its own, the plan chosen anew or not.
-  judged_.clear();
-  compute_time_sums_.clear();
-  rounds_on_plan_ = 0;
   ++step_ups_;
   ++steps_since_retry_;
   retry_.stepped_up(round_, evidence());
   decide(DecisionEvent::stepped_up,
-         fmt::format("following the straggler, its own plan measured {:.4f}x the all-max reference at its pace (95%: "
-                     "from {:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: its plan is chosen "
-                     "without the allowance{}",
-                     ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed,
-                     lead_steps_ > 1 ? fmt::format(" and under {:.2f}x the noise", choice::lead_caution(lead_steps_))
-                                     : std::string()));
+         fmt::format("the followed straggler's own plan measured {:.4f}x the all-max reference at its pace (95%: "
+                     "from {:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: it is chosen "
+                     "again without the allowance",
+                     ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed));
+  // Judged on rounds of its own, the plan chosen anew or not.
+  judged_.clear();
+  compute_time_sums_.clear();
+  rounds_on_plan_ = 0;
   assign_plans(DecisionEvent::faster_plan);
 }
 

@@ -172,17 +172,16 @@ def test_a_straggler_during_profiling_that_recovers_costs_neither_the_truth_nor_
 def test_a_straggler_whose_own_plan_runs_slow_steps_that_plan_up(drawn):
     """Instance 1390 (2 stages, noise 0.0172): pipeline 1 is a 1.24x straggler from iteration 662, running
     the target plan, which measures about 1% slower than all-max at its pace. Pacing the other pipeline
-    earlier cannot help once it ends before the straggler: the straggler's own plan steps up. (Before, the
-    other pipeline was paced earlier nine times while the job ran 0.69% slower than all-max over the
-    straggler's rounds; 0.54% now, the edge of what the interval at this noise lets the loop tell.)"""
+    earlier cannot help once it ends before the straggler: the straggler's own plan steps up, at the first or
+    second step. (Before, the other pipeline was paced earlier nine times while the job ran 0.69% slower than
+    all-max over the straggler's rounds.)"""
     scenario = drawn(1390, None)
     assert "1:1.242@662-943" in scenario.simulate_args
     reports, status, decisions, _ = turnkey_truth.run_simulation(BINARY, scenario, "Perseus")
     events = [d["event"] for d in decisions]
     detected = events.index("straggler detected")
     during = [d["detail"] for d in decisions[detected:] if d["event"] == "stepped up"][:4]
-    assert len(during) >= 2 and during[0].startswith("following the straggler"), during
-    assert not during[1].startswith("following the straggler"), during  # the straggler's own plan
+    assert any(d.startswith("the followed straggler's own plan") for d in during[:2]), during
 
 
 def test_a_clock_latency_next_to_a_pipeline_slow_since_the_start_leaves_the_report_true(drawn):
@@ -1437,10 +1436,10 @@ def test_a_straggler_whose_own_plan_runs_slow_gives_up_its_allowance(drawn):
     1.122x slow from iteration 545 to the end, followed as a straggler. Its own plan, chosen on its GPUs with the
     allowance a plan may take (0.15%), ran 0.45-0.55% slower than it at all-max, 0.7% after the other pipeline: the
     target plan's step-ups moved it one frontier point, and each retry after rounds brought it back (0.51% slower
-    than all-max over the run). Condemned while it computes longest, it is chosen again without the allowance, and
-    the steps hold through retries until the straggler changes."""
+    than all-max over the run). Condemned while it computes longest, it is chosen again without the allowance until
+    the straggler changes, retries or not."""
     scenario = drawn(19001, "permanent")
     assert flag(scenario, "--straggler") == ["0:1.122@545"], scenario.simulate_args
     outcome, decisions = judged(scenario)
-    assert any("its own plan measured" in d["detail"] for d in decisions), decisions
+    assert any(d["detail"].startswith("the followed straggler's own plan measured") for d in decisions), decisions
     assert outcome.passes() == [] and outcome.true_slowdown <= 0.0047, outcome

@@ -450,7 +450,7 @@ class TurnkeyController {
   // changes, not relaxed by retries: it is the model's under noise (pipelines of equal pace end later
   // together), which rounds alone do not cure.
   double pace_miss_ = 1;
-  int lead_steps_ = 0;                     // the followed straggler's own plan measured too slow this many times
+  bool lead_without_allowance_ = false;    // the followed straggler's own plan measured too slow
   std::vector<double> compute_time_sums_;  // per pipeline: its compute-bound seconds since the plans changed
   // The target plan is chosen to meet the target with this much to spare: what the last step-up
   // measured a plan to miss its prediction by (1: none), halved by each retry that rounds alone called.
