@@ -2537,8 +2537,9 @@ void TurnkeyController::judge_plan() {
   const double ratio = plan_ratio.value;
   const double ratio_half = std::hypot((plan_ratio.high - plan_ratio.low) / 2, ratio * baseline_half);
   const double target = target_time() / baseline_.time();
-  // Following a straggler, the others are paced earlier; once they have been and the straggler still
-  // computes longest, its own plan is what runs too slow: the target plan it runs steps up. A
+  // Following a straggler, the others are paced earlier; once they have been (or they end well before
+  // it) and the straggler still computes longest, its own plan is what runs too slow: it gives up its
+  // allowance, and measured too slow again, the target plan it is chosen beside steps up. A
   // pipeline slow since the baseline runs the target plan and the others are paced to it: with the
   // target at all-max, only their pace can be too slow.
   const bool straggler_paces = followed && !target_sets_the_pace();
@@ -2657,8 +2658,7 @@ bool TurnkeyController::target_sets_the_pace() const {
 // Whether the followed straggler computed longest of all pipelines over the rounds on these plans,
 // after the others were paced earlier than it at least once, or before, where the others computed
 // shorter than it by more than the `miss` measured: pacing them earlier by it would not move the
-// iteration's end (a straggler whose own plan ran 0.5% slow, the other pipeline 0.7% before it,
-// spent its first step-up and twenty rounds on the other's pace).
+// iteration's end.
 bool TurnkeyController::straggler_sets_the_pace(double miss) const {
   if (!straggler_ || !straggler_->pipeline) return false;
   const auto s = static_cast<std::size_t>(*straggler_->pipeline);
