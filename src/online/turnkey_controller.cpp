@@ -1233,10 +1233,8 @@ void TurnkeyController::take_choice() {
   deployed_once_ = true;
   if (changed) {
     report_.new_plans();
-    judged_.clear();
     judged_conditions_.reset();
-    compute_time_sums_.clear();
-    rounds_on_plan_ = 0;
+    judge_on_new_rounds();
     std::string who;
     for (std::size_t d = 0; d < pace_of_.size(); ++d)
       who += fmt::format("{}pipeline {}: {}", d == 0 ? "" : "; ", d, describe(*plan_of(d)));
@@ -2706,10 +2704,7 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
   if (steps_since_retry_ >= config_.max_step_ups) return;
   const double before = pace_miss_;
   pace_miss_ *= ratio / target;
-  condemned_plan_.clear();  // the pace was condemned, not the plan
-  ++step_ups_;
-  ++steps_since_retry_;
-  retry_.stepped_up(round_, evidence());
+  count_step_up_beside_the_target();
   decide(DecisionEvent::stepped_up,
          fmt::format("following the straggler, measured {:.4f}x the all-max reference at its pace (95%: from "
                      "{:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: the others paced "
@@ -2727,20 +2722,30 @@ void TurnkeyController::pace_straggler_faster(double ratio, double ratio_half, d
 // straggler's plan moved one frontier point and each retry brought it back.
 void TurnkeyController::step_straggler_plan_up(double ratio, double ratio_half, double target, double allowed) {
   lead_without_allowance_ = true;
-  condemned_plan_.clear();  // the straggler's plan was condemned, not the target plan
-  ++step_ups_;
-  ++steps_since_retry_;
-  retry_.stepped_up(round_, evidence());
+  count_step_up_beside_the_target();
   decide(DecisionEvent::stepped_up,
          fmt::format("the followed straggler's own plan measured {:.4f}x the all-max reference at its pace (95%: "
                      "from {:.4f}x, over {} rounds), above the target {:.4f}x by more than {:.2g}%: it is chosen "
                      "again without the allowance",
                      ratio, ratio - ratio_half, judged_.size(), target, 100 * allowed));
-  // Judged on rounds of its own, the plan chosen anew or not.
+  judge_on_new_rounds();  // the plan chosen anew or not
+  assign_plans(DecisionEvent::faster_plan);
+}
+
+// A step-up that condemned a pace or the followed straggler's own plan, not the target plan: counted as
+// the target plan's are, and retried after rounds as they are.
+void TurnkeyController::count_step_up_beside_the_target() {
+  condemned_plan_.clear();
+  ++step_ups_;
+  ++steps_since_retry_;
+  retry_.stepped_up(round_, evidence());
+}
+
+// The plans are judged on the rounds from now on only.
+void TurnkeyController::judge_on_new_rounds() {
   judged_.clear();
   compute_time_sums_.clear();
   rounds_on_plan_ = 0;
-  assign_plans(DecisionEvent::faster_plan);
 }
 
 }  // namespace perseus::online

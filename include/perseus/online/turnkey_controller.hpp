@@ -337,6 +337,8 @@ class TurnkeyController {
   void pace_straggler_faster(double ratio, double ratio_half, double target, double allowed);
   void pace_paced_pipelines_earlier(double overrun);
   void step_straggler_plan_up(double ratio, double ratio_half, double target, double allowed);
+  void count_step_up_beside_the_target();
+  void judge_on_new_rounds();
   bool target_sets_the_pace() const;
   bool straggler_sets_the_pace(double miss) const;
   std::optional<double> paced_pipeline_overrun() const;
