@@ -237,6 +237,9 @@ class TurnkeyController {
   std::size_t latency_samples() const { return latency_samples_.size(); }
 
  private:
+  // Defined by part: the rounds and the choices (turnkey_controller.cpp), the warm-up, profiling and
+  // planning (turnkey_profiling.cpp), slow pipelines and stragglers (turnkey_stragglers.cpp), the
+  // conditions and the reference (turnkey_conditions.cpp), judging the plans (turnkey_judging.cpp).
   using ScanClock = std::pair<std::size_t, int>;  // a profiling scan's index and one of its clocks
   struct Variability choice_variability() const;  // what plans are chosen under (caution_ included)
   void decide(DecisionEvent event, const std::string& detail);
