@@ -4,11 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <stdexcept>
+#include <functional>
 #include <utility>
 
-#include "perseus/emulate/pipeline_walk.hpp"
 #include "perseus/online/turnkey_controller.hpp"
 #include "turnkey_controller_detail.hpp"
 

@@ -5,11 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <stdexcept>
 #include <utility>
 
-#include "perseus/emulate/pipeline_walk.hpp"
 #include "perseus/online/turnkey_controller.hpp"
 #include "turnkey_controller_detail.hpp"
 

@@ -4,11 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
-#include <stdexcept>
 #include <utility>
 
-#include "perseus/emulate/pipeline_walk.hpp"
 #include "perseus/online/turnkey_controller.hpp"
 #include "turnkey_controller_detail.hpp"
 
