@@ -89,6 +89,14 @@ std::vector<std::array<double, 2>> TurnkeyController::variability() const {
 
 bool TurnkeyController::choice_pending() const { return choices_->running.has_value(); }
 
+bool TurnkeyController::choosing_back_to_target() const {
+  const auto back = [](const PendingChoices::Request& r) {
+    return r.why == DecisionEvent::back_to_target_plan || r.why == DecisionEvent::straggler_cleared_api;
+  };
+  const auto& c = *choices_;
+  return (c.running && back(*c.running)) || std::any_of(c.queued.begin(), c.queued.end(), back);
+}
+
 bool TurnkeyController::defer_while_choosing(std::function<void()> call) {
   if (!choice_pending()) return false;
   choices_->deferred.push_back(std::move(call));
@@ -170,6 +178,12 @@ RoundClocks TurnkeyController::next_round() {
           probing_ = true;
           return std::nullopt;
         }
+      }
+      // Plans paced to a straggler that recovered (or that a pipeline fell behind) run slower than
+      // all-max: until their replacement is taken, the rounds run at all-max, as probes.
+      if (choosing_back_to_target()) {
+        probing_ = true;
+        return std::nullopt;
       }
       ran_plan_ = true;
       return plan_clocks();

@@ -67,6 +67,7 @@ void TurnkeyController::observe_probe(const RoundMeasurement& m) {
   measure_conditions(m, nullptr);
   if (std::exchange(probe_to_judge_, false)) rejudge_under_probe(judged_under);
   remember(m);
+  if (straggler_ended_at_top_clock(m)) return assign_plans(DecisionEvent::back_to_target_plan);
   auto disturbed = disturbed_pipelines(m);
   if (std::any_of(disturbed.begin(), disturbed.end(), [](bool b) { return b; })) return;  // a straggler's round
   // The probe at the baseline's conditions: what the reference says all-max takes now is the

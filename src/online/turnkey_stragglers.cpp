@@ -125,11 +125,17 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
     }
   bool before = detector_.current().has_value();
   if (!detector_.observe(ratios)) return false;
+  straggler_verdict_changed(m, before);
+  return !told_straggler_;
+}
+
+// What follows any change of the detector's verdict (`before`: whether one was followed before it).
+void TurnkeyController::straggler_verdict_changed(const RoundMeasurement& m, bool before) {
   followed_ratios_.clear();
   ++straggler_changes_;
   pace_miss_ = 1;  // measured on the straggler before
   lead_without_allowance_ = false;
-  if (told_straggler_) return false;
+  if (told_straggler_) return;
   const auto& now = detector_.current();
   if (now) {
     decide(before ? DecisionEvent::straggler_changed : DecisionEvent::straggler_detected,
@@ -139,6 +145,25 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   } else {
     decide(DecisionEvent::straggler_recovered, "every pipeline is back within the threshold");
   }
+}
+
+// A detected straggler in an all-max round (a probe): every pipeline at the top clock, each measured
+// against its own baseline, so its conditions within half the threshold of the others' median say it
+// ended, a round before its own plan's round would (the others' plans, paced to it, ran 15% slower
+// than all-max that round). Returns whether it was cleared.
+bool TurnkeyController::straggler_ended_at_top_clock(const RoundMeasurement& m) {
+  const auto& straggler = detector_.current();
+  if (!straggler || told_straggler_) return false;
+  const auto s = static_cast<std::size_t>(straggler->pipeline);
+  const auto own = all_max_conditions(m, s);
+  std::vector<double> others;
+  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d)
+    if (d != s)
+      if (const auto c = all_max_conditions(m, d)) others.push_back(*c);
+  if (!own || others.empty()) return false;
+  if (*own > median(std::move(others)) * (1 + config_.detector.threshold / 2)) return false;
+  detector_.reset();
+  straggler_verdict_changed(m);
   return true;
 }
 

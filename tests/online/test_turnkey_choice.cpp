@@ -149,5 +149,52 @@ TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTak
   EXPECT_EQ(to_string(c.decisions().back().event), "slowed to the straggler");
 }
 
+// Plans paced to a straggler that has recovered run slower than all-max: while the choice that takes
+// the pipelines back to the target plan runs, the rounds run at all-max instead.
+TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
+  auto cluster = small_synthetic_cluster();
+  bool straggling = false;
+  cluster.factor = [&straggling](int d, int, int) { return d == 1 && straggling ? 1.2 : 1.0; };
+  std::atomic<bool> hold_next{false};
+  HeldChoices held(1);
+  online::ControllerHooks hooks;
+  hooks.choosing = [&hold_next, inner = held.hook()] {
+    if (hold_next.exchange(false)) inner();
+  };
+  TurnkeyController c(config(false), cluster.shape(), std::nullopt, hooks);
+  ReleasedOnExit release_on_exit{held};
+  int round = 0, paced_rounds = 0;
+  // Deployed, then pipeline 1 straggles until the others have run ten rounds paced to it.
+  while (paced_rounds < 10) {
+    ASSERT_LT(round, 100000);
+    if (c.phase() != ControllerPhase::deployed) std::this_thread::yield();
+    straggling = c.phase() == ControllerPhase::deployed && round >= 60;
+    if (c.straggler() && c.plan_of(0) && c.plan_of(0)->time > c.plan_of(1)->time) ++paced_rounds;
+    run_round(c, cluster, round);
+  }
+  straggling = false;
+  hold_next = true;  // the next choice: back to the target plan, once the recovery is seen
+  while (held.seen() == 0) {
+    ASSERT_LT(round, 100000);
+    run_round(c, cluster, round);
+  }
+  held.wait_until_held();
+  const auto paced = c.plan_of(0)->frequencies;
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_TRUE(c.ready());
+    const auto clocks = c.next_round();
+    EXPECT_FALSE(clocks.has_value()) << "round " << i << " of the held choice ran the paced plans";
+    c.observe(cluster.run(clocks, round++));
+  }
+  held.release();
+  for (int after = 0; c.plan_of(0)->frequencies == paced; ++after) {
+    std::this_thread::yield();
+    ASSERT_TRUE(run_round(c, cluster, round));
+    ASSERT_LT(after, 100000);
+  }
+  EXPECT_FALSE(c.straggler().has_value());
+  EXPECT_EQ(to_string(c.decisions().back().event), "back to the target plan");
+}
+
 }  // namespace
 }  // namespace perseus

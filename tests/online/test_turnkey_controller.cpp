@@ -85,6 +85,34 @@ TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecov
   EXPECT_TRUE(has(events(controller), "straggler recovered"));
 }
 
+// A straggler that ends just before an all-max probe is seen there: the round after the probe runs
+// the plans without it, not the others' plans paced to it (those run slower than all-max).
+TEST(TurnkeyController, AProbeThatMeasuresTheStragglerBackClearsItBeforeAnotherPacedRound) {
+  auto cluster = small_synthetic_cluster();
+  bool straggling = false;
+  cluster.factor = [&straggling](int d, int, int) { return d == 1 && straggling ? 1.2 : 1.0; };
+  auto c = config();
+  c.probe_every = 5;
+  TurnkeyController controller(c, cluster.shape());
+  bool probed_after_it_ended = false;
+  for (int r = 0; r < 90 && !probed_after_it_ended; ++r) {
+    while (!controller.ready()) std::this_thread::yield();
+    straggling = r >= 30;
+    const bool followed = controller.detected_straggler().has_value();
+    const auto clocks = controller.next_round();
+    // The straggler ends with the first probe that comes once it is followed.
+    if (followed && !clocks) straggling = false, probed_after_it_ended = true;
+    controller.observe(cluster.run(clocks, r));
+  }
+  ASSERT_TRUE(probed_after_it_ended) << ::testing::PrintToString(events(controller));
+  while (!controller.ready()) std::this_thread::yield();
+  EXPECT_FALSE(controller.detected_straggler().has_value());
+  EXPECT_TRUE(has(events(controller), "straggler recovered"));
+  ASSERT_TRUE(controller.plan_of(0) && controller.plan_of(1) && controller.target_plan());
+  EXPECT_EQ(controller.plan_of(0)->frequencies, controller.target_plan()->frequencies);
+  EXPECT_EQ(controller.plan_of(1)->frequencies, controller.target_plan()->frequencies);
+}
+
 TEST(TurnkeyController, StepsToAFasterPlanWhenTheDeployedOneIsMeasurablySlower) {
   auto cluster = small_synthetic_cluster(1);
   const int top = cluster.shape().clocks.front();

@@ -269,6 +269,8 @@ class TurnkeyController {
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
+  void straggler_verdict_changed(const RoundMeasurement& m, bool before = true);
+  bool straggler_ended_at_top_clock(const RoundMeasurement& m);
   void observe_probe(const RoundMeasurement& m);
   bool agree_as_baseline_rounds(const AllMaxRound& round, double time, double energy) const;
   void join_short_baseline(const RoundMeasurement& m, double conditions, const std::vector<bool>& disturbed);
@@ -334,6 +336,8 @@ class TurnkeyController {
   // Takes finished planning and choices, and runs what waited for them. Returns whether a choice runs.
   bool settle();
   bool choice_pending() const;
+  // Whether a choice running or queued takes the pipelines back from plans paced to a straggler.
+  bool choosing_back_to_target() const;
   // While a choice runs, `call` waits for it (returns true); else the caller goes on now.
   bool defer_while_choosing(std::function<void()> call);
   Evidence evidence() const;
