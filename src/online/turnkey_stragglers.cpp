@@ -91,8 +91,8 @@ double TurnkeyController::relative_pace(std::size_t d, std::optional<std::size_t
 }
 
 // Detection: each pipeline's compute-bound time, in units of its baseline pace, against the others'.
-// A pipeline slow in the baseline that now runs measurably faster than it was expected to is
-// recovering (follow_baseline_changes), not leaving the others behind: to the detector it runs as
+// A pipeline slow in the baseline (or slowed since) that now runs measurably faster than it was expected
+// to is recovering (follow_baseline_changes), not leaving the others behind: to the detector it runs as
 // expected, or no faster than the others, or with two pipelines the other, running as predicted,
 // would look a straggler. Returns whether the verdict changed.
 bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector<double> ratios) {
@@ -100,7 +100,9 @@ bool TurnkeyController::observe_straggler(const RoundMeasurement& m, std::vector
   const double half = threshold / 2;
   if (pipelines_.known() && ratios.size() > 1)
     for (std::size_t d = 0; d < ratios.size(); ++d) {
-      if (relative_pace(d) <= 1 + half) continue;  // not slow in the baseline
+      // Not slow in the baseline, nor slowed since (a pipeline whose slowdown was taken in as its pace,
+      // and recovers, beside one slower all along: that one read 1.06x a straggler).
+      if (relative_pace(d) <= 1 + half && pace_change(d) <= 1 + half) continue;
       // Its GPUs' conditions when an all-max round last measured them, before it sped up, where its pace
       // is still the baseline's: the cluster's then (a drift moves every pipeline's; at the baseline's,
       // 1.0 read a cluster 6% slower as the other pipeline straggling). Not the others' now: one of them

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <random>
 
 #include "perseus/profile/blocking_power.hpp"
@@ -426,6 +427,34 @@ const PlanningOutput& gpipe_plans() {
     return plan_online(input);
   }();
   return plans;
+}
+
+// GPUs faster than the profile's (the profile measured next to a pipeline that ran slow then) save what
+// the profile's GPUs save at the same slowdown: the plans are scaled, not held to the profile's times.
+TEST(ChoosePlanUnderNoise, GpusFasterThanTheProfilesSaveAsMuchAtTheSameSlowdown) {
+  PlanningInput input;
+  input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
+  input.config.num_stages = 8;
+  input.config.num_microbatches = 12;
+  input.config.p_block = kA100BlockingPowerW;
+  input.config.unit_time = automatic_unit_time(input.profile);
+  const PlanningOutput plans = plan_online(input);
+  const auto v = Variability::uniform(8, 0.003);
+  constexpr double kSpeed = 0.95;
+  NoiseAwareOptions unit, fast;
+  unit.pipelines = 2;
+  std::map<std::pair<int, InstructionKind>, double> speeds;
+  for (int s = 0; s < 8; ++s)
+    for (auto kind : {InstructionKind::forward, InstructionKind::backward}) speeds[{s, kind}] = kSpeed;
+  fast.speeds = {speeds, speeds};
+  constexpr double kSlowdown = 1.03;
+  const auto on_unit = choose_plan_under_noise(plans, kSlowdown * expected_all_max_time(plans, v, unit), v, unit);
+  const double deadline = kSlowdown * expected_all_max_time(plans, v, fast);
+  const auto on_fast = choose_plan_under_noise(plans, deadline, v, fast);
+  EXPECT_LE(on_fast.time, deadline);
+  ASSERT_LT(on_unit.energy, plans.all_max().energy);
+  EXPECT_LE(on_fast.energy, kSpeed * on_unit.energy * 1.002)
+      << "unit " << on_unit.label() << ", fast " << on_fast.label();
 }
 
 TEST(ChooseWithinAllowance, WidensWhereTheNoiseCostsMuchOfTheSavingAndTheTimeBuysIt) {
