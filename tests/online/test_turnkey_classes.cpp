@@ -828,7 +828,9 @@ TEST(TurnkeyClasses, AStragglerThatEndsMidRoundIsReportedTrueThroughItsEnd) {
   auto r = run(c, cluster, 74);
   EXPECT_TRUE(has(c, "straggler detected")) << events(c);
   EXPECT_TRUE(has(c, "straggler recovered")) << events(c);
-  EXPECT_EQ(c.step_ups(), 0) << events(c);            // the straggler's pace is not taken for a plan too slow
+  // The straggler's pace is not taken for a plan too slow: the target plan is never stepped up (the others
+  // may be paced earlier while it is followed: their pace's correction, not the plan's).
+  EXPECT_FALSE(has(c, "faster plan")) << events(c);
   EXPECT_LE(r.slowdown(45, 70), 0.005) << events(c);  // while it is followed
   expect_reported_true(c, r, "a straggler ended mid-round");
 }
