@@ -355,17 +355,29 @@ TEST(StepUp, StrictlyFasterAndNotAllMaxWhileAFrontierPlanMeets) {
   EXPECT_GT(steps, 1);  // it went through saving plans before all-max
 }
 
+// The shipped GPT-3 175B A100 profile planned for `schedule` over 8 stages.
+PlanningOutput plan_gpt3(ScheduleKind schedule, int microbatches) {
+  PlanningInput input;
+  input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
+  input.config.num_stages = 8;
+  input.config.num_microbatches = microbatches;
+  input.config.schedule = schedule;
+  input.config.p_block = kA100BlockingPowerW;
+  input.config.unit_time = automatic_unit_time(input.profile);
+  return plan_online(input);
+}
+
+// 1F1B, 12 microbatches.
+const PlanningOutput& gpt3_plans() {
+  static const PlanningOutput plans = plan_gpt3(ScheduleKind::one_f_one_b, 12);
+  return plans;
+}
+
 // The measured GPT-3 175B A100 profile (8 stages, 12 microbatches, 2 pipelines) at sigma 0.02:
 // the variability estimated from noisy all-max rounds, the plan chosen for zero slowdown, then
 // judged with fresh draws against an all-max twin (bench/noise_choice.cpp over more cases).
 TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
-  PlanningInput input;
-  input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
-  input.config.num_stages = 8;
-  input.config.num_microbatches = 12;
-  input.config.p_block = kA100BlockingPowerW;
-  input.config.unit_time = automatic_unit_time(input.profile);
-  const PlanningOutput plans = plan_online(input);
+  const PlanningOutput& plans = gpt3_plans();
   const Emulator& emulator = *plans.emulator;
   const auto truth = Variability::uniform(8, 0.02);
   const auto top = all_max(plans).frequencies;
@@ -416,29 +428,14 @@ TEST(ChoosePlanUnderNoise, Gpt3KeepsMostOfTheSavingUnderNoiseWithoutSlowdown) {
 
 // GPipe on GPT-3 175B's A100 profile: long rows of microbatches make every staircase path near-critical.
 const PlanningOutput& gpipe_plans() {
-  static const PlanningOutput plans = [] {
-    PlanningInput input;
-    input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
-    input.config.num_stages = 8;
-    input.config.num_microbatches = 16;
-    input.config.schedule = ScheduleKind::gpipe;
-    input.config.p_block = kA100BlockingPowerW;
-    input.config.unit_time = automatic_unit_time(input.profile);
-    return plan_online(input);
-  }();
+  static const PlanningOutput plans = plan_gpt3(ScheduleKind::gpipe, 16);
   return plans;
 }
 
 // GPUs faster than the profile's (the profile measured next to a pipeline that ran slow then) save what
 // the profile's GPUs save at the same slowdown: the plans are scaled, not held to the profile's times.
 TEST(ChoosePlanUnderNoise, GpusFasterThanTheProfilesSaveAsMuchAtTheSameSlowdown) {
-  PlanningInput input;
-  input.profile = read_profile(std::string(PERSEUS_SOURCE_DIR) + "/examples/gpt3-175b-a100.csv");
-  input.config.num_stages = 8;
-  input.config.num_microbatches = 12;
-  input.config.p_block = kA100BlockingPowerW;
-  input.config.unit_time = automatic_unit_time(input.profile);
-  const PlanningOutput plans = plan_online(input);
+  const PlanningOutput& plans = gpt3_plans();
   const auto v = Variability::uniform(8, 0.003);
   constexpr double kSpeed = 0.95;
   NoiseAwareOptions unit, fast;

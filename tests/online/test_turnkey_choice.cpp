@@ -68,6 +68,18 @@ bool run_round(TurnkeyController& c, SyntheticCluster& cluster, int& round) {
   return true;
 }
 
+// Rounds until pipeline 0 runs other clocks than `before`: a released choice ends on its own thread,
+// and rounds go on meanwhile (as many as a busy machine makes it take: the bound only stops a choice
+// that never ends).
+void run_until_the_plans_change(TurnkeyController& c, SyntheticCluster& cluster, int& round,
+                                const std::vector<std::vector<int>>& before) {
+  for (int after = 0; c.plan_of(0)->frequencies == before; ++after) {
+    std::this_thread::yield();
+    ASSERT_TRUE(run_round(c, cluster, round));
+    ASSERT_LT(after, 100000);
+  }
+}
+
 TEST(TurnkeyChoice, ASecondJobsRoundsAreAnsweredWhileTheFirstJobsChoiceRuns) {
   auto a_cluster = small_synthetic_cluster(), b_cluster = small_synthetic_cluster();
   HeldChoices held(1);  // the first job's deployment choice
@@ -137,13 +149,8 @@ TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTak
   EXPECT_GE(on_plans, 15);
   EXPECT_EQ(c.decisions().size(), events);
   held.release();
-  // The released choice ends on its own thread; rounds go on meanwhile (as many as a busy machine
-  // makes it take: the bound only stops a choice that never ends).
-  for (int after = 0; c.plan_of(0)->frequencies == deployed; ++after) {
-    std::this_thread::yield();
-    ASSERT_TRUE(run_round(c, cluster, round));
-    ASSERT_LT(after, 100000);
-  }
+  run_until_the_plans_change(c, cluster, round, deployed);
+  if (::testing::Test::HasFatalFailure()) return;
   ASSERT_TRUE(c.straggler().has_value());
   EXPECT_EQ(c.straggler()->pipeline, 1);
   EXPECT_EQ(to_string(c.decisions().back().event), "slowed to the straggler");
@@ -187,11 +194,8 @@ TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
     c.observe(cluster.run(clocks, round++));
   }
   held.release();
-  for (int after = 0; c.plan_of(0)->frequencies == paced; ++after) {
-    std::this_thread::yield();
-    ASSERT_TRUE(run_round(c, cluster, round));
-    ASSERT_LT(after, 100000);
-  }
+  run_until_the_plans_change(c, cluster, round, paced);
+  if (::testing::Test::HasFatalFailure()) return;
   EXPECT_FALSE(c.straggler().has_value());
   EXPECT_EQ(to_string(c.decisions().back().event), "back to the target plan");
 }
