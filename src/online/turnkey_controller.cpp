@@ -180,8 +180,9 @@ RoundClocks TurnkeyController::next_round() {
         }
       }
       // Plans paced to a straggler that recovered (or that a pipeline fell behind) run slower than
-      // all-max: until their replacement is taken, the rounds run at all-max, as probes.
-      if (choosing_back_to_target()) {
+      // all-max: until their replacement is taken, the rounds run at all-max, as probes (not while a
+      // power budget holds probes: all-max may draw more than it allows).
+      if (!hold_probes_ && choosing_back_to_target()) {
         probing_ = true;
         return std::nullopt;
       }

@@ -157,8 +157,9 @@ TEST(TurnkeyChoice, WithoutWaitingTheRoundsRunTheCurrentPlansUntilTheChoiceIsTak
 }
 
 // Plans paced to a straggler that has recovered run slower than all-max: while the choice that takes
-// the pipelines back to the target plan runs, the rounds run at all-max instead.
-TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
+// the pipelines back to the target plan runs, the rounds run at all-max instead, unless a power budget
+// holds probes (`hold_probes`: all-max may draw more than it allows), where they keep the plans.
+void rounds_while_the_choice_after_a_recovery_runs(bool hold_probes) {
   auto cluster = small_synthetic_cluster();
   bool straggling = false;
   cluster.factor = [&straggling](int d, int, int) { return d == 1 && straggling ? 1.2 : 1.0; };
@@ -179,6 +180,7 @@ TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
     if (c.straggler() && c.plan_of(0) && c.plan_of(0)->time > c.plan_of(1)->time) ++paced_rounds;
     run_round(c, cluster, round);
   }
+  if (hold_probes) c.set_pace(std::nullopt, true);  // no pace, probes held
   straggling = false;
   hold_next = true;  // the next choice: back to the target plan, once the recovery is seen
   while (held.seen() == 0) {
@@ -190,7 +192,12 @@ TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
   for (int i = 0; i < 10; ++i) {
     ASSERT_TRUE(c.ready());
     const auto clocks = c.next_round();
-    EXPECT_FALSE(clocks.has_value()) << "round " << i << " of the held choice ran the paced plans";
+    if (hold_probes) {
+      ASSERT_TRUE(clocks.has_value()) << "round " << i << " of the held choice ran all-max under the budget";
+      EXPECT_EQ((*clocks)[0], paced);
+    } else {
+      EXPECT_FALSE(clocks.has_value()) << "round " << i << " of the held choice ran the paced plans";
+    }
     c.observe(cluster.run(clocks, round++));
   }
   held.release();
@@ -198,6 +205,14 @@ TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
   if (::testing::Test::HasFatalFailure()) return;
   EXPECT_FALSE(c.straggler().has_value());
   EXPECT_EQ(to_string(c.decisions().back().event), "back to the target plan");
+}
+
+TEST(TurnkeyChoice, WhileTheChoiceAfterARecoveryRunsTheRoundsRunAtAllMax) {
+  rounds_while_the_choice_after_a_recovery_runs(false);
+}
+
+TEST(TurnkeyChoice, WhileAPowerBudgetHoldsProbesTheRoundsKeepThePlansDuringThatChoice) {
+  rounds_while_the_choice_after_a_recovery_runs(true);
 }
 
 }  // namespace
