@@ -149,21 +149,18 @@ void TurnkeyController::straggler_verdict_changed(const RoundMeasurement& m, boo
   }
 }
 
-// A detected straggler in an all-max round (a probe): every pipeline at the top clock, each measured
-// against its own baseline, so its conditions within half the threshold of the others' median say it
-// ended, a round before its own plan's round would (the others' plans, paced to it, ran 15% slower
-// than all-max that round). Returns whether it was cleared.
+// A detected straggler in an all-max round (a probe): every pipeline at the top clock, so its
+// compute-bound time in units of its baseline pace within half the threshold of the others' median says
+// it ended, a round before its own plan's round would (the others' plans, paced to it, ran 15% slower
+// than all-max that round). The compute-bound time, as detection measures it: one slow GPU of a pipeline
+// moves it, not the median of its instructions' conditions. Returns whether it was cleared.
 bool TurnkeyController::straggler_ended_at_top_clock(const RoundMeasurement& m) {
   const auto& straggler = detector_.current();
-  if (!straggler || told_straggler_) return false;
+  if (!straggler || told_straggler_ || !pipelines_.known()) return false;
   const auto s = static_cast<std::size_t>(straggler->pipeline);
-  const auto own = all_max_conditions(m, s);
-  std::vector<double> others;
-  for (std::size_t d = 0; d < static_cast<std::size_t>(shape_.pipelines); ++d)
-    if (d != s)
-      if (const auto c = all_max_conditions(m, d)) others.push_back(*c);
-  if (!own || others.empty()) return false;
-  if (*own > median(std::move(others)) * (1 + config_.detector.threshold / 2)) return false;
+  const auto ratios = paced_ratios(m, false);
+  if (s >= ratios.size() || ratios.size() < 2) return false;
+  if (ratios[s] > median_of_others(ratios, s) * (1 + config_.detector.threshold / 2)) return false;
   detector_.reset();
   straggler_verdict_changed(m);
   return true;
