@@ -85,32 +85,59 @@ TEST(TurnkeyController, DetectsAStragglerSlowsTheOthersDownAndReturnsWhenItRecov
   EXPECT_TRUE(has(events(controller), "straggler recovered"));
 }
 
+// Runs rounds from 30 on with `slow` set until the first all-max probe that comes once a straggler is
+// followed; `slow` is set to `during_probe` for that probe's round. Returns whether it came.
+bool run_until_a_probe_of_the_straggler(TurnkeyController& controller, SyntheticCluster& cluster, bool& slow,
+                                        bool during_probe) {
+  for (int r = 0; r < 90; ++r) {
+    while (!controller.ready()) std::this_thread::yield();
+    slow = r >= 30;
+    const bool followed = controller.detected_straggler().has_value();
+    const auto clocks = controller.next_round();
+    if (followed && !clocks) slow = during_probe;
+    controller.observe(cluster.run(clocks, r));
+    if (followed && !clocks) {
+      while (!controller.ready()) std::this_thread::yield();
+      return true;
+    }
+  }
+  return false;
+}
+
+ControllerConfig probing_every_5_rounds() {
+  auto c = config();
+  c.probe_every = 5;
+  return c;
+}
+
 // A straggler that ends just before an all-max probe is seen there: the round after the probe runs
 // the plans without it, not the others' plans paced to it (those run slower than all-max).
 TEST(TurnkeyController, AProbeThatMeasuresTheStragglerBackClearsItBeforeAnotherPacedRound) {
   auto cluster = small_synthetic_cluster();
   bool straggling = false;
   cluster.factor = [&straggling](int d, int, int) { return d == 1 && straggling ? 1.2 : 1.0; };
-  auto c = config();
-  c.probe_every = 5;
-  TurnkeyController controller(c, cluster.shape());
-  bool probed_after_it_ended = false;
-  for (int r = 0; r < 90 && !probed_after_it_ended; ++r) {
-    while (!controller.ready()) std::this_thread::yield();
-    straggling = r >= 30;
-    const bool followed = controller.detected_straggler().has_value();
-    const auto clocks = controller.next_round();
-    // The straggler ends with the first probe that comes once it is followed.
-    if (followed && !clocks) straggling = false, probed_after_it_ended = true;
-    controller.observe(cluster.run(clocks, r));
-  }
-  ASSERT_TRUE(probed_after_it_ended) << ::testing::PrintToString(events(controller));
-  while (!controller.ready()) std::this_thread::yield();
+  TurnkeyController controller(probing_every_5_rounds(), cluster.shape());
+  ASSERT_TRUE(run_until_a_probe_of_the_straggler(controller, cluster, straggling, false))
+      << ::testing::PrintToString(events(controller));
   EXPECT_FALSE(controller.detected_straggler().has_value());
   EXPECT_TRUE(has(events(controller), "straggler recovered"));
   ASSERT_TRUE(controller.plan_of(0) && controller.plan_of(1) && controller.target_plan());
   EXPECT_EQ(controller.plan_of(0)->frequencies, controller.target_plan()->frequencies);
   EXPECT_EQ(controller.plan_of(1)->frequencies, controller.target_plan()->frequencies);
+}
+
+// One slow GPU makes its pipeline a straggler while most of the pipeline's instructions run as they
+// did: a probe in which it is still slow keeps it followed.
+TEST(TurnkeyController, AProbeKeepsAStragglerWhoseOneGpuStillRunsSlow) {
+  auto cluster = small_synthetic_cluster();
+  bool straggling = false;
+  cluster.speed = [&straggling](int d, int s) { return d == 1 && s == 2 && straggling ? 1.6 : 1.0; };
+  TurnkeyController controller(probing_every_5_rounds(), cluster.shape());
+  ASSERT_TRUE(run_until_a_probe_of_the_straggler(controller, cluster, straggling, true))
+      << ::testing::PrintToString(events(controller));
+  ASSERT_TRUE(controller.detected_straggler().has_value()) << ::testing::PrintToString(events(controller));
+  EXPECT_EQ(controller.detected_straggler()->pipeline, 1);
+  EXPECT_FALSE(has(events(controller), "straggler recovered"));
 }
 
 TEST(TurnkeyController, StepsToAFasterPlanWhenTheDeployedOneIsMeasurablySlower) {
