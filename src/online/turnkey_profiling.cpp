@@ -323,8 +323,19 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
   if (profiling_done()) finish_profiling();
 }
 
-// A check round while profiling: when the conditions moved since the last one (by more than a
-// percent), the clocks measured in between are measured again (when the change came is not known),
+// How far the conditions may move between two checks before the clocks measured in between are measured
+// again: what they are then off by, against what a plan may miss by (the tolerance) and what two check
+// rounds tell apart under the noise (three standard deviations of their difference), at most a percent. A
+// check taken in a spell's first iteration read the cluster at x1.0101; the next, after the spell, at
+// x1.0000, within a percent: the clocks measured in between, read 1% fast, made the plan 0.38% slower
+// than all-max.
+double TurnkeyController::recheck_band() const {
+  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
+  return std::clamp(3 * std::sqrt(2.0) * round_sigma, config_.tolerance, kCheckBand);
+}
+
+// A check round while profiling: when the conditions moved since the last one (beyond recheck_band),
+// the clocks measured in between are measured again (when the change came is not known),
 // and the clocks from now on are taken at the new conditions.
 void TurnkeyController::observe_check(const RoundMeasurement& m) {
   checking_ = false;
@@ -356,7 +367,7 @@ void TurnkeyController::observe_check(const RoundMeasurement& m) {
                             std::abs(*off_before - 1) >= std::abs(moved - 1) / 10;
   const auto& changed = in_the_off_round ? last_recorded_ : since_check_;
   const std::size_t asked = changed.size() + (began_before ? previous_recorded_.size() : 0);
-  if (!recovered && std::abs(moved - 1) > kCheckBand && may_measure_again(asked)) {
+  if (!recovered && std::abs(moved - 1) > recheck_band() && may_measure_again(asked)) {
     const std::size_t again = began_before ? measure_again({&previous_recorded_, &changed}) : measure_again({&changed});
     const std::string which =
         in_the_off_round

@@ -269,6 +269,7 @@ class TurnkeyController {
   double round_spread_floor(double iteration_time) const;
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
+  double recheck_band() const;
   void straggler_verdict_changed(const RoundMeasurement& m, bool before = true);
   bool straggler_ended_at_top_clock(const RoundMeasurement& m);
   void observe_probe(const RoundMeasurement& m);
