@@ -1044,13 +1044,14 @@ def test_a_plan_deployed_after_a_step_of_drift_that_profiling_measured_starts_at
 
 def test_a_plan_deployed_after_a_step_of_drift_starts_at_its_conditions_where_profiling_measured_no_clock_again(drawn):
     """Instance 11572 as above with simulate's seed 1: profiling's last check round measured the step (x1.015) and
-    had no clock to measure again, so no decision says so; the plans were calibrated at the baseline's conditions
-    all the same, the first probe moved them two thirds of the way, the plan was condemned on a slowdown it did not
-    have, and the history's slowdown read 0.33 points over the truth."""
+    had no clock to measure again; the plans were calibrated at the baseline's conditions all the same, the first
+    probe moved them two thirds of the way, the plan was condemned on a slowdown it did not have, and the history's
+    slowdown read 0.33 points over the truth. (Clocks are measured again for a move of the conditions beyond the
+    tolerance: profiling here measures some again, and the plans start at the step's
+    conditions either way.)"""
     scenario = with_seed(drawn(11572, None), 1)
     assert flag(scenario, "--seed") == ["1"], scenario.simulate_args
     outcome, events = judged_events(scenario)
-    assert "profiling conditions changed" not in events, events
     assert outcome.passes() == [] and outcome.step_ups == 0 and outcome.history_slowdown_error <= 0.002, outcome
 
 
