@@ -54,7 +54,7 @@ void TurnkeyController::measure_conditions(const RoundMeasurement& m, const std:
   // 1.8% slow for good), else at the cluster's; times its change of pace (a pipeline slow in the
   // baseline that recovered while profiling runs that much faster: read at the cluster's alone, the
   // reference stayed at the slow baseline's time, 21% high).
-  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
+  const double round_sigma = relative_round_spread();
   if (conditions_.size() != D) {
     // Beyond profiling's band, or beyond twice a round's noise the same way in its last two check rounds (a
     // step of drift of 0.85% within the band, read as the plans' error, held one pipeline's conditions

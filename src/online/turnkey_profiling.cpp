@@ -136,6 +136,10 @@ double TurnkeyController::round_spread_floor(double iteration_time) const {
   return iteration_time * noise_sigma_ / std::sqrt(path * iterations_per_round_);
 }
 
+double TurnkeyController::relative_round_spread() const {
+  return baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
+}
+
 bool TurnkeyController::baseline_precise() const {
   const double half_width = (baseline_.time_estimate().high - baseline_.time_estimate().low) / 2;
   return baseline_.time() > 0 && half_width <= config_.baseline_precision * baseline_.time();
@@ -330,7 +334,7 @@ void TurnkeyController::observe_profiling(const RoundMeasurement& m) {
 // x1.0000, within a percent: the clocks measured in between, read 1% fast, made the plan 0.38% slower
 // than all-max.
 double TurnkeyController::recheck_band() const {
-  const double round_sigma = baseline_.time() > 0 ? round_spread_floor(baseline_.time()) / baseline_.time() : 0.0;
+  const double round_sigma = relative_round_spread();
   return std::clamp(3 * std::sqrt(2.0) * round_sigma, config_.tolerance, kCheckBand);
 }
 

@@ -267,6 +267,7 @@ class TurnkeyController {
                                        bool but_straggler) const;
   void add_variability(const RoundMeasurement& m);
   double round_spread_floor(double iteration_time) const;
+  double relative_round_spread() const;  // round_spread_floor at the baseline's time, over it (0: no baseline)
   double relative_pace(std::size_t pipeline, std::optional<std::size_t> also = std::nullopt) const;
   bool observe_straggler(const RoundMeasurement& m, std::vector<double> ratios);
   double recheck_band() const;
